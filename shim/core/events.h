@@ -58,6 +58,8 @@ enum class PinOp : uint8_t {
   kUnregister = 3,  // cuMemHostUnregister
 };
 
+const char* PinOpName(PinOp op);
+
 struct PinEvent {
   ApiId api;
   PinOp op;

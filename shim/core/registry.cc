@@ -1,0 +1,318 @@
+#include "shim/core/registry.h"
+
+#include <cstring>
+
+#include "shim/core/internal_alloc.h"
+
+namespace pinshim {
+
+// A two-level sorted table: an index of chunks ordered by their first start
+// address, each chunk a sorted array of up to kChunkCap ranges. Lookups are
+// two binary searches over contiguous memory; inserts move at most one
+// chunk's worth of entries.
+constexpr size_t kChunkCap = 64;
+
+struct Registry::Chunk {
+  uint32_t count;
+  Chunk* next_free;
+  uintptr_t starts[kChunkCap];
+  Region regions[kChunkCap];
+};
+
+struct Registry::Index {
+  size_t capacity;
+  size_t count;
+  Index* retired;  // the index this one replaced (kept mapped for readers)
+  uintptr_t* firsts;
+  Chunk** chunks;
+};
+
+namespace {
+
+inline void CpuRelax() { __builtin_ia32_pause(); }
+
+// Index of the last element of sorted `a[0, n)` that is <= key, or -1.
+inline long FloorIndex(const uintptr_t* a, size_t n, uintptr_t key) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (a[mid] <= key) lo = mid + 1; else hi = mid;
+  }
+  return static_cast<long>(lo) - 1;
+}
+
+}  // namespace
+
+Registry::Registry() = default;
+
+void Registry::BeginWrite() {
+  seq_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+void Registry::EndWrite() {
+  seq_.fetch_add(1, std::memory_order_release);
+}
+
+Registry::Chunk* Registry::NewChunk() {
+  Chunk* c = free_chunks_;
+  if (c != nullptr) {
+    free_chunks_ = c->next_free;
+  } else {
+    c = static_cast<Chunk*>(InternalAlloc(sizeof(Chunk)));
+    if (c == nullptr) return nullptr;
+  }
+  c->count = 0;
+  c->next_free = nullptr;
+  return c;
+}
+
+bool Registry::GrowIndexLocked() {
+  Index* old = index_.load(std::memory_order_relaxed);
+  size_t cap = old ? old->capacity * 2 : 16;
+  size_t bytes = sizeof(Index) + cap * (sizeof(uintptr_t) + sizeof(Chunk*));
+  auto* raw = static_cast<char*>(InternalAlloc(bytes));
+  if (raw == nullptr) return false;
+  auto* idx = reinterpret_cast<Index*>(raw);
+  idx->capacity = cap;
+  idx->firsts = reinterpret_cast<uintptr_t*>(raw + sizeof(Index));
+  idx->chunks = reinterpret_cast<Chunk**>(raw + sizeof(Index) + cap * sizeof(uintptr_t));
+  idx->retired = old;
+  if (old != nullptr) {
+    idx->count = old->count;
+    memcpy(idx->firsts, old->firsts, old->count * sizeof(uintptr_t));
+    memcpy(idx->chunks, old->chunks, old->count * sizeof(Chunk*));
+  }
+  index_.store(idx, std::memory_order_release);
+  return true;
+}
+
+size_t Registry::FindChunkLocked(uintptr_t addr) const {
+  const Index* idx = index_.load(std::memory_order_relaxed);
+  long pos = FloorIndex(idx->firsts, idx->count, addr);
+  return pos < 0 ? 0 : static_cast<size_t>(pos);
+}
+
+bool Registry::InsertLocked(const Region& r) {
+  Index* idx = index_.load(std::memory_order_relaxed);
+  if (idx == nullptr && !GrowIndexLocked()) return false;
+  idx = index_.load(std::memory_order_relaxed);
+  if (idx->count == 0) {
+    Chunk* c = NewChunk();
+    if (c == nullptr) return false;
+    c->starts[0] = r.start;
+    c->regions[0] = r;
+    c->count = 1;
+    idx->chunks[0] = c;
+    idx->firsts[0] = r.start;
+    idx->count = 1;
+    count_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  size_t pos = FindChunkLocked(r.start);
+  Chunk* c = idx->chunks[pos];
+  if (c->count == kChunkCap) {
+    // Split: the upper half moves to a new chunk placed right after this one.
+    if (idx->count == idx->capacity) {
+      if (!GrowIndexLocked()) return false;
+      idx = index_.load(std::memory_order_relaxed);
+    }
+    Chunk* upper = NewChunk();
+    if (upper == nullptr) return false;
+    size_t half = kChunkCap / 2;
+    memcpy(upper->starts, c->starts + half, (kChunkCap - half) * sizeof(uintptr_t));
+    memcpy(upper->regions, c->regions + half, (kChunkCap - half) * sizeof(Region));
+    upper->count = kChunkCap - half;
+    memmove(idx->firsts + pos + 2, idx->firsts + pos + 1,
+            (idx->count - pos - 1) * sizeof(uintptr_t));
+    memmove(idx->chunks + pos + 2, idx->chunks + pos + 1,
+            (idx->count - pos - 1) * sizeof(Chunk*));
+    idx->firsts[pos + 1] = upper->starts[0];
+    idx->chunks[pos + 1] = upper;
+    idx->count++;
+    c->count = half;
+    if (r.start >= upper->starts[0]) {
+      pos++;
+      c = upper;
+    }
+  }
+  long at = FloorIndex(c->starts, c->count, r.start) + 1;
+  memmove(c->starts + at + 1, c->starts + at, (c->count - at) * sizeof(uintptr_t));
+  memmove(c->regions + at + 1, c->regions + at, (c->count - at) * sizeof(Region));
+  c->starts[at] = r.start;
+  c->regions[at] = r;
+  c->count++;
+  idx->firsts[pos] = c->starts[0];
+  count_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool Registry::RemoveAtLocked(size_t pos, size_t slot, Region* out) {
+  Index* idx = index_.load(std::memory_order_relaxed);
+  Chunk* c = idx->chunks[pos];
+  if (out != nullptr) *out = c->regions[slot];
+  memmove(c->starts + slot, c->starts + slot + 1, (c->count - slot - 1) * sizeof(uintptr_t));
+  memmove(c->regions + slot, c->regions + slot + 1, (c->count - slot - 1) * sizeof(Region));
+  c->count--;
+  count_.fetch_sub(1, std::memory_order_relaxed);
+  if (c->count == 0) {
+    memmove(idx->firsts + pos, idx->firsts + pos + 1, (idx->count - pos - 1) * sizeof(uintptr_t));
+    memmove(idx->chunks + pos, idx->chunks + pos + 1, (idx->count - pos - 1) * sizeof(Chunk*));
+    idx->count--;
+    c->next_free = free_chunks_;
+    free_chunks_ = c;
+  } else {
+    idx->firsts[pos] = c->starts[0];
+  }
+  return true;
+}
+
+bool Registry::Insert(const Region& r) {
+  if (r.bytes == 0) return true;
+  pthread_mutex_lock(&mu_);
+  BeginWrite();
+  RemoveSpanLocked(r.start, r.bytes, nullptr, nullptr);
+  bool ok = InsertLocked(r);
+  EndWrite();
+  pthread_mutex_unlock(&mu_);
+  return ok;
+}
+
+bool Registry::Remove(uintptr_t start, Region* out) {
+  pthread_mutex_lock(&mu_);
+  bool found = false;
+  Index* idx = index_.load(std::memory_order_relaxed);
+  if (idx != nullptr && idx->count != 0) {
+    size_t pos = FindChunkLocked(start);
+    Chunk* c = idx->chunks[pos];
+    long slot = FloorIndex(c->starts, c->count, start);
+    if (slot >= 0 && c->starts[slot] == start) {
+      BeginWrite();
+      found = RemoveAtLocked(pos, static_cast<size_t>(slot), out);
+      EndWrite();
+    }
+  }
+  pthread_mutex_unlock(&mu_);
+  return found;
+}
+
+size_t Registry::RemoveSpan(uintptr_t start, uint64_t bytes,
+                            void (*on_removed)(void*, const Region&), void* arg) {
+  if (bytes == 0) return 0;
+  pthread_mutex_lock(&mu_);
+  BeginWrite();
+  size_t touched = RemoveSpanLocked(start, bytes, on_removed, arg);
+  EndWrite();
+  pthread_mutex_unlock(&mu_);
+  return touched;
+}
+
+size_t Registry::RemoveSpanLocked(uintptr_t start, uint64_t bytes,
+                                  void (*on_removed)(void*, const Region&), void* arg) {
+  const uintptr_t end = start + bytes;
+  size_t touched = 0;
+  for (;;) {
+    Index* idx = index_.load(std::memory_order_relaxed);
+    if (idx == nullptr || idx->count == 0) break;
+    // The first candidate is the last range starting at or before `start`
+    // (it may stick into the span); after it, ranges in start order.
+    size_t pos = FindChunkLocked(start);
+    Chunk* c = idx->chunks[pos];
+    long slot = FloorIndex(c->starts, c->count, start);
+    if (slot < 0 || c->regions[slot].start + c->regions[slot].bytes <= start) {
+      slot++;
+      if (static_cast<size_t>(slot) == c->count) {
+        if (pos + 1 == idx->count) break;
+        pos++;
+        c = idx->chunks[pos];
+        slot = 0;
+      }
+    }
+    Region r = c->regions[slot];
+    if (r.start >= end || r.start + r.bytes <= start) break;
+    RemoveAtLocked(pos, static_cast<size_t>(slot), nullptr);
+    ++touched;
+    Region part = r;
+    if (r.start < start) {
+      Region left = r;
+      left.bytes = start - r.start;
+      InsertLocked(left);
+      part.start = start;
+    }
+    const uintptr_t r_end = r.start + r.bytes;
+    if (r_end > end) {
+      Region right = r;
+      right.start = end;
+      right.bytes = r_end - end;
+      InsertLocked(right);
+    }
+    part.bytes = (r_end < end ? r_end : end) - part.start;
+    if (on_removed != nullptr) on_removed(arg, part);
+  }
+  return touched;
+}
+
+bool Registry::SearchUnsynchronized(uintptr_t addr, Region* out) const {
+  const Index* idx = index_.load(std::memory_order_acquire);
+  if (idx == nullptr) return false;
+  size_t n = idx->count;
+  if (n > idx->capacity) n = idx->capacity;
+  long pos = FloorIndex(idx->firsts, n, addr);
+  if (pos < 0) return false;
+  const Chunk* c = idx->chunks[pos];
+  if (c == nullptr) return false;
+  size_t m = c->count;
+  if (m > kChunkCap) m = kChunkCap;
+  long slot = FloorIndex(c->starts, m, addr);
+  if (slot < 0) return false;
+  *out = c->regions[slot];
+  return addr - out->start < out->bytes;
+}
+
+bool Registry::Lookup(uintptr_t addr, Region* out) const {
+  Region r;
+  // Optimistic reads first: they never write shared memory, so readers on
+  // many threads don't contend. Clamped indices keep a torn read in bounds.
+  for (int tries = 0; tries < 64; ++tries) {
+    uint64_t s1 = seq_.load(std::memory_order_acquire);
+    if (s1 & 1) {
+      CpuRelax();
+      continue;
+    }
+    bool found = SearchUnsynchronized(addr, &r);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq_.load(std::memory_order_relaxed) == s1) {
+      if (found && out != nullptr) *out = r;
+      return found;
+    }
+  }
+  // A writer kept the table busy: read under its lock instead. (Lookups are
+  // made from hooks, never from signal handlers, so this cannot self-deadlock.)
+  pthread_mutex_lock(&mu_);
+  bool found = SearchUnsynchronized(addr, &r);
+  pthread_mutex_unlock(&mu_);
+  if (found && out != nullptr) *out = r;
+  return found;
+}
+
+void Registry::Clear() {
+  pthread_mutex_lock(&mu_);
+  BeginWrite();
+  Index* idx = index_.load(std::memory_order_relaxed);
+  if (idx != nullptr) {
+    for (size_t i = 0; i < idx->count; ++i) {
+      idx->chunks[i]->next_free = free_chunks_;
+      free_chunks_ = idx->chunks[i];
+    }
+    idx->count = 0;
+  }
+  count_.store(0, std::memory_order_relaxed);
+  EndWrite();
+  pthread_mutex_unlock(&mu_);
+}
+
+void Registry::LockForFork() { pthread_mutex_lock(&mu_); }
+
+void Registry::UnlockAfterFork() { pthread_mutex_unlock(&mu_); }
+
+}  // namespace pinshim

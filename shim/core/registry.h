@@ -1,0 +1,104 @@
+// The address registry: for a host pointer, what memory it is and who owns it.
+//
+// A registry holds non-overlapping half-open ranges [start, start + bytes).
+// pinshim keeps two: allocations (malloc, mmap, pinned and device allocations)
+// and registrations (cuMemHostRegister and pinshim's own pinning in place),
+// because a registration lies inside an allocation.
+//
+// Lookups are optimistic (a sequence counter; readers retry when a writer was
+// active) and fall back to the writers' mutex after a bounded number of tries.
+// Writers serialize on that mutex, which fork handlers take, so a child never
+// inherits it held.
+#ifndef PINSHIM_SHIM_CORE_REGISTRY_H_
+#define PINSHIM_SHIM_CORE_REGISTRY_H_
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "shim/core/events.h"
+
+namespace pinshim {
+
+struct Region {
+  uintptr_t start = 0;
+  uint64_t bytes = 0;
+  uint64_t id = 0;      // unique per allocation, 0 = none
+  uint32_t flags = 0;   // pinning flags (CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_*)
+  MemKind kind = MemKind::kPageable;
+  uint8_t source = 0;   // who created it: see RegionSource
+  uint64_t site = 0;    // call-site id where known, 0 otherwise
+};
+
+enum RegionSource : uint8_t {
+  kSourceMalloc = 0,
+  kSourceMmap = 1,
+  kSourceDriver = 2,   // cuMemHostAlloc, cuMemAlloc, cuMemHostRegister, ...
+  kSourcePinshim = 3,
+};
+
+class Registry {
+ public:
+  Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Adds `r`. Any existing ranges it overlaps are removed first (the program
+  // can only reuse an address after it was released, so they are stale).
+  // Returns false only when pinshim's own memory ran out.
+  bool Insert(const Region& r);
+
+  // Removes the range starting exactly at `start`; copies it to `*out` if
+  // non-null. Returns false when no range starts there.
+  bool Remove(uintptr_t start, Region* out);
+
+  // Removes every part of [start, start + bytes): ranges inside are dropped,
+  // ranges that stick out are trimmed (keeping id, kind and flags). Calls
+  // `on_removed(arg, removed_part)` for each part taken away, under the lock.
+  // Returns how many ranges were touched.
+  size_t RemoveSpan(uintptr_t start, uint64_t bytes,
+                    void (*on_removed)(void* arg, const Region& part) = nullptr,
+                    void* arg = nullptr);
+
+  // Finds the range containing `addr`. Lock-free.
+  bool Lookup(uintptr_t addr, Region* out) const;
+
+  // Number of ranges held.
+  size_t size() const { return count_.load(std::memory_order_relaxed); }
+
+  // Removes everything (tests, and the child after fork when state is reset).
+  void Clear();
+
+  // Fork support: hold the writer lock across fork so neither side inherits
+  // a half-written table.
+  void LockForFork();
+  void UnlockAfterFork();
+
+ private:
+  struct Chunk;
+  struct Index;
+
+  // All of these run with mu_ held and seq_ odd.
+  Chunk* NewChunk();
+  bool InsertLocked(const Region& r);
+  bool RemoveAtLocked(size_t chunk_pos, size_t slot, Region* out);
+  size_t FindChunkLocked(uintptr_t addr) const;
+  bool SearchUnsynchronized(uintptr_t addr, Region* out) const;
+  size_t RemoveSpanLocked(uintptr_t start, uint64_t bytes,
+                          void (*on_removed)(void*, const Region&), void* arg);
+  bool GrowIndexLocked();
+  void BeginWrite();
+  void EndWrite();
+
+  mutable std::atomic<uint64_t> seq_{0};
+  std::atomic<Index*> index_{nullptr};
+  std::atomic<size_t> count_{0};
+  Chunk* free_chunks_ = nullptr;
+  mutable pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+};
+
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_CORE_REGISTRY_H_

@@ -1,0 +1,65 @@
+#include "shim/core/stats.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pinshim {
+namespace {
+
+const char* Name(ApiId api) { return api == 1 ? "cuMemcpyHtoD_v2" : "cuMemHostAlloc"; }
+
+std::string Summary() {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  WriteSummary(fds[1], 42, "prog", "observe", Name);
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fds[0]);
+  return out;
+}
+
+TEST(StatsTest, SummaryCountsCallsBytesAndFailures) {
+  ResetStats();
+  CountCopy(1, CopyDir::kHostToDevice, MemKind::kPageable, MemKind::kDevice, 0, 100, false);
+  CountCopy(1, CopyDir::kHostToDevice, MemKind::kPageable, MemKind::kDevice, 0, 50, true);
+  CountPin(2, PinOp::kAlloc, 4, 4096, false);
+  std::string s = Summary();
+  EXPECT_NE(s.find("pinshim: summary pid=42 program=prog mode=observe\n"), std::string::npos);
+  EXPECT_NE(s.find("pinshim: copy api=cuMemcpyHtoD_v2 dir=H2D src=pageable dst=device flags=0x0 "
+                   "calls=2 bytes=150 failed=1\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("pinshim: pin api=cuMemHostAlloc op=alloc flags=0x4 calls=1 bytes=4096 "
+                   "failed=0\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("pinshim: totals copies=2 copy_bytes=150 pin_calls=1\n"), std::string::npos);
+}
+
+TEST(StatsTest, ConcurrentCountsAreExact) {
+  ResetStats();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([t] {
+      for (int i = 0; i < 10000; ++i) {
+        CountCopy(1, CopyDir::kDeviceToHost, MemKind::kDevice,
+                  t % 2 ? MemKind::kPageable : MemKind::kPinnedByProgram, 0, 3, false);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::string s = Summary();
+  EXPECT_NE(s.find("pinshim: totals copies=160000 copy_bytes=480000 pin_calls=0"),
+            std::string::npos)
+      << s;
+}
+
+}  // namespace
+}  // namespace pinshim
