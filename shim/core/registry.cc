@@ -43,7 +43,6 @@ inline long FloorIndex(const uintptr_t* a, size_t n, uintptr_t key) {
 
 }  // namespace
 
-Registry::Registry() = default;
 
 void Registry::BeginWrite() {
   seq_.fetch_add(1, std::memory_order_relaxed);

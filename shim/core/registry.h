@@ -41,7 +41,7 @@ enum RegionSource : uint8_t {
 
 class Registry {
  public:
-  Registry();
+  constexpr Registry() = default;
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 

@@ -1,0 +1,585 @@
+// The wrapped driver entry points. Each one translates its arguments into
+// the core's vocabulary (direction, memory kinds, bytes), calls the real
+// driver function and counts the call once. Nothing here changes what the
+// program sees: arguments pass through untouched and every return code is
+// the driver's own.
+//
+// cuda.h is read as the driver itself reads it (__CUDA_API_VERSION_INTERNAL),
+// which declares every versioned and per-thread ABI name.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <dlfcn.h>
+
+#include <cstring>
+
+#include "shim/core/stats.h"
+#include "shim/hooks/driver_table.h"
+#include "shim/hooks/state.h"
+
+namespace pinshim {
+namespace {
+
+template <typename Fn>
+inline Fn Real(Api api) {
+  return reinterpret_cast<Fn>(RealDriverFunction(api));
+}
+
+inline bool IsDeviceSide(MemKind k) { return k == MemKind::kDevice || k == MemKind::kManaged; }
+
+// What a copy touches, worked out before the call (the call may free nothing,
+// but the program's view of its memory is the one at the time of the call).
+struct CopyShape {
+  MemKind src = MemKind::kDevice;
+  MemKind dst = MemKind::kDevice;
+  uint32_t host_flags = 0;
+  uint64_t host_alloc = 0;
+  uint64_t bytes = 0;
+};
+
+inline CopyDir DirOf(const CopyShape& s) {
+  bool src_dev = IsDeviceSide(s.src), dst_dev = IsDeviceSide(s.dst);
+  if (!src_dev && dst_dev) return CopyDir::kHostToDevice;
+  if (src_dev && !dst_dev) return CopyDir::kDeviceToHost;
+  if (!src_dev && !dst_dev) return CopyDir::kHostToHost;
+  return CopyDir::kDeviceToDevice;
+}
+
+inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
+  uint32_t flags;
+  uint64_t id;
+  *kind = ClassifyHost(p, &flags, &id);
+  if (s->host_alloc == 0) s->host_alloc = id;
+  if (s->host_flags == 0) s->host_flags = flags;
+}
+
+// A pointer of unified addressing: pinshim's registries first (host memory
+// and the device allocations it saw), then the driver's own answer.
+void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
+  Region r;
+  if (g_registrations.size() != 0 && g_registrations.Lookup(p, &r)) {
+    *kind = r.kind;
+    if (s->host_flags == 0) s->host_flags = r.flags;
+    return;
+  }
+  if (g_allocations.Lookup(p, &r)) {
+    *kind = r.kind;
+    if (!IsDeviceSide(r.kind)) {
+      if (s->host_alloc == 0) s->host_alloc = r.id;
+      if (s->host_flags == 0) s->host_flags = r.flags;
+    }
+    return;
+  }
+  using GetAttr = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+  static GetAttr get_attr = nullptr;
+  if (get_attr == nullptr) {
+    // Not a wrapped entry point: ask the driver library directly.
+    void* lib = nullptr;
+    if (g_real.dlopen != nullptr) lib = g_real.dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (lib != nullptr) get_attr = reinterpret_cast<GetAttr>(dlsym(lib, "cuPointerGetAttribute"));
+  }
+  *kind = MemKind::kPageable;
+  if (get_attr == nullptr) return;
+  unsigned int type = 0;
+  if (get_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS) return;
+  if (type == CU_MEMORYTYPE_HOST) {
+    *kind = MemKind::kPinnedByProgram;  // pinned where pinshim did not see it
+  } else if (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY) {
+    unsigned int managed = 0;
+    get_attr(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p);
+    *kind = managed ? MemKind::kManaged : MemKind::kDevice;
+  }
+}
+
+void MemoryTypeSide(CUmemorytype type, const void* host, CUdeviceptr device, MemKind* kind,
+                    CopyShape* s) {
+  switch (type) {
+    case CU_MEMORYTYPE_HOST: HostSide(host, kind, s); break;
+    case CU_MEMORYTYPE_UNIFIED: AnySide(device, kind, s); break;
+    default: *kind = MemKind::kDevice; break;  // device memory or an array
+  }
+}
+
+CopyShape Shape2D(const CUDA_MEMCPY2D* c) {
+  CopyShape s;
+  if (c == nullptr) return s;
+  MemoryTypeSide(c->srcMemoryType, c->srcHost, c->srcDevice, &s.src, &s);
+  MemoryTypeSide(c->dstMemoryType, c->dstHost, c->dstDevice, &s.dst, &s);
+  s.bytes = uint64_t{c->WidthInBytes} * c->Height;
+  return s;
+}
+
+CopyShape Shape3D(const CUDA_MEMCPY3D* c) {
+  CopyShape s;
+  if (c == nullptr) return s;
+  MemoryTypeSide(c->srcMemoryType, c->srcHost, c->srcDevice, &s.src, &s);
+  MemoryTypeSide(c->dstMemoryType, c->dstHost, c->dstDevice, &s.dst, &s);
+  s.bytes = uint64_t{c->WidthInBytes} * c->Height * c->Depth;
+  return s;
+}
+
+CopyShape ShapeBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count) {
+  CopyShape s;
+  if (dsts == nullptr || srcs == nullptr || sizes == nullptr) return s;
+  for (size_t i = 0; i < count; ++i) {
+    // The batch is one call; its direction and kinds are those of its first copy.
+    if (i == 0) {
+      AnySide(srcs[0], &s.src, &s);
+      AnySide(dsts[0], &s.dst, &s);
+    }
+    s.bytes += sizes[i];
+  }
+  return s;
+}
+
+void OperandSide(const CUmemcpy3DOperand& op, MemKind* kind, CopyShape* s) {
+  if (op.type == CU_MEMCPY_OPERAND_TYPE_POINTER) {
+    AnySide(op.op.ptr.ptr, kind, s);
+  } else {
+    *kind = MemKind::kDevice;
+  }
+}
+
+CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
+  CopyShape s;
+  if (ops == nullptr) return s;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0) {
+      OperandSide(ops[0].src, &s.src, &s);
+      OperandSide(ops[0].dst, &s.dst, &s);
+    }
+    // Elements; bytes when both operands are pointers.
+    s.bytes += uint64_t{ops[i].extent.width} * ops[i].extent.height * ops[i].extent.depth;
+  }
+  return s;
+}
+
+inline void Finish(Api api, const CopyShape& s, CUresult r) {
+  CountCopy(api, DirOf(s), s.src, s.dst, s.host_flags, s.bytes, r != CUDA_SUCCESS);
+}
+
+inline CUresult NoDriver() { return CUDA_ERROR_NOT_INITIALIZED; }
+
+}  // namespace
+}  // namespace pinshim
+
+using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
+
+// Forwards when nested (count once) or when pinshim is not set up yet.
+#define PINSHIM_FORWARD_IF_NESTED(api, type, ...)                     \
+  auto real_fn = Real<type>(api);                                     \
+  if (real_fn == nullptr) return NoDriver();                          \
+  if (t_depth > 0 || !g_initialized.load(std::memory_order_relaxed))  \
+    return real_fn(__VA_ARGS__);                                      \
+  g_cuda_seen.store(true, std::memory_order_relaxed);                 \
+  DepthGuard depth_guard
+
+// A copy whose shape is computed by `shape_expr` before the call.
+#define PINSHIM_COPY(api, type, shape_expr, ...)      \
+  PINSHIM_FORWARD_IF_NESTED(api, type, __VA_ARGS__);  \
+  CopyShape shape = shape_expr;                       \
+  CUresult r = real_fn(__VA_ARGS__);                  \
+  Finish(api, shape, r);                              \
+  return r
+
+namespace {
+inline CopyShape HtoD(const void* src, size_t n) {
+  CopyShape s;
+  HostSide(src, &s.src, &s);
+  s.dst = MemKind::kDevice;
+  s.bytes = n;
+  return s;
+}
+inline CopyShape DtoH(void* dst, size_t n) {
+  CopyShape s;
+  s.src = MemKind::kDevice;
+  HostSide(dst, &s.dst, &s);
+  s.bytes = n;
+  return s;
+}
+inline CopyShape Generic(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  CopyShape s;
+  AnySide(src, &s.src, &s);
+  AnySide(dst, &s.dst, &s);
+  s.bytes = n;
+  return s;
+}
+}  // namespace
+
+extern "C" {
+
+// --- 1D copies ---------------------------------------------------------------
+
+#define DEFINE_GENERIC(name)                                                       \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                      \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);                     \
+    PINSHIM_COPY(kApi_##name, Fn, Generic(dst, src, n), dst, src, n);              \
+  }
+#define DEFINE_GENERIC_ASYNC(name)                                                 \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {         \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);           \
+    PINSHIM_COPY(kApi_##name, Fn, Generic(dst, src, n), dst, src, n, st);          \
+  }
+DEFINE_GENERIC(cuMemcpy)
+DEFINE_GENERIC(cuMemcpy_ptds)
+DEFINE_GENERIC_ASYNC(cuMemcpyAsync)
+DEFINE_GENERIC_ASYNC(cuMemcpyAsync_ptsz)
+
+#define DEFINE_HTOD(name)                                                          \
+  CUresult name(CUdeviceptr dst, const void* src, size_t n) {                      \
+    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t);                     \
+    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), dst, src, n);                      \
+  }
+#define DEFINE_HTOD_ASYNC(name)                                                    \
+  CUresult name(CUdeviceptr dst, const void* src, size_t n, CUstream st) {         \
+    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);           \
+    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), dst, src, n, st);                  \
+  }
+#define DEFINE_DTOH(name)                                                          \
+  CUresult name(void* dst, CUdeviceptr src, size_t n) {                            \
+    using Fn = CUresult (*)(void*, CUdeviceptr, size_t);                           \
+    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, src, n);                      \
+  }
+#define DEFINE_DTOH_ASYNC(name)                                                    \
+  CUresult name(void* dst, CUdeviceptr src, size_t n, CUstream st) {               \
+    using Fn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);                 \
+    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, src, n, st);                  \
+  }
+DEFINE_HTOD(cuMemcpyHtoD_v2)
+DEFINE_HTOD(cuMemcpyHtoD_v2_ptds)
+DEFINE_HTOD_ASYNC(cuMemcpyHtoDAsync_v2)
+DEFINE_HTOD_ASYNC(cuMemcpyHtoDAsync_v2_ptsz)
+DEFINE_DTOH(cuMemcpyDtoH_v2)
+DEFINE_DTOH(cuMemcpyDtoH_v2_ptds)
+DEFINE_DTOH_ASYNC(cuMemcpyDtoHAsync_v2)
+DEFINE_DTOH_ASYNC(cuMemcpyDtoHAsync_v2_ptsz)
+
+// --- host <-> array ----------------------------------------------------------
+
+#define DEFINE_HTOA(name)                                                            \
+  CUresult name(CUarray a, size_t off, const void* src, size_t n) {                  \
+    using Fn = CUresult (*)(CUarray, size_t, const void*, size_t);                   \
+    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), a, off, src, n);                     \
+  }
+#define DEFINE_HTOA_ASYNC(name)                                                      \
+  CUresult name(CUarray a, size_t off, const void* src, size_t n, CUstream st) {     \
+    using Fn = CUresult (*)(CUarray, size_t, const void*, size_t, CUstream);         \
+    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), a, off, src, n, st);                 \
+  }
+#define DEFINE_ATOH(name)                                                            \
+  CUresult name(void* dst, CUarray a, size_t off, size_t n) {                        \
+    using Fn = CUresult (*)(void*, CUarray, size_t, size_t);                         \
+    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, a, off, n);                     \
+  }
+#define DEFINE_ATOH_ASYNC(name)                                                      \
+  CUresult name(void* dst, CUarray a, size_t off, size_t n, CUstream st) {           \
+    using Fn = CUresult (*)(void*, CUarray, size_t, size_t, CUstream);               \
+    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, a, off, n, st);                 \
+  }
+DEFINE_HTOA(cuMemcpyHtoA_v2)
+DEFINE_HTOA(cuMemcpyHtoA_v2_ptds)
+DEFINE_HTOA_ASYNC(cuMemcpyHtoAAsync_v2)
+DEFINE_HTOA_ASYNC(cuMemcpyHtoAAsync_v2_ptsz)
+DEFINE_ATOH(cuMemcpyAtoH_v2)
+DEFINE_ATOH(cuMemcpyAtoH_v2_ptds)
+DEFINE_ATOH_ASYNC(cuMemcpyAtoHAsync_v2)
+DEFINE_ATOH_ASYNC(cuMemcpyAtoHAsync_v2_ptsz)
+
+// --- 2D and 3D ---------------------------------------------------------------
+
+#define DEFINE_2D(name)                                                     \
+  CUresult name(const CUDA_MEMCPY2D* c) {                                   \
+    using Fn = CUresult (*)(const CUDA_MEMCPY2D*);                          \
+    PINSHIM_COPY(kApi_##name, Fn, Shape2D(c), c);                           \
+  }
+#define DEFINE_2D_ASYNC(name)                                               \
+  CUresult name(const CUDA_MEMCPY2D* c, CUstream st) {                      \
+    using Fn = CUresult (*)(const CUDA_MEMCPY2D*, CUstream);                \
+    PINSHIM_COPY(kApi_##name, Fn, Shape2D(c), c, st);                       \
+  }
+#define DEFINE_3D(name)                                                     \
+  CUresult name(const CUDA_MEMCPY3D* c) {                                   \
+    using Fn = CUresult (*)(const CUDA_MEMCPY3D*);                          \
+    PINSHIM_COPY(kApi_##name, Fn, Shape3D(c), c);                           \
+  }
+#define DEFINE_3D_ASYNC(name)                                               \
+  CUresult name(const CUDA_MEMCPY3D* c, CUstream st) {                      \
+    using Fn = CUresult (*)(const CUDA_MEMCPY3D*, CUstream);                \
+    PINSHIM_COPY(kApi_##name, Fn, Shape3D(c), c, st);                       \
+  }
+DEFINE_2D(cuMemcpy2D_v2)
+DEFINE_2D(cuMemcpy2D_v2_ptds)
+DEFINE_2D(cuMemcpy2DUnaligned_v2)
+DEFINE_2D(cuMemcpy2DUnaligned_v2_ptds)
+DEFINE_2D_ASYNC(cuMemcpy2DAsync_v2)
+DEFINE_2D_ASYNC(cuMemcpy2DAsync_v2_ptsz)
+DEFINE_3D(cuMemcpy3D_v2)
+DEFINE_3D(cuMemcpy3D_v2_ptds)
+DEFINE_3D_ASYNC(cuMemcpy3DAsync_v2)
+DEFINE_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz)
+
+// --- batches -----------------------------------------------------------------
+
+#define DEFINE_BATCH_12080(name)                                                        \
+  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,      \
+                CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs,         \
+                size_t* fail_idx, CUstream st) {                                        \
+    using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,                \
+                            CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream);   \
+    PINSHIM_COPY(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), dsts, srcs,     \
+                 sizes, count, attrs, attr_idxs, num_attrs, fail_idx, st);              \
+  }
+#define DEFINE_BATCH_13000(name)                                                        \
+  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,      \
+                CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs,         \
+                CUstream st) {                                                          \
+    using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,                \
+                            CUmemcpyAttributes*, size_t*, size_t, CUstream);            \
+    PINSHIM_COPY(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), dsts, srcs,     \
+                 sizes, count, attrs, attr_idxs, num_attrs, st);                        \
+  }
+DEFINE_BATCH_12080(cuMemcpyBatchAsync)
+DEFINE_BATCH_12080(cuMemcpyBatchAsync_ptsz)
+DEFINE_BATCH_13000(cuMemcpyBatchAsync_v2)
+DEFINE_BATCH_13000(cuMemcpyBatchAsync_v2_ptsz)
+
+#define DEFINE_3DBATCH_12080(name)                                                      \
+  CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_idx,                \
+                unsigned long long flags, CUstream st) {                                \
+    using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*,                   \
+                            unsigned long long, CUstream);                              \
+    PINSHIM_COPY(kApi_##name, Fn, Shape3DBatch(n, ops), n, ops, fail_idx, flags, st);   \
+  }
+#define DEFINE_3DBATCH_13000(name)                                                      \
+  CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags,        \
+                CUstream st) {                                                          \
+    using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, unsigned long long,        \
+                            CUstream);                                                  \
+    PINSHIM_COPY(kApi_##name, Fn, Shape3DBatch(n, ops), n, ops, flags, st);             \
+  }
+DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync)
+DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync_ptsz)
+DEFINE_3DBATCH_13000(cuMemcpy3DBatchAsync_v2)
+DEFINE_3DBATCH_13000(cuMemcpy3DBatchAsync_v2_ptsz)
+
+// --- pinned host memory ------------------------------------------------------
+
+namespace {
+
+void RecordHostAlloc(Api api, void** pp, size_t n, unsigned int flags, CUresult r) {
+  if (r == CUDA_SUCCESS && pp != nullptr && *pp != nullptr) {
+    Region reg;
+    reg.start = reinterpret_cast<uintptr_t>(*pp);
+    reg.bytes = n;
+    reg.id = NextAllocId();
+    reg.flags = flags;
+    reg.kind = MemKind::kPinnedByProgram;
+    reg.source = kSourceDriver;
+    g_allocations.Insert(reg);
+  }
+  CountPin(api, PinOp::kAlloc, flags, n, r != CUDA_SUCCESS);
+}
+
+void RecordDeviceAlloc(CUdeviceptr* dptr, uint64_t n, MemKind kind, CUresult r) {
+  if (r != CUDA_SUCCESS || dptr == nullptr || *dptr == 0) return;
+  Region reg;
+  reg.start = *dptr;
+  reg.bytes = n;
+  reg.id = NextAllocId();
+  reg.kind = kind;
+  reg.source = kSourceDriver;
+  g_allocations.Insert(reg);
+}
+
+}  // namespace
+
+CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
+  using Fn = CUresult (*)(void**, size_t, unsigned int);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostAlloc, Fn, pp, n, flags);
+  CUresult r = real_fn(pp, n, flags);
+  RecordHostAlloc(kApi_cuMemHostAlloc, pp, n, flags, r);
+  return r;
+}
+
+CUresult cuMemAllocHost_v2(void** pp, size_t n) {
+  using Fn = CUresult (*)(void**, size_t);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemAllocHost_v2, Fn, pp, n);
+  CUresult r = real_fn(pp, n);
+  RecordHostAlloc(kApi_cuMemAllocHost_v2, pp, n, 0, r);
+  return r;
+}
+
+CUresult cuMemFreeHost(void* p) {
+  using Fn = CUresult (*)(void*);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemFreeHost, Fn, p);
+  Region reg;
+  bool known = p != nullptr && g_allocations.Lookup(reinterpret_cast<uintptr_t>(p), &reg) &&
+               reg.start == reinterpret_cast<uintptr_t>(p) && reg.kind == MemKind::kPinnedByProgram;
+  CUresult r = real_fn(p);
+  if (r == CUDA_SUCCESS && known) g_allocations.Remove(reg.start, nullptr);
+  CountPin(kApi_cuMemFreeHost, PinOp::kFree, known ? reg.flags : 0, known ? reg.bytes : 0,
+           r != CUDA_SUCCESS);
+  return r;
+}
+
+namespace {
+CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
+  using Fn = CUresult (*)(void*, size_t, unsigned int);
+  PINSHIM_FORWARD_IF_NESTED(api, Fn, p, n, flags);
+  CUresult r = real_fn(p, n, flags);
+  if (r == CUDA_SUCCESS) {
+    Region reg;
+    reg.start = reinterpret_cast<uintptr_t>(p);
+    reg.bytes = n;
+    reg.id = NextAllocId();
+    reg.flags = flags;
+    reg.kind = MemKind::kRegisteredByProgram;
+    reg.source = kSourceDriver;
+    g_registrations.Insert(reg);
+  }
+  CountPin(api, PinOp::kRegister, flags, n, r != CUDA_SUCCESS);
+  return r;
+}
+}  // namespace
+
+CUresult cuMemHostRegister(void* p, size_t n, unsigned int flags) {
+  return HostRegister(kApi_cuMemHostRegister, p, n, flags);
+}
+
+CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
+  return HostRegister(kApi_cuMemHostRegister_v2, p, n, flags);
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  using Fn = CUresult (*)(void*);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostUnregister, Fn, p);
+  CUresult r = real_fn(p);
+  Region reg;
+  bool known = false;
+  if (r == CUDA_SUCCESS) known = g_registrations.Remove(reinterpret_cast<uintptr_t>(p), &reg);
+  CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, known ? reg.flags : 0,
+           known ? reg.bytes : 0, r != CUDA_SUCCESS);
+  return r;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int flags) {
+  using Fn = CUresult (*)(CUdeviceptr*, void*, unsigned int);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostGetDevicePointer_v2, Fn, out, p, flags);
+  return real_fn(out, p, flags);
+}
+
+CUresult cuMemHostGetFlags(unsigned int* out, void* p) {
+  using Fn = CUresult (*)(unsigned int*, void*);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostGetFlags, Fn, out, p);
+  return real_fn(out, p);
+}
+
+// --- device and managed allocations ------------------------------------------
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t n) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemAlloc_v2, Fn, dptr, n);
+  CUresult r = real_fn(dptr, n);
+  RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
+  return r;
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                            unsigned int elem) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemAllocPitch_v2, Fn, dptr, pitch, width, height, elem);
+  CUresult r = real_fn(dptr, pitch, width, height, elem);
+  if (r == CUDA_SUCCESS && pitch != nullptr) {
+    RecordDeviceAlloc(dptr, uint64_t{*pitch} * height, MemKind::kDevice, r);
+  }
+  return r;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t n, unsigned int flags) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemAllocManaged, Fn, dptr, n, flags);
+  CUresult r = real_fn(dptr, n, flags);
+  RecordDeviceAlloc(dptr, n, MemKind::kManaged, r);
+  return r;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr d) {
+  using Fn = CUresult (*)(CUdeviceptr);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuMemFree_v2, Fn, d);
+  CUresult r = real_fn(d);
+  if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
+  return r;
+}
+
+#define DEFINE_ALLOC_ASYNC(name)                                          \
+  CUresult name(CUdeviceptr* dptr, size_t n, CUstream st) {               \
+    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream);              \
+    PINSHIM_FORWARD_IF_NESTED(kApi_##name, Fn, dptr, n, st);              \
+    CUresult r = real_fn(dptr, n, st);                                    \
+    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);                      \
+    return r;                                                             \
+  }
+#define DEFINE_ALLOC_POOL_ASYNC(name)                                             \
+  CUresult name(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {    \
+    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);        \
+    PINSHIM_FORWARD_IF_NESTED(kApi_##name, Fn, dptr, n, pool, st);                \
+    CUresult r = real_fn(dptr, n, pool, st);                                      \
+    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);                              \
+    return r;                                                                     \
+  }
+#define DEFINE_FREE_ASYNC(name)                                           \
+  CUresult name(CUdeviceptr d, CUstream st) {                             \
+    using Fn = CUresult (*)(CUdeviceptr, CUstream);                       \
+    PINSHIM_FORWARD_IF_NESTED(kApi_##name, Fn, d, st);                    \
+    CUresult r = real_fn(d, st);                                          \
+    if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);              \
+    return r;                                                             \
+  }
+DEFINE_ALLOC_ASYNC(cuMemAllocAsync)
+DEFINE_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
+DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync)
+DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync_ptsz)
+DEFINE_FREE_ASYNC(cuMemFreeAsync)
+DEFINE_FREE_ASYNC(cuMemFreeAsync_ptsz)
+
+// --- cuGetProcAddress --------------------------------------------------------
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* status) {
+  using Fn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  auto real_fn = Real<Fn>(kApi_cuGetProcAddress_v2);
+  if (real_fn == nullptr) return NoDriver();
+  if (!g_initialized.load(std::memory_order_acquire)) Init();
+  g_cuda_seen.store(true, std::memory_order_relaxed);
+  CUresult r = real_fn(symbol, pfn, version, flags, status);
+  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && t_depth == 0) {
+    *pfn = WrapProcAddressResult(symbol, *pfn, version, flags);
+  }
+  return r;
+}
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  using Fn = CUresult (*)(const char*, void**, int, cuuint64_t);
+  auto real_fn = Real<Fn>(kApi_cuGetProcAddress);
+  if (real_fn == nullptr) return NoDriver();
+  if (!g_initialized.load(std::memory_order_acquire)) Init();
+  g_cuda_seen.store(true, std::memory_order_relaxed);
+  CUresult r = real_fn(symbol, pfn, version, flags);
+  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && t_depth == 0) {
+    *pfn = WrapProcAddressResult(symbol, *pfn, version, flags);
+  }
+  return r;
+}
+
+}  // extern "C"
+
+namespace pinshim {
+
+const DriverEntry kDriverEntries[kApiCount] = {
+#define X(base, abi, version, per_thread) \
+  {#base, #abi, version, per_thread != 0, reinterpret_cast<void*>(&::abi)},
+#include "shim/hooks/driver_entry_points.inc"
+#undef X
+};
+
+}  // namespace pinshim

@@ -1,0 +1,193 @@
+#include "shim/hooks/state.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "shim/core/log.h"
+#include "shim/core/stats.h"
+
+extern char** environ;
+extern "C" char* program_invocation_short_name;
+
+namespace pinshim {
+
+const char* ApiName(ApiId api);  // driver_table.cc
+
+RealFunctions g_real;
+Config g_config;
+std::atomic<bool> g_initialized{false};
+uint64_t g_track_threshold = UINT64_MAX;
+std::atomic<bool> g_cuda_seen{false};
+Registry g_allocations;
+Registry g_registrations;
+std::atomic<uint64_t> g_tracked_mallocs{0};
+PINSHIM_TLS int t_depth = 0;
+
+namespace {
+
+std::atomic<uint64_t> g_next_alloc_id{1};
+std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
+PINSHIM_TLS bool t_resolving = false;
+
+template <typename T>
+void Next(T* out, const char* name) {
+  *out = reinterpret_cast<T>(dlsym(RTLD_NEXT, name));
+}
+
+void AtForkPrepare() {
+  g_allocations.LockForFork();
+  g_registrations.LockForFork();
+}
+
+void AtForkParent() {
+  g_registrations.UnlockAfterFork();
+  g_allocations.UnlockAfterFork();
+}
+
+void AtForkChild() {
+  g_registrations.UnlockAfterFork();
+  g_allocations.UnlockAfterFork();
+  // The child reports its own calls only; the memory layout it inherited
+  // (and so the registries) stays valid.
+  ResetStats();
+}
+
+void WriteSummaryAtExit() {
+  if (g_config.summary == SummaryTarget::kNone || !g_cuda_seen.load()) return;
+  char mode[64];
+  FormatMode(g_config.mode, mode, sizeof(mode));
+  const char* program = program_invocation_short_name ? program_invocation_short_name : "?";
+  if (g_config.summary == SummaryTarget::kStderr) {
+    WriteSummary(STDERR_FILENO, getpid(), program, mode, ApiName);
+    return;
+  }
+  char path[kConfigPathMax];
+  if (!ExpandPidPattern(g_config.summary_path, getpid(), path, sizeof(path))) {
+    LogLine("PINSHIM_SUMMARY path too long; summary not written");
+    return;
+  }
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    LogLine("cannot write summary to %s: %s", path, strerror(errno));
+    return;
+  }
+  WriteSummary(fd, getpid(), program, mode, ApiName);
+  close(fd);
+}
+
+}  // namespace
+
+// --- bootstrap pool: serves allocations made while resolving g_real ---
+
+namespace {
+constexpr size_t kBootBytes = 256 * 1024;
+alignas(64) char g_boot[kBootBytes];
+std::atomic<size_t> g_boot_used{0};
+}  // namespace
+
+bool InBootstrapPool(const void* p) {
+  auto c = static_cast<const char*>(p);
+  return c >= g_boot && c < g_boot + kBootBytes;
+}
+
+PINSHIM_HIDDEN void* BootstrapAlloc(size_t bytes) {
+  // 16-byte header keeps the size for realloc; blocks stay 16-byte aligned.
+  size_t need = ((bytes + 15) & ~size_t{15}) + 16;
+  size_t at = g_boot_used.fetch_add(need);
+  if (at + need > kBootBytes) return nullptr;
+  char* p = g_boot + at;
+  *reinterpret_cast<size_t*>(p) = bytes;
+  return p + 16;
+}
+
+PINSHIM_HIDDEN size_t BootstrapSize(const void* p) {
+  return *reinterpret_cast<const size_t*>(static_cast<const char*>(p) - 16);
+}
+
+PINSHIM_HIDDEN bool Resolving() { return t_resolving; }
+
+void ResolveRealFunctions() {
+  if (g_real.malloc != nullptr || t_resolving) return;
+  t_resolving = true;
+  RealFunctions r;
+  Next(&r.free, "free");
+  Next(&r.calloc, "calloc");
+  Next(&r.realloc, "realloc");
+  Next(&r.posix_memalign, "posix_memalign");
+  Next(&r.aligned_alloc, "aligned_alloc");
+  Next(&r.memalign, "memalign");
+  Next(&r.valloc, "valloc");
+  Next(&r.pvalloc, "pvalloc");
+  Next(&r.malloc_usable_size, "malloc_usable_size");
+  Next(&r.mmap, "mmap");
+  Next(&r.munmap, "munmap");
+  Next(&r.mremap, "mremap");
+  Next(&r.fork, "fork");
+  r.dlopen = reinterpret_cast<void* (*)(const char*, int)>(dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.34"));
+  if (r.dlopen == nullptr) Next(&r.dlopen, "dlopen");
+  r.dlclose = reinterpret_cast<int (*)(void*)>(dlvsym(RTLD_NEXT, "dlclose", "GLIBC_2.34"));
+  if (r.dlclose == nullptr) Next(&r.dlclose, "dlclose");
+  Next(&r.malloc, "malloc");
+  // Publish malloc last: hooks test it to know the table is complete.
+  void* (*malloc_fn)(size_t) = r.malloc;
+  r.malloc = nullptr;
+  g_real = r;
+  __atomic_store_n(&g_real.malloc, malloc_fn, __ATOMIC_RELEASE);
+  t_resolving = false;
+}
+
+uint64_t NextAllocId() { return g_next_alloc_id.fetch_add(1, std::memory_order_relaxed); }
+
+MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
+  *flags = 0;
+  *alloc_id = 0;
+  Region r;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  MemKind kind = MemKind::kPageable;
+  if (g_allocations.Lookup(addr, &r)) {
+    *alloc_id = r.id;
+    *flags = r.flags;
+    kind = r.kind;
+  }
+  if (g_registrations.size() != 0 && g_registrations.Lookup(addr, &r)) {
+    *flags = r.flags;
+    kind = r.kind;
+  }
+  return kind;
+}
+
+void Init() {
+  int expected = 0;
+  if (!g_init_state.compare_exchange_strong(expected, 1)) return;  // done or under way
+  ++t_depth;
+  ResolveRealFunctions();
+  ConfigInput input;
+  memset(&input, 0, sizeof(input));
+  input.envp = environ;
+  static ConfigErrors errors;  // static: large, and Init runs once
+  if (!ParseConfig(input, &g_config, &errors)) {
+    char line[kConfigErrorLen + 256];
+    FormatConfigWarning(g_config, errors, line, sizeof(line));
+    const char* text = strncmp(line, "pinshim: ", 9) == 0 ? line + 9 : line;
+    LogLine("%s", text);
+  }
+  pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
+  g_track_threshold = g_config.track_threshold_bytes;
+  g_init_state.store(2);
+  g_initialized.store(true, std::memory_order_release);
+  --t_depth;
+}
+
+__attribute__((constructor(101))) static void PinshimConstructor() { Init(); }
+
+__attribute__((destructor)) static void PinshimDestructor() {
+  ++t_depth;  // nothing pinshim does at exit is the program's to count
+  WriteSummaryAtExit();
+}
+
+}  // namespace pinshim

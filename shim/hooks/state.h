@@ -1,0 +1,90 @@
+// State shared by every hook: the real functions behind the interposed ones,
+// the configuration, the two address registries and the per-thread guard.
+//
+// Start-up rules (the library runs inside a program someone else wrote):
+// until Init() has run, hooks only forward; nothing here prints except the
+// single configuration warning; the environment is read once, in Init().
+#ifndef PINSHIM_SHIM_HOOKS_STATE_H_
+#define PINSHIM_SHIM_HOOKS_STATE_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "shim/core/config.h"
+#include "shim/core/events.h"
+#include "shim/core/registry.h"
+
+#define PINSHIM_TLS __thread __attribute__((tls_model("initial-exec")))
+#define PINSHIM_HIDDEN __attribute__((visibility("hidden")))
+#define PINSHIM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PINSHIM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+namespace pinshim {
+
+// The libc functions pinshim interposes, as found after it (RTLD_NEXT), so a
+// second preloaded allocator keeps working.
+struct RealFunctions {
+  void* (*malloc)(size_t);
+  void (*free)(void*);
+  void* (*calloc)(size_t, size_t);
+  void* (*realloc)(void*, size_t);
+  int (*posix_memalign)(void**, size_t, size_t);
+  void* (*aligned_alloc)(size_t, size_t);
+  void* (*memalign)(size_t, size_t);
+  void* (*valloc)(size_t);
+  void* (*pvalloc)(size_t);
+  size_t (*malloc_usable_size)(void*);
+  void* (*mmap)(void*, size_t, int, int, int, off_t);
+  int (*munmap)(void*, size_t);
+  void* (*mremap)(void*, size_t, size_t, int, ...);
+  pid_t (*fork)();
+  void* (*dlopen)(const char*, int);
+  int (*dlclose)(void*);
+};
+extern RealFunctions g_real PINSHIM_HIDDEN;
+
+// Resolves g_real (idempotent). Allocations made by the resolution itself
+// are served from a small static pool.
+void ResolveRealFunctions() PINSHIM_HIDDEN;
+
+// Reads the configuration and sets up the registries (idempotent, thread-safe).
+void Init() PINSHIM_HIDDEN;
+
+extern Config g_config PINSHIM_HIDDEN;
+extern std::atomic<bool> g_initialized PINSHIM_HIDDEN;
+// Allocations at or above this size are tracked; "never" until Init().
+extern uint64_t g_track_threshold PINSHIM_HIDDEN;
+// Set once the process has touched the CUDA driver through a hook.
+extern std::atomic<bool> g_cuda_seen PINSHIM_HIDDEN;
+
+// allocations: malloc/mmap (pageable), pinned and device allocations.
+// registrations: cuMemHostRegister'd ranges (and pinshim's own, later).
+extern Registry g_allocations PINSHIM_HIDDEN;
+extern Registry g_registrations PINSHIM_HIDDEN;
+// Tracked malloc-family allocations alive; free() skips its size check at 0.
+extern std::atomic<uint64_t> g_tracked_mallocs PINSHIM_HIDDEN;
+
+// Depth of hooked calls on this thread. A hook entered at depth > 0 was
+// reached from inside another hook (or the driver, or pinshim itself): it
+// forwards without counting or tracking, so each user-level call counts once.
+extern PINSHIM_TLS int t_depth PINSHIM_HIDDEN;
+
+struct DepthGuard {
+  DepthGuard() { ++t_depth; }
+  ~DepthGuard() { --t_depth; }
+};
+
+uint64_t NextAllocId() PINSHIM_HIDDEN;
+
+// What kind of host memory `p` is, with its flags and owning allocation.
+MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) PINSHIM_HIDDEN;
+
+// The bootstrap pool (see ResolveRealFunctions).
+bool InBootstrapPool(const void* p) PINSHIM_HIDDEN;
+
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_HOOKS_STATE_H_
