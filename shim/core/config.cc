@@ -15,17 +15,17 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "What pinshim does: observe records transfers and misuse and changes "
      "nothing; optimize makes pageable copies run at pinned speed; enforce "
      "applies the pinned-memory budgets. observe is always on."},
-    {ConfigKey::kTraceDir, "PINSHIM_TRACE_DIR", "trace_dir", "(no trace)",
+    {ConfigKey::kTraceDir, "PINSHIM_TRACE_DIR", "trace_dir", "no trace",
      "a directory path",
      "Directory the per-process trace files are written to, for pinshim "
      "report."},
     {ConfigKey::kSummary, "PINSHIM_SUMMARY", "summary", "0",
      "0 (none), 1 (stderr) or a file path where %p becomes the pid",
      "Prints a summary at exit."},
-    {ConfigKey::kBudget, "PINSHIM_BUDGET", "budget", "(none)",
+    {ConfigKey::kBudget, "PINSHIM_BUDGET", "budget", "none",
      "a size or a percentage of physical memory",
      "Most bytes the process may have pinned (enforce mode)."},
-    {ConfigKey::kNodeBudget, "PINSHIM_NODE_BUDGET", "node_budget", "(none)",
+    {ConfigKey::kNodeBudget, "PINSHIM_NODE_BUDGET", "node_budget", "none",
      "a size or a percentage of physical memory",
      "Most bytes all processes under pinshim on this node may have pinned "
      "together (enforce mode)."},
@@ -38,7 +38,7 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "64K", "a size (no percentage)",
      "Host allocations of at least this size are tracked; below 64 KiB "
      "pinning does not speed copies up."},
-    {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "(none)",
+    {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none",
      "a file path", "File the periodic metrics samples are written to."},
     {ConfigKey::kSampleMs, "PINSHIM_SAMPLE_MS", "sample_ms", "10",
      "an integer from 1 to 60000", "Metrics sampling period in milliseconds."},
@@ -49,7 +49,7 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "0 or 1",
      "1 keeps the budget ledger in shared memory so processes on the node "
      "account together."},
-    {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "(none)",
+    {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none",
      "a file path", "File a transfer profile is written to at exit."},
 };
 

@@ -1,0 +1,338 @@
+#include "analyzer/run_command.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "analyzer/help.h"
+#include "analyzer/library_path.h"
+#include "shim/core/config.h"
+#include "shim/core/size.h"
+
+extern char** environ;
+
+namespace pinshim {
+namespace {
+
+enum class Value {
+  kRequired,  // --opt VALUE or --opt=VALUE
+  kOptional,  // --opt or --opt=VALUE
+};
+
+enum class PathKind { kNone, kPath, kSummary };
+
+struct RunOption {
+  const char* name;
+  const char* metavar;
+  const char* variable;
+  Value value;
+  const char* implicit;  // the value when an optional value is left out
+  PathKind path;         // relative paths are made absolute
+  const char* help;
+};
+
+// Every option sets one variable; the library reads only the variables, so
+// pinshim run and a hand-set environment behave the same.
+const RunOption kRunOptions[] = {
+    {"--mode", "MODE", "PINSHIM_MODE", Value::kRequired, nullptr,
+     PathKind::kNone,
+     "observe, optimize, enforce or a comma-separated combination; observe "
+     "is always on."},
+    {"--trace-dir", "DIR", "PINSHIM_TRACE_DIR", Value::kRequired, nullptr,
+     PathKind::kPath,
+     "write traces to DIR, which is created if it does not exist; it must "
+     "be writable."},
+    {"--summary", "FILE", "PINSHIM_SUMMARY", Value::kOptional, "1",
+     PathKind::kSummary,
+     "print a summary at exit: to stderr, or with =FILE to FILE (%p is "
+     "replaced by the pid)."},
+    {"--budget", "SIZE", "PINSHIM_BUDGET", Value::kRequired, nullptr,
+     PathKind::kNone,
+     "most bytes the process may have pinned, e.g. 8G or 25%."},
+    {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired,
+     nullptr, PathKind::kNone,
+     "most bytes all processes on this node may have pinned together."},
+    {"--policy", "POLICY", "PINSHIM_POLICY", Value::kRequired, nullptr,
+     PathKind::kNone, "deny, fallback or evict: what happens over budget."},
+    {"--track-threshold", "SIZE", "PINSHIM_TRACK_THRESHOLD", Value::kRequired,
+     nullptr, PathKind::kNone,
+     "track host allocations of at least SIZE (no percentage)."},
+    {"--pin-cap", "SIZE", "PINSHIM_PIN_CAP", Value::kRequired, nullptr,
+     PathKind::kNone, "most bytes pinshim itself pins for optimize mode."},
+    {"--sample-ms", "MS", "PINSHIM_SAMPLE_MS", Value::kRequired, nullptr,
+     PathKind::kNone, "metrics sampling period, 1 to 60000 milliseconds."},
+    {"--ledger-shared", "0|1", "PINSHIM_LEDGER_SHARED", Value::kOptional, "1",
+     PathKind::kNone,
+     "keep the budget ledger in shared memory, shared by the node."},
+    {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired,
+     nullptr, PathKind::kPath, "write periodic metrics to FILE."},
+    {"--profile", "FILE", "PINSHIM_PROFILE", Value::kRequired, nullptr,
+     PathKind::kPath, "write a transfer profile to FILE at exit."},
+    {"--config", "FILE", kConfigFileVariable, Value::kRequired, nullptr,
+     PathKind::kPath,
+     "read settings from FILE instead of /etc/pinshim.conf; options and "
+     "the environment override it."},
+};
+
+const char kUsage[] = "usage: pinshim run [OPTIONS] [--] CMD [ARGS...]";
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "pinshim run: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+std::string CurrentDirectory() {
+  std::vector<char> buf(PATH_MAX);
+  while (getcwd(buf.data(), buf.size()) == nullptr) {
+    if (errno != ERANGE) return "";
+    buf.resize(buf.size() * 2);
+  }
+  return buf.data();
+}
+
+// The program may change directory before writing, so relative paths are
+// anchored where pinshim run was started.
+std::string MakeAbsolute(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const std::string cwd = CurrentDirectory();
+  if (cwd.empty()) return path;
+  return cwd + (cwd == "/" ? "" : "/") + path;
+}
+
+// Creates dir and its missing parents. Returns "" or the reason it failed.
+std::string MakeDirectories(const std::string& dir) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) {
+    return S_ISDIR(st.st_mode) ? "" : "exists and is not a directory";
+  }
+  if (errno != ENOENT) {
+    return std::string("cannot create directory: ") + std::strerror(errno);
+  }
+  const size_t slash = dir.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string parent_problem = MakeDirectories(dir.substr(0, slash));
+    if (!parent_problem.empty()) return parent_problem;
+  }
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+    return std::string("cannot create directory: ") + std::strerror(errno);
+  }
+  return "";
+}
+
+// Ensures the trace directory exists and that a file can be created in it,
+// since the library can only warn once the program is running.
+std::string PrepareTraceDirectory(const std::string& dir) {
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string problem = MakeDirectories(trimmed);
+  if (!problem.empty()) return problem;
+  std::string probe = trimmed + "/.pinshim-write-test-XXXXXX";
+  const int fd = mkstemp(&probe[0]);
+  if (fd < 0) {
+    return std::string("directory is not writable: ") + std::strerror(errno);
+  }
+  close(fd);
+  unlink(probe.c_str());
+  return "";
+}
+
+// Puts library first in LD_PRELOAD, keeping every other entry in order.
+std::string PreloadValue(const std::string& library, const char* existing) {
+  std::string result = library;
+  if (existing == nullptr) return result;
+  const std::string old = existing;
+  size_t pos = 0;
+  while (pos <= old.size()) {
+    size_t end = old.find_first_of(" :", pos);
+    if (end == std::string::npos) end = old.size();
+    const std::string entry = old.substr(pos, end - pos);
+    if (!entry.empty() && entry != library) result += ":" + entry;
+    pos = end + 1;
+  }
+  return result;
+}
+
+const RunOption* FindOption(const std::string& name) {
+  for (const RunOption& option : kRunOptions) {
+    if (name == option.name) return &option;
+  }
+  return nullptr;
+}
+
+// Runs the command; returns only when exec failed, with the shell's status.
+int Execute(char** cmd) {
+  execvp(cmd[0], cmd);
+  const int e = errno;
+  const bool has_slash = std::strchr(cmd[0], '/') != nullptr;
+  if (e == ENOENT || (e == ENOTDIR && !has_slash)) {
+    std::fprintf(stderr, "pinshim run: %s: %s\n", cmd[0],
+                 has_slash ? "no such file or directory" : "command not found");
+    return kExitNotFound;
+  }
+  struct stat st;
+  if (e == EACCES && has_slash && stat(cmd[0], &st) == 0 &&
+      S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "pinshim run: %s: is a directory\n", cmd[0]);
+  } else if (e == EACCES) {
+    std::fprintf(stderr, "pinshim run: %s: permission denied (not executable)\n",
+                 cmd[0]);
+  } else {
+    std::fprintf(stderr, "pinshim run: %s: cannot execute: %s\n", cmd[0],
+                 std::strerror(e));
+  }
+  return kExitCannotExecute;
+}
+
+}  // namespace
+
+void PrintRunHelp(bool to_stdout) {
+  FILE* out = to_stdout ? stdout : stderr;
+  std::fprintf(out, "%s\n\n", kUsage);
+  PrintWrapped(out,
+               "Runs CMD with libpinshim.so preloaded. Every option is checked "
+               "with the library's own parser before anything runs, together "
+               "with the PINSHIM_ variables already set and the config file; "
+               "each option sets the variable named beside it. '--' may be "
+               "left out when CMD does not start with '-'.",
+               0, 79);
+  std::fprintf(out, "\nOptions (--opt VALUE and --opt=VALUE are the same):\n");
+  for (const RunOption& option : kRunOptions) {
+    std::string head = std::string("  ") + option.name;
+    head += option.value == Value::kOptional
+                ? std::string("[=") + option.metavar + "]"
+                : std::string(" ") + option.metavar;
+    std::fprintf(out, "%s  (%s)\n", head.c_str(), option.variable);
+    PrintWrapped(out, std::string(option.help), 6, 79);
+  }
+  std::fprintf(out, "  -h, --help\n      show this help.\n\n");
+  PrintWrapped(out,
+               "Exit status: CMD's own; 2 for a bad option or value, a trace "
+               "directory that cannot be created or written, or a missing "
+               "libpinshim.so; 126 when CMD exists but cannot be executed; "
+               "127 when CMD is not found.",
+               0, 79);
+  std::fprintf(out, "\n");
+  PrintWrapped(out,
+               "libpinshim.so is looked for beside pinshim "
+               "(<prefix>/bin/pinshim -> <prefix>/lib/libpinshim.so), then in "
+               "the Bazel output tree; PINSHIM_LIBRARY names it explicitly.",
+               0, 79);
+  std::fprintf(out, "\n");
+  PrintVariables(out);
+}
+
+int RunRunCommand(int argc, char** argv) {
+  struct Setting {
+    const RunOption* option;
+    std::string value;
+  };
+  std::vector<Setting> settings;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.empty() || arg[0] != '-') break;  // the command
+    if (arg == "-h" || arg == "--help") {
+      PrintRunHelp(true);
+      return 0;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const RunOption* option = FindOption(name);
+    if (option == nullptr || arg.compare(0, 2, "--") != 0) {
+      return UsageError("unknown option \"" + arg +
+                        "\"; see pinshim run --help");
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (option->value == Value::kOptional) {
+      value = option->implicit;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return UsageError(std::string(option->name) + " needs a value (" +
+                        option->metavar + "); see pinshim run --help");
+    }
+    settings.push_back({option, value});
+  }
+  if (i >= argc) {
+    return UsageError(std::string("missing command; ") + kUsage);
+  }
+  char** cmd = argv + i;
+
+  // Each option alone, so a message names the option rather than the
+  // variable it becomes.
+  Config scratch;
+  SetConfigDefaults(PhysicalMemoryBytes(), &scratch);
+  for (Setting& setting : settings) {
+    const RunOption& option = *setting.option;
+    ConfigKey key;
+    if (ConfigKeyFromVariable(option.variable, &key)) {
+      char err[kConfigErrorLen];
+      if (!ParseConfigValue(key, setting.value.c_str(), &scratch, err,
+                            sizeof(err))) {
+        return UsageError(std::string(option.name) + " \"" + setting.value +
+                          "\": " + err);
+      }
+    }
+    if (option.path == PathKind::kPath ||
+        (option.path == PathKind::kSummary && setting.value != "0" &&
+         setting.value != "1")) {
+      setting.value = MakeAbsolute(setting.value);
+    }
+  }
+  for (const Setting& setting : settings) {
+    setenv(setting.option->variable, setting.value.c_str(), 1);
+  }
+
+  // Then everything together, as the library will see it: inherited
+  // variables and the config file included.
+  static Config config;  // large; kept off the stack
+  static ConfigErrors errors;
+  ConfigInput input = {};
+  input.envp = environ;
+  if (!ParseConfig(input, &config, &errors)) {
+    for (int e = 0; e < errors.count; ++e) {
+      std::fprintf(stderr, "pinshim run: %s\n", errors.messages[e]);
+    }
+    if (errors.dropped > 0) {
+      std::fprintf(stderr, "pinshim run: and %d more configuration errors\n",
+                   errors.dropped);
+    }
+    return kExitUsage;
+  }
+
+  if (config.trace_dir[0] != '\0') {
+    const std::string problem = PrepareTraceDirectory(config.trace_dir);
+    if (!problem.empty()) {
+      return UsageError(std::string("trace directory \"") + config.trace_dir +
+                        "\": " + problem);
+    }
+  }
+
+  std::string library;
+  std::string error;
+  if (!FindLibrary(SelfExecutablePath(), getenv(kLibraryVariable), &library,
+                   &error)) {
+    return UsageError(error);
+  }
+  if (library.find_first_of(" :") != std::string::npos) {
+    return UsageError("libpinshim.so at \"" + library +
+                      "\" cannot be preloaded: LD_PRELOAD cannot hold a "
+                      "path with a space or colon");
+  }
+  setenv("LD_PRELOAD", PreloadValue(library, getenv("LD_PRELOAD")).c_str(), 1);
+  return Execute(cmd);
+}
+
+}  // namespace pinshim
