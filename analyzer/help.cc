@@ -45,8 +45,8 @@ void PrintVariables(FILE* out) {
     PrintVariable(out, info.variable, info.default_text, info.accepted,
                   info.meaning);
   }
-  PrintVariable(out, kConfigFileVariable,
-                "/etc/pinshim.conf when it exists", "a file path, or empty "
+  PrintVariable(out, kConfigFileVariable, "/etc/pinshim.conf when it exists",
+                "a file path, or empty "
                 "for no file",
                 "Config file with \"key = value\" lines; keys are the "
                 "variable names without PINSHIM_ in lower case (mode, "

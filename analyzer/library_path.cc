@@ -61,8 +61,9 @@ bool FindLibrary(const std::string& exe_path, const char* override_path,
     return true;
   }
   if (exe_path.empty()) {
-    *error = std::string("cannot find libpinshim.so: the path of pinshim "
-                         "itself is unknown; set ") +
+    *error = std::string(
+                 "cannot find libpinshim.so: the path of pinshim "
+                 "itself is unknown; set ") +
              kLibraryVariable + " to the library's path";
     return false;
   }

@@ -14,8 +14,8 @@ constexpr const char kLibraryVariable[] = "PINSHIM_LIBRARY";
 
 // Places tried for a pinshim binary at exe_path (an absolute path with
 // symbolic links resolved), in order:
-//   <exe_dir>/../lib/libpinshim.so                  installed (PREFIX/bin, PREFIX/lib)
-//   <exe_path>.runfiles/pinshim/shim/libpinshim.so  Bazel runfiles
+//   <exe_dir>/../lib/libpinshim.so                  installed (PREFIX/bin,
+//   PREFIX/lib) <exe_path>.runfiles/pinshim/shim/libpinshim.so  Bazel runfiles
 //   <exe_dir>/../shim/libpinshim.so                 bazel-bin
 std::vector<std::string> LibraryCandidates(const std::string& exe_path);
 

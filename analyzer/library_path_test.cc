@@ -1,11 +1,10 @@
 #include "analyzer/library_path.h"
 
+#include <gtest/gtest.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
@@ -64,16 +63,17 @@ TEST_F(LibraryPathTest, BazelRunfilesThenBazelBin) {
 
   Touch("bin/analyzer/pinshim.runfiles/pinshim/shim/libpinshim.so");
   ASSERT_TRUE(FindLibrary(exe, nullptr, &library, &error)) << error;
-  EXPECT_EQ(library,
-            root_ + "/bin/analyzer/pinshim.runfiles/pinshim/shim/libpinshim.so");
+  EXPECT_EQ(
+      library,
+      root_ + "/bin/analyzer/pinshim.runfiles/pinshim/shim/libpinshim.so");
 }
 
 TEST_F(LibraryPathTest, SymlinkedLibraryIsResolved) {
   const std::string exe = Touch("prefix/bin/pinshim");
   const std::string real = Touch("store/libpinshim.so.1");
   MakeDir("prefix/lib");
-  ASSERT_EQ(symlink(real.c_str(), (root_ + "/prefix/lib/libpinshim.so").c_str()),
-            0);
+  ASSERT_EQ(
+      symlink(real.c_str(), (root_ + "/prefix/lib/libpinshim.so").c_str()), 0);
   std::string library, error;
   ASSERT_TRUE(FindLibrary(exe, nullptr, &library, &error)) << error;
   EXPECT_EQ(library, real);

@@ -55,8 +55,8 @@ const RunOption kRunOptions[] = {
     {"--budget", "SIZE", "PINSHIM_BUDGET", Value::kRequired, nullptr,
      PathKind::kNone,
      "most bytes the process may have pinned, e.g. 8G or 25%."},
-    {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired,
-     nullptr, PathKind::kNone,
+    {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired, nullptr,
+     PathKind::kNone,
      "most bytes all processes on this node may have pinned together."},
     {"--policy", "POLICY", "PINSHIM_POLICY", Value::kRequired, nullptr,
      PathKind::kNone, "deny, fallback or evict: what happens over budget."},
@@ -180,7 +180,8 @@ int Execute(char** cmd) {
       S_ISDIR(st.st_mode)) {
     std::fprintf(stderr, "pinshim run: %s: is a directory\n", cmd[0]);
   } else if (e == EACCES) {
-    std::fprintf(stderr, "pinshim run: %s: permission denied (not executable)\n",
+    std::fprintf(stderr,
+                 "pinshim run: %s: permission denied (not executable)\n",
                  cmd[0]);
   } else {
     std::fprintf(stderr, "pinshim run: %s: cannot execute: %s\n", cmd[0],

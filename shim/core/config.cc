@@ -49,8 +49,8 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "0 or 1",
      "1 keeps the budget ledger in shared memory so processes on the node "
      "account together."},
-    {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none",
-     "a file path", "File a transfer profile is written to at exit."},
+    {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none", "a file path",
+     "File a transfer profile is written to at exit."},
 };
 
 namespace {
@@ -182,7 +182,8 @@ bool ParseFlag(const char* value, bool* flag, char* err, size_t err_len) {
     *flag = word[0] == '1';
     return true;
   }
-  FixedText(err, err_len).Append(len == 0 ? "empty" : "not 0 or 1")
+  FixedText(err, err_len)
+      .Append(len == 0 ? "empty" : "not 0 or 1")
       .Append("; accepted: 0 or 1");
   return false;
 }
@@ -195,8 +196,9 @@ bool ParseSizeValue(const char* value, bool percent_allowed, uint64_t physical,
     while (*p != '\0' && *p != '%') ++p;
     if (*p == '%') {
       FixedText(err, err_len)
-          .Append("physical memory size unknown, so a percentage cannot be "
-                  "used; accepted: ")
+          .Append(
+              "physical memory size unknown, so a percentage cannot be "
+              "used; accepted: ")
           .Append(SizeFormsText(false));
       return false;
     }
@@ -208,16 +210,33 @@ bool ParseSizeValue(const char* value, bool percent_allowed, uint64_t physical,
 // allocate while loading translations.
 void AppendErrno(FixedText* text, int e) {
   switch (e) {
-    case ENOENT: text->Append("no such file or directory"); return;
-    case EACCES: text->Append("permission denied"); return;
-    case EISDIR: text->Append("is a directory"); return;
-    case ENOTDIR: text->Append("a path component is not a directory"); return;
-    case ELOOP: text->Append("too many symbolic links"); return;
-    case ENAMETOOLONG: text->Append("file name too long"); return;
-    case EIO: text->Append("input/output error"); return;
+    case ENOENT:
+      text->Append("no such file or directory");
+      return;
+    case EACCES:
+      text->Append("permission denied");
+      return;
+    case EISDIR:
+      text->Append("is a directory");
+      return;
+    case ENOTDIR:
+      text->Append("a path component is not a directory");
+      return;
+    case ELOOP:
+      text->Append("too many symbolic links");
+      return;
+    case ENAMETOOLONG:
+      text->Append("file name too long");
+      return;
+    case EIO:
+      text->Append("input/output error");
+      return;
     case EMFILE:
-    case ENFILE: text->Append("too many open files"); return;
-    default: text->Append("error ").AppendUint(static_cast<uint64_t>(e));
+    case ENFILE:
+      text->Append("too many open files");
+      return;
+    default:
+      text->Append("error ").AppendUint(static_cast<uint64_t>(e));
   }
 }
 
@@ -314,9 +333,10 @@ void ParseFileLine(ParseState* state, const char* path, long line_no,
       text[key_text - text + key_len] = '\0';
       msg.Append("unknown key ")
           .AppendQuoted(key_text, 80)
-          .Append("; accepted: mode, trace_dir, summary, budget, "
-                  "node_budget, policy, track_threshold, metrics_file, "
-                  "sample_ms, pin_cap, ledger_shared, profile");
+          .Append(
+              "; accepted: mode, trace_dir, summary, budget, "
+              "node_budget, policy, track_threshold, metrics_file, "
+              "sample_ms, pin_cap, ledger_shared, profile");
     }
     return;
   }
@@ -472,9 +492,9 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->budget_bytes = 0;
   config->node_budget_bytes = 0;
   config->track_threshold_bytes = kDefaultTrackThreshold;
-  config->pin_cap_bytes = static_cast<uint64_t>(
-      static_cast<unsigned __int128>(physical_bytes) * kDefaultPinCapPercent /
-      100);
+  config->pin_cap_bytes =
+      static_cast<uint64_t>(static_cast<unsigned __int128>(physical_bytes) *
+                            kDefaultPinCapPercent / 100);
   config->physical_bytes = physical_bytes;
   config->trace_dir[0] = '\0';
   config->summary_path[0] = '\0';
@@ -567,10 +587,10 @@ bool ParseConfig(const ConfigInput& input, Config* config,
     // An empty PINSHIM_CONFIG turns the default file off.
     if (named[0] != '\0') ReadConfigFile(&state, named, true);
   } else {
-    ReadConfigFile(&state,
-                   input.default_file != nullptr ? input.default_file
-                                                 : kDefaultConfigFile,
-                   false);
+    ReadConfigFile(
+        &state,
+        input.default_file != nullptr ? input.default_file : kDefaultConfigFile,
+        false);
   }
 
   for (const ConfigKeyInfo& info : kConfigKeys) {
@@ -602,8 +622,9 @@ void FormatConfigWarning(const Config& config, const ConfigErrors& errors,
   text.Append(errors.count > 0 ? errors.messages[0] : "unknown");
   const int more = errors.count - 1 + errors.dropped;
   if (more > 0) {
-    text.Append(" (and ").AppendUint(static_cast<uint64_t>(more)).Append(
-        " more)");
+    text.Append(" (and ")
+        .AppendUint(static_cast<uint64_t>(more))
+        .Append(" more)");
   }
   if (config.forced_observe) {
     text.Append("; running in observe mode only");

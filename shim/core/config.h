@@ -10,31 +10,39 @@
 // Sources, later ones winning per setting: built-in defaults, the config
 // file, the environment.
 //
-// | variable                | file key        | default             | accepted                                  |
-// |-------------------------|-----------------|---------------------|-------------------------------------------|
-// | PINSHIM_MODE            | mode            | observe             | comma-separated observe, optimize,        |
-// |                         |                 |                     | enforce; observe is always on             |
-// | PINSHIM_TRACE_DIR       | trace_dir       | (no trace)          | directory path                            |
-// | PINSHIM_SUMMARY         | summary         | 0                   | 0 = none, 1 = stderr at exit, else a file |
-// |                         |                 |                     | path, %p = pid                            |
-// | PINSHIM_BUDGET          | budget          | (none)              | size or % of physical memory; pinned      |
-// |                         |                 |                     | bytes per process                         |
-// | PINSHIM_NODE_BUDGET     | node_budget     | (none)              | size or %; pinned bytes per node          |
-// | PINSHIM_POLICY          | policy          | deny                | deny, fallback, evict                     |
-// | PINSHIM_TRACK_THRESHOLD | track_threshold | 64K                 | size; allocations at or above it are      |
-// |                         |                 |                     | tracked (pinning below 64 KiB gains       |
-// |                         |                 |                     | nothing on the H200)                      |
-// | PINSHIM_CONFIG          | -               | /etc/pinshim.conf   | config file path; "" = no file            |
-// |                         |                 | when it exists      |                                           |
-// | PINSHIM_METRICS_FILE    | metrics_file    | (none)              | file path                                 |
-// | PINSHIM_SAMPLE_MS       | sample_ms       | 10                  | integer 1..60000, milliseconds            |
-// | PINSHIM_PIN_CAP         | pin_cap         | 25%                 | size or %; cap on pinshim's own pinning   |
-// | PINSHIM_LEDGER_SHARED   | ledger_shared   | 0                   | 0 or 1                                    |
-// | PINSHIM_PROFILE         | profile         | (none)              | file path                                 |
+// | variable                | file key        | default            |
+// |-------------------------|-----------------|--------------------|
+// | PINSHIM_MODE            | mode            | observe            |
+//       observe, optimize, enforce, comma-separated; observe always on
+// | PINSHIM_TRACE_DIR       | trace_dir       | no trace           |
+//       directory for the per-process traces
+// | PINSHIM_SUMMARY         | summary         | 0                  |
+//       0 = none, 1 = stderr at exit, else a file path (%p = pid)
+// | PINSHIM_BUDGET          | budget          | none               |
+//       size or %: pinned bytes per process
+// | PINSHIM_NODE_BUDGET     | node_budget     | none               |
+//       size or %: pinned bytes per node
+// | PINSHIM_POLICY          | policy          | deny               |
+//       deny, fallback or evict
+// | PINSHIM_TRACK_THRESHOLD | track_threshold | 64K                |
+//       size; allocations at or above it are tracked (below 64 KiB
+//       pinning gains nothing on the H200)
+// | PINSHIM_CONFIG          | -               | /etc/pinshim.conf  |
+//       config file path; "" = no file; default read only if present
+// | PINSHIM_METRICS_FILE    | metrics_file    | none               |
+//       file path
+// | PINSHIM_SAMPLE_MS       | sample_ms       | 10                 |
+//       integer 1..60000, milliseconds
+// | PINSHIM_PIN_CAP         | pin_cap         | 25%                |
+//       size or %: cap on pinshim's own pinning
+// | PINSHIM_LEDGER_SHARED   | ledger_shared   | 0                  |
+//       0 or 1
+// | PINSHIM_PROFILE         | profile         | none               |
+//       file path
 //
 // Sizes: see size.h (integer or decimal, optional binary unit B/K/M/G/T with
-// optional B or iB, any case, 1K = 1024; or P% of physical memory, 0 < P <= 100;
-// PINSHIM_TRACK_THRESHOLD takes no percentage). Numeric and word settings
+// optional B or iB, any case, 1K = 1024; or P% of physical memory, 0 < P <=
+// 100; PINSHIM_TRACK_THRESHOLD takes no percentage). Numeric and word settings
 // reject an empty value; an empty path means "none".
 //
 // Config file: "key = value" lines; blank lines and lines starting with '#'
@@ -108,13 +116,13 @@ constexpr uint32_t kMaxSampleMs = 60000;
 constexpr uint32_t kDefaultPinCapPercent = 25;
 
 struct Config {
-  uint32_t mode;          // kMode* bits
+  uint32_t mode;  // kMode* bits
   Policy policy;
   SummaryTarget summary;
-  bool has_budget;        // budget_bytes holds a valid PINSHIM_BUDGET
-  bool has_node_budget;   // node_budget_bytes holds a valid PINSHIM_NODE_BUDGET
+  bool has_budget;       // budget_bytes holds a valid PINSHIM_BUDGET
+  bool has_node_budget;  // node_budget_bytes holds a valid PINSHIM_NODE_BUDGET
   bool ledger_shared;
-  bool forced_observe;    // an error reduced mode to observe only
+  bool forced_observe;  // an error reduced mode to observe only
   uint32_t sample_ms;
   uint64_t budget_bytes;
   uint64_t node_budget_bytes;
@@ -141,11 +149,11 @@ struct ConfigErrors {
 // Names and documentation of one setting, for messages and help texts.
 struct ConfigKeyInfo {
   ConfigKey key;
-  const char* variable;       // "PINSHIM_BUDGET"
-  const char* file_key;       // "budget"
-  const char* default_text;   // "(none)"
-  const char* accepted;       // the accepted forms, one clause
-  const char* meaning;        // what the setting does, one sentence
+  const char* variable;      // "PINSHIM_BUDGET"
+  const char* file_key;      // "budget"
+  const char* default_text;  // "(none)"
+  const char* accepted;      // the accepted forms, one clause
+  const char* meaning;       // what the setting does, one sentence
 };
 
 // Every setting, indexed by ConfigKey.
@@ -168,9 +176,9 @@ using EnvLookupFn = const char* (*)(const char* name, void* ctx);
 
 // Where ParseConfig reads from. Zero-initialise, then set what applies.
 struct ConfigInput {
-  char* const* envp;     // the environment, e.g. environ; used when lookup is null
-  EnvLookupFn lookup;    // alternative to envp
-  void* lookup_ctx;      // passed to lookup
+  char* const* envp;  // the environment, e.g. environ; used when lookup is null
+  EnvLookupFn lookup;        // alternative to envp
+  void* lookup_ctx;          // passed to lookup
   const char* default_file;  // read when PINSHIM_CONFIG is unset and it exists;
                              // null means kDefaultConfigFile
   uint64_t physical_bytes;   // for percentages; 0 means PhysicalMemoryBytes()
@@ -182,7 +190,8 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config);
 // Fills *config from defaults, the config file and the environment. Returns
 // true when there was nothing to report; otherwise *errors holds the
 // messages and *config is still complete and usable (see the fallbacks above).
-bool ParseConfig(const ConfigInput& input, Config* config, ConfigErrors* errors);
+bool ParseConfig(const ConfigInput& input, Config* config,
+                 ConfigErrors* errors);
 
 // Parses one value for key into *config, as the environment would set it.
 // On failure returns false, leaves *config unchanged and writes into err the

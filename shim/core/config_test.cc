@@ -1,11 +1,10 @@
 #include "shim/core/config.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstring>
@@ -235,10 +234,12 @@ TEST_F(ConfigTest, EveryBudgetErrorForm) {
       {"-4G", "PINSHIM_BUDGET=\"-4G\": negative;"},
       {"lots", "PINSHIM_BUDGET=\"lots\": not a number;"},
       {"4Q", "PINSHIM_BUDGET=\"4Q\": unknown unit \"Q\";"},
-      {"101%", "PINSHIM_BUDGET=\"101%\": percentage must be above 0 and at "
-               "most 100;"},
-      {"0%", "PINSHIM_BUDGET=\"0%\": percentage must be above 0 and at most "
-             "100;"},
+      {"101%",
+       "PINSHIM_BUDGET=\"101%\": percentage must be above 0 and at "
+       "most 100;"},
+      {"0%",
+       "PINSHIM_BUDGET=\"0%\": percentage must be above 0 and at most "
+       "100;"},
       {"99999999999T", "PINSHIM_BUDGET=\"99999999999T\": too large"},
   };
   for (const auto& c : cases) {
@@ -259,8 +260,9 @@ TEST_F(ConfigTest, OtherErrorsKeepDefaultsWithoutFallback) {
       {"PINSHIM_POLICY=drop",
        "PINSHIM_POLICY=\"drop\": unknown policy; accepted: deny, fallback, "
        "evict"},
-      {"PINSHIM_POLICY=", "PINSHIM_POLICY=\"\": empty; accepted: deny, "
-                          "fallback, evict"},
+      {"PINSHIM_POLICY=",
+       "PINSHIM_POLICY=\"\": empty; accepted: deny, "
+       "fallback, evict"},
       {"PINSHIM_SAMPLE_MS=0",
        "PINSHIM_SAMPLE_MS=\"0\": out of range; accepted: an integer from 1 to "
        "60000 (milliseconds)"},
@@ -273,12 +275,14 @@ TEST_F(ConfigTest, OtherErrorsKeepDefaultsWithoutFallback) {
       {"PINSHIM_SAMPLE_MS=1.5",
        "PINSHIM_SAMPLE_MS=\"1.5\": not an integer; accepted: an integer from "
        "1 to 60000 (milliseconds)"},
-      {"PINSHIM_SAMPLE_MS=", "PINSHIM_SAMPLE_MS=\"\": empty; accepted: an "
-                             "integer from 1 to 60000 (milliseconds)"},
+      {"PINSHIM_SAMPLE_MS=",
+       "PINSHIM_SAMPLE_MS=\"\": empty; accepted: an "
+       "integer from 1 to 60000 (milliseconds)"},
       {"PINSHIM_LEDGER_SHARED=yes",
        "PINSHIM_LEDGER_SHARED=\"yes\": not 0 or 1; accepted: 0 or 1"},
-      {"PINSHIM_LEDGER_SHARED=", "PINSHIM_LEDGER_SHARED=\"\": empty; "
-                                 "accepted: 0 or 1"},
+      {"PINSHIM_LEDGER_SHARED=",
+       "PINSHIM_LEDGER_SHARED=\"\": empty; "
+       "accepted: 0 or 1"},
       {"PINSHIM_TRACK_THRESHOLD=10%",
        "PINSHIM_TRACK_THRESHOLD=\"10%\": a percentage is not accepted here; "
        "accepted: an integer or decimal with an optional unit B, K/KB/KiB, "
@@ -346,8 +350,9 @@ TEST_F(ConfigTest, OverlongPathIsRejected) {
   Env env({"PINSHIM_TRACE_DIR=/" + std::string(kConfigPathMax, 'a')});
   EXPECT_FALSE(Parse(&env));
   ASSERT_EQ(errors_.count, 1);
-  EXPECT_NE(Error(0).find("...\": path longer than 4095 bytes; accepted: a path"),
-            std::string::npos)
+  EXPECT_NE(
+      Error(0).find("...\": path longer than 4095 bytes; accepted: a path"),
+      std::string::npos)
       << Error(0);
   EXPECT_STREQ(config_.trace_dir, "");
 }
@@ -385,17 +390,19 @@ TEST_F(ConfigTest, TooManyErrorsAreCounted) {
   EXPECT_EQ(errors_.dropped, 11 - kMaxConfigErrors);
   char line[1024];
   FormatConfigWarning(config_, errors_, line, sizeof(line));
-  EXPECT_NE(std::string(line).find(":1: expected \"key = value\", got "
-                                   "\"nonsense\" (and 10 more); those "
-                                   "settings keep their defaults; mode observe"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(line).find(":1: expected \"key = value\", got "
+                             "\"nonsense\" (and 10 more); those "
+                             "settings keep their defaults; mode observe"),
+      std::string::npos)
       << line;
 }
 
 TEST_F(ConfigTest, ParsingDoesNotAllocate) {
   const std::string path =
-      WriteFile("alloc.conf", "mode = optimize\nbudget = 1G\nsummary = 1\n"
-                              "bogus = 1\n");
+      WriteFile("alloc.conf",
+                "mode = optimize\nbudget = 1G\nsummary = 1\n"
+                "bogus = 1\n");
   Env env({"PINSHIM_CONFIG=" + path, "PINSHIM_BUDGET=12X",
            "PINSHIM_TRACE_DIR=/tmp"});
   char* const* envp = env.envp();
@@ -464,7 +471,8 @@ TEST(ConfigKeyTest, TableIsIndexedByKeyAndNamesMatch) {
     ConfigKey key;
     ASSERT_TRUE(ConfigKeyFromVariable(info.variable, &key));
     EXPECT_EQ(key, info.key);
-    ASSERT_TRUE(ConfigKeyFromFileKey(info.file_key, strlen(info.file_key), &key));
+    ASSERT_TRUE(
+        ConfigKeyFromFileKey(info.file_key, strlen(info.file_key), &key));
     EXPECT_EQ(key, info.key);
   }
   ConfigKey key;
@@ -478,23 +486,23 @@ TEST(ConfigKeyTest, TableIsIndexedByKeyAndNamesMatch) {
 // --- Config file -----------------------------------------------------------
 
 TEST_F(ConfigTest, FileSetsEverything) {
-  const std::string path = WriteFile(
-      "all.conf",
-      "# pinshim settings\n"
-      "\n"
-      "mode = optimize, enforce\n"
-      "  trace_dir=/data/run#3   # inline comment after a blank\n"
-      "summary = /tmp/sum-%p\r\n"
-      "budget = 4G\n"
-      "node_budget = 10%\n"
-      "\tpolicy\t=\tfallback\t\n"
-      "track_threshold = 128K\n"
-      "metrics_file = /tmp/metrics\n"
-      "sample_ms = 20\n"
-      "pin_cap = 1G\n"
-      "ledger_shared = 1\n"
-      "PROFILE = /tmp/prof\n"
-      "trace_dir = /data/run#4");  // no final newline
+  const std::string path =
+      WriteFile("all.conf",
+                "# pinshim settings\n"
+                "\n"
+                "mode = optimize, enforce\n"
+                "  trace_dir=/data/run#3   # inline comment after a blank\n"
+                "summary = /tmp/sum-%p\r\n"
+                "budget = 4G\n"
+                "node_budget = 10%\n"
+                "\tpolicy\t=\tfallback\t\n"
+                "track_threshold = 128K\n"
+                "metrics_file = /tmp/metrics\n"
+                "sample_ms = 20\n"
+                "pin_cap = 1G\n"
+                "ledger_shared = 1\n"
+                "PROFILE = /tmp/prof\n"
+                "trace_dir = /data/run#4");  // no final newline
   Env env({"PINSHIM_CONFIG=" + path});
   ASSERT_TRUE(Parse(&env)) << Error(0);
   EXPECT_EQ(config_.mode, kModeObserve | kModeOptimize | kModeEnforce);
@@ -521,10 +529,11 @@ TEST_F(ConfigTest, HashInsideValueIsKept) {
 }
 
 TEST_F(ConfigTest, EnvironmentOverridesFile) {
-  const std::string path = WriteFile(
-      "base.conf", "mode = enforce\nbudget = 4G\npolicy = evict\nsample_ms = 5\n");
-  Env env({"PINSHIM_CONFIG=" + path, "PINSHIM_BUDGET=1G",
-           "PINSHIM_MODE=optimize"});
+  const std::string path =
+      WriteFile("base.conf",
+                "mode = enforce\nbudget = 4G\npolicy = evict\nsample_ms = 5\n");
+  Env env(
+      {"PINSHIM_CONFIG=" + path, "PINSHIM_BUDGET=1G", "PINSHIM_MODE=optimize"});
   ASSERT_TRUE(Parse(&env)) << Error(0);
   EXPECT_EQ(config_.mode, kModeObserve | kModeOptimize);
   EXPECT_EQ(config_.budget_bytes, kGiB);
@@ -584,34 +593,36 @@ TEST_F(ConfigTest, UnreadableFileIsAnError) {
 }
 
 TEST_F(ConfigTest, MalformedLinesNameFileAndLine) {
-  const std::string path = WriteFile(
-      "bad.conf",
-      "# comment\n"
-      "mode = optimize\n"
-      "just words\n"
-      "= 5\n"
-      "budgets = 4G\n"
-      "budget = 12X\n"
-      "sample_ms = 0\n"
-      "config = /etc/other.conf\n"
-      "policy = evict\n");
+  const std::string path = WriteFile("bad.conf",
+                                     "# comment\n"
+                                     "mode = optimize\n"
+                                     "just words\n"
+                                     "= 5\n"
+                                     "budgets = 4G\n"
+                                     "budget = 12X\n"
+                                     "sample_ms = 0\n"
+                                     "config = /etc/other.conf\n"
+                                     "policy = evict\n");
   Env env({"PINSHIM_CONFIG=" + path});
   EXPECT_FALSE(Parse(&env));
   ASSERT_EQ(errors_.count, 6);
-  EXPECT_EQ(Error(0), path + ":3: expected \"key = value\", got \"just words\"");
+  EXPECT_EQ(Error(0),
+            path + ":3: expected \"key = value\", got \"just words\"");
   EXPECT_EQ(Error(1), path + ":4: expected \"key = value\", got \"= 5\"");
-  EXPECT_EQ(Error(2).rfind(path + ":5: unknown key \"budgets\"; accepted: mode, "
-                                  "trace_dir, summary, budget,",
-                           0),
-            0u)
+  EXPECT_EQ(
+      Error(2).rfind(path + ":5: unknown key \"budgets\"; accepted: mode, "
+                            "trace_dir, summary, budget,",
+                     0),
+      0u)
       << Error(2);
   EXPECT_EQ(Error(3).rfind(path + ":6: budget = \"12X\": unknown unit \"X\"; "
                                   "accepted: an integer",
                            0),
             0u)
       << Error(3);
-  EXPECT_EQ(Error(4), path + ":7: sample_ms = \"0\": out of range; accepted: "
-                             "an integer from 1 to 60000 (milliseconds)");
+  EXPECT_EQ(Error(4), path +
+                          ":7: sample_ms = \"0\": out of range; accepted: "
+                          "an integer from 1 to 60000 (milliseconds)");
   EXPECT_EQ(Error(5).rfind(path + ":8: unknown key \"config\";", 0), 0u)
       << Error(5);
   // The budget error forces observe; valid lines still apply.
@@ -647,10 +658,9 @@ TEST_F(ConfigTest, OversizedFileIsAnError) {
 
 TEST_F(ConfigTest, OverlongLineAndNulByteAreErrors) {
   const std::string path = WriteFile(
-      "long.conf", "policy = evict\ntrace_dir = /" +
-                       std::string(kMaxConfigLineBytes, 'x') +
-                       "\nsample_ms = 7\nmode = opt" + std::string(1, '\0') +
-                       "imize\n");
+      "long.conf",
+      "policy = evict\ntrace_dir = /" + std::string(kMaxConfigLineBytes, 'x') +
+          "\nsample_ms = 7\nmode = opt" + std::string(1, '\0') + "imize\n");
   Env env({"PINSHIM_CONFIG=" + path});
   EXPECT_FALSE(Parse(&env));
   ASSERT_EQ(errors_.count, 2);
@@ -664,12 +674,12 @@ TEST_F(ConfigTest, OverlongLineAndNulByteAreErrors) {
 TEST_F(ConfigTest, ParseConfigValueLeavesConfigOnError) {
   SetConfigDefaults(kPhysical, &config_);
   char err[512];
-  EXPECT_FALSE(ParseConfigValue(ConfigKey::kBudget, "1.5Z", &config_, err,
-                                sizeof(err)));
+  EXPECT_FALSE(
+      ParseConfigValue(ConfigKey::kBudget, "1.5Z", &config_, err, sizeof(err)));
   EXPECT_EQ(std::string(err).rfind("unknown unit \"Z\"; accepted:", 0), 0u);
   EXPECT_FALSE(config_.has_budget);
-  EXPECT_TRUE(ParseConfigValue(ConfigKey::kBudget, "1.5G", &config_, err,
-                               sizeof(err)));
+  EXPECT_TRUE(
+      ParseConfigValue(ConfigKey::kBudget, "1.5G", &config_, err, sizeof(err)));
   EXPECT_EQ(config_.budget_bytes, 3 * kGiB / 2);
   EXPECT_FALSE(ParseConfigValue(ConfigKey::kMode, "observe,turbo", &config_,
                                 err, sizeof(err)));
@@ -683,10 +693,10 @@ TEST_F(ConfigTest, PercentWithUnknownPhysicalMemory) {
   char err[512];
   EXPECT_FALSE(
       ParseConfigValue(ConfigKey::kBudget, "10%", &config, err, sizeof(err)));
-  EXPECT_EQ(std::string(err).rfind(
-                "physical memory size unknown, so a percentage cannot be used",
-                0),
-            0u)
+  EXPECT_EQ(
+      std::string(err).rfind(
+          "physical memory size unknown, so a percentage cannot be used", 0),
+      0u)
       << err;
 }
 

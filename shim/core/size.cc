@@ -20,22 +20,33 @@ struct Unit {
   uint64_t bytes;
 };
 
-// Binary units only: pinned memory is allocated in pages and reported by the
-// driver in powers of two, so "1G" meaning 10^9 would surprise no one more
-// than the people who set budgets against nvidia-smi figures.
+// Every unit is binary and KB means KiB, as in free(1) and nvidia-smi, so
+// no letter stands for two sizes 7% apart.
 constexpr Unit kUnits[] = {
     {"", 1},
     {"b", 1},
-    {"k", 1ull << 10}, {"kb", 1ull << 10}, {"kib", 1ull << 10},
-    {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20},
-    {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30},
-    {"t", 1ull << 40}, {"tb", 1ull << 40}, {"tib", 1ull << 40},
+    {"k", 1ull << 10},
+    {"kb", 1ull << 10},
+    {"kib", 1ull << 10},
+    {"m", 1ull << 20},
+    {"mb", 1ull << 20},
+    {"mib", 1ull << 20},
+    {"g", 1ull << 30},
+    {"gb", 1ull << 30},
+    {"gib", 1ull << 30},
+    {"t", 1ull << 40},
+    {"tb", 1ull << 40},
+    {"tib", 1ull << 40},
 };
 
 bool IsBlank(char c) { return c == ' ' || c == '\t'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+bool IsAlpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+char Lower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 // Case-insensitive comparison of text[0..n) with a lower-case name.
 bool UnitMatches(const char* text, size_t n, const char* name) {
@@ -152,11 +163,13 @@ bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out,
                   unit_len);
     }
     if (whole_too_big) {
-      return Fail(err, err_len, percent_allowed, "too large (over 2^64 - 1 bytes)");
+      return Fail(err, err_len, percent_allowed,
+                  "too large (over 2^64 - 1 bytes)");
     }
     bytes = whole * multiplier + fraction * multiplier / scale;
     if (bytes > kMaxBytes) {
-      return Fail(err, err_len, percent_allowed, "too large (over 2^64 - 1 bytes)");
+      return Fail(err, err_len, percent_allowed,
+                  "too large (over 2^64 - 1 bytes)");
     }
   }
   *out = static_cast<uint64_t>(bytes);

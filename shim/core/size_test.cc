@@ -102,7 +102,8 @@ TEST(ParseSizeTest, RejectsEveryErrorFormWithItsReason) {
       {"0.0%", "percentage must be above 0 and at most 100;"},
       {"100.5%", "percentage must be above 0 and at most 100;"},
       {"250%", "percentage must be above 0 and at most 100;"},
-      {"99999999999999999999999%", "percentage must be above 0 and at most 100;"},
+      {"99999999999999999999999%",
+       "percentage must be above 0 and at most 100;"},
       {"18446744073709551616", "too large (over 2^64 - 1 bytes);"},
       {"16777216T", "too large (over 2^64 - 1 bytes);"},
       {"99999999999999999999999999G", "too large (over 2^64 - 1 bytes);"},
@@ -110,7 +111,8 @@ TEST(ParseSizeTest, RejectsEveryErrorFormWithItsReason) {
   for (const Rejected& c : cases) {
     uint64_t out = 12345;
     char err[512] = "";
-    EXPECT_FALSE(ParseSize(c.text, kPhysical, &out, err, sizeof(err))) << c.text;
+    EXPECT_FALSE(ParseSize(c.text, kPhysical, &out, err, sizeof(err)))
+        << c.text;
     EXPECT_EQ(out, 12345u) << c.text;
     EXPECT_EQ(std::string(err).rfind(c.reason, 0), 0u)
         << c.text << " gave: " << err;
@@ -153,7 +155,8 @@ TEST(PhysicalMemoryTest, ReportsThisMachine) {
 TEST(FixedTextTest, CutsAndQuotes) {
   char buf[16];
   FixedText text(buf, sizeof(buf));
-  text.Append("n=").AppendUint(0).Append(" ").AppendUint(18446744073709551615ull);
+  text.Append("n=").AppendUint(0).Append(" ").AppendUint(
+      18446744073709551615ull);
   EXPECT_STREQ(buf, "n=0 18446744073");  // 15 characters and the NUL
   char quoted[64];
   FixedText(quoted, sizeof(quoted)).AppendQuoted("abcdef\nxyz", 4);
