@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every test (unit, interception against the simulated driver, tool and
+# budget tests) and ends with one line: "N passed, N failed[, N skipped]",
+# counting individual test cases from each test's XML report.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh || exit 2
+
+bazel test //... --test_output=errors 2>&1 | grep -Ev '^(Loading|Analyzing|INFO: (Analyzed|Found|Elapsed|Build completed|From))' 
+status=${PIPESTATUS[0]}
+
+python3 - "$status" <<'PY'
+import glob, sys, xml.etree.ElementTree as ET
+passed = failed = skipped = 0
+for path in glob.glob("bazel-testlogs/**/test.xml", recursive=True):
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:
+        failed += 1
+        print(f"unreadable test report: {path}")
+        continue
+    for case in root.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.find("skipped") is not None or case.get("status") == "notrun":
+            skipped += 1
+        else:
+            passed += 1
+status = int(sys.argv[1])
+# bazel exits 3 when tests failed, other non-zero codes for build errors.
+if status not in (0, 3) and failed == 0:
+    failed = 1
+    print("the build failed before the tests could run")
+line = f"{passed} passed, {failed} failed"
+if skipped:
+    line += f", {skipped} skipped"
+print(line)
+sys.exit(0 if failed == 0 and status == 0 else 1)
+PY

@@ -1,0 +1,396 @@
+// A driver-API program that reaches the driver exactly as the CUDA runtime
+// does: dlopen("libcuda.so.1"), one dlsym of "cuGetProcAddress_v2", then
+// cuGetProcAddress_v2 for "cuGetProcAddress" itself and every other lookup
+// through that. It knows every call it makes and prints them on an
+// "expect:" line, and prints checksums and return codes so runs with and
+// without pinshim can be compared byte for byte.
+//
+// Usage: interception_client SCENARIO   (see main() for the scenarios)
+#include <cuda.h>
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+struct Driver {
+  CUresult (*Init)(unsigned int);
+  CUresult (*DeviceGet)(CUdevice*, int);
+  CUresult (*CtxCreate)(CUcontext*, CUctxCreateParams*, unsigned int, CUdevice);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*MemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*Memcpy2D)(const CUDA_MEMCPY2D*);
+  CUresult (*Memcpy3D)(const CUDA_MEMCPY3D*);
+  CUresult (*MemcpyBatchAsync)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*,
+                               size_t*, size_t, CUstream);
+  CUresult (*MemHostAlloc)(void**, size_t, unsigned int);
+  CUresult (*MemAllocHost)(void**, size_t);
+  CUresult (*MemFreeHost)(void*);
+  CUresult (*MemHostRegister)(void*, size_t, unsigned int);
+  CUresult (*MemHostUnregister)(void*);
+  CUresult (*MemHostGetFlags)(unsigned int*, void*);
+  CUresult (*MemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
+  CUresult (*StreamCreate)(CUstream*, unsigned int);
+  CUresult (*StreamSynchronize)(CUstream);
+  CUresult (*StreamDestroy)(CUstream);
+  CUresult (*CtxSynchronize)();
+};
+
+struct Expect {
+  std::atomic<long> h2d{0}, d2h{0}, h2h{0}, d2d{0}, allocs{0}, frees{0}, regs{0}, unregs{0};
+  void Print() const {
+    printf("expect: copies=%ld h2d=%ld d2h=%ld h2h=%ld d2d=%ld pin_allocs=%ld pin_frees=%ld "
+           "registers=%ld unregisters=%ld\n",
+           h2d + d2h + h2h + d2d, h2d.load(), d2h.load(), h2h.load(), d2d.load(), allocs.load(),
+           frees.load(), regs.load(), unregs.load());
+  }
+};
+
+Expect g_expect;
+Driver d;
+
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    CUresult rc_ = (call);                                                     \
+    if (rc_ != CUDA_SUCCESS) {                                                 \
+      fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, rc_);    \
+      exit(3);                                                                 \
+    }                                                                          \
+  } while (0)
+
+template <typename T>
+void Lookup(GetProc get, const char* name, int version, cuuint64_t flags, T* out) {
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status;
+  CUresult rc = get(name, &fn, version, flags, &status);
+  if (rc != CUDA_SUCCESS || fn == nullptr) {
+    fprintf(stderr, "lookup of %s failed: %d\n", name, rc);
+    exit(4);
+  }
+  *out = reinterpret_cast<T>(fn);
+}
+
+void LoadDriver(cuuint64_t flags) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (lib == nullptr) {
+    fprintf(stderr, "no libcuda.so.1: %s\n", dlerror());
+    exit(2);
+  }
+  auto first = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
+  if (first == nullptr) exit(2);
+  // The runtime's sequence: cuInit through the first pointer, then the
+  // getter itself, then everything else through the getter it got back.
+  Lookup(first, "cuInit", 2000, 0, &d.Init);
+  CHECK(d.Init(0));
+  GetProc get = nullptr;
+  Lookup(first, "cuGetProcAddress", 12000, 0, &get);
+  Lookup(get, "cuDeviceGet", 2000, 0, &d.DeviceGet);
+  Lookup(get, "cuDevicePrimaryCtxRetain", 7000, 0, &d.DevicePrimaryCtxRetain);
+  Lookup(get, "cuCtxSetCurrent", 4000, 0, &d.CtxSetCurrent);
+  Lookup(get, "cuMemAlloc", 3020, 0, &d.MemAlloc);
+  Lookup(get, "cuMemFree", 3020, 0, &d.MemFree);
+  Lookup(get, "cuMemcpyHtoD", flags ? 7000 : 3020, flags, &d.MemcpyHtoD);
+  Lookup(get, "cuMemcpyDtoH", flags ? 7000 : 3020, flags, &d.MemcpyDtoH);
+  Lookup(get, "cuMemcpyHtoDAsync", flags ? 7000 : 3020, flags, &d.MemcpyHtoDAsync);
+  Lookup(get, "cuMemcpyDtoHAsync", flags ? 7000 : 3020, flags, &d.MemcpyDtoHAsync);
+  Lookup(get, "cuMemcpy", flags ? 7000 : 4000, flags, &d.Memcpy);
+  Lookup(get, "cuMemcpyAsync", flags ? 7000 : 4000, flags, &d.MemcpyAsync);
+  Lookup(get, "cuMemcpy2D", flags ? 7000 : 3020, flags, &d.Memcpy2D);
+  Lookup(get, "cuMemcpy3D", flags ? 7000 : 3020, flags, &d.Memcpy3D);
+  Lookup(get, "cuMemcpyBatchAsync", 13000, flags, &d.MemcpyBatchAsync);
+  Lookup(get, "cuMemHostAlloc", 2020, 0, &d.MemHostAlloc);
+  Lookup(get, "cuMemAllocHost", 3020, 0, &d.MemAllocHost);
+  Lookup(get, "cuMemFreeHost", 2000, 0, &d.MemFreeHost);
+  Lookup(get, "cuMemHostRegister", 6050, 0, &d.MemHostRegister);
+  Lookup(get, "cuMemHostUnregister", 4000, 0, &d.MemHostUnregister);
+  Lookup(get, "cuMemHostGetFlags", 2030, 0, &d.MemHostGetFlags);
+  Lookup(get, "cuMemHostGetDevicePointer", 3020, 0, &d.MemHostGetDevicePointer);
+  Lookup(get, "cuStreamCreate", 2000, 0, &d.StreamCreate);
+  Lookup(get, "cuStreamSynchronize", flags ? 7000 : 2000, flags, &d.StreamSynchronize);
+  Lookup(get, "cuStreamDestroy", 4000, 0, &d.StreamDestroy);
+  Lookup(get, "cuCtxSynchronize", 2000, 0, &d.CtxSynchronize);
+  CUdevice dev;
+  CUcontext ctx;
+  CHECK(d.DeviceGet(&dev, 0));
+  CHECK(d.DevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(d.CtxSetCurrent(ctx));
+}
+
+unsigned long Checksum(const void* p, size_t n) {
+  auto b = static_cast<const unsigned char*>(p);
+  unsigned long h = 1469598103934665603ul;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ul;
+  return h;
+}
+
+void Fill(void* p, size_t n, unsigned seed) {
+  auto b = static_cast<unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(i * 131 + seed);
+}
+
+// Every copy form and every kind of host memory, once or a few times each.
+void Basic() {
+  const size_t kMiB = 1 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, 16 * kMiB));
+  CUstream stream;
+  CHECK(d.StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+  // Pageable: a tracked malloc buffer, copied there and back three times.
+  char* pageable = static_cast<char*>(malloc(kMiB));
+  char* back = static_cast<char*>(malloc(kMiB));
+  for (int i = 0; i < 3; ++i) {
+    Fill(pageable, kMiB, i);
+    CHECK(d.MemcpyHtoD(dev, pageable, kMiB)); g_expect.h2d++;
+    memset(back, 0, kMiB);
+    CHECK(d.MemcpyDtoH(back, dev, kMiB)); g_expect.d2h++;
+    printf("pageable round %d: %lx\n", i, Checksum(back, kMiB));
+  }
+
+  // Pinned by the program, each flag combination, async on a stream.
+  const unsigned kFlags[] = {0, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP,
+                             CU_MEMHOSTALLOC_WRITECOMBINED};
+  for (unsigned flags : kFlags) {
+    void* pinned = nullptr;
+    CHECK(d.MemHostAlloc(&pinned, kMiB, flags)); g_expect.allocs++;
+    unsigned got = 0;
+    CHECK(d.MemHostGetFlags(&got, pinned));
+    CUdeviceptr mapped = 0;
+    CUresult mrc = d.MemHostGetDevicePointer(&mapped, pinned, 0);
+    printf("pinned flags %u -> getflags %u, devptr rc %d same=%d\n", flags, got, mrc,
+           mapped == reinterpret_cast<CUdeviceptr>(pinned));
+    Fill(pinned, kMiB, flags);
+    CHECK(d.MemcpyHtoDAsync(dev, pinned, kMiB, stream)); g_expect.h2d++;
+    CHECK(d.StreamSynchronize(stream));
+    CHECK(d.MemcpyDtoHAsync(back, dev, kMiB, stream)); g_expect.d2h++;
+    CHECK(d.StreamSynchronize(stream));
+    printf("pinned %u: %lx\n", flags, Checksum(back, kMiB));
+    CHECK(d.MemFreeHost(pinned)); g_expect.frees++;
+  }
+  void* host2 = nullptr;
+  CHECK(d.MemAllocHost(&host2, 2 * kMiB)); g_expect.allocs++;
+
+  // Registered by the program.
+  char* reg = static_cast<char*>(aligned_alloc(4096, 4 * kMiB));
+  Fill(reg, 4 * kMiB, 7);
+  CHECK(d.MemHostRegister(reg, 4 * kMiB, CU_MEMHOSTREGISTER_PORTABLE)); g_expect.regs++;
+  CHECK(d.MemcpyHtoD(dev, reg, 4 * kMiB)); g_expect.h2d++;
+  CHECK(d.MemHostUnregister(reg)); g_expect.unregs++;
+
+  // Generic copies in every direction (unified addressing).
+  CHECK(d.Memcpy(dev, reinterpret_cast<CUdeviceptr>(pageable), kMiB)); g_expect.h2d++;
+  CHECK(d.Memcpy(reinterpret_cast<CUdeviceptr>(host2), dev, kMiB)); g_expect.d2h++;
+  CHECK(d.Memcpy(reinterpret_cast<CUdeviceptr>(back), reinterpret_cast<CUdeviceptr>(host2), kMiB));
+  g_expect.h2h++;
+  CHECK(d.Memcpy(dev + 8 * kMiB, dev, kMiB)); g_expect.d2d++;
+  CHECK(d.MemcpyAsync(dev, reinterpret_cast<CUdeviceptr>(host2), kMiB, stream)); g_expect.h2d++;
+  CHECK(d.StreamSynchronize(stream));
+  printf("generic: %lx\n", Checksum(back, kMiB));
+
+  // 2D and 3D.
+  CUDA_MEMCPY2D c2{};
+  c2.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c2.srcHost = pageable;
+  c2.srcPitch = 1024;
+  c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c2.dstDevice = dev;
+  c2.dstPitch = 2048;
+  c2.WidthInBytes = 1000;
+  c2.Height = 256;
+  CHECK(d.Memcpy2D(&c2)); g_expect.h2d++;
+  CUDA_MEMCPY3D c3{};
+  c3.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c3.srcDevice = dev;
+  c3.srcPitch = 2048;
+  c3.srcHeight = 16;
+  c3.dstMemoryType = CU_MEMORYTYPE_HOST;
+  c3.dstHost = back;
+  c3.dstPitch = 1024;
+  c3.dstHeight = 16;
+  c3.WidthInBytes = 1000;
+  c3.Height = 16;
+  c3.Depth = 8;
+  memset(back, 0, kMiB);
+  CHECK(d.Memcpy3D(&c3)); g_expect.d2h++;
+  printf("3d: %lx\n", Checksum(back, kMiB));
+
+  // A batch of host-to-device copies counts as one call.
+  CUdeviceptr dsts[2] = {dev, dev + kMiB};
+  CUdeviceptr srcs[2] = {reinterpret_cast<CUdeviceptr>(host2),
+                         reinterpret_cast<CUdeviceptr>(host2) + kMiB};
+  size_t sizes[2] = {kMiB, kMiB};
+  CUmemcpyAttributes attr{};
+  attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  size_t attr_idx = 0;
+  CHECK(d.MemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &attr_idx, 1, stream)); g_expect.h2d++;
+  CHECK(d.StreamSynchronize(stream));
+
+  CHECK(d.MemFreeHost(host2)); g_expect.frees++;
+  free(reg);
+  free(pageable);
+  free(back);
+  CHECK(d.StreamDestroy(stream));
+  CHECK(d.MemFree(dev));
+}
+
+// Invalid calls: their return codes must be the driver's own.
+void Invalid() {
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, 4096));
+  char* p = static_cast<char*>(malloc(1 << 20));
+  void* pinned = nullptr;
+  printf("htod null src: %d\n", d.MemcpyHtoD(dev, nullptr, 16)); g_expect.h2d++;
+  printf("htod past end: %d\n", d.MemcpyHtoD(dev, p, 8192)); g_expect.h2d++;
+  printf("freehost of malloc: %d\n", d.MemFreeHost(p)); g_expect.frees++;
+  printf("unregister unregistered: %d\n", d.MemHostUnregister(p)); g_expect.unregs++;
+  printf("register: %d\n", d.MemHostRegister(p, 1 << 20, 0)); g_expect.regs++;
+  printf("register twice: %d\n", d.MemHostRegister(p, 1 << 20, 0)); g_expect.regs++;
+  printf("unregister: %d\n", d.MemHostUnregister(p)); g_expect.unregs++;
+  printf("hostalloc null out: %d\n", d.MemHostAlloc(nullptr, 4096, 0)); g_expect.allocs++;
+  printf("hostalloc: %d\n", d.MemHostAlloc(&pinned, 4096, 0)); g_expect.allocs++;
+  printf("freehost: %d\n", d.MemFreeHost(pinned)); g_expect.frees++;
+  printf("freehost twice: %d\n", d.MemFreeHost(pinned)); g_expect.frees++;
+  unsigned flags = 0;
+  printf("getflags of malloc: %d\n", d.MemHostGetFlags(&flags, p));
+  free(p);
+  CHECK(d.MemFree(dev));
+}
+
+// 16 threads copying and allocating at once.
+void Threads() {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([t] {
+      CUdevice dev;
+      CUcontext ctx;
+      CHECK(d.DeviceGet(&dev, 0));
+      CHECK(d.DevicePrimaryCtxRetain(&ctx, dev));
+      CHECK(d.CtxSetCurrent(ctx));
+      CUdeviceptr buf;
+      CHECK(d.MemAlloc(&buf, 256 * 1024));
+      for (int i = 0; i < 50; ++i) {
+        size_t n = (64 + (t * 7 + i) % 192) * 1024;
+        char* h = static_cast<char*>(malloc(n));
+        Fill(h, n, t + i);
+        CHECK(d.MemcpyHtoD(buf, h, n)); g_expect.h2d++;
+        void* pinned;
+        CHECK(d.MemHostAlloc(&pinned, n, 0)); g_expect.allocs++;
+        CHECK(d.MemcpyDtoH(pinned, buf, n)); g_expect.d2h++;
+        if (memcmp(pinned, h, n) != 0) {
+          fprintf(stderr, "thread %d: data mismatch\n", t);
+          exit(5);
+        }
+        CHECK(d.MemFreeHost(pinned)); g_expect.frees++;
+        free(h);
+      }
+      CHECK(d.MemFree(buf));
+    });
+  }
+  for (auto& t : threads) t.join();
+  printf("threads done\n");
+}
+
+void RoundTrip(const char* label) {
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, 1 << 20));
+  char* h = static_cast<char*>(malloc(1 << 20));
+  Fill(h, 1 << 20, 3);
+  CHECK(d.MemcpyHtoD(dev, h, 1 << 20)); g_expect.h2d++;
+  memset(h, 0, 1 << 20);
+  CHECK(d.MemcpyDtoH(h, dev, 1 << 20)); g_expect.d2h++;
+  printf("%s: %lx\n", label, Checksum(h, 1 << 20));
+  free(h);
+  CHECK(d.MemFree(dev));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  const char* scenario = argc > 1 ? argv[1] : "basic";
+  if (strcmp(scenario, "basic") == 0 || strcmp(scenario, "basic_ptds") == 0) {
+    LoadDriver(strcmp(scenario, "basic_ptds") == 0 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0);
+    Basic();
+  } else if (strcmp(scenario, "invalid") == 0) {
+    LoadDriver(0);
+    Invalid();
+  } else if (strcmp(scenario, "threads") == 0) {
+    LoadDriver(0);
+    Threads();
+  } else if (strcmp(scenario, "late_dlopen") == 0) {
+    // Allocate and map before the driver is loaded at all.
+    std::vector<void*> blocks;
+    for (int i = 0; i < 100; ++i) blocks.push_back(malloc(100000 + i));
+    void* m = mmap(nullptr, 1 << 22, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (void* b : blocks) free(b);
+    LoadDriver(0);
+    RoundTrip("late");
+    munmap(m, 1 << 22);
+  } else if (strcmp(scenario, "fork") == 0) {
+    // One child uses CUDA (the parent has not initialized it yet), one doesn't.
+    pid_t cuda_child = fork();
+    if (cuda_child == 0) {
+      LoadDriver(0);
+      RoundTrip("child");
+      g_expect.Print();
+      fflush(stdout);
+      exit(0);
+    }
+    waitpid(cuda_child, nullptr, 0);
+    pid_t plain_child = fork();
+    if (plain_child == 0) {
+      void* p = malloc(1 << 20);
+      memset(p, 1, 1 << 20);
+      free(p);
+      printf("plain child ok\n");
+      fflush(stdout);
+      _exit(0);
+    }
+    waitpid(plain_child, nullptr, 0);
+    LoadDriver(0);
+    RoundTrip("parent");
+  } else if (strcmp(scenario, "exit_inflight") == 0) {
+    // Exit with async copies still queued: neither side may hang or crash.
+    LoadDriver(0);
+    CUdeviceptr dev;
+    CHECK(d.MemAlloc(&dev, 16 << 20));
+    void* pinned;
+    CHECK(d.MemHostAlloc(&pinned, 16 << 20, 0)); g_expect.allocs++;
+    CUstream s;
+    CHECK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < 32; ++i) {
+      CHECK(d.MemcpyHtoDAsync(dev, pinned, 16 << 20, s)); g_expect.h2d++;
+    }
+    g_expect.Print();
+    exit(0);
+  } else if (strcmp(scenario, "deepbind") == 0) {
+    // A library loaded with RTLD_DEEPBIND (libm stands in) is noted.
+    void* h = dlopen("libm.so.6", RTLD_NOW | RTLD_DEEPBIND);
+    printf("deepbind load: %s\n", h ? "ok" : "failed");
+    LoadDriver(0);
+    RoundTrip("deepbind");
+  } else {
+    fprintf(stderr, "unknown scenario %s\n", scenario);
+    return 2;
+  }
+  g_expect.Print();
+  return 0;
+}

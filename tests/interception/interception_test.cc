@@ -1,0 +1,281 @@
+// Runs the interception clients against the simulated driver, with and
+// without libpinshim.so preloaded, and checks that (a) the program's output
+// and exit status are identical, (b) the library's summary counts exactly the
+// calls the program says it made.
+//
+// Arguments (from BUILD): LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR
+#include <gtest/gtest.h>
+#include <dirent.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+std::string g_lib, g_client, g_linked_client, g_fake_dir;
+
+struct RunResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+  std::vector<std::string> summaries;  // one per process that used CUDA
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/pinshim-interception-XXXXXX";
+  char* dir = mkdtemp(tmpl);
+  EXPECT_NE(dir, nullptr);
+  return dir ? dir : "/tmp";
+}
+
+// Runs `argv` with the simulated driver on the library path; preloads pinshim
+// when `preload`, with a per-process summary in a fresh directory.
+RunResult Run(const std::vector<std::string>& argv, bool preload,
+              const std::vector<std::string>& extra_env = {}) {
+  std::string dir = MakeTempDir();
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string v = *e;
+    if (v.rfind("LD_PRELOAD=", 0) == 0 || v.rfind("PINSHIM_", 0) == 0 ||
+        v.rfind("LD_LIBRARY_PATH=", 0) == 0) continue;
+    env.push_back(v);
+  }
+  env.push_back("LD_LIBRARY_PATH=" + g_fake_dir);
+  if (preload) {
+    env.push_back("LD_PRELOAD=" + g_lib);
+    env.push_back("PINSHIM_SUMMARY=" + dir + "/summary.%p");
+  }
+  for (auto& e : extra_env) env.push_back(e);
+  std::vector<char*> envp, args;
+  for (auto& e : env) envp.push_back(&e[0]);
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& a : argv_copy) args.push_back(&a[0]);
+  args.push_back(nullptr);
+  std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  RunResult r;
+  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data()) != 0) {
+    ADD_FAILURE() << "cannot run " << argv[0];
+    return r;
+  }
+  waitpid(pid, &r.status, 0);
+  posix_spawn_file_actions_destroy(&fa);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  if (DIR* dp = opendir(dir.c_str())) {
+    while (dirent* de = readdir(dp)) {
+      if (std::string(de->d_name).rfind("summary.", 0) == 0) {
+        r.summaries.push_back(ReadFile(dir + "/" + de->d_name));
+      }
+    }
+    closedir(dp);
+  }
+  return r;
+}
+
+// Sums "key=N" fields over lines starting with `prefix`, grouped by the value
+// of `group_key` (e.g. dir or op).
+std::map<std::string, long> Sum(const std::string& text, const std::string& prefix,
+                                const std::string& group_key, const std::string& count_key) {
+  std::map<std::string, long> sums;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    std::istringstream fields(line.substr(prefix.size()));
+    std::string field, group;
+    long count = 0;
+    while (fields >> field) {
+      auto eq = field.find('=');
+      if (eq == std::string::npos) continue;
+      if (field.substr(0, eq) == group_key) group = field.substr(eq + 1);
+      if (field.substr(0, eq) == count_key) count = std::stol(field.substr(eq + 1));
+    }
+    sums[group] += count;
+  }
+  return sums;
+}
+
+// The program's own account, summed over every "expect:" line it printed.
+std::map<std::string, long> Expected(const std::string& out) {
+  std::map<std::string, long> e;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("expect: ", 0) != 0) continue;
+    std::istringstream fields(line.substr(8));
+    std::string field;
+    while (fields >> field) {
+      auto eq = field.find('=');
+      e[field.substr(0, eq)] += std::stol(field.substr(eq + 1));
+    }
+  }
+  return e;
+}
+
+void CheckCounts(const RunResult& r) {
+  std::string all;
+  for (auto& s : r.summaries) all += s;
+  auto expect = Expected(r.out);
+  ASSERT_FALSE(expect.empty()) << r.out;
+  auto dirs = Sum(all, "pinshim: copy ", "dir", "calls");
+  auto ops = Sum(all, "pinshim: pin ", "op", "calls");
+  EXPECT_EQ(dirs["H2D"], expect["h2d"]) << all;
+  EXPECT_EQ(dirs["D2H"], expect["d2h"]) << all;
+  EXPECT_EQ(dirs["H2H"], expect["h2h"]) << all;
+  EXPECT_EQ(dirs["D2D"], expect["d2d"]) << all;
+  EXPECT_EQ(ops["alloc"], expect["pin_allocs"]) << all;
+  EXPECT_EQ(ops["free"], expect["pin_frees"]) << all;
+  EXPECT_EQ(ops["register"], expect["registers"]) << all;
+  EXPECT_EQ(ops["unregister"], expect["unregisters"]) << all;
+}
+
+void CheckTransparentAndCounted(const std::vector<std::string>& argv) {
+  RunResult without = Run(argv, false);
+  RunResult with = Run(argv, true);
+  ASSERT_TRUE(WIFEXITED(without.status)) << without.err;
+  EXPECT_EQ(without.status, with.status) << with.err;
+  EXPECT_EQ(without.out, with.out);
+  EXPECT_EQ(without.err, with.err);
+  CheckCounts(with);
+}
+
+TEST(InterceptionTest, RuntimeStyleLookupsAreCountedOnce) {
+  CheckTransparentAndCounted({g_client, "basic"});
+}
+
+TEST(InterceptionTest, PerThreadDefaultStreamVariants) {
+  RunResult with = Run({g_client, "basic_ptds"}, true);
+  CheckCounts(with);
+  ASSERT_EQ(with.summaries.size(), 1u);
+  EXPECT_NE(with.summaries[0].find("api=cuMemcpyHtoD_v2_ptds "), std::string::npos)
+      << with.summaries[0];
+  EXPECT_NE(with.summaries[0].find("api=cuMemcpyHtoDAsync_v2_ptsz "), std::string::npos);
+  EXPECT_NE(with.summaries[0].find("api=cuMemcpyBatchAsync_v2_ptsz "), std::string::npos);
+}
+
+TEST(InterceptionTest, MemoryKindsAndFlagsAreClassified) {
+  RunResult with = Run({g_client, "basic"}, true);
+  ASSERT_EQ(with.summaries.size(), 1u);
+  const std::string& s = with.summaries[0];
+  EXPECT_NE(s.find("api=cuMemcpyHtoD_v2 dir=H2D src=pageable dst=device flags=0x0 calls=3 "
+                   "bytes=3145728 failed=0"), std::string::npos) << s;
+  EXPECT_NE(s.find("api=cuMemcpyHtoDAsync_v2 dir=H2D src=pinned dst=device flags=0x4 calls=1"),
+            std::string::npos) << s;
+  EXPECT_NE(s.find("api=cuMemcpyHtoD_v2 dir=H2D src=registered dst=device flags=0x1 calls=1"),
+            std::string::npos) << s;
+  EXPECT_NE(s.find("api=cuMemcpy dir=H2H src=pinned dst=pageable"), std::string::npos) << s;
+  EXPECT_NE(s.find("api=cuMemcpy dir=D2D src=device dst=device"), std::string::npos) << s;
+  EXPECT_NE(s.find("api=cuMemcpy2D_v2 dir=H2D src=pageable dst=device flags=0x0 calls=1 "
+                   "bytes=256000"), std::string::npos) << s;
+  EXPECT_NE(s.find("api=cuMemcpy3D_v2 dir=D2H src=device dst=pageable flags=0x0 calls=1 "
+                   "bytes=128000"), std::string::npos) << s;
+  EXPECT_NE(s.find("api=cuMemcpyBatchAsync_v2 dir=H2D src=pinned dst=device flags=0x0 calls=1 "
+                   "bytes=2097152"), std::string::npos) << s;
+  EXPECT_NE(s.find("pinshim: pin api=cuMemHostAlloc op=alloc flags=0x4 calls=1 bytes=1048576"),
+            std::string::npos) << s;
+  EXPECT_NE(s.find("pinshim: pin api=cuMemAllocHost_v2 op=alloc flags=0x0 calls=1 bytes=2097152"),
+            std::string::npos) << s;
+}
+
+TEST(InterceptionTest, InvalidCallsKeepTheirErrorCodes) {
+  CheckTransparentAndCounted({g_client, "invalid"});
+  RunResult with = Run({g_client, "invalid"}, true);
+  ASSERT_EQ(with.summaries.size(), 1u);
+  EXPECT_NE(with.summaries[0].find("failed=1"), std::string::npos) << with.summaries[0];
+}
+
+TEST(InterceptionTest, SixteenThreadsCopyingAndAllocating) {
+  CheckTransparentAndCounted({g_client, "threads"});
+}
+
+TEST(InterceptionTest, DriverLoadedAfterStart) {
+  CheckTransparentAndCounted({g_client, "late_dlopen"});
+}
+
+TEST(InterceptionTest, ForkChildrenWithAndWithoutCuda) {
+  RunResult without = Run({g_client, "fork"}, false);
+  RunResult with = Run({g_client, "fork"}, true);
+  EXPECT_EQ(without.status, with.status);
+  EXPECT_EQ(without.out, with.out);
+  // The CUDA child and the parent each wrote their own summary; the child
+  // that never touched CUDA wrote none.
+  EXPECT_EQ(with.summaries.size(), 2u);
+  CheckCounts(with);
+}
+
+TEST(InterceptionTest, ExitWithCopiesInFlight) {
+  CheckTransparentAndCounted({g_client, "exit_inflight"});
+}
+
+TEST(InterceptionTest, DeepBindLoadIsNoted) {
+  RunResult with = Run({g_client, "deepbind"}, true);
+  EXPECT_EQ(with.status, 0);
+  CheckCounts(with);
+  ASSERT_EQ(with.summaries.size(), 1u);
+  EXPECT_NE(with.summaries[0].find("rtld_deepbind_loads=1"), std::string::npos)
+      << with.summaries[0];
+}
+
+TEST(InterceptionTest, ProgramLinkedAgainstLibcuda) {
+  CheckTransparentAndCounted({g_linked_client});
+}
+
+// Processes that never touch CUDA behave byte for byte as without pinshim
+// and print nothing, even with a summary requested.
+TEST(InterceptionTest, NonCudaProcessesAreUntouched) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"/bin/ls", "-la", "/"},
+      {"/bin/sh", "-c", "for i in 1 2 3; do echo $i; done | sort -r; echo done >&2; exit 3"},
+      {"/usr/bin/env", "python3", "-c", "import json,sys; print(json.dumps(list(range(5)))); "
+                                        "sys.exit(4)"},
+  };
+  for (const auto& argv : commands) {
+    RunResult without = Run(argv, false);
+    RunResult with = Run(argv, true);
+    EXPECT_EQ(without.status, with.status) << argv[0];
+    EXPECT_EQ(without.out, with.out) << argv[0];
+    EXPECT_EQ(without.err, with.err) << argv[0];
+    EXPECT_TRUE(with.summaries.empty()) << argv[0];
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  if (argc < 5) {
+    fprintf(stderr, "usage: %s LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR\n", argv[0]);
+    return 2;
+  }
+  char buf[4096];
+  auto abs = [&](const char* p) {
+    return std::string(p[0] == '/' ? p : std::string(getcwd(buf, sizeof(buf))) + "/" + p);
+  };
+  g_lib = abs(argv[1]);
+  g_client = abs(argv[2]);
+  g_linked_client = abs(argv[3]);
+  g_fake_dir = abs(argv[4]);
+  return RUN_ALL_TESTS();
+}
