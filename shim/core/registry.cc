@@ -32,13 +32,20 @@ namespace {
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
 // Index of the last element of sorted `a[0, n)` that is <= key, or -1.
+// Branch-free (the comparison feeds a conditional move), because lookups
+// probe unpredictable addresses and a mispredicted branch per step would
+// cost more than the memory reads.
 inline long FloorIndex(const uintptr_t* a, size_t n, uintptr_t key) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (a[mid] <= key) lo = mid + 1; else hi = mid;
+  if (n == 0) return -1;
+  const uintptr_t* base = a;
+  size_t len = n;
+  while (len > 1) {
+    size_t half = len / 2;
+    base = (base[half] <= key) ? base + half : base;
+    len -= half;
   }
-  return static_cast<long>(lo) - 1;
+  long pos = base - a;
+  return *base <= key ? pos : pos - 1;
 }
 
 }  // namespace
