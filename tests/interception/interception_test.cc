@@ -6,6 +6,7 @@
 // Arguments (from BUILD): LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR
 #include <gtest/gtest.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,7 +47,7 @@ std::string MakeTempDir() {
 
 // Runs `argv` with the simulated driver on the library path; preloads pinshim
 // when `preload`, with a per-process summary in a fresh directory.
-RunResult Run(const std::vector<std::string>& argv, bool preload,
+RunResult RunProgram(const std::vector<std::string>& argv, bool preload,
               const std::vector<std::string>& extra_env = {}) {
   std::string dir = MakeTempDir();
   std::vector<std::string> env;
@@ -152,8 +153,8 @@ void CheckCounts(const RunResult& r) {
 }
 
 void CheckTransparentAndCounted(const std::vector<std::string>& argv) {
-  RunResult without = Run(argv, false);
-  RunResult with = Run(argv, true);
+  RunResult without = RunProgram(argv, false);
+  RunResult with = RunProgram(argv, true);
   ASSERT_TRUE(WIFEXITED(without.status)) << without.err;
   EXPECT_EQ(without.status, with.status) << with.err;
   EXPECT_EQ(without.out, with.out);
@@ -166,7 +167,7 @@ TEST(InterceptionTest, RuntimeStyleLookupsAreCountedOnce) {
 }
 
 TEST(InterceptionTest, PerThreadDefaultStreamVariants) {
-  RunResult with = Run({g_client, "basic_ptds"}, true);
+  RunResult with = RunProgram({g_client, "basic_ptds"}, true);
   CheckCounts(with);
   ASSERT_EQ(with.summaries.size(), 1u);
   EXPECT_NE(with.summaries[0].find("api=cuMemcpyHtoD_v2_ptds "), std::string::npos)
@@ -176,7 +177,7 @@ TEST(InterceptionTest, PerThreadDefaultStreamVariants) {
 }
 
 TEST(InterceptionTest, MemoryKindsAndFlagsAreClassified) {
-  RunResult with = Run({g_client, "basic"}, true);
+  RunResult with = RunProgram({g_client, "basic"}, true);
   ASSERT_EQ(with.summaries.size(), 1u);
   const std::string& s = with.summaries[0];
   EXPECT_NE(s.find("api=cuMemcpyHtoD_v2 dir=H2D src=pageable dst=device flags=0x0 calls=3 "
@@ -201,7 +202,7 @@ TEST(InterceptionTest, MemoryKindsAndFlagsAreClassified) {
 
 TEST(InterceptionTest, InvalidCallsKeepTheirErrorCodes) {
   CheckTransparentAndCounted({g_client, "invalid"});
-  RunResult with = Run({g_client, "invalid"}, true);
+  RunResult with = RunProgram({g_client, "invalid"}, true);
   ASSERT_EQ(with.summaries.size(), 1u);
   EXPECT_NE(with.summaries[0].find("failed=1"), std::string::npos) << with.summaries[0];
 }
@@ -215,8 +216,8 @@ TEST(InterceptionTest, DriverLoadedAfterStart) {
 }
 
 TEST(InterceptionTest, ForkChildrenWithAndWithoutCuda) {
-  RunResult without = Run({g_client, "fork"}, false);
-  RunResult with = Run({g_client, "fork"}, true);
+  RunResult without = RunProgram({g_client, "fork"}, false);
+  RunResult with = RunProgram({g_client, "fork"}, true);
   EXPECT_EQ(without.status, with.status);
   EXPECT_EQ(without.out, with.out);
   // The CUDA child and the parent each wrote their own summary; the child
@@ -230,7 +231,7 @@ TEST(InterceptionTest, ExitWithCopiesInFlight) {
 }
 
 TEST(InterceptionTest, DeepBindLoadIsNoted) {
-  RunResult with = Run({g_client, "deepbind"}, true);
+  RunResult with = RunProgram({g_client, "deepbind"}, true);
   EXPECT_EQ(with.status, 0);
   CheckCounts(with);
   ASSERT_EQ(with.summaries.size(), 1u);
@@ -246,14 +247,14 @@ TEST(InterceptionTest, ProgramLinkedAgainstLibcuda) {
 // and print nothing, even with a summary requested.
 TEST(InterceptionTest, NonCudaProcessesAreUntouched) {
   const std::vector<std::vector<std::string>> commands = {
-      {"/bin/ls", "-la", "/"},
+      {"/bin/ls", "-la", "/usr/include/linux"},
       {"/bin/sh", "-c", "for i in 1 2 3; do echo $i; done | sort -r; echo done >&2; exit 3"},
       {"/usr/bin/env", "python3", "-c", "import json,sys; print(json.dumps(list(range(5)))); "
                                         "sys.exit(4)"},
   };
   for (const auto& argv : commands) {
-    RunResult without = Run(argv, false);
-    RunResult with = Run(argv, true);
+    RunResult without = RunProgram(argv, false);
+    RunResult with = RunProgram(argv, true);
     EXPECT_EQ(without.status, with.status) << argv[0];
     EXPECT_EQ(without.out, with.out) << argv[0];
     EXPECT_EQ(without.err, with.err) << argv[0];
