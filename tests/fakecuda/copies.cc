@@ -1,0 +1,458 @@
+// Copies (linear, 2D, 3D, batched; synchronous and asynchronous) and memset.
+//
+// Every copy is an op on a stream: the legacy NULL stream, the calling
+// thread's default stream (_ptds/_ptsz variants) or the stream given. What
+// the caller then waits for follows the driver's documented synchronization
+// rules (see MustWait). The bytes are read and written when the op runs, not
+// when it is queued.
+#include <climits>
+#include <cstring>
+
+#include "tests/fakecuda/driver_behavior.h"
+#include "tests/fakecuda/internal.h"
+
+namespace fakecuda {
+namespace {
+
+namespace behavior = ::fakecuda::behavior;
+
+// `depth` slices of `rows` rows of `width` bytes.
+struct Block {
+  char* dst;
+  const char* src;
+  size_t width;
+  size_t rows = 1;
+  size_t depth = 1;
+  size_t dst_pitch = 0;
+  size_t src_pitch = 0;
+  size_t dst_slice = 0;
+  size_t src_slice = 0;
+};
+
+void RunBlock(const Block& b) {
+  for (size_t z = 0; z < b.depth; ++z) {
+    for (size_t y = 0; y < b.rows; ++y) {
+      std::memmove(b.dst + z * b.dst_slice + y * b.dst_pitch,
+                   b.src + z * b.src_slice + y * b.src_pitch, b.width);
+    }
+  }
+}
+
+enum class Api { kSync, kAsync };
+
+// Whether the call returns only after the copy ran:
+// - asynchronous calls: only when host memory is pageable (the driver stages
+//   pageable memory synchronously; measured: a 256 MiB pageable
+//   cudaMemcpyAsync returned after the whole copy);
+// - synchronous calls: always, except device to device, which only queues.
+bool MustWait(Api api, MemKind dst, MemKind src) {
+  if (api == Api::kAsync) return dst == MemKind::kPageable || src == MemKind::kPageable;
+  return !(dst == MemKind::kDevice && src == MemKind::kDevice);
+}
+
+// How an API names an operand.
+enum class Naming { kHost, kDevice, kUnified };
+
+CUresult Resolve(Naming naming, uintptr_t p, size_t len, Span* out) {
+  switch (naming) {
+    case Naming::kHost:
+      return ResolveHostRange(reinterpret_cast<const void*>(p), len, out);
+    case Naming::kDevice:
+      return ResolveDeviceRange(p, len, out);
+    case Naming::kUnified:
+      return ResolveUnifiedRange(p, len, out);
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult Launch(CUstream handle, bool per_thread_api, std::vector<Block> blocks, bool wait,
+                std::shared_ptr<std::vector<char>> staging = nullptr) {
+  std::shared_ptr<Stream> stream;
+  if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
+  return Submit(
+      stream,
+      [blocks = std::move(blocks), staging = std::move(staging)] {
+        for (const Block& block : blocks) RunBlock(block);
+      },
+      wait);
+}
+
+CUresult Copy(Naming dst_naming, uintptr_t dst, Naming src_naming, uintptr_t src, size_t n,
+              CUstream handle, Api api, bool per_thread_api) {
+  Context* ctx;
+  if (CUresult err = CurrentContext(&ctx)) return err;
+  if (n == 0) return CUDA_SUCCESS;
+  Span d, s;
+  if (CUresult err = Resolve(dst_naming, dst, n, &d)) return err;
+  if (CUresult err = Resolve(src_naming, src, n, &s)) return err;
+  return Launch(handle, per_thread_api, {Block{d.view, s.view, n}}, MustWait(api, d.kind, s.kind));
+}
+
+// One side of a 2D/3D copy, as the descriptor gives it.
+struct Operand {
+  CUmemorytype type;
+  const void* host;
+  CUdeviceptr device;
+  size_t x, y, z;
+  size_t pitch;
+  size_t height;  // Rows per slice (3D only).
+};
+
+// Resolves the bytes `op` touches for a width x rows x depth copy.
+CUresult ResolveOperand(const Operand& op, size_t width, size_t rows, size_t depth, Span* out) {
+  if ((rows > 1 || depth > 1) && (op.x > op.pitch || width > op.pitch - op.x)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (depth > 1 && (op.y > op.height || rows > op.height - op.y)) return CUDA_ERROR_INVALID_VALUE;
+  // offset = (z * height + y) * pitch + x; length = ((depth - 1) * height + rows - 1) * pitch + width.
+  size_t offset, length, t;
+  if (__builtin_mul_overflow(op.z, op.height, &t) || __builtin_add_overflow(t, op.y, &t) ||
+      __builtin_mul_overflow(t, op.pitch, &t) || __builtin_add_overflow(t, op.x, &offset) ||
+      __builtin_mul_overflow(depth - 1, op.height, &t) || __builtin_add_overflow(t, rows - 1, &t) ||
+      __builtin_mul_overflow(t, op.pitch, &t) || __builtin_add_overflow(t, width, &length)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  uintptr_t base;
+  Naming naming;
+  switch (op.type) {
+    case CU_MEMORYTYPE_HOST:
+      base = reinterpret_cast<uintptr_t>(op.host);
+      naming = Naming::kHost;
+      break;
+    case CU_MEMORYTYPE_DEVICE:
+      base = op.device;
+      naming = Naming::kDevice;
+      break;
+    case CU_MEMORYTYPE_UNIFIED:
+      base = op.device;
+      naming = Naming::kUnified;
+      break;
+    default:  // CUDA arrays are not simulated.
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (base == 0 || offset > UINTPTR_MAX - base) return CUDA_ERROR_INVALID_VALUE;
+  return Resolve(naming, base + offset, length, out);
+}
+
+CUresult Copy3D(const Operand& src, const Operand& dst, size_t width, size_t rows, size_t depth,
+                CUstream handle, Api api, bool per_thread_api) {
+  Context* ctx;
+  if (CUresult err = CurrentContext(&ctx)) return err;
+  if (width == 0 || rows == 0 || depth == 0) return CUDA_SUCCESS;
+  Span d, s;
+  if (CUresult err = ResolveOperand(dst, width, rows, depth, &d)) return err;
+  if (CUresult err = ResolveOperand(src, width, rows, depth, &s)) return err;
+  Block block{d.view, s.view, width, rows, depth, dst.pitch, src.pitch,
+              dst.pitch * dst.height, src.pitch * src.height};
+  return Launch(handle, per_thread_api, {block}, MustWait(api, d.kind, s.kind));
+}
+
+CUresult Copy2D(const CUDA_MEMCPY2D* p, CUstream handle, Api api, bool per_thread_api) {
+  if (p == nullptr) {
+    if (CUresult err = RequireInit()) return err;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Operand src{p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0};
+  Operand dst{p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0};
+  return Copy3D(src, dst, p->WidthInBytes, p->Height, 1, handle, api, per_thread_api);
+}
+
+CUresult Copy3DDescriptor(const CUDA_MEMCPY3D* p, CUstream handle, Api api, bool per_thread_api) {
+  if (CUresult err = RequireInit()) return err;
+  if (p == nullptr || p->reserved0 != nullptr || p->reserved1 != nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Operand src{p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY,
+              p->srcZ,          p->srcPitch, p->srcHeight};
+  Operand dst{p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
+              p->dstZ,          p->dstPitch, p->dstHeight};
+  return Copy3D(src, dst, p->WidthInBytes, p->Height, p->Depth, handle, api, per_thread_api);
+}
+
+// cuMemcpyBatchAsync, both ABIs (`fail_idx` is null for the CUDA 13.0 one).
+CUresult Batch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+               CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, size_t* fail_idx,
+               CUstream handle, bool per_thread_api) {
+  auto fail = [fail_idx](CUresult err, size_t index) {
+    if (fail_idx != nullptr) *fail_idx = index;
+    return err;
+  };
+  constexpr size_t kNoCopy = SIZE_MAX;  // The error concerns no single copy.
+  Context* ctx;
+  if (CUresult err = CurrentContext(&ctx)) return fail(err, kNoCopy);
+  if (count == 0 || dsts == nullptr || srcs == nullptr || sizes == nullptr || attrs == nullptr ||
+      attrs_idxs == nullptr || num_attrs == 0 || num_attrs > count || attrs_idxs[0] != 0) {
+    return fail(CUDA_ERROR_INVALID_VALUE, kNoCopy);
+  }
+  // Documented: the legacy NULL stream is not allowed.
+  if (handle == CU_STREAM_LEGACY || (handle == nullptr && !per_thread_api)) {
+    return fail(CUDA_ERROR_INVALID_VALUE, kNoCopy);
+  }
+  for (size_t k = 0; k < num_attrs; ++k) {
+    const CUmemcpySrcAccessOrder order = attrs[k].srcAccessOrder;
+    if ((k > 0 && (attrs_idxs[k] <= attrs_idxs[k - 1] || attrs_idxs[k] >= count)) ||
+        (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
+         order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+         order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY) ||
+        (attrs[k].flags & ~static_cast<unsigned>(CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE)) != 0) {
+      return fail(CUDA_ERROR_INVALID_VALUE, kNoCopy);
+    }
+  }
+  std::vector<Block> blocks;
+  std::vector<bool> read_now;  // Source must be read before the call returns.
+  bool pageable = false;
+  size_t staged_bytes = 0;
+  size_t k = 0;
+  for (size_t i = 0; i < count; ++i) {
+    while (k + 1 < num_attrs && attrs_idxs[k + 1] <= i) ++k;
+    if (sizes[i] == 0) continue;
+    Span d, s;
+    if (CUresult err = ResolveUnifiedRange(dsts[i], sizes[i], &d)) return fail(err, i);
+    if (CUresult err = ResolveUnifiedRange(srcs[i], sizes[i], &s)) return fail(err, i);
+    pageable = pageable || d.kind == MemKind::kPageable || s.kind == MemKind::kPageable;
+    const bool now = attrs[k].srcAccessOrder == CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+    if (now) staged_bytes += sizes[i];
+    blocks.push_back(Block{d.view, s.view, sizes[i]});
+    read_now.push_back(now);
+  }
+  if (blocks.empty()) return CUDA_SUCCESS;
+  const bool wait = pageable && behavior::kBatchWithPageableIsSynchronous;
+  std::shared_ptr<std::vector<char>> staging;
+  if (!wait && staged_bytes != 0) {
+    // Read those sources now, out of stream order, as the attribute allows.
+    staging = std::make_shared<std::vector<char>>(staged_bytes);
+    char* next = staging->data();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (!read_now[i]) continue;
+      std::memcpy(next, blocks[i].src, blocks[i].width);
+      blocks[i].src = next;
+      next += blocks[i].width;
+    }
+  }
+  if (CUresult err = Launch(handle, per_thread_api, std::move(blocks), wait, std::move(staging))) {
+    return fail(err, kNoCopy);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult MemsetD8(CUdeviceptr dst, unsigned char value, size_t n, bool per_thread_api) {
+  Context* ctx;
+  if (CUresult err = CurrentContext(&ctx)) return err;
+  if (n == 0) return CUDA_SUCCESS;
+  Span d;
+  if (CUresult err = ResolveDeviceRange(dst, n, &d)) return err;
+  std::shared_ptr<Stream> stream;
+  if (CUresult err = ResolveStream(nullptr, per_thread_api, &stream)) return err;
+  // Documented: asynchronous to the host unless the target is host or managed memory.
+  char* view = d.view;
+  return Submit(stream, [view, value, n] { std::memset(view, value, n); },
+                d.kind != MemKind::kDevice);
+}
+
+constexpr Naming kH = Naming::kHost;
+constexpr Naming kD = Naming::kDevice;
+constexpr Naming kU = Naming::kUnified;
+constexpr Api kSync = Api::kSync;
+constexpr Api kAsync = Api::kAsync;
+
+uintptr_t Addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+}  // namespace
+}  // namespace fakecuda
+
+using fakecuda::Addr;
+using fakecuda::kAsync;
+using fakecuda::kD;
+using fakecuda::kH;
+using fakecuda::kSync;
+using fakecuda::kU;
+
+extern "C" {
+
+// ---- Linear ----
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  FAKECUDA_ENTER("cuMemcpy");
+  return fakecuda::Copy(kU, dst, kU, src, ByteCount, nullptr, kSync, false);
+}
+
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  FAKECUDA_ENTER("cuMemcpy");
+  return fakecuda::Copy(kU, dst, kU, src, ByteCount, nullptr, kSync, true);
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyAsync");
+  return fakecuda::Copy(kU, dst, kU, src, ByteCount, hStream, kAsync, false);
+}
+
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyAsync");
+  return fakecuda::Copy(kU, dst, kU, src, ByteCount, hStream, kAsync, true);
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+  FAKECUDA_ENTER("cuMemcpyHtoD");
+  return fakecuda::Copy(kD, dstDevice, kH, Addr(srcHost), ByteCount, nullptr, kSync, false);
+}
+
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+  FAKECUDA_ENTER("cuMemcpyHtoD");
+  return fakecuda::Copy(kD, dstDevice, kH, Addr(srcHost), ByteCount, nullptr, kSync, true);
+}
+
+CUresult cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  FAKECUDA_ENTER("cuMemcpyDtoH");
+  return fakecuda::Copy(kH, Addr(dstHost), kD, srcDevice, ByteCount, nullptr, kSync, false);
+}
+
+CUresult cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  FAKECUDA_ENTER("cuMemcpyDtoH");
+  return fakecuda::Copy(kH, Addr(dstHost), kD, srcDevice, ByteCount, nullptr, kSync, true);
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+  FAKECUDA_ENTER("cuMemcpyDtoD");
+  return fakecuda::Copy(kD, dstDevice, kD, srcDevice, ByteCount, nullptr, kSync, false);
+}
+
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+  FAKECUDA_ENTER("cuMemcpyDtoD");
+  return fakecuda::Copy(kD, dstDevice, kD, srcDevice, ByteCount, nullptr, kSync, true);
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
+                              CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyHtoDAsync");
+  return fakecuda::Copy(kD, dstDevice, kH, Addr(srcHost), ByteCount, hStream, kAsync, false);
+}
+
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
+                                   CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyHtoDAsync");
+  return fakecuda::Copy(kD, dstDevice, kH, Addr(srcHost), ByteCount, hStream, kAsync, true);
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyDtoHAsync");
+  return fakecuda::Copy(kH, Addr(dstHost), kD, srcDevice, ByteCount, hStream, kAsync, false);
+}
+
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                   CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyDtoHAsync");
+  return fakecuda::Copy(kH, Addr(dstHost), kD, srcDevice, ByteCount, hStream, kAsync, true);
+}
+
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyDtoDAsync");
+  return fakecuda::Copy(kD, dstDevice, kD, srcDevice, ByteCount, hStream, kAsync, false);
+}
+
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                                   CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyDtoDAsync");
+  return fakecuda::Copy(kD, dstDevice, kD, srcDevice, ByteCount, hStream, kAsync, true);
+}
+
+// ---- 2D and 3D ----
+
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* pCopy) {
+  FAKECUDA_ENTER("cuMemcpy2D");
+  return fakecuda::Copy2D(pCopy, nullptr, kSync, false);
+}
+
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* pCopy) {
+  FAKECUDA_ENTER("cuMemcpy2D");
+  return fakecuda::Copy2D(pCopy, nullptr, kSync, true);
+}
+
+CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* pCopy) {
+  FAKECUDA_ENTER("cuMemcpy2DUnaligned");
+  return fakecuda::Copy2D(pCopy, nullptr, kSync, false);
+}
+
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* pCopy) {
+  FAKECUDA_ENTER("cuMemcpy2DUnaligned");
+  return fakecuda::Copy2D(pCopy, nullptr, kSync, true);
+}
+
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* pCopy, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpy2DAsync");
+  return fakecuda::Copy2D(pCopy, hStream, kAsync, false);
+}
+
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* pCopy, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpy2DAsync");
+  return fakecuda::Copy2D(pCopy, hStream, kAsync, true);
+}
+
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* pCopy) {
+  FAKECUDA_ENTER("cuMemcpy3D");
+  return fakecuda::Copy3DDescriptor(pCopy, nullptr, kSync, false);
+}
+
+CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* pCopy) {
+  FAKECUDA_ENTER("cuMemcpy3D");
+  return fakecuda::Copy3DDescriptor(pCopy, nullptr, kSync, true);
+}
+
+CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* pCopy, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpy3DAsync");
+  return fakecuda::Copy3DDescriptor(pCopy, hStream, kAsync, false);
+}
+
+CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* pCopy, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpy3DAsync");
+  return fakecuda::Copy3DDescriptor(pCopy, hStream, kAsync, true);
+}
+
+// ---- Batches: the CUDA 12.8 ABI (with failIdx) and the CUDA 13.0 one ----
+
+CUresult cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                            CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                            size_t* failIdx, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyBatchAsync");
+  return fakecuda::Batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream,
+                         false);
+}
+
+CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                 CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                                 size_t* failIdx, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyBatchAsync");
+  return fakecuda::Batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream,
+                         true);
+}
+
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                               CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                               CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyBatchAsync");
+  return fakecuda::Batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, nullptr, hStream,
+                         false);
+}
+
+CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
+                                    size_t count, CUmemcpyAttributes* attrs, size_t* attrsIdxs,
+                                    size_t numAttrs, CUstream hStream) {
+  FAKECUDA_ENTER("cuMemcpyBatchAsync");
+  return fakecuda::Batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, nullptr, hStream,
+                         true);
+}
+
+// ---- Memset ----
+
+CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  FAKECUDA_ENTER("cuMemsetD8");
+  return fakecuda::MemsetD8(dstDevice, uc, N, false);
+}
+
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  FAKECUDA_ENTER("cuMemsetD8");
+  return fakecuda::MemsetD8(dstDevice, uc, N, true);
+}
+
+}  // extern "C"

@@ -1,0 +1,99 @@
+// Where the simulated driver had to pick an answer the CUDA documentation does
+// not pin down, the pick is written here, once. Each entry says where it comes
+// from; correct it here if the real driver (CUDA 13.0, driver 580) is measured
+// to differ, and the tests that pin it down will point at what else changes.
+#ifndef PINSHIM_TESTS_FAKECUDA_DRIVER_BEHAVIOR_H_
+#define PINSHIM_TESTS_FAKECUDA_DRIVER_BEHAVIOR_H_
+
+#include <cuda.h>
+
+#include <cstddef>
+
+namespace fakecuda {
+namespace behavior {
+
+// cuDriverGetVersion and the newest ABI the proc-address table knows.
+constexpr int kDriverVersion = 13000;
+
+// Devices when FAKECUDA_DEVICES is unset; FAKECUDA_DEVICES=0 makes cuInit
+// return CUDA_ERROR_NO_DEVICE, as on a machine without a GPU.
+constexpr int kDefaultDeviceCount = 2;
+constexpr int kMaxDeviceCount = 16;
+
+// An H200: 143771 MiB, compute capability 9.0.
+constexpr size_t kDeviceTotalMem = 143771ull << 20;
+
+// Unified addressing maps every page-locked allocation into the device address
+// space, so cuMemHostGetFlags on cuMemHostAlloc/cuMemAllocHost memory reports
+// the flags given plus DEVICEMAP (reported measured on driver 590:
+// cuMemHostAlloc(flags=0) reads back 0x2).
+constexpr unsigned kImpliedHostAllocFlags = CU_MEMHOSTALLOC_DEVICEMAP;
+
+// Documented: cuMemHostGetFlags fails unless the pointer lies in memory from
+// cuMemAllocHost/cuMemHostAlloc, so registered memory reads back an error.
+constexpr bool kHostGetFlagsOnRegistered = false;
+
+// CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM is 1 on every device here, so the
+// device pointer of any page-locked memory (write-combined included) is the
+// host address itself.
+constexpr bool kDevicePointerIsHostPointer = true;
+
+// Reported measured on driver 590: cuMemHostAlloc with size 0 succeeds. The
+// pointer it returns here is a real (one page) allocation, freed as usual.
+constexpr bool kHostAllocZeroSizeSucceeds = true;
+
+// Reported measured on driver 590: cuMemHostRegister accepts ranges that are
+// not page aligned; overlap is judged on the exact byte ranges, so two buffers
+// sharing a page register independently.
+constexpr bool kRegisterByExactByteRange = true;
+
+// Reported measured on driver 590: cuMemHostUnregister on a pointer inside a
+// registration (not its start) or on cuMemHostAlloc memory returns
+// CUDA_ERROR_INVALID_VALUE; on memory never registered, NOT_REGISTERED.
+constexpr CUresult kUnregisterInteriorPointer = CUDA_ERROR_INVALID_VALUE;
+constexpr CUresult kUnregisterHostAlloc = CUDA_ERROR_INVALID_VALUE;
+constexpr CUresult kUnregisterUnknown = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+
+// Not measured: registering a range that is not mapped in the process, or
+// registering with CU_MEMHOSTREGISTER_IOMEMORY (no I/O memory here).
+constexpr CUresult kRegisterUnmapped = CUDA_ERROR_INVALID_VALUE;
+constexpr CUresult kRegisterIoMemory = CUDA_ERROR_NOT_SUPPORTED;
+
+// Not measured: freeing a null pointer. cuMemFree(0) and cuMemFreeHost(NULL)
+// are treated as "not allocated by this driver".
+constexpr CUresult kFreeNull = CUDA_ERROR_INVALID_VALUE;
+
+// Not measured: managed memory reads back as CU_MEMORYTYPE_DEVICE with
+// IS_MANAGED set (the runtime turns that pair into cudaMemoryTypeManaged).
+constexpr CUmemorytype kManagedMemoryType = CU_MEMORYTYPE_DEVICE;
+
+// Boolean pointer attributes (IS_MANAGED, MAPPED, ...) are written as a 4-byte
+// unsigned int, the width callers commonly pass.
+using PointerAttrBool = unsigned int;
+
+// Documented: cuMemAllocPitch takes element sizes 4, 8 or 16; the pitch is the
+// width rounded up to this (what current GPUs return).
+constexpr size_t kPitchAlignment = 512;
+
+// Not measured: a batch (cuMemcpyBatchAsync) that touches pageable host memory
+// completes before the call returns, like every other asynchronous copy of
+// pageable memory, whatever the source access order says.
+constexpr bool kBatchWithPageableIsSynchronous = true;
+
+// cuGetProcAddress: a symbol that is unknown or has no ABI at the requested
+// version sets *pfn to NULL and returns CUDA_ERROR_NOT_FOUND (what current
+// drivers return; older documentation says CUDA_SUCCESS). Versions newer than
+// kDriverVersion are not rejected.
+constexpr CUresult kProcAddressNotFound = CUDA_ERROR_NOT_FOUND;
+
+// Not measured: destroying a primary context with cuCtxDestroy, or a context
+// handle that is unknown or already destroyed.
+constexpr CUresult kBadContextHandle = CUDA_ERROR_INVALID_CONTEXT;
+
+// Not measured: cuStreamDestroy on the NULL/legacy/per-thread handles.
+constexpr CUresult kDestroySpecialStream = CUDA_ERROR_INVALID_HANDLE;
+
+}  // namespace behavior
+}  // namespace fakecuda
+
+#endif  // PINSHIM_TESTS_FAKECUDA_DRIVER_BEHAVIOR_H_

@@ -1,0 +1,244 @@
+// Shared internals of the simulated CUDA driver (libcuda.so.1 for CI).
+//
+// One State holds everything, behind one mutex. The State is never destroyed,
+// so stream workers still running when the process exits never touch a dead
+// object; a forked child abandons its parent's State and starts a fresh one.
+// Exported entry points never call each other: each does its own bookkeeping
+// and then uses the functions declared here.
+#ifndef PINSHIM_TESTS_FAKECUDA_INTERNAL_H_
+#define PINSHIM_TESTS_FAKECUDA_INTERNAL_H_
+
+#include <cuda.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace fakecuda {
+
+// ---- Call accounting (core.cc) ---------------------------------------------
+
+// One per exported function; functions sharing a base name share the count.
+struct ApiSite {
+  explicit ApiSite(const char* base_name);
+  const char* name;
+  std::atomic<uint64_t> calls{0};
+  ApiSite* next = nullptr;
+};
+
+// Counts the call; returns the error armed by fakecuda_fail_next, else success.
+CUresult Enter(ApiSite* site);
+
+// First statement of every exported function: counts it and honours
+// fakecuda_fail_next for `base_name` (the name cuGetProcAddress takes).
+#define FAKECUDA_ENTER(base_name)                                      \
+  static ::fakecuda::ApiSite fakecuda_site(base_name);                 \
+  if (CUresult fakecuda_armed = ::fakecuda::Enter(&fakecuda_site)) {   \
+    return fakecuda_armed;                                             \
+  }
+
+// ---- Objects ------------------------------------------------------------------
+
+struct Stream;
+struct Event;
+
+// A monotonic completion counter: stream op sequence numbers, event records.
+struct Progress {
+  uint64_t done = 0;  // Guarded by State::mu.
+};
+
+// "Wait until progress->done >= target."
+struct Dep {
+  std::shared_ptr<Progress> progress;
+  uint64_t target;
+};
+
+struct Context {
+  int device = 0;
+  unsigned flags = 0;
+  bool primary = false;
+  int primary_refs = 0;  // Guarded by State::mu.
+  // Contexts are never freed, so a stale handle reads false here instead of
+  // touching freed memory.
+  std::atomic<bool> alive{true};
+  std::shared_ptr<Stream> legacy;  // The NULL stream; set once at creation.
+};
+
+// One unit of stream work, run by the stream's worker in order.
+struct Op {
+  uint64_t seq = 0;
+  std::vector<Dep> deps;
+  std::function<void()> work;  // Empty for event markers and waits.
+  bool delayed = false;        // Subject to fakecuda_set_copy_delay_us.
+  std::shared_ptr<Event> marks;  // Event completed by this op, if any.
+  uint64_t mark_generation = 0;
+};
+
+struct Stream {
+  enum class Kind { kUser, kLegacy, kPerThread };
+  Context* ctx = nullptr;
+  unsigned flags = 0;
+  Kind kind = Kind::kUser;
+  // All guarded by State::mu.
+  std::deque<Op> queue;
+  uint64_t enqueued = 0;
+  std::shared_ptr<Progress> progress = std::make_shared<Progress>();
+  bool retired = false;  // Destroyed by the program; drains, then goes away.
+  bool worker_running = false;
+  bool held = false;     // fakecuda_hold_stream: start no further op.
+};
+
+struct Event {
+  unsigned flags = 0;
+  // All guarded by State::mu.
+  uint64_t recorded = 0;  // Generation of the latest cuEventRecord.
+  std::shared_ptr<Progress> progress = std::make_shared<Progress>();
+  std::chrono::steady_clock::time_point completed_at;
+};
+
+enum class MemKind { kPageable, kPinned, kDevice, kManaged };
+
+struct DeviceAlloc {
+  CUdeviceptr base = 0;
+  size_t size = 0;        // As requested.
+  size_t mapped = 0;      // Page-rounded part that is backed.
+  size_t arena_len = 0;   // Plus the guard page.
+  char* view = nullptr;   // Where the bytes live for this library's copies.
+  Context* ctx = nullptr;
+  bool managed = false;
+  uint64_t id = 0;
+};
+
+// A page-locked host range: a cuMemHostAlloc allocation or a registration.
+struct HostRange {
+  uintptr_t base = 0;
+  size_t size = 0;
+  size_t mapped = 0;  // Allocations only: the mmap length.
+  unsigned flags = 0;
+  Context* ctx = nullptr;
+  uint64_t id = 0;
+};
+
+// ---- Process state (core.cc) ----------------------------------------------------
+
+struct State {
+  std::mutex mu;
+  // Signalled on every change a waiter may care about: work queued, op
+  // finished, stream retired. One condition keeps the fork handling simple.
+  std::condition_variable cv;
+
+  uint64_t epoch = 0;  // Bumped in each forked child; set before any thread reads it.
+  std::atomic<bool> initialized{false};
+  int device_count = 0;
+  size_t page = 4096;
+
+  std::vector<Context*> primary;         // Per device, created on first retain.
+  std::unordered_set<Context*> contexts;  // Live contexts.
+
+  // Device addresses: [dev_base, dev_base + arena_size) stays inaccessible to
+  // the host; a device allocation's bytes live at the same offset from
+  // shadow_base. Managed memory is mapped at its device address itself.
+  uintptr_t dev_base = 0;
+  uintptr_t shadow_base = 0;
+  size_t arena_size = 0;
+  bool arena_ready = false;
+  std::map<size_t, size_t> arena_free;  // Offset -> length.
+  std::map<uintptr_t, DeviceAlloc> device_allocs;
+  std::vector<size_t> device_used;      // Bytes, per device.
+
+  std::map<uintptr_t, HostRange> host_allocs;
+  std::map<uintptr_t, HostRange> registrations;
+  uint64_t next_buffer_id = 1;
+
+  std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;  // Incl. retired, until drained.
+  std::unordered_map<Event*, std::shared_ptr<Event>> events;
+};
+
+// The live state. Only a fork child handler ever replaces it.
+State& S();
+
+struct ThreadState {
+  uint64_t epoch = 0;
+  std::vector<Context*> stack;  // Current context on top.
+  std::vector<std::pair<Context*, std::shared_ptr<Stream>>> default_streams;
+};
+
+// The calling thread's state, reset if it was inherited across fork. At thread
+// exit its per-thread default streams are retired (their work still finishes).
+ThreadState& T();
+
+// CUDA_ERROR_NOT_INITIALIZED before cuInit, else success.
+CUresult RequireInit();
+
+// The calling thread's current context; NOT_INITIALIZED or INVALID_CONTEXT.
+CUresult CurrentContext(Context** ctx);
+
+// Microseconds each delayed op waits before running (fakecuda_set_copy_delay_us).
+unsigned CopyDelayUs();
+
+// ---- Memory (memory.cc) ---------------------------------------------------------
+
+// What a copy operand resolves to: where its bytes are, and what kind.
+struct Span {
+  char* view = nullptr;
+  MemKind kind = MemKind::kPageable;
+};
+
+// Sets up the device address arena; called by cuInit with State::mu held.
+CUresult ReserveArena(State& s);
+
+// [p, p + len) named as host memory by the API. Device memory is refused
+// (the host cannot touch it); managed memory is accepted.
+CUresult ResolveHostRange(const void* p, size_t len, Span* out);
+
+// [p, p + len) named as device memory: a device or managed allocation, or
+// page-locked host memory (mapped under unified addressing).
+CUresult ResolveDeviceRange(CUdeviceptr p, size_t len, Span* out);
+
+// [p, p + len) as a unified address: classified, as CU_MEMORYTYPE_UNIFIED does.
+CUresult ResolveUnifiedRange(CUdeviceptr p, size_t len, Span* out);
+
+// ---- Streams (streams.cc) -------------------------------------------------------
+
+// Creates and registers a stream of `ctx`. State::mu must be held.
+std::shared_ptr<Stream> NewStreamLocked(Context* ctx, unsigned flags, Stream::Kind kind);
+
+// The stream an API call names: NULL means the legacy stream, or the calling
+// thread's default stream for the per-thread (_ptds/_ptsz) variants.
+CUresult ResolveStream(CUstream handle, bool per_thread_api, std::shared_ptr<Stream>* out);
+
+// Queues `work` on `stream` in stream order; with `wait`, returns once it ran.
+CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work, bool wait);
+
+// Waits for all work queued so far on the streams of `ctx`.
+void SynchronizeContext(Context* ctx);
+
+// Waits for all work queued so far on every stream (frees do this).
+void WaitAllStreamsIdle();
+
+// Retires `stream`: it takes no more work, drains, then goes away.
+void RetireStream(const std::shared_ptr<Stream>& stream);
+
+// Retires every stream of `ctx` (cuCtxDestroy).
+void RetireContextStreams(Context* ctx);
+
+// ---- Entry point table (proc_address.cc) ----------------------------------------
+
+// What cuGetProcAddress finds for `symbol` at `version` with `flags`.
+CUresult LookupProc(const char* symbol, int version, cuuint64_t flags, void** pfn,
+                    CUdriverProcAddressQueryResult* status);
+
+}  // namespace fakecuda
+
+#endif  // PINSHIM_TESTS_FAKECUDA_INTERNAL_H_
