@@ -1,0 +1,677 @@
+#include "analyzer/report/trace_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <queue>
+
+#include "shim/trace/crc32c.h"
+
+namespace pinshim {
+namespace report {
+
+using trace::GetSigned;
+using trace::GetVarint;
+
+namespace {
+
+// Frame types a resynchronising scan accepts; anything else at a candidate
+// offset is taken for garbage, which keeps resynchronisation fast.
+constexpr uint8_t kMaxResyncFrameType = 32;
+
+bool GetString(const uint8_t** p, const uint8_t* end, std::string* out) {
+  uint64_t n;
+  const uint8_t* q = *p;
+  if (!GetVarint(&q, end, &n) || n > static_cast<uint64_t>(end - q)) return false;
+  out->assign(reinterpret_cast<const char*>(q), static_cast<size_t>(n));
+  *p = q + n;
+  return true;
+}
+
+std::string HumanBytes(uint64_t n) {
+  char buf[64];
+  if (n < 1024) {
+    snprintf(buf, sizeof(buf), "%llu bytes", static_cast<unsigned long long>(n));
+  } else if (n < (1u << 20)) {
+    snprintf(buf, sizeof(buf), "%.1f KiB", n / 1024.0);
+  } else {
+    snprintf(buf, sizeof(buf), "%.1f MiB", n / 1048576.0);
+  }
+  return buf;
+}
+
+}  // namespace
+
+TraceReader::~TraceReader() {
+  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
+}
+
+bool TraceReader::Open(const std::string& path, std::string* error) {
+  path_ = path;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = path + ": cannot open: " + strerror(errno);
+    return false;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    *error = path + ": cannot stat: " + strerror(errno);
+    close(fd);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *error = path + ": not a regular file";
+    close(fd);
+    return false;
+  }
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  damage_.seconds_since_modified =
+      static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) +
+      static_cast<double>(now.tv_nsec - st.st_mtim.tv_nsec) * 1e-9;
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size > 0) {
+    void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+      *error = path + ": cannot map: " + strerror(errno);
+      close(fd);
+      return false;
+    }
+    madvise(m, size, MADV_SEQUENTIAL);
+    mapping_ = m;
+    mapping_size_ = size;
+    data_ = static_cast<const uint8_t*>(m);
+  }
+  close(fd);
+  size_ = size;
+  if (!Scan(error)) {
+    *error = path + ": " + *error;
+    return false;
+  }
+  return true;
+}
+
+bool TraceReader::OpenBuffer(const uint8_t* data, size_t size, std::string* error) {
+  data_ = data;
+  size_ = size;
+  return Scan(error);
+}
+
+bool TraceReader::Scan(std::string* error) {
+  damage_.file_bytes = size_;
+  if (size_ == 0) {
+    *error = "empty file: the process did not start tracing, or was killed at once";
+    return false;
+  }
+  if (size_ < sizeof(trace::kTraceMagic) ||
+      memcmp(data_, trace::kTraceMagic, sizeof(trace::kTraceMagic)) != 0) {
+    *error = "not a pinshim trace (no PINSHIMT header)";
+    return false;
+  }
+  if (size_ < trace::kFileHeaderBytes) {
+    *error = "truncated in its header (" + std::to_string(size_) + " bytes)";
+    return false;
+  }
+  uint16_t version = trace::LoadU16(data_ + 8);
+  if (version != trace::kTraceVersion) {
+    *error = "trace format version " + std::to_string(version) + ", but this pinshim reads version " +
+             std::to_string(trace::kTraceVersion) + "; use the pinshim that wrote it";
+    return false;
+  }
+  uint16_t header_bytes = trace::LoadU16(data_ + 10);
+  if (trace::UnmaskCrc(trace::LoadU32(data_ + 28)) != trace::Crc32c(data_, 28)) {
+    damage_.header_crc_bad = true;
+  }
+  if (header_bytes < trace::kFileHeaderBytes || header_bytes > size_) {
+    header_bytes = static_cast<uint16_t>(trace::kFileHeaderBytes);
+    damage_.header_crc_bad = true;
+  }
+
+  uint64_t pos = header_bytes;
+  while (pos < size_) {
+    if (FrameAt(pos, false)) {
+      uint32_t len = trace::LoadU32(data_ + pos + 4);
+      const uint8_t* payload = data_ + pos + trace::kFrameHeaderBytes;
+      HandleFrame(data_[pos + 8], payload, payload + len, pos);
+      pos += trace::kFrameHeaderBytes + len;
+      continue;
+    }
+    // Damage: find the next frame that checks out.
+    uint64_t start = pos;
+    uint64_t next = pos + 1;
+    while (next < size_ && !FrameAt(next, true)) ++next;
+    uint64_t lost = next - start;
+    if (damage_.skipped_regions == 0) damage_.first_bad_offset = start;
+    ++damage_.skipped_regions;
+    damage_.skipped_bytes += lost;
+    if (next >= size_) {
+      damage_.torn_tail_bytes = lost;
+      break;
+    }
+    pos = next;
+  }
+  std::sort(batches_.begin(), batches_.end(), [](const Batch& a, const Batch& b) {
+    return a.first_ns != b.first_ns ? a.first_ns < b.first_ns : a.offset < b.offset;
+  });
+  return true;
+}
+
+bool TraceReader::FrameAt(uint64_t pos, bool resync) const {
+  if (size_ - pos < trace::kFrameHeaderBytes) return false;
+  uint32_t len = trace::LoadU32(data_ + pos + 4);
+  uint8_t type = data_[pos + 8];
+  if (len > trace::kMaxFramePayload || len > size_ - pos - trace::kFrameHeaderBytes) return false;
+  if (type == 0 || (resync && type > kMaxResyncFrameType)) return false;
+  uint32_t crc = trace::Crc32cExtend(0, data_ + pos + 8, 1 + static_cast<size_t>(len));
+  return crc == trace::UnmaskCrc(trace::LoadU32(data_ + pos));
+}
+
+void TraceReader::HandleFrame(uint8_t type, const uint8_t* p, const uint8_t* end,
+                              uint64_t offset) {
+  switch (static_cast<trace::FrameType>(type)) {
+    case trace::FrameType::kProcess:
+      ParseProcess(p, end);
+      break;
+    case trace::FrameType::kApiNames:
+      ParseApiNames(p, end);
+      break;
+    case trace::FrameType::kModules:
+      ParseModules(p, end);
+      break;
+    case trace::FrameType::kStack:
+      ParseStack(p, end);
+      break;
+    case trace::FrameType::kEvents:
+      ParseBatch(p, end, offset);
+      break;
+    case trace::FrameType::kEnd: {
+      uint64_t dropped = 0, overflow = 0, t = 0;
+      if (GetVarint(&p, end, &dropped) && GetVarint(&p, end, &overflow) &&
+          GetVarint(&p, end, &t)) {
+        damage_.has_end = true;
+        damage_.end_ns = t;
+        damage_.stacks_not_stored = overflow;
+        if (dropped > damage_.dropped_events) damage_.dropped_events = dropped;
+      } else {
+        ++damage_.bad_events;
+      }
+      break;
+    }
+    default:
+      ++damage_.unknown_frames;
+  }
+}
+
+void TraceReader::ParseProcess(const uint8_t* p, const uint8_t* end) {
+  has_process_ = true;
+  while (p < end) {
+    uint64_t tag, len;
+    if (!GetVarint(&p, end, &tag) || !GetVarint(&p, end, &len) ||
+        len > static_cast<uint64_t>(end - p)) {
+      ++damage_.bad_events;
+      return;
+    }
+    const uint8_t* v = p;
+    const uint8_t* vend = p + len;
+    p = vend;
+    std::string text(reinterpret_cast<const char*>(v), static_cast<size_t>(len));
+    uint64_t u = 0;
+    const uint8_t* q = v;
+    bool has_u = GetVarint(&q, vend, &u);
+    switch (static_cast<trace::ProcessTag>(tag)) {
+      case trace::ProcessTag::kPid: if (has_u) process_.pid = u; break;
+      case trace::ProcessTag::kParentPid: if (has_u) process_.parent_pid = u; break;
+      case trace::ProcessTag::kForkedFrom: if (has_u) process_.forked_from = u; break;
+      case trace::ProcessTag::kProgram: process_.program = text; break;
+      case trace::ProcessTag::kCommandLine: {
+        process_.command_line.clear();
+        size_t start = 0;
+        for (size_t i = 0; i <= text.size(); ++i) {
+          if (i == text.size() || text[i] == '\0') {
+            process_.command_line.push_back(text.substr(start, i - start));
+            start = i + 1;
+          }
+        }
+        break;
+      }
+      case trace::ProcessTag::kHostname: process_.hostname = text; break;
+      case trace::ProcessTag::kRank: if (has_u) process_.rank = trace::UnZigZag(u); break;
+      case trace::ProcessTag::kStartMonotonicNs: if (has_u) process_.start_monotonic_ns = u; break;
+      case trace::ProcessTag::kStartRealtimeNs: if (has_u) process_.start_realtime_ns = u; break;
+      case trace::ProcessTag::kPageSize: if (has_u && u) process_.page_size = u; break;
+      case trace::ProcessTag::kPhysicalBytes: if (has_u) process_.physical_bytes = u; break;
+      case trace::ProcessTag::kMemlockLimit: if (has_u) process_.memlock_limit = u; break;
+      case trace::ProcessTag::kSwapTotalBytes: if (has_u) process_.swap_total_bytes = u; break;
+      case trace::ProcessTag::kSampleMs: if (has_u) process_.sample_ms = u; break;
+      case trace::ProcessTag::kStackDepth: if (has_u) process_.stack_depth = u; break;
+      case trace::ProcessTag::kBudgetBytes: if (has_u) process_.budget_bytes = u; break;
+      case trace::ProcessTag::kMode: process_.mode = text; break;
+      case trace::ProcessTag::kVersion: process_.version = text; break;
+      case trace::ProcessTag::kWcGuard: if (has_u) process_.wc_guard = u != 0; break;
+      default: break;  // a newer writer's field
+    }
+  }
+}
+
+void TraceReader::ParseApiNames(const uint8_t* p, const uint8_t* end) {
+  uint64_t count;
+  if (!GetVarint(&p, end, &count)) return;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t id;
+    std::string name;
+    if (!GetVarint(&p, end, &id) || !GetString(&p, end, &name)) {
+      ++damage_.bad_events;
+      return;
+    }
+    api_names_[static_cast<uint32_t>(id)] = name;
+  }
+}
+
+void TraceReader::ParseModules(const uint8_t* p, const uint8_t* end) {
+  ModuleMap map;
+  uint64_t gen, count;
+  if (!GetVarint(&p, end, &gen) || !GetVarint(&p, end, &count)) {
+    ++damage_.bad_events;
+    return;
+  }
+  map.generation = static_cast<uint32_t>(gen);
+  for (uint64_t i = 0; i < count && p < end; ++i) {
+    Module m;
+    uint64_t bias, flags, nseg;
+    if (!GetString(&p, end, &m.path) || !GetString(&p, end, &m.build_id) ||
+        !GetVarint(&p, end, &bias) || !GetVarint(&p, end, &flags) ||
+        !GetVarint(&p, end, &nseg) || nseg > static_cast<uint64_t>(end - p)) {
+      ++damage_.bad_events;
+      break;
+    }
+    m.bias = bias;
+    m.flags = static_cast<uint32_t>(flags);
+    for (uint64_t s = 0; s < nseg; ++s) {
+      uint64_t start, len;
+      if (!GetVarint(&p, end, &start) || !GetVarint(&p, end, &len)) {
+        ++damage_.bad_events;
+        break;
+      }
+      m.segments.push_back(Segment{start, len});
+    }
+    map.modules.push_back(std::move(m));
+  }
+  module_maps_.push_back(std::move(map));
+}
+
+void TraceReader::ParseStack(const uint8_t* p, const uint8_t* end) {
+  uint64_t id, gen, depth, mask;
+  if (!GetVarint(&p, end, &id) || !GetVarint(&p, end, &gen) || !GetVarint(&p, end, &depth) ||
+      !GetVarint(&p, end, &mask) || id == 0 || id > kMaxStackId ||
+      depth > static_cast<uint64_t>(trace::kMaxStackDepth)) {
+    ++damage_.bad_events;
+    return;
+  }
+  Stack s;
+  s.generation = static_cast<uint32_t>(gen);
+  s.exact_mask = mask;
+  uint64_t ip = 0;
+  for (uint64_t i = 0; i < depth; ++i) {
+    if (i == 0) {
+      if (!GetVarint(&p, end, &ip)) break;
+    } else {
+      int64_t d;
+      if (!GetSigned(&p, end, &d)) break;
+      ip += static_cast<uint64_t>(d);
+    }
+    s.ips.push_back(ip);
+  }
+  if (s.ips.size() != depth) {
+    ++damage_.bad_events;
+    return;
+  }
+  uint32_t key = static_cast<uint32_t>(id);
+  if (key > max_stack_id_) max_stack_id_ = key;
+  stacks_[key] = std::move(s);
+}
+
+void TraceReader::ParseBatch(const uint8_t* p, const uint8_t* end, uint64_t offset) {
+  uint64_t tid, first, last, count;
+  const uint8_t* start = p;
+  if (!GetVarint(&p, end, &tid) || !GetVarint(&p, end, &first) || !GetVarint(&p, end, &last) ||
+      !GetVarint(&p, end, &count)) {
+    ++damage_.bad_events;
+    return;
+  }
+  Batch b;
+  b.offset = offset + trace::kFrameHeaderBytes + static_cast<uint64_t>(p - start);
+  b.length = static_cast<uint64_t>(end - p);
+  b.tid = static_cast<uint32_t>(tid);
+  // Every event takes at least three bytes: a count beyond that is damage.
+  b.count = static_cast<uint32_t>(std::min<uint64_t>(count, b.length / 3));
+  b.first_ns = first;
+  b.last_ns = last < first ? first : last;
+  if (b.count == 0) return;
+  if (batches_.empty() || first < first_ns_) first_ns_ = first;
+  if (b.last_ns > last_ns_) last_ns_ = b.last_ns;
+  event_count_ += b.count;
+  batches_.push_back(b);
+}
+
+const Stack* TraceReader::FindStack(uint32_t id) const {
+  auto it = stacks_.find(id);
+  return it == stacks_.end() ? nullptr : &it->second;
+}
+
+const std::string& TraceReader::ApiName(uint32_t api) const {
+  static const std::string kEmpty;
+  auto it = api_names_.find(api);
+  return it == api_names_.end() ? kEmpty : it->second;
+}
+
+namespace {
+
+// Decodes the events of one batch, keeping the batch's delta state.
+class BatchCursor {
+ public:
+  BatchCursor(const uint8_t* p, const uint8_t* end, uint32_t tid, uint32_t count,
+              uint64_t first_ns)
+      : p_(p), end_(end), remaining_(count), prev_time_(first_ns) {
+    event_.tid = tid;
+  }
+
+  // Advances to the next known event; false at the end of the batch.
+  bool Next(uint64_t* bad, uint64_t* unknown) {
+    while (remaining_ > 0 && p_ < end_) {
+      --remaining_;
+      uint8_t type = *p_++;
+      uint64_t len;
+      if (!GetVarint(&p_, end_, &len) || len > static_cast<uint64_t>(end_ - p_)) {
+        ++*bad;
+        p_ = end_;
+        return false;
+      }
+      const uint8_t* q = p_;
+      const uint8_t* qend = p_ + len;
+      p_ = qend;
+      int r = Decode(type, q, qend);
+      if (r > 0) return true;
+      if (r < 0) ++*bad;
+      else ++*unknown;
+    }
+    return false;
+  }
+
+  const Event& event() const { return event_; }
+
+ private:
+  // 1: decoded, 0: unknown type, -1: malformed.
+  int Decode(uint8_t type, const uint8_t* q, const uint8_t* end) {
+    int64_t dt;
+    if (!GetSigned(&q, end, &dt)) return -1;
+    uint64_t time = prev_time_ + static_cast<uint64_t>(dt);
+    Event& e = event_;
+    uint64_t u[12];
+    switch (static_cast<trace::EventType>(type)) {
+      case trace::EventType::kCopy: {
+        for (int i = 0; i < 6; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        int64_t ds, dp, da;
+        if (!GetSigned(&q, end, &ds) || !GetSigned(&q, end, &dp) || !GetSigned(&q, end, &da)) {
+          return -1;
+        }
+        uint64_t bits = u[2];
+        uint64_t flags = 0;
+        int64_t result = 0, device = 0;
+        if ((bits & trace::kCopyHasFlags) && !GetVarint(&q, end, &flags)) return -1;
+        if ((bits & trace::kCopyHasResult) && !GetSigned(&q, end, &result)) return -1;
+        if ((bits & trace::kCopyHasDevice) && !GetSigned(&q, end, &device)) return -1;
+        uint64_t src = u[3] & 7, dst = (u[3] >> 3) & 7;
+        if (src >= static_cast<uint64_t>(MemKind::kCount) ||
+            dst >= static_cast<uint64_t>(MemKind::kCount)) {
+          return -1;
+        }
+        e.type = trace::EventType::kCopy;
+        e.duration_ns = u[0];
+        e.api = static_cast<uint32_t>(u[1]);
+        e.dir = static_cast<CopyDir>(bits & trace::kCopyDirMask);
+        e.async = (bits & trace::kCopyAsync) != 0;
+        e.src = static_cast<MemKind>(src);
+        e.dst = static_cast<MemKind>(dst);
+        e.bytes = u[4];
+        e.stack = u[5] > kMaxStackId ? 0 : static_cast<uint32_t>(u[5]);
+        prev_stream_ += static_cast<uint64_t>(ds);
+        prev_host_ptr_ += static_cast<uint64_t>(dp);
+        prev_alloc_id_ += static_cast<uint64_t>(da);
+        e.stream = prev_stream_;
+        e.host_ptr = prev_host_ptr_;
+        e.alloc_id = prev_alloc_id_;
+        e.host_flags = static_cast<uint32_t>(flags);
+        e.result = static_cast<int32_t>(result);
+        if (bits & trace::kCopyHasDevice) prev_device_ = static_cast<int32_t>(device);
+        e.device = prev_device_;
+        break;
+      }
+      case trace::EventType::kPin: {
+        for (int i = 0; i < 7; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        int64_t result, device;
+        if (!GetSigned(&q, end, &result) || !GetSigned(&q, end, &device)) return -1;
+        if (u[2] > 3) return -1;
+        e.type = trace::EventType::kPin;
+        e.duration_ns = u[0];
+        e.api = static_cast<uint32_t>(u[1]);
+        e.op = static_cast<PinOp>(u[2]);
+        e.ptr = u[3];
+        e.bytes = u[4];
+        e.flags = static_cast<uint32_t>(u[5]);
+        e.stack = u[6] > kMaxStackId ? 0 : static_cast<uint32_t>(u[6]);
+        e.result = static_cast<int32_t>(result);
+        e.device = static_cast<int32_t>(device);
+        break;
+      }
+      case trace::EventType::kHostAlloc: {
+        for (int i = 0; i < 5; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        e.type = trace::EventType::kHostAlloc;
+        e.duration_ns = 0;
+        e.alloc_id = u[0];
+        e.ptr = u[1];
+        e.bytes = u[2];
+        e.is_free = (u[3] & 1) != 0;
+        e.source = static_cast<uint8_t>(u[3] >> 1);
+        e.stack = u[4] > kMaxStackId ? 0 : static_cast<uint32_t>(u[4]);
+        break;
+      }
+      case trace::EventType::kMisuse: {
+        for (int i = 0; i < 5; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        e.type = trace::EventType::kMisuse;
+        e.duration_ns = 0;
+        e.misuse = static_cast<trace::MisuseKind>(u[0]);
+        e.ptr = u[1];
+        e.bytes = u[2];
+        e.stack = u[3] > kMaxStackId ? 0 : static_cast<uint32_t>(u[3]);
+        e.detail = static_cast<uint32_t>(u[4]);
+        break;
+      }
+      case trace::EventType::kSample: {
+        for (int i = 0; i < 7; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        e.type = trace::EventType::kSample;
+        e.duration_ns = 0;
+        e.pinned_program = u[0];
+        e.registered_program = u[1];
+        e.pinned_pinshim = u[2];
+        e.rss_bytes = u[3];
+        e.swap_ins = u[4];
+        e.swap_outs = u[5];
+        e.budget_bytes = u[6];
+        break;
+      }
+      case trace::EventType::kSync: {
+        int64_t ds, result;
+        if (!GetVarint(&q, end, &u[0]) || !GetVarint(&q, end, &u[1]) ||
+            !GetVarint(&q, end, &u[2]) || !GetSigned(&q, end, &ds) ||
+            !GetVarint(&q, end, &u[3]) || !GetSigned(&q, end, &result)) {
+          return -1;
+        }
+        e.type = trace::EventType::kSync;
+        e.duration_ns = u[0];
+        e.api = static_cast<uint32_t>(u[1]);
+        e.sync = static_cast<trace::SyncKind>(u[2]);
+        prev_sync_stream_ += static_cast<uint64_t>(ds);
+        e.stream = prev_sync_stream_;
+        e.event_handle = u[3];
+        e.result = static_cast<int32_t>(result);
+        break;
+      }
+      case trace::EventType::kDropped: {
+        if (!GetVarint(&q, end, &u[0])) return -1;
+        e.type = trace::EventType::kDropped;
+        e.duration_ns = 0;
+        e.dropped = u[0];
+        break;
+      }
+      default:
+        prev_time_ = time;
+        return 0;
+    }
+    prev_time_ = time;
+    e.time_ns = time;
+    return 1;
+  }
+
+  const uint8_t* p_;
+  const uint8_t* end_;
+  uint32_t remaining_;
+  uint64_t prev_time_;
+  uint64_t prev_stream_ = 0;
+  uint64_t prev_host_ptr_ = 0;
+  uint64_t prev_alloc_id_ = 0;
+  uint64_t prev_sync_stream_ = 0;
+  int32_t prev_device_ = -1;
+  Event event_;
+};
+
+}  // namespace
+
+void TraceReader::ForEachEvent(EventVisitor* visitor) const {
+  uint64_t bad = 0, unknown = 0, dropped = 0;
+  // Min-heap of open cursors by (next event time, batch order).
+  struct Open {
+    uint64_t time;
+    size_t order;
+    BatchCursor* cursor;
+  };
+  auto later = [](const Open& a, const Open& b) {
+    return a.time != b.time ? a.time > b.time : a.order > b.order;
+  };
+  std::priority_queue<Open, std::vector<Open>, decltype(later)> heap(later);
+  std::vector<std::unique_ptr<BatchCursor>> owned;
+  std::vector<BatchCursor*> spare;
+  size_t next = 0;
+  auto visit = [&](const Event& e) {
+    if (e.type == trace::EventType::kDropped) dropped += e.dropped;
+    visitor->OnEvent(e);
+  };
+  while (next < batches_.size() || !heap.empty()) {
+    // Open every batch that may hold an event before the earliest open one.
+    while (next < batches_.size() &&
+           (heap.empty() || batches_[next].first_ns <= heap.top().time)) {
+      const Batch& b = batches_[next];
+      BatchCursor* c;
+      const uint8_t* p = data_ + b.offset;
+      if (!spare.empty()) {
+        c = spare.back();
+        spare.pop_back();
+        *c = BatchCursor(p, p + b.length, b.tid, b.count, b.first_ns);
+      } else {
+        owned.push_back(std::make_unique<BatchCursor>(p, p + b.length, b.tid, b.count,
+                                                      b.first_ns));
+        c = owned.back().get();
+      }
+      if (c->Next(&bad, &unknown)) {
+        heap.push(Open{c->event().time_ns, next, c});
+      } else {
+        spare.push_back(c);
+      }
+      ++next;
+    }
+    if (heap.empty()) continue;
+    Open top = heap.top();
+    heap.pop();
+    visit(top.cursor->event());
+    // While this batch stays the earliest, go on without the heap.
+    for (;;) {
+      if (!top.cursor->Next(&bad, &unknown)) {
+        spare.push_back(top.cursor);
+        break;
+      }
+      uint64_t t = top.cursor->event().time_ns;
+      bool earliest = (heap.empty() || t < heap.top().time ||
+                       (t == heap.top().time && top.order < heap.top().order)) &&
+                      (next >= batches_.size() || t < batches_[next].first_ns);
+      if (!earliest) {
+        heap.push(Open{t, top.order, top.cursor});
+        break;
+      }
+      visit(top.cursor->event());
+    }
+  }
+  // Several passes see the same events: keep the counts of one.
+  damage_.bad_events = std::max(damage_.bad_events, bad);
+  damage_.unknown_events = std::max(damage_.unknown_events, unknown);
+  damage_.dropped_events = std::max(damage_.dropped_events, dropped);
+}
+
+std::string TraceReader::DescribeDamage() const {
+  std::string out;
+  auto add = [&](const std::string& s) {
+    if (!out.empty()) out += "; ";
+    out += s;
+  };
+  if (damage_.header_crc_bad) add("the file header is damaged");
+  uint64_t middle = damage_.skipped_bytes - damage_.torn_tail_bytes;
+  if (middle > 0) {
+    uint32_t regions = damage_.skipped_regions - (damage_.torn_tail_bytes ? 1 : 0);
+    add("skipped " + HumanBytes(middle) + " of damaged data in " + std::to_string(regions) +
+        (regions == 1 ? " place" : " places") + " (first at offset " +
+        std::to_string(damage_.first_bad_offset) + ")");
+  }
+  if (damage_.torn_tail_bytes > 0) {
+    add("the last " + HumanBytes(damage_.torn_tail_bytes) +
+        " are an unfinished record and were skipped");
+  }
+  if (damage_.bad_events > 0) {
+    add(std::to_string(damage_.bad_events) + " undecodable records skipped");
+  }
+  if (!damage_.has_end) {
+    if (damage_.seconds_since_modified >= 0 && damage_.seconds_since_modified < 5) {
+      add("no end record and the file changed " +
+          std::to_string(static_cast<int>(damage_.seconds_since_modified)) +
+          " s ago: the process is probably still running, so this report is partial");
+    } else {
+      add("no end record: the process was killed or crashed, so its last events (up to a few "
+          "hundred ms) are missing");
+    }
+  }
+  if (damage_.dropped_events > 0) {
+    add(std::to_string(damage_.dropped_events) + " events were dropped while recording");
+  }
+  if (damage_.stacks_not_stored > 0) {
+    add(std::to_string(damage_.stacks_not_stored) +
+        " call stacks were not stored (the recorder's table was full)");
+  }
+  return out;
+}
+
+}  // namespace report
+}  // namespace pinshim

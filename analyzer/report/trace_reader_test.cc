@@ -1,0 +1,192 @@
+#include "analyzer/report/trace_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/trace/trace_builder.h"
+
+namespace pinshim {
+namespace report {
+namespace {
+
+using testing::TraceBuilder;
+
+struct Collect : EventVisitor {
+  std::vector<Event> events;
+  void OnEvent(const Event& e) override { events.push_back(e); }
+};
+
+CopyEvent Copy(uint64_t start, uint64_t bytes, const void* ptr, uint64_t alloc) {
+  CopyEvent e{};
+  e.api = 3;
+  e.dir = CopyDir::kHostToDevice;
+  e.src_kind = MemKind::kPageable;
+  e.dst_kind = MemKind::kDevice;
+  e.bytes = bytes;
+  e.host_ptr = ptr;
+  e.host_alloc_id = alloc;
+  e.start_ns = start;
+  e.end_ns = start + 500;
+  return e;
+}
+
+// Two threads, each flushed as two batches, interleaved in time.
+std::string TwoThreadTrace() {
+  TraceBuilder b;
+  b.Process(testing::BuilderProcess{});
+  b.ApiNames({{3, "cuMemcpyHtoD_v2"}});
+  b.Modules(1, "/usr/bin/app", 0x400000, 0x1000);
+  b.Stack(1, 1, {0x400100, 0x400200});
+  for (int batch = 0; batch < 2; ++batch) {
+    for (uint32_t tid : {10u, 20u}) {
+      for (int i = 0; i < 5; ++i) {
+        uint64_t t = 2000000000ull + batch * 100000 + i * 1000 + (tid == 20 ? 500 : 0);
+        b.batch().AppendCopy(Copy(t, 1 << 20, reinterpret_cast<void*>(0x7000), 9), 1,
+                             tid == 20 ? 1 : 0);
+      }
+      b.Flush(tid);
+    }
+  }
+  b.End(3000000000ull);
+  return b.bytes();
+}
+
+TraceReader* OpenString(const std::string& bytes, std::string* error) {
+  auto* r = new TraceReader;
+  if (!r->OpenBuffer(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), error)) {
+    delete r;
+    return nullptr;
+  }
+  return r;
+}
+
+TEST(TraceReader, RoundTripsAndMergesThreadsInTimeOrder) {
+  std::string bytes = TwoThreadTrace();
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(bytes, &error));
+  ASSERT_NE(r, nullptr) << error;
+  EXPECT_EQ(r->process().pid, 4242u);
+  EXPECT_EQ(r->process().program, "/usr/bin/app");
+  ASSERT_EQ(r->process().command_line.size(), 2u);
+  EXPECT_EQ(r->process().command_line[1], "--flag");
+  EXPECT_EQ(r->ApiName(3), "cuMemcpyHtoD_v2");
+  ASSERT_EQ(r->module_maps().size(), 1u);
+  ASSERT_NE(r->FindStack(1), nullptr);
+  EXPECT_EQ(r->FindStack(1)->ips[1], 0x400200u);
+  EXPECT_TRUE(r->damage().has_end);
+  EXPECT_FALSE(r->damage().Any());
+  EXPECT_EQ(r->DescribeDamage(), "");
+  Collect c;
+  r->ForEachEvent(&c);
+  ASSERT_EQ(c.events.size(), 20u);
+  for (size_t i = 1; i < c.events.size(); ++i) {
+    EXPECT_LE(c.events[i - 1].time_ns, c.events[i].time_ns) << i;
+  }
+  const Event& e = c.events[1];
+  EXPECT_EQ(e.type, trace::EventType::kCopy);
+  EXPECT_EQ(e.tid, 20u);
+  EXPECT_EQ(e.device, 1);
+  EXPECT_EQ(e.bytes, 1u << 20);
+  EXPECT_EQ(e.host_ptr, 0x7000u);
+  EXPECT_EQ(e.alloc_id, 9u);
+  EXPECT_EQ(e.duration_ns, 500u);
+  EXPECT_EQ(e.stack, 1u);
+  EXPECT_EQ(e.HostKind(), MemKind::kPageable);
+  EXPECT_EQ(c.events[0].tid, 10u);
+  EXPECT_EQ(c.events[0].device, 0);
+}
+
+TEST(TraceReader, TornTailKeepsWhatCameBefore) {
+  std::string bytes = TwoThreadTrace();
+  // Cut into the last batch: lose the end record and part of that batch.
+  std::string cut = bytes.substr(0, bytes.size() - 40);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(cut, &error));
+  ASSERT_NE(r, nullptr) << error;
+  Collect c;
+  r->ForEachEvent(&c);
+  EXPECT_EQ(c.events.size(), 15u);
+  EXPECT_GT(r->damage().torn_tail_bytes, 0u);
+  EXPECT_FALSE(r->damage().has_end);
+  std::string d = r->DescribeDamage();
+  EXPECT_NE(d.find("unfinished record"), std::string::npos) << d;
+  EXPECT_NE(d.find("no end record"), std::string::npos) << d;
+}
+
+TEST(TraceReader, CorruptFrameInTheMiddleCostsOnlyThatFrame) {
+  std::string bytes = TwoThreadTrace();
+  // The second kEvents frame: find the frames by walking them.
+  size_t pos = trace::kFileHeaderBytes;
+  int batches = 0;
+  size_t target = 0;
+  while (pos + trace::kFrameHeaderBytes <= bytes.size()) {
+    uint32_t len = trace::LoadU32(reinterpret_cast<const uint8_t*>(bytes.data()) + pos + 4);
+    if (static_cast<uint8_t>(bytes[pos + 8]) == static_cast<uint8_t>(trace::FrameType::kEvents) &&
+        ++batches == 2) {
+      target = pos + trace::kFrameHeaderBytes + 10;
+    }
+    pos += trace::kFrameHeaderBytes + len;
+  }
+  ASSERT_NE(target, 0u);
+  bytes[target] ^= 0x55;
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(bytes, &error));
+  ASSERT_NE(r, nullptr) << error;
+  Collect c;
+  r->ForEachEvent(&c);
+  EXPECT_EQ(c.events.size(), 15u);
+  EXPECT_EQ(r->damage().skipped_regions, 1u);
+  EXPECT_EQ(r->damage().torn_tail_bytes, 0u);
+  EXPECT_TRUE(r->damage().has_end);
+  EXPECT_NE(r->DescribeDamage().find("skipped"), std::string::npos);
+}
+
+TEST(TraceReader, RejectsWhatIsNoTrace) {
+  std::string error;
+  EXPECT_EQ(OpenString("", &error), nullptr);
+  EXPECT_NE(error.find("empty file"), std::string::npos) << error;
+  EXPECT_EQ(OpenString("#!/bin/sh\necho hello\n", &error), nullptr);
+  EXPECT_NE(error.find("not a pinshim trace"), std::string::npos) << error;
+  EXPECT_EQ(OpenString("PINSHIMT\x01", &error), nullptr);
+  EXPECT_NE(error.find("truncated in its header"), std::string::npos) << error;
+  std::string future = TwoThreadTrace();
+  future[8] = 9;
+  EXPECT_EQ(OpenString(future, &error), nullptr);
+  EXPECT_NE(error.find("version 9"), std::string::npos) << error;
+}
+
+TEST(TraceReader, SkipsUnknownFramesEventsAndTrailingFields) {
+  TraceBuilder b;
+  b.Process(testing::BuilderProcess{});
+  b.Frame(static_cast<trace::FrameType>(200), "a frame from a newer writer");
+  // An event of unknown type 99 (time delta 0, then 3 bytes), built by hand,
+  // and a copy with two extra trailing bytes.
+  std::string batch;
+  batch += '\x05';  // tid
+  batch += std::string("\x80\x94\xeb\xdc\x03", 5);  // first time 1e9
+  batch += std::string("\x80\x94\xeb\xdc\x03", 5);  // last time
+  batch += '\x02';  // two events
+  batch += std::string("\x63\x04\x00\x01\x02\x03", 6);
+  // kCopy: dt 0, dur 1, api 2, bits 0, kinds (0 | 5<<3), bytes 64, stack 0,
+  // stream 0, ptr 0, alloc 0, then trailing 7, 7.
+  batch += std::string("\x01\x0c\x00\x01\x02\x00\x28\x40\x00\x00\x00\x00\x07\x07", 14);
+  b.Frame(trace::FrameType::kEvents, batch);
+  b.End(2000000000ull);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(b.bytes(), &error));
+  ASSERT_NE(r, nullptr) << error;
+  Collect c;
+  r->ForEachEvent(&c);
+  ASSERT_EQ(c.events.size(), 1u);
+  EXPECT_EQ(c.events[0].bytes, 64u);
+  EXPECT_EQ(c.events[0].dst, MemKind::kDevice);
+  EXPECT_EQ(r->damage().unknown_frames, 1u);
+  EXPECT_EQ(r->damage().unknown_events, 1u);
+  EXPECT_EQ(r->damage().bad_events, 0u);
+}
+
+}  // namespace
+}  // namespace report
+}  // namespace pinshim

@@ -1,0 +1,106 @@
+// Call sites: the stack of the thread that made a call, turned into a small
+// id. Two levels keep the per-copy cost low:
+//
+// 1. A per-thread unwind cache. Unwinding (libunwind, DWARF CFI) costs about
+//    a microsecond per stack; a loop that copies from one place has the same
+//    stack every time. An entry remembers, for one (stack pointer, return
+//    address) pair, where each frame's return address lives on the stack and
+//    what it was; a hit re-reads those slots (a few loads) and proves the
+//    stack unchanged without unwinding. x86-64 only: elsewhere every call
+//    unwinds (the return-address slot is not at a fixed place).
+// 2. A process-wide table that deduplicates stacks: a stack seen before costs
+//    its id; a new one gets the next id and is handed back for the caller to
+//    write into the trace (one kStack frame each).
+//
+// Everything is allocation-free (mmap), lock-free and async-signal-safe,
+// except that libunwind itself may take the loader lock when it first meets a
+// module.
+#ifndef PINSHIM_SHIM_TRACE_CALL_SITE_H_
+#define PINSHIM_SHIM_TRACE_CALL_SITE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "shim/trace/trace_format.h"
+
+namespace pinshim {
+namespace trace {
+
+constexpr int kUnwindCacheEntries = 64;
+
+struct UnwindCacheEntry {
+  uintptr_t sp;
+  uintptr_t ret;
+  uint32_t epoch;     // 0: empty
+  uint32_t stack_id;
+  uint32_t depth;
+  uintptr_t slot[kMaxStackDepth];   // where frame i's return address lives
+  uintptr_t value[kMaxStackDepth];  // and what it was
+};
+
+// One per thread, zero-initialised.
+struct UnwindCache {
+  UnwindCacheEntry entries[kUnwindCacheEntries];
+  uint64_t hits;
+  uint64_t misses;
+};
+
+// A stack as captured; `ips[0]` is innermost.
+struct CapturedStack {
+  int depth;
+  uint64_t exact_mask;  // bit i: ips[i] is a faulting instruction, not a return address
+  uintptr_t ips[kMaxStackDepth];
+};
+
+// The process-wide set of distinct stacks.
+class StackTable {
+ public:
+  // Maps the table (2^slots_log2 entries and room for `ip_words` frames).
+  // Returns false when the kernel refused the memory. Call once.
+  bool Init(int slots_log2, size_t ip_words);
+
+  // Returns the id of `stack` under `epoch`, adding it when new (then
+  // *is_new is true and the caller must write it out). Returns 0 when the
+  // table is full.
+  uint32_t Intern(const CapturedStack& stack, uint32_t epoch, bool* is_new);
+
+  // Forgets every stack; ids restart at 1 (a fork child's new trace).
+  // Only while no other thread uses the table.
+  void Reset();
+
+  // Stacks that found no room.
+  uint64_t overflows() const { return overflows_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Slot;
+  Slot* slots_ = nullptr;
+  size_t mask_ = 0;
+  uintptr_t* ips_ = nullptr;
+  size_t ip_capacity_ = 0;
+  std::atomic<size_t> ip_used_{0};
+  std::atomic<uint32_t> next_id_{1};
+  std::atomic<uint64_t> overflows_{0};
+};
+
+// Captures the caller's stack (frames of this function excluded), at most
+// `max_depth` frames, answering from `cache` when the stack is unchanged.
+// Returns the stack id; when the stack is new, *is_new is set and `scratch`
+// holds it. `cache` and `scratch` belong to the calling thread.
+uint32_t CaptureCallSite(UnwindCache* cache, int max_depth, uint32_t epoch,
+                         StackTable* table, CapturedStack* scratch, bool* is_new);
+
+// Captures the stack interrupted by a signal, from the handler's ucontext;
+// frame 0 is the interrupted instruction. No cache. Returns the depth.
+int CaptureFromSignalContext(void* ucontext, int max_depth, CapturedStack* out);
+
+// Encodes `stack` as a kStack payload into `out` (room for
+// kMaxStackPayload bytes) and returns its length.
+constexpr size_t kMaxStackPayload = 4 * kMaxVarint + kMaxStackDepth * kMaxVarint;
+size_t EncodeStack(uint32_t id, uint32_t generation, const CapturedStack& stack,
+                   uint8_t* out);
+
+}  // namespace trace
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_TRACE_CALL_SITE_H_

@@ -1,0 +1,130 @@
+#include "shim/trace/call_site.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+namespace pinshim {
+namespace trace {
+namespace {
+
+struct Fixture {
+  StackTable table;
+  UnwindCache cache{};
+  CapturedStack scratch;
+  Fixture() { EXPECT_TRUE(table.Init(10, 1 << 16)); }
+};
+
+__attribute__((noinline)) uint32_t SiteA(Fixture* f, bool* is_new) {
+  uint32_t id = CaptureCallSite(&f->cache, 16, 1, &f->table, &f->scratch, is_new);
+  asm volatile("" ::: "memory");  // keep the call from being a tail call
+  return id;
+}
+
+__attribute__((noinline)) uint32_t SiteB(Fixture* f, bool* is_new) {
+  uint32_t id = CaptureCallSite(&f->cache, 16, 1, &f->table, &f->scratch, is_new);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+__attribute__((noinline)) uint32_t ViaC(Fixture* f, bool* is_new) {
+  uint32_t id = SiteA(f, is_new);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+bool InFunction(uintptr_t ip, void* fn) {
+  Dl_info a, b;
+  if (!dladdr(reinterpret_cast<void*>(ip - 1), &a) || !dladdr(fn, &b)) return false;
+  return a.dli_saddr == b.dli_saddr;
+}
+
+TEST(CallSite, SameSiteSameIdAndCached) {
+  Fixture f;
+  uint32_t ids[101];
+  bool news[101];
+  for (int i = 0; i < 101; ++i) ids[i] = SiteA(&f, &news[i]);  // one call site
+  ASSERT_NE(ids[0], 0u);
+  EXPECT_TRUE(news[0]);
+  ASSERT_GE(f.scratch.depth, 2);
+  // Frame 0 is the capturing function's caller: SiteA.
+  EXPECT_TRUE(InFunction(f.scratch.ips[0], reinterpret_cast<void*>(&SiteA)));
+  for (int i = 1; i < 101; ++i) {
+    EXPECT_EQ(ids[i], ids[0]);
+    EXPECT_FALSE(news[i]);
+  }
+  EXPECT_EQ(f.cache.misses, 1u);
+  EXPECT_EQ(f.cache.hits, 100u);
+}
+
+TEST(CallSite, DifferentSitesOrCallersDiffer) {
+  Fixture f;
+  bool is_new;
+  uint32_t a = SiteA(&f, &is_new);
+  uint32_t b = SiteB(&f, &is_new);
+  uint32_t c = ViaC(&f, &is_new);
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(b, c);
+  EXPECT_TRUE(InFunction(f.scratch.ips[1], reinterpret_cast<void*>(&ViaC)));
+  // A new epoch (modules unloaded) gives the same stack a new id.
+  bool n2;
+  uint32_t again = CaptureCallSite(&f.cache, 16, 2, &f.table, &f.scratch, &n2);
+  EXPECT_TRUE(n2);
+  EXPECT_NE(again, 0u);
+}
+
+TEST(CallSite, DepthIsBounded) {
+  Fixture f;
+  bool is_new;
+  uint32_t id = CaptureCallSite(&f.cache, 2, 1, &f.table, &f.scratch, &is_new);
+  EXPECT_NE(id, 0u);
+  EXPECT_EQ(f.scratch.depth, 2);
+}
+
+TEST(CallSite, EncodesStack) {
+  CapturedStack s;
+  s.depth = 3;
+  s.exact_mask = 1;
+  s.ips[0] = 0x400000;
+  s.ips[1] = 0x400100;
+  s.ips[2] = 0x7f0000001000;
+  uint8_t out[kMaxStackPayload];
+  size_t n = EncodeStack(7, 2, s, out);
+  const uint8_t* p = out;
+  uint64_t v;
+  ASSERT_TRUE(GetVarint(&p, out + n, &v));
+  EXPECT_EQ(v, 7u);
+  ASSERT_TRUE(GetVarint(&p, out + n, &v));
+  EXPECT_EQ(v, 2u);
+  ASSERT_TRUE(GetVarint(&p, out + n, &v));
+  EXPECT_EQ(v, 3u);
+  ASSERT_TRUE(GetVarint(&p, out + n, &v));
+  EXPECT_EQ(v, 1u);
+  ASSERT_TRUE(GetVarint(&p, out + n, &v));
+  EXPECT_EQ(v, 0x400000u);
+  int64_t d;
+  ASSERT_TRUE(GetSigned(&p, out + n, &d));
+  EXPECT_EQ(d, 0x100);
+}
+
+TEST(StackTable, FullTableReturnsZero) {
+  StackTable t;
+  ASSERT_TRUE(t.Init(2, 8));  // 4 slots, 8 frames
+  CapturedStack s{};
+  s.depth = 2;
+  int stored = 0;
+  for (int i = 0; i < 10; ++i) {
+    s.ips[0] = 0x1000 + i;
+    bool is_new;
+    if (t.Intern(s, 1, &is_new) != 0) ++stored;
+  }
+  EXPECT_EQ(stored, 4);
+  EXPECT_GT(t.overflows(), 0u);
+  t.Reset();
+  bool is_new;
+  EXPECT_EQ(t.Intern(s, 1, &is_new), 1u);
+}
+
+}  // namespace
+}  // namespace trace
+}  // namespace pinshim

@@ -1,0 +1,771 @@
+#include "shim/trace/recorder.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "shim/trace/call_site.h"
+#include "shim/trace/frame_writer.h"
+#include "shim/trace/module_map.h"
+#include "shim/trace/wc_guard.h"
+#include "shim/trace/wc_ranges.h"
+
+namespace pinshim {
+namespace trace {
+namespace {
+
+constexpr size_t kBatchBytes = 64 * 1024;
+constexpr uint64_t kOwnerFlushAgeNs = 100 * 1000000ull;
+constexpr uint64_t kIdleFlushAgeNs = 250 * 1000000ull;
+constexpr size_t kModuleBufBytes = kMaxFramePayload;
+constexpr size_t kMaxModules = 4096;
+constexpr int kStackSlotsLog2 = 18;
+constexpr size_t kStackIpWords = size_t{1} << 21;
+constexpr const char kVersionText[] = "pinshim 0.1";
+
+// Who holds a thread buffer's batch right now.
+enum BufferState : uint32_t { kIdle = 0, kOwner = 1, kFlusher = 2 };
+
+struct ThreadBuffer {
+  std::atomic<uint32_t> state{kIdle};
+  std::atomic<uint32_t> in_use{0};  // adopted by a live thread
+  ThreadBuffer* next = nullptr;     // process-wide list, push-only
+  uint32_t tid = 0;
+  BatchEncoder enc;
+  CapturedStack scratch;
+  UnwindCache cache;
+  alignas(64) uint8_t data[kBatchBytes];
+};
+
+struct Global {
+  std::atomic<int> active{0};  // 1 while recording
+  int fd = -1;
+  int stack_depth = kDefaultStackDepth;
+  uint32_t sample_ms = 0;
+  uint32_t wc_guard_ms = 0;
+  bool wc_guard = false;
+  uint64_t budget = 0;
+  const char* (*api_name)(ApiId) = nullptr;
+  uint32_t api_count = 0;
+  std::atomic<uint32_t> epoch{1};       // bumped when stack ids must not be reused
+  std::atomic<uint32_t> generation{0};  // latest module map written
+  StackTable stacks;
+  bool stacks_ready = false;
+  std::atomic<ThreadBuffer*> buffers{nullptr};
+  std::atomic<int64_t> pinned_program{0};
+  std::atomic<int64_t> registered_program{0};
+  std::atomic<int64_t> pinned_pinshim{0};
+  std::atomic<uint64_t> dropped{0};
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> bytes{0};
+  pthread_key_t key;
+  bool key_ok = false;
+  // Sampler thread.
+  pthread_t sampler;
+  bool sampler_running = false;
+  int wake_fd = -1;
+  int statm_fd = -1;
+  int vmstat_fd = -1;
+  long page_size = 4096;
+  // Module maps.
+  std::atomic<int> modules_busy{0};
+  uint8_t* module_buf = nullptr;
+  ModuleKey* keys = nullptr;      // of the latest map
+  ModuleKey* new_keys = nullptr;  // scratch for the next one
+  size_t n_keys = 0;
+  char trace_dir[PATH_MAX];
+  char mode[64];
+  char path[PATH_MAX];
+  char exe[PATH_MAX];
+};
+Global g;
+
+__thread ThreadBuffer* t_buffer __attribute__((tls_model("initial-exec")));
+__thread int t_inside __attribute__((tls_model("initial-exec")));
+__thread uint64_t t_dropped __attribute__((tls_model("initial-exec")));
+
+uint64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t RealtimeNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void* MapBytes(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void CopyText(char* out, size_t cap, const char* in) {
+  size_t n = in ? strlen(in) : 0;
+  if (n >= cap) n = cap - 1;
+  if (n) memcpy(out, in, n);
+  out[n] = '\0';
+}
+
+// --- Thread buffers ---------------------------------------------------------
+
+// Takes the batch for the owning thread. The only contender is a flusher
+// (sampler or StopRecorder), which holds it for one writev.
+void ClaimAsOwner(ThreadBuffer* b) {
+  for (;;) {
+    uint32_t expected = kIdle;
+    if (b->state.compare_exchange_weak(expected, kOwner, std::memory_order_acquire)) return;
+    sched_yield();
+  }
+}
+
+// Takes another thread's batch, waiting a while for its owner to finish an
+// append when `wait`; returns false when it did not get it. The wait is
+// bounded: an owner interrupted by a signal whose handler ends up here would
+// otherwise never release it.
+bool ClaimAsFlusher(ThreadBuffer* b, bool wait) {
+  for (int tries = 0;; ++tries) {
+    uint32_t expected = kIdle;
+    if (b->state.compare_exchange_weak(expected, kFlusher, std::memory_order_acquire)) return true;
+    if (!wait || tries > 100000) return false;
+    sched_yield();
+  }
+}
+
+void Release(ThreadBuffer* b) { b->state.store(kIdle, std::memory_order_release); }
+
+// Writes the batch out; the caller holds it.
+void Flush(ThreadBuffer* b) {
+  if (b->enc.count() == 0) return;
+  uint8_t header[kMaxBatchHeaderBytes];
+  size_t header_len = b->enc.EncodeHeader(b->tid, header);
+  struct iovec parts[2] = {{header, header_len},
+                           {const_cast<uint8_t*>(b->enc.data()), b->enc.size()}};
+  if (WriteFrame(g.fd, FrameType::kEvents, parts, 2)) {
+    g.batches.fetch_add(1, std::memory_order_relaxed);
+    g.bytes.fetch_add(kFrameHeaderBytes + header_len + b->enc.size(), std::memory_order_relaxed);
+  } else {
+    g.dropped.fetch_add(b->enc.count(), std::memory_order_relaxed);
+  }
+  b->enc.Reset();
+}
+
+void OnThreadExit(void* arg) {
+  ThreadBuffer* b = static_cast<ThreadBuffer*>(arg);
+  if (b == nullptr) return;
+  ClaimAsOwner(b);
+  Flush(b);
+  Release(b);
+  if (t_buffer == b) t_buffer = nullptr;
+  b->in_use.store(0, std::memory_order_release);
+}
+
+void Adopt(ThreadBuffer* b) {
+  b->tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  b->enc.Init(b->data, kBatchBytes);
+  // Entries of a previous owner point into a stack that may be gone.
+  for (auto& e : b->cache.entries) e.epoch = 0;
+  b->cache.hits = b->cache.misses = 0;
+  t_buffer = b;
+  if (g.key_ok) pthread_setspecific(g.key, b);
+}
+
+ThreadBuffer* AcquireBuffer() {
+  for (ThreadBuffer* b = g.buffers.load(std::memory_order_acquire); b; b = b->next) {
+    uint32_t expected = 0;
+    if (b->in_use.load(std::memory_order_relaxed) == 0 &&
+        b->in_use.compare_exchange_strong(expected, 1)) {
+      Adopt(b);
+      return b;
+    }
+  }
+  void* mem = MapBytes(sizeof(ThreadBuffer));
+  if (mem == nullptr) return nullptr;
+  // Default-initialised: the mapping is already zero, and value-initialising
+  // would touch every page of the buffer.
+  ThreadBuffer* b = new (mem) ThreadBuffer;
+  b->in_use.store(1);
+  Adopt(b);
+  ThreadBuffer* head = g.buffers.load();
+  do {
+    b->next = head;
+  } while (!g.buffers.compare_exchange_weak(head, b));
+  return b;
+}
+
+// Returns the calling thread's buffer with the re-entry flag set, or null
+// when nothing may be recorded now (the caller then returns at once).
+ThreadBuffer* Enter() {
+  if (g.active.load(std::memory_order_acquire) != 1) return nullptr;
+  if (t_inside) {
+    ++t_dropped;
+    return nullptr;
+  }
+  t_inside = 1;
+  ThreadBuffer* b = t_buffer != nullptr ? t_buffer : AcquireBuffer();
+  if (b == nullptr) t_inside = 0;
+  return b;
+}
+
+void Leave() { t_inside = 0; }
+
+void WriteStack(uint32_t id, const CapturedStack& stack) {
+  uint8_t payload[kMaxStackPayload];
+  size_t n = EncodeStack(id, g.generation.load(std::memory_order_acquire), stack, payload);
+  struct iovec part = {payload, n};
+  WriteFrame(g.fd, FrameType::kStack, &part, 1);
+}
+
+// Inlined so that the recorder's own frames above the capture stay few.
+__attribute__((always_inline)) inline uint32_t Capture(ThreadBuffer* b) {
+  bool is_new = false;
+  uint32_t id = CaptureCallSite(&b->cache, g.stack_depth, g.epoch.load(std::memory_order_relaxed),
+                                &g.stacks, &b->scratch, &is_new);
+  if (is_new) WriteStack(id, b->scratch);
+  return id;
+}
+
+// Runs `append(encoder)` on the thread's batch, flushing around it as needed.
+template <typename Append>
+inline void AppendEvent(ThreadBuffer* b, uint64_t now_ns, Append append) {
+  ClaimAsOwner(b);
+  if (!b->enc.HasRoom()) Flush(b);
+  if (t_dropped != 0) {
+    g.dropped.fetch_add(t_dropped, std::memory_order_relaxed);
+    b->enc.AppendDropped(t_dropped, now_ns);
+    t_dropped = 0;
+    if (!b->enc.HasRoom()) Flush(b);
+  }
+  append(b->enc);
+  if (static_cast<int64_t>(now_ns - b->enc.first_time()) >=
+      static_cast<int64_t>(kOwnerFlushAgeNs)) {
+    Flush(b);
+  }
+  Release(b);
+}
+
+// --- Files ------------------------------------------------------------------
+
+struct TlvWriter {
+  uint8_t* p;
+  uint8_t* end;
+  void Unsigned(ProcessTag tag, uint64_t v) {
+    uint8_t tmp[kMaxVarint];
+    size_t n = static_cast<size_t>(PutVarint(tmp, v) - tmp);
+    Raw(tag, tmp, n);
+  }
+  void Signed(ProcessTag tag, int64_t v) { Unsigned(tag, ZigZag(v)); }
+  void Text(ProcessTag tag, const char* s) { Raw(tag, s, strlen(s)); }
+  void Raw(ProcessTag tag, const void* data, size_t n) {
+    if (static_cast<size_t>(end - p) < n + 2 * kMaxVarint) return;
+    p = PutVarint(p, static_cast<uint64_t>(tag));
+    p = PutVarint(p, n);
+    memcpy(p, data, n);
+    p += n;
+  }
+};
+
+// Reads a whole small file with raw read(2) into buf; returns its length.
+size_t ReadSmallFile(const char* path, char* buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  size_t len = 0;
+  while (len + 1 < cap) {
+    ssize_t n = read(fd, buf + len, cap - 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += static_cast<size_t>(n);
+  }
+  close(fd);
+  buf[len] = '\0';
+  return len;
+}
+
+// Finds "key" at a line start in text and parses the number after it.
+bool FindNumber(const char* text, size_t len, const char* key, uint64_t* value) {
+  size_t klen = strlen(key);
+  const char* p = text;
+  const char* end = text + len;
+  while (p < end) {
+    if (static_cast<size_t>(end - p) > klen && memcmp(p, key, klen) == 0) {
+      const char* q = p + klen;
+      while (q < end && (*q == ' ' || *q == ':' || *q == '\t')) ++q;
+      uint64_t v = 0;
+      bool any = false;
+      while (q < end && *q >= '0' && *q <= '9') {
+        v = v * 10 + static_cast<uint64_t>(*q++ - '0');
+        any = true;
+      }
+      if (any) {
+        *value = v;
+        return true;
+      }
+    }
+    const char* nl = static_cast<const char*>(memchr(p, '\n', static_cast<size_t>(end - p)));
+    if (nl == nullptr) break;
+    p = nl + 1;
+  }
+  return false;
+}
+
+int64_t JobRank() {
+  static const char* const kVars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                      "SLURM_PROCID", "RANK"};
+  for (const char* var : kVars) {
+    const char* v = getenv(var);
+    if (v != nullptr && *v >= '0' && *v <= '9') return strtoll(v, nullptr, 10);
+  }
+  return -1;
+}
+
+void WriteProcessFrame(long forked_from, int64_t rank) {
+  static uint8_t buf[16384];  // start-up and fork only, never concurrently
+  TlvWriter w{buf, buf + sizeof(buf)};
+  w.Unsigned(ProcessTag::kPid, static_cast<uint64_t>(getpid()));
+  w.Unsigned(ProcessTag::kParentPid, static_cast<uint64_t>(getppid()));
+  w.Text(ProcessTag::kProgram, g.exe);
+  char cmdline[4096];
+  size_t n = ReadSmallFile("/proc/self/cmdline", cmdline, sizeof(cmdline));
+  while (n > 0 && cmdline[n - 1] == '\0') --n;
+  w.Raw(ProcessTag::kCommandLine, cmdline, n);
+  struct utsname u;
+  if (uname(&u) == 0) w.Text(ProcessTag::kHostname, u.nodename);
+  w.Signed(ProcessTag::kRank, rank);
+  w.Unsigned(ProcessTag::kStartMonotonicNs, MonotonicNs());
+  w.Unsigned(ProcessTag::kStartRealtimeNs, RealtimeNs());
+  w.Unsigned(ProcessTag::kPageSize, static_cast<uint64_t>(g.page_size));
+  long pages = sysconf(_SC_PHYS_PAGES);
+  w.Unsigned(ProcessTag::kPhysicalBytes,
+             pages > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(g.page_size) : 0);
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+    w.Unsigned(ProcessTag::kMemlockLimit,
+               rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : static_cast<uint64_t>(rl.rlim_cur));
+  }
+  char meminfo[8192];
+  size_t mlen = ReadSmallFile("/proc/meminfo", meminfo, sizeof(meminfo));
+  uint64_t swap_kib = 0;
+  if (FindNumber(meminfo, mlen, "SwapTotal", &swap_kib)) {
+    w.Unsigned(ProcessTag::kSwapTotalBytes, swap_kib * 1024);
+  }
+  w.Unsigned(ProcessTag::kSampleMs, g.sample_ms);
+  w.Unsigned(ProcessTag::kStackDepth, static_cast<uint64_t>(g.stack_depth));
+  w.Unsigned(ProcessTag::kBudgetBytes, g.budget);
+  w.Text(ProcessTag::kMode, g.mode);
+  w.Text(ProcessTag::kVersion, kVersionText);
+  if (forked_from > 0) w.Unsigned(ProcessTag::kForkedFrom, static_cast<uint64_t>(forked_from));
+  w.Unsigned(ProcessTag::kWcGuard, g.wc_guard ? 1 : 0);
+  struct iovec part = {buf, static_cast<size_t>(w.p - buf)};
+  WriteFrame(g.fd, FrameType::kProcess, &part, 1);
+}
+
+void WriteApiNames() {
+  if (g.api_name == nullptr || g.api_count == 0) return;
+  static uint8_t buf[65536];  // start-up and fork only
+  uint8_t* p = buf;
+  uint8_t* end = buf + sizeof(buf);
+  uint8_t* count_at = p;
+  p += kMaxVarint;  // room for the count, filled in below
+  uint64_t count = 0;
+  for (uint32_t id = 0; id < g.api_count; ++id) {
+    const char* name = g.api_name(static_cast<ApiId>(id));
+    if (name == nullptr || *name == '\0') continue;
+    size_t n = strlen(name);
+    if (static_cast<size_t>(end - p) < n + 2 * kMaxVarint) break;
+    p = PutVarint(p, id);
+    p = PutVarint(p, n);
+    memcpy(p, name, n);
+    p += n;
+    ++count;
+  }
+  uint8_t head[kMaxVarint];
+  size_t head_len = static_cast<size_t>(PutVarint(head, count) - head);
+  memmove(count_at + head_len, count_at + kMaxVarint, static_cast<size_t>(p - (count_at + kMaxVarint)));
+  memcpy(count_at, head, head_len);
+  p -= kMaxVarint - head_len;
+  struct iovec part = {buf, static_cast<size_t>(p - buf)};
+  WriteFrame(g.fd, FrameType::kApiNames, &part, 1);
+}
+
+void WriteModules() {
+  for (;;) {
+    int expected = 0;
+    if (g.modules_busy.compare_exchange_weak(expected, 1, std::memory_order_acquire)) break;
+    sched_yield();
+  }
+  uint32_t gen = g.generation.load() + 1;
+  size_t n_new = 0;
+  size_t len = EncodeModuleMap(gen, g.exe, g.module_buf, kModuleBufBytes, g.new_keys,
+                               kMaxModules, &n_new);
+  if (len > 0) {
+    if (ModulesWentAway(g.keys, g.n_keys, g.new_keys, n_new)) {
+      // Addresses may now belong to other code: stacks must be stored anew.
+      g.epoch.fetch_add(1);
+    }
+    ModuleKey* t = g.keys;
+    g.keys = g.new_keys;
+    g.new_keys = t;
+    g.n_keys = n_new;
+    struct iovec part = {g.module_buf, len};
+    WriteFrame(g.fd, FrameType::kModules, &part, 1);
+    g.generation.store(gen, std::memory_order_release);
+  }
+  g.modules_busy.store(0, std::memory_order_release);
+}
+
+// --- Sampler ----------------------------------------------------------------
+
+uint64_t PreadNumberField(int fd, int field) {
+  char buf[256];
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = buf;
+  for (int i = 0; i < field; ++i) {
+    while (*p && *p != ' ') ++p;
+    while (*p == ' ') ++p;
+  }
+  return strtoull(p, nullptr, 10);
+}
+
+void TakeSample(uint64_t now) {
+  SampleEvent s{};
+  s.time_ns = now;
+  auto clamp = [](int64_t v) { return v < 0 ? uint64_t{0} : static_cast<uint64_t>(v); };
+  s.pinned_program = clamp(g.pinned_program.load(std::memory_order_relaxed));
+  s.registered_program = clamp(g.registered_program.load(std::memory_order_relaxed));
+  s.pinned_pinshim = clamp(g.pinned_pinshim.load(std::memory_order_relaxed));
+  if (g.statm_fd >= 0) {
+    s.rss_bytes = PreadNumberField(g.statm_fd, 1) * static_cast<uint64_t>(g.page_size);
+  }
+  if (g.vmstat_fd >= 0) {
+    char buf[16384];
+    ssize_t n = pread(g.vmstat_fd, buf, sizeof(buf) - 1, 0);
+    if (n > 0) {
+      FindNumber(buf, static_cast<size_t>(n), "pswpin", &s.swap_ins);
+      FindNumber(buf, static_cast<size_t>(n), "pswpout", &s.swap_outs);
+    }
+  }
+  s.budget_bytes = g.budget;
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendSample(s); });
+  Leave();
+}
+
+// Writes out batches that have waited too long in threads that went quiet.
+void FlushIdle(uint64_t now, bool all) {
+  for (ThreadBuffer* b = g.buffers.load(std::memory_order_acquire); b; b = b->next) {
+    if (b == t_buffer && t_inside) continue;  // held by this very thread
+    if (!ClaimAsFlusher(b, all)) continue;
+    if (b->enc.count() > 0 && (all || now - b->enc.first_time() >= kIdleFlushAgeNs)) Flush(b);
+    Release(b);
+  }
+}
+
+void OnGuardedRead(void* ucontext, uintptr_t address) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  CapturedStack& s = b->scratch;
+  uint32_t id = 0;
+  if (CaptureFromSignalContext(ucontext, g.stack_depth, &s) > 0) {
+    bool is_new = false;
+    id = g.stacks.Intern(s, g.epoch.load(std::memory_order_relaxed), &is_new);
+    if (is_new) WriteStack(id, s);
+  }
+  uint64_t now = MonotonicNs();
+  AppendEvent(b, now, [&](BatchEncoder& enc) {
+    enc.AppendMisuse(MisuseKind::kWcRead, reinterpret_cast<const void*>(address), 1, now, id,
+                     static_cast<uint32_t>(WcReadVia::kPageGuard));
+  });
+  Leave();
+}
+
+void* SamplerMain(void*) {
+  prctl(PR_SET_NAME, "pinshim-sample", 0, 0, 0);
+  uint32_t tick_ms = g.sample_ms != 0 ? g.sample_ms : 100;
+  uint32_t window_ms = 2;
+  if (g.wc_guard && tick_ms > window_ms) tick_ms = window_ms;
+  uint64_t next_sample = 0;
+  for (;;) {
+    struct pollfd pfd = {g.wake_fd, POLLIN, 0};
+    int r = poll(&pfd, 1, static_cast<int>(tick_ms));
+    if (r > 0) break;  // StopRecorder or the end of the process
+    if (g.active.load() != 1) break;
+    uint64_t now = MonotonicNs();
+    if (g.sample_ms != 0 && now >= next_sample) {
+      TakeSample(now);
+      next_sample = now + uint64_t{g.sample_ms} * 1000000;
+    }
+    FlushIdle(now, false);
+    if (g.wc_guard) WcGuardTick(now, g.wc_guard_ms, window_ms);
+  }
+  return nullptr;
+}
+
+void OpenProcFiles() {
+  g.statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  g.vmstat_fd = open("/proc/vmstat", O_RDONLY | O_CLOEXEC);
+}
+
+void StartSampler() {
+  g.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (g.wake_fd < 0) return;
+  // The sampler takes none of the program's signals: its handlers must run
+  // in the program's own threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  g.sampler_running = pthread_create(&g.sampler, &attr, SamplerMain, nullptr) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+bool OpenTrace(long forked_from, char* err, size_t err_len) {
+  g.fd = CreateTraceFile(g.trace_dir, g.exe, static_cast<long>(getpid()), g.path,
+                         sizeof(g.path), err, err_len);
+  if (g.fd < 0) return false;
+  WriteProcessFrame(forked_from, JobRank());
+  WriteApiNames();
+  WriteModules();
+  return true;
+}
+
+}  // namespace
+
+bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
+  if (g.active.load() == 1) {
+    snprintf(err, err_len, "the trace recorder is already running");
+    return false;
+  }
+  // A restart after StopRecorder writes a new file, which must define its
+  // stacks again: a new epoch gives them new ids.
+  if (g.stacks_ready) g.epoch.fetch_add(1);
+  if (options.trace_dir == nullptr || options.trace_dir[0] == '\0') {
+    snprintf(err, err_len, "no trace directory given");
+    return false;
+  }
+  CopyText(g.trace_dir, sizeof(g.trace_dir), options.trace_dir);
+  CopyText(g.mode, sizeof(g.mode), options.mode ? options.mode : "observe");
+  g.sample_ms = options.sample_ms;
+  g.stack_depth = options.stack_depth < 1 ? 1
+                  : options.stack_depth > kMaxStackDepth ? kMaxStackDepth
+                                                        : options.stack_depth;
+  g.budget = options.budget_bytes;
+  g.wc_guard = options.wc_guard;
+  g.wc_guard_ms = options.wc_guard_ms == 0 ? 20 : options.wc_guard_ms;
+  g.api_name = options.api_name;
+  g.api_count = options.api_count;
+  long ps = sysconf(_SC_PAGESIZE);
+  g.page_size = ps > 0 ? ps : 4096;
+  ssize_t n = readlink("/proc/self/exe", g.exe, sizeof(g.exe) - 1);
+  g.exe[n > 0 ? n : 0] = '\0';
+  if (n <= 0) CopyText(g.exe, sizeof(g.exe), "program");
+  if (!g.stacks_ready) {
+    g.stacks_ready = g.stacks.Init(kStackSlotsLog2, kStackIpWords);
+    g.module_buf = static_cast<uint8_t*>(MapBytes(kModuleBufBytes));
+    g.keys = static_cast<ModuleKey*>(MapBytes(kMaxModules * sizeof(ModuleKey)));
+    g.new_keys = static_cast<ModuleKey*>(MapBytes(kMaxModules * sizeof(ModuleKey)));
+    if (!g.stacks_ready || g.module_buf == nullptr || g.keys == nullptr || g.new_keys == nullptr) {
+      snprintf(err, err_len, "cannot map memory for the trace recorder");
+      return false;
+    }
+    g.key_ok = pthread_key_create(&g.key, OnThreadExit) == 0;
+  }
+  if (!OpenTrace(0, err, err_len)) return false;
+  OpenProcFiles();
+  g.active.store(1, std::memory_order_release);
+  if (g.wc_guard) {
+    char guard_err[256];
+    if (!StartWcGuard(OnGuardedRead, guard_err, sizeof(guard_err))) g.wc_guard = false;
+  }
+  StartSampler();
+  return true;
+}
+
+bool RecorderActive() { return g.active.load(std::memory_order_relaxed) == 1; }
+
+const char* RecorderTracePath() { return g.path; }
+
+void RecordCopy(const CopyEvent& e, int device) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  uint32_t stack = Capture(b);
+  AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendCopy(e, stack, device); });
+  Leave();
+}
+
+void RecordPin(const PinEvent& e, int device) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  if (e.result == 0) {
+    int64_t bytes = static_cast<int64_t>(e.bytes);
+    switch (e.op) {
+      case PinOp::kAlloc:
+        g.pinned_program.fetch_add(bytes, std::memory_order_relaxed);
+        if (e.flags & kPinFlagWriteCombined) AddWcRange(e.ptr, e.bytes);
+        break;
+      case PinOp::kFree:
+        g.pinned_program.fetch_sub(bytes, std::memory_order_relaxed);
+        RemoveWcRange(e.ptr);
+        break;
+      case PinOp::kRegister:
+        g.registered_program.fetch_add(bytes, std::memory_order_relaxed);
+        break;
+      case PinOp::kUnregister:
+        g.registered_program.fetch_sub(bytes, std::memory_order_relaxed);
+        break;
+    }
+  }
+  uint32_t stack = Capture(b);
+  AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendPin(e, stack, device); });
+  Leave();
+}
+
+void RecordHostAlloc(const HostAllocEvent& e) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  // A free needs no stack: what matters is where the memory came from.
+  uint32_t stack = e.is_free ? 0 : Capture(b);
+  uint64_t now = MonotonicNs();
+  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendHostAlloc(e, now, stack); });
+  Leave();
+}
+
+void RecordSync(const SyncEvent& e) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendSync(e); });
+  Leave();
+}
+
+bool CheckWcRead(const void* src, size_t len, WcReadVia via) {
+  if (g.active.load(std::memory_order_relaxed) != 1 || !OverlapsWc(src, len)) return false;
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return true;
+  uint32_t stack = Capture(b);
+  uint64_t now = MonotonicNs();
+  AppendEvent(b, now, [&](BatchEncoder& enc) {
+    enc.AppendMisuse(MisuseKind::kWcRead, src, len, now, stack, static_cast<uint32_t>(via));
+  });
+  Leave();
+  return true;
+}
+
+void DisarmWcGuardFor(const void* ptr, size_t len) { WcGuardDisarmFor(ptr, len); }
+
+void NotePinshimPinnedBytes(int64_t delta) {
+  g.pinned_pinshim.fetch_add(delta, std::memory_order_relaxed);
+}
+
+void NoteModulesChanged() {
+  if (g.active.load(std::memory_order_acquire) != 1) return;
+  int was_inside = t_inside;
+  t_inside = 1;
+  WriteModules();
+  t_inside = was_inside;
+}
+
+void RecorderAfterForkInChild() {
+  if (g.active.load() != 1) return;
+  g.active.store(0);
+  // The parent's sampler did not come along; the parent still owns its file
+  // and writes its own buffers, so the child forgets both.
+  g.sampler_running = false;
+  if (g.wake_fd >= 0) close(g.wake_fd);
+  g.wake_fd = -1;
+  if (g.fd >= 0) close(g.fd);
+  if (g.statm_fd >= 0) close(g.statm_fd);  // /proc/self meant the parent
+  if (g.vmstat_fd >= 0) close(g.vmstat_fd);
+  g.fd = g.statm_fd = g.vmstat_fd = -1;
+  StopWcGuard();
+  for (ThreadBuffer* b = g.buffers.load(); b; b = b->next) {
+    b->state.store(kIdle);
+    b->enc.Reset();
+    if (b != t_buffer) b->in_use.store(0);  // its thread does not exist here
+  }
+  if (t_buffer != nullptr) t_buffer->tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  t_inside = 0;
+  t_dropped = 0;
+  g.stacks.Reset();
+  g.epoch.fetch_add(1);
+  g.generation.store(0);
+  g.n_keys = 0;
+  g.modules_busy.store(0);
+  // A fork child has no CUDA context: the parent's pinned memory is not its own.
+  g.pinned_program.store(0);
+  g.registered_program.store(0);
+  g.pinned_pinshim.store(0);
+  g.dropped.store(0);
+  char err[256];
+  long parent = static_cast<long>(getppid());
+  if (!OpenTrace(parent, err, sizeof(err))) return;
+  OpenProcFiles();
+  g.active.store(1, std::memory_order_release);
+  if (g.wc_guard) {
+    char guard_err[256];
+    if (!StartWcGuard(OnGuardedRead, guard_err, sizeof(guard_err))) g.wc_guard = false;
+  }
+  StartSampler();
+}
+
+void StopRecorder() {
+  int expected = 1;
+  if (!g.active.compare_exchange_strong(expected, 2)) return;
+  if (g.sampler_running) {
+    uint64_t one = 1;
+    ssize_t ignored = write(g.wake_fd, &one, sizeof(one));
+    (void)ignored;
+    if (!pthread_equal(pthread_self(), g.sampler)) pthread_join(g.sampler, nullptr);
+    g.sampler_running = false;
+  }
+  StopWcGuard();
+  FlushIdle(MonotonicNs(), true);
+  uint8_t payload[3 * kMaxVarint];
+  uint8_t* p = PutVarint(payload, g.dropped.load());
+  p = PutVarint(p, g.stacks.overflows());
+  p = PutVarint(p, MonotonicNs());
+  struct iovec part = {payload, static_cast<size_t>(p - payload)};
+  WriteFrame(g.fd, FrameType::kEnd, &part, 1);
+  // The descriptor stays open: a thread that saw the recorder active a moment
+  // ago may still write a frame, and must not hit a reused descriptor.
+}
+
+RecorderStats GetRecorderStats() {
+  RecorderStats s{};
+  if (t_buffer != nullptr) {
+    s.unwind_cache_hits = t_buffer->cache.hits;
+    s.unwind_cache_misses = t_buffer->cache.misses;
+  }
+  s.dropped = g.dropped.load();
+  s.batches_written = g.batches.load();
+  s.bytes_written = g.bytes.load();
+  return s;
+}
+
+}  // namespace trace
+}  // namespace pinshim

@@ -1,0 +1,116 @@
+// The trace recorder: what the hooks call to put events into this process's
+// trace (format: trace_format.h).
+//
+// Recording path (every Record* function and CheckWcRead): no allocation
+// through the program's malloc (buffers are mmap'd), no lock (a per-thread
+// buffer claimed with one atomic exchange), no output. Each thread encodes
+// into its own 64 KiB buffer, which goes to the file with one writev when it
+// fills, when its oldest event is 100 ms old, when the thread exits, or when
+// the sampler thread finds it idle for 250 ms. A call made while the same
+// thread is already inside the recorder (a signal handler, or a hook reached
+// from inside the recorder) is dropped and counted (kDropped).
+//
+// Call sites: each Record* captures the caller's stack (libunwind, bounded
+// depth, cached per thread, deduplicated process-wide; see call_site.h).
+//
+// Lifecycle: StartRecorder once at start (after configuration is read),
+// NoteModulesChanged after every successful dlopen and dlclose,
+// RecorderAfterForkInChild in the child of a fork, StopRecorder at exit.
+// Before StartRecorder, and after StopRecorder, every call is a cheap no-op.
+#ifndef PINSHIM_SHIM_TRACE_RECORDER_H_
+#define PINSHIM_SHIM_TRACE_RECORDER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "shim/core/events.h"
+#include "shim/trace/event_encoder.h"
+#include "shim/trace/trace_format.h"
+
+namespace pinshim {
+namespace trace {
+
+struct RecorderOptions {
+  const char* trace_dir = nullptr;   // required: PINSHIM_TRACE_DIR
+  const char* mode = "observe";      // recorded as is
+  uint32_t sample_ms = 10;           // PINSHIM_SAMPLE_MS; 0 disables sampling
+  int stack_depth = kDefaultStackDepth;  // 1..kMaxStackDepth
+  uint64_t budget_bytes = 0;         // the process's pinned budget, 0 none
+  bool wc_guard = false;             // arm the write-combined page guard
+  uint32_t wc_guard_ms = 20;         // how often the guard arms a page
+  // Names of entry points for the trace's API table; ids [0, api_count).
+  const char* (*api_name)(ApiId) = nullptr;
+  uint32_t api_count = 0;
+};
+
+// Opens the trace file and starts the sampler thread. Returns false, with a
+// one-line reason in err[0, err_len), when tracing cannot start; recording
+// calls then stay no-ops. Reads the environment (for the job rank) once.
+bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len);
+
+// True while a trace is being written.
+bool RecorderActive();
+
+// The path of the trace file ("" when none). Valid until the next fork.
+const char* RecorderTracePath();
+
+// A host<->device (or host<->host) copy, after it returned. `device` is the
+// device current for the calling thread, -1 when unknown.
+void RecordCopy(const CopyEvent& event, int device = -1);
+
+// A pinned allocation, free, registration or unregistration, after it
+// returned. For kFree and kUnregister, event.bytes must be the size of what
+// is released (the registry knows it), so that pinned totals stay right.
+// `device` is the device current at the call, -1 when unknown.
+void RecordPin(const PinEvent& event, int device = -1);
+
+// A tracked host allocation or release (the hooks decide what is tracked).
+void RecordHostAlloc(const HostAllocEvent& event);
+
+// A synchronization or event call that tells when queued copies completed:
+// stream/context/event synchronize, successful stream/event queries, event
+// records and stream waits (see SyncKind).
+void RecordSync(const SyncEvent& event);
+
+// The memcpy-family hooks call this with the source they are about to read.
+// When it overlaps write-combined pinned memory, records a wc-read misuse
+// at the caller's stack and returns true. One load when the process has no
+// write-combined memory.
+bool CheckWcRead(const void* src, size_t len, WcReadVia via);
+
+// A system call is about to read or write [ptr, ptr + len): hooks of such
+// calls (write, read, send, recv, ...) and of copies (before the driver
+// sees the host pointer) call this so the page guard never leaves a page
+// protected where the kernel would answer EFAULT. One load when no page is
+// guarded.
+void DisarmWcGuardFor(const void* ptr, size_t len);
+
+// pinshim's own pinned memory (pool, arena, registration cache) grew or
+// shrank by `delta` bytes; reported in samples.
+void NotePinshimPinnedBytes(int64_t delta);
+
+// Writes a new module map; call after every successful dlopen and dlclose.
+void NoteModulesChanged();
+
+// In the child of a fork: forgets the parent's trace and buffers, starts the
+// child's own trace file and sampler. Call before the child records anything.
+void RecorderAfterForkInChild();
+
+// Flushes every thread's buffer, writes the end record and stops the sampler.
+// Later records are dropped. Idempotent.
+void StopRecorder();
+
+// Counters for tests and benchmarks.
+struct RecorderStats {
+  uint64_t unwind_cache_hits;   // of the calling thread
+  uint64_t unwind_cache_misses; // of the calling thread
+  uint64_t dropped;             // process-wide
+  uint64_t batches_written;
+  uint64_t bytes_written;
+};
+RecorderStats GetRecorderStats();
+
+}  // namespace trace
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_TRACE_RECORDER_H_

@@ -1,0 +1,277 @@
+// The pinshim trace format, version 1. The preloaded library writes it and
+// `pinshim report` reads it; this header is the only definition of it.
+//
+// A trace is one file per process: <program>.<pid>.pstrace (".<n>" before the
+// extension when that name is taken, e.g. after exec in the same pid).
+//
+//   file   := file_header frame*
+//
+// file_header, 32 bytes, little endian:
+//   [0, 8)    magic "PINSHIMT"
+//   [8, 10)   u16 format version (kTraceVersion)
+//   [10, 12)  u16 header size (kFileHeaderBytes)
+//   [12, 28)  reserved, zero
+//   [28, 32)  u32 masked crc32c of bytes [0, 28)
+//
+// frame, in the spirit of LevelDB's log records: a writer killed in the
+// middle of a write leaves at most one torn frame, and a reader that meets a
+// bad frame skips forward byte by byte to the next frame whose checksum holds,
+// so damage costs the damaged frames only.
+//   [0, 4)    u32 masked crc32c of the type byte followed by the payload
+//   [4, 8)    u32 payload length (at most kMaxFramePayload)
+//   [8]       u8 frame type (FrameType)
+//   [9, ...)  payload
+//
+// Payloads are built from LEB128 varints ("u"), zigzag varints ("s"),
+// strings ("str" = u length, bytes) and raw byte strings of the same shape.
+// Extensibility: readers skip frame types and event types they do not know,
+// and ignore bytes after the fields they know at the end of a frame or event;
+// writers only ever append fields. A change that older readers would misread
+// bumps kTraceVersion.
+//
+// Frame payloads:
+//   kProcess   (tag u, length u, value bytes)* with ProcessTag tags; values are
+//              one u, one s or raw text, as the tag's comment says.
+//   kApiNames  u count, then count times: u api id, str name.
+//   kModules   u generation, u count, then count times:
+//                str path, str build id (raw bytes), u load bias,
+//                u flags (ModuleFlag), u segment count,
+//                then that many times: u start address, u length.
+//              A new generation is written at start and after every
+//              dlopen/dlclose; each one lists every module then loaded.
+//   kStack     u stack id (>= 1), u module generation in force when the
+//              stack was first seen, u depth, u exact-ip mask (bit i: frame i
+//              holds the faulting instruction itself rather than a return
+//              address), u ip[0], then depth-1 times s (ip[i] - ip[i-1]).
+//              Frame 0 is innermost. Written once per distinct stack, before
+//              any batch that refers to it is flushed.
+//   kEvents    a batch of events of one thread:
+//              u tid, u first time (ns), u last time (ns), u event count,
+//              then count times: u8 event type (EventType), u length, payload.
+//              Times are CLOCK_MONOTONIC nanoseconds. Every event payload
+//              begins with s (time - previous time in this batch), the first
+//              one relative to the batch's first time. Pointer and id fields
+//              marked "delta" are zigzag differences against the same field
+//              of the previous event of that type in this batch (initially 0),
+//              so repeated buffers and streams cost one byte. A batch is
+//              self-contained: losing one loses nothing else.
+//   kEnd       u dropped events, u stacks not stored (table full), u time (ns).
+//              Written by a clean shutdown; its absence means the process was
+//              killed or is still running.
+//
+// Event payloads (after the leading s time delta):
+//   kCopy      u duration ns, u api, u bits (CopyBit), u kinds (src | dst << 3),
+//              u bytes, u stack id, s stream (delta), s host pointer (delta),
+//              s host allocation id (delta);
+//              then if kCopyHasFlags: u host flags; if kCopyHasResult: s result;
+//              if kCopyHasDevice: s device (the device current at the copy;
+//              recorded only when it differs from the previous copy's).
+//   kPin       u duration ns, u api, u op (PinOp), u pointer, u bytes,
+//              u flags, u stack id, s result, s device (-1 unknown).
+//   kHostAlloc u allocation id, u pointer, u bytes, u bits (bit 0 free,
+//              bits 1.. source), u stack id (0 for frees).
+//   kMisuse    u kind (MisuseKind), u pointer, u bytes, u stack id,
+//              u detail (for wc reads: the WcReadVia path).
+//   kSample    u pinned by the program, u registered by the program,
+//              u pinned by pinshim, u resident set bytes, u swap-ins (pages,
+//              cumulative, system-wide), u swap-outs (same), u budget bytes
+//              (0 none).
+//   kSync      u duration ns, u api, u kind (SyncKind), s stream (delta),
+//              u event handle, s result.
+//   kDropped   u events dropped on this thread since its previous report
+//              (the recorder was re-entered, e.g. from a signal handler).
+#ifndef PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_
+#define PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pinshim {
+namespace trace {
+
+constexpr char kTraceMagic[8] = {'P', 'I', 'N', 'S', 'H', 'I', 'M', 'T'};
+constexpr uint16_t kTraceVersion = 1;
+constexpr size_t kFileHeaderBytes = 32;
+constexpr size_t kFrameHeaderBytes = 9;
+constexpr uint32_t kMaxFramePayload = 4u << 20;
+constexpr const char kTraceExtension[] = ".pstrace";
+
+// Deepest stack recorded; deeper stacks keep their innermost frames.
+constexpr int kMaxStackDepth = 64;
+constexpr int kDefaultStackDepth = 32;
+
+enum class FrameType : uint8_t {
+  kProcess = 1,
+  kApiNames = 2,
+  kModules = 3,
+  kStack = 4,
+  kEvents = 5,
+  kEnd = 6,
+  // 7..255: reserved; readers skip frames of types they do not know.
+};
+
+enum class EventType : uint8_t {
+  kCopy = 1,
+  kPin = 2,
+  kHostAlloc = 3,
+  kMisuse = 4,
+  kSample = 5,
+  kSync = 6,
+  kDropped = 7,
+  // 8..31: reserved for this format's own additions.
+  // 32..127: reserved for the pool, the registration cache and budget
+  // decisions; readers skip event types they do not know.
+};
+
+// kProcess tags. "u", "s" and "text" say how the value bytes are encoded.
+enum class ProcessTag : uint8_t {
+  kPid = 1,             // u
+  kParentPid = 2,       // u
+  kProgram = 3,         // text: path of the executable
+  kCommandLine = 4,     // text: arguments separated by NUL bytes
+  kHostname = 5,        // text
+  kRank = 6,            // s: rank of a parallel job (RANK, OMPI_COMM_WORLD_RANK,
+                        // PMI_RANK, SLURM_PROCID), -1 when none
+  kStartMonotonicNs = 7,  // u: CLOCK_MONOTONIC when tracing began
+  kStartRealtimeNs = 8,   // u: CLOCK_REALTIME at the same moment
+  kPageSize = 9,        // u
+  kPhysicalBytes = 10,  // u
+  kMemlockLimit = 11,   // u: RLIMIT_MEMLOCK soft limit, UINT64_MAX unlimited
+  kSwapTotalBytes = 12, // u
+  kSampleMs = 13,       // u
+  kStackDepth = 14,     // u
+  kBudgetBytes = 15,    // u: pinned-bytes budget of this process, 0 none
+  kMode = 16,           // text: "observe", "observe,enforce", ...
+  kVersion = 17,        // text: pinshim version that wrote the trace
+  kForkedFrom = 18,     // u: parent pid when this trace began in a fork child
+  kWcGuard = 19,        // u: 1 when the write-combined page guard was armed
+};
+
+enum ModuleFlag : uint32_t {
+  kModuleMainProgram = 1u << 0,
+  kModuleVdso = 1u << 1,
+};
+
+enum CopyBit : uint32_t {
+  kCopyDirMask = 3u,          // CopyDir
+  kCopyAsync = 1u << 2,
+  kCopyHasFlags = 1u << 3,
+  kCopyHasResult = 1u << 4,
+  kCopyHasDevice = 1u << 5,
+};
+
+enum class MisuseKind : uint8_t {
+  kWcRead = 1,  // the CPU read write-combined memory
+};
+
+// How a read of write-combined memory was seen.
+enum class WcReadVia : uint8_t {
+  kMemcpy = 1,
+  kMemmove = 2,
+  kMemcmp = 3,
+  kString = 4,     // strlen, strcpy, strcmp and the like
+  kStdio = 5,      // fwrite, fputs, write and other output paths
+  kPageGuard = 6,  // a plain load caught by the page-guard sampler
+  kOther = 7,
+};
+
+// What a kSync event says about completion of queued work.
+enum class SyncKind : uint8_t {
+  kStreamSynchronize = 1,  // every copy queued on `stream` has finished
+  kContextSynchronize = 2, // every copy queued anywhere in the process has
+  kEventRecord = 3,        // `event` now marks the work queued on `stream`
+  kEventSynchronize = 4,   // the work `event` marks has finished
+  kStreamQueryDone = 5,    // a stream query said `stream` is idle
+  kEventQueryDone = 6,     // an event query said `event` has completed
+  kStreamWaitEvent = 7,    // `stream` waits on the device for `event` (no
+                           // host-side completion; kept for timelines)
+};
+
+// Pinning flags the format interprets, as the driver defines them. An
+// allocation's flags are CU_MEMHOSTALLOC_*; a registration's are
+// CU_MEMHOSTREGISTER_*, where 0x04 means I/O memory, not write-combined.
+constexpr uint32_t kPinFlagPortable = 0x01;       // both
+constexpr uint32_t kPinFlagDeviceMap = 0x02;      // both
+constexpr uint32_t kPinFlagWriteCombined = 0x04;  // allocations only
+
+// CRC masking (LevelDB's): a checksum stored inside checksummed data would
+// otherwise make CRCs of CRCs degenerate.
+constexpr uint32_t kCrcMaskDelta = 0xa282ead8u;
+inline uint32_t MaskCrc(uint32_t crc) {
+  return ((crc >> 15) | (crc << 17)) + kCrcMaskDelta;
+}
+inline uint32_t UnmaskCrc(uint32_t masked) {
+  uint32_t rot = masked - kCrcMaskDelta;
+  return (rot >> 17) | (rot << 15);
+}
+
+inline void StoreU16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+inline void StoreU32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint16_t LoadU16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
+inline uint32_t LoadU32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+// Varint encoding. Encoders write at most kMaxVarint bytes and return the
+// position after them; the caller guarantees the room.
+constexpr size_t kMaxVarint = 10;
+
+inline uint8_t* PutVarint(uint8_t* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+
+inline uint64_t ZigZag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+inline int64_t UnZigZag(uint64_t v) {
+  return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
+}
+
+inline uint8_t* PutSigned(uint8_t* p, int64_t v) { return PutVarint(p, ZigZag(v)); }
+
+// Decodes a varint from [*p, end). On success advances *p and returns true;
+// on a truncated or over-long varint returns false and leaves *p unchanged.
+inline bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
+  const uint8_t* q = *p;
+  if (q < end && *q < 0x80) {  // the common one-byte case
+    *v = *q;
+    *p = q + 1;
+    return true;
+  }
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64 && q < end; shift += 7) {
+    uint64_t byte = *q++;
+    result |= (byte & 0x7f) << shift;
+    if (byte < 0x80) {
+      *v = result;
+      *p = q;
+      return true;
+    }
+  }
+  return false;
+}
+
+inline bool GetSigned(const uint8_t** p, const uint8_t* end, int64_t* v) {
+  uint64_t u;
+  if (!GetVarint(p, end, &u)) return false;
+  *v = UnZigZag(u);
+  return true;
+}
+
+}  // namespace trace
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_

@@ -1,0 +1,226 @@
+// The recorder writing a real trace file, read back with the analyzer's
+// reader: events, call sites, module maps, size per copy, fork.
+#include "shim/trace/recorder.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <dirent.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "analyzer/report/trace_reader.h"
+
+namespace pinshim {
+namespace {
+
+using report::Event;
+using report::TraceReader;
+
+struct Collect : report::EventVisitor {
+  std::vector<Event> events;
+  void OnEvent(const Event& e) override { events.push_back(e); }
+};
+
+std::string MakeDir(const char* name) {
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name + "." + std::to_string(getpid());
+  return dir;
+}
+
+std::vector<std::string> TracesIn(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.size() > 8 && n.substr(n.size() - 8) == ".pstrace") out.push_back(dir + "/" + n);
+  }
+  closedir(d);
+  return out;
+}
+
+uint64_t Now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+__attribute__((noinline)) void CopyOnce(void* buf, uint64_t bytes, uint64_t alloc_id) {
+  CopyEvent e{};
+  e.api = 7;
+  e.dir = CopyDir::kHostToDevice;
+  e.src_kind = MemKind::kPageable;
+  e.dst_kind = MemKind::kDevice;
+  e.bytes = bytes;
+  e.host_ptr = buf;
+  e.host_alloc_id = alloc_id;
+  e.start_ns = Now();
+  e.end_ns = e.start_ns + 80000;
+  trace::RecordCopy(e, 0);
+}
+
+const char* ApiName(ApiId id) { return id == 7 ? "cuMemcpyHtoD_v2" : nullptr; }
+
+TEST(Recorder, WritesAReadableTraceWithCompactCopies) {
+  std::string dir = MakeDir("recorder_test");
+  trace::RecorderOptions o;
+  o.trace_dir = dir.c_str();
+  o.sample_ms = 5;
+  o.api_name = ApiName;
+  o.api_count = 16;
+  char err[256];
+  ASSERT_TRUE(trace::StartRecorder(o, err, sizeof(err))) << err;
+  ASSERT_TRUE(trace::RecorderActive());
+  static char buffer[1 << 20];
+  HostAllocEvent alloc{11, buffer, sizeof(buffer), false, 0};
+  trace::RecordHostAlloc(alloc);
+  constexpr int kCopies = 200000;
+  for (int i = 0; i < kCopies; ++i) CopyOnce(buffer, sizeof(buffer), 11);
+  trace::RecorderStats st = trace::GetRecorderStats();
+  EXPECT_GE(st.unwind_cache_hits, static_cast<uint64_t>(kCopies - 1));
+  std::thread other([] {
+    for (int i = 0; i < 1000; ++i) CopyOnce(buffer, 4096, 11);
+  });
+  other.join();
+  PinEvent pin{};
+  pin.api = 1;
+  pin.op = PinOp::kAlloc;
+  pin.ptr = buffer;
+  pin.bytes = 4096;
+  pin.flags = trace::kPinFlagWriteCombined;
+  pin.start_ns = Now();
+  pin.end_ns = pin.start_ns + 1000;
+  trace::RecordPin(pin, 0);
+  EXPECT_TRUE(trace::CheckWcRead(buffer + 10, 16, trace::WcReadVia::kMemcpy));
+  EXPECT_FALSE(trace::CheckWcRead(buffer + 8192, 16, trace::WcReadVia::kMemcpy));
+  usleep(20000);  // a few samples
+  trace::SyncEvent sync{};
+  sync.kind = trace::SyncKind::kContextSynchronize;
+  sync.start_ns = Now();
+  sync.end_ns = sync.start_ns + 10;
+  trace::RecordSync(sync);
+  std::string path = trace::RecorderTracePath();
+  trace::StopRecorder();
+  EXPECT_FALSE(trace::RecorderActive());
+
+  TraceReader r;
+  std::string error;
+  ASSERT_TRUE(r.Open(path, &error)) << error;
+  EXPECT_TRUE(r.damage().has_end);
+  EXPECT_EQ(r.damage().skipped_bytes, 0u);
+  EXPECT_EQ(r.process().pid, static_cast<uint64_t>(getpid()));
+  EXPECT_EQ(r.ApiName(7), "cuMemcpyHtoD_v2");
+  ASSERT_FALSE(r.module_maps().empty());
+  bool main_found = false;
+  for (const auto& m : r.module_maps()[0].modules) {
+    if (m.flags & trace::kModuleMainProgram) {
+      main_found = true;
+      EXPECT_NE(m.path.find("recorder_test"), std::string::npos) << m.path;
+      EXPECT_FALSE(m.build_id.empty());
+    }
+  }
+  EXPECT_TRUE(main_found);
+  Collect c;
+  r.ForEachEvent(&c);
+  uint64_t copies = 0, samples = 0, pins = 0, misuse = 0, syncs = 0, allocs = 0;
+  uint32_t loop_stack = 0;
+  for (const Event& e : c.events) {
+    switch (e.type) {
+      case trace::EventType::kCopy:
+        if (copies == 0) loop_stack = e.stack;
+        if (copies < static_cast<uint64_t>(kCopies)) {
+          EXPECT_EQ(e.stack, loop_stack);
+          EXPECT_EQ(e.host_ptr, reinterpret_cast<uint64_t>(buffer));
+          EXPECT_EQ(e.alloc_id, 11u);
+          EXPECT_EQ(e.duration_ns, 80000u);
+        }
+        ++copies;
+        break;
+      case trace::EventType::kSample: ++samples; break;
+      case trace::EventType::kPin:
+        ++pins;
+        EXPECT_EQ(e.flags, trace::kPinFlagWriteCombined);
+        break;
+      case trace::EventType::kMisuse:
+        ++misuse;
+        EXPECT_EQ(e.ptr, reinterpret_cast<uint64_t>(buffer + 10));
+        EXPECT_EQ(e.detail, static_cast<uint32_t>(trace::WcReadVia::kMemcpy));
+        break;
+      case trace::EventType::kSync: ++syncs; break;
+      case trace::EventType::kHostAlloc: ++allocs; break;
+      default: break;
+    }
+  }
+  EXPECT_EQ(copies, static_cast<uint64_t>(kCopies + 1000));
+  EXPECT_EQ(pins, 1u);
+  EXPECT_EQ(misuse, 1u);
+  EXPECT_EQ(syncs, 1u);
+  EXPECT_EQ(allocs, 1u);
+  EXPECT_GE(samples, 1u);
+  ASSERT_NE(loop_stack, 0u);
+  const report::Stack* s = r.FindStack(loop_stack);
+  ASSERT_NE(s, nullptr);
+  EXPECT_GE(s->ips.size(), 3u);
+  // Distinct stacks: the loop, the other thread, the pin, the wc read, the
+  // allocation; a handful, not one per event.
+  EXPECT_LE(r.stack_count(), 8u);
+  // Size: everything but the copies is small and fixed; the copies share it.
+  double per_copy = static_cast<double>(r.damage().file_bytes) / static_cast<double>(copies);
+  EXPECT_LE(per_copy, 32.0);
+  RecordProperty("bytes_per_copy", std::to_string(per_copy));
+  printf("trace bytes per copy event: %.2f (%llu bytes, %llu copies)\n", per_copy,
+         static_cast<unsigned long long>(r.damage().file_bytes),
+         static_cast<unsigned long long>(copies));
+}
+
+TEST(Recorder, ForkChildWritesItsOwnTrace) {
+  std::string dir = MakeDir("recorder_fork");
+  trace::RecorderOptions o;
+  o.trace_dir = dir.c_str();
+  char err[256];
+  ASSERT_TRUE(trace::StartRecorder(o, err, sizeof(err))) << err;
+  static char buffer[4096];
+  CopyOnce(buffer, 100, 0);  // buffered in the parent, not yet written
+  pid_t pid = fork();
+  if (pid == 0) {
+    trace::RecorderAfterForkInChild();
+    for (int i = 0; i < 3; ++i) CopyOnce(buffer, 200, 0);
+    trace::StopRecorder();
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  CopyOnce(buffer, 100, 0);
+  trace::StopRecorder();
+  std::vector<std::string> traces = TracesIn(dir);
+  ASSERT_EQ(traces.size(), 2u);
+  int parents = 0, children = 0;
+  for (const std::string& t : traces) {
+    TraceReader r;
+    std::string error;
+    ASSERT_TRUE(r.Open(t, &error)) << error;
+    EXPECT_TRUE(r.damage().has_end) << t;
+    Collect c;
+    r.ForEachEvent(&c);
+    if (r.process().pid == static_cast<uint64_t>(pid)) {
+      ++children;
+      EXPECT_EQ(r.process().forked_from, static_cast<uint64_t>(getpid()));
+      ASSERT_EQ(c.events.size(), 3u);  // the parent's buffered copy is not here
+      for (const Event& e : c.events) EXPECT_EQ(e.bytes, 200u);
+      EXPECT_NE(r.FindStack(c.events[0].stack), nullptr);  // stacks defined anew
+    } else {
+      ++parents;
+      EXPECT_EQ(c.events.size(), 2u);
+    }
+  }
+  EXPECT_EQ(parents, 1);
+  EXPECT_EQ(children, 1);
+}
+
+}  // namespace
+}  // namespace pinshim
