@@ -1,0 +1,321 @@
+#include "analyzer/report/symbolizer.h"
+
+#include <cxxabi.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace pinshim {
+namespace report {
+namespace {
+
+std::string Basename(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool StartsWith(const std::string& s, const char* prefix) {
+  return s.compare(0, strlen(prefix), prefix) == 0;
+}
+
+std::string Demangle(const char* name) {
+  if (name == nullptr) return "";
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  if (status == 0 && d != nullptr) {
+    std::string out = d;
+    free(d);
+    return out;
+  }
+  return name;
+}
+
+std::string Hex(const std::string& raw) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+// Bazel and other build systems map their working directory to this.
+std::string CleanPath(const char* file) {
+  if (file == nullptr) return "";
+  std::string f = file;
+  static const char kCwd[] = "/proc/self/cwd/";
+  if (StartsWith(f, kCwd)) f = f.substr(sizeof(kCwd) - 1);
+  return f;
+}
+
+// The name of a DWARF function entry, following abstract origins and
+// specifications; the linkage name (demangled) when there is one.
+std::string DieName(Dwarf_Die* die) {
+  Dwarf_Attribute attr;
+  const char* linkage = nullptr;
+  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) != nullptr ||
+      dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr) != nullptr) {
+    linkage = dwarf_formstring(&attr);
+  }
+  if (linkage != nullptr) return Demangle(linkage);
+  if (dwarf_attr_integrate(die, DW_AT_name, &attr) != nullptr) {
+    const char* n = dwarf_formstring(&attr);
+    if (n != nullptr) return n;
+  }
+  return "";
+}
+
+}  // namespace
+
+bool IsRuntimeFrame(const std::string& module, const std::string& function) {
+  std::string base = Basename(module);
+  static const char* const kModules[] = {"libcuda.so", "libcudart.so", "libpinshim.so",
+                                         "libc.so",    "libc-",        "ld-linux",
+                                         "libpthread", "libdl.so"};
+  for (const char* m : kModules) {
+    if (StartsWith(base, m)) return true;
+  }
+  // The statically linked CUDA runtime and pinshim's own code linked into a
+  // program are known by their names.
+  if (StartsWith(function, "pinshim::") || StartsWith(function, "cudart::") ||
+      StartsWith(function, "__cudart") || StartsWith(function, "__cuda") ||
+      StartsWith(function, "libcudart")) {
+    return true;
+  }
+  if (function.size() > 4 && StartsWith(function, "cuda") && isupper(function[4])) return true;
+  if (function.size() > 2 && StartsWith(function, "cu") && isupper(function[2])) return true;
+  return false;
+}
+
+std::string Frame::Describe() const {
+  std::string out;
+  if (!function.empty()) {
+    out = function;
+  } else {
+    char buf[64];
+    snprintf(buf, sizeof(buf), "+0x%llx", static_cast<unsigned long long>(offset));
+    out = (module.empty() ? std::string("?") : Basename(module)) + buf;
+  }
+  if (!file.empty()) {
+    out += " (" + file;
+    if (line > 0) out += ":" + std::to_string(line);
+    out += ")";
+  } else if (!note.empty()) {
+    out += " (" + note + ")";
+  }
+  return out;
+}
+
+struct Symbolizer::ModuleHandle {
+  Dwfl* dwfl = nullptr;
+  Dwfl_Module* mod = nullptr;
+  std::string problem;  // set when the module cannot be used
+  ~ModuleHandle() {
+    if (dwfl != nullptr) dwfl_end(dwfl);
+  }
+};
+
+Symbolizer::Symbolizer(const TraceReader* trace) : trace_(trace) {}
+
+Symbolizer::~Symbolizer() = default;
+
+Symbolizer::ModuleHandle* Symbolizer::HandleFor(const Module& m) {
+  std::string key = m.path + "@" + std::to_string(m.bias);
+  auto it = modules_.find(key);
+  if (it != modules_.end()) return it->second.get();
+  auto h = std::make_unique<ModuleHandle>();
+  if (m.flags & trace::kModuleVdso) {
+    h->problem = "the kernel's vdso has no file";
+  } else if (m.path.empty()) {
+    h->problem = "module without a path";
+  } else {
+    struct stat st;
+    if (stat(m.path.c_str(), &st) != 0) {
+      h->problem = "file not found (" + std::string(strerror(errno)) + ")";
+    } else {
+      static char* debuginfo_path = nullptr;
+      static const Dwfl_Callbacks kCallbacks = {
+          dwfl_build_id_find_elf, dwfl_standard_find_debuginfo, dwfl_offline_section_address,
+          &debuginfo_path};
+      h->dwfl = dwfl_begin(&kCallbacks);
+      if (h->dwfl != nullptr) {
+        dwfl_report_begin(h->dwfl);
+        h->mod = dwfl_report_elf(h->dwfl, Basename(m.path).c_str(), m.path.c_str(), -1, m.bias,
+                                 false);
+        dwfl_report_end(h->dwfl, nullptr, nullptr);
+      }
+      if (h->mod == nullptr) {
+        h->problem = std::string("cannot read ELF: ") + dwfl_errmsg(-1);
+      } else if (!m.build_id.empty()) {
+        const unsigned char* bits = nullptr;
+        GElf_Addr vaddr;
+        int n = dwfl_module_build_id(h->mod, &bits, &vaddr);
+        if (n > 0 && std::string(reinterpret_cast<const char*>(bits), static_cast<size_t>(n)) !=
+                         m.build_id) {
+          h->problem = "the file changed since the trace was taken (build id " +
+                       Hex(m.build_id) + " traced, " +
+                       Hex(std::string(reinterpret_cast<const char*>(bits), n)) + " on disk)";
+          h->mod = nullptr;
+        }
+      }
+    }
+  }
+  ModuleHandle* raw = h.get();
+  modules_[key] = std::move(h);
+  return raw;
+}
+
+const Module* Symbolizer::FindModule(uint32_t generation, uint64_t ip) const {
+  const auto& maps = trace_->module_maps();
+  auto covers = [ip](const ModuleMap& map) -> const Module* {
+    for (const Module& m : map.modules) {
+      for (const Segment& s : m.segments) {
+        if (ip >= s.start && ip - s.start < s.length) return &m;
+      }
+    }
+    return nullptr;
+  };
+  // The map in force when the stack was first seen; failing that, a later
+  // one (a module loaded just before its map was written), then any.
+  for (const ModuleMap& map : maps) {
+    if (map.generation == generation) {
+      if (const Module* m = covers(map)) return m;
+    }
+  }
+  for (const ModuleMap& map : maps) {
+    if (map.generation > generation) {
+      if (const Module* m = covers(map)) return m;
+    }
+  }
+  for (auto it = maps.rbegin(); it != maps.rend(); ++it) {
+    if (const Module* m = covers(*it)) return m;
+  }
+  return nullptr;
+}
+
+void Symbolizer::SymbolizeIp(uint64_t ip, bool exact, uint32_t generation,
+                             std::vector<Frame>* out) {
+  Frame base;
+  base.ip = ip;
+  // A return address points after the call; the call itself is one byte back.
+  uint64_t addr = exact ? ip : ip - 1;
+  const Module* m = FindModule(generation, ip);
+  if (m == nullptr) {
+    base.note = "address in no module the trace lists";
+    out->push_back(base);
+    return;
+  }
+  base.module = m->path;
+  base.offset = ip - m->bias;
+  ModuleHandle* h = HandleFor(*m);
+  if (h->mod == nullptr) {
+    base.note = h->problem;
+    base.runtime = IsRuntimeFrame(base.module, "");
+    out->push_back(base);
+    return;
+  }
+  GElf_Off sym_off = 0;
+  GElf_Sym sym;
+  const char* sym_name = dwfl_module_addrinfo(h->mod, addr, &sym_off, &sym, nullptr, nullptr,
+                                              nullptr);
+  std::string outer_name = Demangle(sym_name);
+  std::string file;
+  int line = 0;
+  if (Dwfl_Line* l = dwfl_module_getsrc(h->mod, addr)) {
+    Dwarf_Addr a;
+    int lineno = 0, col = 0;
+    const char* f = dwfl_lineinfo(l, &a, &lineno, &col, nullptr, nullptr);
+    file = CleanPath(f);
+    line = lineno;
+  }
+  size_t first = out->size();
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cu = dwfl_module_addrdie(h->mod, addr, &bias);
+  if (cu != nullptr) {
+    Dwarf_Die* scopes = nullptr;
+    int n = dwarf_getscopes(cu, addr - bias, &scopes);
+    Dwarf_Files* files = nullptr;
+    size_t nfiles = 0;
+    bool have_files = dwarf_getsrcfiles(cu, &files, &nfiles) == 0;
+    for (int i = 0; i < n; ++i) {
+      int tag = dwarf_tag(&scopes[i]);
+      if (tag == DW_TAG_inlined_subroutine) {
+        Frame f = base;
+        f.function = DieName(&scopes[i]);
+        f.file = file;
+        f.line = line;
+        f.inlined = true;
+        out->push_back(f);
+        // Where it was inlined is the location in the function around it.
+        Dwarf_Attribute attr;
+        Dwarf_Word call_file = 0, call_line = 0;
+        file.clear();
+        line = 0;
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attr), &call_file) == 0 &&
+            have_files && call_file < nfiles) {
+          file = CleanPath(dwarf_filesrc(files, call_file, nullptr, nullptr));
+        }
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attr), &call_line) == 0) {
+          line = static_cast<int>(call_line);
+        }
+      } else if (tag == DW_TAG_subprogram) {
+        if (outer_name.empty()) outer_name = DieName(&scopes[i]);
+        break;
+      }
+    }
+    free(scopes);
+  } else if (sym_name != nullptr) {
+    base.note = "no debug information";
+  } else {
+    base.note = "no symbols";
+  }
+  base.function = outer_name;
+  base.file = file;
+  base.line = line;
+  base.runtime = IsRuntimeFrame(base.module, base.function);
+  out->push_back(base);
+  // Inlined frames carry no namespace when their function has internal
+  // linkage; code inlined into runtime code is taken for runtime code.
+  for (size_t i = first; i + 1 < out->size(); ++i) {
+    Frame& f = (*out)[i];
+    f.runtime = base.runtime || IsRuntimeFrame(f.module, f.function);
+  }
+}
+
+const SymbolizedStack& Symbolizer::Symbolize(uint32_t id) {
+  auto it = cache_.find(id);
+  if (it != cache_.end()) return it->second;
+  SymbolizedStack& s = cache_[id];
+  const Stack* stack = trace_->FindStack(id);
+  if (stack == nullptr) return s;
+  for (size_t i = 0; i < stack->ips.size(); ++i) {
+    bool exact = (stack->exact_mask >> i) & 1;
+    SymbolizeIp(stack->ips[i], exact, stack->generation, &s.frames);
+  }
+  for (size_t i = 0; i < s.frames.size(); ++i) {
+    if (!s.frames[i].runtime) {
+      s.site = static_cast<int>(i);
+      break;
+    }
+  }
+  return s;
+}
+
+std::vector<std::string> Symbolizer::Problems() const {
+  std::vector<std::string> out;
+  for (const auto& kv : modules_) {
+    if (kv.second->problem.empty()) continue;
+    std::string path = kv.first.substr(0, kv.first.rfind('@'));
+    out.push_back(path + ": " + kv.second->problem + "; its frames show as module+offset");
+  }
+  return out;
+}
+
+}  // namespace report
+}  // namespace pinshim

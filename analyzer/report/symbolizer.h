@@ -1,0 +1,76 @@
+// Turns a trace's raw stacks into functions, files and lines with elfutils
+// (libdwfl), offline: each module is opened at the path and load bias the
+// trace recorded, and checked against the recorded build id.
+//
+// The call site of a stack is its first frame in the program's own code:
+// frames in the CUDA driver and runtime (shared, or linked statically and
+// recognised by name), in pinshim and in the C library are marked `runtime`
+// and skipped, but stay in the full stack.
+#ifndef PINSHIM_ANALYZER_REPORT_SYMBOLIZER_H_
+#define PINSHIM_ANALYZER_REPORT_SYMBOLIZER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "analyzer/report/trace_reader.h"
+
+namespace pinshim {
+namespace report {
+
+struct Frame {
+  uint64_t ip = 0;
+  std::string module;        // path of the module, "" when unknown
+  uint64_t offset = 0;       // ip relative to the module's load bias
+  std::string function;      // demangled; "" when unknown
+  std::string file;          // "" when unknown
+  int line = 0;
+  bool inlined = false;      // inlined into the frame after it
+  bool runtime = false;      // CUDA, pinshim or the C library
+  std::string note;          // why function or line are missing
+
+  // "function (file:line)", or "module+0xoffset (note)".
+  std::string Describe() const;
+};
+
+struct SymbolizedStack {
+  std::vector<Frame> frames;  // innermost first, inlined frames included
+  int site = -1;              // index of the call site, -1 when none
+  const Frame* SiteFrame() const { return site < 0 ? nullptr : &frames[site]; }
+};
+
+// Whether a frame belongs to the CUDA runtime/driver, pinshim or libc.
+bool IsRuntimeFrame(const std::string& module, const std::string& function);
+
+class Symbolizer {
+ public:
+  // "trace" must outlive the symbolizer.
+  explicit Symbolizer(const TraceReader* trace);
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // Symbolizes stack `id` (cached). Unknown ids give an empty stack.
+  const SymbolizedStack& Symbolize(uint32_t id);
+
+  // One line per module that could not be symbolized, and why.
+  std::vector<std::string> Problems() const;
+
+ private:
+  struct ModuleHandle;
+  ModuleHandle* HandleFor(const Module& m);
+  const Module* FindModule(uint32_t generation, uint64_t ip) const;
+  void SymbolizeIp(uint64_t ip, bool exact, uint32_t generation, std::vector<Frame>* out);
+
+  const TraceReader* trace_;
+  std::map<std::string, std::unique_ptr<ModuleHandle>> modules_;  // by path+bias
+  std::unordered_map<uint32_t, SymbolizedStack> cache_;
+};
+
+}  // namespace report
+}  // namespace pinshim
+
+#endif  // PINSHIM_ANALYZER_REPORT_SYMBOLIZER_H_
