@@ -37,54 +37,51 @@ CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D*);
 CUresult cuStreamSynchronize_ptsz(CUstream);
 }
 
-// field, name asked of cuGetProcAddress, ABI symbol, per-thread variant.
-#define DRIVER_ENTRY_POINTS(X)                                              \
-  X(DeviceGet, "cuDeviceGet", cuDeviceGet, false)                           \
-  X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, \
-    false)                                                                  \
-  X(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease",                         \
-    cuDevicePrimaryCtxRelease_v2, false)                                    \
-  X(CtxSetCurrent, "cuCtxSetCurrent", cuCtxSetCurrent, false)               \
-  X(CtxSynchronize, "cuCtxSynchronize", cuCtxSynchronize, false)            \
-  X(GetErrorName, "cuGetErrorName", cuGetErrorName, false)                  \
-  X(MemAlloc, "cuMemAlloc", cuMemAlloc_v2, false)                           \
-  X(MemFree, "cuMemFree", cuMemFree_v2, false)                              \
-  X(MemHostAlloc, "cuMemHostAlloc", cuMemHostAlloc, false)                  \
-  X(MemAllocHost, "cuMemAllocHost", cuMemAllocHost_v2, false)               \
-  X(MemFreeHost, "cuMemFreeHost", cuMemFreeHost, false)                     \
-  X(MemHostRegister, "cuMemHostRegister", cuMemHostRegister_v2, false)      \
-  X(MemHostUnregister, "cuMemHostUnregister", cuMemHostUnregister, false)   \
-  X(MemHostGetDevicePointer, "cuMemHostGetDevicePointer",                   \
-    cuMemHostGetDevicePointer_v2, false)                                    \
-  X(MemHostGetFlags, "cuMemHostGetFlags", cuMemHostGetFlags, false)         \
-  X(MemcpyHtoD, "cuMemcpyHtoD", cuMemcpyHtoD_v2, false)                     \
-  X(MemcpyDtoH, "cuMemcpyDtoH", cuMemcpyDtoH_v2, false)                     \
-  X(MemcpyDtoD, "cuMemcpyDtoD", cuMemcpyDtoD_v2, false)                     \
-  X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, false)      \
-  X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, false)      \
-  X(Memcpy, "cuMemcpy", cuMemcpy, false)                                    \
-  X(MemcpyAsync, "cuMemcpyAsync", cuMemcpyAsync, false)                     \
-  X(Memcpy2D, "cuMemcpy2D", cuMemcpy2D_v2, false)                           \
-  X(StreamCreate, "cuStreamCreate", cuStreamCreate, false)                  \
-  X(StreamSynchronize, "cuStreamSynchronize", cuStreamSynchronize, false)   \
-  X(StreamDestroy, "cuStreamDestroy", cuStreamDestroy_v2, false)            \
-  X(MemcpyHtoDPtds, "cuMemcpyHtoD", cuMemcpyHtoD_v2_ptds, true)             \
-  X(MemcpyDtoHPtds, "cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, true)             \
-  X(MemcpyDtoDPtds, "cuMemcpyDtoD", cuMemcpyDtoD_v2_ptds, true)             \
-  X(MemcpyHtoDAsyncPtsz, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2_ptsz,    \
-    true)                                                                   \
-  X(MemcpyDtoHAsyncPtsz, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2_ptsz,    \
-    true)                                                                   \
-  X(MemcpyPtds, "cuMemcpy", cuMemcpy_ptds, true)                            \
-  X(MemcpyAsyncPtsz, "cuMemcpyAsync", cuMemcpyAsync_ptsz, true)             \
-  X(Memcpy2DPtds, "cuMemcpy2D", cuMemcpy2D_v2_ptds, true)                   \
-  X(StreamSynchronizePtsz, "cuStreamSynchronize", cuStreamSynchronize_ptsz, \
-    true)
+// field, name asked of cuGetProcAddress, ABI symbol, the version asked for
+// (the one that introduced that ABI, as the CUDA runtime asks: a newer
+// version may hand back a newer ABI with another signature, e.g.
+// cuCtxSynchronize at 13000), per-thread-default-stream variant.
+#define DRIVER_ENTRY_POINTS(X) \
+  X(DeviceGet, "cuDeviceGet", cuDeviceGet, 2000, false)                                               \
+  X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, false)              \
+  X(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, false)       \
+  X(CtxSetCurrent, "cuCtxSetCurrent", cuCtxSetCurrent, 4000, false)                                   \
+  X(CtxSynchronize, "cuCtxSynchronize", cuCtxSynchronize, 2000, false)                                \
+  X(GetErrorName, "cuGetErrorName", cuGetErrorName, 6000, false)                                      \
+  X(MemAlloc, "cuMemAlloc", cuMemAlloc_v2, 3020, false)                                               \
+  X(MemFree, "cuMemFree", cuMemFree_v2, 3020, false)                                                  \
+  X(MemHostAlloc, "cuMemHostAlloc", cuMemHostAlloc, 2020, false)                                      \
+  X(MemAllocHost, "cuMemAllocHost", cuMemAllocHost_v2, 3020, false)                                   \
+  X(MemFreeHost, "cuMemFreeHost", cuMemFreeHost, 2000, false)                                         \
+  X(MemHostRegister, "cuMemHostRegister", cuMemHostRegister_v2, 6050, false)                          \
+  X(MemHostUnregister, "cuMemHostUnregister", cuMemHostUnregister, 4000, false)                       \
+  X(MemHostGetDevicePointer, "cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020, false)  \
+  X(MemHostGetFlags, "cuMemHostGetFlags", cuMemHostGetFlags, 2030, false)                             \
+  X(MemcpyHtoD, "cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020, false)                                         \
+  X(MemcpyDtoH, "cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020, false)                                         \
+  X(MemcpyDtoD, "cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020, false)                                         \
+  X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, 3020, false)                          \
+  X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, 3020, false)                          \
+  X(Memcpy, "cuMemcpy", cuMemcpy, 4000, false)                                                        \
+  X(MemcpyAsync, "cuMemcpyAsync", cuMemcpyAsync, 4000, false)                                         \
+  X(Memcpy2D, "cuMemcpy2D", cuMemcpy2D_v2, 3020, false)                                               \
+  X(StreamCreate, "cuStreamCreate", cuStreamCreate, 2000, false)                                      \
+  X(StreamSynchronize, "cuStreamSynchronize", cuStreamSynchronize, 2000, false)                       \
+  X(StreamDestroy, "cuStreamDestroy", cuStreamDestroy_v2, 4000, false)                                \
+  X(MemcpyHtoDPtds, "cuMemcpyHtoD", cuMemcpyHtoD_v2_ptds, 7000, true)                                 \
+  X(MemcpyDtoHPtds, "cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, 7000, true)                                 \
+  X(MemcpyDtoDPtds, "cuMemcpyDtoD", cuMemcpyDtoD_v2_ptds, 7000, true)                                 \
+  X(MemcpyHtoDAsyncPtsz, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2_ptsz, 7000, true)                  \
+  X(MemcpyDtoHAsyncPtsz, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2_ptsz, 7000, true)                  \
+  X(MemcpyPtds, "cuMemcpy", cuMemcpy_ptds, 7000, true)                                                \
+  X(MemcpyAsyncPtsz, "cuMemcpyAsync", cuMemcpyAsync_ptsz, 7000, true)                                 \
+  X(Memcpy2DPtds, "cuMemcpy2D", cuMemcpy2D_v2_ptds, 7000, true)                                       \
+  X(StreamSynchronizePtsz, "cuStreamSynchronize", cuStreamSynchronize_ptsz, 7000, true)
 
 #ifdef DRIVER_PROGRAM_LINKED
 // Weak, so a driver without one of them (the simulated one) leaves a null
 // pointer instead of failing to load; cuInit stays a strong reference.
-#define DECLARE_WEAK(field, name, symbol, per_thread) \
+#define DECLARE_WEAK(field, name, symbol, version, per_thread) \
   extern "C" decltype(symbol) symbol __attribute__((weak));
 DRIVER_ENTRY_POINTS(DECLARE_WEAK)
 #undef DECLARE_WEAK
@@ -104,7 +101,7 @@ constexpr size_t kSizes[] = {4 * kKiB, 64 * kKiB, 1 * kMiB, 16 * kMiB};
 constexpr size_t kBig = 16 * kMiB;
 
 struct Api {
-#define DECLARE_FIELD(field, name, symbol, per_thread) \
+#define DECLARE_FIELD(field, name, symbol, version, per_thread) \
   decltype(&symbol) field = nullptr;
   DRIVER_ENTRY_POINTS(DECLARE_FIELD)
 #undef DECLARE_FIELD
@@ -151,7 +148,7 @@ using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t,
 decltype(&cuInit) Resolve() {
 #ifdef DRIVER_PROGRAM_LINKED
   std::printf("driver_program build=linked\n");
-#define ASSIGN(field, name, symbol, per_thread) g_api.field = &symbol;
+#define ASSIGN(field, name, symbol, version, per_thread) g_api.field = &symbol;
   DRIVER_ENTRY_POINTS(ASSIGN)
 #undef ASSIGN
   return &cuInit;
@@ -182,11 +179,11 @@ decltype(&cuInit) Resolve() {
               static_cast<int>(rc), static_cast<int>(status));
   if (rc != CUDA_SUCCESS || get == nullptr) std::exit(3);
   auto get_proc = reinterpret_cast<GetProcAddressFn>(get);
-#define LOOKUP(field, name, symbol, per_thread)                               \
+#define LOOKUP(field, name, symbol, version, per_thread)                     \
   {                                                                           \
     void* fn = nullptr;                                                       \
     status = CU_GET_PROC_ADDRESS_SUCCESS;                                     \
-    CUresult lrc = get_proc(name, &fn, CUDA_VERSION,                          \
+    CUresult lrc = get_proc(name, &fn, version,                               \
                             (per_thread)                                      \
                                 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM \
                                 : CU_GET_PROC_ADDRESS_DEFAULT,                \
