@@ -5,7 +5,7 @@
 // the caller then waits for follows the driver's documented synchronization
 // rules (see MustWait). The bytes are read and written when the op runs, not
 // when it is queued.
-#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "tests/fakecuda/driver_behavior.h"

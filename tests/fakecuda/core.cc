@@ -3,7 +3,6 @@
 #include <pthread.h>
 
 #include <cstring>
-#include <new>
 
 #include "tests/fakecuda/fakecuda_control.h"
 #include "tests/fakecuda/internal.h"

@@ -32,8 +32,8 @@ uint64_t fakecuda_call_count(const char* base_name);
 // CUDA_SUCCESS disarms. At most 16 names are armed at once.
 void fakecuda_fail_next(const char* base_name, CUresult error);
 
-// Every copy or memset queued on a stream from now on waits `microseconds`
-// before it runs, so asynchronous work visibly completes later. 0 turns it off.
+// Every copy or memset that starts running from now on first waits
+// `microseconds`, so asynchronous work visibly completes later. 0 turns it off.
 void fakecuda_set_copy_delay_us(unsigned microseconds);
 
 // Holds `stream` (held != 0) or lets it go (held == 0): a held stream starts
@@ -41,8 +41,9 @@ void fakecuda_set_copy_delay_us(unsigned microseconds);
 // The handle is read as the stream APIs read it: NULL or CU_STREAM_LEGACY is
 // the current context's legacy stream, CU_STREAM_PER_THREAD the calling
 // thread's default stream. A call that waits on held work blocks until the
-// stream is let go, so only query while holding. Returns the error the stream
-// APIs would give for a bad handle.
+// stream is let go (stream/event/context synchronization, synchronous and
+// pageable copies, and frees, which synchronize every stream), so only query
+// while holding. Returns the error the stream APIs would give for a bad handle.
 CUresult fakecuda_hold_stream(CUstream stream, int held);
 
 // Operations queued on any stream that have not finished yet.

@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
-#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 
@@ -185,7 +185,9 @@ CUresult RegisterHost(void* p, size_t bytesize, unsigned flags) {
   const uintptr_t hi = lo + bytesize;
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (InArena(s, lo) || InArena(s, hi - 1)) return CUDA_ERROR_INVALID_VALUE;
+  if (s.arena_size != 0 && lo < s.dev_base + s.arena_size && hi > s.dev_base) {
+    return CUDA_ERROR_INVALID_VALUE;  // Device addresses are not host memory.
+  }
   if (Overlaps(s.registrations, lo, hi) || Overlaps(s.host_allocs, lo, hi)) {
     return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   }
@@ -311,7 +313,8 @@ CUresult ReserveArena(State& s) {
   if (s.arena_size == 0) {
     // Large enough never to run out in a test, cheap because nothing in it
     // is committed until allocated. Smaller sizes if the address space is tight.
-    for (size_t size : {size_t{1} << 40, size_t{1} << 38, size_t{1} << 36, size_t{1} << 34}) {
+    for (size_t size : {size_t{1} << 40, size_t{1} << 38, size_t{1} << 36, size_t{1} << 34,
+                        size_t{1} << 32, size_t{1} << 30}) {
       void* dev = mmap(nullptr, size, PROT_NONE, kAnonymous, -1, 0);
       if (dev == MAP_FAILED) continue;
       void* shadow = mmap(nullptr, size, PROT_NONE, kAnonymous, -1, 0);

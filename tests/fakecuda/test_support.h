@@ -1,4 +1,5 @@
-// Helpers for tests linked directly against the simulated driver.
+// A fixture and small utilities for tests linked directly against the
+// simulated driver.
 #ifndef PINSHIM_TESTS_FAKECUDA_TEST_SUPPORT_H_
 #define PINSHIM_TESTS_FAKECUDA_TEST_SUPPORT_H_
 
