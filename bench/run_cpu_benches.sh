@@ -36,7 +36,9 @@ if [ "${1:-}" != "--no-build" ]; then
   bazel build "${TARGETS[@]}" || { echo "bench: build failed" >&2; exit 1; }
 fi
 
-BIN="$(cd bazel-bin && pwd -P)"
+# Where this build's outputs are (the bazel-bin link follows whichever
+# configuration was built last, possibly another one).
+BIN="$(bazel info bazel-bin 2>/dev/null)" || BIN="$(cd bazel-bin && pwd -P)"
 LIB="$BIN/shim/libpinshim.so"
 # label|binary|folder holding the libcuda.so.1 to use
 BENCHES=("fakecuda|$BIN/bench/copy/copy_call_bench|$BIN/tests/fakecuda"

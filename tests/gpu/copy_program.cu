@@ -159,7 +159,7 @@ void HostAllocSection(const Device& d) {
     cudaStream_t stream = (c % 2 == 0) ? d.stream : nullptr;
     RoundTrip(d.a, p, p, n, 27 + c, kind, kind, /*sync=*/false, stream);
     PrintChecksum(Label("hostalloc/0x%zx/%zu", flags, n), p, n);
-    if ((flags & cudaHostAllocMapped) && rc == cudaSuccess && n <= 64 * kKiB) {
+    if ((flags & cudaHostAllocMapped) && rc == cudaSuccess && n <= kMiB) {
       // Zero-copy: the kernel works on the host memory itself.
       LaunchMix(dp, n, 37 + c, nullptr);
       MUST(cudaDeviceSynchronize());

@@ -365,11 +365,12 @@ build_programs() {
       -o "$b/driver_dlopen" "$HERE/driver_program.cc" -ldl
   fi
   if wanted driver_linked; then
-    # Linked against the stub; at run time libcuda.so.1 is the real driver.
+    # Linked against the toolkit's stub (else the driver's own libcuda.so);
+    # at run time libcuda.so.1 is whatever driver the loader finds.
     build driver_linked "$nvcc" "${common[@]}" -DDRIVER_PROGRAM_LINKED \
       -o "$b/driver_linked" "$HERE/driver_program.cc" \
       -L"$cuda_home/lib64/stubs" -L"$cuda_home/targets/x86_64-linux/lib/stubs" \
-      -Xlinker --no-as-needed -lcuda
+      -L/usr/lib/x86_64-linux-gnu -Xlinker --no-as-needed -lcuda
   fi
 }
 
