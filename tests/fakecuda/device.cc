@@ -120,6 +120,7 @@ CUresult DestroyContext(CUcontext handle) {
   if (ctx->primary) return behavior::kBadContextHandle;
   SynchronizeContext(ctx);
   RetireContextStreams(ctx);
+  ReleaseContextMemory(ctx);  // Documented: destroying a context frees its allocations.
   State& s = S();
   {
     std::lock_guard<std::mutex> lock(s.mu);

@@ -133,10 +133,16 @@ TEST(ContextTest, CreatePushPopDestroy) {
   EXPECT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
   EXPECT_EQ(current, created);
 
-  // Work in the created context, then destroy it.
+  // Work in the created context (on device 1), then destroy it.
+  const size_t live = fakecuda_live_device_allocations();
   CUdeviceptr dptr;
   ASSERT_EQ(cuMemAlloc(&dptr, 64), CUDA_SUCCESS);
+  int ordinal = -1;
+  EXPECT_EQ(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr),
+            CUDA_SUCCESS);
+  EXPECT_EQ(ordinal, 1);
   EXPECT_EQ(cuCtxDestroy(created), CUDA_SUCCESS);
+  EXPECT_EQ(fakecuda_live_device_allocations(), live);  // Freed with the context.
   EXPECT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
   EXPECT_EQ(current, nullptr);  // Popped off the destroying thread's stack.
   EXPECT_EQ(cuCtxDestroy(created), CUDA_ERROR_INVALID_CONTEXT);

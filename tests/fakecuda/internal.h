@@ -198,6 +198,9 @@ struct Span {
 // Sets up the device address arena; called by cuInit with State::mu held.
 CUresult ReserveArena(State& s);
 
+// Frees the device and managed allocations made in `ctx` (cuCtxDestroy).
+void ReleaseContextMemory(Context* ctx);
+
 // [p, p + len) named as host memory by the API. Device memory is refused
 // (the host cannot touch it); managed memory is accepted.
 CUresult ResolveHostRange(const void* p, size_t len, Span* out);

@@ -122,6 +122,15 @@ CUresult AllocateDevice(size_t size, bool managed, CUdeviceptr* out) {
   return CUDA_SUCCESS;
 }
 
+// Unmaps and forgets one device allocation. State::mu held.
+void ReleaseDeviceLocked(State& s, std::map<uintptr_t, DeviceAlloc>::iterator it) {
+  const DeviceAlloc& alloc = it->second;
+  mmap(alloc.view, alloc.mapped, PROT_NONE, kAnonymous | MAP_FIXED, -1, 0);
+  ArenaGive(s, alloc.base - s.dev_base, alloc.arena_len);
+  if (!alloc.managed) s.device_used[alloc.ctx->device] -= alloc.size;
+  s.device_allocs.erase(it);
+}
+
 CUresult FreeDevice(CUdeviceptr dptr) {
   Context* ctx;
   if (CUresult err = CurrentContext(&ctx)) return err;
@@ -136,11 +145,7 @@ CUresult FreeDevice(CUdeviceptr dptr) {
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.device_allocs.find(dptr);
   if (it == s.device_allocs.end()) return CUDA_ERROR_INVALID_VALUE;  // Lost a race.
-  const DeviceAlloc& alloc = it->second;
-  mmap(alloc.view, alloc.mapped, PROT_NONE, kAnonymous | MAP_FIXED, -1, 0);
-  ArenaGive(s, alloc.base - s.dev_base, alloc.arena_len);
-  if (!alloc.managed) s.device_used[alloc.ctx->device] -= alloc.size;
-  s.device_allocs.erase(it);
+  ReleaseDeviceLocked(s, it);
   return CUDA_SUCCESS;
 }
 
@@ -335,6 +340,16 @@ CUresult ReserveArena(State& s) {
     s.arena_ready = true;
   }
   return CUDA_SUCCESS;
+}
+
+void ReleaseContextMemory(Context* ctx) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (auto it = s.device_allocs.begin(); it != s.device_allocs.end();) {
+    auto next = std::next(it);
+    if (it->second.ctx == ctx) ReleaseDeviceLocked(s, it);
+    it = next;
+  }
 }
 
 CUresult ResolveHostRange(const void* p, size_t len, Span* out) {
