@@ -254,6 +254,47 @@ DEFINE_DTOH(cuMemcpyDtoH_v2_ptds)
 DEFINE_DTOH_ASYNC(cuMemcpyDtoHAsync_v2)
 DEFINE_DTOH_ASYNC(cuMemcpyDtoHAsync_v2_ptsz)
 
+// --- device <-> device ---------------------------------------------------------
+
+namespace {
+inline CopyShape DtoD(size_t n) {
+  CopyShape s;
+  s.bytes = n;  // both sides default to device
+  return s;
+}
+}  // namespace
+
+#define DEFINE_DTOD(name)                                                          \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                      \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);                     \
+    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, src, n);                           \
+  }
+#define DEFINE_DTOD_ASYNC(name)                                                    \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {         \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);           \
+    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, src, n, st);                       \
+  }
+#define DEFINE_PEER(name)                                                                     \
+  CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) { \
+    using Fn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);          \
+    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, dctx, src, sctx, n);                          \
+  }
+#define DEFINE_PEER_ASYNC(name)                                                        \
+  CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,      \
+                size_t n, CUstream st) {                                               \
+    using Fn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t,    \
+                            CUstream);                                                 \
+    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, dctx, src, sctx, n, st);               \
+  }
+DEFINE_DTOD(cuMemcpyDtoD_v2)
+DEFINE_DTOD(cuMemcpyDtoD_v2_ptds)
+DEFINE_DTOD_ASYNC(cuMemcpyDtoDAsync_v2)
+DEFINE_DTOD_ASYNC(cuMemcpyDtoDAsync_v2_ptsz)
+DEFINE_PEER(cuMemcpyPeer)
+DEFINE_PEER(cuMemcpyPeer_ptds)
+DEFINE_PEER_ASYNC(cuMemcpyPeerAsync)
+DEFINE_PEER_ASYNC(cuMemcpyPeerAsync_ptsz)
+
 // --- host <-> array ----------------------------------------------------------
 
 #define DEFINE_HTOA(name)                                                            \

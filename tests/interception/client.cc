@@ -36,6 +36,7 @@ struct Driver {
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
   CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*Memcpy2D)(const CUDA_MEMCPY2D*);
   CUresult (*Memcpy3D)(const CUDA_MEMCPY3D*);
@@ -112,6 +113,7 @@ void LoadDriver(cuuint64_t flags) {
   Lookup(get, "cuMemcpyHtoDAsync", flags ? 7000 : 3020, flags, &d.MemcpyHtoDAsync);
   Lookup(get, "cuMemcpyDtoHAsync", flags ? 7000 : 3020, flags, &d.MemcpyDtoHAsync);
   Lookup(get, "cuMemcpy", flags ? 7000 : 4000, flags, &d.Memcpy);
+  Lookup(get, "cuMemcpyDtoD", flags ? 7000 : 3020, flags, &d.MemcpyDtoD);
   Lookup(get, "cuMemcpyAsync", flags ? 7000 : 4000, flags, &d.MemcpyAsync);
   Lookup(get, "cuMemcpy2D", flags ? 7000 : 3020, flags, &d.Memcpy2D);
   Lookup(get, "cuMemcpy3D", flags ? 7000 : 3020, flags, &d.Memcpy3D);
@@ -201,6 +203,7 @@ void Basic() {
   CHECK(d.Memcpy(reinterpret_cast<CUdeviceptr>(back), reinterpret_cast<CUdeviceptr>(host2), kMiB));
   g_expect.h2h++;
   CHECK(d.Memcpy(dev + 8 * kMiB, dev, kMiB)); g_expect.d2d++;
+  CHECK(d.MemcpyDtoD(dev + 4 * kMiB, dev, kMiB)); g_expect.d2d++;
   CHECK(d.MemcpyAsync(dev, reinterpret_cast<CUdeviceptr>(host2), kMiB, stream)); g_expect.h2d++;
   CHECK(d.StreamSynchronize(stream));
   printf("generic: %lx\n", Checksum(back, kMiB));

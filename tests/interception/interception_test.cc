@@ -174,6 +174,7 @@ TEST(InterceptionTest, PerThreadDefaultStreamVariants) {
       << with.summaries[0];
   EXPECT_NE(with.summaries[0].find("api=cuMemcpyHtoDAsync_v2_ptsz "), std::string::npos);
   EXPECT_NE(with.summaries[0].find("api=cuMemcpyBatchAsync_v2_ptsz "), std::string::npos);
+  EXPECT_NE(with.summaries[0].find("api=cuMemcpyDtoD_v2_ptds "), std::string::npos);
 }
 
 TEST(InterceptionTest, MemoryKindsAndFlagsAreClassified) {
@@ -188,6 +189,8 @@ TEST(InterceptionTest, MemoryKindsAndFlagsAreClassified) {
             std::string::npos) << s;
   EXPECT_NE(s.find("api=cuMemcpy dir=H2H src=pinned dst=pageable"), std::string::npos) << s;
   EXPECT_NE(s.find("api=cuMemcpy dir=D2D src=device dst=device"), std::string::npos) << s;
+  EXPECT_NE(s.find("api=cuMemcpyDtoD_v2 dir=D2D src=device dst=device flags=0x0 calls=1 "
+                   "bytes=1048576"), std::string::npos) << s;
   EXPECT_NE(s.find("api=cuMemcpy2D_v2 dir=H2D src=pageable dst=device flags=0x0 calls=1 "
                    "bytes=256000"), std::string::npos) << s;
   EXPECT_NE(s.find("api=cuMemcpy3D_v2 dir=D2H src=device dst=pageable flags=0x0 calls=1 "

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Stages what the GPU tier needs on a machine without Bazel into .gpu/
+# (ignored by git): libpinshim.so, the pinshim tool, test binaries built here
+# with the shared libraries they need, and cpu_tests.txt, the tests the tier
+# runs against the real driver. Then, on the GPU machine, from the checkout:
+#   bash tests/gpu/run_gpu_tier.sh .gpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:interception_test
+         //tests/interception:interception_client //tests/interception:linked_client
+         //tests/programs:copy_loop_example)
+bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
+rm -rf .gpu && mkdir -p .gpu/lib
+cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
+cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/interception_client \
+   bazel-bin/tests/interception/linked_client bazel-bin/tests/programs/copy_loop_example .gpu/
+# Shared libraries from this machine's packages that the GPU machine may lack.
+for bin in .gpu/*; do
+  [ -f "$bin" ] || continue
+  ldd "$bin" 2>/dev/null | awk '/=> \/usr\/lib|=> \/lib/ {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcuda.so*) ;;
+      *) cp -n "$lib" .gpu/lib/ ;;
+    esac
+  done
+done
+cat > .gpu/cpu_tests.txt <<'TESTS'
+# Run from this folder against the real driver (no simulated driver on the path).
+env LD_LIBRARY_PATH=lib ./interception_test ./libpinshim.so ./interception_client ./linked_client /nonexistent
+TESTS
+du -sh .gpu
