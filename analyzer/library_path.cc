@@ -43,6 +43,7 @@ std::vector<std::string> LibraryCandidates(const std::string& exe_path) {
       dir + "/../lib/libpinshim.so",
       exe_path + ".runfiles/pinshim/shim/libpinshim.so",
       dir + "/../shim/libpinshim.so",
+      dir + "/libpinshim.so",  // a flat folder holding both files
   };
 }
 

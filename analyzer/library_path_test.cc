@@ -89,7 +89,9 @@ TEST_F(LibraryPathTest, MissingLibraryNamesEveryPlaceTried) {
                        "/prefix/bin/pinshim.runfiles/pinshim/shim/"
                        "libpinshim.so, " +
                        root_ +
-                       "/prefix/bin/../shim/libpinshim.so); set "
+                       "/prefix/bin/../shim/libpinshim.so, " +
+                       root_ +
+                       "/prefix/bin/libpinshim.so); set "
                        "PINSHIM_LIBRARY to the library's path");
   EXPECT_EQ(error.find('\n'), std::string::npos);
 }
