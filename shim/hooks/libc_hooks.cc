@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
@@ -28,6 +29,20 @@ inline bool EnsureReal() {
   return __atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr;
 }
 
+// The address span that has ever held a tracked malloc block. Most frees
+// are of small blocks outside it and skip the size check entirely.
+std::atomic<uintptr_t> g_tracked_lo{UINTPTR_MAX};
+std::atomic<uintptr_t> g_tracked_hi{0};
+
+void WidenTrackedSpan(uintptr_t lo, uintptr_t hi) {
+  uintptr_t cur = g_tracked_lo.load(std::memory_order_relaxed);
+  while (lo < cur && !g_tracked_lo.compare_exchange_weak(cur, lo)) {
+  }
+  cur = g_tracked_hi.load(std::memory_order_relaxed);
+  while (hi > cur && !g_tracked_hi.compare_exchange_weak(cur, hi)) {
+  }
+}
+
 void Track(void* p, size_t bytes, RegionSource source) {
   // Allocations made inside the driver or inside pinshim are not the program's.
   if (p == nullptr || t_depth > 0) return;
@@ -38,6 +53,7 @@ void Track(void* p, size_t bytes, RegionSource source) {
   r.id = NextAllocId();
   r.kind = MemKind::kPageable;
   r.source = source;
+  if (source == kSourceMalloc) WidenTrackedSpan(r.start, r.start + bytes);
   if (g_allocations.Insert(r) && source == kSourceMalloc) {
     g_tracked_mallocs.fetch_add(1, std::memory_order_relaxed);
   }
@@ -56,6 +72,11 @@ bool Untrack(void* p, Region* out) {
 }
 
 inline bool MaybeTracked(void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (a < g_tracked_lo.load(std::memory_order_relaxed) ||
+      a >= g_tracked_hi.load(std::memory_order_relaxed)) {
+    return false;
+  }
   return g_tracked_mallocs.load(std::memory_order_relaxed) != 0 &&
          g_real.malloc_usable_size(p) >= g_track_threshold;
 }
