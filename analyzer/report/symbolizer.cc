@@ -88,6 +88,7 @@ bool IsRuntimeFrame(const std::string& module, const std::string& function) {
       StartsWith(function, "libcudart")) {
     return true;
   }
+  if (function == "_start" || StartsWith(function, "__libc_start")) return true;
   if (function.size() > 4 && StartsWith(function, "cuda") && isupper(function[4])) return true;
   if (function.size() > 2 && StartsWith(function, "cu") && isupper(function[2])) return true;
   return false;

@@ -56,6 +56,8 @@ struct CapturedStack {
 // The process-wide set of distinct stacks.
 class StackTable {
  public:
+  constexpr StackTable() = default;
+
   // Maps the table (2^slots_log2 entries and room for `ip_words` frames).
   // Returns false when the kernel refused the memory. Call once.
   bool Init(int slots_log2, size_t ip_words);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstring>
 
@@ -70,6 +71,25 @@ bool Format(char* out, size_t len, const char* fmt, const char* a, const char* b
   return r > 0 && static_cast<size_t>(r) < len;
 }
 
+// mkdir -p, without allocating.
+bool MakeDirs(const char* dir) {
+  char path[PATH_MAX];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof(path)) {
+    errno = ENAMETOOLONG;
+    return false;
+  }
+  memcpy(path, dir, n + 1);
+  for (size_t i = 1; i <= n; ++i) {
+    if (path[i] != '/' && path[i] != '\0') continue;
+    char c = path[i];
+    path[i] = '\0';
+    if (mkdir(path, 0777) != 0 && errno != EEXIST) return false;
+    path[i] = c;
+  }
+  return true;
+}
+
 }  // namespace
 
 int CreateTraceFile(const char* dir, const char* program, long pid, char* path,
@@ -78,7 +98,7 @@ int CreateTraceFile(const char* dir, const char* program, long pid, char* path,
   base = base ? base + 1 : program;
   if (*base == '\0') base = "program";
   int saved_errno = errno;
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+  if (!MakeDirs(dir)) {
     snprintf(err, err_len, "cannot create trace directory %s: %s", dir, strerror(errno));
     errno = saved_errno;
     return -1;

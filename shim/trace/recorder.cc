@@ -56,7 +56,11 @@ struct ThreadBuffer {
   alignas(64) uint8_t data[kBatchBytes];
 };
 
+// Constant-initialised (the constexpr constructor proves it): the hooks may
+// start recording from a constructor that runs before this file's dynamic
+// initialisers, which would otherwise reset it afterwards.
 struct Global {
+  constexpr Global() = default;
   std::atomic<int> active{0};  // 1 while recording
   int fd = -1;
   int stack_depth = kDefaultStackDepth;
@@ -77,10 +81,10 @@ struct Global {
   std::atomic<uint64_t> dropped{0};
   std::atomic<uint64_t> batches{0};
   std::atomic<uint64_t> bytes{0};
-  pthread_key_t key;
+  pthread_key_t key{};
   bool key_ok = false;
   // Sampler thread.
-  pthread_t sampler;
+  pthread_t sampler{};
   bool sampler_running = false;
   int wake_fd = -1;
   int statm_fd = -1;
@@ -92,10 +96,10 @@ struct Global {
   ModuleKey* keys = nullptr;      // of the latest map
   ModuleKey* new_keys = nullptr;  // scratch for the next one
   size_t n_keys = 0;
-  char trace_dir[PATH_MAX];
-  char mode[64];
-  char path[PATH_MAX];
-  char exe[PATH_MAX];
+  char trace_dir[PATH_MAX] = {};
+  char mode[64] = {};
+  char path[PATH_MAX] = {};
+  char exe[PATH_MAX] = {};
 };
 Global g;
 
@@ -649,8 +653,9 @@ void RecordPin(const PinEvent& e, int device) {
 void RecordHostAlloc(const HostAllocEvent& e) {
   ThreadBuffer* b = Enter();
   if (b == nullptr) return;
-  // A free needs no stack: what matters is where the memory came from.
-  uint32_t stack = e.is_free ? 0 : Capture(b);
+  // Frees keep their stack too: releasing memory under an async copy is
+  // reported where it is released.
+  uint32_t stack = Capture(b);
   uint64_t now = MonotonicNs();
   AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendHostAlloc(e, now, stack); });
   Leave();

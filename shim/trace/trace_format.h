@@ -69,7 +69,7 @@
 //   kPin       u duration ns, u api, u op (PinOp), u pointer, u bytes,
 //              u flags, u stack id, s result, s device (-1 unknown).
 //   kHostAlloc u allocation id, u pointer, u bytes, u bits (bit 0 free,
-//              bits 1.. source), u stack id (0 for frees).
+//              bits 1.. source), u stack id.
 //   kMisuse    u kind (MisuseKind), u pointer, u bytes, u stack id,
 //              u detail (for wc reads: the WcReadVia path).
 //   kSample    u pinned by the program, u registered by the program,

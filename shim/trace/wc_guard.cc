@@ -21,11 +21,13 @@ namespace {
 // retried. Without this, such a fault would reach the program's handler.
 constexpr int kRecent = 8;
 
+// Constant-initialised, like the recorder's state (see recorder.cc).
 struct GuardState {
+  constexpr GuardState() = default;
   std::atomic<bool> installed{false};
   std::atomic<bool> arming{false};
   std::atomic<uintptr_t> armed{0};  // the page now protected, 0 none
-  std::atomic<uintptr_t> recent[kRecent];
+  std::atomic<uintptr_t> recent[kRecent] = {};
   std::atomic<unsigned> recent_next{0};
   std::atomic<uint64_t> reads{0};
   std::atomic<uint64_t> armed_at_ns{0};
@@ -33,7 +35,7 @@ struct GuardState {
   std::atomic<uint64_t> pick{0};
   WcGuardReadFn on_read = nullptr;
   uintptr_t page_size = 4096;
-  struct sigaction previous;
+  struct sigaction previous = {};
 };
 GuardState g;
 

@@ -1,0 +1,266 @@
+#include "analyzer/report/analysis.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "analyzer/report/symbolizer.h"
+
+namespace pinshim {
+namespace report {
+namespace {
+
+class Replay : public EventVisitor {
+ public:
+  explicit Replay(std::vector<std::unique_ptr<Rule>>* rules) : rules_(*rules) {}
+
+  void OnEvent(const Event& e) override {
+    if (summary_.first_ns == 0 || e.time_ns < summary_.first_ns) summary_.first_ns = e.time_ns;
+    uint64_t end = e.time_ns + e.duration_ns;
+    if (end > summary_.last_ns) summary_.last_ns = end;
+    if (e.tid != last_tid_) {
+      last_tid_ = e.tid;
+      if (tids_.insert(e.tid).second) ++summary_.threads;
+    }
+    switch (e.type) {
+      case trace::EventType::kCopy: Copy(e); break;
+      case trace::EventType::kPin: Pin(e); break;
+      case trace::EventType::kHostAlloc: Host(e); break;
+      case trace::EventType::kSync:
+        for (auto& r : rules_) r->OnSync(e);
+        break;
+      case trace::EventType::kMisuse: {
+        const PinnedAlloc* owner = PinnedAt(e.ptr);
+        for (auto& r : rules_) r->OnMisuse(e, owner);
+        break;
+      }
+      case trace::EventType::kSample: Sample(e); break;
+      default: break;
+    }
+  }
+
+  void End() {
+    std::vector<const PinnedAlloc*> live;
+    for (const auto& kv : pinned_) live.push_back(&kv.second);
+    for (auto& r : rules_) r->OnEnd(live, summary_.last_ns);
+  }
+
+  const ProcessSummary& summary() const { return summary_; }
+
+ private:
+  PinnedAlloc* PinnedAt(uint64_t addr) {
+    if (pinned_.empty()) return nullptr;
+    auto it = pinned_.upper_bound(addr);
+    if (it == pinned_.begin()) return nullptr;
+    --it;
+    PinnedAlloc& a = it->second;
+    return addr - a.ptr < (a.bytes == 0 ? 1 : a.bytes) ? &a : nullptr;
+  }
+
+  void Copy(const Event& e) {
+    ++summary_.copies;
+    if (e.result != 0) {
+      ++summary_.failed_copies;
+      return;
+    }
+    int dir = static_cast<int>(e.dir) & 3;
+    int kind = static_cast<int>(e.dir == CopyDir::kDeviceToDevice ? MemKind::kDevice : e.HostKind());
+    summary_.bytes[dir][kind] += e.bytes;
+    ++summary_.copy_count[dir][kind];
+    PinnedAlloc* pinned = nullptr;
+    MemKind hk = e.HostKind();
+    if (e.dir != CopyDir::kDeviceToDevice && hk != MemKind::kPageable && hk != MemKind::kDevice) {
+      pinned = PinnedAt(e.host_ptr);
+      if (pinned != nullptr) {
+        ++pinned->copies;
+        pinned->copy_bytes += e.bytes;
+      }
+    }
+    const HostAlloc* host = nullptr;
+    if (e.alloc_id != 0) {
+      auto it = host_.find(e.alloc_id);
+      if (it != host_.end()) host = &it->second;
+    }
+    for (auto& r : rules_) r->OnCopy(e, pinned, host);
+  }
+
+  void Pin(const Event& e) {
+    ++summary_.pin_calls;
+    summary_.pin_call_ns += e.duration_ns;
+    if (e.result != 0) return;
+    if (e.op == PinOp::kAlloc || e.op == PinOp::kRegister) {
+      PinnedAlloc a;
+      a.seq = ++pin_seq_;
+      a.ptr = e.ptr;
+      a.bytes = e.bytes;
+      a.flags = e.flags;
+      a.registered = e.op == PinOp::kRegister;
+      a.stack = e.stack;
+      a.device = e.device;
+      a.time_ns = e.time_ns;
+      a.call_ns = e.duration_ns;
+      // A range already here was released without the trace seeing it.
+      auto old = pinned_.find(e.ptr);
+      if (old != pinned_.end()) {
+        summary_.pinned_now -= std::min(summary_.pinned_now, old->second.bytes);
+        pinned_.erase(old);
+      }
+      PinnedAlloc& stored = pinned_[e.ptr] = a;
+      summary_.pinned_now += a.bytes;
+      NotePinned(summary_.pinned_now, e.time_ns);
+      for (auto& r : rules_) r->OnPin(e, stored);
+    } else {
+      auto it = pinned_.find(e.ptr);
+      const PinnedAlloc* a = it == pinned_.end() ? nullptr : &it->second;
+      for (auto& r : rules_) r->OnUnpin(e, a);
+      uint64_t bytes = a != nullptr ? a->bytes : e.bytes;
+      summary_.pinned_now -= std::min(summary_.pinned_now, bytes);
+      if (it != pinned_.end()) pinned_.erase(it);
+    }
+  }
+
+  void Host(const Event& e) {
+    if (e.is_free) {
+      auto it = host_.find(e.alloc_id);
+      const HostAlloc* a = it == host_.end() ? nullptr : &it->second;
+      for (auto& r : rules_) r->OnHostFree(e, a);
+      if (it != host_.end()) host_.erase(it);
+      return;
+    }
+    HostAlloc& a = host_[e.alloc_id];
+    a.id = e.alloc_id;
+    a.ptr = e.ptr;
+    a.bytes = e.bytes;
+    a.stack = e.stack;
+    a.time_ns = e.time_ns;
+    for (auto& r : rules_) r->OnHostAlloc(e, a);
+  }
+
+  void Sample(const Event& e) {
+    ++summary_.samples;
+    NotePinned(e.pinned_program + e.registered_program + e.pinned_pinshim, e.time_ns);
+    if (e.rss_bytes > summary_.peak_rss) summary_.peak_rss = e.rss_bytes;
+    for (auto& r : rules_) r->OnSample(e);
+  }
+
+  void NotePinned(uint64_t bytes, uint64_t t) {
+    if (bytes > summary_.peak_pinned) {
+      summary_.peak_pinned = bytes;
+      summary_.peak_pinned_ns = t;
+    }
+  }
+
+  std::vector<std::unique_ptr<Rule>>& rules_;
+  ProcessSummary summary_;
+  std::map<uint64_t, PinnedAlloc> pinned_;
+  std::unordered_map<uint64_t, HostAlloc> host_;
+  std::unordered_set<uint32_t> tids_;
+  uint32_t last_tid_ = 0;
+  uint64_t pin_seq_ = 0;
+};
+
+Site MakeSite(const SymbolizedStack& s) {
+  Site site;
+  if (s.frames.empty()) return site;
+  site.known = true;
+  site.stack = s.frames;
+  site.site_index = s.site >= 0 ? s.site : 0;
+  const Frame& f = s.frames[site.site_index];
+  site.function = f.function;
+  site.file = f.file;
+  site.line = f.line;
+  site.module = f.module;
+  site.offset = f.offset;
+  site.note = f.note;
+  return site;
+}
+
+class SiteResolver {
+ public:
+  SiteResolver(Symbolizer* sym, bool symbolize) : sym_(sym), symbolize_(symbolize) {}
+
+  std::shared_ptr<const Site> Get(uint32_t stack) {
+    auto it = cache_.find(stack);
+    if (it != cache_.end()) return it->second;
+    auto site = std::make_shared<Site>();
+    if (symbolize_ && stack != 0) *site = MakeSite(sym_->Symbolize(stack));
+    cache_[stack] = site;
+    return site;
+  }
+
+  void Resolve(Value* v) {
+    if (v->kind() == Value::Kind::kSite) v->set_site(Get(v->stack()));
+    for (auto& m : v->mutable_members()) Resolve(&m.second);
+    for (auto& i : v->mutable_items()) Resolve(&i);
+  }
+
+  // Replaces each "{site:N}" with the short form of stack N's site.
+  std::string Expand(const std::string& text) {
+    std::string out;
+    size_t pos = 0;
+    for (;;) {
+      size_t open = text.find("{site:", pos);
+      if (open == std::string::npos) break;
+      size_t close = text.find('}', open);
+      if (close == std::string::npos) break;
+      out.append(text, pos, open - pos);
+      uint32_t id = static_cast<uint32_t>(strtoul(text.c_str() + open + 6, nullptr, 10));
+      out += Get(id)->Short();
+      pos = close + 1;
+    }
+    out.append(text, pos, std::string::npos);
+    return out;
+  }
+
+ private:
+  Symbolizer* sym_;
+  bool symbolize_;
+  std::unordered_map<uint32_t, std::shared_ptr<const Site>> cache_;
+};
+
+}  // namespace
+
+void SortFindings(std::vector<Finding>* findings) {
+  std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
+    if (a.seconds_lost != b.seconds_lost) return a.seconds_lost > b.seconds_lost;
+    if (a.severity != b.severity) return a.severity > b.severity;
+    if (a.rule != b.rule) return a.rule < b.rule;
+    return a.site.Key() < b.site.Key();
+  });
+}
+
+ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& options) {
+  ProcessReport report;
+  report.path = trace.path();
+  report.info = trace.process();
+  std::vector<std::unique_ptr<Rule>> rules = MakeAllRules(&options.model, &options.rules);
+  for (auto& r : rules) r->Begin(report.info);
+  Replay replay(&rules);
+  trace.ForEachEvent(&replay);
+  replay.End();
+  report.summary = replay.summary();
+  report.events = trace.event_count();
+  RuleContext ctx{&report.info, &options.model, &options.rules, &report.summary, &trace,
+                  report.summary.last_ns};
+  for (auto& r : rules) r->Finish(ctx, &report.findings);
+
+  Symbolizer sym(&trace);
+  SiteResolver resolver(&sym, options.symbolize);
+  for (Finding& f : report.findings) {
+    if (f.stack != 0) f.site = *resolver.Get(f.stack);
+    resolver.Resolve(&f.evidence);
+    f.explanation = resolver.Expand(f.explanation);
+    f.fix = resolver.Expand(f.fix);
+    f.processes = {0};
+  }
+  SortFindings(&report.findings);
+  report.symbol_problems = sym.Problems();
+  report.damage = trace.DescribeDamage();
+  report.complete = trace.damage().has_end;
+  return report;
+}
+
+}  // namespace report
+}  // namespace pinshim

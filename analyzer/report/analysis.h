@@ -1,0 +1,43 @@
+// Analysis of one process's trace: replays its events in time order through
+// every rule, then symbolizes the findings' call sites.
+#ifndef PINSHIM_ANALYZER_REPORT_ANALYSIS_H_
+#define PINSHIM_ANALYZER_REPORT_ANALYSIS_H_
+
+#include <string>
+#include <vector>
+
+#include "analyzer/report/bandwidth_model.h"
+#include "analyzer/report/finding.h"
+#include "analyzer/report/rules/rule.h"
+#include "analyzer/report/trace_reader.h"
+
+namespace pinshim {
+namespace report {
+
+struct AnalysisOptions {
+  RuleOptions rules;
+  BandwidthModel model;
+  bool symbolize = true;  // false: sites stay unresolved (benchmarks)
+};
+
+struct ProcessReport {
+  std::string path;
+  ProcessInfo info;
+  ProcessSummary summary;
+  uint64_t events = 0;
+  std::string damage;                       // one line, "" when the trace is whole
+  bool complete = true;                     // the trace has its end record
+  std::vector<std::string> symbol_problems; // modules that could not be symbolized
+  std::vector<Finding> findings;            // sorted by estimated loss
+};
+
+// Analyzes `trace` (opened successfully).
+ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& options);
+
+// Orders findings by estimated loss, then severity, then rule and site.
+void SortFindings(std::vector<Finding>* findings);
+
+}  // namespace report
+}  // namespace pinshim
+
+#endif  // PINSHIM_ANALYZER_REPORT_ANALYSIS_H_

@@ -1,0 +1,66 @@
+#include "analyzer/report/format.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace pinshim {
+namespace report {
+
+std::string FormatBytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  char buf[32];
+  if (bytes < 1024) {
+    snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+    return buf;
+  }
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  snprintf(buf, sizeof(buf), v < 10 ? "%.2f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string FormatSeconds(double s) {
+  char buf[48];
+  if (!(s > 0)) return "0 s";
+  if (s < 1e-6) snprintf(buf, sizeof(buf), "%.0f ns", s * 1e9);
+  else if (s < 1e-3) snprintf(buf, sizeof(buf), "%.1f us", s * 1e6);
+  else if (s < 1) snprintf(buf, sizeof(buf), "%.2f ms", s * 1e3);
+  else if (s < 120) snprintf(buf, sizeof(buf), "%.2f s", s);
+  else snprintf(buf, sizeof(buf), "%.0f min %.0f s", std::floor(s / 60), std::fmod(s, 60));
+  return buf;
+}
+
+std::string FormatCount(uint64_t n) {
+  std::string digits = std::to_string(n);
+  std::string out;
+  int k = 0;
+  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+    if (k > 0 && k % 3 == 0) out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++k;
+  }
+  return out;
+}
+
+const char* DirectionWords(CopyDir dir) {
+  switch (dir) {
+    case CopyDir::kHostToDevice: return "host-to-device";
+    case CopyDir::kDeviceToHost: return "device-to-host";
+    case CopyDir::kHostToHost: return "host-to-host";
+    case CopyDir::kDeviceToDevice: return "device-to-device";
+    default: return "unknown-direction";
+  }
+}
+
+std::string FormatGbps(double bps) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.1f GB/s", bps / 1e9);
+  return buf;
+}
+
+}  // namespace report
+}  // namespace pinshim

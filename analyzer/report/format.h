@@ -1,0 +1,27 @@
+// Human-readable numbers for reports and finding texts.
+#ifndef PINSHIM_ANALYZER_REPORT_FORMAT_H_
+#define PINSHIM_ANALYZER_REPORT_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "shim/core/events.h"
+
+namespace pinshim {
+namespace report {
+
+// "512 B", "4.0 KiB", "1.5 GiB".
+std::string FormatBytes(uint64_t bytes);
+// "850 ns", "12.3 us", "4.56 ms", "1.23 s", "2 min 5 s".
+std::string FormatSeconds(double seconds);
+// "1,234,567".
+std::string FormatCount(uint64_t n);
+// "host-to-device", "device-to-host", ...
+const char* DirectionWords(CopyDir dir);
+// "%.1f" with a unit: "11.9 GB/s".
+std::string FormatGbps(double bytes_per_second);
+
+}  // namespace report
+}  // namespace pinshim
+
+#endif  // PINSHIM_ANALYZER_REPORT_FORMAT_H_

@@ -1,0 +1,235 @@
+#include "analyzer/report/json_report.h"
+
+#include "analyzer/report/json_writer.h"
+#include "analyzer/report/text_report.h"
+
+namespace pinshim {
+namespace report {
+namespace {
+
+void WriteFrame(const Frame& f, JsonWriter* w) {
+  w->BeginObject();
+  w->Key("function");
+  f.function.empty() ? w->Null() : w->String(f.function);
+  w->Key("file");
+  f.file.empty() ? w->Null() : w->String(f.file);
+  w->Key("line");
+  f.line > 0 ? w->Int(f.line) : w->Null();
+  w->Key("module");
+  w->String(f.module);
+  w->Key("offset");
+  w->Uint(f.offset);
+  w->Key("inlined");
+  w->Bool(f.inlined);
+  w->Key("runtime");
+  w->Bool(f.runtime);
+  if (!f.note.empty()) {
+    w->Key("note");
+    w->String(f.note);
+  }
+  w->EndObject();
+}
+
+void WriteSite(const Site& s, JsonWriter* w) {
+  if (!s.known) {
+    w->Null();
+    return;
+  }
+  w->BeginObject();
+  w->Key("function");
+  s.function.empty() ? w->Null() : w->String(s.function);
+  w->Key("file");
+  s.file.empty() ? w->Null() : w->String(s.file);
+  w->Key("line");
+  s.line > 0 ? w->Int(s.line) : w->Null();
+  w->Key("module");
+  w->String(s.module);
+  w->Key("offset");
+  w->Uint(s.offset);
+  if (!s.note.empty()) {
+    w->Key("note");
+    w->String(s.note);
+  }
+  w->EndObject();
+}
+
+void WriteValue(const Value& v, JsonWriter* w) {
+  switch (v.kind()) {
+    case Value::Kind::kNull: w->Null(); break;
+    case Value::Kind::kBool: w->Bool(v.bool_value()); break;
+    case Value::Kind::kInt: w->Int(v.int_value()); break;
+    case Value::Kind::kBytes: w->Uint(static_cast<uint64_t>(v.int_value())); break;
+    case Value::Kind::kDouble:
+    case Value::Kind::kSeconds: w->Double(v.double_value()); break;
+    case Value::Kind::kString: w->String(v.string_value()); break;
+    case Value::Kind::kSite:
+      if (v.has_site()) {
+        WriteSite(v.site(), w);
+      } else {
+        w->Null();
+      }
+      break;
+    case Value::Kind::kArray:
+      w->BeginArray();
+      for (const Value& i : v.items()) WriteValue(i, w);
+      w->EndArray();
+      break;
+    case Value::Kind::kObject:
+      w->BeginObject();
+      for (const auto& m : v.members()) {
+        w->Key(m.first);
+        WriteValue(m.second, w);
+      }
+      w->EndObject();
+      break;
+  }
+}
+
+void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
+  const ProcessInfo& i = p.info;
+  const ProcessSummary& s = p.summary;
+  w->BeginObject();
+  w->Key("index");
+  w->Uint(index);
+  w->Key("trace");
+  w->String(p.path);
+  w->Key("program");
+  w->String(i.program);
+  w->Key("command_line");
+  w->BeginArray();
+  for (const std::string& a : i.command_line) w->String(a);
+  w->EndArray();
+  w->Key("pid");
+  w->Uint(i.pid);
+  w->Key("parent_pid");
+  w->Uint(i.parent_pid);
+  w->Key("forked_from");
+  i.forked_from ? w->Uint(i.forked_from) : w->Null();
+  w->Key("host");
+  w->String(i.hostname);
+  w->Key("rank");
+  i.rank >= 0 ? w->Int(i.rank) : w->Null();
+  w->Key("mode");
+  w->String(i.mode);
+  w->Key("duration_seconds");
+  w->Double(ProcessDurationSeconds(p));
+  w->Key("events");
+  w->Uint(p.events);
+  w->Key("copies");
+  w->Uint(s.copies);
+  w->Key("failed_copies");
+  w->Uint(s.failed_copies);
+  w->Key("threads");
+  w->Uint(s.threads);
+  w->Key("bytes_moved");
+  w->BeginObject();
+  for (int d = 0; d < 4; ++d) {
+    bool any = false;
+    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) any |= s.copy_count[d][k] != 0;
+    if (!any) continue;
+    w->Key(CopyDirName(static_cast<CopyDir>(d)));
+    w->BeginObject();
+    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) {
+      if (s.copy_count[d][k] == 0) continue;
+      w->Key(MemKindName(static_cast<MemKind>(k)));
+      w->Uint(s.bytes[d][k]);
+    }
+    w->EndObject();
+  }
+  w->EndObject();
+  w->Key("peak_pinned_bytes");
+  w->Uint(s.peak_pinned);
+  w->Key("peak_rss_bytes");
+  w->Uint(s.peak_rss);
+  w->Key("physical_bytes");
+  w->Uint(i.physical_bytes);
+  w->Key("budget_bytes");
+  i.budget_bytes ? w->Uint(i.budget_bytes) : w->Null();
+  w->Key("trace_complete");
+  w->Bool(p.complete);
+  w->Key("damage");
+  p.damage.empty() ? w->Null() : w->String(p.damage);
+  w->Key("symbol_problems");
+  w->BeginArray();
+  for (const std::string& sp : p.symbol_problems) w->String(sp);
+  w->EndArray();
+  w->Key("findings");
+  w->Uint(p.findings.size());
+  w->EndObject();
+}
+
+}  // namespace
+
+void WriteJsonReport(const MergedReport& r, std::string* out) {
+  JsonWriter w(out);
+  int counts[3] = {0, 0, 0};
+  double lost = 0;
+  for (const Finding& f : r.findings) {
+    ++counts[static_cast<int>(f.severity)];
+    lost += f.seconds_lost;
+  }
+  w.BeginObject();
+  w.Key("version");
+  w.Int(kJsonReportVersion);
+  w.Key("tool");
+  w.String("pinshim report");
+  w.Key("bandwidth_model");
+  w.String(r.model_source);
+  w.Key("summary");
+  w.BeginObject();
+  w.Key("processes");
+  w.Uint(r.processes.size());
+  w.Key("findings");
+  w.Uint(r.findings.size());
+  w.Key("errors");
+  w.Int(counts[2]);
+  w.Key("warnings");
+  w.Int(counts[1]);
+  w.Key("infos");
+  w.Int(counts[0]);
+  w.Key("estimated_seconds_lost");
+  w.Double(lost);
+  w.EndObject();
+  w.Key("problems");
+  w.BeginArray();
+  for (const std::string& p : r.problems) w.String(p);
+  w.EndArray();
+  w.Key("processes");
+  w.BeginArray();
+  for (size_t i = 0; i < r.processes.size(); ++i) WriteProcess(r.processes[i], i, &w);
+  w.EndArray();
+  w.Key("findings");
+  w.BeginArray();
+  for (const Finding& f : r.findings) {
+    w.BeginObject();
+    w.Key("rule");
+    w.String(f.rule);
+    w.Key("severity");
+    w.String(SeverityName(f.severity));
+    w.Key("explanation");
+    w.String(f.explanation);
+    w.Key("site");
+    WriteSite(f.site, &w);
+    w.Key("stack");
+    w.BeginArray();
+    for (const Frame& fr : f.site.stack) WriteFrame(fr, &w);
+    w.EndArray();
+    w.Key("evidence");
+    WriteValue(f.evidence, &w);
+    w.Key("estimated_seconds_lost");
+    w.Double(f.seconds_lost);
+    w.Key("fix");
+    w.String(f.fix);
+    w.Key("processes");
+    w.BeginArray();
+    for (int p : f.processes) w.Int(p);
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  out->push_back('\n');
+}
+
+}  // namespace report
+}  // namespace pinshim

@@ -1,0 +1,25 @@
+// The timeline: Chrome trace-event JSON, which ui.perfetto.dev (and
+// chrome://tracing) open. Per process: copies, pinned-memory calls and
+// synchronizations as slices on per-thread tracks; pinned bytes (by owner),
+// the budget and resident memory as counter tracks; misuse as instant events.
+#ifndef PINSHIM_ANALYZER_REPORT_PERFETTO_REPORT_H_
+#define PINSHIM_ANALYZER_REPORT_PERFETTO_REPORT_H_
+
+#include <cstdio>
+#include <vector>
+
+#include "analyzer/report/merge.h"
+#include "analyzer/report/trace_reader.h"
+
+namespace pinshim {
+namespace report {
+
+// Streams the timeline to `out`; `traces[i]` belongs to report.processes[i].
+// Returns false when writing failed.
+bool WritePerfettoTrace(const MergedReport& report, const std::vector<const TraceReader*>& traces,
+                        FILE* out);
+
+}  // namespace report
+}  // namespace pinshim
+
+#endif  // PINSHIM_ANALYZER_REPORT_PERFETTO_REPORT_H_

@@ -1,0 +1,237 @@
+#include "analyzer/report/report_command.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "analyzer/report/analysis.h"
+#include "analyzer/report/json_report.h"
+#include "analyzer/report/merge.h"
+#include "analyzer/report/perfetto_report.h"
+#include "analyzer/report/text_report.h"
+#include "analyzer/report/trace_reader.h"
+#include "shim/trace/trace_format.h"
+
+namespace pinshim {
+namespace report {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: pinshim report [--format text|json|perfetto] [--fail-on info|warning|error]\n"
+    "                      [--calibration FILE] PATH...\n"
+    "\n"
+    "Reads pinshim traces (a file, or a directory of *.pstrace files; several\n"
+    "processes are merged and also shown one by one) and reports misuse of\n"
+    "host memory in GPU copies, sorted by the time it costs.\n"
+    "\n"
+    "  --format text       a report for the terminal (default)\n"
+    "  --format json       the same as JSON (schema version 1)\n"
+    "  --format perfetto   a timeline for ui.perfetto.dev (Chrome trace JSON)\n"
+    "  --fail-on LEVEL     exit with status 1 when a finding of LEVEL or worse exists\n"
+    "  --calibration FILE  copy bandwidths measured on your machine (see docs)\n";
+
+enum class Format { kText, kJson, kPerfetto };
+
+void Complain(const std::string& line) {
+  std::string out = "pinshim report: " + line + "\n";
+  fwrite(out.data(), 1, out.size(), stderr);
+}
+
+bool EndsWith(const std::string& s, const char* suffix) {
+  size_t n = strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// Expands PATH arguments into trace files; problems get one line each.
+std::vector<std::string> CollectInputs(const std::vector<std::string>& paths,
+                                       std::vector<std::string>* problems) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    struct stat st;
+    if (stat(p.c_str(), &st) != 0) {
+      problems->push_back(p + ": " + strerror(errno));
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      files.push_back(p);
+      continue;
+    }
+    DIR* d = opendir(p.c_str());
+    if (d == nullptr) {
+      problems->push_back(p + ": cannot read directory: " + strerror(errno));
+      continue;
+    }
+    std::vector<std::string> found;
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (EndsWith(name, trace::kTraceExtension)) found.push_back(p + "/" + name);
+    }
+    closedir(d);
+    if (found.empty()) {
+      problems->push_back(p + ": no pinshim traces (*" + std::string(trace::kTraceExtension) +
+                          ") in this directory; was PINSHIM_TRACE_DIR set for the program?");
+    }
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+struct Input {
+  std::string path;
+  std::unique_ptr<TraceReader> reader;
+  std::string error;
+  ProcessReport report;
+};
+
+// Opens and analyzes every input, a few at a time.
+void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& options) {
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    for (;;) {
+      size_t i = next.fetch_add(1);
+      if (i >= inputs->size()) return;
+      Input& in = (*inputs)[i];
+      in.reader = std::make_unique<TraceReader>();
+      if (!in.reader->Open(in.path, &in.error)) {
+        in.reader.reset();
+        continue;
+      }
+      in.report = AnalyzeTrace(*in.reader, options);
+    }
+  };
+  size_t threads = std::max<size_t>(1, std::min<size_t>(inputs->size(),
+                                                        std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
+int RunReportCommand(int argc, char** argv) {
+  Format format = Format::kText;
+  bool fail_on_set = false;
+  Severity fail_on = Severity::kError;
+  std::string calibration;
+  std::vector<std::string> paths;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* name, std::string* out) {
+      std::string prefix = std::string(name) + "=";
+      if (a.compare(0, prefix.size(), prefix) == 0) {
+        *out = a.substr(prefix.size());
+        return true;
+      }
+      if (a == name) {
+        if (i + 1 >= argc) return false;
+        *out = argv[++i];
+        return true;
+      }
+      return false;
+    };
+    std::string v;
+    if (a == "-h" || a == "--help") {
+      fputs(kUsage, stdout);
+      return 0;
+    } else if (a.compare(0, 8, "--format") == 0) {
+      if (!value("--format", &v)) {
+        Complain("--format needs a value: text, json or perfetto");
+        return 2;
+      }
+      if (v == "text") format = Format::kText;
+      else if (v == "json") format = Format::kJson;
+      else if (v == "perfetto") format = Format::kPerfetto;
+      else {
+        Complain("unknown format '" + v + "' (accepted: text, json, perfetto)");
+        return 2;
+      }
+    } else if (a.compare(0, 9, "--fail-on") == 0) {
+      if (!value("--fail-on", &v) || !ParseSeverity(v, &fail_on)) {
+        Complain("--fail-on needs a level: info, warning or error");
+        return 2;
+      }
+      fail_on_set = true;
+    } else if (a.compare(0, 13, "--calibration") == 0) {
+      if (!value("--calibration", &calibration) || calibration.empty()) {
+        Complain("--calibration needs a file");
+        return 2;
+      }
+    } else if (a == "--") {
+      for (++i; i < argc; ++i) paths.push_back(argv[i]);
+    } else if (!a.empty() && a[0] == '-') {
+      Complain("unknown option '" + a + "'; see pinshim report --help");
+      return 2;
+    } else {
+      paths.push_back(a);
+    }
+  }
+  if (paths.empty()) {
+    Complain("no trace given; usage: pinshim report [options] PATH... (see --help)");
+    return 2;
+  }
+  AnalysisOptions options;
+  if (!calibration.empty()) {
+    std::string error;
+    if (!options.model.LoadCalibration(calibration, &error)) {
+      Complain(error);
+      return 2;
+    }
+  }
+  std::vector<std::string> problems;
+  std::vector<std::string> files = CollectInputs(paths, &problems);
+  std::vector<Input> inputs(files.size());
+  for (size_t i = 0; i < files.size(); ++i) inputs[i].path = files[i];
+  AnalyzeAll(&inputs, options);
+
+  std::vector<ProcessReport> reports;
+  std::vector<const TraceReader*> readers;
+  for (Input& in : inputs) {
+    if (in.reader == nullptr) {
+      problems.push_back(in.error);
+      continue;
+    }
+    readers.push_back(in.reader.get());
+    reports.push_back(std::move(in.report));
+  }
+  for (const std::string& p : problems) Complain(p);
+  if (reports.empty()) {
+    Complain("nothing to report: no readable trace");
+    return 2;
+  }
+  MergedReport merged = Merge(std::move(reports));
+  merged.problems = problems;
+  merged.model_source = options.model.source();
+  std::string out;
+  switch (format) {
+    case Format::kText: WriteTextReport(merged, &out); break;
+    case Format::kJson: WriteJsonReport(merged, &out); break;
+    case Format::kPerfetto:
+      if (!WritePerfettoTrace(merged, readers, stdout)) {
+        Complain(std::string("cannot write the timeline: ") + strerror(errno));
+        return 2;
+      }
+      break;
+  }
+  if (!out.empty() && fwrite(out.data(), 1, out.size(), stdout) != out.size()) {
+    Complain(std::string("cannot write the report: ") + strerror(errno));
+    return 2;
+  }
+  fflush(stdout);
+  if (fail_on_set && HasFindingAtLeast(merged, fail_on)) return 1;
+  return 0;
+}
+
+}  // namespace report
+}  // namespace pinshim

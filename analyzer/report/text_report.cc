@@ -1,0 +1,213 @@
+#include "analyzer/report/text_report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "analyzer/report/format.h"
+
+namespace pinshim {
+namespace report {
+namespace {
+
+constexpr int kShortStackFrames = 6;
+
+std::string Upper(const char* s) {
+  std::string out = s;
+  for (char& c : out) c = static_cast<char>(toupper(c));
+  return out;
+}
+
+std::string Scalar(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kNull: return "-";
+    case Value::Kind::kBool: return v.bool_value() ? "yes" : "no";
+    case Value::Kind::kInt: return FormatCount(static_cast<uint64_t>(v.int_value() < 0 ? 0 : v.int_value()));
+    case Value::Kind::kDouble: {
+      char buf[32];
+      snprintf(buf, sizeof(buf), "%g", v.double_value());
+      return buf;
+    }
+    case Value::Kind::kString: return v.string_value();
+    case Value::Kind::kBytes: return FormatBytes(static_cast<uint64_t>(v.int_value()));
+    case Value::Kind::kSeconds: return FormatSeconds(v.double_value());
+    case Value::Kind::kSite: return v.has_site() ? v.site().Short() : "an unknown site";
+    default: return "";
+  }
+}
+
+bool IsScalar(const Value& v) {
+  if (v.kind() == Value::Kind::kArray) {
+    for (const Value& i : v.items()) {
+      if (!IsScalar(i)) return false;
+    }
+    return true;
+  }
+  return v.kind() != Value::Kind::kObject;
+}
+
+std::string Words(const std::string& key) {
+  std::string out = key;
+  std::replace(out.begin(), out.end(), '_', ' ');
+  return out;
+}
+
+std::string Inline(const Value& v) {
+  if (v.kind() == Value::Kind::kArray) {
+    std::string out;
+    for (const Value& i : v.items()) out += (out.empty() ? "" : ", ") + Scalar(i);
+    return out.empty() ? "none" : out;
+  }
+  if (v.kind() == Value::Kind::kObject) {
+    std::string out;
+    for (const auto& m : v.members()) {
+      out += (out.empty() ? "" : ", ") + Words(m.first) + " " + Inline(m.second);
+    }
+    return out;
+  }
+  return Scalar(v);
+}
+
+void Evidence(const Value& ev, std::string* out) {
+  std::string line;
+  for (const auto& m : ev.members()) {
+    if (!IsScalar(m.second) || m.second.kind() == Value::Kind::kSite) continue;
+    line += (line.empty() ? "" : "; ") + Words(m.first) + " " + Inline(m.second);
+  }
+  if (!line.empty()) *out += "    evidence: " + line + "\n";
+  for (const auto& m : ev.members()) {
+    if (m.second.kind() == Value::Kind::kSite) {
+      *out += "    " + Words(m.first) + ": " + Scalar(m.second) + "\n";
+    } else if (!IsScalar(m.second)) {
+      *out += "    " + Words(m.first) + ":\n";
+      for (const Value& item : m.second.items()) *out += "      - " + Inline(item) + "\n";
+      if (m.second.kind() == Value::Kind::kObject) *out += "      " + Inline(m.second) + "\n";
+    }
+  }
+}
+
+void ShortStack(const Site& site, std::string* out) {
+  if (!site.known || site.stack.empty()) return;
+  *out += "    stack:\n";
+  int shown = 0, hidden = 0;
+  for (size_t i = 0; i < site.stack.size(); ++i) {
+    const Frame& f = site.stack[i];
+    if (static_cast<int>(i) < site.site_index || (f.runtime && static_cast<int>(i) != site.site_index)) {
+      ++hidden;
+      continue;
+    }
+    if (shown == kShortStackFrames) {
+      *out += "      ...\n";
+      break;
+    }
+    *out += "      " + f.Describe() + (f.inlined ? " [inlined]" : "") + "\n";
+    ++shown;
+  }
+  if (hidden > 0) {
+    *out += "      (" + std::to_string(hidden) + " frames in CUDA, pinshim and the C library not shown)\n";
+  }
+}
+
+std::string Moved(const ProcessSummary& s) {
+  static const CopyDir kDirs[] = {CopyDir::kHostToDevice, CopyDir::kDeviceToHost,
+                                  CopyDir::kHostToHost, CopyDir::kDeviceToDevice};
+  std::string out;
+  for (CopyDir d : kDirs) {
+    int di = static_cast<int>(d);
+    uint64_t total = 0;
+    std::string parts;
+    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) {
+      uint64_t b = s.bytes[di][k];
+      if (s.copy_count[di][k] == 0) continue;
+      total += b;
+      parts += (parts.empty() ? "" : ", ") + std::string(MemKindName(static_cast<MemKind>(k))) +
+               " " + FormatBytes(b);
+    }
+    bool any = false;
+    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) any |= s.copy_count[di][k] != 0;
+    if (!any) continue;
+    out += (out.empty() ? "" : "; ") + std::string(CopyDirName(d)) + " " + FormatBytes(total);
+    if (d != CopyDir::kDeviceToDevice) out += " (" + parts + ")";
+  }
+  return out.empty() ? "nothing" : out;
+}
+
+std::string ProcessTitle(const ProcessReport& p) {
+  std::string t = p.info.program.empty() ? std::string("unknown program") : p.info.program;
+  t += "  pid " + std::to_string(p.info.pid);
+  if (p.info.rank >= 0) t += "  rank " + std::to_string(p.info.rank);
+  if (!p.info.hostname.empty()) t += "  on " + p.info.hostname;
+  if (p.info.forked_from != 0) t += "  (forked from " + std::to_string(p.info.forked_from) + ")";
+  return t;
+}
+
+}  // namespace
+
+double ProcessDurationSeconds(const ProcessReport& p) {
+  uint64_t start = p.info.start_monotonic_ns != 0 ? p.info.start_monotonic_ns : p.summary.first_ns;
+  uint64_t end = p.summary.last_ns;
+  return end > start ? (end - start) * 1e-9 : 0;
+}
+
+void WriteTextReport(const MergedReport& r, std::string* out) {
+  int counts[3] = {0, 0, 0};
+  double lost = 0;
+  for (const Finding& f : r.findings) {
+    ++counts[static_cast<int>(f.severity)];
+    lost += f.seconds_lost;
+  }
+  char head[256];
+  snprintf(head, sizeof(head),
+           "pinshim report: %zu %s, %zu %s (%d error%s, %d warning%s, %d info), about %s lost\n",
+           r.processes.size(), r.processes.size() == 1 ? "process" : "processes",
+           r.findings.size(), r.findings.size() == 1 ? "finding" : "findings", counts[2],
+           counts[2] == 1 ? "" : "s", counts[1], counts[1] == 1 ? "" : "s", counts[0],
+           FormatSeconds(lost).c_str());
+  *out += head;
+  for (const std::string& p : r.problems) *out += "  unreadable: " + p + "\n";
+  *out += "\n";
+  for (size_t i = 0; i < r.processes.size(); ++i) {
+    const ProcessReport& p = r.processes[i];
+    const ProcessSummary& s = p.summary;
+    if (r.processes.size() > 1) *out += "[p" + std::to_string(i) + "] ";
+    *out += ProcessTitle(p) + "\n";
+    *out += "    duration " + FormatSeconds(ProcessDurationSeconds(p)) + ", " +
+            FormatCount(s.copies) + " copies";
+    if (s.failed_copies) *out += " (" + FormatCount(s.failed_copies) + " failed)";
+    *out += ", " + FormatCount(s.pin_calls) + " pinned-memory calls, " + std::to_string(s.threads) +
+            (s.threads == 1 ? " thread\n" : " threads\n");
+    *out += "    moved: " + Moved(s) + "\n";
+    *out += "    peak pinned " + FormatBytes(s.peak_pinned);
+    if (s.peak_pinned_ns && p.info.start_monotonic_ns && s.peak_pinned_ns >= p.info.start_monotonic_ns) {
+      *out += " at " + FormatSeconds((s.peak_pinned_ns - p.info.start_monotonic_ns) * 1e-9);
+    }
+    if (s.peak_rss) *out += "; peak RSS " + FormatBytes(s.peak_rss);
+    *out += "; " + std::to_string(p.findings.size()) +
+            (p.findings.size() == 1 ? " finding\n" : " findings\n");
+    *out += "    trace " + p.path + (p.damage.empty() ? " (complete)\n" : "\n");
+    if (!p.damage.empty()) *out += "    note: " + p.damage + "\n";
+    for (const std::string& sp : p.symbol_problems) *out += "    symbols: " + sp + "\n";
+  }
+  if (r.findings.empty()) {
+    *out += "\nNo findings.\n";
+    return;
+  }
+  *out += "\nFindings, by estimated time lost:\n";
+  for (size_t i = 0; i < r.findings.size(); ++i) {
+    const Finding& f = r.findings[i];
+    *out += "\n[" + std::to_string(i + 1) + "] " + Upper(SeverityName(f.severity)) + " " + f.rule;
+    *out += f.seconds_lost > 0 ? "  est. " + FormatSeconds(f.seconds_lost) + " lost" : "";
+    if (r.processes.size() > 1) {
+      std::string procs;
+      for (int p : f.processes) procs += (procs.empty() ? "p" : ", p") + std::to_string(p);
+      *out += "  in " + procs;
+    }
+    *out += "\n    " + f.explanation + "\n";
+    *out += "    at " + f.site.Short() + "\n";
+    Evidence(f.evidence, out);
+    ShortStack(f.site, out);
+    *out += "    fix: " + f.fix + "\n";
+  }
+}
+
+}  // namespace report
+}  // namespace pinshim

@@ -1,0 +1,109 @@
+// Writes the fuzzer's seed corpus: small valid traces that exercise every
+// frame and event type, so mutations start from meaningful input.
+#include <cstdio>
+#include <string>
+
+#include "tests/trace/trace_builder.h"
+
+namespace {
+
+using pinshim::CopyDir;
+using pinshim::CopyEvent;
+using pinshim::HostAllocEvent;
+using pinshim::MemKind;
+using pinshim::PinEvent;
+using pinshim::PinOp;
+using pinshim::testing::TraceBuilder;
+namespace trace = pinshim::trace;
+
+CopyEvent Copy(uint64_t t, uint64_t bytes, bool async, MemKind host, uint64_t ptr) {
+  CopyEvent e{};
+  e.api = 1;
+  e.dir = CopyDir::kHostToDevice;
+  e.src_kind = host;
+  e.dst_kind = MemKind::kDevice;
+  e.async = async;
+  e.bytes = bytes;
+  e.host_ptr = reinterpret_cast<void*>(ptr);
+  e.host_alloc_id = host == MemKind::kPageable ? 1 : 0;
+  e.stream = reinterpret_cast<void*>(0x50);
+  e.start_ns = t;
+  e.end_ns = t + 1000;
+  return e;
+}
+
+PinEvent Pin(uint64_t t, PinOp op, uint64_t ptr, uint64_t bytes, uint32_t flags) {
+  PinEvent e{};
+  e.op = op;
+  e.ptr = reinterpret_cast<void*>(ptr);
+  e.bytes = bytes;
+  e.flags = flags;
+  e.start_ns = t;
+  e.end_ns = t + 500;
+  return e;
+}
+
+std::string Everything() {
+  TraceBuilder b;
+  pinshim::testing::BuilderProcess p;
+  p.budget_bytes = 1 << 20;
+  p.physical_bytes = 8 << 20;
+  b.Process(p);
+  b.ApiNames({{1, "cuMemcpyHtoD_v2"}, {2, "cuMemHostAlloc"}});
+  b.Modules(1, "/nonexistent/app", 0x400000, 0x10000);
+  b.Stack(1, 1, {0x400100, 0x400200, 0x400300});
+  b.Stack(2, 1, {0x400500});
+  uint64_t t = 2000000000;
+  auto& e = b.batch();
+  HostAllocEvent h{1, reinterpret_cast<void*>(0x10000), 1 << 20, false, 0};
+  e.AppendHostAlloc(h, t, 2);
+  e.AppendPin(Pin(t + 10, PinOp::kAlloc, 0x900000, 4 << 20, trace::kPinFlagWriteCombined), 2, 0);
+  for (int i = 0; i < 8; ++i) {
+    e.AppendCopy(Copy(t + 100 + i * 2000, 1 << 20, i % 2, MemKind::kPageable, 0x10000), 1, 0);
+    e.AppendCopy(Copy(t + 200 + i * 2000, 4096, true, MemKind::kPinnedByProgram, 0x900000), 1, 1);
+  }
+  e.AppendMisuse(trace::MisuseKind::kWcRead, reinterpret_cast<void*>(0x900010), 64, t + 30000, 1,
+                 static_cast<uint32_t>(trace::WcReadVia::kMemcpy));
+  trace::SampleEvent s{t + 40000, 4 << 20, 0, 0, 1 << 20, 10, 20, 1 << 20};
+  e.AppendSample(s);
+  s.time_ns += 10000;
+  s.swap_ins = 30;
+  e.AppendSample(s);
+  trace::SyncEvent sync{};
+  sync.kind = trace::SyncKind::kEventRecord;
+  sync.stream = reinterpret_cast<void*>(0x50);
+  sync.event = reinterpret_cast<void*>(0x60);
+  sync.start_ns = t + 50000;
+  sync.end_ns = t + 50010;
+  e.AppendSync(sync);
+  HostAllocEvent f{1, reinterpret_cast<void*>(0x10000), 1 << 20, true, 0};
+  e.AppendHostAlloc(f, t + 60000, 2);
+  e.AppendPin(Pin(t + 70000, PinOp::kFree, 0x900000, 4 << 20, 0), 2, 0);
+  e.AppendDropped(3, t + 80000);
+  b.Flush(7);
+  b.End(t + 90000);
+  return b.bytes();
+}
+
+bool Write(const std::string& dir, const std::string& name, const std::string& bytes) {
+  std::string path = dir + "/" + name;
+  FILE* f = fopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  bool ok = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  return fclose(f) == 0 && ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: make_seeds DIR\n");
+    return 2;
+  }
+  std::string dir = argv[1];
+  std::string all = Everything();
+  bool ok = Write(dir, "everything.pstrace", all) &&
+            Write(dir, "header_only.pstrace", all.substr(0, 32)) &&
+            Write(dir, "torn.pstrace", all.substr(0, all.size() * 2 / 3));
+  return ok ? 0 : 1;
+}

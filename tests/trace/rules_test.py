@@ -1,0 +1,192 @@
+"""End to end: each program in programs/ commits one misuse; its trace goes
+through `pinshim report`, and the report must name the rule at the exact file
+and line marked `MISUSE(rule)` in the program's source (and, where marked
+`ALLOC(rule)`, the allocation site in the evidence). The clean program must
+produce no finding at all, and no program a finding of another rule."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+
+HERE = "tests/trace"
+REPORT = "analyzer/report/pinshim-report"
+TMP = os.environ.get("TEST_TMPDIR", "/tmp")
+
+# program -> extra environment
+PROGRAMS = {
+    "async_pageable": {},
+    "clean": {},
+    "free_in_flight": {},
+    "non_portable": {},
+    "over_pinning": {"PINSHIM_BUDGET": str(64 << 20)},
+    "pageable_hot": {},
+    "pinned_churn": {},
+    "pinned_unused": {},
+    "small_copies": {},
+    "sync_copy_loop": {},
+    "wc_read": {},
+    "wc_read_guard": {"PINSHIM_WC_GUARD": "1"},
+}
+
+
+def markers(source, kind):
+    """(rule, line) for every `KIND(rule)` comment in the source."""
+    found = []
+    with open(source) as f:
+        for number, text in enumerate(f, 1):
+            for rule in re.findall(kind + r"\(([a-z-]+)\)", text):
+                found.append((rule, number))
+    return found
+
+
+def sites_in(value):
+    """Every site object ({"function", "file", "line", ...}) inside evidence."""
+    if isinstance(value, dict):
+        if "function" in value and "line" in value:
+            yield value
+        for v in value.values():
+            yield from sites_in(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from sites_in(v)
+
+
+def run_program(name):
+    trace_dir = os.path.join(TMP, "traces", name)
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    env = dict(os.environ, PINSHIM_TRACE_DIR=trace_dir)
+    env.update(PROGRAMS[name])
+    proc = subprocess.run([os.path.join(HERE, "programs", name)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise AssertionError("%s exited %d: %s" % (name, proc.returncode, proc.stderr))
+    return trace_dir
+
+
+def report(args):
+    return subprocess.run([REPORT] + args, capture_output=True, text=True, timeout=300)
+
+
+class RulesTest(unittest.TestCase):
+    reports = {}
+
+    @classmethod
+    def setUpClass(cls):
+        for name in PROGRAMS:
+            trace_dir = run_program(name)
+            out = report(["--format", "json", trace_dir])
+            if out.returncode != 0:
+                raise AssertionError("report of %s failed: %s" % (name, out.stderr))
+            cls.reports[name] = (trace_dir, json.loads(out.stdout))
+
+    def check_program(self, name):
+        source = os.path.join(HERE, "programs", name + ".cc")
+        trace_dir, data = self.reports[name]
+        self.assertEqual(data["version"], 1)
+        self.assertEqual(len(data["processes"]), 1)
+        self.assertTrue(data["processes"][0]["trace_complete"])
+        expected = markers(source, "MISUSE")
+        rules = {rule for rule, _ in expected}
+        findings = data["findings"]
+        described = ["%s at %s" % (f["rule"], f["site"]) for f in findings]
+        for f in findings:
+            self.assertIn(f["rule"], rules, "unexpected finding in %s: %s" % (name, described))
+        for rule, line in expected:
+            hits = [f for f in findings if f["rule"] == rule and f["site"]
+                    and (f["site"]["file"] or "").endswith(source) and f["site"]["line"] == line]
+            self.assertTrue(hits, "%s: no %s finding at %s:%d; got %s" %
+                            (name, rule, source, line, described))
+            f = hits[0]
+            self.assertIn(f["severity"], ("info", "warning", "error"))
+            self.assertTrue(f["explanation"] and f["fix"])
+            self.assertGreaterEqual(f["estimated_seconds_lost"], 0)
+            self.assertTrue(f["stack"])
+        for rule, line in markers(source, "ALLOC"):
+            sites = [site for f in findings if f["rule"] == rule for site in sites_in(f["evidence"])]
+            self.assertTrue(any((site.get("file") or "").endswith(source) and site.get("line") == line
+                                for site in sites),
+                            "%s: allocation site %s:%d not in the evidence: %s" %
+                            (name, source, line, sites))
+        # The text report names the same rule and place.
+        text = report([trace_dir])
+        self.assertEqual(text.returncode, 0, text.stderr)
+        for rule, line in expected:
+            self.assertIn(rule, text.stdout)
+            self.assertIn("%s:%d" % (source, line), text.stdout)
+        if not expected:
+            self.assertEqual(findings, [])
+            self.assertIn("No findings.", text.stdout)
+
+    def test_async_pageable(self):
+        self.check_program("async_pageable")
+
+    def test_clean(self):
+        self.check_program("clean")
+
+    def test_free_in_flight(self):
+        self.check_program("free_in_flight")
+
+    def test_non_portable(self):
+        self.check_program("non_portable")
+
+    def test_over_pinning(self):
+        self.check_program("over_pinning")
+
+    def test_pageable_hot(self):
+        self.check_program("pageable_hot")
+        _, data = self.reports["pageable_hot"]
+        f = [f for f in data["findings"] if f["rule"] == "pageable-hot"][0]
+        self.assertEqual(f["evidence"]["copies"], 40)
+        self.assertEqual(f["evidence"]["bytes"], 40 * (4 << 20))
+        self.assertGreater(f["estimated_seconds_lost"], 0.005)
+
+    def test_pinned_churn(self):
+        self.check_program("pinned_churn")
+
+    def test_pinned_unused(self):
+        self.check_program("pinned_unused")
+
+    def test_small_copies(self):
+        self.check_program("small_copies")
+
+    def test_sync_copy_loop(self):
+        self.check_program("sync_copy_loop")
+
+    def test_wc_read(self):
+        self.check_program("wc_read")
+
+    def test_wc_read_guard(self):
+        self.check_program("wc_read_guard")
+        _, data = self.reports["wc_read_guard"]
+        f = [f for f in data["findings"] if f["rule"] == "wc-read"][0]
+        self.assertGreater(f["evidence"]["page_guard_samples"], 0)
+
+    def test_fail_on_sets_the_exit_status(self):
+        clean_dir = self.reports["clean"][0]
+        wc_dir = self.reports["wc_read"][0]
+        churn_dir = self.reports["pinned_churn"][0]
+        self.assertEqual(report(["--fail-on", "info", clean_dir]).returncode, 0)
+        self.assertEqual(report(["--fail-on", "error", wc_dir]).returncode, 1)
+        self.assertEqual(report(["--fail-on=warning", churn_dir]).returncode, 1)
+        self.assertEqual(report(["--fail-on", "error", churn_dir]).returncode, 0)
+        self.assertEqual(report(["--fail-on", "fatal", churn_dir]).returncode, 2)
+
+    def test_many_processes_are_merged_and_listed(self):
+        dirs = [self.reports[n][0] for n in ("pageable_hot", "wc_read", "clean")]
+        out = report(["--format", "json"] + dirs)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        data = json.loads(out.stdout)
+        self.assertEqual(len(data["processes"]), 3)
+        rules = sorted({f["rule"] for f in data["findings"]})
+        self.assertEqual(rules, ["pageable-hot", "wc-read"])
+        # Sorted by estimated loss.
+        losses = [f["estimated_seconds_lost"] for f in data["findings"]]
+        self.assertEqual(losses, sorted(losses, reverse=True))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
