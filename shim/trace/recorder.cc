@@ -738,6 +738,25 @@ void RecorderAfterForkInChild() {
   StartSampler();
 }
 
+namespace {
+
+void WriteEnd() {
+  uint8_t payload[3 * kMaxVarint];
+  uint8_t* p = PutVarint(payload, g.dropped.load());
+  p = PutVarint(p, g.stacks.overflows());
+  p = PutVarint(p, MonotonicNs());
+  struct iovec part = {payload, static_cast<size_t>(p - payload)};
+  WriteFrame(g.fd, FrameType::kEnd, &part, 1);
+}
+
+}  // namespace
+
+void RecorderBeforeExec() {
+  if (g.active.load(std::memory_order_acquire) != 1) return;
+  FlushIdle(MonotonicNs(), true);
+  WriteEnd();
+}
+
 void StopRecorder() {
   int expected = 1;
   if (!g.active.compare_exchange_strong(expected, 2)) return;
@@ -750,12 +769,7 @@ void StopRecorder() {
   }
   StopWcGuard();
   FlushIdle(MonotonicNs(), true);
-  uint8_t payload[3 * kMaxVarint];
-  uint8_t* p = PutVarint(payload, g.dropped.load());
-  p = PutVarint(p, g.stacks.overflows());
-  p = PutVarint(p, MonotonicNs());
-  struct iovec part = {payload, static_cast<size_t>(p - payload)};
-  WriteFrame(g.fd, FrameType::kEnd, &part, 1);
+  WriteEnd();
   // The descriptor stays open: a thread that saw the recorder active a moment
   // ago may still write a frame, and must not hit a reused descriptor.
 }

@@ -15,7 +15,8 @@
 //
 // Lifecycle: StartRecorder once at start (after configuration is read),
 // NoteModulesChanged after every successful dlopen and dlclose,
-// RecorderAfterForkInChild in the child of a fork, StopRecorder at exit.
+// RecorderAfterForkInChild in the child of a fork, RecorderBeforeExec before
+// every exec*, StopRecorder at exit.
 // Before StartRecorder, and after StopRecorder, every call is a cheap no-op.
 #ifndef PINSHIM_SHIM_TRACE_RECORDER_H_
 #define PINSHIM_SHIM_TRACE_RECORDER_H_
@@ -95,6 +96,11 @@ void NoteModulesChanged();
 // In the child of a fork: forgets the parent's trace and buffers, starts the
 // child's own trace file and sampler. Call before the child records anything.
 void RecorderAfterForkInChild();
+
+// Before an exec* call: exec replaces the process without running exit
+// handlers, so everything buffered is written now, with an end record. The
+// recorder stays on: when exec fails, recording goes on in the same file.
+void RecorderBeforeExec();
 
 // Flushes every thread's buffer, writes the end record and stops the sampler.
 // Later records are dropped. Idempotent.

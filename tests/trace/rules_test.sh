@@ -1,3 +1,3 @@
 #!/usr/bin/env bash
-# Runs rules_test.py (Bazel's sh_test runs it from the runfiles root).
+# Runs a Python test script (Bazel runs sh_tests from the runfiles root).
 exec python3 "$1"

@@ -5,6 +5,7 @@
 // PINSHIM_SAMPLE_MS, PINSHIM_BUDGET (bytes), PINSHIM_WC_GUARD=1,
 // PINSHIM_STACK_DEPTH.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -206,6 +207,9 @@ uint64_t EnvNumber(const char* name, uint64_t fallback) {
   return v != nullptr && *v != '\0' ? strtoull(v, nullptr, 10) : fallback;
 }
 
+// As the hooks do: the child of a fork gets a trace of its own.
+void AfterForkInChild() { trace::RecorderAfterForkInChild(); }
+
 __attribute__((constructor(101))) void Start() {
   Resolve();
   g_ranges = new std::map<uintptr_t, Range>;
@@ -220,7 +224,11 @@ __attribute__((constructor(101))) void Start() {
   o.api_name = ApiName;
   o.api_count = kApiCount;
   char err[256];
-  if (!trace::StartRecorder(o, err, sizeof(err))) fprintf(stderr, "harness: %s\n", err);
+  if (!trace::StartRecorder(o, err, sizeof(err))) {
+    fprintf(stderr, "harness: %s\n", err);
+    return;
+  }
+  pthread_atfork(nullptr, nullptr, AfterForkInChild);
 }
 
 __attribute__((destructor)) void Stop() { trace::StopRecorder(); }
@@ -416,4 +424,22 @@ size_t fwrite(const void* p, size_t size, size_t n, FILE* f) {
   return pinshim::testing::CheckedFwrite(p, size, n, f);
 }
 ssize_t write(int fd, const void* p, size_t n) { return pinshim::testing::CheckedWrite(fd, p, n); }
+
+// exec replaces the process without exit handlers: the trace is flushed first.
+int execve(const char* path, char* const argv[], char* const envp[]) noexcept {
+  using Fn = int (*)(const char*, char* const[], char* const[]);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "execve"));
+  pinshim::trace::RecorderBeforeExec();
+  return real(path, argv, envp);
+}
+int execv(const char* path, char* const argv[]) noexcept { return execve(path, argv, environ); }
+
+// _exit skips exit handlers too; the trace gets its last events and end record.
+[[noreturn]] void _exit(int status) {
+  using Fn = void (*)(int);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "_exit"));
+  pinshim::trace::StopRecorder();
+  real(status);
+  __builtin_unreachable();
+}
 }

@@ -1,0 +1,363 @@
+// The rules' thresholds and edge cases, on traces built in memory (the
+// end-to-end tests in tests/trace check sites through real programs).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "analyzer/report/analysis.h"
+#include "analyzer/report/trace_reader.h"
+#include "tests/trace/trace_builder.h"
+
+namespace pinshim {
+namespace report {
+namespace {
+
+using testing::BuilderProcess;
+using testing::TraceBuilder;
+
+constexpr uint64_t kGiB = 1ull << 30;
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kT0 = 5000000000ull;
+
+class Trace {
+ public:
+  explicit Trace(BuilderProcess p = BuilderProcess{}) {
+    b_.Process(p);
+    b_.Stack(1, 0, {0x1000});
+    b_.Stack(2, 0, {0x2000});
+    b_.Stack(3, 0, {0x3000});
+  }
+
+  void Copy(uint64_t t, CopyDir dir, MemKind host, uint64_t bytes, uint64_t ptr, bool async,
+            uint32_t stack = 1, int device = 0, uint64_t dur = 1000, uint64_t stream = 0x77) {
+    CopyEvent e{};
+    e.dir = dir;
+    e.src_kind = dir == CopyDir::kHostToDevice ? host : MemKind::kDevice;
+    e.dst_kind = dir == CopyDir::kHostToDevice ? MemKind::kDevice : host;
+    e.bytes = bytes;
+    e.host_ptr = reinterpret_cast<void*>(ptr);
+    e.async = async;
+    e.stream = reinterpret_cast<void*>(stream);
+    e.start_ns = t;
+    e.end_ns = t + dur;
+    b_.MakeRoom(1);
+    b_.batch().AppendCopy(e, stack, device);
+  }
+
+  void Pin(uint64_t t, PinOp op, uint64_t ptr, uint64_t bytes, uint32_t flags = 0,
+           uint32_t stack = 2, int device = 0) {
+    PinEvent e{};
+    e.op = op;
+    e.ptr = reinterpret_cast<void*>(ptr);
+    e.bytes = bytes;
+    e.flags = flags;
+    e.start_ns = t;
+    e.end_ns = t + 100000;
+    b_.MakeRoom(1);
+    b_.batch().AppendPin(e, stack, device);
+  }
+
+  void Sample(uint64_t t, uint64_t pinned, uint64_t swap_ins) {
+    trace::SampleEvent s{t, pinned, 0, 0, 0, swap_ins, 0, 0};
+    b_.MakeRoom(1);
+    b_.batch().AppendSample(s);
+  }
+
+  void Sync(uint64_t t, trace::SyncKind kind, uint64_t stream, uint64_t event = 0) {
+    trace::SyncEvent s{};
+    s.kind = kind;
+    s.stream = reinterpret_cast<void*>(stream);
+    s.event = reinterpret_cast<void*>(event);
+    s.start_ns = t;
+    s.end_ns = t + 10;
+    b_.MakeRoom(1);
+    b_.batch().AppendSync(s);
+  }
+
+  void HostFree(uint64_t t, uint64_t id, uint64_t ptr, uint64_t bytes, uint32_t stack = 3) {
+    HostAllocEvent e{id, reinterpret_cast<void*>(ptr), bytes, true, 0};
+    b_.MakeRoom(1);
+    b_.batch().AppendHostAlloc(e, t, stack);
+  }
+
+  // Runs every rule; returns the findings of `rule`.
+  std::vector<Finding> Findings(const std::string& rule, const AnalysisOptions* opts = nullptr) {
+    b_.Flush(1);
+    b_.End(kT0 + 100 * 1000000000ull);
+    bytes_ = b_.bytes();
+    TraceReader r;
+    std::string error;
+    EXPECT_TRUE(r.OpenBuffer(reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size(),
+                             &error))
+        << error;
+    AnalysisOptions o;
+    o.symbolize = false;
+    ProcessReport rep = AnalyzeTrace(r, opts ? *opts : o);
+    std::vector<Finding> out;
+    for (Finding& f : rep.findings) {
+      if (f.rule == rule) out.push_back(f);
+    }
+    return out;
+  }
+
+ private:
+  TraceBuilder b_;
+  std::string bytes_;
+};
+
+std::string Reasons(const std::vector<Finding>& f) {
+  return f.empty() ? "" : f[0].explanation;
+}
+
+TEST(OverPinning, ShareOfPhysicalMemoryAndSingleAllocation) {
+  BuilderProcess p;
+  p.physical_bytes = 8 * kGiB;
+  Trace t(p);
+  t.Pin(kT0, PinOp::kAlloc, 0x100000000, 3 * kGiB);
+  auto f = t.Findings("over-pinning");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kError);
+  EXPECT_NE(Reasons(f).find("38% of physical memory"), std::string::npos) << Reasons(f);
+  EXPECT_NE(Reasons(f).find("a single pinned allocation"), std::string::npos) << Reasons(f);
+  EXPECT_EQ(f[0].stack, 2u);
+}
+
+TEST(OverPinning, ManySmallAllocationsOverTheShareButNoneAlone) {
+  BuilderProcess p;
+  p.physical_bytes = 8 * kGiB;
+  Trace t(p);
+  for (int i = 0; i < 5; ++i) t.Pin(kT0 + i, PinOp::kAlloc, 0x100000000 + i * kGiB, 512 * kMiB);
+  auto f = t.Findings("over-pinning");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(Reasons(f).find("31% of physical memory"), std::string::npos) << Reasons(f);
+  EXPECT_EQ(Reasons(f).find("single"), std::string::npos) << Reasons(f);
+}
+
+TEST(OverPinning, FreedMemoryDoesNotCount) {
+  BuilderProcess p;
+  p.physical_bytes = 8 * kGiB;
+  Trace t(p);
+  for (int i = 0; i < 10; ++i) {
+    t.Pin(kT0 + 2 * i, PinOp::kAlloc, 0x100000000, 1 * kGiB);
+    t.Pin(kT0 + 2 * i + 1, PinOp::kFree, 0x100000000, 1 * kGiB);
+  }
+  EXPECT_TRUE(t.Findings("over-pinning").empty());
+}
+
+TEST(OverPinning, ConfiguredMemlockLimitOnly) {
+  BuilderProcess p;
+  p.memlock_limit = 2 * kGiB;
+  Trace t(p);
+  t.Pin(kT0, PinOp::kAlloc, 0x100000000, 1900 * kMiB);
+  auto f = t.Findings("over-pinning");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(Reasons(f).find("RLIMIT_MEMLOCK"), std::string::npos);
+
+  BuilderProcess small;
+  small.memlock_limit = 8 * kMiB;  // a system default, not a configuration
+  Trace u(small);
+  u.Pin(kT0, PinOp::kAlloc, 0x100000000, 8 * kMiB);
+  EXPECT_TRUE(u.Findings("over-pinning").empty());
+}
+
+TEST(OverPinning, SwapWhileMuchIsPinned) {
+  BuilderProcess p;
+  p.physical_bytes = 16 * kGiB;
+  Trace t(p);
+  t.Sample(kT0, 2 * kGiB, 100);
+  t.Sample(kT0 + 10000000, 2 * kGiB, 164);
+  auto f = t.Findings("over-pinning");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(Reasons(f).find("swapped 64 pages"), std::string::npos) << Reasons(f);
+
+  Trace quiet(p);  // swapping, but little pinned: not pinning's fault
+  quiet.Sample(kT0, 100 * kMiB, 100);
+  quiet.Sample(kT0 + 10000000, 100 * kMiB, 164);
+  EXPECT_TRUE(quiet.Findings("over-pinning").empty());
+}
+
+TEST(PinnedUnused, NeverUsedRarelyUsedStillPinnedAndMapped) {
+  Trace t;
+  t.Pin(kT0, PinOp::kAlloc, 0x10000000, 4 * kMiB, 0, 1);            // never used, never freed
+  t.Pin(kT0, PinOp::kAlloc, 0x20000000, 4 * kMiB, 0, 2);            // used once over 3 s
+  t.Pin(kT0, PinOp::kAlloc, 0x30000000, 4 * kMiB, trace::kPinFlagDeviceMap, 3);  // zero-copy
+  t.Copy(kT0 + 1000000, CopyDir::kHostToDevice, MemKind::kPinnedByProgram, kMiB, 0x20000000, true);
+  t.Pin(kT0 + 3000000000ull, PinOp::kFree, 0x20000000, 4 * kMiB, 0, 2);
+  auto f = t.Findings("pinned-unused");
+  ASSERT_EQ(f.size(), 2u);
+  for (const Finding& x : f) {
+    EXPECT_NE(x.stack, 3u);
+    if (x.stack == 1) {
+      EXPECT_NE(x.explanation.find("never used"), std::string::npos) << x.explanation;
+      EXPECT_NE(x.explanation.find("still pinned at the end"), std::string::npos);
+    } else {
+      EXPECT_NE(x.explanation.find("only 1 copy"), std::string::npos) << x.explanation;
+    }
+  }
+}
+
+TEST(PinnedUnused, BusyBufferIsFine) {
+  Trace t;
+  t.Pin(kT0, PinOp::kAlloc, 0x10000000, 4 * kMiB);
+  for (int i = 0; i < 10; ++i) {
+    t.Copy(kT0 + 1000 * i, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB,
+           0x10000000 + kMiB, true);
+  }
+  t.Pin(kT0 + 3000000000ull, PinOp::kFree, 0x10000000, 4 * kMiB);
+  EXPECT_TRUE(t.Findings("pinned-unused").empty());
+}
+
+TEST(PinnedChurn, AllocateAllThenFreeAllIsNotChurn) {
+  Trace t;
+  for (int i = 0; i < 8; ++i) t.Pin(kT0 + i, PinOp::kAlloc, 0x10000000 + i * kMiB, kMiB);
+  for (int i = 0; i < 8; ++i) t.Pin(kT0 + 100 + i, PinOp::kFree, 0x10000000 + i * kMiB, kMiB);
+  EXPECT_TRUE(t.Findings("pinned-churn").empty());
+  Trace u;
+  for (int i = 0; i < 8; ++i) {
+    u.Pin(kT0 + 2 * i, PinOp::kRegister, 0x10000000, kMiB);
+    u.Pin(kT0 + 2 * i + 1, PinOp::kUnregister, 0x10000000, kMiB);
+  }
+  auto f = u.Findings("pinned-churn");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].explanation.find("registered and unregistered 8 times"), std::string::npos)
+      << f[0].explanation;
+  // 16 calls of 100 us each; one cycle (200 us) would remain.
+  EXPECT_NEAR(f[0].seconds_lost, 1.4e-3, 1e-9);
+}
+
+TEST(FreeInFlight, CompletionByEventStreamContextAndLegacyStream) {
+  Trace t;
+  t.Pin(kT0, PinOp::kRegister, 0x10000000, kMiB);
+  // Event recorded after the copy and waited for: fine.
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
+  t.Sync(kT0 + 20, trace::SyncKind::kEventRecord, 0x77, 0xe1);
+  t.Sync(kT0 + 30, trace::SyncKind::kEventSynchronize, 0, 0xe1);
+  // Another copy, completed by a synchronous copy on the legacy stream.
+  t.Copy(kT0 + 40, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
+  t.Copy(kT0 + 50, CopyDir::kDeviceToHost, MemKind::kPageable, 64, 0x5000, false, 1, 0, 10, 0);
+  // An event recorded before a third copy says nothing about it.
+  t.Sync(kT0 + 55, trace::SyncKind::kEventRecord, 0x77, 0xe2);
+  t.Copy(kT0 + 60, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
+  t.Sync(kT0 + 65, trace::SyncKind::kEventSynchronize, 0, 0xe2);
+  t.Pin(kT0 + 70, PinOp::kUnregister, 0x10000000, kMiB, 0, 3);
+  auto f = t.Findings("free-in-flight");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].stack, 3u);
+  EXPECT_EQ(f[0].evidence.Find("times")->int_value(), 1);
+  EXPECT_EQ(f[0].evidence.Find("copy_queued_at")->stack(), 1u);
+}
+
+TEST(FreeInFlight, SilentWithoutAnySynchronizationEvents) {
+  Trace t;
+  t.Pin(kT0, PinOp::kRegister, 0x10000000, kMiB);
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
+  t.HostFree(kT0 + 20, 5, 0x10000000, kMiB);
+  EXPECT_TRUE(t.Findings("free-in-flight").empty());
+}
+
+TEST(NonPortable, PortableFlagOrSameDeviceIsFine) {
+  Trace t;
+  t.Pin(kT0, PinOp::kAlloc, 0x10000000, kMiB, trace::kPinFlagPortable, 2, 0);
+  t.Pin(kT0, PinOp::kAlloc, 0x20000000, kMiB, 0, 3, 0);
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kPinnedByProgram, kMiB, 0x10000000, true, 1, 1);
+  t.Copy(kT0 + 20, CopyDir::kHostToDevice, MemKind::kPinnedByProgram, kMiB, 0x20000000, true, 1, 0);
+  EXPECT_TRUE(t.Findings("non-portable").empty());
+}
+
+TEST(PageableHot, ThresholdsAndCalibration) {
+  Trace few;
+  for (int i = 0; i < 3; ++i) {
+    few.Copy(kT0 + i * 1000000, CopyDir::kHostToDevice, MemKind::kPageable, 64 * kMiB, 0x1000, false);
+  }
+  EXPECT_TRUE(few.Findings("pageable-hot").empty());  // three copies are not "repeatedly"
+
+  Trace small;
+  for (int i = 0; i < 100; ++i) {
+    small.Copy(kT0 + i * 100000, CopyDir::kHostToDevice, MemKind::kPageable, 4096, 0x1000, false);
+  }
+  // Pinning does not help at 4 KiB (0.60 GB/s pageable, 0.52 pinned).
+  EXPECT_TRUE(small.Findings("pageable-hot").empty());
+
+  auto run = [](const AnalysisOptions* o) {
+    Trace t;
+    for (int i = 0; i < 10; ++i) {
+      t.Copy(kT0 + i * 1000000, CopyDir::kDeviceToHost, MemKind::kPageable, 16 * kMiB, 0x1000, false);
+    }
+    return t.Findings("pageable-hot", o);
+  };
+  auto f = run(nullptr);
+  ASSERT_EQ(f.size(), 1u);
+  double b = 16.0 * kMiB;
+  EXPECT_NEAR(f[0].seconds_lost, 10 * (b / 8.61e9 - b / 53.38e9), 1e-9);
+
+  char path[] = "/tmp/pinshim_calibration_XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const char kText[] = "# measured here\nD2H pageable 16M 10\nD2H pinned 16MiB 20  # x\n";
+  ASSERT_EQ(write(fd, kText, sizeof(kText) - 1), static_cast<ssize_t>(sizeof(kText) - 1));
+  close(fd);
+  AnalysisOptions o;
+  o.symbolize = false;
+  std::string error;
+  ASSERT_TRUE(o.model.LoadCalibration(path, &error)) << error;
+  auto g = run(&o);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_NEAR(g[0].seconds_lost, 10 * (b / 10e9 - b / 20e9), 1e-9);
+  unlink(path);
+}
+
+TEST(BandwidthModel, InterpolatesAndRejectsBadCalibration) {
+  BandwidthModel m;
+  EXPECT_DOUBLE_EQ(m.BytesPerSecond(CopyDir::kHostToDevice, false, kMiB), 11.87e9);
+  double mid = m.BytesPerSecond(CopyDir::kHostToDevice, true, 4 * kMiB);  // between 1 and 16 MiB
+  EXPECT_GT(mid, 39.06e9);
+  EXPECT_LT(mid, 53.45e9);
+  EXPECT_DOUBLE_EQ(m.BytesPerSecond(CopyDir::kHostToDevice, true, 1), 0.52e9);  // flat below
+  EXPECT_DOUBLE_EQ(m.PageableLoss(CopyDir::kHostToDevice, 4096), 0);
+  EXPECT_GT(m.RegisterSeconds(16 * kMiB), m.RegisterSeconds(kMiB));
+
+  char path[] = "/tmp/pinshim_calibration_XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const char kBad[] = "H2D pageable 1M 11\nH2D sideways 1M 3\n";
+  ASSERT_EQ(write(fd, kBad, sizeof(kBad) - 1), static_cast<ssize_t>(sizeof(kBad) - 1));
+  close(fd);
+  std::string error;
+  EXPECT_FALSE(m.LoadCalibration(path, &error));
+  EXPECT_NE(error.find("line 2"), std::string::npos) << error;
+  EXPECT_NE(error.find("sideways"), std::string::npos) << error;
+  EXPECT_FALSE(m.LoadCalibration("/nonexistent/calibration", &error));
+  EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
+  unlink(path);
+}
+
+TEST(SmallAndSyncCopies, ThresholdsPerSite) {
+  Trace t;
+  for (int i = 0; i < 150; ++i) {
+    // Site 1: small async copies; site 2: large synchronous ones with host work between.
+    t.Copy(kT0 + i * 100000, CopyDir::kHostToDevice, MemKind::kPinnedByProgram, 4096, 0x1000, true,
+           1, 0, 5000);
+    t.Copy(kT0 + i * 100000 + 20000, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB,
+           0x2000, false, 2, 0, 30000);
+  }
+  auto small = t.Findings("small-copies");
+  ASSERT_EQ(small.size(), 1u);
+  EXPECT_EQ(small[0].stack, 1u);
+  Trace u;
+  for (int i = 0; i < 150; ++i) {
+    u.Copy(kT0 + i * 100000 + 20000, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB,
+           0x2000, false, 2, 0, 30000);
+  }
+  auto sync = u.Findings("sync-copy-loop");
+  ASSERT_EQ(sync.size(), 1u);
+  EXPECT_EQ(sync[0].stack, 2u);
+  // 149 gaps of 70 us, each hiding at most the 30 us copy before it.
+  EXPECT_NEAR(sync[0].seconds_lost, 149 * 30e-6, 1e-9);
+}
+
+}  // namespace
+}  // namespace report
+}  // namespace pinshim
