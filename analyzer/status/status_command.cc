@@ -1,0 +1,400 @@
+#include "analyzer/status/status_command.h"
+
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analyzer/help.h"
+#include "shim/budget/budget.h"
+#include "shim/budget/ledger.h"
+#include "shim/budget/proc.h"
+#include "shim/core/config.h"
+
+extern char** environ;
+
+namespace pinshim {
+namespace {
+
+using budget::kOwnerCount;
+using budget::Ledger;
+using budget::LedgerHeader;
+using budget::LedgerOpen;
+using budget::LedgerSlot;
+using budget::Owner;
+
+constexpr int kExitOk = 0;
+constexpr int kExitProblem = 2;
+
+// One process of the ledger, copied out under the lock.
+struct ProcessRow {
+  uint32_t pid = 0;
+  bool same_pid_ns = true;
+  std::string command;
+  uint8_t policy = 0;
+  uint64_t bytes[kOwnerCount] = {};
+  uint64_t total = 0;
+  uint64_t process_budget = 0;
+  uint64_t grants = 0;
+  uint64_t denials = 0;
+  uint64_t fallbacks = 0;
+  uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
+};
+
+// The node as shown.
+struct NodeView {
+  std::string path;
+  bool shared = false;
+  bool reclaimed_now_checked =
+      false;  // false when only read access was granted
+  uint32_t reclaimed_now = 0;
+  uint64_t reclaimed_now_bytes = 0;
+  uint64_t budget = 0;
+  uint64_t pinned = 0;
+  uint64_t by_owner[kOwnerCount] = {};
+  uint64_t grants = 0;
+  uint64_t denials = 0;
+  uint64_t fallbacks = 0;
+  uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
+  uint64_t recoveries = 0;
+  uint64_t reclaimed_processes = 0;
+  uint64_t reclaimed_bytes = 0;
+  std::vector<ProcessRow> processes;
+
+  uint64_t headroom() const { return budget > pinned ? budget - pinned : 0; }
+};
+
+std::string FormatBytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B",   "KiB", "MiB", "GiB",
+                                       "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 6) {
+    value /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.1f %s", value, kUnits[unit]);
+  return buf;
+}
+
+const char* PolicyText(uint8_t policy) {
+  return policy <= static_cast<uint8_t>(Policy::kEvict)
+             ? budget::PolicyName(static_cast<Policy>(policy))
+             : "?";
+}
+
+// Copies what the ledger says, under the lock when we may take it.
+void ReadLedger(Ledger& ledger, NodeView* view) {
+  const LedgerHeader& h = ledger.header();
+  const bool locked = ledger.writable() && ledger.Lock();
+  if (locked) {
+    const uint64_t before = h.reclaimed_bytes.load();
+    view->reclaimed_now = ledger.ReclaimDeadLocked();
+    view->reclaimed_now_bytes = h.reclaimed_bytes.load() - before;
+    view->reclaimed_now_checked = true;
+  }
+  view->shared = (h.flags & budget::kLedgerFlagShared) != 0;
+  view->budget = h.node_budget.load();
+  view->pinned = h.pinned.load();
+  for (int o = 0; o < kOwnerCount; ++o)
+    view->by_owner[o] = h.pinned_by_owner[o].load();
+  view->grants = h.grants.load();
+  view->denials = h.denials.load();
+  view->fallbacks = h.fallbacks.load();
+  view->evictions = h.evictions.load();
+  view->evicted_bytes = h.evicted_bytes.load();
+  view->recoveries = h.recoveries.load();
+  view->reclaimed_processes = h.reclaimed_processes.load();
+  view->reclaimed_bytes = h.reclaimed_bytes.load();
+  const uint64_t my_ns = budget::SelfPidNamespace();
+  uint32_t high = h.slot_high.load();
+  if (high > budget::kLedgerSlotCount) high = budget::kLedgerSlotCount;
+  for (uint32_t i = 0; i < high; ++i) {
+    const LedgerSlot& s = ledger.slot(i);
+    ProcessRow row;
+    row.pid = s.pid.load(std::memory_order_acquire);
+    if (row.pid == 0) continue;
+    row.same_pid_ns = s.pid_ns.load() == my_ns;
+    row.command.assign(s.comm, strnlen(s.comm, sizeof(s.comm)));
+    row.policy = s.policy;
+    for (int o = 0; o < kOwnerCount; ++o) {
+      row.bytes[o] = s.bytes[o].load();
+      row.total += row.bytes[o];
+    }
+    row.process_budget = s.process_budget.load();
+    row.grants = s.grants.load();
+    row.denials = s.denials.load();
+    row.fallbacks = s.fallbacks.load();
+    row.evictions = s.evictions.load();
+    row.evicted_bytes = s.evicted_bytes.load();
+    view->processes.push_back(row);
+  }
+  if (locked) ledger.Unlock();
+  // /proc is read after the lock is given back; the name the process had
+  // when it joined stands in when /proc does not show it.
+  for (ProcessRow& row : view->processes) {
+    char comm[budget::kCommBytes];
+    if (row.same_pid_ns && budget::ReadComm(row.pid, comm)) row.command = comm;
+  }
+}
+
+void PrintText(const NodeView& v, FILE* out) {
+  fprintf(out, "Node ledger %s (%s)\n", v.path.c_str(),
+          v.shared ? "shared by all users" : "per user");
+  if (!v.reclaimed_now_checked) {
+    fprintf(out, "Read-only access: dead processes were not reclaimed.\n");
+  } else if (v.reclaimed_now > 0) {
+    fprintf(out, "Reclaimed %u dead process%s holding %s.\n", v.reclaimed_now,
+            v.reclaimed_now == 1 ? "" : "es",
+            FormatBytes(v.reclaimed_now_bytes).c_str());
+  }
+  fprintf(out, "Node budget %s, pinned %s, headroom %s, %zu process%s.\n",
+          FormatBytes(v.budget).c_str(), FormatBytes(v.pinned).c_str(),
+          FormatBytes(v.headroom()).c_str(), v.processes.size(),
+          v.processes.size() == 1 ? "" : "es");
+  fprintf(out, "Pinned by owner:");
+  for (int o = 0; o < kOwnerCount; ++o) {
+    fprintf(out, "%s %s %s", o == 0 ? "" : ",",
+            budget::OwnerName(static_cast<Owner>(o)),
+            FormatBytes(v.by_owner[o]).c_str());
+  }
+  fprintf(out, "\n");
+  fprintf(out,
+          "Since the ledger was created: grants %" PRIu64 ", denials %" PRIu64
+          ", fallbacks %" PRIu64 ", evictions %" PRIu64
+          " (%s), lock recoveries %" PRIu64
+          ", dead processes reclaimed %" PRIu64 " (%s).\n",
+          v.grants, v.denials, v.fallbacks, v.evictions,
+          FormatBytes(v.evicted_bytes).c_str(), v.recoveries,
+          v.reclaimed_processes, FormatBytes(v.reclaimed_bytes).c_str());
+  if (v.processes.empty()) return;
+  fprintf(out,
+          "\n%8s  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8s  %7s  "
+          "%9s  %9s\n",
+          "PID", "COMMAND", "POLICY", "PROG_ALLOC", "PROG_REG", "PIN_POOL",
+          "PIN_CACHE", "TOTAL", "BUDGET", "GRANTS", "DENIALS", "FALLBACKS",
+          "EVICTIONS");
+  for (const ProcessRow& r : v.processes) {
+    fprintf(
+        out,
+        "%8u  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8" PRIu64
+        "  %7" PRIu64 "  %9" PRIu64 "  %9" PRIu64 "%s\n",
+        r.pid, r.command.c_str(), PolicyText(r.policy),
+        FormatBytes(r.bytes[0]).c_str(), FormatBytes(r.bytes[1]).c_str(),
+        FormatBytes(r.bytes[2]).c_str(), FormatBytes(r.bytes[3]).c_str(),
+        FormatBytes(r.total).c_str(),
+        r.process_budget == 0 ? "none" : FormatBytes(r.process_budget).c_str(),
+        r.grants, r.denials, r.fallbacks, r.evictions,
+        r.same_pid_ns ? "" : "  (other pid namespace)");
+  }
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonOwners(const uint64_t (&bytes)[kOwnerCount]) {
+  std::string out = "{";
+  for (int o = 0; o < kOwnerCount; ++o) {
+    out += std::string(o == 0 ? "" : ", ") + "\"" +
+           budget::OwnerName(static_cast<Owner>(o)) +
+           "\": " + std::to_string(bytes[o]);
+  }
+  return out + "}";
+}
+
+void PrintJson(const NodeView& v, FILE* out) {
+  fprintf(out, "{\n  \"ledger\": %s,\n  \"exists\": true,\n  \"shared\": %s,\n",
+          JsonString(v.path).c_str(), v.shared ? "true" : "false");
+  fprintf(out, "  \"layout_version\": %u,\n", budget::kLedgerVersion);
+  fprintf(out, "  \"reclaimed_now\": ");
+  if (v.reclaimed_now_checked) {
+    fprintf(out, "{\"processes\": %u, \"bytes\": %" PRIu64 "},\n",
+            v.reclaimed_now, v.reclaimed_now_bytes);
+  } else {
+    fprintf(out, "null,\n");
+  }
+  fprintf(out,
+          "  \"node_budget_bytes\": %" PRIu64 ",\n  \"pinned_bytes\": %" PRIu64
+          ",\n  \"headroom_bytes\": %" PRIu64 ",\n  \"pinned_by_owner\": %s,\n",
+          v.budget, v.pinned, v.headroom(), JsonOwners(v.by_owner).c_str());
+  fprintf(out,
+          "  \"counters\": {\"grants\": %" PRIu64 ", \"denials\": %" PRIu64
+          ", \"fallbacks\": %" PRIu64 ", \"evictions\": %" PRIu64
+          ", \"evicted_bytes\": %" PRIu64 ", \"lock_recoveries\": %" PRIu64
+          ", \"reclaimed_processes\": %" PRIu64
+          ", \"reclaimed_bytes\": %" PRIu64 "},\n",
+          v.grants, v.denials, v.fallbacks, v.evictions, v.evicted_bytes,
+          v.recoveries, v.reclaimed_processes, v.reclaimed_bytes);
+  fprintf(out, "  \"processes\": [");
+  for (size_t i = 0; i < v.processes.size(); ++i) {
+    const ProcessRow& r = v.processes[i];
+    fprintf(
+        out,
+        "%s\n    {\"pid\": %u, \"command\": %s, \"same_pid_namespace\": %s, "
+        "\"policy\": \"%s\", \"pinned_bytes\": %" PRIu64
+        ", \"pinned_by_owner\": %s, \"process_budget_bytes\": %" PRIu64
+        ", \"grants\": %" PRIu64 ", \"denials\": %" PRIu64
+        ", \"fallbacks\": %" PRIu64 ", \"evictions\": %" PRIu64
+        ", \"evicted_bytes\": %" PRIu64 "}",
+        i == 0 ? "" : ",", r.pid, JsonString(r.command).c_str(),
+        r.same_pid_ns ? "true" : "false", PolicyText(r.policy), r.total,
+        JsonOwners(r.bytes).c_str(), r.process_budget, r.grants, r.denials,
+        r.fallbacks, r.evictions, r.evicted_bytes);
+  }
+  fprintf(out, "%s]\n}\n", v.processes.empty() ? "" : "\n  ");
+}
+
+// The PINSHIM_LEDGER_SHARED setting the library would see here.
+bool SharedFromConfig() {
+  auto config = std::make_unique<Config>();
+  auto errors = std::make_unique<ConfigErrors>();
+  ConfigInput input = {};
+  input.envp = environ;
+  ParseConfig(input, config.get(),
+              errors.get());  // an invalid setting keeps its default
+  return config->ledger_shared;
+}
+
+}  // namespace
+
+void PrintStatusHelp(FILE* out) {
+  fprintf(out, "usage: pinshim status [--json] [--shared] [--ledger PATH]\n\n");
+  PrintWrapped(
+      out,
+      "Shows the node ledger that enforce mode keeps when a node budget is "
+      "set (PINSHIM_NODE_BUDGET): every process in it with its command, "
+      "its pinned bytes by owner (program_alloc: cuMemHostAlloc and "
+      "cuMemAllocHost; program_register: cuMemHostRegister; pinshim_pool "
+      "and pinshim_cache: pinshim's own pinning), its process budget and "
+      "its counters, then the node budget, the node total and the "
+      "headroom. Processes that died without leaving are reclaimed first.",
+      0, 79);
+  fprintf(out, "\nOptions:\n");
+  fprintf(out, "  --json\n");
+  PrintWrapped(out, "print JSON instead of a table; byte counts are exact.", 6,
+               79);
+  fprintf(out, "  --shared\n");
+  PrintWrapped(out,
+               "show the ledger shared by all users (the default when "
+               "PINSHIM_LEDGER_SHARED=1).",
+               6, 79);
+  fprintf(out, "  --ledger PATH\n");
+  PrintWrapped(
+      out,
+      "show the ledger at PATH instead of the default "
+      "/dev/shm/pinshim-ledger-<uid> (or /dev/shm/pinshim-ledger-shared).",
+      6, 79);
+  fprintf(out, "  -h, --help\n      show this help.\n\n");
+  PrintWrapped(
+      out,
+      "Exit status: 0 when the ledger was shown or there is none; 2 for a "
+      "bad option, or a ledger that cannot be read, belongs to another "
+      "user (without --shared) or has another layout.",
+      0, 79);
+}
+
+int ShowStatus(const StatusRequest& request, FILE* out, FILE* err) {
+  NodeView view;
+  if (request.ledger_path.empty()) {
+    char path[128];
+    budget::DefaultLedgerPath(request.shared, request.uid, path, sizeof(path));
+    view.path = path;
+  } else {
+    view.path = request.ledger_path;
+  }
+  budget::LedgerOpenOptions options;
+  options.path = view.path.c_str();
+  options.shared = request.shared;
+  options.create = false;
+  options.uid = request.uid;
+  Ledger ledger;
+  char message[640];
+  switch (ledger.Open(options, message, sizeof(message))) {
+    case LedgerOpen::kOk:
+      break;
+    case LedgerOpen::kMissing:
+      if (request.json) {
+        fprintf(out, "{\n  \"ledger\": %s,\n  \"exists\": false\n}\n",
+                JsonString(view.path).c_str());
+      } else {
+        fprintf(
+            out,
+            "No node ledger at %s: no process with a node budget has run here "
+            "since boot.\n",
+            view.path.c_str());
+      }
+      return kExitOk;
+    default:
+      fprintf(err, "pinshim status: %s\n", message);
+      return kExitProblem;
+  }
+  ReadLedger(ledger, &view);
+  ledger.Close();
+  if (request.json) {
+    PrintJson(view, out);
+  } else {
+    PrintText(view, out);
+  }
+  return kExitOk;
+}
+
+int RunStatusCommand(int argc, char** argv) {
+  StatusRequest request;
+  request.uid = geteuid();
+  request.shared = SharedFromConfig();
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      PrintStatusHelp(stdout);
+      return kExitOk;
+    } else if (arg == "--json") {
+      request.json = true;
+    } else if (arg == "--shared") {
+      request.shared = true;
+    } else if (arg == "--ledger" || arg.rfind("--ledger=", 0) == 0) {
+      if (arg == "--ledger" && i + 1 >= argc) {
+        fprintf(stderr,
+                "pinshim status: --ledger needs a PATH; see pinshim status "
+                "--help\n");
+        return kExitProblem;
+      }
+      request.ledger_path = arg == "--ledger" ? argv[++i] : arg.substr(9);
+      if (request.ledger_path.empty()) {
+        fprintf(stderr,
+                "pinshim status: --ledger needs a PATH; see pinshim status "
+                "--help\n");
+        return kExitProblem;
+      }
+    } else {
+      fprintf(
+          stderr,
+          "pinshim status: unknown option \"%s\"; see pinshim status --help\n",
+          arg.c_str());
+      return kExitProblem;
+    }
+  }
+  return ShowStatus(request, stdout, stderr);
+}
+
+}  // namespace pinshim

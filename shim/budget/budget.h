@@ -1,0 +1,255 @@
+// Pinned-memory budgets for enforce mode.
+//
+// The hooks ask before pinning and tell after unpinning:
+//
+//   // cuMemHostAlloc hook, enforce mode:
+//   switch (Budget::Process().Charge(Owner::kProgramAlloc, bytes)) {
+//     case Decision::kGranted:  result = real(...);
+//                               if (result != CUDA_SUCCESS)
+//                                 Budget::Process().Release(Owner::kProgramAlloc,
+//                                 bytes);
+//                               break;
+//     case Decision::kDenied:   return CUDA_ERROR_OUT_OF_MEMORY;
+//     case Decision::kFallback: serve pageable memory instead;
+//   }
+//   // cuMemFreeHost hook, after the real call succeeded:
+//   Budget::Process().Release(Owner::kProgramAlloc, bytes_of(ptr));
+//
+// Two budgets apply, both optional:
+// - the process budget: an atomic counter advanced by compare-and-swap only
+//   while the result stays within the budget, so it is never exceeded;
+// - the node budget: kept in the node ledger (ledger.h), a file in POSIX
+//   shared memory that every pinshim process on the node maps.
+// A charge reserves in the process first, then in the node, and gives the
+// process reservation back if the node refuses.
+//
+// Policies, applied when a charge does not fit:
+// - kDeny: Decision::kDenied; the hook returns the driver's out-of-memory
+// error.
+// - kFallback: Decision::kFallback; the hook serves pageable memory (for
+//   pinshim's own pinning it simply stays unpinned).
+// - kEvict: calls the evictor with the shortfall (outside every lock), which
+//   unpins pinshim's own idle pinning and Releases it through this API, then
+//   retries once; still no room -> the options' after_evict policy (kDeny by
+//   default: a budget is a cap, and pageable memory behind the program's back
+//   is opt-in). Without an evictor kEvict behaves as after_evict.
+//
+// Hot path (Charge, Release): no allocation, no output, no system call in
+// the common case. The only lock is the node ledger's (taken once per charge
+// or release, never on a copy path); a thread-local flag refuses a charge
+// made from a signal handler that interrupted this thread inside that lock,
+// instead of deadlocking.
+//
+// Fork: a child starts at zero, with its own ledger slot claimed on its first
+// charge. Pinned memory is not inherited as pinned (the kernel does not carry
+// page locks into a child, and CUDA maps pinned memory MADV_DONTFORK), so
+// charging the parent's bytes to the child would count them twice; the
+// child's frees of inherited pointers are ignored, as Release never takes a
+// count below zero. Exit: the process-wide instance frees its ledger slot in
+// an atexit handler; later charges are refused by policy (the node can no
+// longer account for them) and later releases only touch the process count.
+// A process that dies without exiting is reclaimed by the others.
+#ifndef PINSHIM_SHIM_BUDGET_BUDGET_H_
+#define PINSHIM_SHIM_BUDGET_BUDGET_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "shim/budget/ledger.h"
+#include "shim/budget/proc.h"
+#include "shim/core/config.h"  // Policy, as PINSHIM_POLICY sets it
+
+namespace pinshim {
+namespace budget {
+
+enum class Decision : uint8_t {
+  kGranted = 0,   // pin it; Release the bytes when unpinned
+  kDenied = 1,    // fail the call with the driver's out-of-memory error
+  kFallback = 2,  // do not pin; serve pageable memory
+};
+
+// What stood in the way of a charge.
+enum class Limiter : uint8_t {
+  kNone = 0,     // nothing: granted at the first attempt
+  kProcess = 1,  // the process budget
+  kNode = 2,     // the node budget
+  kLedger = 3,   // the node ledger could not be consulted (closed at exit,
+                 // lock broken, or re-entered from a signal handler)
+};
+
+const char* DecisionName(Decision decision);  // "granted", "denied", "fallback"
+const char* PolicyName(Policy policy);        // "deny", "fallback", "evict"
+const char* LimiterName(
+    Limiter limiter);  // "none", "process", "node", "ledger"
+
+struct BudgetOptions {
+  uint64_t process_bytes = 0;  // 0: no process budget (bytes are still counted)
+  uint64_t node_bytes = 0;     // 0: no node budget and no ledger
+  Policy policy = Policy::kDeny;
+  Policy after_evict = Policy::kDeny;  // kDeny or kFallback
+  bool shared_ledger = false;          // one ledger for all users (mode 0666)
+  const char* ledger_path = nullptr;   // null or "": DefaultLedgerPath()
+  const char* metrics_path = nullptr;  // written by Tick(); null or "": none
+};
+
+struct BudgetStatus {
+  enum Code : uint8_t {
+    kOk = 0,           // message may still hold a note
+    kProcessOnly = 1,  // the node ledger was refused; the process budget holds
+    kInvalid = 2,      // bad options or a failed write; nothing changed
+  };
+  Code code = kOk;
+  char message[640] = {};  // one line, no newline; empty when nothing to say
+  bool ok() const { return code == kOk; }
+};
+
+// One decision, for the trace. Plain data; valid only during the callback.
+struct DecisionRecord {
+  Owner owner;
+  Decision decision;
+  Limiter limiter;  // what refused the first attempt
+  bool evictor_called;
+  uint64_t bytes;
+  uint64_t evicted_bytes;   // what the evictor reported freeing
+  uint64_t process_pinned;  // after the decision
+  uint64_t process_budget;  // 0: none
+  uint64_t node_pinned;     // after the decision; 0 without a ledger
+  uint64_t node_budget;     // 0: none
+};
+
+// Called on the charging thread after every decision, outside every lock.
+using Recorder = void (*)(const DecisionRecord* record);
+
+// Unpins pinshim's own idle pinning, Releasing it through Budget, until about
+// bytes_wanted are free; returns the bytes it unpinned. Called outside every
+// budget lock; must not call Charge with the evict policy expecting eviction.
+using Evictor = uint64_t (*)(uint64_t bytes_wanted);
+
+// Process-side numbers.
+struct BudgetSnapshot {
+  uint64_t pinned;
+  uint64_t pinned_by_owner[kOwnerCount];
+  uint64_t process_budget;  // 0: none
+  uint64_t grants;
+  uint64_t denials;
+  uint64_t fallbacks;
+  uint64_t evictions;  // evictor calls
+  uint64_t evicted_bytes;
+  bool node_active;      // in the ledger with a slot (or about to claim one)
+  int32_t slot;          // ledger slot index, negative when none
+  uint64_t node_pinned;  // 0 when no ledger
+  uint64_t node_budget;  // 0 when no ledger
+};
+
+class Budget {
+ public:
+  constexpr Budget() = default;
+  Budget(const Budget&) = delete;
+  Budget& operator=(const Budget&) = delete;
+
+  // The instance the hooks use. Its Init also registers the fork-child reset
+  // (pthread_atfork) and the at-exit slot release.
+  static Budget& Process();
+
+  // Turns enforcement on. Call once, before any Charge. kProcessOnly when the
+  // node ledger was refused (foreign owner, other layout, full, unreadable):
+  // the process budget still applies and message says why.
+  BudgetStatus Init(const BudgetOptions& options);
+
+  // Asks to pin bytes for owner and applies the policy. Always kGranted
+  // before Init or for zero bytes.
+  Decision Charge(Owner owner, uint64_t bytes);
+
+  // Tells that bytes pinned for owner were unpinned. Never takes a count
+  // below zero, so releasing what was charged elsewhere is harmless.
+  void Release(Owner owner, uint64_t bytes);
+
+  // Installs the evict policy's evictor (null: none). Safe at any time.
+  void SetEvictor(Evictor evictor);
+
+  // Installs the decision recorder (null: none). Safe at any time.
+  void SetRecorder(Recorder recorder);
+
+  // In a fork child: restart at zero and claim a fresh slot on first charge.
+  // The process-wide instance has it registered with pthread_atfork.
+  void AfterForkChild();
+
+  // Frees this process's ledger slot; further charges are refused by policy.
+  // The process-wide instance runs it at exit.
+  void Shutdown();
+
+  // For the library's sampler thread, every few seconds: reclaims the slots
+  // of dead processes and writes the metrics file if one was configured.
+  BudgetStatus Tick();
+
+  // Frees the ledger slots of dead processes now; returns how many.
+  uint32_t ReclaimDead();
+
+  // Writes Prometheus text (textfile-collector style) atomically to path:
+  // written to a temporary file in the same directory, then renamed.
+  BudgetStatus WriteMetricsFile(const char* path) const;
+
+  // Current numbers (each read atomically, not all at one instant).
+  BudgetSnapshot Snapshot() const;
+
+  // The node ledger, open when node enforcement was set up.
+  const Ledger& ledger() const { return ledger_; }
+
+  // The last message a lazy ledger join produced after fork ("" if none).
+  const char* message() const { return message_; }
+
+  // Shuts down and unmaps the ledger, leaving the instance as before Init.
+  // Only when no other thread can be inside Charge or Release; never on the
+  // process-wide instance.
+  void CloseForTesting();
+
+ private:
+  static constexpr int32_t kSlotPending =
+      -1;  // in the ledger, slot claimed lazily
+  static constexpr int32_t kSlotClosed = -2;  // slot freed at exit
+  static constexpr int32_t kSlotOff = -3;     // no node budget for this process
+
+  Limiter TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
+  Limiter NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall,
+                     bool* in_slot);
+  bool NodeRelease(Owner owner, uint64_t bytes, uint64_t* taken);
+  int32_t EnsureSlotLocked();
+  bool OwnsSlotLocked(int32_t slot) const;
+  void CountRefusal(Decision decision);
+  void CountEviction(uint64_t evicted);
+  void ResetCounters();
+
+  // Touched by every charge and release: one cache line. While this process
+  // holds a ledger slot, the slot keeps the per-owner bytes and the grants
+  // (under the ledger lock, which every charge takes anyway) and only
+  // pinned_ is kept here, so the node path pays for no extra atomics.
+  alignas(64) std::atomic<uint64_t> pinned_{0};
+  std::atomic<uint64_t> pinned_by_owner_[kOwnerCount] = {};
+  std::atomic<uint64_t> grants_{0};
+
+  // Set by Init, read on every charge.
+  alignas(64) std::atomic<bool> enabled_{false};
+  std::atomic<int32_t> slot_{kSlotOff};
+  uint64_t process_limit_ = 0;  // UINT64_MAX when there is no process budget
+  uint64_t process_budget_ = 0;
+  Policy policy_ = Policy::kDeny;
+  Policy after_evict_ = Policy::kDeny;
+  std::atomic<Evictor> evictor_{nullptr};
+  std::atomic<Recorder> recorder_{nullptr};
+
+  // Rare paths.
+  alignas(64) std::atomic<uint64_t> denials_{0};
+  std::atomic<uint64_t> fallbacks_{0};
+  std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> evicted_bytes_{0};
+  Ledger ledger_;
+  ProcessIdentity self_ = {};  // written under the ledger lock
+  char metrics_path_[4096] = {};
+  char message_[640] = {};
+};
+
+}  // namespace budget
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_BUDGET_BUDGET_H_

@@ -1,0 +1,629 @@
+#include "shim/budget/budget.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "shim/budget/test_util.h"
+
+namespace pinshim {
+namespace budget {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+// A Budget that is closed when the test ends, so its ledger slot and mapping
+// do not outlive the test.
+class TestBudget : public Budget {
+ public:
+  ~TestBudget() { CloseForTesting(); }
+};
+
+BudgetOptions ProcessOnly(uint64_t bytes, Policy policy = Policy::kDeny) {
+  BudgetOptions o;
+  o.process_bytes = bytes;
+  o.policy = policy;
+  return o;
+}
+
+BudgetOptions WithNode(const std::string& path, uint64_t process_bytes,
+                       uint64_t node_bytes, Policy policy = Policy::kDeny) {
+  BudgetOptions o;
+  o.process_bytes = process_bytes;
+  o.node_bytes = node_bytes;
+  o.policy = policy;
+  o.ledger_path = path.c_str();
+  return o;
+}
+
+TEST(ProcessBudgetTest, GrantsUntilFullThenDenies) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(10 * kMiB)).ok());
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 6 * kMiB), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramRegister, 4 * kMiB), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kPinshimPool, 1), Decision::kDenied);
+  BudgetSnapshot s = b.Snapshot();
+  EXPECT_EQ(s.pinned, 10 * kMiB);
+  EXPECT_EQ(s.pinned_by_owner[0], 6 * kMiB);
+  EXPECT_EQ(s.pinned_by_owner[1], 4 * kMiB);
+  EXPECT_EQ(s.grants, 2u);
+  EXPECT_EQ(s.denials, 1u);
+  b.Release(Owner::kProgramAlloc, 6 * kMiB);
+  EXPECT_EQ(b.Charge(Owner::kPinshimPool, 6 * kMiB), Decision::kGranted);
+  EXPECT_EQ(b.Snapshot().pinned, 10 * kMiB);
+}
+
+TEST(ProcessBudgetTest, HugeRequestDoesNotWrapAround) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(10 * kMiB)).ok());
+  ASSERT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, UINT64_MAX), Decision::kDenied);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, UINT64_MAX - kMiB + 1),
+            Decision::kDenied);
+  EXPECT_EQ(b.Snapshot().pinned, kMiB);
+}
+
+TEST(ProcessBudgetTest, ReleaseNeverGoesBelowZero) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(10 * kMiB)).ok());
+  ASSERT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
+  b.Release(Owner::kProgramRegister, kMiB);  // never charged to this owner
+  EXPECT_EQ(b.Snapshot().pinned, kMiB);
+  b.Release(Owner::kProgramAlloc, 5 * kMiB);
+  BudgetSnapshot s = b.Snapshot();
+  EXPECT_EQ(s.pinned, 0u);
+  EXPECT_EQ(s.pinned_by_owner[0], 0u);
+}
+
+TEST(ProcessBudgetTest, GrantsEverythingBeforeInitAndForZeroBytes) {
+  TestBudget b;
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, UINT64_MAX), Decision::kGranted);
+  EXPECT_EQ(b.Snapshot().pinned, 0u);
+  ASSERT_TRUE(b.Init(ProcessOnly(1)).ok());
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 0), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2), Decision::kDenied);
+}
+
+TEST(ProcessBudgetTest, NoProcessBudgetStillCounts) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(0)).ok());
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, UINT64_MAX / 2), Decision::kGranted);
+  EXPECT_EQ(b.Snapshot().pinned, UINT64_MAX / 2);
+}
+
+TEST(ProcessBudgetTest, RejectsBadOptionsAndSecondInit) {
+  TestBudget b;
+  BudgetOptions o = ProcessOnly(1, Policy::kEvict);
+  o.after_evict = Policy::kEvict;
+  BudgetStatus st = b.Init(o);
+  EXPECT_EQ(st.code, BudgetStatus::kInvalid);
+  EXPECT_NE(std::string(st.message).find("after eviction"), std::string::npos);
+  ASSERT_TRUE(b.Init(ProcessOnly(1)).ok());
+  st = b.Init(ProcessOnly(2));
+  EXPECT_EQ(st.code, BudgetStatus::kInvalid);
+  EXPECT_STREQ(st.message, "budget already initialised");
+}
+
+// 16 threads charge and release random sizes; an observer thread checks the
+// total continuously and each thread's holdings add up at the end.
+TEST(ProcessBudgetTest, SixteenThreadsNeverExceed) {
+  constexpr uint64_t kBudget = 64 * kMiB;
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(kBudget)).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> over{0};
+  std::atomic<uint64_t> observations{0};
+  std::thread observer([&] {
+    while (!stop.load()) {
+      if (b.Snapshot().pinned > kBudget) over.fetch_add(1);
+      observations.fetch_add(1);
+    }
+  });
+  std::vector<std::thread> threads;
+  std::vector<uint64_t> held(16 * kOwnerCount, 0);
+  std::atomic<uint64_t> granted{0};
+  std::atomic<uint64_t> denied{0};
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      std::vector<std::pair<int, uint64_t>> mine;
+      for (int i = 0; i < 20000; ++i) {
+        if (!mine.empty() && (rng() % 3 == 0)) {
+          auto [o, bytes] = mine.back();
+          mine.pop_back();
+          b.Release(static_cast<Owner>(o), bytes);
+          continue;
+        }
+        int o = static_cast<int>(rng() % kOwnerCount);
+        uint64_t bytes = 1 + rng() % (4 * kMiB);
+        if (b.Charge(static_cast<Owner>(o), bytes) == Decision::kGranted) {
+          mine.emplace_back(o, bytes);
+          granted.fetch_add(1);
+        } else {
+          denied.fetch_add(1);
+        }
+      }
+      for (auto [o, bytes] : mine) held[t * kOwnerCount + o] += bytes;
+    });
+  }
+  for (auto& th : threads) th.join();
+  stop.store(true);
+  observer.join();
+  EXPECT_EQ(over.load(), 0u);
+  EXPECT_GT(observations.load(), 0u);
+  EXPECT_GT(denied.load(), 0u)
+      << "the budget was never reached; the test proves nothing";
+  BudgetSnapshot s = b.Snapshot();
+  uint64_t total = 0;
+  for (int o = 0; o < kOwnerCount; ++o) {
+    uint64_t owner_total = 0;
+    for (int t = 0; t < 16; ++t) owner_total += held[t * kOwnerCount + o];
+    EXPECT_EQ(s.pinned_by_owner[o], owner_total)
+        << OwnerName(static_cast<Owner>(o));
+    total += owner_total;
+  }
+  EXPECT_EQ(s.pinned, total);
+  EXPECT_LE(s.pinned, kBudget);
+  EXPECT_EQ(s.grants, granted.load());
+  EXPECT_EQ(s.denials, denied.load());
+}
+
+// --- Policies.
+
+struct FakePool {
+  Budget* budget = nullptr;
+  uint64_t idle = 0;  // bytes pinned for the cache that may be evicted
+  uint64_t calls = 0;
+  uint64_t last_wanted = 0;
+};
+FakePool g_pool;
+
+uint64_t FakeEvictor(uint64_t wanted) {
+  ++g_pool.calls;
+  g_pool.last_wanted = wanted;
+  uint64_t freed = g_pool.idle;
+  g_pool.idle = 0;
+  g_pool.budget->Release(Owner::kPinshimCache, freed);
+  return freed;
+}
+
+std::vector<DecisionRecord> g_records;
+void RecordDecision(const DecisionRecord* record) {
+  g_records.push_back(*record);
+}
+
+TEST(PolicyTest, DenyAndFallback) {
+  TestBudget deny;
+  ASSERT_TRUE(deny.Init(ProcessOnly(kMiB, Policy::kDeny)).ok());
+  EXPECT_EQ(deny.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kDenied);
+  TestBudget fallback;
+  ASSERT_TRUE(fallback.Init(ProcessOnly(kMiB, Policy::kFallback)).ok());
+  EXPECT_EQ(fallback.Charge(Owner::kProgramAlloc, 2 * kMiB),
+            Decision::kFallback);
+  BudgetSnapshot s = fallback.Snapshot();
+  EXPECT_EQ(s.fallbacks, 1u);
+  EXPECT_EQ(s.denials, 0u);
+  EXPECT_EQ(s.pinned, 0u);
+}
+
+TEST(PolicyTest, EvictFreesRoomThenGrants) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(10 * kMiB, Policy::kEvict)).ok());
+  g_pool = FakePool{&b, 0, 0, 0};
+  b.SetEvictor(FakeEvictor);
+  ASSERT_EQ(b.Charge(Owner::kPinshimCache, 8 * kMiB), Decision::kGranted);
+  g_pool.idle = 8 * kMiB;
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 5 * kMiB), Decision::kGranted);
+  EXPECT_EQ(g_pool.calls, 1u);
+  EXPECT_EQ(g_pool.last_wanted, 3 * kMiB);  // the shortfall, not the request
+  BudgetSnapshot s = b.Snapshot();
+  EXPECT_EQ(s.pinned, 5 * kMiB);
+  EXPECT_EQ(s.pinned_by_owner[static_cast<int>(Owner::kPinshimCache)], 0u);
+  EXPECT_EQ(s.evictions, 1u);
+  EXPECT_EQ(s.evicted_bytes, 8 * kMiB);
+  EXPECT_EQ(s.grants, 2u);
+}
+
+TEST(PolicyTest, EvictThatFreesTooLittleFallsToSecondaryPolicy) {
+  for (Policy after : {Policy::kDeny, Policy::kFallback}) {
+    TestBudget b;
+    BudgetOptions o = ProcessOnly(10 * kMiB, Policy::kEvict);
+    o.after_evict = after;
+    ASSERT_TRUE(b.Init(o).ok());
+    g_pool = FakePool{&b, 0, 0, 0};
+    b.SetEvictor(FakeEvictor);
+    ASSERT_EQ(b.Charge(Owner::kPinshimCache, 8 * kMiB), Decision::kGranted);
+    g_pool.idle = kMiB;  // frees 1 MiB, 2 MiB short of the 11 MiB needed
+    Decision want =
+        after == Policy::kDeny ? Decision::kDenied : Decision::kFallback;
+    EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 4 * kMiB), want);
+    EXPECT_EQ(g_pool.calls, 1u) << "retried once, not looped";
+    BudgetSnapshot s = b.Snapshot();
+    EXPECT_EQ(s.pinned, 7 * kMiB);
+    EXPECT_EQ(s.evictions, 1u);
+    EXPECT_EQ(after == Policy::kDeny ? s.denials : s.fallbacks, 1u);
+  }
+}
+
+TEST(PolicyTest, EvictWithoutEvictorUsesSecondaryPolicy) {
+  TestBudget b;
+  BudgetOptions o = ProcessOnly(kMiB, Policy::kEvict);
+  o.after_evict = Policy::kFallback;
+  ASSERT_TRUE(b.Init(o).ok());
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kFallback);
+  EXPECT_EQ(b.Snapshot().evictions, 0u);
+}
+
+uint64_t ChargingEvictor(uint64_t) {
+  // An evictor that itself needs pinned memory must not recurse into eviction.
+  ++g_pool.calls;
+  EXPECT_EQ(g_pool.budget->Charge(Owner::kPinshimPool, 100 * kMiB),
+            Decision::kDenied);
+  return 0;
+}
+
+TEST(PolicyTest, NoEvictionFromInsideTheEvictor) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(kMiB, Policy::kEvict)).ok());
+  g_pool = FakePool{&b, 0, 0, 0};
+  b.SetEvictor(ChargingEvictor);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kDenied);
+  EXPECT_EQ(g_pool.calls, 1u);
+}
+
+TEST(PolicyTest, RecorderSeesEveryDecision) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(10 * kMiB, Policy::kEvict)).ok());
+  g_pool = FakePool{&b, 0, 0, 0};
+  b.SetEvictor(FakeEvictor);
+  g_records.clear();
+  b.SetRecorder(RecordDecision);
+  ASSERT_EQ(b.Charge(Owner::kPinshimCache, 8 * kMiB), Decision::kGranted);
+  g_pool.idle = 8 * kMiB;
+  ASSERT_EQ(b.Charge(Owner::kProgramRegister, 5 * kMiB), Decision::kGranted);
+  ASSERT_EQ(b.Charge(Owner::kProgramAlloc, 6 * kMiB), Decision::kDenied);
+  b.SetRecorder(nullptr);
+  ASSERT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kGranted);
+  ASSERT_EQ(g_records.size(), 3u);
+  EXPECT_EQ(g_records[0].decision, Decision::kGranted);
+  EXPECT_EQ(g_records[0].limiter, Limiter::kNone);
+  EXPECT_FALSE(g_records[0].evictor_called);
+  EXPECT_EQ(g_records[1].owner, Owner::kProgramRegister);
+  EXPECT_EQ(g_records[1].decision, Decision::kGranted);
+  EXPECT_EQ(g_records[1].limiter, Limiter::kProcess);
+  EXPECT_TRUE(g_records[1].evictor_called);
+  EXPECT_EQ(g_records[1].evicted_bytes, 8 * kMiB);
+  EXPECT_EQ(g_records[1].process_pinned, 5 * kMiB);
+  EXPECT_EQ(g_records[1].process_budget, 10 * kMiB);
+  EXPECT_EQ(g_records[2].decision, Decision::kDenied);
+  EXPECT_EQ(g_records[2].bytes, 6 * kMiB);
+  EXPECT_EQ(g_records[2].node_budget, 0u);
+}
+
+// --- The node budget through Budget.
+
+TEST(NodeBudgetTest, ProcessesShareTheNodeBudget) {
+  const std::string path = UniqueLedgerPath("share");
+  TestBudget a;
+  TestBudget b;
+  BudgetStatus st = a.Init(WithNode(path, 0, 10 * kMiB));
+  ASSERT_TRUE(st.ok()) << st.message;
+  ASSERT_TRUE(b.Init(WithNode(path, 0, 10 * kMiB)).ok());
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 6 * kMiB), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 6 * kMiB), Decision::kDenied);
+  EXPECT_EQ(b.Snapshot().pinned, 0u) << "the process reservation is given back";
+  EXPECT_EQ(b.Charge(Owner::kPinshimPool, 4 * kMiB), Decision::kGranted);
+  EXPECT_EQ(a.Snapshot().node_pinned, 10 * kMiB);
+  a.Release(Owner::kProgramAlloc, 6 * kMiB);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 6 * kMiB), Decision::kGranted);
+  const LedgerHeader& h = a.ledger().header();
+  EXPECT_EQ(h.pinned.load(), 10 * kMiB);
+  EXPECT_EQ(h.pinned_by_owner[0].load(), 6 * kMiB);
+  EXPECT_EQ(h.pinned_by_owner[2].load(), 4 * kMiB);
+  EXPECT_EQ(h.denials.load(), 1u);
+  EXPECT_EQ(h.grants.load(), 3u);
+}
+
+TEST(NodeBudgetTest, ProcessBudgetAppliesBeforeTheNode) {
+  const std::string path = UniqueLedgerPath("both");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 2 * kMiB, 10 * kMiB)).ok());
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 3 * kMiB), Decision::kDenied);
+  EXPECT_EQ(a.ledger().header().pinned.load(), 0u);
+}
+
+TEST(NodeBudgetTest, StrictestBudgetAmongLiveProcessesWins) {
+  const std::string path = UniqueLedgerPath("strict");
+  {
+    TestBudget a;
+    ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB)).ok());
+    TestBudget b;
+    BudgetStatus st = b.Init(WithNode(path, 0, 20 * kMiB));
+    EXPECT_TRUE(st.ok());
+    EXPECT_NE(std::string(st.message).find("smaller"), std::string::npos)
+        << st.message;
+    EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 11 * kMiB), Decision::kDenied);
+    TestBudget c;
+    ASSERT_TRUE(c.Init(WithNode(path, 0, 4 * kMiB)).ok());
+    EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 5 * kMiB), Decision::kDenied);
+    EXPECT_EQ(a.ledger().header().node_budget.load(), 4 * kMiB);
+  }
+  // Nobody is left: a newcomer's budget replaces the stale one.
+  TestBudget d;
+  ASSERT_TRUE(d.Init(WithNode(path, 0, 30 * kMiB)).ok());
+  EXPECT_EQ(d.ledger().header().node_budget.load(), 30 * kMiB);
+  EXPECT_EQ(d.Charge(Owner::kProgramAlloc, 25 * kMiB), Decision::kGranted);
+}
+
+TEST(NodeBudgetTest, LoweredBudgetGrantsNothingUntilUnderIt) {
+  const std::string path = UniqueLedgerPath("lowered");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB)).ok());
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 8 * kMiB), Decision::kGranted);
+  TestBudget b;
+  ASSERT_TRUE(b.Init(WithNode(path, 0, 4 * kMiB)).ok());
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+  a.Release(Owner::kProgramAlloc, 5 * kMiB);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+}
+
+TEST(NodeBudgetTest, ShutdownFreesTheSlotAndRefusesLaterCharges) {
+  const std::string path = UniqueLedgerPath("shutdown");
+  TestBudget a;
+  TestBudget b;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB, Policy::kFallback)).ok());
+  ASSERT_TRUE(b.Init(WithNode(path, 0, 10 * kMiB)).ok());
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 3 * kMiB), Decision::kGranted);
+  ASSERT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kGranted);
+  a.Shutdown();
+  const LedgerHeader& h = b.ledger().header();
+  EXPECT_EQ(h.pinned.load(), 2 * kMiB);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 1), Decision::kFallback);
+  a.Release(Owner::kProgramAlloc,
+            3 * kMiB);  // after shutdown: process count only
+  EXPECT_EQ(a.Snapshot().pinned, 0u);
+  EXPECT_EQ(h.pinned.load(), 2 * kMiB);
+}
+
+TEST(NodeBudgetTest, ForkedChildStartsAtZeroWithItsOwnSlot) {
+  const std::string path = UniqueLedgerPath("fork");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB)).ok());
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 3 * kMiB), Decision::kGranted);
+  const int parent_slot = a.Snapshot().slot;
+  int status = RunInChild([&] {
+    a.AfterForkChild();  // what pthread_atfork does for Budget::Process()
+    BudgetSnapshot s = a.Snapshot();
+    if (s.pinned != 0 || s.grants != 0) return 1;
+    a.Release(Owner::kProgramAlloc, 3 * kMiB);  // an inherited pointer: ignored
+    if (a.ledger().header().pinned.load() != 3 * kMiB) return 2;
+    if (a.Charge(Owner::kProgramAlloc, 8 * kMiB) != Decision::kDenied) return 3;
+    if (a.Charge(Owner::kProgramAlloc, 2 * kMiB) != Decision::kGranted)
+      return 4;
+    s = a.Snapshot();
+    if (s.slot < 0 || s.slot == parent_slot) return 5;
+    if (a.ledger().slot(s.slot).pid.load() != static_cast<uint32_t>(getpid()))
+      return 6;
+    if (a.ledger().slot(parent_slot).bytes[0].load() != 3 * kMiB) return 7;
+    a.Shutdown();
+    return 0;
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(a.ledger().header().pinned.load(), 3 * kMiB);
+  EXPECT_EQ(a.Snapshot().pinned, 3 * kMiB);
+}
+
+// The process-wide instance registers the fork and exit handlers itself.
+TEST(NodeBudgetTest, ProcessInstanceResetsInChildrenAndReleasesAtExit) {
+  const std::string path = UniqueLedgerPath("process");
+  int status = RunInChild([&] {
+    Budget& b = Budget::Process();
+    if (!b.Init(WithNode(path, 0, 10 * kMiB)).ok()) return 1;
+    if (b.Charge(Owner::kProgramAlloc, kMiB) != Decision::kGranted) return 2;
+    pid_t grandchild = fork();
+    if (grandchild == 0) {
+      if (b.Snapshot().pinned != 0) exit(10);
+      if (b.Charge(Owner::kProgramRegister, 2 * kMiB) != Decision::kGranted)
+        exit(11);
+      if (b.ledger().header().pinned.load() != 3 * kMiB) exit(12);
+      exit(0);  // runs the at-exit release
+    }
+    int gs = 0;
+    waitpid(grandchild, &gs, 0);
+    if (!WIFEXITED(gs) || WEXITSTATUS(gs) != 0) return 20 + WEXITSTATUS(gs);
+    const LedgerHeader& h = b.ledger().header();
+    if (h.pinned.load() != kMiB || h.reclaimed_processes.load() != 0) return 3;
+    exit(0);
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  Ledger ledger;
+  char message[512];
+  LedgerOpenOptions o;
+  o.path = path.c_str();
+  o.uid = geteuid();
+  ASSERT_EQ(ledger.Open(o, message, sizeof(message)), LedgerOpen::kOk)
+      << message;
+  EXPECT_EQ(ledger.header().pinned.load(), 0u);
+  EXPECT_EQ(ledger.header().reclaimed_processes.load(), 0u)
+      << "released at exit, not reclaimed";
+  ASSERT_TRUE(ledger.Lock());
+  EXPECT_EQ(ledger.LiveSlotsLocked(), 0u);
+  ledger.Unlock();
+  ledger.Close();
+}
+
+TEST(NodeBudgetTest, FullLedgerFallsBackToProcessBudget) {
+  const std::string path = UniqueLedgerPath("full");
+  Ledger ledger;
+  char message[512];
+  LedgerOpenOptions o;
+  o.path = path.c_str();
+  o.create = true;
+  o.uid = geteuid();
+  ASSERT_EQ(ledger.Open(o, message, sizeof(message)), LedgerOpen::kOk)
+      << message;
+  ProcessIdentity self;
+  ReadSelfIdentity(&self);  // alive, so never reclaimed
+  ASSERT_TRUE(ledger.Lock());
+  for (uint32_t i = 0; i < kLedgerSlotCount; ++i)
+    ASSERT_GE(ledger.ClaimSlotLocked(self, 0, 0), 0);
+  EXPECT_EQ(ledger.ClaimSlotLocked(self, 0, 0), -1);
+  ledger.Unlock();
+  TestBudget b;
+  BudgetStatus st = b.Init(WithNode(path, kMiB, 10 * kMiB));
+  EXPECT_EQ(st.code, BudgetStatus::kProcessOnly);
+  EXPECT_NE(std::string(st.message).find("is full (4096 processes)"),
+            std::string::npos)
+      << st.message;
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kDenied);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
+  EXPECT_FALSE(b.Snapshot().node_active);
+  ledger.Close();
+}
+
+void WriteLedgerWithVersion(const std::string& path, uint32_t version) {
+  LedgerPrefix prefix = {kLedgerMagic,       version,
+                         kLedgerHeaderBytes, kLedgerFileBytes,
+                         kLedgerSlotCount,   sizeof(LedgerSlot)};
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kLedgerFileBytes), 0);
+  ASSERT_EQ(pwrite(fd, &prefix, sizeof(prefix), 0),
+            static_cast<ssize_t>(sizeof(prefix)));
+  close(fd);
+}
+
+TEST(NodeBudgetTest, OtherLayoutVersionFallsBackToProcessBudget) {
+  const std::string path = UniqueLedgerPath("version");
+  WriteLedgerWithVersion(path, 7);
+  TestBudget b;
+  BudgetStatus st = b.Init(WithNode(path, kMiB, 10 * kMiB));
+  EXPECT_EQ(st.code, BudgetStatus::kProcessOnly);
+  const std::string msg = st.message;
+  EXPECT_NE(msg.find("layout version 7"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("process budget only"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+}
+
+TEST(NodeBudgetTest, EvictMakesRoomOnTheNode) {
+  const std::string path = UniqueLedgerPath("evict");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB, Policy::kEvict)).ok());
+  g_pool = FakePool{&a, 0, 0, 0};
+  a.SetEvictor(FakeEvictor);
+  ASSERT_EQ(a.Charge(Owner::kPinshimCache, 7 * kMiB), Decision::kGranted);
+  g_pool.idle = 7 * kMiB;
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 9 * kMiB), Decision::kGranted);
+  EXPECT_EQ(g_pool.last_wanted, 6 * kMiB);
+  const LedgerHeader& h = a.ledger().header();
+  EXPECT_EQ(h.pinned.load(), 9 * kMiB);
+  EXPECT_EQ(h.evictions.load(), 1u);
+  EXPECT_EQ(h.evicted_bytes.load(), 7 * kMiB);
+  const LedgerSlot& s = a.ledger().slot(a.Snapshot().slot);
+  EXPECT_EQ(s.evictions.load(), 1u);
+  EXPECT_EQ(s.bytes[static_cast<int>(Owner::kPinshimCache)].load(), 0u);
+  EXPECT_EQ(s.grants.load(), 2u);
+  EXPECT_EQ(a.Snapshot().grants, 2u);
+}
+
+// A signal handler that pins while its thread is inside the ledger's lock is
+// refused, not deadlocked; the test hook stands in for the signal.
+Budget* g_reentered = nullptr;
+Decision g_reentrant_decision = Decision::kGranted;
+int g_reentries = 0;
+void ChargeFromInsideTheLock(CrashPoint point) {
+  if (point != CrashPoint::kChargeMidUpdate || g_reentries++ > 0) return;
+  g_reentrant_decision = g_reentered->Charge(Owner::kProgramAlloc, 1);
+  g_reentered->Release(Owner::kProgramAlloc, 1);
+}
+
+TEST(NodeBudgetTest, ChargeFromASignalHandlerInsideTheLockIsRefused) {
+  const std::string path = UniqueLedgerPath("reentry");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB, Policy::kFallback)).ok());
+  g_reentered = &a;
+  g_reentries = 0;
+  g_records.clear();
+  a.SetRecorder(RecordDecision);
+  SetLedgerCrashHookForTesting(ChargeFromInsideTheLock);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
+  SetLedgerCrashHookForTesting(nullptr);
+  EXPECT_EQ(g_reentries, 1);
+  EXPECT_EQ(g_reentrant_decision, Decision::kFallback);
+  ASSERT_EQ(g_records.size(), 2u);
+  EXPECT_EQ(g_records[0].limiter, Limiter::kLedger);
+  EXPECT_EQ(a.Snapshot().pinned, kMiB);
+  EXPECT_EQ(a.ledger().header().pinned.load(), kMiB);
+}
+
+TEST(NodeBudgetTest, TickReclaimsProcessesThatDiedWithoutLeaving) {
+  const std::string path = UniqueLedgerPath("tick");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB)).ok());
+  int status = RunInChild([&] {
+    auto* b = new Budget;
+    if (!b->Init(WithNode(path, 0, 10 * kMiB)).ok()) return 1;
+    return b->Charge(Owner::kProgramRegister, 6 * kMiB) == Decision::kGranted
+               ? 0
+               : 2;
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(a.Snapshot().node_pinned, 6 * kMiB);
+  EXPECT_TRUE(a.Tick().ok());
+  EXPECT_EQ(a.Snapshot().node_pinned, 0u);
+  EXPECT_EQ(a.ledger().header().reclaimed_processes.load(), 1u);
+  EXPECT_EQ(a.ledger().header().reclaimed_bytes.load(), 6 * kMiB);
+}
+
+TEST(NodeBudgetTest, RefusedChargeReclaimsTheDeadFirst) {
+  const std::string path = UniqueLedgerPath("deny-reclaim");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB)).ok());
+  int status = RunInChild([&] {
+    auto* b = new Budget;
+    if (!b->Init(WithNode(path, 0, 10 * kMiB)).ok()) return 1;
+    return b->Charge(Owner::kProgramAlloc, 8 * kMiB) == Decision::kGranted ? 0
+                                                                           : 2;
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  // The last reclaim ran when the child joined; wait out the rate limit.
+  usleep(150 * 1000);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 5 * kMiB), Decision::kGranted);
+  EXPECT_EQ(a.ledger().header().reclaimed_processes.load(), 1u);
+}
+
+TEST(NodeBudgetTest, SharedLedgerIsCreatedForEveryUser) {
+  const std::string path = UniqueLedgerPath("mode");
+  const std::string shared_path = UniqueLedgerPath("mode-shared");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, kMiB)).ok());
+  BudgetOptions o = WithNode(shared_path, 0, kMiB);
+  o.shared_ledger = true;
+  TestBudget b;
+  ASSERT_TRUE(b.Init(o).ok());
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(shared_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u);
+}
+
+}  // namespace
+}  // namespace budget
+}  // namespace pinshim

@@ -1,0 +1,438 @@
+#include "shim/budget/ledger.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace pinshim {
+namespace budget {
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+std::atomic<void (*)(CrashPoint)> g_crash_hook{nullptr};
+
+constexpr int kLockSpins = 64;
+constexpr long kLockWaitRoundNs = 10 * 1000 * 1000;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+inline void MaybeCrash(CrashPoint point) {
+  void (*hook)(CrashPoint) = g_crash_hook.load(kRelaxed);
+  if (hook != nullptr) hook(point);
+}
+
+// Adds to a field only the lock holder writes: a plain load and store, which
+// is cheaper than a locked read-modify-write and still a single aligned
+// 8-byte store, so a death mid-update cannot tear it.
+inline void AddLocked(std::atomic<uint64_t>& field, uint64_t delta) {
+  field.store(field.load(kRelaxed) + delta, kRelaxed);
+}
+
+// Subtracts at most the current value; returns what was taken.
+inline uint64_t SubLocked(std::atomic<uint64_t>& field, uint64_t delta) {
+  uint64_t cur = field.load(kRelaxed);
+  uint64_t take = delta < cur ? delta : cur;
+  field.store(cur - take, kRelaxed);
+  return take;
+}
+
+void Say(char* message, size_t len, const char* fmt, const char* path,
+         const char* detail) {
+  if (message != nullptr && len > 0) snprintf(message, len, fmt, path, detail);
+}
+
+// Builds a fresh ledger under a temporary name in the same directory and
+// links it into place, so no process ever maps a half-initialised ledger.
+// Returns 0 when a ledger now exists at path (ours or a racing creator's),
+// else an errno.
+int CreateLedger(const char* path, bool shared, uid_t uid) {
+  static std::atomic<uint32_t> sequence{0};
+  char tmp[4096];
+  int n = snprintf(tmp, sizeof(tmp), "%s.%d.%u.tmp", path,
+                   static_cast<int>(getpid()), sequence.fetch_add(1, kRelaxed));
+  if (n < 0 || static_cast<size_t>(n) >= sizeof(tmp)) return ENAMETOOLONG;
+  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  int err = 0;
+  void* map = MAP_FAILED;
+  // The umask must not narrow a shared ledger: every user needs to write it.
+  if (fchmod(fd, shared ? 0666 : 0600) != 0 ||
+      ftruncate(fd, static_cast<off_t>(kLedgerFileBytes)) != 0) {
+    err = errno;
+  } else {
+    map = mmap(nullptr, kLedgerFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+               fd, 0);
+    if (map == MAP_FAILED) err = errno;
+  }
+  if (err == 0) {
+    // ftruncate zero-filled the file; zero is every counter's initial value.
+    auto* h = static_cast<LedgerHeader*>(map);
+    h->prefix.magic = kLedgerMagic;
+    h->prefix.version = kLedgerVersion;
+    h->prefix.header_bytes = kLedgerHeaderBytes;
+    h->prefix.file_bytes = kLedgerFileBytes;
+    h->prefix.slot_count = kLedgerSlotCount;
+    h->prefix.slot_bytes = sizeof(LedgerSlot);
+    h->flags = shared ? kLedgerFlagShared : 0;
+    h->creator_uid = static_cast<uint32_t>(uid);
+    h->created_unix_s = static_cast<uint64_t>(time(nullptr));
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    err = pthread_mutex_init(&h->mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+    munmap(map, kLedgerFileBytes);
+  }
+  close(fd);
+  if (err == 0 && link(tmp, path) != 0 && errno != EEXIST) err = errno;
+  unlink(tmp);
+  return err;
+}
+
+// Someone else's file under our name could feed us any totals, or be fed
+// ours; only shared mode opts into trusting other users.
+LedgerOpen ForeignLedger(const char* path, uid_t owner, uid_t uid,
+                         char* message, size_t len) {
+  char detail[160];
+  snprintf(detail, sizeof(detail),
+           "it belongs to uid %u, not to uid %u; refusing it "
+           "(PINSHIM_LEDGER_SHARED=1 "
+           "shares one ledger between users)",
+           static_cast<unsigned>(owner), static_cast<unsigned>(uid));
+  Say(message, len, "node ledger %s: %s", path, detail);
+  return LedgerOpen::kForeign;
+}
+
+}  // namespace
+
+const char* OwnerName(Owner owner) {
+  switch (owner) {
+    case Owner::kProgramAlloc:
+      return "program_alloc";
+    case Owner::kProgramRegister:
+      return "program_register";
+    case Owner::kPinshimPool:
+      return "pinshim_pool";
+    case Owner::kPinshimCache:
+      return "pinshim_cache";
+  }
+  return "unknown";
+}
+
+void SetLedgerCrashHookForTesting(void (*hook)(CrashPoint point)) {
+  g_crash_hook.store(hook, kRelaxed);
+}
+
+uint64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void DefaultLedgerPath(bool shared, uid_t uid, char* out, size_t len) {
+  if (shared) {
+    snprintf(out, len, "/dev/shm/pinshim-ledger-shared");
+  } else {
+    snprintf(out, len, "/dev/shm/pinshim-ledger-%u",
+             static_cast<unsigned>(uid));
+  }
+}
+
+LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message,
+                        size_t message_len) {
+  if (message != nullptr && message_len > 0) message[0] = '\0';
+  Close();
+  const char* path = options.path;
+  bool writable = true;
+  int fd = -1;
+  // A racing creator or remover can change the picture between our calls;
+  // a few rounds settle it.
+  for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
+    fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) break;
+    int err = errno;
+    if ((err == EACCES || err == EROFS) && !options.create) {
+      fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) {
+        writable = false;
+        break;
+      }
+      err = errno;
+    }
+    if (err == ENOENT && !options.create) return LedgerOpen::kMissing;
+    struct stat st;
+    if (err == EACCES && !options.shared && lstat(path, &st) == 0 &&
+        st.st_uid != options.uid) {
+      return ForeignLedger(path, st.st_uid, options.uid, message, message_len);
+    }
+    if (err != ENOENT) {
+      Say(message, message_len, "cannot open the node ledger %s: %s", path,
+          strerror(err));
+      return err == ELOOP ? LedgerOpen::kBadLayout : LedgerOpen::kUnreadable;
+    }
+    err = CreateLedger(path, options.shared, options.uid);
+    if (err != 0) {
+      Say(message, message_len, "cannot create the node ledger %s: %s", path,
+          strerror(err));
+      return LedgerOpen::kUnreadable;
+    }
+  }
+  if (fd < 0) {
+    Say(message, message_len, "cannot open the node ledger %s: %s", path,
+        "it keeps disappearing");
+    return LedgerOpen::kUnreadable;
+  }
+
+  struct stat st;
+  LedgerPrefix prefix;
+  char detail[160];
+  LedgerOpen result = LedgerOpen::kOk;
+  if (fstat(fd, &st) != 0) {
+    Say(message, message_len, "cannot stat the node ledger %s: %s", path,
+        strerror(errno));
+    result = LedgerOpen::kUnreadable;
+  } else if (!S_ISREG(st.st_mode)) {
+    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path,
+        "not a regular file");
+    result = LedgerOpen::kBadLayout;
+  } else if (!options.shared && st.st_uid != options.uid) {
+    result = ForeignLedger(path, st.st_uid, options.uid, message, message_len);
+  } else if (static_cast<uint64_t>(st.st_size) < sizeof(prefix) ||
+             pread(fd, &prefix, sizeof(prefix), 0) !=
+                 static_cast<ssize_t>(sizeof(prefix))) {
+    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path,
+        "too short");
+    result = LedgerOpen::kBadLayout;
+  } else if (prefix.magic != kLedgerMagic) {
+    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path,
+        "bad magic");
+    result = LedgerOpen::kBadLayout;
+  } else if (prefix.version != kLedgerVersion ||
+             prefix.header_bytes != kLedgerHeaderBytes ||
+             prefix.file_bytes != kLedgerFileBytes ||
+             prefix.slot_count != kLedgerSlotCount ||
+             prefix.slot_bytes != sizeof(LedgerSlot) ||
+             static_cast<uint64_t>(st.st_size) != kLedgerFileBytes) {
+    snprintf(detail, sizeof(detail),
+             "layout version %u with %u slots of %u bytes in %llu bytes; this "
+             "pinshim "
+             "uses version %u, %u slots of %u bytes in %llu bytes",
+             prefix.version, prefix.slot_count, prefix.slot_bytes,
+             static_cast<unsigned long long>(st.st_size), kLedgerVersion,
+             kLedgerSlotCount, static_cast<unsigned>(sizeof(LedgerSlot)),
+             static_cast<unsigned long long>(kLedgerFileBytes));
+    Say(message, message_len, "node ledger %s has %s", path, detail);
+    result = LedgerOpen::kBadLayout;
+  }
+  if (result != LedgerOpen::kOk) {
+    close(fd);
+    return result;
+  }
+  void* map = mmap(nullptr, kLedgerFileBytes,
+                   PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+  int map_err = errno;
+  close(fd);  // the mapping keeps the file alive
+  if (map == MAP_FAILED) {
+    Say(message, message_len, "cannot map the node ledger %s: %s", path,
+        strerror(map_err));
+    return LedgerOpen::kUnreadable;
+  }
+  header_ = static_cast<LedgerHeader*>(map);
+  writable_ = writable;
+  pid_ns_ = SelfPidNamespace();
+  return LedgerOpen::kOk;
+}
+
+void Ledger::Close() {
+  if (header_ != nullptr) munmap(header_, kLedgerFileBytes);
+  header_ = nullptr;
+  writable_ = false;
+}
+
+LedgerSlot& Ledger::slot(uint32_t index) const {
+  auto* base = reinterpret_cast<char*>(header_) + kLedgerHeaderBytes;
+  return reinterpret_cast<LedgerSlot*>(base)[index];
+}
+
+bool Ledger::Lock() {
+  // The critical sections are a few dozen instructions: while the holder runs
+  // on another CPU, a short spin hands the lock over far sooner than sleeping
+  // in the kernel and being woken would.
+  int rc = EBUSY;
+  for (int spin = 0; spin < kLockSpins && rc == EBUSY; ++spin) {
+    rc = pthread_mutex_trylock(&header_->mutex);
+    if (rc == EBUSY) CpuRelax();
+  }
+  // Sleep in bounded rounds. When a holder dies the kernel wakes a single
+  // waiter, and when that waiter is a thread of a process dying at the same
+  // moment (its sibling, say) the wake-up is lost and every other waiter
+  // would sleep forever. Each round that times out looks at the lock again
+  // and finds the dead owner itself.
+  while (rc == EBUSY || rc == ETIMEDOUT) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += kLockWaitRoundNs;
+    if (until.tv_nsec >= 1000000000) {
+      until.tv_sec += 1;
+      until.tv_nsec -= 1000000000;
+    }
+    rc = pthread_mutex_clocklock(&header_->mutex, CLOCK_MONOTONIC, &until);
+  }
+  if (rc == 0) return true;
+  if (rc != EOWNERDEAD) return false;
+  // The holder died somewhere inside an update. The slots are the truth;
+  // make the totals agree with them, then drop the dead. Marking the mutex
+  // consistent only afterwards means a death during this repair is repaired
+  // by the next locker in turn.
+  RebuildTotalsLocked();
+  ReclaimDeadLocked();
+  header_->recoveries.fetch_add(1, kRelaxed);
+  pthread_mutex_consistent(&header_->mutex);
+  return true;
+}
+
+void Ledger::Unlock() { pthread_mutex_unlock(&header_->mutex); }
+
+int Ledger::ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget,
+                            uint8_t policy) {
+  for (uint32_t i = 0; i < kLedgerSlotCount; ++i) {
+    LedgerSlot& s = slot(i);
+    if (s.pid.load(kRelaxed) != 0) continue;
+    s.policy = policy;
+    s.start_time.store(id.start_time, kRelaxed);
+    s.pid_ns.store(id.pid_ns, kRelaxed);
+    s.process_budget.store(process_budget, kRelaxed);
+    for (auto& b : s.bytes) b.store(0, kRelaxed);
+    s.grants.store(0, kRelaxed);
+    s.denials.store(0, kRelaxed);
+    s.fallbacks.store(0, kRelaxed);
+    s.evictions.store(0, kRelaxed);
+    s.evicted_bytes.store(0, kRelaxed);
+    memcpy(s.comm, id.comm, sizeof(s.comm));
+    s.pid.store(id.pid, std::memory_order_release);
+    if (header_->slot_high.load(kRelaxed) <= i)
+      header_->slot_high.store(i + 1, kRelaxed);
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void Ledger::FreeSlotLocked(uint32_t index) {
+  LedgerSlot& s = slot(index);
+  // Unclaim first: should we die before the totals are adjusted, the rebuild
+  // no longer counts this slot, which is what the adjustment would do.
+  s.pid.store(0, kRelaxed);
+  for (int o = 0; o < kOwnerCount; ++o) {
+    uint64_t b = s.bytes[o].load(kRelaxed);
+    SubLocked(header_->pinned_by_owner[o], b);
+    SubLocked(header_->pinned, b);
+  }
+}
+
+uint32_t Ledger::ReclaimDeadLocked() {
+  uint32_t reclaimed = 0;
+  uint64_t bytes = 0;
+  uint32_t high = header_->slot_high.load(kRelaxed);
+  if (high > kLedgerSlotCount) high = kLedgerSlotCount;
+  for (uint32_t i = 0; i < high; ++i) {
+    LedgerSlot& s = slot(i);
+    uint32_t pid = s.pid.load(kRelaxed);
+    if (pid == 0 || s.pid_ns.load(kRelaxed) != pid_ns_) continue;
+    if (CheckProcess(pid, s.start_time.load(kRelaxed)) != Liveness::kDead)
+      continue;
+    for (auto& b : s.bytes) bytes += b.load(kRelaxed);
+    FreeSlotLocked(i);
+    ++reclaimed;
+  }
+  if (reclaimed > 0) {
+    AddLocked(header_->reclaimed_processes, reclaimed);
+    AddLocked(header_->reclaimed_bytes, bytes);
+  }
+  header_->last_reclaim_ns.store(MonotonicNs(), kRelaxed);
+  return reclaimed;
+}
+
+bool Ledger::ReclaimDueLocked(uint64_t interval_ns) const {
+  uint64_t last = header_->last_reclaim_ns.load(kRelaxed);
+  uint64_t now = MonotonicNs();
+  return now < last || now - last >= interval_ns;
+}
+
+void Ledger::RebuildTotalsLocked() {
+  uint64_t by_owner[kOwnerCount] = {};
+  uint32_t high = header_->slot_high.load(kRelaxed);
+  if (high > kLedgerSlotCount) high = kLedgerSlotCount;
+  for (uint32_t i = 0; i < high; ++i) {
+    LedgerSlot& s = slot(i);
+    if (s.pid.load(kRelaxed) == 0) continue;
+    for (int o = 0; o < kOwnerCount; ++o)
+      by_owner[o] += s.bytes[o].load(kRelaxed);
+  }
+  uint64_t total = 0;
+  for (int o = 0; o < kOwnerCount; ++o) {
+    header_->pinned_by_owner[o].store(by_owner[o], kRelaxed);
+    total += by_owner[o];
+  }
+  header_->pinned.store(total, kRelaxed);
+}
+
+uint32_t Ledger::LiveSlotsLocked() const {
+  uint32_t live = 0;
+  uint32_t high = header_->slot_high.load(kRelaxed);
+  if (high > kLedgerSlotCount) high = kLedgerSlotCount;
+  for (uint32_t i = 0; i < high; ++i) {
+    if (slot(i).pid.load(kRelaxed) != 0) ++live;
+  }
+  return live;
+}
+
+bool Ledger::ChargeLocked(uint32_t index, Owner owner, uint64_t bytes,
+                          uint64_t* shortfall) {
+  const uint64_t budget = header_->node_budget.load(kRelaxed);
+  const uint64_t pinned = header_->pinned.load(kRelaxed);
+  // pinned can sit above the budget after a process joined with a smaller
+  // one; nothing is granted until releases bring it back under.
+  if (pinned > budget || bytes > budget - pinned) {
+    uint64_t over = pinned > budget ? pinned - budget : 0;
+    uint64_t excess = bytes - (pinned > budget ? 0 : budget - pinned);
+    *shortfall = over + excess;
+    return false;
+  }
+  const int o = static_cast<int>(owner);
+  LedgerSlot& s = slot(index);
+  AddLocked(s.bytes[o], bytes);
+  MaybeCrash(CrashPoint::kChargeMidUpdate);
+  AddLocked(header_->pinned_by_owner[o], bytes);
+  AddLocked(header_->pinned, bytes);
+  AddLocked(s.grants, 1);
+  AddLocked(header_->grants, 1);
+  return true;
+}
+
+uint64_t Ledger::ReleaseLocked(uint32_t index, Owner owner, uint64_t bytes) {
+  const int o = static_cast<int>(owner);
+  uint64_t take = SubLocked(slot(index).bytes[o], bytes);
+  MaybeCrash(CrashPoint::kReleaseMidUpdate);
+  SubLocked(header_->pinned_by_owner[o], take);
+  SubLocked(header_->pinned, take);
+  return take;
+}
+
+}  // namespace budget
+}  // namespace pinshim

@@ -1,0 +1,257 @@
+// Budget::WriteMetricsFile: Prometheus text exposition format, as node
+// exporter's textfile collector reads it.
+//
+// Per-process series carry the labels pid and slot (the ledger slot index;
+// "none" without a ledger). The slot label keeps series unique even while a
+// dead process and a newcomer with its recycled pid both sit in the ledger,
+// which would otherwise make the collector reject the whole file. Every
+// process that writes the same path writes the whole node's view, so any
+// number of processes can share one metrics file.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "shim/budget/budget.h"
+
+namespace pinshim {
+namespace budget {
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+// Buffered writes to a file descriptor without stdio (which allocates).
+class FdWriter {
+ public:
+  explicit FdWriter(int fd) : fd_(fd) {}
+
+  void Printf(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
+    if (used_ + kMaxLine > sizeof(buf_)) Flush();
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf_ + used_, sizeof(buf_) - used_, fmt, ap);
+    va_end(ap);
+    // Lines are far shorter than kMaxLine; a longer one is cut, not overrun.
+    const size_t room = sizeof(buf_) - used_ - 1;
+    if (n > 0)
+      used_ += static_cast<size_t>(n) < room ? static_cast<size_t>(n) : room;
+  }
+
+  // Returns 0 or the first write error.
+  int Flush() {
+    for (size_t off = 0; off < used_ && error_ == 0;) {
+      ssize_t n = write(fd_, buf_ + off, used_ - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error_ = n < 0 ? errno : EIO;
+        break;
+      }
+      off += static_cast<size_t>(n);
+    }
+    used_ = 0;
+    return error_;
+  }
+
+ private:
+  static constexpr size_t kMaxLine = 512;
+  int fd_;
+  int error_ = 0;
+  size_t used_ = 0;
+  char buf_[16384];
+};
+
+void Family(FdWriter& w, const char* name, const char* type, const char* help) {
+  w.Printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+// One process as the metrics see it.
+struct ProcessRow {
+  uint32_t pid;
+  int32_t slot;  // -1: no ledger
+  uint64_t bytes[kOwnerCount];
+  uint64_t budget;
+  uint64_t counters[5];  // grants, denials, fallbacks, evictions, evicted bytes
+};
+
+// Calls fn for every process to report: the ledger's claimed slots, or just
+// this process when it holds no ledger slot (none, not yet, or no longer).
+template <typename Fn>
+void ForEachProcess(const Budget& budget, Fn fn) {
+  const Ledger& ledger = budget.ledger();
+  const BudgetSnapshot self = budget.Snapshot();
+  if (!ledger.is_open() || self.slot < 0) {
+    ProcessRow row = {};
+    row.pid = static_cast<uint32_t>(getpid());
+    row.slot = -1;
+    memcpy(row.bytes, self.pinned_by_owner, sizeof(row.bytes));
+    row.budget = self.process_budget;
+    const uint64_t counters[5] = {self.grants, self.denials, self.fallbacks,
+                                  self.evictions, self.evicted_bytes};
+    memcpy(row.counters, counters, sizeof(counters));
+    fn(row);
+    return;
+  }
+  uint32_t high = ledger.header().slot_high.load(kRelaxed);
+  if (high > kLedgerSlotCount) high = kLedgerSlotCount;
+  for (uint32_t i = 0; i < high; ++i) {
+    const LedgerSlot& s = ledger.slot(i);
+    ProcessRow row = {};
+    row.pid = s.pid.load(std::memory_order_acquire);
+    if (row.pid == 0) continue;
+    row.slot = static_cast<int32_t>(i);
+    for (int o = 0; o < kOwnerCount; ++o)
+      row.bytes[o] = s.bytes[o].load(kRelaxed);
+    row.budget = s.process_budget.load(kRelaxed);
+    row.counters[0] = s.grants.load(kRelaxed);
+    row.counters[1] = s.denials.load(kRelaxed);
+    row.counters[2] = s.fallbacks.load(kRelaxed);
+    row.counters[3] = s.evictions.load(kRelaxed);
+    row.counters[4] = s.evicted_bytes.load(kRelaxed);
+    fn(row);
+  }
+}
+
+void Labels(const ProcessRow& row, char (&out)[48]) {
+  if (row.slot < 0) {
+    snprintf(out, sizeof(out), "pid=\"%u\",slot=\"none\"", row.pid);
+  } else {
+    snprintf(out, sizeof(out), "pid=\"%u\",slot=\"%d\"", row.pid, row.slot);
+  }
+}
+
+void WriteBody(const Budget& budget, FdWriter& w) {
+  char labels[48];
+  Family(w, "pinshim_pinned_bytes", "gauge",
+         "Host memory pinned by a process, by owner.");
+  ForEachProcess(budget, [&](const ProcessRow& row) {
+    Labels(row, labels);
+    for (int o = 0; o < kOwnerCount; ++o) {
+      w.Printf("pinshim_pinned_bytes{%s,owner=\"%s\"} %llu\n", labels,
+               OwnerName(static_cast<Owner>(o)),
+               static_cast<unsigned long long>(row.bytes[o]));
+    }
+  });
+  Family(w, "pinshim_process_budget_bytes", "gauge",
+         "Pinned-memory budget of a process; 0 means none.");
+  ForEachProcess(budget, [&](const ProcessRow& row) {
+    Labels(row, labels);
+    w.Printf("pinshim_process_budget_bytes{%s} %llu\n", labels,
+             static_cast<unsigned long long>(row.budget));
+  });
+  static const char* const kCounterNames[5] = {
+      "pinshim_grants_total", "pinshim_denials_total",
+      "pinshim_fallbacks_total", "pinshim_evictions_total",
+      "pinshim_evicted_bytes_total"};
+  static const char* const kCounterHelp[5] = {
+      "Pinning requests granted.",
+      "Pinning requests denied with an out-of-memory error.",
+      "Pinning requests served with pageable memory instead.",
+      "Times pinshim unpinned its own idle memory to make room.",
+      "Bytes pinshim unpinned to make room."};
+  for (int c = 0; c < 5; ++c) {
+    Family(w, kCounterNames[c], "counter", kCounterHelp[c]);
+    ForEachProcess(budget, [&](const ProcessRow& row) {
+      Labels(row, labels);
+      w.Printf("%s{%s} %llu\n", kCounterNames[c], labels,
+               static_cast<unsigned long long>(row.counters[c]));
+    });
+  }
+
+  const Ledger& ledger = budget.ledger();
+  if (!ledger.is_open()) return;
+  const LedgerHeader& h = ledger.header();
+  Family(
+      w, "pinshim_node_pinned_bytes", "gauge",
+      "Host memory pinned on the node by processes in the ledger, by owner.");
+  for (int o = 0; o < kOwnerCount; ++o) {
+    w.Printf(
+        "pinshim_node_pinned_bytes{owner=\"%s\"} %llu\n",
+        OwnerName(static_cast<Owner>(o)),
+        static_cast<unsigned long long>(h.pinned_by_owner[o].load(kRelaxed)));
+  }
+  struct NodeValue {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t value;
+  };
+  uint32_t processes = 0;
+  ForEachProcess(budget, [&](const ProcessRow&) { ++processes; });
+  const NodeValue values[] = {
+      {"pinshim_node_budget_bytes", "gauge",
+       "Pinned-memory budget of the node.", h.node_budget.load(kRelaxed)},
+      {"pinshim_node_processes", "gauge", "Processes in the node ledger.",
+       processes},
+      {"pinshim_node_grants_total", "counter",
+       "Pinning requests granted on the node.", h.grants.load(kRelaxed)},
+      {"pinshim_node_denials_total", "counter",
+       "Pinning requests denied on the node with an out-of-memory error.",
+       h.denials.load(kRelaxed)},
+      {"pinshim_node_fallbacks_total", "counter",
+       "Pinning requests served with pageable memory on the node.",
+       h.fallbacks.load(kRelaxed)},
+      {"pinshim_node_evictions_total", "counter",
+       "Times pinshim unpinned its own idle memory on the node.",
+       h.evictions.load(kRelaxed)},
+      {"pinshim_node_evicted_bytes_total", "counter",
+       "Bytes pinshim unpinned on the node to make room.",
+       h.evicted_bytes.load(kRelaxed)},
+      {"pinshim_node_lock_recoveries_total", "counter",
+       "Times a process died holding the node ledger lock.",
+       h.recoveries.load(kRelaxed)},
+      {"pinshim_node_reclaimed_processes_total", "counter",
+       "Dead processes whose pinned share was reclaimed.",
+       h.reclaimed_processes.load(kRelaxed)},
+      {"pinshim_node_reclaimed_bytes_total", "counter",
+       "Pinned bytes reclaimed from dead processes.",
+       h.reclaimed_bytes.load(kRelaxed)},
+  };
+  for (const NodeValue& v : values) {
+    Family(w, v.name, v.type, v.help);
+    w.Printf("%s %llu\n", v.name, static_cast<unsigned long long>(v.value));
+  }
+}
+
+}  // namespace
+
+BudgetStatus Budget::WriteMetricsFile(const char* path) const {
+  BudgetStatus status;
+  char tmp[4096 + 32];
+  int n =
+      snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, static_cast<int>(getpid()));
+  if (path == nullptr || path[0] == '\0' || n < 0 ||
+      static_cast<size_t>(n) >= sizeof(tmp)) {
+    status.code = BudgetStatus::kInvalid;
+    snprintf(status.message, sizeof(status.message), "bad metrics file path");
+    return status;
+  }
+  // The temporary name lies in the target's directory (rename is atomic only
+  // within one file system) and does not end in .prom, so the collector never
+  // reads a half-written file.
+  int fd =
+      open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    status.code = BudgetStatus::kInvalid;
+    snprintf(status.message, sizeof(status.message),
+             "cannot write metrics file %.400s: %s", tmp, strerror(errno));
+    return status;
+  }
+  FdWriter writer(fd);
+  WriteBody(*this, writer);
+  int err = writer.Flush();
+  if (close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && rename(tmp, path) != 0) err = errno;
+  if (err != 0) {
+    unlink(tmp);
+    status.code = BudgetStatus::kInvalid;
+    snprintf(status.message, sizeof(status.message),
+             "cannot write metrics file %.400s: %s", path, strerror(err));
+  }
+  return status;
+}
+
+}  // namespace budget
+}  // namespace pinshim
