@@ -37,6 +37,7 @@ enum RegionSource : uint8_t {
   kSourceMmap = 1,
   kSourceDriver = 2,   // cuMemHostAlloc, cuMemAlloc, cuMemHostRegister, ...
   kSourcePinshim = 3,
+  kSourceFallback = 4,  // pageable memory handed out in place of pinned (enforce)
 };
 
 class Registry {

@@ -10,9 +10,11 @@
 #include <cuda.h>
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 #include <cstring>
 
+#include "shim/budget/budget.h"
 #include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
@@ -404,21 +406,35 @@ DEFINE_3DBATCH_13000(cuMemcpy3DBatchAsync_v2)
 DEFINE_3DBATCH_13000(cuMemcpy3DBatchAsync_v2_ptsz)
 
 // --- pinned host memory ------------------------------------------------------
+//
+// In enforce mode every pinning is charged to the budget first. Over budget,
+// the policy decides: deny returns the driver's out-of-memory error; fallback
+// serves pageable memory that copies and frees correctly (calls that need
+// real pinning, such as cuMemHostGetDevicePointer, get the driver's own answer
+// for unpinned memory).
 
 namespace {
 
-void RecordHostAlloc(Api api, void** pp, size_t n, unsigned int flags, CUresult r) {
-  if (r == CUDA_SUCCESS && pp != nullptr && *pp != nullptr) {
-    Region reg;
-    reg.start = reinterpret_cast<uintptr_t>(*pp);
-    reg.bytes = n;
-    reg.id = NextAllocId();
-    reg.flags = flags;
-    reg.kind = MemKind::kPinnedByProgram;
-    reg.source = kSourceDriver;
-    g_allocations.Insert(reg);
-  }
-  CountPin(api, PinOp::kAlloc, flags, n, r != CUDA_SUCCESS);
+using budget::Budget;
+using budget::Decision;
+using budget::Owner;
+
+void InsertRegion(Registry* reg, void* p, uint64_t n, unsigned int flags, MemKind kind,
+                  RegionSource source) {
+  Region r;
+  r.start = reinterpret_cast<uintptr_t>(p);
+  r.bytes = n;
+  r.id = NextAllocId();
+  r.flags = flags;
+  r.kind = kind;
+  r.source = source;
+  reg->Insert(r);
+}
+
+// The region pinshim handed out instead of pinning, if `p` starts one.
+bool FindFallback(Registry* reg, void* p, Region* out) {
+  return p != nullptr && reg->Lookup(reinterpret_cast<uintptr_t>(p), out) &&
+         out->start == reinterpret_cast<uintptr_t>(p) && out->source == kSourceFallback;
 }
 
 void RecordDeviceAlloc(CUdeviceptr* dptr, uint64_t n, MemKind kind, CUresult r) {
@@ -432,32 +448,67 @@ void RecordDeviceAlloc(CUdeviceptr* dptr, uint64_t n, MemKind kind, CUresult r) 
   g_allocations.Insert(reg);
 }
 
+extern "C++" template <typename Call>
+CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_call) {
+  // Arguments the driver rejects go to the driver, which pins nothing.
+  const bool valid = pp != nullptr && n != 0;
+  Decision decision = Decision::kGranted;
+  if (g_enforce && valid) decision = Budget::Process().Charge(Owner::kProgramAlloc, n);
+  CUresult r;
+  if (decision == Decision::kDenied) {
+    r = CUDA_ERROR_OUT_OF_MEMORY;
+  } else if (decision == Decision::kFallback) {
+    void* p = g_real.mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      r = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+      *pp = p;
+      InsertRegion(&g_allocations, p, n, flags, MemKind::kPageable, kSourceFallback);
+      r = CUDA_SUCCESS;
+    }
+  } else {
+    r = real_call();
+    if (r == CUDA_SUCCESS && pp != nullptr && *pp != nullptr) {
+      InsertRegion(&g_allocations, *pp, n, flags, MemKind::kPinnedByProgram, kSourceDriver);
+    } else if (g_enforce && valid) {
+      Budget::Process().Release(Owner::kProgramAlloc, n);
+    }
+  }
+  CountPin(api, PinOp::kAlloc, flags, n, r != CUDA_SUCCESS);
+  return r;
+}
+
 }  // namespace
 
 CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
   using Fn = CUresult (*)(void**, size_t, unsigned int);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostAlloc, Fn, pp, n, flags);
-  CUresult r = real_fn(pp, n, flags);
-  RecordHostAlloc(kApi_cuMemHostAlloc, pp, n, flags, r);
-  return r;
+  return HostAlloc(kApi_cuMemHostAlloc, pp, n, flags, [&] { return real_fn(pp, n, flags); });
 }
 
 CUresult cuMemAllocHost_v2(void** pp, size_t n) {
   using Fn = CUresult (*)(void**, size_t);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemAllocHost_v2, Fn, pp, n);
-  CUresult r = real_fn(pp, n);
-  RecordHostAlloc(kApi_cuMemAllocHost_v2, pp, n, 0, r);
-  return r;
+  return HostAlloc(kApi_cuMemAllocHost_v2, pp, n, 0, [&] { return real_fn(pp, n); });
 }
 
 CUresult cuMemFreeHost(void* p) {
   using Fn = CUresult (*)(void*);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemFreeHost, Fn, p);
   Region reg;
+  if (FindFallback(&g_allocations, p, &reg)) {
+    g_allocations.Remove(reg.start, nullptr);
+    g_real.munmap(p, reg.bytes);
+    CountPin(kApi_cuMemFreeHost, PinOp::kFree, reg.flags, reg.bytes, false);
+    return CUDA_SUCCESS;
+  }
   bool known = p != nullptr && g_allocations.Lookup(reinterpret_cast<uintptr_t>(p), &reg) &&
                reg.start == reinterpret_cast<uintptr_t>(p) && reg.kind == MemKind::kPinnedByProgram;
   CUresult r = real_fn(p);
-  if (r == CUDA_SUCCESS && known) g_allocations.Remove(reg.start, nullptr);
+  if (r == CUDA_SUCCESS && known) {
+    g_allocations.Remove(reg.start, nullptr);
+    if (g_enforce) Budget::Process().Release(Owner::kProgramAlloc, reg.bytes);
+  }
   CountPin(kApi_cuMemFreeHost, PinOp::kFree, known ? reg.flags : 0, known ? reg.bytes : 0,
            r != CUDA_SUCCESS);
   return r;
@@ -467,16 +518,23 @@ namespace {
 CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
   using Fn = CUresult (*)(void*, size_t, unsigned int);
   PINSHIM_FORWARD_IF_NESTED(api, Fn, p, n, flags);
-  CUresult r = real_fn(p, n, flags);
-  if (r == CUDA_SUCCESS) {
-    Region reg;
-    reg.start = reinterpret_cast<uintptr_t>(p);
-    reg.bytes = n;
-    reg.id = NextAllocId();
-    reg.flags = flags;
-    reg.kind = MemKind::kRegisteredByProgram;
-    reg.source = kSourceDriver;
-    g_registrations.Insert(reg);
+  const bool valid = p != nullptr && n != 0;
+  Decision decision = Decision::kGranted;
+  if (g_enforce && valid) decision = Budget::Process().Charge(Owner::kProgramRegister, n);
+  CUresult r;
+  if (decision == Decision::kDenied) {
+    r = CUDA_ERROR_OUT_OF_MEMORY;
+  } else if (decision == Decision::kFallback) {
+    // Left pageable: copies still work, at pageable speed.
+    InsertRegion(&g_registrations, p, n, flags, MemKind::kPageable, kSourceFallback);
+    r = CUDA_SUCCESS;
+  } else {
+    r = real_fn(p, n, flags);
+    if (r == CUDA_SUCCESS) {
+      InsertRegion(&g_registrations, p, n, flags, MemKind::kRegisteredByProgram, kSourceDriver);
+    } else if (g_enforce && valid) {
+      Budget::Process().Release(Owner::kProgramRegister, n);
+    }
   }
   CountPin(api, PinOp::kRegister, flags, n, r != CUDA_SUCCESS);
   return r;
@@ -494,10 +552,16 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
 CUresult cuMemHostUnregister(void* p) {
   using Fn = CUresult (*)(void*);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostUnregister, Fn, p);
-  CUresult r = real_fn(p);
   Region reg;
+  if (FindFallback(&g_registrations, p, &reg)) {
+    g_registrations.Remove(reg.start, nullptr);
+    CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, reg.flags, reg.bytes, false);
+    return CUDA_SUCCESS;
+  }
+  CUresult r = real_fn(p);
   bool known = false;
   if (r == CUDA_SUCCESS) known = g_registrations.Remove(reinterpret_cast<uintptr_t>(p), &reg);
+  if (known && g_enforce) Budget::Process().Release(Owner::kProgramRegister, reg.bytes);
   CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, known ? reg.flags : 0,
            known ? reg.bytes : 0, r != CUDA_SUCCESS);
   return r;

@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "shim/budget/budget.h"
 #include "shim/core/log.h"
 #include "shim/core/stats.h"
 
@@ -23,6 +24,7 @@ Config g_config;
 std::atomic<bool> g_initialized{false};
 uint64_t g_track_threshold = UINT64_MAX;
 std::atomic<bool> g_cuda_seen{false};
+bool g_enforce = false;
 Registry g_allocations;
 Registry g_registrations;
 std::atomic<uint64_t> g_tracked_mallocs{0};
@@ -78,6 +80,24 @@ void WriteSummaryAtExit() {
   }
   WriteSummary(fd, getpid(), program, mode, ApiName);
   close(fd);
+}
+
+// Enforce mode: the budgets from the configuration. Without any budget there
+// is nothing to enforce (pinned bytes are still counted by the summary).
+void StartEnforcing() {
+  budget::BudgetOptions options;
+  options.process_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
+  options.node_bytes = g_config.has_node_budget ? g_config.node_budget_bytes : 0;
+  options.policy = g_config.policy;
+  options.shared_ledger = g_config.ledger_shared;
+  options.metrics_path = g_config.metrics_file[0] != '\0' ? g_config.metrics_file : nullptr;
+  if (options.process_bytes == 0 && options.node_bytes == 0) {
+    LogLine("enforce mode without PINSHIM_BUDGET or PINSHIM_NODE_BUDGET: nothing to enforce");
+    return;
+  }
+  budget::BudgetStatus status = budget::Budget::Process().Init(options);
+  if (status.message[0] != '\0') LogLine("%s", status.message);
+  g_enforce = status.code != budget::BudgetStatus::kInvalid;
 }
 
 }  // namespace
@@ -178,6 +198,7 @@ void Init() {
   }
   pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
   g_track_threshold = g_config.track_threshold_bytes;
+  if ((g_config.mode & kModeEnforce) != 0) StartEnforcing();
   g_init_state.store(2);
   g_initialized.store(true, std::memory_order_release);
   --t_depth;

@@ -59,6 +59,8 @@ extern std::atomic<bool> g_initialized PINSHIM_HIDDEN;
 extern uint64_t g_track_threshold PINSHIM_HIDDEN;
 // Set once the process has touched the CUDA driver through a hook.
 extern std::atomic<bool> g_cuda_seen PINSHIM_HIDDEN;
+// Enforce mode with a budget that Init() could set up.
+extern bool g_enforce PINSHIM_HIDDEN;
 
 // allocations: malloc/mmap (pageable), pinned and device allocations.
 // registrations: cuMemHostRegister'd ranges (and pinshim's own, later).

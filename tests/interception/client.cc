@@ -324,6 +324,47 @@ void RoundTrip(const char* label) {
   CHECK(d.MemFree(dev));
 }
 
+// Pins past a budget (run with PINSHIM_MODE=enforce PINSHIM_BUDGET=2M):
+// prints each call's result, and whether memory handed out still copies.
+void Budget() {
+  const size_t kMiB = 1 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, 8 * kMiB));
+  void* small = nullptr;
+  printf("alloc 1M: %d\n", d.MemHostAlloc(&small, kMiB, 0)); g_expect.allocs++;
+  void* big = nullptr;
+  CUresult rc = d.MemHostAlloc(&big, 4 * kMiB, CU_MEMHOSTALLOC_PORTABLE); g_expect.allocs++;
+  printf("alloc 4M: %d\n", rc);
+  if (rc == CUDA_SUCCESS) {
+    Fill(big, 4 * kMiB, 9);
+    unsigned long before = Checksum(big, 4 * kMiB);
+    CHECK(d.MemcpyHtoD(dev, big, 4 * kMiB)); g_expect.h2d++;
+    memset(big, 0, 4 * kMiB);
+    CHECK(d.MemcpyDtoH(big, dev, 4 * kMiB)); g_expect.d2h++;
+    printf("4M round trip intact: %d\n", Checksum(big, 4 * kMiB) == before);
+    unsigned flags = 0;
+    CUdeviceptr mapped = 0;
+    printf("4M getflags: %d\n", d.MemHostGetFlags(&flags, big));
+    printf("4M devptr: %d\n", d.MemHostGetDevicePointer(&mapped, big, 0));
+    printf("free 4M: %d\n", d.MemFreeHost(big)); g_expect.frees++;
+  }
+  char* pageable = static_cast<char*>(aligned_alloc(4096, 4 * kMiB));
+  rc = d.MemHostRegister(pageable, 4 * kMiB, 0); g_expect.regs++;
+  printf("register 4M: %d\n", rc);
+  if (rc == CUDA_SUCCESS) {
+    Fill(pageable, 4 * kMiB, 5);
+    CHECK(d.MemcpyHtoD(dev, pageable, 4 * kMiB)); g_expect.h2d++;
+    printf("unregister 4M: %d\n", d.MemHostUnregister(pageable)); g_expect.unregs++;
+  }
+  printf("free 1M: %d\n", d.MemFreeHost(small)); g_expect.frees++;
+  // With the 1M freed, 2M fits again.
+  void* again = nullptr;
+  printf("alloc 2M after free: %d\n", d.MemHostAlloc(&again, 2 * kMiB, 0)); g_expect.allocs++;
+  if (again != nullptr) { CHECK(d.MemFreeHost(again)); g_expect.frees++; }
+  free(pageable);
+  CHECK(d.MemFree(dev));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -335,6 +376,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "invalid") == 0) {
     LoadDriver(0);
     Invalid();
+  } else if (strcmp(scenario, "budget") == 0) {
+    LoadDriver(0);
+    Budget();
   } else if (strcmp(scenario, "threads") == 0) {
     LoadDriver(0);
     Threads();

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -240,6 +241,56 @@ TEST(InterceptionTest, DeepBindLoadIsNoted) {
   ASSERT_EQ(with.summaries.size(), 1u);
   EXPECT_NE(with.summaries[0].find("rtld_deepbind_loads=1"), std::string::npos)
       << with.summaries[0];
+}
+
+// Enforce mode, end to end: each policy as the program sees it.
+TEST(EnforceTest, DenyReturnsTheDriversOutOfMemoryError) {
+  std::string ledger = MakeTempDir();
+  RunResult r = RunProgram({g_client, "budget"}, true,
+                           {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=2M", "PINSHIM_POLICY=deny"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("alloc 1M: 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("alloc 4M: 2\n"), std::string::npos) << r.out;  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_NE(r.out.find("register 4M: 2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("alloc 2M after free: 0\n"), std::string::npos) << r.out;
+  CheckCounts(r);
+}
+
+TEST(EnforceTest, FallbackServesPageableMemoryThatBehaves) {
+  RunResult r = RunProgram({g_client, "budget"}, true,
+                           {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=2M", "PINSHIM_POLICY=fallback"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("alloc 4M: 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4M round trip intact: 1\n"), std::string::npos) << r.out;
+  // Calls that need real pinning get the driver's answer for unpinned memory.
+  EXPECT_NE(r.out.find("4M getflags: 1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4M devptr: 1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("free 4M: 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("register 4M: 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unregister 4M: 0\n"), std::string::npos) << r.out;
+  CheckCounts(r);
+  ASSERT_EQ(r.summaries.size(), 1u);
+  // The copies from fallback memory ran from pageable memory.
+  EXPECT_NE(r.summaries[0].find("api=cuMemcpyHtoD_v2 dir=H2D src=pageable dst=device flags=0x1"),
+            std::string::npos) << r.summaries[0];
+}
+
+TEST(EnforceTest, WithinBudgetNothingChanges) {
+  RunResult without = RunProgram({g_client, "budget"}, false);
+  RunResult with = RunProgram({g_client, "budget"}, true,
+                              {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=64M"});
+  EXPECT_EQ(without.status, with.status);
+  EXPECT_EQ(without.out, with.out);
+}
+
+TEST(EnforceTest, BadBudgetFallsBackToObserveWithOneLine) {
+  RunResult without = RunProgram({g_client, "budget"}, false);
+  RunResult with = RunProgram({g_client, "budget"}, true,
+                              {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=12Q"});
+  EXPECT_EQ(without.out, with.out);  // observe mode: nothing enforced
+  EXPECT_EQ(std::count(with.err.begin(), with.err.end(), '\n'), 1) << with.err;
+  EXPECT_NE(with.err.find("PINSHIM_BUDGET=\"12Q\""), std::string::npos) << with.err;
+  EXPECT_NE(with.err.find("observe mode only"), std::string::npos) << with.err;
 }
 
 TEST(InterceptionTest, ProgramLinkedAgainstLibcuda) {
