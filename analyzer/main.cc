@@ -8,7 +8,9 @@
 #include <string>
 
 #include "analyzer/help.h"
+#include "analyzer/report/report_command.h"
 #include "analyzer/run_command.h"
+#include "analyzer/status/status_command.h"
 #include "analyzer/version.h"
 
 namespace pinshim {
@@ -22,6 +24,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"run", "run a program with libpinshim.so preloaded", RunRunCommand},
+    {"report", "turn traces into findings: text, JSON or Perfetto", report::RunReportCommand},
+    {"status", "show the node's pinned-memory ledger (enforce mode)", RunStatusCommand},
 };
 
 void PrintHelp(FILE* out) {
