@@ -2,9 +2,16 @@
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
+
+// glibc's: an address near the top of the main thread's stack.
+extern "C" void* __libc_stack_end;
 
 namespace pinshim {
 namespace trace {
@@ -42,6 +49,10 @@ uint64_t HashStack(const CapturedStack& s, uint32_t epoch) {
 }  // namespace
 
 bool StackTable::Init(int slots_log2, size_t ip_words) {
+  // libunwind's default cache is process-wide behind a lock it takes with
+  // signals blocked (two system calls per step); a per-thread cache needs
+  // neither, and a signal handler may unwind too.
+  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
   size_t n = size_t{1} << slots_log2;
   slots_ = static_cast<Slot*>(MapNoReserve(n * sizeof(Slot)));
   ips_ = static_cast<uintptr_t*>(MapNoReserve(ip_words * sizeof(uintptr_t)));
@@ -109,43 +120,42 @@ uint32_t StackTable::Intern(const CapturedStack& s, uint32_t epoch, bool* is_new
 
 namespace {
 
-// Unwinds from `cursor` (already positioned on the first frame to keep).
-// Fills `out` and, on x86-64, the return-address slots; returns false when
-// the stack cannot be cached (a signal frame, or a slot that does not hold
-// the return address).
-bool Walk(unw_cursor_t* cursor, int max_depth, bool first_exact, CapturedStack* out,
-          uintptr_t* slots) {
-  bool cacheable = true;
+// Unwinds from `cursor` (positioned on the first frame to keep) into `out`:
+// the slow, general walk, for signal contexts.
+void Walk(unw_cursor_t* cursor, int max_depth, bool first_exact, CapturedStack* out) {
   bool next_exact = first_exact;
   int n = 0;
   out->exact_mask = 0;
   for (;;) {
-    unw_word_t ip = 0, sp = 0;
+    unw_word_t ip = 0;
     unw_get_reg(cursor, UNW_REG_IP, &ip);
-    unw_get_reg(cursor, UNW_REG_SP, &sp);
     if (ip == 0) break;
     out->ips[n] = ip;
-    if (next_exact) {
-      out->exact_mask |= uint64_t{1} << n;
-      cacheable = false;
-    }
-    if (slots != nullptr) {
-      slots[n] = sp - sizeof(uintptr_t);
-#if defined(__x86_64__)
-      if (*reinterpret_cast<const uintptr_t*>(slots[n]) != ip) cacheable = false;
-#else
-      cacheable = false;
-#endif
-    }
+    if (next_exact) out->exact_mask |= uint64_t{1} << n;
     // The frame after a signal trampoline holds the interrupted instruction.
     next_exact = unw_is_signal_frame(cursor) > 0;
-    if (next_exact) cacheable = false;
     ++n;
     if (n >= max_depth || unw_step(cursor) <= 0) break;
   }
   out->depth = n;
-  return cacheable && n > 0;
 }
+
+// True when `ip` is glibc's x86-64 signal return trampoline
+// (mov $15, %rax; syscall), after which the next frame is the interrupted
+// instruction itself.
+bool IsSigreturnTrampoline(uintptr_t ip) {
+#if defined(__x86_64__)
+  static const uint8_t kCode[] = {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05};
+  return memcmp(reinterpret_cast<const void*>(ip), kCode, sizeof(kCode)) == 0;
+#else
+  (void)ip;
+  return false;
+#endif
+}
+
+// Largest distance searched between two return-address slots, and in all.
+constexpr uintptr_t kMaxFrameScan = 256 * 1024;
+constexpr uintptr_t kMaxStackScan = 64 * 1024 * 1024;
 
 inline size_t CacheIndex(uintptr_t sp, uintptr_t ret) {
   uint64_t h = (sp >> 4) * 0x9e3779b97f4a7c15ull ^ ret;
@@ -155,17 +165,24 @@ inline size_t CacheIndex(uintptr_t sp, uintptr_t ret) {
 
 }  // namespace
 
+uintptr_t CurrentThreadStackTop() {
+  if (syscall(SYS_gettid) == getpid()) return reinterpret_cast<uintptr_t>(__libc_stack_end);
+  return static_cast<uintptr_t>(pthread_self());
+}
+
 __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_depth,
                                                    uint32_t epoch, StackTable* table,
                                                    CapturedStack* scratch, bool* is_new) {
   *is_new = false;
   if (max_depth > kMaxStackDepth) max_depth = kMaxStackDepth;
   if (max_depth < 1) max_depth = 1;
-  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  // Forcing a frame pointer here puts this function's return address at
+  // frame + 8: the first slot, and where the search for the others starts.
+  uintptr_t frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   uintptr_t ret = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  UnwindCacheEntry& e = cache->entries[CacheIndex(sp, ret)];
+  UnwindCacheEntry& e = cache->entries[CacheIndex(frame, ret)];
 #if defined(__x86_64__)
-  if (e.epoch == epoch && e.sp == sp && e.ret == ret) {
+  if (e.epoch == epoch && e.sp == frame && e.ret == ret) {
     bool same = true;
     for (uint32_t i = 0; i < e.depth; ++i) {
       if (*reinterpret_cast<const volatile uintptr_t*>(e.slot[i]) != e.value[i]) {
@@ -180,28 +197,51 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   }
 #endif
   ++cache->misses;
-  unw_context_t context;
-  unw_cursor_t cursor;
-  if (unw_getcontext(&context) != 0 || unw_init_local(&cursor, &context) != 0 ||
-      unw_step(&cursor) <= 0) {  // the step leaves this function's own frame
-    scratch->depth = 0;
-    return 0;
+  void* raw[kMaxStackDepth + 1];
+  int n = unw_backtrace(raw, max_depth + 1);  // raw[0] is this function
+  scratch->depth = n > 1 ? n - 1 : 0;
+  scratch->exact_mask = 0;
+  bool cacheable = scratch->depth > 0;
+  for (int i = 0; i < scratch->depth; ++i) {
+    scratch->ips[i] = reinterpret_cast<uintptr_t>(raw[i + 1]);
+    if (IsSigreturnTrampoline(scratch->ips[i]) && i + 1 < scratch->depth) {
+      scratch->exact_mask |= uint64_t{1} << (i + 1);
+      cacheable = false;
+    }
   }
-  uintptr_t slots[kMaxStackDepth];
-  bool cacheable = Walk(&cursor, max_depth, false, scratch, slots);
   uint32_t id = table->Intern(*scratch, epoch, is_new);
-  if (cacheable && id != 0) {
-    e.epoch = 0;  // a signal handler using this entry meanwhile finds it empty
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    e.sp = sp;
-    e.ret = ret;
-    e.stack_id = id;
-    e.depth = static_cast<uint32_t>(scratch->depth);
-    memcpy(e.slot, slots, sizeof(uintptr_t) * e.depth);
-    memcpy(e.value, scratch->ips, sizeof(uintptr_t) * e.depth);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    e.epoch = epoch;
+  if (id == 0) return 0;
+#if defined(__x86_64__)
+  uintptr_t top = cache->stack_top;
+  if (!cacheable || top <= frame || top - frame > kMaxStackScan) return id;
+  // On an alternate signal stack the search would walk off its end.
+  stack_t ss;
+  if (sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_ONSTACK)) return id;
+  uintptr_t slots[kMaxStackDepth];
+  slots[0] = frame + sizeof(uintptr_t);
+  if (*reinterpret_cast<const uintptr_t*>(slots[0]) != scratch->ips[0]) return id;
+  for (int i = 1; i < scratch->depth; ++i) {
+    uintptr_t p = slots[i - 1] + sizeof(uintptr_t);
+    uintptr_t limit = slots[i - 1] + kMaxFrameScan;
+    if (limit > top) limit = top;
+    while (p + sizeof(uintptr_t) <= limit &&
+           *reinterpret_cast<const uintptr_t*>(p) != scratch->ips[i]) {
+      p += sizeof(uintptr_t);
+    }
+    if (p + sizeof(uintptr_t) > limit) return id;  // not found: do not cache
+    slots[i] = p;
   }
+  e.epoch = 0;  // a signal handler using this entry meanwhile finds it empty
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  e.sp = frame;
+  e.ret = ret;
+  e.stack_id = id;
+  e.depth = static_cast<uint32_t>(scratch->depth);
+  memcpy(e.slot, slots, sizeof(uintptr_t) * e.depth);
+  memcpy(e.value, scratch->ips, sizeof(uintptr_t) * e.depth);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  e.epoch = epoch;
+#endif
   return id;
 }
 
@@ -215,7 +255,7 @@ int CaptureFromSignalContext(void* ucontext, int max_depth, CapturedStack* out) 
                       UNW_INIT_SIGNAL_FRAME) != 0) {
     return 0;
   }
-  Walk(&cursor, max_depth, true, out, nullptr);
+  Walk(&cursor, max_depth, true, out);
 #else
   (void)ucontext;
 #endif

@@ -1,13 +1,17 @@
 // Call sites: the stack of the thread that made a call, turned into a small
 // id. Two levels keep the per-copy cost low:
 //
-// 1. A per-thread unwind cache. Unwinding (libunwind, DWARF CFI) costs about
-//    a microsecond per stack; a loop that copies from one place has the same
-//    stack every time. An entry remembers, for one (stack pointer, return
-//    address) pair, where each frame's return address lives on the stack and
-//    what it was; a hit re-reads those slots (a few loads) and proves the
-//    stack unchanged without unwinding. x86-64 only: elsewhere every call
-//    unwinds (the return-address slot is not at a fixed place).
+// 1. A per-thread unwind cache. Unwinding (libunwind's unw_backtrace) costs
+//    a few hundred nanoseconds per stack; a loop that copies from one place
+//    has the same stack every time. An entry remembers, for one (stack
+//    pointer, return address) pair, where each frame's return address lives
+//    on the stack and what it was; a hit re-reads those slots (a few loads)
+//    and proves the stack unchanged without unwinding. The slots are found
+//    after an unwind by looking up the stack, from this function's own
+//    return-address slot, for each return address in turn. x86-64 only:
+//    elsewhere every call unwinds (return addresses need not be on the
+//    stack). Stacks through a signal frame, or on an alternate signal
+//    stack, are not cached.
 // 2. A process-wide table that deduplicates stacks: a stack seen before costs
 //    its id; a new one gets the next id and is handed back for the caller to
 //    write into the trace (one kStack frame each).
@@ -39,12 +43,19 @@ struct UnwindCacheEntry {
   uintptr_t value[kMaxStackDepth];  // and what it was
 };
 
-// One per thread, zero-initialised.
+// One per thread, zero-initialised; then set stack_top.
 struct UnwindCache {
   UnwindCacheEntry entries[kUnwindCacheEntries];
   uint64_t hits;
   uint64_t misses;
+  uintptr_t stack_top;  // CurrentThreadStackTop() of the owning thread; 0: no caching
 };
+
+// An address at or below the top of the calling thread's stack, up to which
+// the stack can be read: the main thread's __libc_stack_end, another
+// thread's descriptor (glibc keeps it above the thread's stack). No
+// allocation, no system call.
+uintptr_t CurrentThreadStackTop();
 
 // A stack as captured; `ips[0]` is innermost.
 struct CapturedStack {

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace pinshim {
 namespace trace {
 namespace {
@@ -11,7 +13,10 @@ struct Fixture {
   StackTable table;
   UnwindCache cache{};
   CapturedStack scratch;
-  Fixture() { EXPECT_TRUE(table.Init(10, 1 << 16)); }
+  Fixture() {
+    EXPECT_TRUE(table.Init(10, 1 << 16));
+    cache.stack_top = CurrentThreadStackTop();
+  }
 };
 
 __attribute__((noinline)) uint32_t SiteA(Fixture* f, bool* is_new) {
@@ -71,6 +76,31 @@ TEST(CallSite, DifferentSitesOrCallersDiffer) {
   uint32_t again = CaptureCallSite(&f.cache, 16, 2, &f.table, &f.scratch, &n2);
   EXPECT_TRUE(n2);
   EXPECT_NE(again, 0u);
+}
+
+TEST(CallSite, OtherThreadsCacheToo) {
+  std::thread t([] {
+    Fixture f;
+    uint32_t ids[10];
+    bool news[10];
+    for (int i = 0; i < 10; ++i) ids[i] = SiteB(&f, &news[i]);
+    EXPECT_NE(ids[0], 0u);
+    for (int i = 1; i < 10; ++i) EXPECT_EQ(ids[i], ids[0]);
+    EXPECT_EQ(f.cache.misses, 1u);
+  });
+  t.join();
+}
+
+TEST(CallSite, NoStackTopNoCaching) {
+  Fixture f;
+  f.cache.stack_top = 0;
+  uint32_t ids[2];
+  bool is_new;
+  volatile int n = 2;  // a loop the compiler cannot unroll into two call sites
+  for (int i = 0; i < n; ++i) ids[i] = SiteA(&f, &is_new);
+  EXPECT_EQ(ids[0], ids[1]);
+  EXPECT_EQ(f.cache.hits, 0u);
+  EXPECT_EQ(f.cache.misses, 2u);
 }
 
 TEST(CallSite, DepthIsBounded) {

@@ -191,6 +191,7 @@ void Adopt(ThreadBuffer* b) {
   // Entries of a previous owner point into a stack that may be gone.
   for (auto& e : b->cache.entries) e.epoch = 0;
   b->cache.hits = b->cache.misses = 0;
+  b->cache.stack_top = CurrentThreadStackTop();
   t_buffer = b;
   if (g.key_ok) pthread_setspecific(g.key, b);
 }

@@ -2,7 +2,11 @@
 through `pinshim report`, and the report must name the rule at the exact file
 and line marked `MISUSE(rule)` in the program's source (and, where marked
 `ALLOC(rule)`, the allocation site in the evidence). The clean program must
-produce no finding at all, and no program a finding of another rule."""
+produce no finding at all, and no program a finding of another rule.
+
+TRACE_PROGRAM_SUFFIX picks the harness backend ("" records directly,
+"_driver" calls the driver); TRACE_PRELOAD, when set, is preloaded into the
+programs (libpinshim.so, which then writes the trace)."""
 
 import json
 import os
@@ -15,6 +19,8 @@ import unittest
 HERE = "tests/trace"
 REPORT = "analyzer/report/pinshim-report"
 TMP = os.environ.get("TEST_TMPDIR", "/tmp")
+SUFFIX = os.environ.get("TRACE_PROGRAM_SUFFIX", "")
+PRELOAD = os.environ.get("TRACE_PRELOAD", "")
 
 # program -> extra environment
 PROGRAMS = {
@@ -60,7 +66,9 @@ def run_program(name):
     shutil.rmtree(trace_dir, ignore_errors=True)
     env = dict(os.environ, PINSHIM_TRACE_DIR=trace_dir)
     env.update(PROGRAMS[name])
-    proc = subprocess.run([os.path.join(HERE, "programs", name)], env=env,
+    if PRELOAD:
+        env["LD_PRELOAD"] = os.path.abspath(PRELOAD)
+    proc = subprocess.run([os.path.join(HERE, "programs", name + SUFFIX)], env=env,
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise AssertionError("%s exited %d: %s" % (name, proc.returncode, proc.stderr))

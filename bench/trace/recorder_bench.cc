@@ -1,0 +1,167 @@
+// The cost of recording, per event, on the recording path the hooks call:
+// capture the stack (cached unwind or a full one), deduplicate it, encode,
+// and write batches out. Also the bytes each copy event takes in the trace.
+//
+//   bazel run -c opt //bench/trace:recorder_bench
+#include <benchmark/benchmark.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "shim/trace/call_site.h"
+#include "shim/trace/event_encoder.h"
+#include "shim/trace/recorder.h"
+#include "shim/trace/wc_ranges.h"
+
+namespace {
+
+using pinshim::CopyDir;
+using pinshim::CopyEvent;
+using pinshim::MemKind;
+namespace trace = pinshim::trace;
+
+uint64_t Now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::string g_trace_path;
+
+void StartOnce() {
+  static bool started = [] {
+    std::string dir = std::string(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp") +
+                      "/pinshim_recorder_bench." + std::to_string(getpid());
+    trace::RecorderOptions o;
+    o.trace_dir = dir.c_str();
+    o.sample_ms = 0;
+    char err[256];
+    if (!trace::StartRecorder(o, err, sizeof(err))) abort();
+    g_trace_path = trace::RecorderTracePath();
+    return true;
+  }();
+  (void)started;
+}
+
+CopyEvent MakeCopy(const void* host, uint64_t t) {
+  CopyEvent e{};
+  e.api = 3;
+  e.dir = CopyDir::kHostToDevice;
+  e.src_kind = MemKind::kPageable;
+  e.dst_kind = MemKind::kDevice;
+  e.bytes = 1 << 20;
+  e.host_ptr = host;
+  e.host_alloc_id = 17;
+  e.start_ns = t;
+  e.end_ns = t + 85000;  // a 1 MiB pageable copy takes about 85 us
+  return e;
+}
+
+// Recurses `depth` frames before recording, so the stack has that many
+// frames above the benchmark loop (capture keeps at most 32 by default).
+__attribute__((noinline)) void RecordAtDepth(int depth, const CopyEvent& e) {
+  if (depth > 0) {
+    RecordAtDepth(depth - 1, e);
+    asm volatile("" ::: "memory");  // not a tail call: every level keeps its frame
+    return;
+  }
+  trace::RecordCopy(e, 0);
+}
+
+// The whole recording path for one copy, stack unchanged (the unwind cache
+// answers): what a loop of copies costs.
+void BM_RecordCopy(benchmark::State& state) {
+  StartOnce();
+  static char buffer[64];
+  uint64_t t = Now();
+  int depth = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    t += 100000;
+    RecordAtDepth(depth, MakeCopy(buffer, t));
+  }
+  trace::RecorderStats s = trace::GetRecorderStats();
+  state.counters["cache_hit_rate"] =
+      static_cast<double>(s.unwind_cache_hits) /
+      static_cast<double>(s.unwind_cache_hits + s.unwind_cache_misses + 1);
+}
+BENCHMARK(BM_RecordCopy)->Arg(0)->Arg(8)->Arg(24);
+
+// Unwinding without the cache: the cost of the first copy from a new site.
+void BM_UnwindUncached(benchmark::State& state) {
+  static trace::StackTable table;
+  static bool init = table.Init(12, 1 << 16);
+  (void)init;
+  auto* cache = new trace::UnwindCache();
+  cache->stack_top = trace::CurrentThreadStackTop();  // finds the slots, as on a real miss
+  trace::CapturedStack scratch;
+  uint32_t epoch = 1;
+  for (auto _ : state) {
+    // Emptied every time; the stack table finds the stack after the first.
+    for (auto& e : cache->entries) e.epoch = 0;
+    bool is_new;
+    benchmark::DoNotOptimize(
+        trace::CaptureCallSite(cache, trace::kDefaultStackDepth, epoch, &table, &scratch, &is_new));
+  }
+  state.counters["frames"] = scratch.depth;
+  delete cache;
+}
+BENCHMARK(BM_UnwindUncached);
+
+// Encoding alone.
+void BM_EncodeCopy(benchmark::State& state) {
+  std::vector<uint8_t> buf(64 * 1024);
+  trace::BatchEncoder enc;
+  enc.Init(buf.data(), buf.size());
+  static char buffer[64];
+  uint64_t t = Now();
+  uint64_t bytes = 0, events = 0;
+  for (auto _ : state) {
+    if (!enc.HasRoom()) {
+      bytes += enc.size();
+      events += enc.count();
+      enc.Reset();
+    }
+    t += 100000;
+    enc.AppendCopy(MakeCopy(buffer, t), 5, 0);
+  }
+  bytes += enc.size();
+  events += enc.count();
+  state.counters["bytes_per_copy"] = static_cast<double>(bytes) / static_cast<double>(events);
+}
+BENCHMARK(BM_EncodeCopy);
+
+// What every memcpy pays for the wc-read check when the process has no
+// write-combined memory, and when it has some elsewhere.
+void BM_CheckWcRead(benchmark::State& state) {
+  StartOnce();
+  trace::ClearWcRanges();
+  static char wc[4096], other[4096];
+  for (int i = 0; i < state.range(0); ++i) trace::AddWcRange(wc + i, 1);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(trace::CheckWcRead(other, sizeof(other), trace::WcReadVia::kMemcpy));
+  }
+  trace::ClearWcRanges();
+}
+BENCHMARK(BM_CheckWcRead)->Arg(0)->Arg(4);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  trace::StopRecorder();
+  if (!g_trace_path.empty()) {
+    FILE* f = fopen(g_trace_path.c_str(), "rb");
+    if (f != nullptr) {
+      fseek(f, 0, SEEK_END);
+      long size = ftell(f);
+      fclose(f);
+      printf("trace file: %s, %ld bytes\n", g_trace_path.c_str(), size);
+    }
+    unlink(g_trace_path.c_str());
+  }
+  return 0;
+}
