@@ -6,6 +6,7 @@
 #include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
+#include "shim/trace/recorder.h"
 
 using pinshim::g_real;
 
@@ -42,7 +43,9 @@ PINSHIM_HIDDEN void* pinshim_before_dlopen(const char* /*file*/, int mode) {
 
 int dlclose(void* handle) {
   if (g_real.malloc == nullptr) pinshim::ResolveRealFunctions();
-  return g_real.dlclose(handle);
+  int r = g_real.dlclose(handle);
+  if (r == 0) pinshim::trace::NoteModulesChanged();
+  return r;
 }
 
 }  // extern "C"

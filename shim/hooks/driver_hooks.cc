@@ -12,10 +12,13 @@
 #include <dlfcn.h>
 #include <sys/mman.h>
 
+#include <time.h>
+
 #include <cstring>
 
 #include "shim/budget/budget.h"
 #include "shim/core/stats.h"
+#include "shim/trace/recorder.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
 
@@ -37,7 +40,14 @@ struct CopyShape {
   uint32_t host_flags = 0;
   uint64_t host_alloc = 0;
   uint64_t bytes = 0;
+  const void* host_ptr = nullptr;  // the host side, when there is one
 };
+
+inline uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
 
 inline CopyDir DirOf(const CopyShape& s) {
   bool src_dev = IsDeviceSide(s.src), dst_dev = IsDeviceSide(s.dst);
@@ -51,6 +61,7 @@ inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
   uint32_t flags;
   uint64_t id;
   *kind = ClassifyHost(p, &flags, &id);
+  if (s->host_ptr == nullptr) s->host_ptr = p;
   if (s->host_alloc == 0) s->host_alloc = id;
   if (s->host_flags == 0) s->host_flags = flags;
 }
@@ -69,6 +80,7 @@ void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
     if (!IsDeviceSide(r.kind)) {
       if (s->host_alloc == 0) s->host_alloc = r.id;
       if (s->host_flags == 0) s->host_flags = r.flags;
+      if (s->host_ptr == nullptr) s->host_ptr = reinterpret_cast<const void*>(p);
     }
     return;
   }
@@ -81,6 +93,7 @@ void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
     if (lib != nullptr) get_attr = reinterpret_cast<GetAttr>(dlsym(lib, "cuPointerGetAttribute"));
   }
   *kind = MemKind::kPageable;
+  if (s->host_ptr == nullptr) s->host_ptr = reinterpret_cast<const void*>(p);
   if (get_attr == nullptr) return;
   unsigned int type = 0;
   if (get_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS) return;
@@ -156,8 +169,45 @@ CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
   return s;
 }
 
-inline void Finish(Api api, const CopyShape& s, CUresult r) {
-  CountCopy(api, DirOf(s), s.src, s.dst, s.host_flags, s.bytes, r != CUDA_SUCCESS);
+inline void Finish(Api api, const CopyShape& s, CUresult r, bool async, CUstream stream,
+                   uint64_t start_ns) {
+  const CopyDir dir = DirOf(s);
+  CountCopy(api, dir, s.src, s.dst, s.host_flags, s.bytes, r != CUDA_SUCCESS);
+  if (start_ns != 0) {
+    CopyEvent e;
+    e.api = api;
+    e.dir = dir;
+    e.src_kind = s.src;
+    e.dst_kind = s.dst;
+    e.async = async;
+    e.bytes = s.bytes;
+    e.host_ptr = s.host_ptr;
+    e.host_alloc_id = s.host_alloc;
+    e.host_flags = s.host_flags;
+    e.stream = stream;
+    e.start_ns = start_ns;
+    e.end_ns = NowNs();
+    e.result = r;
+    trace::RecordCopy(e);
+  }
+}
+
+// Timestamps are taken only while a trace is written.
+inline uint64_t StartTime() { return trace::RecorderActive() ? NowNs() : 0; }
+
+void RecordPinOp(Api api, PinOp op, void* p, uint64_t bytes, uint32_t flags, uint64_t start_ns,
+                 CUresult r) {
+  if (start_ns == 0) return;
+  PinEvent e;
+  e.api = api;
+  e.op = op;
+  e.ptr = p;
+  e.bytes = bytes;
+  e.flags = flags;
+  e.start_ns = start_ns;
+  e.end_ns = NowNs();
+  e.result = r;
+  trace::RecordPin(e);
 }
 
 inline CUresult NoDriver() { return CUDA_ERROR_NOT_INITIALIZED; }
@@ -176,13 +226,19 @@ using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
   g_cuda_seen.store(true, std::memory_order_relaxed);                 \
   DepthGuard depth_guard
 
-// A copy whose shape is computed by `shape_expr` before the call.
-#define PINSHIM_COPY(api, type, shape_expr, ...)      \
-  PINSHIM_FORWARD_IF_NESTED(api, type, __VA_ARGS__);  \
-  CopyShape shape = shape_expr;                       \
-  CUresult r = real_fn(__VA_ARGS__);                  \
-  Finish(api, shape, r);                              \
+// A copy whose shape is computed by `shape_expr` before the call; `async`
+// and `stream` say how it was queued (the stream is null for sync copies).
+#define PINSHIM_COPY_ON(api, type, shape_expr, async, stream, ...)  \
+  PINSHIM_FORWARD_IF_NESTED(api, type, __VA_ARGS__);                \
+  CopyShape shape = shape_expr;                                     \
+  const uint64_t start_ns = StartTime();                            \
+  CUresult r = real_fn(__VA_ARGS__);                                \
+  Finish(api, shape, r, async, stream, start_ns);                   \
   return r
+#define PINSHIM_COPY(api, type, shape_expr, ...) \
+  PINSHIM_COPY_ON(api, type, shape_expr, false, nullptr, __VA_ARGS__)
+#define PINSHIM_COPY_ASYNC(api, type, shape_expr, stream, ...) \
+  PINSHIM_COPY_ON(api, type, shape_expr, true, stream, __VA_ARGS__)
 
 namespace {
 inline CopyShape HtoD(const void* src, size_t n) {
@@ -220,7 +276,7 @@ extern "C" {
 #define DEFINE_GENERIC_ASYNC(name)                                                 \
   CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {         \
     using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);           \
-    PINSHIM_COPY(kApi_##name, Fn, Generic(dst, src, n), dst, src, n, st);          \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Generic(dst, src, n), st, dst, src, n, st);          \
   }
 DEFINE_GENERIC(cuMemcpy)
 DEFINE_GENERIC(cuMemcpy_ptds)
@@ -235,7 +291,7 @@ DEFINE_GENERIC_ASYNC(cuMemcpyAsync_ptsz)
 #define DEFINE_HTOD_ASYNC(name)                                                    \
   CUresult name(CUdeviceptr dst, const void* src, size_t n, CUstream st) {         \
     using Fn = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);           \
-    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), dst, src, n, st);                  \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, HtoD(src, n), st, dst, src, n, st);                  \
   }
 #define DEFINE_DTOH(name)                                                          \
   CUresult name(void* dst, CUdeviceptr src, size_t n) {                            \
@@ -245,7 +301,7 @@ DEFINE_GENERIC_ASYNC(cuMemcpyAsync_ptsz)
 #define DEFINE_DTOH_ASYNC(name)                                                    \
   CUresult name(void* dst, CUdeviceptr src, size_t n, CUstream st) {               \
     using Fn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);                 \
-    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, src, n, st);                  \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoH(dst, n), st, dst, src, n, st);                  \
   }
 DEFINE_HTOD(cuMemcpyHtoD_v2)
 DEFINE_HTOD(cuMemcpyHtoD_v2_ptds)
@@ -274,7 +330,7 @@ inline CopyShape DtoD(size_t n) {
 #define DEFINE_DTOD_ASYNC(name)                                                    \
   CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {         \
     using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);           \
-    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, src, n, st);                       \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoD(n), st, dst, src, n, st);                       \
   }
 #define DEFINE_PEER(name)                                                                     \
   CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) { \
@@ -286,7 +342,7 @@ inline CopyShape DtoD(size_t n) {
                 size_t n, CUstream st) {                                               \
     using Fn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t,    \
                             CUstream);                                                 \
-    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, dctx, src, sctx, n, st);               \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoD(n), st, dst, dctx, src, sctx, n, st);               \
   }
 DEFINE_DTOD(cuMemcpyDtoD_v2)
 DEFINE_DTOD(cuMemcpyDtoD_v2_ptds)
@@ -307,7 +363,7 @@ DEFINE_PEER_ASYNC(cuMemcpyPeerAsync_ptsz)
 #define DEFINE_HTOA_ASYNC(name)                                                      \
   CUresult name(CUarray a, size_t off, const void* src, size_t n, CUstream st) {     \
     using Fn = CUresult (*)(CUarray, size_t, const void*, size_t, CUstream);         \
-    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), a, off, src, n, st);                 \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, HtoD(src, n), st, a, off, src, n, st);                 \
   }
 #define DEFINE_ATOH(name)                                                            \
   CUresult name(void* dst, CUarray a, size_t off, size_t n) {                        \
@@ -317,7 +373,7 @@ DEFINE_PEER_ASYNC(cuMemcpyPeerAsync_ptsz)
 #define DEFINE_ATOH_ASYNC(name)                                                      \
   CUresult name(void* dst, CUarray a, size_t off, size_t n, CUstream st) {           \
     using Fn = CUresult (*)(void*, CUarray, size_t, size_t, CUstream);               \
-    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, a, off, n, st);                 \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoH(dst, n), st, dst, a, off, n, st);                 \
   }
 DEFINE_HTOA(cuMemcpyHtoA_v2)
 DEFINE_HTOA(cuMemcpyHtoA_v2_ptds)
@@ -338,7 +394,7 @@ DEFINE_ATOH_ASYNC(cuMemcpyAtoHAsync_v2_ptsz)
 #define DEFINE_2D_ASYNC(name)                                               \
   CUresult name(const CUDA_MEMCPY2D* c, CUstream st) {                      \
     using Fn = CUresult (*)(const CUDA_MEMCPY2D*, CUstream);                \
-    PINSHIM_COPY(kApi_##name, Fn, Shape2D(c), c, st);                       \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape2D(c), st, c, st);                       \
   }
 #define DEFINE_3D(name)                                                     \
   CUresult name(const CUDA_MEMCPY3D* c) {                                   \
@@ -348,7 +404,7 @@ DEFINE_ATOH_ASYNC(cuMemcpyAtoHAsync_v2_ptsz)
 #define DEFINE_3D_ASYNC(name)                                               \
   CUresult name(const CUDA_MEMCPY3D* c, CUstream st) {                      \
     using Fn = CUresult (*)(const CUDA_MEMCPY3D*, CUstream);                \
-    PINSHIM_COPY(kApi_##name, Fn, Shape3D(c), c, st);                       \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape3D(c), st, c, st);                       \
   }
 DEFINE_2D(cuMemcpy2D_v2)
 DEFINE_2D(cuMemcpy2D_v2_ptds)
@@ -369,7 +425,7 @@ DEFINE_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz)
                 size_t* fail_idx, CUstream st) {                                        \
     using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,                \
                             CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream);   \
-    PINSHIM_COPY(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), dsts, srcs,     \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs,     \
                  sizes, count, attrs, attr_idxs, num_attrs, fail_idx, st);              \
   }
 #define DEFINE_BATCH_13000(name)                                                        \
@@ -378,7 +434,7 @@ DEFINE_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz)
                 CUstream st) {                                                          \
     using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,                \
                             CUmemcpyAttributes*, size_t*, size_t, CUstream);            \
-    PINSHIM_COPY(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), dsts, srcs,     \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs,     \
                  sizes, count, attrs, attr_idxs, num_attrs, st);                        \
   }
 DEFINE_BATCH_12080(cuMemcpyBatchAsync)
@@ -391,14 +447,14 @@ DEFINE_BATCH_13000(cuMemcpyBatchAsync_v2_ptsz)
                 unsigned long long flags, CUstream st) {                                \
     using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*,                   \
                             unsigned long long, CUstream);                              \
-    PINSHIM_COPY(kApi_##name, Fn, Shape3DBatch(n, ops), n, ops, fail_idx, flags, st);   \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, fail_idx, flags, st);   \
   }
 #define DEFINE_3DBATCH_13000(name)                                                      \
   CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags,        \
                 CUstream st) {                                                          \
     using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, unsigned long long,        \
                             CUstream);                                                  \
-    PINSHIM_COPY(kApi_##name, Fn, Shape3DBatch(n, ops), n, ops, flags, st);             \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, flags, st);             \
   }
 DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync)
 DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync_ptsz)
@@ -452,6 +508,7 @@ extern "C++" template <typename Call>
 CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_call) {
   // Arguments the driver rejects go to the driver, which pins nothing.
   const bool valid = pp != nullptr && n != 0;
+  const uint64_t start_ns = StartTime();
   Decision decision = Decision::kGranted;
   if (g_enforce && valid) decision = Budget::Process().Charge(Owner::kProgramAlloc, n);
   CUresult r;
@@ -475,6 +532,7 @@ CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_c
     }
   }
   CountPin(api, PinOp::kAlloc, flags, n, r != CUDA_SUCCESS);
+  RecordPinOp(api, PinOp::kAlloc, r == CUDA_SUCCESS ? *pp : nullptr, n, flags, start_ns, r);
   return r;
 }
 
@@ -495,11 +553,13 @@ CUresult cuMemAllocHost_v2(void** pp, size_t n) {
 CUresult cuMemFreeHost(void* p) {
   using Fn = CUresult (*)(void*);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemFreeHost, Fn, p);
+  const uint64_t start_ns = StartTime();
   Region reg;
   if (FindFallback(&g_allocations, p, &reg)) {
     g_allocations.Remove(reg.start, nullptr);
     g_real.munmap(p, reg.bytes);
     CountPin(kApi_cuMemFreeHost, PinOp::kFree, reg.flags, reg.bytes, false);
+    RecordPinOp(kApi_cuMemFreeHost, PinOp::kFree, p, reg.bytes, reg.flags, start_ns, CUDA_SUCCESS);
     return CUDA_SUCCESS;
   }
   bool known = p != nullptr && g_allocations.Lookup(reinterpret_cast<uintptr_t>(p), &reg) &&
@@ -511,6 +571,8 @@ CUresult cuMemFreeHost(void* p) {
   }
   CountPin(kApi_cuMemFreeHost, PinOp::kFree, known ? reg.flags : 0, known ? reg.bytes : 0,
            r != CUDA_SUCCESS);
+  RecordPinOp(kApi_cuMemFreeHost, PinOp::kFree, p, known ? reg.bytes : 0, known ? reg.flags : 0,
+              start_ns, r);
   return r;
 }
 
@@ -519,6 +581,7 @@ CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
   using Fn = CUresult (*)(void*, size_t, unsigned int);
   PINSHIM_FORWARD_IF_NESTED(api, Fn, p, n, flags);
   const bool valid = p != nullptr && n != 0;
+  const uint64_t start_ns = StartTime();
   Decision decision = Decision::kGranted;
   if (g_enforce && valid) decision = Budget::Process().Charge(Owner::kProgramRegister, n);
   CUresult r;
@@ -537,6 +600,7 @@ CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
     }
   }
   CountPin(api, PinOp::kRegister, flags, n, r != CUDA_SUCCESS);
+  RecordPinOp(api, PinOp::kRegister, p, n, flags, start_ns, r);
   return r;
 }
 }  // namespace
@@ -552,10 +616,13 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
 CUresult cuMemHostUnregister(void* p) {
   using Fn = CUresult (*)(void*);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostUnregister, Fn, p);
+  const uint64_t start_ns = StartTime();
   Region reg;
   if (FindFallback(&g_registrations, p, &reg)) {
     g_registrations.Remove(reg.start, nullptr);
     CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, reg.flags, reg.bytes, false);
+    RecordPinOp(kApi_cuMemHostUnregister, PinOp::kUnregister, p, reg.bytes, reg.flags, start_ns,
+                CUDA_SUCCESS);
     return CUDA_SUCCESS;
   }
   CUresult r = real_fn(p);
@@ -564,6 +631,8 @@ CUresult cuMemHostUnregister(void* p) {
   if (known && g_enforce) Budget::Process().Release(Owner::kProgramRegister, reg.bytes);
   CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, known ? reg.flags : 0,
            known ? reg.bytes : 0, r != CUDA_SUCCESS);
+  RecordPinOp(kApi_cuMemHostUnregister, PinOp::kUnregister, p, known ? reg.bytes : 0,
+              known ? reg.flags : 0, start_ns, r);
   return r;
 }
 
@@ -646,6 +715,106 @@ DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync)
 DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync_ptsz)
 DEFINE_FREE_ASYNC(cuMemFreeAsync)
 DEFINE_FREE_ASYNC(cuMemFreeAsync_ptsz)
+
+// --- completion points (recorded only while a trace is written) -------------
+
+namespace {
+void RecordSyncPoint(Api api, trace::SyncKind kind, CUstream stream, CUevent event,
+                     uint64_t start_ns, CUresult r) {
+  if (start_ns == 0) return;
+  trace::SyncEvent e;
+  e.api = api;
+  e.kind = kind;
+  e.stream = stream;
+  e.event = event;
+  e.start_ns = start_ns;
+  e.end_ns = NowNs();
+  e.result = r;
+  trace::RecordSync(e);
+}
+}  // namespace
+
+#define PINSHIM_SYNC(api, type, kind, stream, event, ...)                 \
+  PINSHIM_FORWARD_IF_NESTED(api, type, __VA_ARGS__);                      \
+  const uint64_t start_ns = StartTime();                                  \
+  CUresult r = real_fn(__VA_ARGS__);                                      \
+  RecordSyncPoint(api, kind, stream, event, start_ns, r);                 \
+  return r
+
+#define DEFINE_STREAM_SYNC(name)                                                        \
+  CUresult name(CUstream st) {                                                          \
+    using Fn = CUresult (*)(CUstream);                                                  \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamSynchronize, st, nullptr, st); \
+  }
+#define DEFINE_STREAM_QUERY(name)                                                       \
+  CUresult name(CUstream st) {                                                          \
+    using Fn = CUresult (*)(CUstream);                                                  \
+    PINSHIM_FORWARD_IF_NESTED(kApi_##name, Fn, st);                                     \
+    const uint64_t start_ns = StartTime();                                              \
+    CUresult r = real_fn(st);                                                           \
+    /* Only a query that found the stream idle says anything about completion. */      \
+    if (r == CUDA_SUCCESS)                                                              \
+      RecordSyncPoint(kApi_##name, trace::SyncKind::kStreamQueryDone, st, nullptr,      \
+                      start_ns, r);                                                     \
+    return r;                                                                           \
+  }
+#define DEFINE_EVENT_RECORD(name)                                                       \
+  CUresult name(CUevent ev, CUstream st) {                                              \
+    using Fn = CUresult (*)(CUevent, CUstream);                                         \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st);       \
+  }
+#define DEFINE_EVENT_RECORD_FLAGS(name)                                                 \
+  CUresult name(CUevent ev, CUstream st, unsigned int flags) {                          \
+    using Fn = CUresult (*)(CUevent, CUstream, unsigned int);                           \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st, flags); \
+  }
+#define DEFINE_STREAM_WAIT(name)                                                        \
+  CUresult name(CUstream st, CUevent ev, unsigned int flags) {                          \
+    using Fn = CUresult (*)(CUstream, CUevent, unsigned int);                           \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamWaitEvent, st, ev, st, ev, flags); \
+  }
+DEFINE_STREAM_SYNC(cuStreamSynchronize)
+DEFINE_STREAM_SYNC(cuStreamSynchronize_ptsz)
+DEFINE_STREAM_QUERY(cuStreamQuery)
+DEFINE_STREAM_QUERY(cuStreamQuery_ptsz)
+DEFINE_EVENT_RECORD(cuEventRecord)
+DEFINE_EVENT_RECORD(cuEventRecord_ptsz)
+DEFINE_EVENT_RECORD_FLAGS(cuEventRecordWithFlags)
+DEFINE_EVENT_RECORD_FLAGS(cuEventRecordWithFlags_ptsz)
+DEFINE_STREAM_WAIT(cuStreamWaitEvent)
+DEFINE_STREAM_WAIT(cuStreamWaitEvent_ptsz)
+
+CUresult cuCtxSynchronize() {
+  using Fn = CUresult (*)();
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuCtxSynchronize, Fn);
+  const uint64_t start_ns = StartTime();
+  CUresult r = real_fn();
+  RecordSyncPoint(kApi_cuCtxSynchronize, trace::SyncKind::kContextSynchronize, nullptr, nullptr,
+                  start_ns, r);
+  return r;
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  using Fn = CUresult (*)(CUcontext);
+  PINSHIM_SYNC(kApi_cuCtxSynchronize_v2, Fn, trace::SyncKind::kContextSynchronize, nullptr,
+               nullptr, ctx);
+}
+
+CUresult cuEventSynchronize(CUevent ev) {
+  using Fn = CUresult (*)(CUevent);
+  PINSHIM_SYNC(kApi_cuEventSynchronize, Fn, trace::SyncKind::kEventSynchronize, nullptr, ev, ev);
+}
+
+CUresult cuEventQuery(CUevent ev) {
+  using Fn = CUresult (*)(CUevent);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuEventQuery, Fn, ev);
+  const uint64_t start_ns = StartTime();
+  CUresult r = real_fn(ev);
+  if (r == CUDA_SUCCESS) {
+    RecordSyncPoint(kApi_cuEventQuery, trace::SyncKind::kEventQueryDone, nullptr, ev, start_ns, r);
+  }
+  return r;
+}
 
 // --- cuGetProcAddress --------------------------------------------------------
 

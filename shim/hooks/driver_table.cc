@@ -91,6 +91,8 @@ void* RealLookup(const char* symbol, int version, unsigned long long flags) {
 
 }  // namespace
 
+uint32_t kApiCountForTrace() { return kApiCount; }
+
 const char* ApiName(ApiId api) {
   return api < kApiCount ? kDriverEntries[api].abi : "unknown";
 }

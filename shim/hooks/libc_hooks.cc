@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "shim/hooks/state.h"
+#include "shim/trace/recorder.h"
 
 namespace pinshim {
 
@@ -43,6 +44,20 @@ void WidenTrackedSpan(uintptr_t lo, uintptr_t hi) {
   }
 }
 
+// Tells the trace about a tracked allocation or its release.
+void RecordRelease(const Region& r, bool is_free) {
+  if (!trace::RecorderActive()) return;
+  HostAllocEvent e;
+  e.alloc_id = r.id;
+  e.ptr = reinterpret_cast<void*>(r.start);
+  e.bytes = r.bytes;
+  e.is_free = is_free;
+  e.source = r.source == kSourceMmap ? 1 : 0;
+  trace::RecordHostAlloc(e);
+}
+
+void RecordRemovedPart(void*, const Region& part) { RecordRelease(part, true); }
+
 void Track(void* p, size_t bytes, RegionSource source) {
   // Allocations made inside the driver or inside pinshim are not the program's.
   if (p == nullptr || t_depth > 0) return;
@@ -57,6 +72,7 @@ void Track(void* p, size_t bytes, RegionSource source) {
   if (g_allocations.Insert(r) && source == kSourceMalloc) {
     g_tracked_mallocs.fetch_add(1, std::memory_order_relaxed);
   }
+  RecordRelease(r, false);
 }
 
 // Removes a tracked malloc-family block starting at p, keeping a copy.
@@ -68,6 +84,7 @@ bool Untrack(void* p, Region* out) {
   }
   if (!g_allocations.Remove(r.start, out)) return false;
   g_tracked_mallocs.fetch_sub(1, std::memory_order_relaxed);
+  RecordRelease(r, true);
   return true;
 }
 
@@ -200,7 +217,7 @@ int munmap(void* addr, size_t len) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<int>(syscall(SYS_munmap, addr, len));
   if (t_depth == 0 && g_allocations.size() != 0) {
     DepthGuard guard;
-    g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(addr), len);
+    g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(addr), len, RecordRemovedPart, nullptr);
   }
   return g_real.munmap(addr, len);
 }
@@ -221,7 +238,7 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
   if (t_depth == 0 && g_allocations.size() != 0) {
     DepthGuard guard;
     had = g_allocations.Lookup(reinterpret_cast<uintptr_t>(old), &before);
-    g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(old), old_len);
+    g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(old), old_len, RecordRemovedPart, nullptr);
   }
   void* p = g_real.mremap(old, old_len, new_len, flags, new_addr);
   if (p == MAP_FAILED) {
@@ -230,6 +247,38 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
     Track(p, new_len, kSourceMmap);
   }
   return p;
+}
+
+// exec replaces the process without running exit handlers: the trace is
+// flushed first (and stays open, should exec fail).
+int execve(const char* path, char* const argv[], char* const envp[]) {
+  static int (*real)(const char*, char* const[], char* const[]) = nullptr;
+  if (real == nullptr) {
+    real = reinterpret_cast<decltype(real)>(dlsym(RTLD_NEXT, "execve"));
+  }
+  trace::RecorderBeforeExec();
+  return real(path, argv, envp);
+}
+
+int execv(const char* path, char* const argv[]) {
+  static int (*real)(const char*, char* const[]) = nullptr;
+  if (real == nullptr) real = reinterpret_cast<decltype(real)>(dlsym(RTLD_NEXT, "execv"));
+  trace::RecorderBeforeExec();
+  return real(path, argv);
+}
+
+int execvp(const char* file, char* const argv[]) {
+  static int (*real)(const char*, char* const[]) = nullptr;
+  if (real == nullptr) real = reinterpret_cast<decltype(real)>(dlsym(RTLD_NEXT, "execvp"));
+  trace::RecorderBeforeExec();
+  return real(file, argv);
+}
+
+int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  static int (*real)(const char*, char* const[], char* const[]) = nullptr;
+  if (real == nullptr) real = reinterpret_cast<decltype(real)>(dlsym(RTLD_NEXT, "execvpe"));
+  trace::RecorderBeforeExec();
+  return real(file, argv, envp);
 }
 
 pid_t fork() {

@@ -11,6 +11,7 @@
 #include "shim/budget/budget.h"
 #include "shim/core/log.h"
 #include "shim/core/stats.h"
+#include "shim/trace/recorder.h"
 
 extern char** environ;
 extern "C" char* program_invocation_short_name;
@@ -18,6 +19,7 @@ extern "C" char* program_invocation_short_name;
 namespace pinshim {
 
 const char* ApiName(ApiId api);  // driver_table.cc
+uint32_t kApiCountForTrace();    // driver_table.cc
 
 RealFunctions g_real;
 Config g_config;
@@ -57,6 +59,7 @@ void AtForkChild() {
   // The child reports its own calls only; the memory layout it inherited
   // (and so the registries) stays valid.
   ResetStats();
+  trace::RecorderAfterForkInChild();
 }
 
 void WriteSummaryAtExit() {
@@ -98,6 +101,20 @@ void StartEnforcing() {
   budget::BudgetStatus status = budget::Budget::Process().Init(options);
   if (status.message[0] != '\0') LogLine("%s", status.message);
   g_enforce = status.code != budget::BudgetStatus::kInvalid;
+}
+
+void StartTracing() {
+  trace::RecorderOptions options;
+  options.trace_dir = g_config.trace_dir;
+  static char mode[64];
+  FormatMode(g_config.mode, mode, sizeof(mode));
+  options.mode = mode;
+  options.sample_ms = g_config.sample_ms;
+  options.budget_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
+  options.api_name = ApiName;
+  options.api_count = kApiCountForTrace();
+  char err[512];
+  if (!trace::StartRecorder(options, err, sizeof(err))) LogLine("no trace: %s", err);
 }
 
 }  // namespace
@@ -199,6 +216,7 @@ void Init() {
   pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
   g_track_threshold = g_config.track_threshold_bytes;
   if ((g_config.mode & kModeEnforce) != 0) StartEnforcing();
+  if (g_config.trace_dir[0] != '\0') StartTracing();
   g_init_state.store(2);
   g_initialized.store(true, std::memory_order_release);
   --t_depth;
@@ -209,6 +227,7 @@ __attribute__((constructor(101))) static void PinshimConstructor() { Init(); }
 __attribute__((destructor)) static void PinshimDestructor() {
   ++t_depth;  // nothing pinshim does at exit is the program's to count
   WriteSummaryAtExit();
+  trace::StopRecorder();
 }
 
 }  // namespace pinshim
