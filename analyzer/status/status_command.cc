@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "analyzer/help.h"
+#include "analyzer/report/format.h"
+#include "analyzer/report/json_writer.h"
 #include "shim/budget/budget.h"
 #include "shim/budget/ledger.h"
 #include "shim/budget/proc.h"
@@ -25,6 +27,8 @@ using budget::LedgerHeader;
 using budget::LedgerOpen;
 using budget::LedgerSlot;
 using budget::Owner;
+using report::FormatBytes;
+using report::JsonWriter;
 
 constexpr int kExitOk = 0;
 constexpr int kExitProblem = 2;
@@ -68,21 +72,6 @@ struct NodeView {
 
   uint64_t headroom() const { return budget > pinned ? budget - pinned : 0; }
 };
-
-std::string FormatBytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"B",   "KiB", "MiB", "GiB",
-                                       "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 6) {
-    value /= 1024;
-    ++unit;
-  }
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%.1f %s", value, kUnits[unit]);
-  return buf;
-}
 
 const char* PolicyText(uint8_t policy) {
   return policy <= static_cast<uint8_t>(Policy::kEvict)
@@ -196,73 +185,96 @@ void PrintText(const NodeView& v, FILE* out) {
   }
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-std::string JsonOwners(const uint64_t (&bytes)[kOwnerCount]) {
-  std::string out = "{";
+void JsonOwners(const uint64_t (&bytes)[kOwnerCount], JsonWriter* json) {
+  json->BeginObject();
   for (int o = 0; o < kOwnerCount; ++o) {
-    out += std::string(o == 0 ? "" : ", ") + "\"" +
-           budget::OwnerName(static_cast<Owner>(o)) +
-           "\": " + std::to_string(bytes[o]);
+    json->Key(budget::OwnerName(static_cast<Owner>(o)));
+    json->Uint(bytes[o]);
   }
-  return out + "}";
+  json->EndObject();
 }
 
 void PrintJson(const NodeView& v, FILE* out) {
-  fprintf(out, "{\n  \"ledger\": %s,\n  \"exists\": true,\n  \"shared\": %s,\n",
-          JsonString(v.path).c_str(), v.shared ? "true" : "false");
-  fprintf(out, "  \"layout_version\": %u,\n", budget::kLedgerVersion);
-  fprintf(out, "  \"reclaimed_now\": ");
+  std::string text;
+  JsonWriter json(&text);
+  json.BeginObject();
+  json.Key("ledger");
+  json.String(v.path);
+  json.Key("exists");
+  json.Bool(true);
+  json.Key("shared");
+  json.Bool(v.shared);
+  json.Key("layout_version");
+  json.Uint(budget::kLedgerVersion);
+  json.Key("reclaimed_now");
   if (v.reclaimed_now_checked) {
-    fprintf(out, "{\"processes\": %u, \"bytes\": %" PRIu64 "},\n",
-            v.reclaimed_now, v.reclaimed_now_bytes);
+    json.BeginObject();
+    json.Key("processes");
+    json.Uint(v.reclaimed_now);
+    json.Key("bytes");
+    json.Uint(v.reclaimed_now_bytes);
+    json.EndObject();
   } else {
-    fprintf(out, "null,\n");
+    json.Null();  // read-only access: nothing was reclaimed
   }
-  fprintf(out,
-          "  \"node_budget_bytes\": %" PRIu64 ",\n  \"pinned_bytes\": %" PRIu64
-          ",\n  \"headroom_bytes\": %" PRIu64 ",\n  \"pinned_by_owner\": %s,\n",
-          v.budget, v.pinned, v.headroom(), JsonOwners(v.by_owner).c_str());
-  fprintf(out,
-          "  \"counters\": {\"grants\": %" PRIu64 ", \"denials\": %" PRIu64
-          ", \"fallbacks\": %" PRIu64 ", \"evictions\": %" PRIu64
-          ", \"evicted_bytes\": %" PRIu64 ", \"lock_recoveries\": %" PRIu64
-          ", \"reclaimed_processes\": %" PRIu64
-          ", \"reclaimed_bytes\": %" PRIu64 "},\n",
-          v.grants, v.denials, v.fallbacks, v.evictions, v.evicted_bytes,
-          v.recoveries, v.reclaimed_processes, v.reclaimed_bytes);
-  fprintf(out, "  \"processes\": [");
-  for (size_t i = 0; i < v.processes.size(); ++i) {
-    const ProcessRow& r = v.processes[i];
-    fprintf(
-        out,
-        "%s\n    {\"pid\": %u, \"command\": %s, \"same_pid_namespace\": %s, "
-        "\"policy\": \"%s\", \"pinned_bytes\": %" PRIu64
-        ", \"pinned_by_owner\": %s, \"process_budget_bytes\": %" PRIu64
-        ", \"grants\": %" PRIu64 ", \"denials\": %" PRIu64
-        ", \"fallbacks\": %" PRIu64 ", \"evictions\": %" PRIu64
-        ", \"evicted_bytes\": %" PRIu64 "}",
-        i == 0 ? "" : ",", r.pid, JsonString(r.command).c_str(),
-        r.same_pid_ns ? "true" : "false", PolicyText(r.policy), r.total,
-        JsonOwners(r.bytes).c_str(), r.process_budget, r.grants, r.denials,
-        r.fallbacks, r.evictions, r.evicted_bytes);
+  json.Key("node_budget_bytes");
+  json.Uint(v.budget);
+  json.Key("pinned_bytes");
+  json.Uint(v.pinned);
+  json.Key("headroom_bytes");
+  json.Uint(v.headroom());
+  json.Key("pinned_by_owner");
+  JsonOwners(v.by_owner, &json);
+  const std::pair<const char*, uint64_t> counters[] = {
+      {"grants", v.grants},
+      {"denials", v.denials},
+      {"fallbacks", v.fallbacks},
+      {"evictions", v.evictions},
+      {"evicted_bytes", v.evicted_bytes},
+      {"lock_recoveries", v.recoveries},
+      {"reclaimed_processes", v.reclaimed_processes},
+      {"reclaimed_bytes", v.reclaimed_bytes},
+  };
+  json.Key("counters");
+  json.BeginObject();
+  for (const auto& [name, value] : counters) {
+    json.Key(name);
+    json.Uint(value);
   }
-  fprintf(out, "%s]\n}\n", v.processes.empty() ? "" : "\n  ");
+  json.EndObject();
+  json.Key("processes");
+  json.BeginArray();
+  for (const ProcessRow& r : v.processes) {
+    json.BeginObject();
+    json.Key("pid");
+    json.Uint(r.pid);
+    json.Key("command");
+    json.String(r.command);
+    json.Key("same_pid_namespace");
+    json.Bool(r.same_pid_ns);
+    json.Key("policy");
+    json.String(PolicyText(r.policy));
+    json.Key("pinned_bytes");
+    json.Uint(r.total);
+    json.Key("pinned_by_owner");
+    JsonOwners(r.bytes, &json);
+    const std::pair<const char*, uint64_t> fields[] = {
+        {"process_budget_bytes", r.process_budget},
+        {"grants", r.grants},
+        {"denials", r.denials},
+        {"fallbacks", r.fallbacks},
+        {"evictions", r.evictions},
+        {"evicted_bytes", r.evicted_bytes},
+    };
+    for (const auto& [name, value] : fields) {
+      json.Key(name);
+      json.Uint(value);
+    }
+    json.EndObject();
+  }
+  json.EndArray();
+  json.EndObject();
+  fprintf(out, "%s\n", text.c_str());
 }
 
 // The PINSHIM_LEDGER_SHARED setting the library would see here.
@@ -335,8 +347,15 @@ int ShowStatus(const StatusRequest& request, FILE* out, FILE* err) {
       break;
     case LedgerOpen::kMissing:
       if (request.json) {
-        fprintf(out, "{\n  \"ledger\": %s,\n  \"exists\": false\n}\n",
-                JsonString(view.path).c_str());
+        std::string text;
+        JsonWriter json(&text);
+        json.BeginObject();
+        json.Key("ledger");
+        json.String(view.path);
+        json.Key("exists");
+        json.Bool(false);
+        json.EndObject();
+        fprintf(out, "%s\n", text.c_str());
       } else {
         fprintf(
             out,
@@ -373,17 +392,14 @@ int RunStatusCommand(int argc, char** argv) {
     } else if (arg == "--shared") {
       request.shared = true;
     } else if (arg == "--ledger" || arg.rfind("--ledger=", 0) == 0) {
-      if (arg == "--ledger" && i + 1 >= argc) {
-        fprintf(stderr,
-                "pinshim status: --ledger needs a PATH; see pinshim status "
-                "--help\n");
-        return kExitProblem;
+      if (arg == "--ledger") {
+        request.ledger_path = i + 1 < argc ? argv[++i] : "";
+      } else {
+        request.ledger_path = arg.substr(9);
       }
-      request.ledger_path = arg == "--ledger" ? argv[++i] : arg.substr(9);
       if (request.ledger_path.empty()) {
-        fprintf(stderr,
-                "pinshim status: --ledger needs a PATH; see pinshim status "
-                "--help\n");
+        fprintf(stderr, "pinshim status: --ledger needs a PATH; see %s\n",
+                "pinshim status --help");
         return kExitProblem;
       }
     } else {

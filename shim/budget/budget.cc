@@ -80,6 +80,16 @@ const char* LimiterName(Limiter limiter) {
   return "unknown";
 }
 
+BudgetOptions BudgetOptionsFromConfig(const Config& config) {
+  BudgetOptions options;
+  options.process_bytes = config.has_budget ? config.budget_bytes : 0;
+  options.node_bytes = config.has_node_budget ? config.node_budget_bytes : 0;
+  options.policy = config.policy;
+  options.shared_ledger = config.ledger_shared;
+  options.metrics_path = config.metrics_file;
+  return options;
+}
+
 Budget& Budget::Process() { return g_process_budget; }
 
 BudgetStatus Budget::Init(const BudgetOptions& options) {
@@ -177,8 +187,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
         if (in_force != options.node_bytes) {
           snprintf(status.message, sizeof(status.message),
                    "node budget of %llu bytes set by other running processes "
-                   "is smaller "
-                   "than the configured %llu; using %llu",
+                   "is smaller than the configured %llu; using %llu",
                    static_cast<unsigned long long>(in_force),
                    static_cast<unsigned long long>(options.node_bytes),
                    static_cast<unsigned long long>(in_force));
@@ -218,7 +227,10 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
         evicted = evictor(shortfall);
         t_evicting = false;
         evictor_called = true;
-        CountEviction(evicted);
+        Count(&Budget::evictions_, &LedgerSlot::evictions,
+              &LedgerHeader::evictions, 1);
+        Count(&Budget::evicted_bytes_, &LedgerSlot::evicted_bytes,
+              &LedgerHeader::evicted_bytes, evicted);
         uint64_t ignored;
         granted = TryCharge(owner, bytes, &ignored) == Limiter::kNone;
       }
@@ -228,7 +240,12 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
           policy == Policy::kFallback ? Decision::kFallback : Decision::kDenied;
     }
   }
-  if (decision != Decision::kGranted) CountRefusal(decision);
+  if (decision == Decision::kDenied) {
+    Count(&Budget::denials_, &LedgerSlot::denials, &LedgerHeader::denials, 1);
+  } else if (decision == Decision::kFallback) {
+    Count(&Budget::fallbacks_, &LedgerSlot::fallbacks, &LedgerHeader::fallbacks,
+          1);
+  }
   Recorder recorder = recorder_.load(std::memory_order_acquire);
   if (recorder != nullptr) {
     DecisionRecord record;
@@ -315,8 +332,7 @@ int32_t Budget::EnsureSlotLocked() {
   if (claimed < 0) {
     snprintf(message_, sizeof(message_),
              "node ledger is full (4096 processes); node budget off for pid "
-             "%u, enforcing the "
-             "process budget only",
+             "%u, enforcing the process budget only",
              self_.pid);
     slot_.store(kSlotOff, kRelaxed);
     return kSlotOff;
@@ -357,29 +373,14 @@ bool Budget::OwnsSlotLocked(int32_t slot) const {
          s.start_time.load(kRelaxed) == self_.start_time;
 }
 
-void Budget::CountRefusal(Decision decision) {
-  const bool denied = decision == Decision::kDenied;
-  (denied ? denials_ : fallbacks_).fetch_add(1, kRelaxed);
+void Budget::Count(Counter local, SlotCounter in_slot, HeaderCounter in_header,
+                   uint64_t n) {
+  // Atomic adds without the lock: these rare counters never decide anything.
+  (this->*local).fetch_add(n, kRelaxed);
   const int32_t slot = slot_.load(kRelaxed);
   if (slot >= 0) {
-    LedgerSlot& s = ledger_.slot(slot);
-    LedgerHeader& h = ledger_.header();
-    (denied ? s.denials : s.fallbacks).fetch_add(1, kRelaxed);
-    (denied ? h.denials : h.fallbacks).fetch_add(1, kRelaxed);
-  }
-}
-
-void Budget::CountEviction(uint64_t evicted) {
-  evictions_.fetch_add(1, kRelaxed);
-  evicted_bytes_.fetch_add(evicted, kRelaxed);
-  const int32_t slot = slot_.load(kRelaxed);
-  if (slot >= 0) {
-    LedgerSlot& s = ledger_.slot(slot);
-    LedgerHeader& h = ledger_.header();
-    s.evictions.fetch_add(1, kRelaxed);
-    s.evicted_bytes.fetch_add(evicted, kRelaxed);
-    h.evictions.fetch_add(1, kRelaxed);
-    h.evicted_bytes.fetch_add(evicted, kRelaxed);
+    (ledger_.slot(slot).*in_slot).fetch_add(n, kRelaxed);
+    (ledger_.header().*in_header).fetch_add(n, kRelaxed);
   }
 }
 

@@ -93,6 +93,11 @@ struct BudgetOptions {
   const char* metrics_path = nullptr;  // written by Tick(); null or "": none
 };
 
+// The options PINSHIM_BUDGET, PINSHIM_NODE_BUDGET, PINSHIM_POLICY,
+// PINSHIM_LEDGER_SHARED and PINSHIM_METRICS_FILE ask for (kDeny after
+// eviction). The result points into config, which must outlive Init().
+BudgetOptions BudgetOptionsFromConfig(const Config& config);
+
 struct BudgetStatus {
   enum Code : uint8_t {
     kOk = 0,           // message may still hold a note
@@ -216,8 +221,13 @@ class Budget {
   bool NodeRelease(Owner owner, uint64_t bytes, uint64_t* taken);
   int32_t EnsureSlotLocked();
   bool OwnsSlotLocked(int32_t slot) const;
-  void CountRefusal(Decision decision);
-  void CountEviction(uint64_t evicted);
+  using Counter = std::atomic<uint64_t> Budget::*;
+  using SlotCounter = std::atomic<uint64_t> LedgerSlot::*;
+  using HeaderCounter = std::atomic<uint64_t> LedgerHeader::*;
+  // Adds n to a decision counter here, in this process's slot and in the
+  // node's totals.
+  void Count(Counter local, SlotCounter in_slot, HeaderCounter in_header,
+             uint64_t n);
   void ResetCounters();
 
   // Touched by every charge and release: one cache line. While this process

@@ -177,6 +177,35 @@ TEST(ProcessBudgetTest, SixteenThreadsNeverExceed) {
   EXPECT_EQ(s.denials, denied.load());
 }
 
+TEST(ProcessBudgetTest, OptionsComeFromTheConfiguration) {
+  Config config;
+  SetConfigDefaults(64 * kMiB, &config);
+  BudgetOptions o = BudgetOptionsFromConfig(config);
+  EXPECT_EQ(o.process_bytes, 0u);
+  EXPECT_EQ(o.node_bytes, 0u);
+  EXPECT_EQ(o.policy, Policy::kDeny);
+  EXPECT_STREQ(o.metrics_path, "");
+  const char* env[] = {"PINSHIM_BUDGET=2M",
+                       "PINSHIM_NODE_BUDGET=8M",
+                       "PINSHIM_POLICY=evict",
+                       "PINSHIM_LEDGER_SHARED=1",
+                       "PINSHIM_METRICS_FILE=/tmp/p.prom",
+                       "PINSHIM_CONFIG=",
+                       nullptr};
+  ConfigInput input = {};
+  input.envp = const_cast<char* const*>(env);
+  input.physical_bytes = 64 * kMiB;
+  ConfigErrors errors;
+  ASSERT_TRUE(ParseConfig(input, &config, &errors)) << errors.messages[0];
+  o = BudgetOptionsFromConfig(config);
+  EXPECT_EQ(o.process_bytes, 2 * kMiB);
+  EXPECT_EQ(o.node_bytes, 8 * kMiB);
+  EXPECT_EQ(o.policy, Policy::kEvict);
+  EXPECT_EQ(o.after_evict, Policy::kDeny);
+  EXPECT_TRUE(o.shared_ledger);
+  EXPECT_STREQ(o.metrics_path, "/tmp/p.prom");
+}
+
 // --- Policies.
 
 struct FakePool {

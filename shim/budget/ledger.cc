@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <new>
 
 namespace pinshim {
 namespace budget {
@@ -111,8 +110,7 @@ LedgerOpen ForeignLedger(const char* path, uid_t owner, uid_t uid,
   char detail[160];
   snprintf(detail, sizeof(detail),
            "it belongs to uid %u, not to uid %u; refusing it "
-           "(PINSHIM_LEDGER_SHARED=1 "
-           "shares one ledger between users)",
+           "(PINSHIM_LEDGER_SHARED=1 shares one ledger between users)",
            static_cast<unsigned>(owner), static_cast<unsigned>(uid));
   Say(message, len, "node ledger %s: %s", path, detail);
   return LedgerOpen::kForeign;
@@ -230,9 +228,8 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message,
              prefix.slot_bytes != sizeof(LedgerSlot) ||
              static_cast<uint64_t>(st.st_size) != kLedgerFileBytes) {
     snprintf(detail, sizeof(detail),
-             "layout version %u with %u slots of %u bytes in %llu bytes; this "
-             "pinshim "
-             "uses version %u, %u slots of %u bytes in %llu bytes",
+             "layout version %u with %u slots of %u bytes in %llu bytes; "
+             "this pinshim uses version %u, %u slots of %u bytes in %llu bytes",
              prefix.version, prefix.slot_count, prefix.slot_bytes,
              static_cast<unsigned long long>(st.st_size), kLedgerVersion,
              kLedgerSlotCount, static_cast<unsigned>(sizeof(LedgerSlot)),
