@@ -3,8 +3,9 @@
 // and with 16 threads contending (targets: at most 100 ns median
 // uncontended; contended within 5x of that).
 //
-//   bazel run -c opt //bench/budget:budget_bench -- \
+//   bazel run -c opt //bench/budget:budget_bench --
 //       --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
+// (one command line)
 //
 // Variants: Off (enforce mode off: Init never called), Process (process
 // budget only: the lock-free counter), Node (process and node budget: the

@@ -478,12 +478,7 @@ TEST(NodeBudgetTest, ProcessInstanceResetsInChildrenAndReleasesAtExit) {
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0);
   Ledger ledger;
-  char message[512];
-  LedgerOpenOptions o;
-  o.path = path.c_str();
-  o.uid = geteuid();
-  ASSERT_EQ(ledger.Open(o, message, sizeof(message)), LedgerOpen::kOk)
-      << message;
+  ASSERT_TRUE(OpenLedger(path, &ledger));
   EXPECT_EQ(ledger.header().pinned.load(), 0u);
   EXPECT_EQ(ledger.header().reclaimed_processes.load(), 0u)
       << "released at exit, not reclaimed";
@@ -496,13 +491,7 @@ TEST(NodeBudgetTest, ProcessInstanceResetsInChildrenAndReleasesAtExit) {
 TEST(NodeBudgetTest, FullLedgerFallsBackToProcessBudget) {
   const std::string path = UniqueLedgerPath("full");
   Ledger ledger;
-  char message[512];
-  LedgerOpenOptions o;
-  o.path = path.c_str();
-  o.create = true;
-  o.uid = geteuid();
-  ASSERT_EQ(ledger.Open(o, message, sizeof(message)), LedgerOpen::kOk)
-      << message;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
   ProcessIdentity self;
   ReadSelfIdentity(&self);  // alive, so never reclaimed
   ASSERT_TRUE(ledger.Lock());

@@ -49,8 +49,7 @@ TEST(LedgerTest, CreatesAVersionedLedger) {
   char msg[512];
   EXPECT_EQ(ledger.Open(Options(path, false), msg, sizeof(msg)),
             LedgerOpen::kMissing);
-  ASSERT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kOk)
-      << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
   const LedgerPrefix& p = ledger.header().prefix;
   EXPECT_EQ(p.magic, kLedgerMagic);
   EXPECT_EQ(p.version, kLedgerVersion);
@@ -65,9 +64,7 @@ TEST(LedgerTest, CreatesAVersionedLedger) {
   EXPECT_EQ(FilesNamedLike(path), 1) << "no temporary file left behind";
   EXPECT_TRUE(ledger.writable());
   ledger.Close();
-  ASSERT_EQ(ledger.Open(Options(path, false), msg, sizeof(msg)),
-            LedgerOpen::kOk)
-      << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger));
   ledger.Close();
 }
 
@@ -109,10 +106,7 @@ TEST(LedgerTest, RacingCreatorsAllGetTheSameLedger) {
     EXPECT_EQ(WEXITSTATUS(status), 0);
   }
   Ledger ledger;
-  char msg[512];
-  ASSERT_EQ(ledger.Open(Options(path, false), msg, sizeof(msg)),
-            LedgerOpen::kOk)
-      << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger));
   EXPECT_EQ(ledger.header().grants.load(), static_cast<uint64_t>(kProcs))
       << "every process charged into one and the same ledger";
   EXPECT_EQ(FilesNamedLike(path), 1);
@@ -123,8 +117,7 @@ TEST(LedgerTest, RefusesAnotherUsersLedgerUnlessShared) {
   const std::string path = UniqueLedgerPath("foreign");
   Ledger ledger;
   char msg[512];
-  ASSERT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kOk)
-      << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
   ledger.Close();
   LedgerOpenOptions other = Options(path);
   other.uid = geteuid() + 1;  // acting as someone who does not own the file
@@ -210,9 +203,7 @@ int ClaimWithBytes(Ledger& ledger, const ProcessIdentity& id, uint64_t bytes) {
 TEST(LedgerTest, ReclaimsOnlyProcessesThatAreGone) {
   const std::string path = UniqueLedgerPath("reclaim");
   Ledger ledger;
-  char msg[512];
-  ASSERT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kOk)
-      << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
   ledger.header().node_budget.store(1000);
   ProcessIdentity self;
   ReadSelfIdentity(&self);
@@ -251,9 +242,7 @@ TEST(LedgerTest, ReclaimsOnlyProcessesThatAreGone) {
 TEST(LedgerTest, ChargeNeverPassesTheNodeBudget) {
   const std::string path = UniqueLedgerPath("cap");
   Ledger ledger;
-  char msg[512];
-  ASSERT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kOk)
-      << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
   ledger.header().node_budget.store(1000);
   ProcessIdentity self;
   ReadSelfIdentity(&self);
@@ -289,9 +278,7 @@ class DeathInLockTest : public ::testing::TestWithParam<CrashPoint> {};
 TEST_P(DeathInLockTest, NextLockerRepairsTheLedger) {
   const std::string path = UniqueLedgerPath("death");
   Ledger ledger;
-  char msg[512];
-  ASSERT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kOk)
-      << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
   ledger.header().node_budget.store(10000);
   ProcessIdentity self;
   ReadSelfIdentity(&self);
@@ -364,9 +351,7 @@ char ProcessState(pid_t pid) {
 TEST(LedgerTest, WaiterWhoseWakeUpWasLostStillGetsTheLock) {
   const std::string path = UniqueLedgerPath("lost-wake");
   Ledger ledger;
-  char msg[512];
-  ASSERT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kOk)
-      << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
   ASSERT_TRUE(ledger.Lock());
   pid_t waiter = fork();
   if (waiter == 0) {

@@ -129,11 +129,7 @@ int WorkerMain(Shared* shared, int index, const std::string& path,
 // and whenever it holds the lock the totals equal the sum over the slots.
 int ObserverMain(Shared* shared, const std::string& path) {
   Ledger ledger;
-  char msg[512];
-  LedgerOpenOptions o;
-  o.path = path.c_str();
-  o.uid = geteuid();
-  while (ledger.Open(o, msg, sizeof(msg)) != LedgerOpen::kOk) SleepMs(1);
+  while (!OpenLedger(path, &ledger)) SleepMs(1);
   const LedgerHeader& h = ledger.header();
   for (uint64_t i = 0; shared->observer_done.load() == 0; ++i) {
     if (h.pinned.load() > h.node_budget.load())
@@ -187,11 +183,7 @@ void ExpectEveryByteAccountedFor(Shared* shared, const std::string& path,
                                  const std::vector<int>& survivors,
                                  const std::vector<int>& dead) {
   Ledger ledger;
-  char msg[512];
-  LedgerOpenOptions o;
-  o.path = path.c_str();
-  o.uid = geteuid();
-  ASSERT_EQ(ledger.Open(o, msg, sizeof(msg)), LedgerOpen::kOk) << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger));
   ASSERT_TRUE(ledger.Lock());
   ledger.ReclaimDeadLocked();
   const LedgerHeader& h = ledger.header();
@@ -235,11 +227,7 @@ void ExpectEveryByteAccountedFor(Shared* shared, const std::string& path,
 
 void ExpectEmptyLedger(const std::string& path) {
   Ledger ledger;
-  char msg[512];
-  LedgerOpenOptions o;
-  o.path = path.c_str();
-  o.uid = geteuid();
-  ASSERT_EQ(ledger.Open(o, msg, sizeof(msg)), LedgerOpen::kOk) << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger));
   ASSERT_TRUE(ledger.Lock());
   EXPECT_EQ(ledger.header().pinned.load(), 0u);
   for (int k = 0; k < kOwnerCount; ++k)
@@ -344,11 +332,7 @@ TEST(NodeRaceTest, ProcessKilledInsideTheLockIsRepairedAndReclaimed) {
   const std::string path = UniqueLedgerPath("kill-in-lock");
   RunRace(path, {}, 2, 3000);
   Ledger ledger;
-  char msg[512];
-  LedgerOpenOptions o;
-  o.path = path.c_str();
-  o.uid = geteuid();
-  ASSERT_EQ(ledger.Open(o, msg, sizeof(msg)), LedgerOpen::kOk) << msg;
+  ASSERT_TRUE(OpenLedger(path, &ledger));
   EXPECT_GE(ledger.header().recoveries.load(), 1u);
   ledger.Close();
 }

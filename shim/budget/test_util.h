@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "gtest/gtest.h"
+#include "shim/budget/ledger.h"
+
 namespace pinshim {
 namespace budget {
 
@@ -19,6 +22,21 @@ inline std::string UniqueLedgerPath(const std::string& tag) {
                      std::to_string(getpid());
   unlink(path.c_str());
   return path;
+}
+
+// Opens the ledger at path as the current user, creating it if asked.
+inline ::testing::AssertionResult OpenLedger(const std::string& path,
+                                             Ledger* ledger,
+                                             bool create = false) {
+  LedgerOpenOptions options;
+  options.path = path.c_str();
+  options.create = create;
+  options.uid = geteuid();
+  char message[512];
+  if (ledger->Open(options, message, sizeof(message)) == LedgerOpen::kOk) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << message;
 }
 
 // Runs fn in a child process; returns its wait status. fn's return value is
