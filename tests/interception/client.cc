@@ -365,6 +365,48 @@ void Budget() {
   CHECK(d.MemFree(dev));
 }
 
+// Reads write-combined pinned memory from the CPU (the wc-read misuse): the
+// results land in WC memory by a copy from the device, then the CPU reads them.
+void WcRead() {
+  const size_t n = 1 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  char* src = static_cast<char*>(malloc(n));
+  Fill(src, n, 11);
+  CHECK(d.MemcpyHtoD(dev, src, n)); g_expect.h2d++;
+  void* wc = nullptr;
+  CHECK(d.MemHostAlloc(&wc, n, CU_MEMHOSTALLOC_WRITECOMBINED)); g_expect.allocs++;
+  CHECK(d.MemcpyDtoH(wc, dev, n)); g_expect.d2h++;
+  char* sink = static_cast<char*>(malloc(n));
+  memcpy(sink, wc, n);  // the misuse: a CPU read of WC memory
+  printf("wc read: %lx\n", Checksum(sink, n));
+  CHECK(d.MemFreeHost(wc)); g_expect.frees++;
+  free(sink);
+  free(src);
+  CHECK(d.MemFree(dev));
+}
+
+// Nothing to report: pinned once, reused for async copies, synchronized.
+void Clean() {
+  const size_t n = 4 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  void* pinned = nullptr;
+  CHECK(d.MemHostAlloc(&pinned, n, 0)); g_expect.allocs++;
+  CUstream stream;
+  CHECK(d.StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  for (int i = 0; i < 2; ++i) {
+    Fill(pinned, n, i);
+    CHECK(d.MemcpyHtoDAsync(dev, pinned, n, stream)); g_expect.h2d++;
+    CHECK(d.MemcpyDtoHAsync(pinned, dev, n, stream)); g_expect.d2h++;
+    CHECK(d.StreamSynchronize(stream));
+  }
+  printf("clean: %lx\n", Checksum(pinned, n));
+  CHECK(d.StreamDestroy(stream));
+  CHECK(d.MemFreeHost(pinned)); g_expect.frees++;
+  CHECK(d.MemFree(dev));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -379,6 +421,12 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "budget") == 0) {
     LoadDriver(0);
     Budget();
+  } else if (strcmp(scenario, "clean") == 0) {
+    LoadDriver(0);
+    Clean();
+  } else if (strcmp(scenario, "wc_read") == 0) {
+    LoadDriver(0);
+    WcRead();
   } else if (strcmp(scenario, "threads") == 0) {
     LoadDriver(0);
     Threads();

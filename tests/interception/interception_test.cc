@@ -4,6 +4,7 @@
 // calls the program says it made.
 //
 // Arguments (from BUILD): LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR
+// PINSHIM EXAMPLE
 #include <gtest/gtest.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -23,7 +24,7 @@ extern char** environ;
 
 namespace {
 
-std::string g_lib, g_client, g_linked_client, g_fake_dir;
+std::string g_lib, g_client, g_linked_client, g_fake_dir, g_pinshim, g_example;
 
 struct RunResult {
   int status = -1;
@@ -293,6 +294,56 @@ TEST(EnforceTest, BadBudgetFallsBackToObserveWithOneLine) {
   EXPECT_NE(with.err.find("observe mode only"), std::string::npos) << with.err;
 }
 
+// The trace path end to end: a program under the library with a trace
+// directory, then `pinshim report --format json` on it.
+std::string ReportJson(const std::vector<std::string>& program, const std::string& trace_dir) {
+  RunResult r = RunProgram(program, true, {"PINSHIM_TRACE_DIR=" + trace_dir});
+  EXPECT_EQ(r.status, 0) << r.err;
+  RunResult report = RunProgram({g_pinshim, "report", "--format", "json", trace_dir}, false);
+  EXPECT_EQ(report.status, 0) << report.err;
+  return report.out;
+}
+
+// The finding of `rule` in the JSON report names `file`:`line` as its site.
+bool HasFinding(const std::string& pretty, const std::string& rule, const std::string& file,
+                int line) {
+  std::string json;  // without layout whitespace (paths here have no blanks)
+  for (char c : pretty) {
+    if (c != ' ' && c != '\n') json += c;
+  }
+  size_t at = 0;
+  const std::string key = "\"rule\":\"" + rule + "\"";
+  while ((at = json.find(key, at)) != std::string::npos) {
+    size_t site = json.find("\"site\"", at);
+    size_t next = json.find("\"rule\":", at + key.size());
+    if (site != std::string::npos && (next == std::string::npos || site < next)) {
+      std::string window = json.substr(site, 400);
+      if (window.find(file) != std::string::npos &&
+          window.find("\"line\":" + std::to_string(line)) != std::string::npos) {
+        return true;
+      }
+    }
+    at += key.size();
+  }
+  return false;
+}
+
+TEST(TraceTest, ExampleFindingsNameTheProgramsLines) {
+  std::string json = ReportJson({g_example, "8"}, MakeTempDir());
+  EXPECT_TRUE(HasFinding(json, "async-pageable", "tests/programs/copy_loop_example.cc", 71)) << json;
+  EXPECT_TRUE(HasFinding(json, "pinned-churn", "tests/programs/copy_loop_example.cc", 73)) << json;
+}
+
+TEST(TraceTest, WriteCombinedReadThroughMemcpyIsFound) {
+  std::string json = ReportJson({g_client, "wc_read"}, MakeTempDir());
+  EXPECT_TRUE(HasFinding(json, "wc-read", "tests/interception/client.cc", 381)) << json;
+}
+
+TEST(TraceTest, CleanProgramHasNoFindings) {
+  std::string json = ReportJson({g_client, "clean"}, MakeTempDir());
+  EXPECT_EQ(json.find("\"rule\""), std::string::npos) << json;
+}
+
 TEST(InterceptionTest, ProgramLinkedAgainstLibcuda) {
   CheckTransparentAndCounted({g_linked_client});
 }
@@ -320,8 +371,9 @@ TEST(InterceptionTest, NonCudaProcessesAreUntouched) {
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
-  if (argc < 5) {
-    fprintf(stderr, "usage: %s LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR\n", argv[0]);
+  if (argc < 7) {
+    fprintf(stderr, "usage: %s LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR PINSHIM EXAMPLE\n",
+            argv[0]);
     return 2;
   }
   char buf[4096];
@@ -332,5 +384,7 @@ int main(int argc, char** argv) {
   g_client = abs(argv[2]);
   g_linked_client = abs(argv[3]);
   g_fake_dir = abs(argv[4]);
+  g_pinshim = abs(argv[5]);
+  g_example = abs(argv[6]);
   return RUN_ALL_TESTS();
 }
