@@ -22,7 +22,7 @@ class Replay : public EventVisitor {
     if (end > summary_.last_ns) summary_.last_ns = end;
     if (e.tid != last_tid_) {
       last_tid_ = e.tid;
-      if (tids_.insert(e.tid).second) ++summary_.threads;
+      NoteThread(e.tid);
     }
     switch (e.type) {
       case trace::EventType::kCopy: Copy(e); break;
@@ -145,6 +145,16 @@ class Replay : public EventVisitor {
     for (auto& r : rules_) r->OnSample(e);
   }
 
+  // Threads interleave in the merged stream: a few are looked up linearly
+  // before the set is used.
+  void NoteThread(uint32_t tid) {
+    for (uint32_t t : recent_tids_) {
+      if (t == tid) return;
+    }
+    if (tids_.insert(tid).second) ++summary_.threads;
+    recent_tids_[recent_next_++ % 8] = tid;
+  }
+
   void NotePinned(uint64_t bytes, uint64_t t) {
     if (bytes > summary_.peak_pinned) {
       summary_.peak_pinned = bytes;
@@ -157,7 +167,9 @@ class Replay : public EventVisitor {
   std::map<uint64_t, PinnedAlloc> pinned_;
   std::unordered_map<uint64_t, HostAlloc> host_;
   std::unordered_set<uint32_t> tids_;
-  uint32_t last_tid_ = 0;
+  uint32_t recent_tids_[8] = {~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u};
+  uint32_t recent_next_ = 0;
+  uint32_t last_tid_ = ~0u;
   uint64_t pin_seq_ = 0;
 };
 

@@ -81,6 +81,7 @@ struct Global {
   std::atomic<uint64_t> dropped{0};
   std::atomic<uint64_t> batches{0};
   std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> samples{0};
   pthread_key_t key{};
   bool key_ok = false;
   // Sampler thread.
@@ -477,6 +478,7 @@ void TakeSample(uint64_t now) {
   if (b == nullptr) return;
   AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendSample(s); });
   Leave();
+  g.samples.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Writes out batches that have waited too long in threads that went quiet.
@@ -784,6 +786,7 @@ RecorderStats GetRecorderStats() {
   s.dropped = g.dropped.load();
   s.batches_written = g.batches.load();
   s.bytes_written = g.bytes.load();
+  s.samples_taken = g.samples.load();
   return s;
 }
 

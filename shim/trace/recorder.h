@@ -113,6 +113,7 @@ struct RecorderStats {
   uint64_t dropped;             // process-wide
   uint64_t batches_written;
   uint64_t bytes_written;
+  uint64_t samples_taken;
 };
 RecorderStats GetRecorderStats();
 

@@ -97,7 +97,8 @@ TEST(Recorder, WritesAReadableTraceWithCompactCopies) {
   trace::RecordPin(pin, 0);
   EXPECT_TRUE(trace::CheckWcRead(buffer + 10, 16, trace::WcReadVia::kMemcpy));
   EXPECT_FALSE(trace::CheckWcRead(buffer + 8192, 16, trace::WcReadVia::kMemcpy));
-  usleep(20000);  // a few samples
+  // The sampler runs every 5 ms; wait for it, however loaded the machine.
+  for (int i = 0; i < 2000 && trace::GetRecorderStats().samples_taken == 0; ++i) usleep(5000);
   trace::SyncEvent sync{};
   sync.kind = trace::SyncKind::kContextSynchronize;
   sync.start_ns = Now();

@@ -9,8 +9,8 @@
 // pinning, while a configured limit is what RDMA registration of the same
 // memory runs into.
 #include <algorithm>
-#include <map>
 #include <memory>
+#include <unordered_map>
 
 #include "analyzer/report/format.h"
 #include "analyzer/report/rules/rule.h"
@@ -38,7 +38,14 @@ class OverPinning : public Rule {
   }
 
   void OnPin(const Event& e, const PinnedAlloc& a) override {
-    live_[a.seq] = Live{a.bytes, a.stack, 1};
+    // A range pinned again without a release in the trace replaces the old one.
+    auto old = live_.find(a.ptr);
+    if (old != live_.end()) Forget(old);
+    live_[a.ptr] = Live{a.bytes, a.stack, 1};
+    Live& site = by_site_[a.stack];
+    site.bytes += a.bytes;
+    site.stack = a.stack;
+    ++site.count;
     pinned_ += a.bytes;
     if (a.bytes > largest_bytes_) {
       largest_bytes_ = a.bytes;
@@ -47,16 +54,19 @@ class OverPinning : public Rule {
     if (pinned_ > peak_) {
       peak_ = pinned_;
       peak_ns_ = e.time_ns;
-      SnapshotTop();
+      // Which sites hold the memory: taken again only when the peak has grown
+      // by a percent, so a trace that pins ever more stays linear.
+      if (pinned_ > snapshot_peak_ + snapshot_peak_ / 100 || top_at_peak_.empty()) {
+        snapshot_peak_ = pinned_;
+        SnapshotTop();
+      }
     }
   }
 
   void OnUnpin(const Event&, const PinnedAlloc* a) override {
     if (a == nullptr) return;
-    auto it = live_.find(a->seq);
-    if (it == live_.end()) return;
-    pinned_ -= std::min(pinned_, it->second.bytes);
-    live_.erase(it);
+    auto it = live_.find(a->ptr);
+    if (it != live_.end()) Forget(it);
   }
 
   void OnSample(const Event& e) override {
@@ -147,27 +157,35 @@ class OverPinning : public Rule {
   struct Live {
     uint64_t bytes = 0;
     uint32_t stack = 0;
-    uint64_t count = 1;
+    uint64_t count = 0;
   };
 
-  // The sites holding the most pinned memory, grouped, largest first.
-  void SnapshotTop() {
-    std::map<uint32_t, Live> by_site;
-    for (const auto& kv : live_) {
-      Live& l = by_site[kv.second.stack];
-      l.stack = kv.second.stack;
-      l.bytes += kv.second.bytes;
-      ++l.count;
+  void Forget(std::unordered_map<uint64_t, Live>::iterator it) {
+    pinned_ -= std::min(pinned_, it->second.bytes);
+    auto site = by_site_.find(it->second.stack);
+    if (site != by_site_.end()) {
+      site->second.bytes -= std::min(site->second.bytes, it->second.bytes);
+      if (--site->second.count == 0) by_site_.erase(site);
     }
-    top_at_peak_.clear();
-    for (const auto& kv : by_site) top_at_peak_.push_back(kv.second);
-    std::sort(top_at_peak_.begin(), top_at_peak_.end(),
-              [](const Live& a, const Live& b) { return a.bytes > b.bytes; });
-    if (top_at_peak_.size() > 3) top_at_peak_.resize(3);
+    live_.erase(it);
   }
 
-  std::map<uint64_t, Live> live_;
+  // The sites holding the most pinned memory now, largest first.
+  void SnapshotTop() {
+    top_at_peak_.clear();
+    for (const auto& kv : by_site_) top_at_peak_.push_back(kv.second);
+    size_t keep = std::min<size_t>(3, top_at_peak_.size());
+    std::partial_sort(top_at_peak_.begin(), top_at_peak_.begin() + keep, top_at_peak_.end(),
+                      [](const Live& a, const Live& b) {
+                        return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack;
+                      });
+    top_at_peak_.resize(keep);
+  }
+
+  std::unordered_map<uint64_t, Live> live_;       // by address
+  std::unordered_map<uint32_t, Live> by_site_;    // live bytes per allocation site
   std::vector<Live> top_at_peak_;
+  uint64_t snapshot_peak_ = 0;
   uint64_t pinned_ = 0;
   uint64_t peak_ = 0;
   uint64_t peak_ns_ = 0;

@@ -20,15 +20,10 @@ class PageableHot : public Rule {
 
   void OnCopy(const Event& e, const PinnedAlloc*, const HostAlloc* host) override {
     if (!e.IsHostDeviceCopy() || e.HostKind() != MemKind::kPageable) return;
-    if (e.bytes != last_bytes_ || e.dir != last_dir_) {
-      last_bytes_ = e.bytes;
-      last_dir_ = e.dir;
-      last_loss_ = model_->PageableLoss(e.dir, e.bytes);
-    }
     SiteStats& s = sites_[e.stack];
     ++s.copies;
     s.bytes += e.bytes;
-    s.lost += last_loss_;
+    s.lost += Loss(e.dir, e.bytes);
     s.call_ns += e.duration_ns;
     ++s.by_dir[e.dir == CopyDir::kDeviceToHost ? 1 : 0];
     // Buffers: the tracked allocation, else the address itself.
@@ -141,10 +136,25 @@ class PageableHot : public Rule {
     Buffer* last_buffer = nullptr;
   };
 
+  // The model interpolates on log(size); programs copy a handful of sizes,
+  // so the answers are remembered (direct-mapped).
+  double Loss(CopyDir dir, uint64_t bytes) {
+    uint64_t key = bytes * 2 + (dir == CopyDir::kDeviceToHost ? 1 : 0);
+    LossEntry& c = loss_cache_[(key ^ (key >> 17)) % kLossCacheSize];
+    if (c.key != key) {
+      c.key = key;
+      c.loss = model_->PageableLoss(dir, bytes);
+    }
+    return c.loss;
+  }
+
+  static constexpr size_t kLossCacheSize = 64;
+  struct LossEntry {
+    uint64_t key = ~0ull;
+    double loss = 0;
+  };
   SiteTable<SiteStats> sites_;
-  uint64_t last_bytes_ = ~0ull;
-  CopyDir last_dir_ = CopyDir::kHostToDevice;
-  double last_loss_ = 0;
+  LossEntry loss_cache_[kLossCacheSize];
 };
 
 }  // namespace

@@ -59,6 +59,10 @@ Event EventCreate();
 void EventRecord(Event event, Stream stream);
 void EventSynchronize(Event event);
 
+// Reads of write-combined memory the page guard has caught in this process,
+// or -1 when the backend cannot tell (the driver backend).
+long GuardedReadsSoFar();
+
 }  // namespace cuda
 }  // namespace testing
 }  // namespace pinshim

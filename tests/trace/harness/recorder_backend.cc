@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "shim/trace/recorder.h"
+#include "shim/trace/wc_guard.h"
 #include "tests/trace/harness/cuda_harness.h"
 
 namespace pinshim {
@@ -404,6 +405,8 @@ void EventRecord(Event e, Stream s) {
 void EventSynchronize(Event e) {
   Sync(kEventSyncApi, trace::SyncKind::kEventSynchronize, nullptr, e, Now());
 }
+
+long GuardedReadsSoFar() { return static_cast<long>(trace::WcGuardReads()); }
 
 }  // namespace cuda
 }  // namespace testing
