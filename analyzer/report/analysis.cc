@@ -266,6 +266,7 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
     f.explanation = resolver.Expand(f.explanation);
     f.fix = resolver.Expand(f.fix);
     f.processes = {0};
+    f.seconds_lost_by_process = {f.seconds_lost};
   }
   SortFindings(&report.findings);
   report.symbol_problems = sym.Problems();

@@ -95,6 +95,7 @@ struct Finding {
   double seconds_lost = 0;    // estimate; 0 when the rule cannot estimate
   std::string fix;            // concrete advice; "{site:N}" expands too
   std::vector<int> processes; // indices of the processes it was found in
+  std::vector<double> seconds_lost_by_process;  // aligned with `processes`
 };
 
 }  // namespace report

@@ -224,6 +224,10 @@ void WriteJsonReport(const MergedReport& r, std::string* out) {
     w.BeginArray();
     for (int p : f.processes) w.Int(p);
     w.EndArray();
+    w.Key("seconds_lost_by_process");
+    w.BeginArray();
+    for (double s : f.seconds_lost_by_process) w.Double(s);
+    w.EndArray();
     w.EndObject();
   }
   w.EndArray();

@@ -1,5 +1,6 @@
 #include "analyzer/report/merge.h"
 
+#include <algorithm>
 #include <map>
 
 namespace pinshim {
@@ -18,21 +19,24 @@ MergedReport Merge(std::vector<ProcessReport> processes) {
         index[key] = m.findings.size();
         Finding copy = f;
         copy.processes = {static_cast<int>(p)};
+        copy.seconds_lost_by_process = {f.seconds_lost};
         m.findings.push_back(std::move(copy));
         continue;
       }
       Finding& into = m.findings[it->second];
-      bool bigger = f.seconds_lost > into.seconds_lost;
-      double total = into.seconds_lost + f.seconds_lost;
       std::vector<int> procs = into.processes;
+      std::vector<double> losses = into.seconds_lost_by_process;
+      double largest_before = *std::max_element(losses.begin(), losses.end());
       procs.push_back(static_cast<int>(p));
-      if (bigger) {
-        // The process with the larger loss provides the text and evidence.
-        into = f;
-      }
-      if (f.severity > into.severity) into.severity = f.severity;
+      losses.push_back(f.seconds_lost);
+      double total = into.seconds_lost + f.seconds_lost;
+      Severity worst = std::max(into.severity, f.severity);
+      // The process that lost the most provides the text and evidence.
+      if (f.seconds_lost > largest_before) into = f;
+      into.severity = worst;
       into.seconds_lost = total;
-      into.processes = procs;
+      into.processes = std::move(procs);
+      into.seconds_lost_by_process = std::move(losses);
     }
   }
   SortFindings(&m.findings);

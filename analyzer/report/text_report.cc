@@ -198,7 +198,12 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
     *out += f.seconds_lost > 0 ? "  est. " + FormatSeconds(f.seconds_lost) + " lost" : "";
     if (r.processes.size() > 1) {
       std::string procs;
-      for (int p : f.processes) procs += (procs.empty() ? "p" : ", p") + std::to_string(p);
+      for (size_t k = 0; k < f.processes.size(); ++k) {
+        procs += (k ? ", p" : "p") + std::to_string(f.processes[k]);
+        if (k < f.seconds_lost_by_process.size() && f.seconds_lost_by_process[k] > 0) {
+          procs += " (" + FormatSeconds(f.seconds_lost_by_process[k]) + ")";
+        }
+      }
       *out += "  in " + procs;
     }
     *out += "\n    " + f.explanation + "\n";

@@ -208,6 +208,15 @@ class ProcessesTest(unittest.TestCase):
         f = [f for f in data["findings"] if f["rule"] == "pageable-hot"]
         self.assertEqual(len(f), 1)
         self.assertEqual(sorted(f[0]["processes"]), [0, 1, 2])
+        by_process = f[0]["seconds_lost_by_process"]
+        self.assertEqual(len(by_process), 3)
+        self.assertAlmostEqual(sum(by_process), f[0]["estimated_seconds_lost"])
+        # 5, 6 and 7 copies of the same size: losses in that proportion.
+        losses = dict(zip(f[0]["processes"], by_process))
+        ordered = [losses[procs.index(p)] for p in (parent, child, after_exec)]
+        self.assertAlmostEqual(ordered[0] / 5, ordered[2] / 7)
+        self.assertLess(ordered[0], ordered[1])
+        self.assertLess(ordered[1], ordered[2])
 
 
 class PerfettoTest(unittest.TestCase):

@@ -5,6 +5,7 @@
 // with the device-map flag are left out: kernels may read them directly,
 // which pinshim does not see.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "analyzer/report/format.h"
@@ -44,13 +45,12 @@ class PinnedUnused : public Rule {
                       use + " while pinned for " + FormatSeconds(s.lifetime_s) +
                       (s.live_at_end ? " (some still pinned at the end)" : "") +
                       "; the pinned pages were kept from the rest of the system for nothing.";
-      char weight[32];
-      snprintf(weight, sizeof(weight), "%.3f", s.byte_seconds / (1024.0 * 1024.0 * 1024.0));
+      double gib_seconds = std::round(s.byte_seconds / (1024.0 * 1024.0 * 1024.0) * 1000) / 1000;
       f.evidence.Set("allocations", Value::Int(static_cast<int64_t>(s.allocations)))
           .Set("bytes", Value::Bytes(s.bytes))
           .Set("copies", Value::Int(static_cast<int64_t>(s.copies)))
           .Set("pinned_for", Value::Seconds(s.lifetime_s))
-          .Set("gib_seconds", Value::Double(atof(weight)))
+          .Set("gib_seconds", Value::Double(gib_seconds))
           .Set("time_pinning", Value::Seconds(s.call_ns * 1e-9));
       f.fix = "Do not pin memory that no transfer uses: allocate it with malloc, or pin only the "
               "staging buffer that copies go through. If kernels read it directly (zero-copy), "
