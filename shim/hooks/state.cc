@@ -4,6 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -43,6 +46,8 @@ void Next(T* out, const char* name) {
   *out = reinterpret_cast<T>(dlsym(RTLD_NEXT, name));
 }
 
+void StartMetricsThread();
+
 void AtForkPrepare() {
   g_allocations.LockForFork();
   g_registrations.LockForFork();
@@ -60,6 +65,7 @@ void AtForkChild() {
   // (and so the registries) stays valid.
   ResetStats();
   trace::RecorderAfterForkInChild();
+  StartMetricsThread();
 }
 
 void WriteSummaryAtExit() {
@@ -83,6 +89,38 @@ void WriteSummaryAtExit() {
   }
   WriteSummary(fd, getpid(), program, mode, ApiName);
   close(fd);
+}
+
+// The metrics file is rewritten every few seconds by a thread of pinshim's
+// own, started only when PINSHIM_METRICS_FILE is set in enforce mode. It takes
+// none of the program's signals. A fork child starts its own.
+constexpr unsigned kMetricsPeriodMs = 2000;
+
+void* MetricsMain(void*) {
+  prctl(PR_SET_NAME, "pinshim-metrics", 0, 0, 0);
+  ++t_depth;
+  for (;;) {
+    budget::Budget::Process().Tick();
+    struct timespec ts = {kMetricsPeriodMs / 1000, (kMetricsPeriodMs % 1000) * 1000000L};
+    nanosleep(&ts, nullptr);
+  }
+  return nullptr;
+}
+
+void StartMetricsThread() {
+  if (!g_enforce || g_config.metrics_file[0] == '\0') return;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  if (pthread_create(&thread, &attr, MetricsMain, nullptr) != 0) {
+    LogLine("cannot start the metrics thread; %s will not be updated", g_config.metrics_file);
+  }
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 // Enforce mode: the budgets from the configuration. Without any budget there
@@ -215,7 +253,10 @@ void Init() {
   }
   pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
   g_track_threshold = g_config.track_threshold_bytes;
-  if ((g_config.mode & kModeEnforce) != 0) StartEnforcing();
+  if ((g_config.mode & kModeEnforce) != 0) {
+    StartEnforcing();
+    StartMetricsThread();
+  }
   if (g_config.trace_dir[0] != '\0') StartTracing();
   g_init_state.store(2);
   g_initialized.store(true, std::memory_order_release);
@@ -228,6 +269,10 @@ __attribute__((destructor)) static void PinshimDestructor() {
   ++t_depth;  // nothing pinshim does at exit is the program's to count
   WriteSummaryAtExit();
   trace::StopRecorder();
+  // The last word on this process's counters, however short it ran.
+  if (g_enforce && g_config.metrics_file[0] != '\0') {
+    budget::Budget::Process().WriteMetricsFile(g_config.metrics_file);
+  }
 }
 
 }  // namespace pinshim

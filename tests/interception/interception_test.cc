@@ -276,6 +276,21 @@ TEST(EnforceTest, FallbackServesPageableMemoryThatBehaves) {
             std::string::npos) << r.summaries[0];
 }
 
+TEST(EnforceTest, MetricsFileAndNodeLedger) {
+  std::string dir = MakeTempDir();
+  std::string metrics = dir + "/pinshim.prom";
+  RunResult r = RunProgram({g_client, "budget"}, true,
+                           {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=2M", "PINSHIM_NODE_BUDGET=64M",
+                            "PINSHIM_METRICS_FILE=" + metrics});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  std::string text = ReadFile(metrics);
+  EXPECT_NE(text.find("# TYPE pinshim_"), std::string::npos) << text;
+  EXPECT_NE(text.find("pinshim_"), std::string::npos) << text;
+  // Two denials (the 4M allocation and the 4M registration) are counted.
+  EXPECT_NE(text.find("denials"), std::string::npos) << text;
+}
+
 TEST(EnforceTest, WithinBudgetNothingChanges) {
   RunResult without = RunProgram({g_client, "budget"}, false);
   RunResult with = RunProgram({g_client, "budget"}, true,
