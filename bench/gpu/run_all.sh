@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Everything pinshim measures or checks on a GPU, in one command, from the
+# repository root of a checkout on the GPU machine, with .gpu/ staged by
+# scripts/gpu_bundle.sh:
+#   bash bench/gpu/run_all.sh .gpu
+# Logs and tables go to $OUT (or ./gpu-out); the last lines printed are the
+# summary tables.
+set -uo pipefail
+LIBDIR="$(cd "${1:-.gpu}" && pwd)"
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$LIBDIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nproc
+} > "$OUT/machine.txt" 2>&1
+
+# 1. The GPU tier: programs of every kind under the library, counts and results.
+timeout 900 bash tests/gpu/run_gpu_tier.sh "$LIBDIR" > "$OUT/tier.txt" 2>&1
+tier_rc=$?
+
+# 2. Benchmarks, side by side in one run.
+{
+  echo "== copy bandwidth by size (GB/s, median)"
+  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/copy_bandwidth bench/gpu/copy_bandwidth.cu &&
+    timeout 200 /tmp/copy_bandwidth 268435456
+  echo "== observe-mode overhead"
+  timeout 400 bash bench/gpu/observe_overhead.sh "$LIBDIR" 5
+  for b in "$LIBDIR"/bench/*; do
+    [ -x "$b" ] || continue
+    echo "== $(basename "$b")"
+    timeout 300 "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>&1 | grep -E "median|Run on|^--|Benchmark"
+  done
+  if [ -x "$LIBDIR/optimize_bench.sh" ]; then
+    echo "== optimize mode"
+    timeout 600 bash "$LIBDIR/optimize_bench.sh" "$LIBDIR"
+  fi
+} > "$OUT/bench.txt" 2>&1
+
+tail -n 25 "$OUT/tier.txt"
+cat "$OUT/bench.txt"
+exit $tier_rc
