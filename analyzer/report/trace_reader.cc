@@ -12,6 +12,7 @@
 #include <memory>
 #include <queue>
 
+#include "analyzer/report/format.h"
 #include "shim/trace/crc32c.h"
 
 namespace pinshim {
@@ -33,18 +34,6 @@ bool GetString(const uint8_t** p, const uint8_t* end, std::string* out) {
   out->assign(reinterpret_cast<const char*>(q), static_cast<size_t>(n));
   *p = q + n;
   return true;
-}
-
-std::string HumanBytes(uint64_t n) {
-  char buf[64];
-  if (n < 1024) {
-    snprintf(buf, sizeof(buf), "%llu bytes", static_cast<unsigned long long>(n));
-  } else if (n < (1u << 20)) {
-    snprintf(buf, sizeof(buf), "%.1f KiB", n / 1024.0);
-  } else {
-    snprintf(buf, sizeof(buf), "%.1f MiB", n / 1048576.0);
-  }
-  return buf;
 }
 
 }  // namespace
@@ -642,12 +631,12 @@ std::string TraceReader::DescribeDamage() const {
   uint64_t middle = damage_.skipped_bytes - damage_.torn_tail_bytes;
   if (middle > 0) {
     uint32_t regions = damage_.skipped_regions - (damage_.torn_tail_bytes ? 1 : 0);
-    add("skipped " + HumanBytes(middle) + " of damaged data in " + std::to_string(regions) +
+    add("skipped " + FormatBytes(middle) + " of damaged data in " + std::to_string(regions) +
         (regions == 1 ? " place" : " places") + " (first at offset " +
         std::to_string(damage_.first_bad_offset) + ")");
   }
   if (damage_.torn_tail_bytes > 0) {
-    add("the last " + HumanBytes(damage_.torn_tail_bytes) +
+    add("the last " + FormatBytes(damage_.torn_tail_bytes) +
         " are an unfinished record and were skipped");
   }
   if (damage_.bad_events > 0) {
