@@ -8,14 +8,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:interception_test
          //tests/interception:interception_client //tests/interception:linked_client
-         //tests/programs:copy_loop_example)
+         //tests/programs:copy_loop_example //shim/budget:race_test //shim/budget:budget_test
+         //bench/registry:registry_bench //bench/budget:budget_bench)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
-rm -rf .gpu && mkdir -p .gpu/lib
+rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
 cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/interception_client \
-   bazel-bin/tests/interception/linked_client bazel-bin/tests/programs/copy_loop_example .gpu/
+   bazel-bin/tests/interception/linked_client bazel-bin/tests/programs/copy_loop_example \
+   bazel-bin/shim/budget/race_test bazel-bin/shim/budget/budget_test .gpu/
+cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench .gpu/bench/
 # Shared libraries from this machine's packages that the GPU machine may lack.
-for bin in .gpu/*; do
+for bin in .gpu/* .gpu/bench/*; do
   [ -f "$bin" ] || continue
   ldd "$bin" 2>/dev/null | awk '/=> \/usr\/lib|=> \/lib/ {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
@@ -26,6 +29,8 @@ for bin in .gpu/*; do
 done
 cat > .gpu/cpu_tests.txt <<'TESTS'
 # Run from this folder against the real driver (no simulated driver on the path).
-env LD_LIBRARY_PATH=lib ./interception_test ./libpinshim.so ./interception_client ./linked_client /nonexistent
+env LD_LIBRARY_PATH=needed ./interception_test ./libpinshim.so ./interception_client ./linked_client /nonexistent ./pinshim ./copy_loop_example
+env LD_LIBRARY_PATH=needed ./race_test
+env LD_LIBRARY_PATH=needed ./budget_test
 TESTS
 du -sh .gpu

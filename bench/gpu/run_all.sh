@@ -9,7 +9,16 @@ set -uo pipefail
 LIBDIR="$(cd "${1:-.gpu}" && pwd)"
 OUT="${OUT:-$PWD/gpu-out}"
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$LIBDIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Libraries from the build machine's packages that this machine lacks
+# (libunwind, libbenchmark, ...) go on the library path; those it has stay its own.
+mkdir -p "$LIBDIR/needed"
+for f in "$LIBDIR"/lib/*; do
+  [ -e "$f" ] || continue
+  n=$(basename "$f")
+  ldconfig -p | grep -q " $n " || ln -sf "$f" "$LIBDIR/needed/$n"
+done
+ls "$LIBDIR/needed" > "$OUT/carried_libs.txt"
+export LD_LIBRARY_PATH="$LIBDIR/needed${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
 {
   date -u

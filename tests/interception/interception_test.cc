@@ -53,13 +53,16 @@ RunResult RunProgram(const std::vector<std::string>& argv, bool preload,
               const std::vector<std::string>& extra_env = {}) {
   std::string dir = MakeTempDir();
   std::vector<std::string> env;
+  std::string inherited_path;  // libraries pinshim itself needs may be there
   for (char** e = environ; *e; ++e) {
     std::string v = *e;
+    if (v.rfind("LD_LIBRARY_PATH=", 0) == 0) inherited_path = v.substr(16);
     if (v.rfind("LD_PRELOAD=", 0) == 0 || v.rfind("PINSHIM_", 0) == 0 ||
         v.rfind("LD_LIBRARY_PATH=", 0) == 0) continue;
     env.push_back(v);
   }
-  env.push_back("LD_LIBRARY_PATH=" + g_fake_dir);
+  env.push_back("LD_LIBRARY_PATH=" + g_fake_dir +
+                (inherited_path.empty() ? "" : ":" + inherited_path));
   if (preload) {
     env.push_back("LD_PRELOAD=" + g_lib);
     env.push_back("PINSHIM_SUMMARY=" + dir + "/summary.%p");
