@@ -223,7 +223,8 @@ using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
   if (real_fn == nullptr) return NoDriver();                          \
   if (t_depth > 0 || !g_initialized.load(std::memory_order_relaxed))  \
     return real_fn(__VA_ARGS__);                                      \
-  g_cuda_seen.store(true, std::memory_order_relaxed);                 \
+  if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) \
+    NoteCudaSeen();                                                   \
   DepthGuard depth_guard
 
 // A copy whose shape is computed by `shape_expr` before the call; `async`
@@ -824,7 +825,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
   auto real_fn = Real<Fn>(kApi_cuGetProcAddress_v2);
   if (real_fn == nullptr) return NoDriver();
   if (!g_initialized.load(std::memory_order_acquire)) Init();
-  g_cuda_seen.store(true, std::memory_order_relaxed);
+  if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) NoteCudaSeen();
   CUresult r = real_fn(symbol, pfn, version, flags, status);
   if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && t_depth == 0) {
     *pfn = WrapProcAddressResult(symbol, *pfn, version, flags);
@@ -837,7 +838,7 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_
   auto real_fn = Real<Fn>(kApi_cuGetProcAddress);
   if (real_fn == nullptr) return NoDriver();
   if (!g_initialized.load(std::memory_order_acquire)) Init();
-  g_cuda_seen.store(true, std::memory_order_relaxed);
+  if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) NoteCudaSeen();
   CUresult r = real_fn(symbol, pfn, version, flags);
   if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && t_depth == 0) {
     *pfn = WrapProcAddressResult(symbol, *pfn, version, flags);

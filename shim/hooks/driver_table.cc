@@ -124,7 +124,7 @@ void* WrapDlsymResult(const char* name, void* found) {
   }
   if (!InDriverLibrary(found)) return found;
   g_driver_real[api].store(found, std::memory_order_release);
-  g_cuda_seen.store(true, std::memory_order_relaxed);
+  if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) NoteCudaSeen();
   return e.wrapper;
 }
 

@@ -216,6 +216,15 @@ void ResolveRealFunctions() {
   t_resolving = false;
 }
 
+void NoteCudaSeen() {
+  if (g_cuda_seen.exchange(true)) return;
+  if (!g_initialized.load(std::memory_order_acquire)) Init();
+  if (g_initialized.load(std::memory_order_acquire) && g_config.trace_dir[0] != '\0') {
+    DepthGuard guard;
+    StartTracing();
+  }
+}
+
 uint64_t NextAllocId() { return g_next_alloc_id.fetch_add(1, std::memory_order_relaxed); }
 
 MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
@@ -257,7 +266,6 @@ void Init() {
     StartEnforcing();
     StartMetricsThread();
   }
-  if (g_config.trace_dir[0] != '\0') StartTracing();
   g_init_state.store(2);
   g_initialized.store(true, std::memory_order_release);
   --t_depth;

@@ -376,12 +376,20 @@ TEST(InterceptionTest, NonCudaProcessesAreUntouched) {
                                         "sys.exit(4)"},
   };
   for (const auto& argv : commands) {
+    std::string trace_dir = MakeTempDir();
     RunResult without = RunProgram(argv, false);
-    RunResult with = RunProgram(argv, true);
+    RunResult with = RunProgram(argv, true, {"PINSHIM_TRACE_DIR=" + trace_dir});
     EXPECT_EQ(without.status, with.status) << argv[0];
     EXPECT_EQ(without.out, with.out) << argv[0];
     EXPECT_EQ(without.err, with.err) << argv[0];
     EXPECT_TRUE(with.summaries.empty()) << argv[0];
+    // No trace file either.
+    DIR* dp = opendir(trace_dir.c_str());
+    ASSERT_NE(dp, nullptr);
+    int entries = 0;
+    while (dirent* de = readdir(dp)) entries += de->d_name[0] != '.';
+    closedir(dp);
+    EXPECT_EQ(entries, 0) << argv[0];
   }
 }
 
