@@ -39,18 +39,25 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "Host allocations of at least this size are tracked; below 64 KiB "
      "pinning does not speed copies up."},
     {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none",
-     "a file path", "File the periodic metrics samples are written to."},
+     "a file path",
+     "File enforce mode's metrics (Prometheus text) are rewritten to every "
+     "2 seconds and at exit."},
     {ConfigKey::kSampleMs, "PINSHIM_SAMPLE_MS", "sample_ms", "10",
-     "an integer from 1 to 60000", "Metrics sampling period in milliseconds."},
+     "an integer from 1 to 60000",
+     "How often the trace samples pinned bytes, RSS and swap, in "
+     "milliseconds."},
     {ConfigKey::kPinCap, "PINSHIM_PIN_CAP", "pin_cap", "25%",
      "a size or a percentage of physical memory",
      "Most bytes pinshim itself pins for optimize mode."},
     {ConfigKey::kLedgerShared, "PINSHIM_LEDGER_SHARED", "ledger_shared", "0",
      "0 or 1",
-     "1 keeps the budget ledger in shared memory so processes on the node "
-     "account together."},
+     "1 makes the node's budget ledger one for all users (created "
+     "world-writable) instead of one per user."},
     {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none", "a file path",
-     "File a transfer profile is written to at exit."},
+     "Hot-site profile for optimize mode (not used yet)."},
+    {ConfigKey::kWcGuard, "PINSHIM_WC_GUARD", "wc_guard", "0", "0 or 1",
+     "1 samples plain CPU loads of write-combined pinned memory by briefly "
+     "protecting one of its pages at a time (needs a trace)."},
 };
 
 namespace {
@@ -487,6 +494,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->has_budget = false;
   config->has_node_budget = false;
   config->ledger_shared = false;
+  config->wc_guard = false;
   config->forced_observe = false;
   config->sample_ms = kDefaultSampleMs;
   config->budget_bytes = 0;
@@ -560,6 +568,8 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
       return ParseFlag(value, &config->ledger_shared, err, err_len);
     case ConfigKey::kProfile:
       return CopyPath(value, config->profile, err, err_len);
+    case ConfigKey::kWcGuard:
+      return ParseFlag(value, &config->wc_guard, err, err_len);
     case ConfigKey::kCount:
       break;
   }

@@ -39,6 +39,8 @@
 //       0 or 1
 // | PINSHIM_PROFILE         | profile         | none               |
 //       file path
+// | PINSHIM_WC_GUARD        | wc_guard        | 0                  |
+//       0 or 1
 //
 // Sizes: see size.h (integer or decimal, optional binary unit B/K/M/G/T with
 // optional B or iB, any case, 1K = 1024; or P% of physical memory, 0 < P <=
@@ -100,6 +102,7 @@ enum class ConfigKey : uint8_t {
   kPinCap,
   kLedgerShared,
   kProfile,
+  kWcGuard,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -123,6 +126,7 @@ struct Config {
   bool has_node_budget;  // node_budget_bytes holds a valid PINSHIM_NODE_BUDGET
   bool ledger_shared;
   bool forced_observe;  // an error reduced mode to observe only
+  bool wc_guard;        // sample plain CPU loads of write-combined memory
   uint32_t sample_ms;
   uint64_t budget_bytes;
   uint64_t node_budget_bytes;

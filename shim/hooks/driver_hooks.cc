@@ -68,6 +68,8 @@ inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
 
 // A pointer of unified addressing: pinshim's registries first (host memory
 // and the device allocations it saw), then the driver's own answer.
+void* DriverSymbol(const char* name);
+
 void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
   Region r;
   if (g_registrations.size() != 0 && g_registrations.Lookup(p, &r)) {
@@ -85,12 +87,11 @@ void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
     return;
   }
   using GetAttr = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
-  static GetAttr get_attr = nullptr;
+  static std::atomic<GetAttr> get_attr_fn{nullptr};
+  GetAttr get_attr = get_attr_fn.load(std::memory_order_acquire);
   if (get_attr == nullptr) {
-    // Not a wrapped entry point: ask the driver library directly.
-    void* lib = nullptr;
-    if (g_real.dlopen != nullptr) lib = g_real.dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    if (lib != nullptr) get_attr = reinterpret_cast<GetAttr>(dlsym(lib, "cuPointerGetAttribute"));
+    get_attr = reinterpret_cast<GetAttr>(DriverSymbol("cuPointerGetAttribute"));
+    get_attr_fn.store(get_attr, std::memory_order_release);
   }
   *kind = MemKind::kPageable;
   if (s->host_ptr == nullptr) s->host_ptr = reinterpret_cast<const void*>(p);
@@ -169,6 +170,29 @@ CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
   return s;
 }
 
+// A driver function pinshim calls for itself, straight from libcuda (never
+// through a wrapper). Null when the driver has no such symbol.
+void* DriverSymbol(const char* name) {
+  void* lib = nullptr;
+  if (g_real.dlopen != nullptr) lib = g_real.dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  return lib != nullptr ? dlsym(lib, name) : nullptr;
+}
+
+// The device of the calling thread's current context, -1 when there is none
+// (recorded with each traced copy: the non-portable rule needs it).
+int CurrentDevice() {
+  using GetDevice = CUresult (*)(CUdevice*);
+  static std::atomic<GetDevice> get_device{nullptr};
+  GetDevice fn = get_device.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = reinterpret_cast<GetDevice>(DriverSymbol("cuCtxGetDevice"));
+    if (fn == nullptr) return -1;
+    get_device.store(fn, std::memory_order_release);
+  }
+  CUdevice dev = -1;
+  return fn(&dev) == CUDA_SUCCESS ? static_cast<int>(dev) : -1;
+}
+
 inline void Finish(Api api, const CopyShape& s, CUresult r, bool async, CUstream stream,
                    uint64_t start_ns) {
   const CopyDir dir = DirOf(s);
@@ -188,7 +212,7 @@ inline void Finish(Api api, const CopyShape& s, CUresult r, bool async, CUstream
     e.start_ns = start_ns;
     e.end_ns = NowNs();
     e.result = r;
-    trace::RecordCopy(e);
+    trace::RecordCopy(e, CurrentDevice());
   }
 }
 
@@ -207,7 +231,7 @@ void RecordPinOp(Api api, PinOp op, void* p, uint64_t bytes, uint32_t flags, uin
   e.start_ns = start_ns;
   e.end_ns = NowNs();
   e.result = r;
-  trace::RecordPin(e);
+  trace::RecordPin(e, CurrentDevice());
 }
 
 inline CUresult NoDriver() { return CUDA_ERROR_NOT_INITIALIZED; }

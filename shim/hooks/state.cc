@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "shim/budget/budget.h"
@@ -149,6 +150,7 @@ void StartTracing() {
   options.mode = mode;
   options.sample_ms = g_config.sample_ms;
   options.budget_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
+  options.wc_guard = g_config.wc_guard;
   options.api_name = ApiName;
   options.api_count = kApiCountForTrace();
   char err[512];
@@ -216,13 +218,17 @@ void ResolveRealFunctions() {
   t_resolving = false;
 }
 
-void NoteCudaSeen() {
-  if (g_cuda_seen.exchange(true)) return;
-  if (!g_initialized.load(std::memory_order_acquire)) Init();
-  if (g_initialized.load(std::memory_order_acquire) && g_config.trace_dir[0] != '\0') {
-    DepthGuard guard;
-    StartTracing();
-  }
+void NoteCudaSeen() { g_cuda_seen.store(true, std::memory_order_relaxed); }
+
+void DropTraceIfNoCuda() {
+  // Tracing starts with the process, so that buffers allocated before CUDA
+  // was first touched keep their allocation sites; a process that never
+  // touched CUDA has nothing to report and leaves no file behind.
+  if (g_cuda_seen.load() || !trace::RecorderActive()) return;
+  char path[kConfigPathMax];
+  snprintf(path, sizeof(path), "%s", trace::RecorderTracePath());
+  trace::StopRecorder();
+  if (path[0] != '\0') unlink(path);
 }
 
 uint64_t NextAllocId() { return g_next_alloc_id.fetch_add(1, std::memory_order_relaxed); }
@@ -266,6 +272,7 @@ void Init() {
     StartEnforcing();
     StartMetricsThread();
   }
+  if (g_config.trace_dir[0] != '\0') StartTracing();
   g_init_state.store(2);
   g_initialized.store(true, std::memory_order_release);
   --t_depth;
@@ -276,6 +283,7 @@ __attribute__((constructor(101))) static void PinshimConstructor() { Init(); }
 __attribute__((destructor)) static void PinshimDestructor() {
   ++t_depth;  // nothing pinshim does at exit is the program's to count
   WriteSummaryAtExit();
+  DropTraceIfNoCuda();
   trace::StopRecorder();
   // The last word on this process's counters, however short it ran.
   if (g_enforce && g_config.metrics_file[0] != '\0') {

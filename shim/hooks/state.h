@@ -59,10 +59,11 @@ extern std::atomic<bool> g_initialized PINSHIM_HIDDEN;
 extern uint64_t g_track_threshold PINSHIM_HIDDEN;
 // Set once the process has touched the CUDA driver through a hook.
 extern std::atomic<bool> g_cuda_seen PINSHIM_HIDDEN;
-// Called on the process's first contact with the CUDA driver through a hook:
-// sets g_cuda_seen and starts the trace, if one was asked for. A process that
-// never touches CUDA leaves no trace file and prints nothing.
+// Called on the process's contact with the CUDA driver through a hook. A
+// process that never touches CUDA prints nothing and, at exit or exec,
+// removes its trace file.
 void NoteCudaSeen() PINSHIM_HIDDEN;
+void DropTraceIfNoCuda() PINSHIM_HIDDEN;
 
 // Enforce mode with a budget that Init() could set up.
 extern bool g_enforce PINSHIM_HIDDEN;

@@ -98,7 +98,9 @@ class RulesTest(unittest.TestCase):
         self.assertEqual(len(data["processes"]), 1)
         self.assertTrue(data["processes"][0]["trace_complete"])
         expected = markers(source, "MISUSE")
-        rules = {rule for rule, _ in expected}
+        # TOLERATE(rule) marks a finding that may also appear, depending on
+        # how long the program ran (e.g. pinned memory held a while).
+        rules = {rule for rule, _ in expected} | {rule for rule, _ in markers(source, "TOLERATE")}
         findings = data["findings"]
         described = ["%s at %s" % (f["rule"], f["site"]) for f in findings]
         for f in findings:

@@ -14,9 +14,11 @@ int main() {
   cuda::HostUnregister(buf);  // MISUSE(free-in-flight)
   cuda::StreamSynchronize(stream);
 
-  char* other = static_cast<char*>(cuda::Malloc(kBytes));
-  cuda::HostRegister(other, kBytes);
-  cuda::MemcpyHtoDAsync(dev, other, kBytes, stream);
+  // Below glibc's mmap threshold, so the freed block stays mapped and the copy
+  // still in flight reads stale data rather than faulting.
+  const size_t kSmall = 96 << 10;
+  char* other = static_cast<char*>(cuda::Malloc(kSmall));
+  cuda::HostRegister(other, kSmall); cuda::MemcpyHtoDAsync(dev, other, kSmall, stream);
   cuda::Free(other);  // MISUSE(free-in-flight)
   cuda::StreamSynchronize(stream);
 
