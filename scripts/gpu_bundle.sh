@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:interception_test
          //tests/interception:interception_client //tests/interception:linked_client
          //tests/programs:copy_loop_example //shim/budget:race_test //shim/budget:budget_test
-         //bench/registry:registry_bench //bench/budget:budget_bench)
+         //bench/registry:registry_bench //bench/budget:budget_bench
+         //analyzer/report:pinshim-report //tests/trace:rules_driver_test)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
@@ -17,8 +18,15 @@ cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/i
    bazel-bin/tests/interception/linked_client bazel-bin/tests/programs/copy_loop_example \
    bazel-bin/shim/budget/race_test bazel-bin/shim/budget/budget_test .gpu/
 cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench .gpu/bench/
+# The rule programs on the real driver, laid out as the rule test expects.
+mkdir -p .gpu/rules/tests/trace/programs .gpu/rules/analyzer/report .gpu/rules/shim
+cp tests/trace/rules_test.py .gpu/rules/tests/trace/
+cp tests/trace/programs/*.cc .gpu/rules/tests/trace/programs/
+cp bazel-bin/tests/trace/programs/*_driver .gpu/rules/tests/trace/programs/
+cp bazel-bin/analyzer/report/pinshim-report .gpu/rules/analyzer/report/
+cp bazel-bin/shim/libpinshim.so .gpu/rules/shim/
 # Shared libraries from this machine's packages that the GPU machine may lack.
-for bin in .gpu/* .gpu/bench/*; do
+for bin in .gpu/* .gpu/bench/* .gpu/rules/tests/trace/programs/*_driver .gpu/rules/analyzer/report/*; do
   [ -f "$bin" ] || continue
   ldd "$bin" 2>/dev/null | awk '/=> \/usr\/lib|=> \/lib/ {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
@@ -32,5 +40,6 @@ cat > .gpu/cpu_tests.txt <<'TESTS'
 env LD_LIBRARY_PATH=needed ./interception_test ./libpinshim.so ./interception_client ./linked_client /nonexistent ./pinshim ./copy_loop_example
 env LD_LIBRARY_PATH=needed ./race_test
 env LD_LIBRARY_PATH=needed ./budget_test
+cd rules && env LD_LIBRARY_PATH=../needed TRACE_PROGRAM_SUFFIX=_driver TRACE_PRELOAD=shim/libpinshim.so python3 tests/trace/rules_test.py
 TESTS
 du -sh .gpu

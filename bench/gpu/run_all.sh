@@ -30,7 +30,11 @@ export PYTHONUNBUFFERED=1
 timeout 900 bash tests/gpu/run_gpu_tier.sh "$LIBDIR" > "$OUT/tier.txt" 2>&1
 tier_rc=$?
 
-# 2. Benchmarks, side by side in one run.
+# 2. Misuse programs on the real driver: nvcc static runtime and PyTorch.
+timeout 600 bash tests/gpu/misuse/run_misuse.sh "$LIBDIR" > "$OUT/misuse.txt" 2>&1
+misuse_rc=$?
+
+# 3. Benchmarks, side by side in one run.
 {
   echo "== copy bandwidth by size (GB/s, median)"
   nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/copy_bandwidth bench/gpu/copy_bandwidth.cu &&
@@ -49,5 +53,6 @@ tier_rc=$?
 } > "$OUT/bench.txt" 2>&1
 
 tail -n 25 "$OUT/tier.txt"
+grep -E "^(ok|MISSING|FAIL)" "$OUT/misuse.txt"
 cat "$OUT/bench.txt"
-exit $tier_rc
+[ $tier_rc -eq 0 ] && [ $misuse_rc -eq 0 ]

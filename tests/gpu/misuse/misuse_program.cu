@@ -1,0 +1,46 @@
+// Misuses pinshim's report must find on a real GPU, in a program built by
+// nvcc with its default (static) CUDA runtime. Each misuse line is marked
+// MISUSE(rule); check_findings.py compares the report with the marks.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#define CHECK(x)                                                                         \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+int main() {
+  const size_t kBytes = 8 << 20;
+  void* dev;
+  CHECK(cudaMalloc(&dev, kBytes));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  char* batch = static_cast<char*>(malloc(kBytes));
+  for (int step = 0; step < 30; ++step) {
+    memset(batch, step, kBytes);
+    CHECK(cudaMemcpyAsync(dev, batch, kBytes, cudaMemcpyHostToDevice, stream));  // MISUSE(async-pageable) MISUSE(pageable-hot)
+    void* staging;
+    CHECK(cudaHostAlloc(&staging, 1 << 20, cudaHostAllocDefault));  // MISUSE(pinned-churn)
+    CHECK(cudaMemcpy(staging, dev, 1 << 20, cudaMemcpyDeviceToHost));
+    CHECK(cudaFreeHost(staging));
+  }
+  void* wc;
+  CHECK(cudaHostAlloc(&wc, 1 << 20, cudaHostAllocWriteCombined));
+  CHECK(cudaMemcpy(wc, dev, 1 << 20, cudaMemcpyDeviceToHost));
+  char* sink = static_cast<char*>(malloc(1 << 20));
+  memcpy(sink, wc, 1 << 20);  // MISUSE(wc-read)
+  printf("misuse_program: %d\n", sink[12]);
+  CHECK(cudaFreeHost(wc));
+  free(sink);
+  free(batch);
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(dev));
+  return 0;
+}
