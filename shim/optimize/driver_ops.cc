@@ -1,0 +1,75 @@
+#include "shim/optimize/driver_ops.h"
+
+#include <time.h>
+
+#include <cstddef>
+#include <cstring>
+
+namespace pinshim {
+namespace optimize {
+
+#define PINSHIM_OP(abi, field) {abi, offsetof(DriverOps, field)}
+const DriverOpSymbol kDriverOpSymbols[] = {
+    PINSHIM_OP("cuMemHostAlloc", mem_host_alloc),
+    PINSHIM_OP("cuMemFreeHost", mem_free_host),
+    PINSHIM_OP("cuMemHostRegister_v2", mem_host_register),
+    PINSHIM_OP("cuMemHostUnregister", mem_host_unregister),
+    PINSHIM_OP("cuMemHostGetDevicePointer_v2", mem_host_get_device_pointer),
+    PINSHIM_OP("cuMemHostGetFlags", mem_host_get_flags),
+    PINSHIM_OP("cuEventCreate", event_create),
+    PINSHIM_OP("cuEventRecord", event_record),
+    PINSHIM_OP("cuEventQuery", event_query),
+    PINSHIM_OP("cuEventSynchronize", event_synchronize),
+    PINSHIM_OP("cuEventDestroy_v2", event_destroy),
+    PINSHIM_OP("cuStreamSynchronize", stream_synchronize),
+    PINSHIM_OP("cuCtxGetCurrent", ctx_get_current),
+    PINSHIM_OP("cuCtxSetCurrent", ctx_set_current),
+    PINSHIM_OP("cuCtxSynchronize", ctx_synchronize),
+};
+#undef PINSHIM_OP
+const int kDriverOpCount = sizeof(kDriverOpSymbols) / sizeof(kDriverOpSymbols[0]);
+
+static_assert(sizeof(DriverOps) == sizeof(void*) * 15, "one symbol per DriverOps entry");
+
+bool LoadDriverOps(DriverSymbolLookup lookup, void* arg, DriverOps* ops) {
+  memset(ops, 0, sizeof(*ops));
+  if (lookup == nullptr) return false;
+  for (int i = 0; i < kDriverOpCount; ++i) {
+    void* fn = lookup(kDriverOpSymbols[i].abi_name, arg);
+    if (fn == nullptr) {
+      memset(ops, 0, sizeof(*ops));
+      return false;
+    }
+    memcpy(reinterpret_cast<char*>(ops) + kDriverOpSymbols[i].offset, &fn, sizeof(fn));
+  }
+  return true;
+}
+
+bool DriverOpsComplete(const DriverOps& ops) {
+  for (int i = 0; i < kDriverOpCount; ++i) {
+    void* fn;
+    memcpy(&fn, reinterpret_cast<const char*>(&ops) + kDriverOpSymbols[i].offset, sizeof(fn));
+    if (fn == nullptr) return false;
+  }
+  return true;
+}
+
+ScopedContext::ScopedContext(const DriverOps* ops, CUcontext ctx) : ops_(ops) {
+  if (ctx == nullptr) return;
+  if (ops_->ctx_get_current(&previous_) != CUDA_SUCCESS) return;
+  if (previous_ == ctx) return;
+  switched_ = ops_->ctx_set_current(ctx) == CUDA_SUCCESS;
+}
+
+ScopedContext::~ScopedContext() {
+  if (switched_) ops_->ctx_set_current(previous_);
+}
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace optimize
+}  // namespace pinshim

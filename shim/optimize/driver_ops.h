@@ -1,0 +1,86 @@
+// The driver functions the optimize engine calls, as a table of pointers.
+//
+// The hooks fill it from the REAL driver functions (RealDriverFunction, or
+// dlsym on the driver library for entry points pinshim does not wrap), never
+// from pinshim's own wrappers: the engine's pinning must not be counted,
+// traced or optimized as if the program had done it. Tests fill it from the
+// simulated driver.
+#ifndef PINSHIM_SHIM_OPTIMIZE_DRIVER_OPS_H_
+#define PINSHIM_SHIM_OPTIMIZE_DRIVER_OPS_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace pinshim {
+namespace optimize {
+
+struct DriverOps {
+  CUresult (*mem_host_alloc)(void** pp, size_t bytes, unsigned int flags);
+  CUresult (*mem_free_host)(void* p);
+  CUresult (*mem_host_register)(void* p, size_t bytes, unsigned int flags);
+  CUresult (*mem_host_unregister)(void* p);
+  CUresult (*mem_host_get_device_pointer)(CUdeviceptr* out, void* p, unsigned int flags);
+  CUresult (*mem_host_get_flags)(unsigned int* out, void* p);
+  CUresult (*event_create)(CUevent* out, unsigned int flags);
+  CUresult (*event_record)(CUevent event, CUstream stream);
+  CUresult (*event_query)(CUevent event);
+  CUresult (*event_synchronize)(CUevent event);
+  CUresult (*event_destroy)(CUevent event);
+  CUresult (*stream_synchronize)(CUstream stream);
+  CUresult (*ctx_get_current)(CUcontext* out);
+  CUresult (*ctx_set_current)(CUcontext ctx);
+  CUresult (*ctx_synchronize)();
+};
+
+// One entry of the table: the driver's ABI symbol that fills it.
+struct DriverOpSymbol {
+  const char* abi_name;  // "cuMemHostRegister_v2"
+  size_t offset;         // of the pointer inside DriverOps
+};
+
+// The ABI symbols LoadDriverOps asks for, in table order.
+extern const DriverOpSymbol kDriverOpSymbols[];
+extern const int kDriverOpCount;
+
+// Returns the real driver function exported under abi_name, or null.
+using DriverSymbolLookup = void* (*)(const char* abi_name, void* arg);
+
+// Fills *ops through lookup. Returns true when every entry was found; on
+// false *ops is zeroed and the engine must stay off.
+bool LoadDriverOps(DriverSymbolLookup lookup, void* arg, DriverOps* ops);
+
+// Whether every entry of ops is set.
+bool DriverOpsComplete(const DriverOps& ops);
+
+// The stream handle to hand to cuEventRecord / cuStreamSynchronize (which
+// are the default-stream ABI) for a copy made on `stream` through an entry
+// point of the given variant: a null stream of a _ptsz/_ptds call means the
+// calling thread's default stream, CU_STREAM_PER_THREAD.
+inline CUstream RecordableStream(CUstream stream, bool per_thread_api) {
+  return (stream == nullptr && per_thread_api) ? CU_STREAM_PER_THREAD : stream;
+}
+
+// Makes ctx current on this thread for the scope (when it is not already)
+// and restores what was current before. Unpinning must run in the context
+// that pinned, and free() may run on a thread that never touched CUDA.
+class ScopedContext {
+ public:
+  ScopedContext(const DriverOps* ops, CUcontext ctx);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  const DriverOps* ops_;
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
+
+// CLOCK_MONOTONIC in nanoseconds.
+uint64_t MonotonicNs();
+
+}  // namespace optimize
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_OPTIMIZE_DRIVER_OPS_H_

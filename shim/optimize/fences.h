@@ -1,0 +1,131 @@
+// Stream-ordered fences: "everything queued on stream S up to now has
+// finished", as a recorded CUDA event. The pool, the arena and the
+// registration cache attach fences to memory an asynchronous copy used and
+// give the memory back (to the program, or to the driver) only once every
+// fence attached to it has completed.
+//
+// Events are created without timing (cheapest to record and query) in the
+// context current on the recording thread, and recycled per context.
+// Whenever an event cannot be created or recorded (no context, driver
+// error), Record waits for the stream instead, so there is never work in
+// flight that no fence covers.
+#ifndef PINSHIM_SHIM_OPTIMIZE_FENCES_H_
+#define PINSHIM_SHIM_OPTIMIZE_FENCES_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim/optimize/driver_ops.h"
+#include "shim/optimize/lock.h"
+
+namespace pinshim {
+namespace optimize {
+
+struct Fence {
+  CUevent event = nullptr;
+  CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
+  uint64_t id = 0;  // unique, never 0 for a recorded fence
+};
+
+// The fences attached to one piece of memory. Plain data, guarded by its
+// owner's lock; the driver is only ever asked about copies of its entries,
+// outside that lock, and results are applied back by id.
+class FenceSet {
+ public:
+  static constexpr int kSlots = 4;
+
+  bool empty() const { return count_ == 0; }
+  int count() const { return count_; }
+
+  // Adds f. A fence held for the same context and stream is superseded (f
+  // completes after it, by stream order) and comes back in *superseded for
+  // recycling. When every slot holds another stream, the oldest comes back
+  // in *must_wait: wait for it, then recycle it. Unused outputs get id 0.
+  void Add(const Fence& f, Fence* superseded, Fence* must_wait);
+
+  // Copies the entries to out; returns how many.
+  int Copy(Fence out[kSlots]) const;
+
+  // Removes the entry with this id (seen complete); false if gone already.
+  bool Remove(uint64_t id, Fence* removed);
+
+  // Moves every entry to out and empties the set; returns how many.
+  int TakeAll(Fence out[kSlots]);
+
+ private:
+  Fence slots_[kSlots];
+  int count_ = 0;
+};
+
+class FenceManager {
+ public:
+  static constexpr int kMaxContexts = 32;
+  static constexpr int kEventsPerContext = 512;
+
+  constexpr FenceManager() = default;
+  FenceManager(const FenceManager&) = delete;
+  FenceManager& operator=(const FenceManager&) = delete;
+
+  // ops must stay valid while the manager is used. False when the driver
+  // table is incomplete or internal memory ran out.
+  bool Init(const DriverOps* ops);
+
+  // Records a fence on `stream` (in RecordableStream form). Returns false
+  // when it could not, after waiting for the stream (or the context)
+  // instead: then nothing on the stream is pending and *out is empty.
+  bool Record(CUstream stream, Fence* out);
+
+  // Whether the fence completed. Errors count as completed: an event of a
+  // destroyed context has no work left behind it.
+  bool IsDone(const Fence& f) const;
+
+  // Blocks until the fence completed.
+  void Wait(const Fence& f);
+
+  // Returns the fence's event for reuse. The fence must be out of every set.
+  void Recycle(const Fence& f);
+
+  // Record, Wait and Recycle: returns once everything queued on `stream`
+  // so far (in RecordableStream form) has finished.
+  void WaitForStream(CUstream stream);
+
+  // The context is gone; its cached events are dropped without the driver.
+  void OnContextDestroyed(CUcontext ctx);
+
+  // Fork handling (see lock.h). In the child, events are unusable: they are
+  // forgotten and Record only ever waits.
+  void PrepareFork() { mu_.PrepareFork(); }
+  void AfterForkParent() { mu_.AfterFork(); }
+  void AfterForkChild();
+
+  uint64_t records() const { return records_.load(std::memory_order_relaxed); }
+  uint64_t record_failures() const { return record_failures_.load(std::memory_order_relaxed); }
+  uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+
+  const DriverOps* ops() const { return ops_; }
+
+ private:
+  struct ContextEvents {
+    CUcontext ctx;
+    int count;
+    CUevent events[kEventsPerContext];
+  };
+
+  CUevent Pop(CUcontext ctx);
+  bool Push(CUcontext ctx, CUevent event);
+
+  const DriverOps* ops_ = nullptr;
+  ContextEvents* table_ = nullptr;  // kMaxContexts entries, guarded by mu_
+  Mutex mu_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<bool> disabled_{false};
+  std::atomic<uint64_t> records_{0};
+  std::atomic<uint64_t> record_failures_{0};
+  std::atomic<uint64_t> waits_{0};
+};
+
+}  // namespace optimize
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_OPTIMIZE_FENCES_H_

@@ -1,0 +1,704 @@
+#include "shim/optimize/host_arena.h"
+
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <initializer_list>
+
+#include "shim/core/internal_alloc.h"
+#include "shim/optimize/size_classes.h"
+
+namespace pinshim {
+namespace optimize {
+namespace {
+
+constexpr uint32_t kMagicSmall = 0x70534d41;
+constexpr uint32_t kMagicLarge = 0x704c5241;
+
+// Just before every user pointer.
+struct Header {
+  uint32_t magic;
+  uint32_t offset;  // user pointer - block start
+  int32_t ext;      // large: the extent holding the pages; small: -1
+  uint32_t info;    // small: class; large: pages
+};
+static_assert(sizeof(Header) == kArenaHeaderBytes, "one header size");
+
+enum ExtentState : uint8_t {
+  kExtentFree = 0,
+  kExtentRegistering = 1,
+  kExtentRegistered = 2,
+  kExtentReleasing = 3,
+};
+
+constexpr uint64_t kMinSpanBytes = uint64_t{64} << 10;
+constexpr uint64_t kMaxSpanBytes = uint64_t{2} << 20;
+constexpr int kReapBatch = 32;
+
+// Raw system calls: pinshim interposes mmap and friends, and the arena's
+// own mappings are not the program's to track.
+void* SysMmap(size_t len, int prot, int flags) {
+  long r = syscall(SYS_mmap, nullptr, len, prot, flags, -1, 0);
+  return (r < 0 && r > -4096) ? nullptr : reinterpret_cast<void*>(r);
+}
+int SysMprotect(uintptr_t addr, size_t len, int prot) {
+  return static_cast<int>(syscall(SYS_mprotect, addr, len, prot));
+}
+int SysMadvise(uintptr_t addr, size_t len, int advice) {
+  return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
+}
+
+inline uintptr_t AlignUp(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
+
+inline Header* HeaderOf(const void* p) {
+  return reinterpret_cast<Header*>(reinterpret_cast<uintptr_t>(p) - sizeof(Header));
+}
+
+}  // namespace
+
+struct HostArena::Extent {
+  uint64_t start;  // page index
+  uint64_t pages;
+  uint64_t live_pages;
+  uint64_t idle_since_ns;
+  CUcontext ctx;
+  uint8_t state;
+  int32_t next_free;
+};
+
+struct HostArena::SmallClass {
+  uintptr_t free_head;  // freed blocks, linked through their first word
+  uintptr_t cursor;     // next unused block of the current span
+  uintptr_t end;
+  bool refilling;
+};
+
+struct HostArena::Pending {
+  uintptr_t start;  // 0: unused
+  uintptr_t end;
+  FenceSet fences;
+};
+
+bool HostArena::Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
+                     const ArenaOptions& options) {
+  if (ops == nullptr || fences == nullptr || account == nullptr || !DriverOpsComplete(*ops)) {
+    return false;
+  }
+  if (size_ != 0) return false;  // once
+  options_ = options;
+  long page = sysconf(_SC_PAGESIZE);
+  page_ = page > 0 ? static_cast<uint64_t>(page) : 4096;
+  if (options_.small_max_bytes > kMaxSpanBytes / 8) options_.small_max_bytes = kMaxSpanBytes / 8;
+  nclasses_ = ArenaClassOfBytes(options_.small_max_bytes) + 1;
+  if (nclasses_ > kMaxSmallClasses) return false;
+  runs_ = static_cast<Run*>(InternalAlloc(sizeof(Run) * kMaxRuns));
+  extents_ = static_cast<Extent*>(InternalAlloc(sizeof(Extent) * kMaxExtents));
+  classes_ = static_cast<SmallClass*>(InternalAlloc(sizeof(SmallClass) * kMaxSmallClasses));
+  pending_ = static_cast<Pending*>(InternalAlloc(sizeof(Pending) * kMaxPending));
+  deferred_ = static_cast<uintptr_t*>(InternalAlloc(sizeof(uintptr_t) * kMaxPending));
+  if (runs_ == nullptr || extents_ == nullptr || classes_ == nullptr || pending_ == nullptr ||
+      deferred_ == nullptr) {
+    return false;
+  }
+  free_extent_ = -1;
+  for (int32_t i = kMaxExtents - 1; i >= 0; --i) {
+    extents_[i].state = kExtentFree;
+    extents_[i].next_free = free_extent_;
+    free_extent_ = i;
+  }
+  uint64_t want = options_.reserve_bytes;
+  void* base = nullptr;
+  for (uint64_t sz : {want, want / 4, want / 16, want / 64}) {
+    sz = sz / kMaxSpanBytes * kMaxSpanBytes;
+    if (sz == 0) continue;
+    base = SysMmap(sz, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
+    if (base != nullptr) {
+      want = sz;
+      break;
+    }
+  }
+  if (base == nullptr) return false;
+  ops_ = ops;
+  fences_ = fences;
+  account_ = account;
+  base_ = reinterpret_cast<uintptr_t>(base);
+  npages_ = want / page_;
+  size_ = want;
+  active_.store(true, std::memory_order_release);
+  return true;
+}
+
+uint64_t HostArena::Now() const {
+  return options_.now_ns != nullptr ? options_.now_ns() : MonotonicNs();
+}
+
+// --- page runs ------------------------------------------------------------
+
+int32_t HostArena::FindRunLocked(uint64_t pages, bool registered) const {
+  int32_t best = -1;
+  for (uint32_t i = 0; i < nruns_; ++i) {
+    const Run& r = runs_[i];
+    if (r.pages < pages || (r.ext >= 0) != registered) continue;
+    if (!registered) return static_cast<int32_t>(i);  // first fit, lowest address
+    if (best < 0 || r.pages < runs_[best].pages) best = static_cast<int32_t>(i);  // best fit
+  }
+  return best;
+}
+
+uint64_t HostArena::TakeFromRunLocked(int32_t i, uint64_t pages) {
+  Run& r = runs_[i];
+  uint64_t start = r.start;
+  r.start += pages;
+  r.pages -= pages;
+  if (r.pages == 0) {
+    memmove(&runs_[i], &runs_[i + 1], (nruns_ - i - 1) * sizeof(Run));
+    --nruns_;
+  }
+  return start;
+}
+
+bool HostArena::InsertRunLocked(uint64_t start, uint64_t pages, int32_t ext) {
+  uint32_t lo = 0, hi = nruns_;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (runs_[mid].start < start) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const uint32_t pos = lo;
+  // Runs merge only within one registration (or both unregistered), so a
+  // block carved from a run always lies inside a single registration.
+  const bool merge_prev = pos > 0 && runs_[pos - 1].start + runs_[pos - 1].pages == start &&
+                          runs_[pos - 1].ext == ext;
+  const bool merge_next = pos < nruns_ && start + pages == runs_[pos].start &&
+                          runs_[pos].ext == ext;
+  if (merge_prev && merge_next) {
+    runs_[pos - 1].pages += pages + runs_[pos].pages;
+    memmove(&runs_[pos], &runs_[pos + 1], (nruns_ - pos - 1) * sizeof(Run));
+    --nruns_;
+  } else if (merge_prev) {
+    runs_[pos - 1].pages += pages;
+  } else if (merge_next) {
+    runs_[pos].start = start;
+    runs_[pos].pages += pages;
+  } else {
+    if (nruns_ == kMaxRuns) return false;
+    memmove(&runs_[pos + 1], &runs_[pos], (nruns_ - pos) * sizeof(Run));
+    runs_[pos] = {start, pages, ext};
+    ++nruns_;
+  }
+  return true;
+}
+
+void HostArena::FreePagesLocked(uint64_t start, uint64_t pages, int32_t ext) {
+  // A full run table leaks the pages (they stay pinned and unused) rather
+  // than losing track of them.
+  InsertRunLocked(start, pages, ext);
+  Extent& e = extents_[ext];
+  e.live_pages -= pages;
+  if (e.live_pages == 0) e.idle_since_ns = Now();
+}
+
+bool HostArena::AllocatePages(uint64_t pages, uint64_t* start, int32_t* ext) {
+  int32_t idx;
+  {
+    MutexLock lock(&mu_);
+    int32_t i = FindRunLocked(pages, true);
+    if (i >= 0) {
+      *ext = runs_[i].ext;
+      *start = TakeFromRunLocked(i, pages);
+      extents_[*ext].live_pages += pages;
+      return true;
+    }
+    if (free_extent_ < 0) return false;
+    i = FindRunLocked(pages, false);
+    if (i >= 0) {
+      *start = TakeFromRunLocked(i, pages);
+    } else if (top_ + pages <= npages_) {
+      *start = top_;
+      top_ += pages;
+    } else {
+      return false;
+    }
+    idx = free_extent_;
+    Extent& e = extents_[idx];
+    free_extent_ = e.next_free;
+    e.start = *start;
+    e.pages = pages;
+    e.live_pages = pages;
+    e.state = kExtentRegistering;
+    e.ctx = nullptr;
+  }
+  // Fresh pages: commit and register them, outside the lock.
+  const uintptr_t addr = PageAddr(*start);
+  const uint64_t bytes = pages * page_;
+  CUcontext cur = nullptr;
+  if (ops_->ctx_get_current(&cur) != CUDA_SUCCESS) cur = nullptr;
+  CUcontext ctx = cur != nullptr ? cur : home_ctx_.load(std::memory_order_acquire);
+  bool ok = ctx != nullptr && account_->ChargeWithEviction(PinUse::kArena, bytes);
+  bool charged = ok;
+  if (ok) ok = SysMprotect(addr, bytes, PROT_READ | PROT_WRITE) == 0;
+  if (ok) {
+    ScopedContext scope(ops_, cur == nullptr ? ctx : nullptr);
+    ok = ops_->mem_host_register(reinterpret_cast<void*>(addr), bytes,
+                                 options_.register_flags) == CUDA_SUCCESS;
+  }
+  if (!ok) {
+    if (charged) account_->Release(PinUse::kArena, bytes);
+    SysMprotect(addr, bytes, PROT_NONE);
+    MutexLock lock(&mu_);
+    InsertRunLocked(*start, pages, -1);
+    extents_[idx].state = kExtentFree;
+    extents_[idx].next_free = free_extent_;
+    free_extent_ = idx;
+    return false;
+  }
+  if (options_.dofork_after_register) SysMadvise(addr, bytes, MADV_DOFORK);
+  if (options_.registrations != nullptr) {
+    Region reg;
+    reg.start = addr;
+    reg.bytes = bytes;
+    reg.flags = options_.register_flags;
+    reg.kind = MemKind::kPinnedByPinshim;
+    reg.source = kSourcePinshim;
+    options_.registrations->Insert(reg);
+  }
+  registrations_.fetch_add(1, std::memory_order_relaxed);
+  registered_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  extents_live_.fetch_add(1, std::memory_order_relaxed);
+  MutexLock lock(&mu_);
+  extents_[idx].state = kExtentRegistered;
+  extents_[idx].ctx = ctx;
+  *ext = idx;
+  return true;
+}
+
+// --- blocks ---------------------------------------------------------------
+
+void* HostArena::AllocateSmall(uint32_t cls, size_t align) {
+  const uint64_t cb = ArenaClassBytes(cls);
+  SmallClass& c = classes_[cls];
+  for (;;) {
+    uintptr_t block = 0;
+    bool refill = false;
+    {
+      MutexLock lock(&mu_);
+      if (c.free_head != 0) {
+        block = c.free_head;
+        c.free_head = *reinterpret_cast<uintptr_t*>(block);
+      } else if (c.cursor != 0 && c.cursor + cb <= c.end) {
+        block = c.cursor;
+        c.cursor += cb;
+      } else if (!c.refilling) {
+        c.refilling = true;
+        refill = true;
+      }
+    }
+    if (block != 0) {
+      const uintptr_t user = AlignUp(block + sizeof(Header), align);
+      Header* h = HeaderOf(reinterpret_cast<void*>(user));
+      h->magic = kMagicSmall;
+      h->offset = static_cast<uint32_t>(user - block);
+      h->ext = -1;
+      h->info = cls;
+      return reinterpret_cast<void*>(user);
+    }
+    if (!refill) {
+      Backoff();  // another thread is getting this class a span
+      continue;
+    }
+    uint64_t span = cb * 16;
+    if (span < kMinSpanBytes) span = kMinSpanBytes;
+    if (span > kMaxSpanBytes) span = kMaxSpanBytes;
+    const uint64_t pages = (span + page_ - 1) / page_;
+    uint64_t start;
+    int32_t ext;
+    const bool ok = AllocatePages(pages, &start, &ext);
+    MutexLock lock(&mu_);
+    c.refilling = false;
+    if (!ok) return nullptr;
+    c.cursor = PageAddr(start);
+    c.end = c.cursor + (pages * page_) / cb * cb;
+  }
+}
+
+void* HostArena::AllocateLarge(size_t bytes, size_t align) {
+  const uint64_t need = bytes + sizeof(Header) + (align > 16 ? align - 16 : 0);
+  const uint64_t pages = (need + page_ - 1) / page_;
+  if (pages > npages_ || pages > UINT32_MAX) return nullptr;
+  uint64_t start;
+  int32_t ext;
+  if (!AllocatePages(pages, &start, &ext)) return nullptr;
+  const uintptr_t block = PageAddr(start);
+  const uintptr_t user = AlignUp(block + sizeof(Header), align);
+  Header* h = HeaderOf(reinterpret_cast<void*>(user));
+  h->magic = kMagicLarge;
+  h->offset = static_cast<uint32_t>(user - block);
+  h->ext = ext;
+  h->info = static_cast<uint32_t>(pages);
+  return reinterpret_cast<void*>(user);
+}
+
+void* HostArena::AllocateBlock(size_t bytes, size_t align) {
+  if (!active() || bytes > (size_t{1} << 60) || align > (size_t{1} << 30)) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  if (ndeferred_.load(std::memory_order_relaxed) != 0) ReapDeferred();
+  const uint64_t need = bytes + sizeof(Header) + (align > 16 ? align - 16 : 0);
+  void* p = need <= options_.small_max_bytes ? AllocateSmall(ArenaClassOfBytes(need), align)
+                                             : AllocateLarge(bytes, align);
+  if (p == nullptr) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    allocs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return p;
+}
+
+void* HostArena::Malloc(size_t bytes) { return AllocateBlock(bytes, 16); }
+
+void* HostArena::Calloc(size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) return nullptr;
+  void* p = AllocateBlock(total, 16);
+  if (p != nullptr) memset(p, 0, total);
+  return p;
+}
+
+void* HostArena::Memalign(size_t align, size_t bytes) {
+  if (align == 0 || (align & (align - 1)) != 0) return nullptr;
+  return AllocateBlock(bytes, align < 16 ? 16 : align);
+}
+
+size_t HostArena::UsableSize(const void* p) const {
+  if (p == nullptr || !Owns(p)) return 0;
+  const Header* h = HeaderOf(p);
+  const uintptr_t user = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t block = user - h->offset;
+  if (h->magic == kMagicSmall) return block + ArenaClassBytes(h->info) - user;
+  if (h->magic == kMagicLarge) return block + uint64_t{h->info} * page_ - user;
+  return 0;
+}
+
+void HostArena::FreeNow(void* p) {
+  Header* h = HeaderOf(p);
+  const uintptr_t block = reinterpret_cast<uintptr_t>(p) - h->offset;
+  if (h->magic == kMagicSmall) {
+    const uint32_t cls = h->info;
+    h->magic = 0;
+    MutexLock lock(&mu_);
+    *reinterpret_cast<uintptr_t*>(block) = classes_[cls].free_head;
+    classes_[cls].free_head = block;
+  } else {
+    const uint64_t pages = h->info;
+    const int32_t ext = h->ext;
+    h->magic = 0;
+    MutexLock lock(&mu_);
+    FreePagesLocked((block - base_) / page_, pages, ext);
+  }
+  frees_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool HostArena::OverlapsPendingLocked(uintptr_t start, uintptr_t end) const {
+  for (uint32_t i = 0; i < kMaxPending; ++i) {
+    const Pending& e = pending_[i];
+    if (e.start != 0 && !e.fences.empty() && e.start < end && start < e.end) return true;
+  }
+  return false;
+}
+
+bool HostArena::DeferIfPending(void* p) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = start + UsableSize(p);
+  Fence wait[FenceSet::kSlots * 4];
+  int nwait = 0;
+  {
+    MutexLock lock(&mu_);
+    if (!OverlapsPendingLocked(start, end)) return false;
+    if (ndeferred_locked_ < kMaxPending) {
+      deferred_[ndeferred_locked_++] = start;
+      ndeferred_.store(ndeferred_locked_, std::memory_order_relaxed);
+      deferred_frees_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    // No room to defer: wait for the copies here instead.
+    for (uint32_t i = 0; i < kMaxPending && nwait + FenceSet::kSlots <= 16; ++i) {
+      Pending& e = pending_[i];
+      if (e.start != 0 && e.start < end && start < e.end) {
+        nwait += e.fences.TakeAll(&wait[nwait]);
+        e.start = 0;
+        npending_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  for (int i = 0; i < nwait; ++i) {
+    fences_->Wait(wait[i]);
+    fences_->Recycle(wait[i]);
+  }
+  return DeferIfPending(p);
+}
+
+void HostArena::ReapDeferred() {
+  struct Probe {
+    uint32_t entry;
+    Fence fence;
+  } probes[kReapBatch];
+  int nprobes = 0;
+  {
+    MutexLock lock(&mu_);
+    for (uint32_t i = 0; i < kMaxPending && nprobes < kReapBatch; ++i) {
+      Pending& e = pending_[i];
+      if (e.start == 0) continue;
+      Fence fs[FenceSet::kSlots];
+      int k = e.fences.Copy(fs);
+      for (int j = 0; j < k && nprobes < kReapBatch; ++j) probes[nprobes++] = {i, fs[j]};
+    }
+  }
+  bool done[kReapBatch];
+  for (int i = 0; i < nprobes; ++i) done[i] = fences_->IsDone(probes[i].fence);
+  Fence recycle[kReapBatch];
+  int nrecycle = 0;
+  void* ready[kReapBatch];
+  int nready = 0;
+  {
+    MutexLock lock(&mu_);
+    for (int i = 0; i < nprobes; ++i) {
+      Pending& e = pending_[probes[i].entry];
+      Fence f;
+      if (done[i] && e.start != 0 && e.fences.Remove(probes[i].fence.id, &f)) {
+        recycle[nrecycle++] = f;
+        if (e.fences.empty()) {
+          e.start = 0;
+          npending_.fetch_sub(1, std::memory_order_relaxed);
+        }
+      }
+    }
+    for (uint32_t i = 0; i < ndeferred_locked_ && nready < kReapBatch;) {
+      void* p = reinterpret_cast<void*>(deferred_[i]);
+      const uintptr_t start = deferred_[i];
+      if (!OverlapsPendingLocked(start, start + UsableSize(p))) {
+        ready[nready++] = p;
+        deferred_[i] = deferred_[--ndeferred_locked_];
+      } else {
+        ++i;
+      }
+    }
+    ndeferred_.store(ndeferred_locked_, std::memory_order_relaxed);
+  }
+  for (int i = 0; i < nrecycle; ++i) fences_->Recycle(recycle[i]);
+  for (int i = 0; i < nready; ++i) FreeNow(ready[i]);
+}
+
+void HostArena::Free(void* p) {
+  if (p == nullptr || !Owns(p)) return;
+  const Header* h = HeaderOf(p);
+  if (h->magic != kMagicSmall && h->magic != kMagicLarge) {
+    bad_frees_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!active()) return;  // fork child: the memory stays as it is
+  if (npending_.load(std::memory_order_relaxed) != 0 && DeferIfPending(p)) return;
+  FreeNow(p);
+  if (ndeferred_.load(std::memory_order_relaxed) != 0) ReapDeferred();
+  MaybeTrimIdle();
+}
+
+void* HostArena::Realloc(void* p, size_t bytes, void* (*fallback)(size_t)) {
+  if (bytes == 0) {
+    Free(p);
+    return nullptr;
+  }
+  Header* h = HeaderOf(p);
+  if (h->magic != kMagicSmall && h->magic != kMagicLarge) return nullptr;
+  const size_t old = UsableSize(p);
+  const uintptr_t user = reinterpret_cast<uintptr_t>(p);
+  bool pending = false;
+  if (npending_.load(std::memory_order_relaxed) != 0) {
+    MutexLock lock(&mu_);
+    pending = OverlapsPendingLocked(user, user + old);
+  }
+  // In place only while no copy is pending on the block (a shrink would
+  // hand its tail to someone else) and the arena is still allocating.
+  if (!pending && active()) {
+    if (bytes <= old && (bytes >= old / 2 || old <= 64)) return p;
+    if (h->magic == kMagicLarge) {
+      const uintptr_t block = user - h->offset;
+      const uint64_t start = (block - base_) / page_;
+      const uint64_t pages = h->info;
+      const uint64_t want = (h->offset + bytes + page_ - 1) / page_;
+      MutexLock lock(&mu_);
+      if (want < pages) {
+        FreePagesLocked(start + want, pages - want, h->ext);
+        h->info = static_cast<uint32_t>(want);
+        return p;
+      }
+      if (want > pages && want <= UINT32_MAX) {
+        // Grow into the free run right after the block, same registration.
+        uint32_t lo = 0, hi = nruns_;
+        while (lo < hi) {
+          uint32_t mid = (lo + hi) / 2;
+          if (runs_[mid].start < start + pages) {
+            lo = mid + 1;
+          } else {
+            hi = mid;
+          }
+        }
+        if (lo < nruns_ && runs_[lo].start == start + pages && runs_[lo].ext == h->ext &&
+            runs_[lo].pages >= want - pages) {
+          TakeFromRunLocked(static_cast<int32_t>(lo), want - pages);
+          extents_[h->ext].live_pages += want - pages;
+          h->info = static_cast<uint32_t>(want);
+          return p;
+        }
+      }
+    }
+  }
+  void* q = AllocateBlock(bytes, 16);
+  if (q == nullptr && fallback != nullptr) q = fallback(bytes);
+  if (q == nullptr) return nullptr;
+  memcpy(q, p, old < bytes ? old : bytes);
+  Free(p);
+  return q;
+}
+
+void HostArena::NoteAsyncUse(const void* p, uint64_t bytes, CUstream stream) {
+  if (!active() || !Owns(p) || bytes == 0) return;
+  Fence f;
+  if (!fences_->Record(stream, &f)) return;  // it waited for the stream instead
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = start + bytes;
+  Fence superseded, must_wait;
+  bool added = false;
+  {
+    MutexLock lock(&mu_);
+    Pending* slot = nullptr;
+    for (uint32_t i = 0; i < kMaxPending; ++i) {
+      Pending& e = pending_[i];
+      if (e.start == start && e.end == end) {
+        slot = &e;
+        break;
+      }
+      if (e.start == 0 && slot == nullptr) slot = &e;
+    }
+    if (slot != nullptr) {
+      if (slot->start == 0) {
+        slot->start = start;
+        slot->end = end;
+        slot->fences = FenceSet();
+        npending_.fetch_add(1, std::memory_order_relaxed);
+      }
+      slot->fences.Add(f, &superseded, &must_wait);
+      added = true;
+    }
+  }
+  if (!added) {
+    // No room to remember it: wait now, which is always safe.
+    fences_->Wait(f);
+    fences_->Recycle(f);
+    ReapDeferred();
+  }
+  fences_->Recycle(superseded);
+  if (must_wait.id != 0) {
+    fences_->Wait(must_wait);
+    fences_->Recycle(must_wait);
+  }
+}
+
+uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
+  if (!active()) return 0;
+  uint64_t freed = 0;
+  const uint64_t now = Now();
+  while (freed < bytes_wanted) {
+    int32_t idx = -1;
+    Extent e;
+    {
+      MutexLock lock(&mu_);
+      for (int32_t i = 0; i < static_cast<int32_t>(kMaxExtents); ++i) {
+        const Extent& x = extents_[i];
+        if (x.state != kExtentRegistered || x.live_pages != 0) continue;
+        if (idle_only && (options_.idle_trim_ns == 0 ||
+                          now - x.idle_since_ns < options_.idle_trim_ns)) {
+          continue;
+        }
+        idx = i;
+        break;
+      }
+      if (idx < 0) break;
+      // All its pages are free: take its runs out of the table.
+      uint32_t w = 0;
+      for (uint32_t r = 0; r < nruns_; ++r) {
+        if (runs_[r].ext != idx) runs_[w++] = runs_[r];
+      }
+      nruns_ = w;
+      extents_[idx].state = kExtentReleasing;
+      e = extents_[idx];
+    }
+    const uintptr_t addr = PageAddr(e.start);
+    const uint64_t bytes = e.pages * page_;
+    if (options_.registrations != nullptr) {
+      Region reg;
+      if (options_.registrations->Lookup(addr, &reg) && reg.start == addr &&
+          reg.kind == MemKind::kPinnedByPinshim) {
+        options_.registrations->Remove(addr, nullptr);
+      }
+    }
+    {
+      ScopedContext scope(ops_, e.ctx);
+      ops_->mem_host_unregister(reinterpret_cast<void*>(addr));
+    }
+    SysMadvise(addr, bytes, MADV_DONTNEED);
+    SysMprotect(addr, bytes, PROT_NONE);
+    account_->Release(PinUse::kArena, bytes);
+    registered_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    extents_live_.fetch_sub(1, std::memory_order_relaxed);
+    trimmed_.fetch_add(bytes, std::memory_order_relaxed);
+    freed += bytes;
+    MutexLock lock(&mu_);
+    InsertRunLocked(e.start, e.pages, -1);
+    extents_[idx].state = kExtentFree;
+    extents_[idx].next_free = free_extent_;
+    free_extent_ = idx;
+  }
+  return freed;
+}
+
+uint64_t HostArena::TrimIdle() { return TrimImpl(UINT64_MAX, true); }
+
+uint64_t HostArena::Trim(uint64_t bytes_wanted) { return TrimImpl(bytes_wanted, false); }
+
+void HostArena::MaybeTrimIdle() {
+  if (options_.idle_trim_ns == 0) return;
+  const uint64_t now = Now();
+  uint64_t last = last_trim_ns_.load(std::memory_order_relaxed);
+  if (now - last < options_.idle_trim_ns / 2) return;
+  if (!last_trim_ns_.compare_exchange_strong(last, now)) return;
+  TrimImpl(UINT64_MAX, true);
+}
+
+void HostArena::AfterForkChild() {
+  mu_.AfterFork();
+  active_.store(false, std::memory_order_release);
+}
+
+ArenaStats HostArena::Stats() const {
+  ArenaStats s;
+  s.allocs = allocs_.load();
+  s.frees = frees_.load();
+  s.declined = declined_.load();
+  s.deferred_frees = deferred_frees_.load();
+  s.extents = extents_live_.load();
+  s.registered_bytes = registered_bytes_.load();
+  s.registrations = registrations_.load();
+  s.trimmed_bytes = trimmed_.load();
+  s.bad_frees = bad_frees_.load();
+  return s;
+}
+
+}  // namespace optimize
+}  // namespace pinshim

@@ -1,0 +1,201 @@
+// The host arena: pinned memory with malloc semantics, for allocation sites
+// the hooks redirect in optimize mode (sites whose buffers are copied hot),
+// so those buffers are pinned from birth and never pay a registration per
+// buffer.
+//
+// Layout: one reserved address range (PROT_NONE, nothing committed), so
+// Owns(p) is two comparisons. Memory is committed and registered with the
+// real cuMemHostRegister in extents (one registration each) and recycled:
+//   - small blocks (up to small_max_bytes, header included): size classes,
+//     4 per power of two (size_classes.h), carved from spans of
+//     clamp(16 x class, 64 KiB, 2 MiB) and kept on per-class free lists.
+//     A block wastes less than 25% of request + 16-byte header;
+//   - large blocks: page runs, best kept inside one registration (a copy
+//     from a block always lies inside one registration, so the driver sees
+//     it pinned). Fresh runs are registered at their exact page size, so a
+//     block wastes less than one page + header; a freed run is reused by a
+//     later block that fits (the rest stays free).
+// Every block has a 16-byte header just before the user pointer.
+// Alignment: 16 for Malloc/Calloc/Realloc; any power of two for Memalign.
+//
+// Registered extents whose pages are all free are given back after
+// idle_trim_ns (unregistered, decommitted); spans of small blocks stay.
+//
+// Asynchronous copies: arena memory is the program's "malloc" memory, so
+// its asynchronous copies must keep their pageable semantics: the hooks
+// wait for them (RegistrationCache::AfterCopy explains why; the Optimizer's
+// AfterHostCopy does it for the arena). A copy the hooks do not wait for is
+// reported with NoteAsyncUse; a block freed while such a copy is pending is
+// recycled only after it completed.
+//
+// A null return means "not served here" (no context to register in, the pin
+// cap, address space exhausted): the caller serves the request from the real
+// allocator. Threads: one lock for bookkeeping; registration, unregistration
+// and system calls run outside it.
+#ifndef PINSHIM_SHIM_OPTIMIZE_HOST_ARENA_H_
+#define PINSHIM_SHIM_OPTIMIZE_HOST_ARENA_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "shim/core/registry.h"
+#include "shim/optimize/driver_ops.h"
+#include "shim/optimize/fences.h"
+#include "shim/optimize/lock.h"
+#include "shim/optimize/pin_account.h"
+
+namespace pinshim {
+namespace optimize {
+
+struct ArenaOptions {
+  uint64_t reserve_bytes = uint64_t{64} << 30;  // address space; less is tried if refused
+  uint64_t small_max_bytes = uint64_t{256} << 10;
+  unsigned int register_flags = CU_MEMHOSTREGISTER_PORTABLE;
+  uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // 0: only on request
+  // madvise(MADV_DOFORK) each extent after registering it, undoing a
+  // MADV_DONTFORK the driver may set, so a forked child keeps the program's
+  // "malloc" memory. Safe only where the kernel copies pinned pages at fork
+  // (Linux >= 5.9 with pin_user_pages); see bench/optimize/fork_check.
+  bool dofork_after_register = false;
+  // When set, registered extents are entered as kPinnedByPinshim (source
+  // kSourcePinshim) so copies see arena memory as pinned.
+  Registry* registrations = nullptr;
+  uint64_t (*now_ns)() = nullptr;  // null: MonotonicNs
+};
+
+struct ArenaStats {
+  uint64_t allocs;
+  uint64_t frees;
+  uint64_t declined;        // requests returned null (served elsewhere)
+  uint64_t deferred_frees;  // frees held back by a pending copy
+  uint64_t extents;         // registrations now
+  uint64_t registered_bytes;
+  uint64_t registrations;   // made so far
+  uint64_t trimmed_bytes;
+  uint64_t bad_frees;       // pointers inside the arena without a valid header
+};
+
+class HostArena {
+ public:
+  static constexpr uint32_t kMaxRuns = 65536;
+  static constexpr uint32_t kMaxExtents = 16384;
+  static constexpr uint32_t kMaxPending = 256;
+  static constexpr uint32_t kMaxSmallClasses = 64;
+
+  constexpr HostArena() = default;
+  HostArena(const HostArena&) = delete;
+  HostArena& operator=(const HostArena&) = delete;
+
+  // Reserves the address range. ops, fences and account must outlive the
+  // arena. False when nothing could be reserved (the arena stays off).
+  bool Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
+            const ArenaOptions& options);
+
+  // The context registrations are made in when the allocating thread has
+  // none current (registrations are PORTABLE, so any context will do).
+  void SetHomeContext(CUcontext ctx) { home_ctx_.store(ctx, std::memory_order_release); }
+
+  // Whether p lies in the arena's address range.
+  bool Owns(const void* p) const {
+    return reinterpret_cast<uintptr_t>(p) - base_ < size_;
+  }
+
+  // malloc / calloc / memalign (align: a power of two) semantics; null when
+  // not served here (see above). Memalign of a bad alignment returns null.
+  void* Malloc(size_t bytes);
+  void* Calloc(size_t count, size_t size);
+  void* Memalign(size_t align, size_t bytes);
+
+  // For p with Owns(p): free, and malloc_usable_size.
+  void Free(void* p);
+  size_t UsableSize(const void* p) const;
+
+  // realloc for p with Owns(p). bytes == 0 frees p and returns null, as
+  // glibc does. Otherwise: in place when the block can hold bytes without
+  // wasting more than half of it (large blocks also grow into free pages
+  // after them), else moved (within the arena, or to fallback(bytes) when
+  // the arena cannot serve it), content preserved. Null when nothing could
+  // hold bytes; p is then untouched.
+  void* Realloc(void* p, size_t bytes, void* (*fallback)(size_t));
+
+  // An asynchronous copy on `stream` (RecordableStream form) used
+  // [p, p + bytes) of arena memory and is not waited for by the hook.
+  void NoteAsyncUse(const void* p, uint64_t bytes, CUstream stream);
+
+  // Gives back registered extents whose pages are all free: those idle for
+  // idle_trim_ns (TrimIdle), or any, until about bytes_wanted (Trim).
+  uint64_t TrimIdle();
+  uint64_t Trim(uint64_t bytes_wanted);
+
+  // Fork: PrepareFork before the registries' locks are taken. The child
+  // keeps using the arena's memory as ordinary memory (the program's blocks
+  // stay valid), but allocates nothing new from it.
+  void PrepareFork() { mu_.PrepareFork(); }
+  void AfterForkParent() { mu_.AfterFork(); }
+  void AfterForkChild();
+
+  ArenaStats Stats() const;
+  bool active() const { return active_.load(std::memory_order_acquire); }
+
+ private:
+  struct Run {
+    uint64_t start;  // page index
+    uint64_t pages;
+    int32_t ext;     // registered extent, -1 when not registered
+  };
+  struct Extent;
+  struct SmallClass;
+  struct Pending;
+
+  uint64_t Now() const;
+  void* AllocateBlock(size_t bytes, size_t align);
+  void* AllocateSmall(uint32_t cls, size_t align);
+  void* AllocateLarge(size_t bytes, size_t align);
+  bool AllocatePages(uint64_t pages, uint64_t* start, int32_t* ext);
+  int32_t FindRunLocked(uint64_t pages, bool registered) const;
+  uint64_t TakeFromRunLocked(int32_t i, uint64_t pages);
+  bool InsertRunLocked(uint64_t start, uint64_t pages, int32_t ext);
+  void FreePagesLocked(uint64_t start, uint64_t pages, int32_t ext);
+  void FreeNow(void* p);
+  bool OverlapsPendingLocked(uintptr_t start, uintptr_t end) const;
+  bool DeferIfPending(void* p);
+  void ReapDeferred();
+  void MaybeTrimIdle();
+  uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only);
+  uintptr_t PageAddr(uint64_t page) const { return base_ + page * page_; }
+
+  const DriverOps* ops_ = nullptr;
+  FenceManager* fences_ = nullptr;
+  PinAccount* account_ = nullptr;
+  ArenaOptions options_;
+  uintptr_t base_ = 0;
+  uint64_t size_ = 0;  // 0 until reserved: Owns is then always false
+  uint64_t page_ = 4096;
+  uint64_t npages_ = 0;
+  uint32_t nclasses_ = 0;
+  std::atomic<CUcontext> home_ctx_{nullptr};
+  std::atomic<bool> active_{false};
+
+  mutable Mutex mu_;
+  Run* runs_ = nullptr;  // free runs sorted by start; guarded by mu_
+  uint32_t nruns_ = 0;
+  uint64_t top_ = 0;     // pages below were handed out at least once
+  Extent* extents_ = nullptr;
+  int32_t free_extent_ = -1;
+  SmallClass* classes_ = nullptr;
+  Pending* pending_ = nullptr;       // kMaxPending copy ranges with fences
+  uintptr_t* deferred_ = nullptr;    // kMaxPending blocks whose free waits
+  uint32_t ndeferred_locked_ = 0;
+  std::atomic<uint32_t> npending_{0};
+  std::atomic<uint32_t> ndeferred_{0};
+  std::atomic<uint64_t> last_trim_ns_{0};
+
+  std::atomic<uint64_t> allocs_{0}, frees_{0}, declined_{0}, deferred_frees_{0}, extents_live_{0};
+  std::atomic<uint64_t> registered_bytes_{0}, registrations_{0}, trimmed_{0}, bad_frees_{0};
+};
+
+}  // namespace optimize
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_OPTIMIZE_HOST_ARENA_H_

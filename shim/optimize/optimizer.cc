@@ -1,0 +1,328 @@
+#include "shim/optimize/optimizer.h"
+
+#include <cstring>
+
+#include "shim/core/internal_alloc.h"
+#include "shim/optimize/cost_model.h"
+
+namespace pinshim {
+namespace optimize {
+namespace {
+
+enum State : int { kNew = 0, kConfigured = 1, kAttaching = 2, kAttached = 3 };
+
+constexpr unsigned int kKnownRegisterFlags = CU_MEMHOSTREGISTER_PORTABLE |
+                                             CU_MEMHOSTREGISTER_DEVICEMAP |
+                                             CU_MEMHOSTREGISTER_IOMEMORY |
+                                             CU_MEMHOSTREGISTER_READ_ONLY;
+
+Optimizer g_optimizer;
+
+uint64_t EvictPool(void* arg, uint64_t want) { return static_cast<PinnedPool*>(arg)->Trim(want); }
+uint64_t EvictArena(void* arg, uint64_t want) { return static_cast<HostArena*>(arg)->Trim(want); }
+uint64_t EvictCache(void* arg, uint64_t want) {
+  return static_cast<RegistrationCache*>(arg)->Evict(want);
+}
+
+}  // namespace
+
+Optimizer& Optimizer::Process() { return g_optimizer; }
+
+void Optimizer::Configure(const OptimizerOptions& options) {
+  int expected = kNew;
+  if (!state_.compare_exchange_strong(expected, kAttaching)) return;
+  options_ = options;
+  state_.store(kConfigured, std::memory_order_release);
+}
+
+bool Optimizer::AttachDriver(const DriverOps& ops) {
+  int expected = kConfigured;
+  if (!state_.compare_exchange_strong(expected, kAttaching)) {
+    while (state_.load(std::memory_order_acquire) == kAttaching) Backoff();
+    return active();
+  }
+  bool ok = DriverOpsComplete(ops);
+  if (ok) {
+    ops_ = ops;
+    ok = fences_.Init(&ops_);
+  }
+  if (ok && emulated_ == nullptr) {
+    emulated_ = static_cast<EmulatedRegistration*>(
+        InternalAlloc(sizeof(EmulatedRegistration) * kMaxEmulated));
+    ok = emulated_ != nullptr;
+  }
+  if (ok) {
+    account_.Init(options_.pin_cap_bytes, options_.pin_hooks);
+    if (options_.enable_pool) {
+      PoolOptions po = options_.pool;
+      po.allocations = options_.allocations;
+      po.next_alloc_id = options_.next_alloc_id;
+      pool_on_.store(pool_.Init(&ops_, &fences_, &account_, po));
+    }
+    if (options_.enable_arena) {
+      ArenaOptions ao = options_.arena;
+      ao.registrations = options_.registrations;
+      arena_on_.store(arena_.Init(&ops_, &fences_, &account_, ao));
+    }
+    if (options_.enable_cache) {
+      CacheOptions co = options_.cache;
+      co.registrations = options_.registrations;
+      cache_on_.store(cache_.Init(&ops_, &fences_, &account_, co));
+    }
+    // Idle pool slabs and arena extents go first: nobody is using them.
+    if (pool_on_.load()) account_.AddEvictor(&EvictPool, &pool_);
+    if (arena_on_.load()) account_.AddEvictor(&EvictArena, &arena_);
+    if (cache_on_.load()) account_.AddEvictor(&EvictCache, &cache_);
+    active_.store(true, std::memory_order_release);
+  }
+  state_.store(kAttached, std::memory_order_release);
+  return ok;
+}
+
+void Optimizer::NoteHomeContext() {
+  if (home_set_.load(std::memory_order_relaxed) || !arena_on_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  CUcontext ctx = nullptr;
+  if (ops_.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr) {
+    arena_.SetHomeContext(ctx);
+    home_set_.store(true, std::memory_order_relaxed);
+  }
+}
+
+CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyDir dir,
+                                     MemKind host_kind) {
+  CopyTicket t;
+  if (!active() || host_ptr == nullptr) return t;
+  t.host = host_ptr;
+  t.bytes = bytes;
+  t.dir = dir;
+  if (host_kind == MemKind::kPinnedByPinshim) {
+    if (arena_on_.load(std::memory_order_relaxed) && arena_.Owns(host_ptr)) {
+      t.kind = CopyTicket::kArena;
+      arena_copies_.fetch_add(1, std::memory_order_relaxed);
+      saved_arena_ns_.fetch_add(static_cast<uint64_t>(CostModel::SavingNs(bytes, dir)),
+                                std::memory_order_relaxed);
+    } else if (pool_on_.load(std::memory_order_relaxed) && pool_.Owns(host_ptr)) {
+      t.kind = CopyTicket::kPool;
+    } else if (cache_on_.load(std::memory_order_relaxed)) {
+      t.cache = cache_.OnCachedCopy(host_ptr, bytes, dir);
+      if (t.cache.pinned()) t.kind = CopyTicket::kCache;
+    }
+    return t;
+  }
+  if (host_kind == MemKind::kPageable && cache_on_.load(std::memory_order_relaxed)) {
+    NoteHomeContext();
+    Region alloc;
+    if (options_.allocations == nullptr ||
+        !options_.allocations->Lookup(reinterpret_cast<uintptr_t>(host_ptr), &alloc)) {
+      alloc = Region();  // untracked: the cache declines and counts it
+    }
+    t.cache = cache_.OnPageableCopy(alloc, host_ptr, bytes, dir);
+    if (t.cache.pinned()) t.kind = CopyTicket::kCache;
+  }
+  return t;
+}
+
+void Optimizer::AfterHostCopy(const CopyTicket& t, CUresult result, bool async, CUstream stream,
+                              bool per_thread_api) {
+  const CUstream s = RecordableStream(stream, per_thread_api);
+  switch (t.kind) {
+    case CopyTicket::kPool:
+      // Real pinned memory: the program expects the asynchrony; the pool
+      // only has to know not to reuse the block early.
+      if (async && result == CUDA_SUCCESS) {
+        pool_.NoteAsyncUse(t.host, s);
+        pool_async_notes_.fetch_add(1, std::memory_order_relaxed);
+      }
+      break;
+    case CopyTicket::kArena:
+      // The program believes this is malloc memory: pageable semantics.
+      if (async && result == CUDA_SUCCESS) {
+        fences_.WaitForStream(s);
+        arena_async_waits_.fetch_add(1, std::memory_order_relaxed);
+      }
+      break;
+    case CopyTicket::kCache:
+      cache_.AfterCopy(t.cache, result, async, s);
+      break;
+    case CopyTicket::kNone:
+      break;
+  }
+}
+
+bool Optimizer::HostAlloc(void** pp, size_t bytes, unsigned int flags, CUresult* result) {
+  if (!active() || !pool_on_.load(std::memory_order_relaxed)) return false;
+  NoteHomeContext();
+  *result = pool_.Allocate(pp, bytes, flags);
+  return true;
+}
+
+bool Optimizer::FreeHost(void* p, CUresult* result) {
+  if (!active() || !pool_on_.load(std::memory_order_relaxed)) return false;
+  return pool_.Free(p, result);
+}
+
+bool Optimizer::HostGetFlags(unsigned int* flags, void* p, CUresult* result) {
+  if (!active() || !pool_on_.load(std::memory_order_relaxed) || !pool_.Owns(p)) return false;
+  *result = pool_.GetFlags(flags, p);
+  return true;
+}
+
+bool Optimizer::HostGetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int flags,
+                                     CUresult* result) {
+  if (!active() || !pool_on_.load(std::memory_order_relaxed) || !pool_.Owns(p)) return false;
+  *result = pool_.GetDevicePointer(dptr, p, flags);
+  return true;
+}
+
+bool Optimizer::ProgramRegister(void* p, size_t bytes, unsigned int flags, CUresult* result) {
+  if (!active()) return false;
+  if (arena_on_.load(std::memory_order_relaxed) && arena_.Owns(p)) {
+    if (flags & CU_MEMHOSTREGISTER_IOMEMORY) return false;  // the driver's answer
+    if (bytes == 0 || (flags & ~kKnownRegisterFlags) != 0) {
+      *result = CUDA_ERROR_INVALID_VALUE;
+      return true;
+    }
+    // Already pinned (PORTABLE, device-accessible): a registration of the
+    // program's own is emulated, overlap rules included.
+    const auto start = reinterpret_cast<uintptr_t>(p);
+    MutexLock lock(&emulated_mu_);
+    EmulatedRegistration* slot = nullptr;
+    for (int i = 0; i < kMaxEmulated; ++i) {
+      EmulatedRegistration& e = emulated_[i];
+      if (e.start == 0) {
+        if (slot == nullptr) slot = &e;
+        continue;
+      }
+      if (e.start < start + bytes && start < e.start + e.bytes) {
+        *result = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        return true;
+      }
+    }
+    if (slot == nullptr) return false;  // no room: let the driver answer
+    slot->start = start;
+    slot->bytes = bytes;
+    *result = CUDA_SUCCESS;
+    return true;
+  }
+  // The program's registration must find the memory as it left it.
+  if (cache_on_.load(std::memory_order_relaxed)) cache_.OnRelease(p, bytes);
+  return false;
+}
+
+bool Optimizer::ProgramUnregister(void* p, CUresult* result) {
+  if (!active() || p == nullptr) return false;
+  if (arena_on_.load(std::memory_order_relaxed) && arena_.Owns(p)) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    MutexLock lock(&emulated_mu_);
+    *result = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    for (int i = 0; i < kMaxEmulated; ++i) {
+      EmulatedRegistration& e = emulated_[i];
+      if (e.start == a) {
+        e.start = 0;
+        *result = CUDA_SUCCESS;
+        break;
+      }
+      if (e.start != 0 && a - e.start < e.bytes) {
+        *result = CUDA_ERROR_INVALID_VALUE;  // inside a registration, not its start
+        break;
+      }
+    }
+    return true;
+  }
+  if (cache_on_.load(std::memory_order_relaxed) && cache_.Contains(p, nullptr, nullptr)) {
+    *result = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;  // the program never registered it
+    return true;
+  }
+  return false;
+}
+
+bool Optimizer::HidesPinning(const void* p) const {
+  if (!active()) return false;
+  if (arena_on_.load(std::memory_order_relaxed) && arena_.Owns(p)) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    MutexLock lock(&emulated_mu_);
+    for (int i = 0; i < kMaxEmulated; ++i) {
+      const EmulatedRegistration& e = emulated_[i];
+      if (e.start != 0 && a - e.start < e.bytes) return false;  // the program pinned it
+    }
+    return true;
+  }
+  return cache_on_.load(std::memory_order_relaxed) && cache_.Contains(p, nullptr, nullptr);
+}
+
+uint64_t Optimizer::Evict(uint64_t bytes_wanted) {
+  if (!active()) return 0;
+  uint64_t freed = 0;
+  if (pool_on_.load()) freed += pool_.Trim(bytes_wanted);
+  if (freed < bytes_wanted && arena_on_.load()) freed += arena_.Trim(bytes_wanted - freed);
+  if (freed < bytes_wanted && cache_on_.load()) freed += cache_.Evict(bytes_wanted - freed);
+  return freed;
+}
+
+void Optimizer::Tick() {
+  if (!active()) return;
+  if (pool_on_.load()) pool_.TrimIdle();
+  if (arena_on_.load()) arena_.TrimIdle();
+}
+
+void Optimizer::OnContextDestroyed(CUcontext ctx) {
+  if (!active()) return;
+  if (pool_on_.load()) pool_.OnContextDestroyed(ctx);
+  fences_.OnContextDestroyed(ctx);
+}
+
+void Optimizer::PrepareFork() {
+  emulated_mu_.PrepareFork();
+  fences_.PrepareFork();
+  pool_.PrepareFork();
+  cache_.PrepareFork();
+  arena_.PrepareFork();
+}
+
+void Optimizer::AfterForkParent() {
+  arena_.AfterForkParent();
+  cache_.AfterForkParent();
+  pool_.AfterForkParent();
+  fences_.AfterForkParent();
+  emulated_mu_.AfterFork();
+}
+
+void Optimizer::AfterForkChild() {
+  active_.store(false, std::memory_order_release);
+  arena_.AfterForkChild();
+  cache_.AfterForkChild();
+  pool_.AfterForkChild();
+  fences_.AfterForkChild();
+  emulated_mu_.AfterFork();
+  account_.ResetInChild();
+}
+
+OptimizeCounters Optimizer::Counters() const {
+  OptimizeCounters c;
+  memset(&c, 0, sizeof(c));
+  c.pinned_bytes_now = account_.pinned();
+  c.pinned_bytes_peak = account_.peak();
+  c.pin_cap_bytes = account_.cap();
+  for (int i = 0; i < kPinUseCount; ++i) {
+    c.pinned_by_use[i] = account_.pinned_for(static_cast<PinUse>(i));
+  }
+  c.pin_refusals = account_.refusals();
+  c.evicted_bytes = account_.evicted_bytes();
+  c.pool = pool_.Stats();
+  c.cache = cache_.Stats();
+  c.arena = arena_.Stats();
+  c.pool_async_notes = pool_async_notes_.load();
+  c.arena_copies = arena_copies_.load();
+  c.arena_async_waits = arena_async_waits_.load();
+  c.fence_records = fences_.records();
+  c.fence_record_failures = fences_.record_failures();
+  c.fence_waits = fences_.waits();
+  c.saved_copy_ns = c.cache.saved_ns + saved_arena_ns_.load();
+  c.saved_alloc_ns = c.pool.saved_ns;
+  return c;
+}
+
+}  // namespace optimize
+}  // namespace pinshim

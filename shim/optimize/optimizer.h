@@ -1,0 +1,203 @@
+// Optimize mode as the hooks see it: one object holding the pinned pool,
+// the registration cache, the host arena and what they share, with one
+// call per hook event. The hooks own the decisions about *when* to call
+// (mode, call sites); this decides what to do.
+//
+// Lifecycle: Configure once (from Init, when the mode includes optimize),
+// AttachDriver once the real driver functions are known; until then every
+// call declines and the hooks simply forward. Fork: PrepareFork in the
+// prepare handler before the registries are locked; AfterForkParent and
+// AfterForkChild after they are unlocked. In a child optimize mode is off
+// (CUDA does not survive fork); memory the program holds stays valid.
+//
+// Where the hooks call in (each call is cheap when there is nothing to do):
+//   copy wrappers (1D H2D/D2H, sync and async, array and 2D variants with
+//   the host range they touch):
+//       CopyTicket t = BeforeHostCopy(host_ptr, bytes, dir, host_kind);
+//       CUresult r = real_fn(...);
+//       AfterHostCopy(t, r, is_async_entry_point, stream, is_ptsz_entry_point);
+//   cuMemHostAlloc / cuMemAllocHost:  HostAlloc, else forward
+//   cuMemFreeHost:                    FreeHost, else forward
+//   cuMemHostGetFlags / GetDevicePointer: HostGetFlags / HostGetDevicePointer
+//   cuMemHostRegister / Unregister:   ProgramRegister / ProgramUnregister
+//   cuPointerGetAttribute(s):         HidesPinning, PoolBlock
+//   free / realloc / munmap / mremap: OnRelease BEFORE the real call
+//   redirected malloc sites:          arena() (test arena().Owns(p) before
+//                                     handing p to glibc in free, realloc,
+//                                     malloc_usable_size)
+//   cuCtxDestroy / primary context reset: OnContextDestroyed
+//   budget evictor:                   Evict;  sampler thread: Tick
+#ifndef PINSHIM_SHIM_OPTIMIZE_OPTIMIZER_H_
+#define PINSHIM_SHIM_OPTIMIZE_OPTIMIZER_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim/core/events.h"
+#include "shim/core/registry.h"
+#include "shim/optimize/driver_ops.h"
+#include "shim/optimize/fences.h"
+#include "shim/optimize/host_arena.h"
+#include "shim/optimize/lock.h"
+#include "shim/optimize/pin_account.h"
+#include "shim/optimize/pinned_pool.h"
+#include "shim/optimize/registration_cache.h"
+
+namespace pinshim {
+namespace optimize {
+
+struct OptimizerOptions {
+  Registry* allocations = nullptr;    // g_allocations: pool blocks go here
+  Registry* registrations = nullptr;  // g_registrations: cache and arena ranges go here
+  uint64_t (*next_alloc_id)() = nullptr;
+  uint64_t pin_cap_bytes = PinAccount::kNoCap;  // Config::pin_cap_bytes
+  PinAccountHooks pin_hooks;                    // e.g. the enforce-mode budget
+  bool enable_pool = true;
+  bool enable_cache = true;
+  bool enable_arena = true;
+  PoolOptions pool;
+  CacheOptions cache;
+  ArenaOptions arena;
+};
+
+// What the hook's "before" call hands to its "after" call.
+struct CopyTicket {
+  enum Kind : uint8_t { kNone = 0, kPool = 1, kCache = 2, kArena = 3 };
+  Kind kind = kNone;
+  CacheTicket cache;
+  const void* host = nullptr;
+  uint64_t bytes = 0;
+  CopyDir dir = CopyDir::kHostToDevice;
+};
+
+// Every counter, for the summary and the trace. Plain data.
+struct OptimizeCounters {
+  uint64_t pinned_bytes_now;  // by pinshim: pool slabs and allocations, cache, arena
+  uint64_t pinned_bytes_peak;
+  uint64_t pin_cap_bytes;
+  uint64_t pinned_by_use[kPinUseCount];
+  uint64_t pin_refusals;
+  uint64_t evicted_bytes;
+  PoolStats pool;
+  CacheStats cache;
+  ArenaStats arena;
+  uint64_t pool_async_notes;   // async copies on pool blocks fenced
+  uint64_t arena_copies;
+  uint64_t arena_async_waits;  // async copies on arena memory waited for
+  uint64_t fence_records;
+  uint64_t fence_record_failures;  // streams waited for instead
+  uint64_t fence_waits;
+  // Estimated time saved, ns (cost_model.h): copies on cached and arena
+  // memory at registered instead of pageable speed, and pool hits that
+  // skipped cudaHostAlloc + cudaFreeHost.
+  uint64_t saved_copy_ns;
+  uint64_t saved_alloc_ns;
+};
+
+class Optimizer {
+ public:
+  constexpr Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // The instance the hooks use.
+  static Optimizer& Process();
+
+  // Takes the options (no driver call). Call before AttachDriver.
+  void Configure(const OptimizerOptions& options);
+
+  // Starts the engine with the real driver functions (copied). Idempotent;
+  // false when the table is incomplete or setup failed (the engine stays off).
+  bool AttachDriver(const DriverOps& ops);
+
+  bool active() const { return active_.load(std::memory_order_acquire); }
+
+  // --- copy hooks: around every host<->device copy ----------------------
+  // host_kind: ClassifyHost's answer for host_ptr. Registers hot pageable
+  // allocations (so this copy may already run pinned).
+  CopyTicket BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyDir dir, MemKind host_kind);
+  // After the real call; async: an *Async entry point; per_thread_api: a
+  // _ptsz/_ptds entry point. May wait for the copy (see registration_cache.h).
+  void AfterHostCopy(const CopyTicket& ticket, CUresult result, bool async, CUstream stream,
+                     bool per_thread_api);
+
+  // --- libc hooks -------------------------------------------------------
+  // BEFORE free/realloc/munmap/mremap hand [start, start + bytes) back.
+  void OnRelease(const void* start, uint64_t bytes) {
+    if (cache_.MaybeCached()) cache_.OnRelease(start, bytes);
+  }
+  // Redirected allocation sites: the arena (null: use the real allocator).
+  HostArena& arena() { return arena_; }
+
+  // --- the program's pinned-memory calls --------------------------------
+  // cuMemHostAlloc / cuMemAllocHost (flags 0): true when handled (the
+  // program's result in *result), false: forward to the driver.
+  bool HostAlloc(void** pp, size_t bytes, unsigned int flags, CUresult* result);
+  // cuMemFreeHost: true when handled (result in *result), false: forward.
+  bool FreeHost(void* p, CUresult* result);
+  // cuMemHostGetFlags / cuMemHostGetDevicePointer: true when handled.
+  bool HostGetFlags(unsigned int* flags, void* p, CUresult* result);
+  bool HostGetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int flags, CUresult* result);
+  // cuMemHostRegister by the program: true when handled (arena memory,
+  // already pinned: emulated). Otherwise pinshim's own registration of the
+  // range is dropped first and the caller forwards the call.
+  bool ProgramRegister(void* p, size_t bytes, unsigned int flags, CUresult* result);
+  // cuMemHostUnregister by the program: true when handled (arena memory,
+  // or a cache registration the program never made).
+  bool ProgramUnregister(void* p, CUresult* result);
+  // Whether pointer attribute queries about p must answer as for pageable
+  // memory (memory pinshim pinned behind the program's back).
+  bool HidesPinning(const void* p) const;
+  // The pool block holding p (for range/buffer-id attribute answers).
+  bool PoolBlock(const void* p, PoolBlockInfo* info) const { return pool_.Lookup(p, info); }
+
+  // --- budget, time, contexts -------------------------------------------
+  // Unpins pinshim's own idle pinning (pool slabs, arena extents, LRU cache
+  // registrations) until about bytes_wanted are free; returns bytes freed.
+  uint64_t Evict(uint64_t bytes_wanted);
+  // From the sampler thread: gives back idle slabs and extents.
+  void Tick();
+  // cuCtxDestroy / cuDevicePrimaryCtxReset: the driver freed its memory.
+  void OnContextDestroyed(CUcontext ctx);
+
+  void PrepareFork();
+  void AfterForkParent();
+  void AfterForkChild();
+
+  OptimizeCounters Counters() const;
+
+  PinnedPool& pool() { return pool_; }
+  RegistrationCache& cache() { return cache_; }
+  FenceManager& fences() { return fences_; }
+  PinAccount& account() { return account_; }
+
+ private:
+  struct EmulatedRegistration {
+    uintptr_t start;  // 0: unused
+    uint64_t bytes;
+  };
+  static constexpr int kMaxEmulated = 1024;
+
+  void NoteHomeContext();
+
+  OptimizerOptions options_;
+  DriverOps ops_ = {};
+  std::atomic<int> state_{0};  // 0 new, 1 configured, 2 attaching, 3 attached
+  std::atomic<bool> active_{false};
+  std::atomic<bool> pool_on_{false}, cache_on_{false}, arena_on_{false};
+  std::atomic<bool> home_set_{false};
+  FenceManager fences_;
+  PinAccount account_;
+  PinnedPool pool_;
+  RegistrationCache cache_;
+  HostArena arena_;
+  mutable Mutex emulated_mu_;
+  EmulatedRegistration* emulated_ = nullptr;  // kMaxEmulated
+  std::atomic<uint64_t> pool_async_notes_{0}, arena_copies_{0}, arena_async_waits_{0};
+  std::atomic<uint64_t> saved_arena_ns_{0};
+};
+
+}  // namespace optimize
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_OPTIMIZE_OPTIMIZER_H_

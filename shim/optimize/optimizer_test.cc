@@ -1,0 +1,368 @@
+// The engine as the hooks drive it: copies classified through the
+// registries, the program's pinned-memory calls, releases, fork.
+#include "shim/optimize/optimizer.h"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "shim/core/registry.h"
+#include "shim/optimize/test_util.h"
+
+namespace pinshim {
+namespace optimize {
+namespace {
+
+using testing::FakeDriverOps;
+using testing::Fill;
+using testing::HasPattern;
+using testing::MakeContextCurrent;
+
+constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
+
+std::atomic<uint64_t> g_ids{1};
+uint64_t NextId() { return g_ids.fetch_add(1); }
+
+class OptimizerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ctx_ = MakeContextCurrent();
+    ASSERT_NE(ctx_, nullptr);
+    opt_ = std::make_unique<Optimizer>();
+    OptimizerOptions o;
+    o.allocations = &allocations_;
+    o.registrations = &registrations_;
+    o.next_alloc_id = &NextId;
+    o.pin_cap_bytes = 512 * kMiB;
+    o.arena.reserve_bytes = uint64_t{4} << 30;
+    opt_->Configure(o);
+    ASSERT_TRUE(opt_->AttachDriver(FakeDriverOps()));
+    ASSERT_EQ(cuStreamCreate(&stream_, 0), CUDA_SUCCESS);
+  }
+
+  void TearDown() override {
+    fakecuda_set_copy_delay_us(0);
+    cuStreamSynchronize(stream_);
+    cuStreamDestroy(stream_);
+  }
+
+  // What ClassifyHost answers: registrations first, then allocations.
+  MemKind Classify(const void* p) {
+    Region r;
+    if (registrations_.Lookup(reinterpret_cast<uintptr_t>(p), &r)) return r.kind;
+    if (allocations_.Lookup(reinterpret_cast<uintptr_t>(p), &r)) return r.kind;
+    return MemKind::kPageable;
+  }
+
+  // A copy hook: before, the real call, after.
+  CUresult HtoDAsync(CUdeviceptr dev, const void* src, size_t n) {
+    CopyTicket t = opt_->BeforeHostCopy(src, n, CopyDir::kHostToDevice, Classify(src));
+    CUresult r = cuMemcpyHtoDAsync(dev, src, n, stream_);
+    opt_->AfterHostCopy(t, r, true, stream_, false);
+    return r;
+  }
+  CUresult DtoHAsync(void* dst, CUdeviceptr dev, size_t n) {
+    CopyTicket t = opt_->BeforeHostCopy(dst, n, CopyDir::kDeviceToHost, Classify(dst));
+    CUresult r = cuMemcpyDtoHAsync(dst, dev, n, stream_);
+    opt_->AfterHostCopy(t, r, true, stream_, false);
+    return r;
+  }
+
+  // malloc as the libc hooks see it: tracked, released through OnRelease.
+  char* TrackedMalloc(size_t n) {
+    char* p = static_cast<char*>(malloc(n));
+    Region r;
+    r.start = reinterpret_cast<uintptr_t>(p);
+    r.bytes = n;
+    r.id = NextId();
+    r.source = kSourceMalloc;
+    allocations_.Insert(r);
+    return p;
+  }
+  void TrackedFree(char* p, size_t n) {
+    opt_->OnRelease(p, n);
+    allocations_.Remove(reinterpret_cast<uintptr_t>(p), nullptr);
+    free(p);
+  }
+
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  Registry allocations_;
+  Registry registrations_;
+  std::unique_ptr<Optimizer> opt_;
+};
+
+TEST_F(OptimizerTest, ProgramPinnedAllocationsComeFromThePool) {
+  void* p = nullptr;
+  CUresult r;
+  ASSERT_TRUE(opt_->HostAlloc(&p, 100 * kKiB, CU_MEMHOSTALLOC_PORTABLE, &r));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  EXPECT_EQ(Classify(p), MemKind::kPinnedByPinshim);
+  unsigned flags = 0;
+  ASSERT_TRUE(opt_->HostGetFlags(&flags, p, &r));
+  EXPECT_EQ(r, CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  CUdeviceptr d = 0;
+  ASSERT_TRUE(opt_->HostGetDevicePointer(&d, static_cast<char*>(p) + 10, 0, &r));
+  EXPECT_EQ(d, reinterpret_cast<CUdeviceptr>(p) + 10);
+  // An async copy from it stays asynchronous (real pinned memory) and is fenced.
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, 100 * kKiB), CUDA_SUCCESS);
+  Fill(p, 100 * kKiB, 1);
+  ASSERT_EQ(fakecuda_hold_stream(stream_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(HtoDAsync(dev, p, 100 * kKiB), CUDA_SUCCESS);
+  EXPECT_GT(fakecuda_pending_ops(), 0u);
+  ASSERT_TRUE(opt_->FreeHost(p, &r));
+  EXPECT_EQ(r, CUDA_SUCCESS);
+  void* q = nullptr;
+  ASSERT_TRUE(opt_->HostAlloc(&q, 100 * kKiB, CU_MEMHOSTALLOC_PORTABLE, &r));
+  EXPECT_NE(q, p);
+  Fill(q, 100 * kKiB, 2);
+  ASSERT_EQ(fakecuda_hold_stream(stream_, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  std::vector<char> back(100 * kKiB);
+  ASSERT_EQ(cuMemcpyDtoH(back.data(), dev, back.size()), CUDA_SUCCESS);
+  EXPECT_TRUE(HasPattern(back.data(), back.size(), 1));
+  ASSERT_TRUE(opt_->FreeHost(q, &r));
+  int local;
+  EXPECT_FALSE(opt_->FreeHost(&local, &r));  // not the pool's: forwarded
+  const OptimizeCounters c = opt_->Counters();
+  EXPECT_EQ(c.pool_async_notes, 1u);
+  EXPECT_GT(c.pinned_by_use[static_cast<int>(PinUse::kPoolSlab)], 0u);
+  cuMemFree(dev);
+}
+
+// The program overwrites its pageable buffer right after each async H2D
+// and reads its buffer right after each async D2H, as pageable semantics
+// allow. With copies slowed down, every result must still be exact while
+// the cache turns the buffer pinned underneath.
+TEST_F(OptimizerTest, HotPageableBufferKeepsPageableSemanticsOncePinned) {
+  const size_t n = 2 * kMiB;
+  char* buf = TrackedMalloc(n);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, n), CUDA_SUCCESS);
+  fakecuda_set_copy_delay_us(2000);
+  for (int i = 0; i < 8; ++i) {
+    Fill(buf, n, static_cast<uint8_t>(i));
+    ASSERT_EQ(HtoDAsync(dev, buf, n), CUDA_SUCCESS);
+    memset(buf, 0, n);
+    ASSERT_EQ(DtoHAsync(buf, dev, n), CUDA_SUCCESS);
+    ASSERT_TRUE(HasPattern(buf, n, static_cast<uint8_t>(i))) << i;
+  }
+  EXPECT_EQ(Classify(buf), MemKind::kPinnedByPinshim);
+  const OptimizeCounters c = opt_->Counters();
+  EXPECT_EQ(c.cache.registrations, 1u);
+  EXPECT_GT(c.cache.hits, 0u);
+  EXPECT_GT(c.cache.async_waits, 0u);
+  EXPECT_GT(c.saved_copy_ns, 0u);
+  EXPECT_TRUE(opt_->HidesPinning(buf + 100));
+  const size_t regs = fakecuda_live_registrations();
+  TrackedFree(buf, n);
+  EXPECT_EQ(fakecuda_live_registrations(), regs - 1);
+  EXPECT_EQ(opt_->Counters().pinned_by_use[static_cast<int>(PinUse::kCache)], 0u);
+  cuMemFree(dev);
+}
+
+TEST_F(OptimizerTest, UntrackedMemoryIsNeverPinned) {
+  static char data[4 * kMiB];
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, sizeof(data)), CUDA_SUCCESS);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(HtoDAsync(dev, data, sizeof(data)), CUDA_SUCCESS);
+  EXPECT_EQ(opt_->Counters().cache.registrations, 0u);
+  EXPECT_EQ(opt_->Counters().cache.declined[static_cast<int>(CacheDecline::kUntracked)], 10u);
+  cuMemFree(dev);
+}
+
+TEST_F(OptimizerTest, ArenaMemoryKeepsPageableSemantics) {
+  const size_t n = 1 * kMiB;
+  char* buf = static_cast<char*>(opt_->arena().Malloc(n));
+  ASSERT_NE(buf, nullptr);
+  EXPECT_EQ(Classify(buf), MemKind::kPinnedByPinshim);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, n), CUDA_SUCCESS);
+  fakecuda_set_copy_delay_us(2000);
+  for (int i = 0; i < 4; ++i) {
+    Fill(buf, n, static_cast<uint8_t>(40 + i));
+    ASSERT_EQ(HtoDAsync(dev, buf, n), CUDA_SUCCESS);
+    memset(buf, 0, n);
+    ASSERT_EQ(DtoHAsync(buf, dev, n), CUDA_SUCCESS);
+    ASSERT_TRUE(HasPattern(buf, n, static_cast<uint8_t>(40 + i))) << i;
+  }
+  EXPECT_EQ(opt_->Counters().arena_async_waits, 8u);
+  EXPECT_TRUE(opt_->HidesPinning(buf));
+  opt_->arena().Free(buf);
+  cuMemFree(dev);
+}
+
+// The program registering / unregistering memory pinshim pinned gets the
+// answers it would get without pinshim.
+TEST_F(OptimizerTest, ProgramRegistrationsSeeTheirOwnWorld) {
+  CUresult r;
+  char* a = static_cast<char*>(opt_->arena().Malloc(3 * kMiB));
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(opt_->ProgramRegister(a, 1 * kMiB, 0, &r));
+  EXPECT_EQ(r, CUDA_SUCCESS);
+  EXPECT_FALSE(opt_->HidesPinning(a));
+  ASSERT_TRUE(opt_->ProgramRegister(a + 4096, 4096, 0, &r));
+  EXPECT_EQ(r, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+  ASSERT_TRUE(opt_->ProgramUnregister(a + 8, &r));
+  EXPECT_EQ(r, CUDA_ERROR_INVALID_VALUE);
+  ASSERT_TRUE(opt_->ProgramUnregister(a, &r));
+  EXPECT_EQ(r, CUDA_SUCCESS);
+  ASSERT_TRUE(opt_->ProgramUnregister(a, &r));
+  EXPECT_EQ(r, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  EXPECT_TRUE(opt_->HidesPinning(a));
+  opt_->arena().Free(a);
+
+  // A buffer the cache pinned: the program's own register must succeed.
+  const size_t n = 16 * kMiB;
+  char* buf = TrackedMalloc(n);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, n), CUDA_SUCCESS);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(HtoDAsync(dev, buf, n), CUDA_SUCCESS);
+  ASSERT_EQ(Classify(buf), MemKind::kPinnedByPinshim);
+  ASSERT_TRUE(opt_->ProgramUnregister(buf, &r));  // it never registered it
+  EXPECT_EQ(r, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  EXPECT_FALSE(opt_->ProgramRegister(buf, n, 0, &r));  // forwarded, after unpinning
+  EXPECT_EQ(cuMemHostRegister(buf, n, 0), CUDA_SUCCESS);
+  EXPECT_NE(Classify(buf), MemKind::kPinnedByPinshim);
+  EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
+  TrackedFree(buf, n);
+  cuMemFree(dev);
+}
+
+TEST_F(OptimizerTest, EvictGivesBackEverythingIdle) {
+  void* p = nullptr;
+  CUresult r;
+  ASSERT_TRUE(opt_->HostAlloc(&p, 1 * kMiB, 0, &r));
+  ASSERT_TRUE(opt_->FreeHost(p, &r));
+  char* a = static_cast<char*>(opt_->arena().Malloc(2 * kMiB));
+  opt_->arena().Free(a);
+  const size_t n = 16 * kMiB;
+  char* buf = TrackedMalloc(n);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, n), CUDA_SUCCESS);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(HtoDAsync(dev, buf, n), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const uint64_t before = opt_->Counters().pinned_bytes_now;
+  EXPECT_GE(before, n + 2 * kMiB + 1 * kMiB);
+  EXPECT_EQ(opt_->Evict(UINT64_MAX), before);
+  EXPECT_EQ(opt_->Counters().pinned_bytes_now, 0u);
+  EXPECT_EQ(opt_->Counters().pinned_bytes_peak, before);
+  EXPECT_EQ(opt_->Counters().cache.evictions, 1u);
+  TrackedFree(buf, n);
+  cuMemFree(dev);
+}
+
+Optimizer* g_fork_optimizer = nullptr;
+
+TEST_F(OptimizerTest, ForkChildStopsOptimizingAndKeepsItsMemory) {
+  g_fork_optimizer = opt_.get();
+  static bool registered = false;
+  if (!registered) {
+    pthread_atfork([] { g_fork_optimizer->PrepareFork(); },
+                   [] { g_fork_optimizer->AfterForkParent(); },
+                   [] { g_fork_optimizer->AfterForkChild(); });
+    registered = true;
+  }
+  char* a = static_cast<char*>(opt_->arena().Malloc(100 * kKiB));
+  Fill(a, 100 * kKiB, 9);
+  pid_t pid = fork();
+  if (pid == 0) {
+    void* p;
+    CUresult r;
+    bool ok = !opt_->active() && !opt_->HostAlloc(&p, 4096, 0, &r) &&
+              HasPattern(a, 100 * kKiB, 9) && opt_->arena().Malloc(10) == nullptr;
+    opt_->arena().Free(a);  // harmless in the child
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(opt_->active());
+  void* p = nullptr;
+  CUresult r;
+  ASSERT_TRUE(opt_->HostAlloc(&p, 4096, 0, &r));
+  EXPECT_EQ(r, CUDA_SUCCESS);
+  ASSERT_TRUE(opt_->FreeHost(p, &r));
+  opt_->arena().Free(a);
+}
+
+TEST_F(OptimizerTest, SixteenThreadsMixEverything) {
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      cuCtxSetCurrent(ctx_);
+      CUstream s;
+      cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+      const size_t n = 256 * kKiB;
+      CUdeviceptr dev;
+      cuMemAlloc(&dev, n);
+      std::mt19937 rng(t);
+      char* mine = TrackedMalloc(n);
+      for (int i = 0; i < 60; ++i) {
+        char* host;
+        void* pinned = nullptr;
+        CUresult r;
+        switch (rng() % 3) {
+          case 0:
+            opt_->HostAlloc(&pinned, n, 0, &r);
+            host = static_cast<char*>(pinned);
+            break;
+          case 1:
+            host = static_cast<char*>(opt_->arena().Malloc(n));
+            break;
+          default:
+            host = mine;
+            break;
+        }
+        if (host == nullptr) {
+          bad++;
+          continue;
+        }
+        const uint8_t seed = static_cast<uint8_t>(t * 13 + i);
+        Fill(host, n, seed);
+        CopyTicket tk = opt_->BeforeHostCopy(host, n, CopyDir::kHostToDevice, Classify(host));
+        r = cuMemcpyHtoDAsync(dev, host, n, s);
+        opt_->AfterHostCopy(tk, r, true, s, false);
+        if (pinned != nullptr) {
+          cuStreamSynchronize(s);  // the program's own pinned memory: it syncs
+        }
+        memset(host, 0, n);
+        tk = opt_->BeforeHostCopy(host, n, CopyDir::kDeviceToHost, Classify(host));
+        r = cuMemcpyDtoHAsync(host, dev, n, s);
+        opt_->AfterHostCopy(tk, r, true, s, false);
+        if (pinned != nullptr) cuStreamSynchronize(s);
+        if (!HasPattern(host, n, seed)) bad++;
+        if (pinned != nullptr) {
+          if (!opt_->FreeHost(pinned, &r) || r != CUDA_SUCCESS) bad++;
+        } else if (host != mine) {
+          opt_->arena().Free(host);
+        }
+      }
+      TrackedFree(mine, n);
+      cuMemFree(dev);
+      cuStreamDestroy(s);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  const OptimizeCounters c = opt_->Counters();
+  EXPECT_EQ(c.pool.live_blocks, 0u);
+  EXPECT_EQ(c.cache.entries, 0u);
+  EXPECT_EQ(c.arena.allocs, c.arena.frees);
+}
+
+}  // namespace
+}  // namespace optimize
+}  // namespace pinshim

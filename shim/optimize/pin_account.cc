@@ -1,0 +1,87 @@
+#include "shim/optimize/pin_account.h"
+
+namespace pinshim {
+namespace optimize {
+
+void PinAccount::Init(uint64_t cap_bytes, const PinAccountHooks& hooks) {
+  cap_ = cap_bytes;
+  hooks_ = hooks;
+}
+
+bool PinAccount::AddEvictor(Evictor evictor, void* arg) {
+  int n = evictor_count_.load(std::memory_order_acquire);
+  if (n >= kMaxEvictors) return false;
+  evictors_[n] = evictor;
+  evictor_args_[n] = arg;
+  evictor_count_.store(n + 1, std::memory_order_release);
+  return true;
+}
+
+bool PinAccount::ChargeImpl(PinUse use, uint64_t bytes, bool capped) {
+  uint64_t cur = pinned_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (capped && (bytes > cap_ || cur > cap_ - bytes)) return false;
+    if (pinned_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) break;
+  }
+  if (hooks_.charge != nullptr && !hooks_.charge(hooks_.arg, use, bytes)) {
+    pinned_.fetch_sub(bytes, std::memory_order_relaxed);
+    return false;
+  }
+  by_use_[static_cast<int>(use)].fetch_add(bytes, std::memory_order_relaxed);
+  uint64_t now = cur + bytes;
+  uint64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+bool PinAccount::TryCharge(PinUse use, uint64_t bytes) {
+  if (ChargeImpl(use, bytes, true)) return true;
+  refusals_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+bool PinAccount::ChargeWithEviction(PinUse use, uint64_t bytes) {
+  if (ChargeImpl(use, bytes, true)) return true;
+  if (bytes <= cap_) {
+    uint64_t cur = pinned();
+    uint64_t shortfall = cur + bytes > cap_ ? cur + bytes - cap_ : bytes;
+    int n = evictor_count_.load(std::memory_order_acquire);
+    uint64_t freed = 0;
+    for (int i = 0; i < n && freed < shortfall; ++i) {
+      freed += evictors_[i](evictor_args_[i], shortfall - freed);
+    }
+    evicted_.fetch_add(freed, std::memory_order_relaxed);
+    if (ChargeImpl(use, bytes, true)) return true;
+  }
+  refusals_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+bool PinAccount::ChargeUncapped(PinUse use, uint64_t bytes) {
+  if (ChargeImpl(use, bytes, false)) return true;
+  refusals_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void PinAccount::Release(PinUse use, uint64_t bytes) {
+  auto& mine = by_use_[static_cast<int>(use)];
+  uint64_t cur = mine.load(std::memory_order_relaxed);
+  // Never below zero: a release after a fork-child reset finds nothing.
+  uint64_t take;
+  do {
+    take = cur < bytes ? cur : bytes;
+  } while (!mine.compare_exchange_weak(cur, cur - take, std::memory_order_relaxed));
+  if (take == 0) return;
+  pinned_.fetch_sub(take, std::memory_order_relaxed);
+  if (hooks_.release != nullptr) hooks_.release(hooks_.arg, use, take);
+}
+
+void PinAccount::ResetInChild() {
+  pinned_.store(0);
+  peak_.store(0);
+  for (auto& b : by_use_) b.store(0);
+}
+
+}  // namespace optimize
+}  // namespace pinshim

@@ -1,0 +1,104 @@
+// The bytes pinshim itself keeps pinned (pool slabs, cached registrations,
+// arena chunks), the cap on them (Config::pin_cap_bytes) and who gives
+// memory back when the cap is reached.
+//
+// Voluntary pinning (the registration cache, the arena) is charged with
+// ChargeWithEviction: it fits under the cap, or the evictors (idle pool
+// slabs, idle arena chunks, least-recently-used registrations, in that
+// order) free the shortfall first, or it is refused and the memory simply
+// stays pageable. Pool slabs serve the program's own pinned requests, so a
+// refusal there makes the pool fall back to the exact allocation the
+// program asked for, never to a failure the driver would not have given.
+//
+// An optional external hook sees every charge and release (the enforce
+// mode budget: PinUse maps onto budget Owners), and may refuse a charge.
+#ifndef PINSHIM_SHIM_OPTIMIZE_PIN_ACCOUNT_H_
+#define PINSHIM_SHIM_OPTIMIZE_PIN_ACCOUNT_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace pinshim {
+namespace optimize {
+
+enum class PinUse : uint8_t {
+  kPoolSlab = 0,       // a pool slab (carved into blocks)
+  kPoolDedicated = 1,  // an exact-size allocation made for one program request
+  kCache = 2,          // a registration of a hot pageable allocation
+  kArena = 3,          // a registered arena extent
+  kCount = 4,
+};
+constexpr int kPinUseCount = static_cast<int>(PinUse::kCount);
+
+struct PinAccountHooks {
+  // Asked before pinning; false refuses. Null: always granted.
+  bool (*charge)(void* arg, PinUse use, uint64_t bytes) = nullptr;
+  // Told after unpinning. Null: nothing.
+  void (*release)(void* arg, PinUse use, uint64_t bytes) = nullptr;
+  void* arg = nullptr;
+};
+
+// Frees up to about bytes_wanted of pinshim's pinning; returns what it freed.
+// Called without any engine lock held.
+using Evictor = uint64_t (*)(void* arg, uint64_t bytes_wanted);
+
+class PinAccount {
+ public:
+  static constexpr int kMaxEvictors = 4;
+  static constexpr uint64_t kNoCap = UINT64_MAX;
+
+  constexpr PinAccount() = default;
+  PinAccount(const PinAccount&) = delete;
+  PinAccount& operator=(const PinAccount&) = delete;
+
+  // Sets the cap on voluntary pinning (kNoCap: none) and the external hooks.
+  void Init(uint64_t cap_bytes, const PinAccountHooks& hooks);
+
+  // Adds an evictor; they run in the order added. False when full.
+  bool AddEvictor(Evictor evictor, void* arg);
+
+  // Charges bytes if pinned() + bytes stays within the cap and the external
+  // hook grants them. No eviction.
+  bool TryCharge(PinUse use, uint64_t bytes);
+
+  // TryCharge; on refusal by the cap, runs the evictors for the shortfall
+  // and tries once more.
+  bool ChargeWithEviction(PinUse use, uint64_t bytes);
+
+  // Charges bytes regardless of the cap (the external hook may still refuse).
+  bool ChargeUncapped(PinUse use, uint64_t bytes);
+
+  // Gives back bytes charged for use.
+  void Release(PinUse use, uint64_t bytes);
+
+  uint64_t pinned() const { return pinned_.load(std::memory_order_relaxed); }
+  uint64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  uint64_t pinned_for(PinUse use) const {
+    return by_use_[static_cast<int>(use)].load(std::memory_order_relaxed);
+  }
+  uint64_t cap() const { return cap_; }
+  uint64_t refusals() const { return refusals_.load(std::memory_order_relaxed); }
+  uint64_t evicted_bytes() const { return evicted_.load(std::memory_order_relaxed); }
+
+  // Forgets everything (fork child: nothing is pinned there).
+  void ResetInChild();
+
+ private:
+  bool ChargeImpl(PinUse use, uint64_t bytes, bool capped);
+
+  uint64_t cap_ = kNoCap;
+  PinAccountHooks hooks_;
+  std::atomic<uint64_t> pinned_{0};
+  std::atomic<uint64_t> peak_{0};
+  std::atomic<uint64_t> by_use_[kPinUseCount] = {};
+  std::atomic<uint64_t> refusals_{0};
+  std::atomic<uint64_t> evicted_{0};
+  std::atomic<int> evictor_count_{0};
+  Evictor evictors_[kMaxEvictors] = {};
+  void* evictor_args_[kMaxEvictors] = {};
+};
+
+}  // namespace optimize
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_OPTIMIZE_PIN_ACCOUNT_H_

@@ -1,0 +1,738 @@
+#include "shim/optimize/pinned_pool.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "shim/core/internal_alloc.h"
+#include "shim/optimize/cost_model.h"
+#include "shim/optimize/size_classes.h"
+
+namespace pinshim {
+namespace optimize {
+namespace {
+
+enum BlockState : uint8_t {
+  kBlockFree = 0,     // listed, may carry fences
+  kBlockLive = 1,     // the program's
+  kBlockFreeing = 2,  // between the program's free and the list
+  kBlockGone = 3,     // its slab is being given back
+};
+
+enum SlabState : uint8_t {
+  kSlabActive = 0,
+  kSlabReleasing = 1,  // detached; its memory is on its way back to the driver
+  kSlabSpare = 2,      // the struct is unused
+};
+
+constexpr unsigned int kKnownFlags =
+    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+
+// Enough classes for kMaxPooledLimit at 4 KiB pages (2^18 pages).
+constexpr uint32_t kMaxPoolClasses = kPoolExactClasses + 14 * kPoolClassesPerDoubling + 1;
+constexpr uint32_t kDedicatedClass = UINT32_MAX;
+
+}  // namespace
+
+struct PinnedPool::Block {
+  uintptr_t base;
+  uint64_t bytes;
+  uint64_t requested;
+  uint64_t alloc_id;
+  Slab* slab;
+  Block* prev;
+  Block* next;
+  unsigned int flags;
+  uint8_t state;
+  FenceSet fences;
+};
+
+struct PinnedPool::Slab {
+  uintptr_t base;
+  uint64_t bytes;
+  uint64_t block_bytes;
+  CUcontext ctx;
+  SubPool* sub;
+  uint32_t cls;
+  uint32_t nblocks;
+  uint32_t nlive;  // blocks live or being freed
+  uint64_t idle_since_ns;
+  uint64_t charged;
+  PinUse use;
+  uint8_t state;
+  bool dedicated;
+  bool keep_on_free;  // dedicated blocks above max_pooled_bytes are kept for reuse
+  Slab* prev;
+  Slab* next;
+  Block blocks[kMaxBlocksPerSlab];
+};
+
+struct PinnedPool::SubPool {
+  bool used;
+  unsigned int flags;
+  CUcontext ctx;
+  Slab* slabs;
+  BlockList large;
+  BlockList free[kMaxPoolClasses];
+};
+
+void PinnedPool::ListPush(BlockList* l, Block* b) {
+  b->next = nullptr;
+  b->prev = l->tail;
+  if (l->tail != nullptr) {
+    l->tail->next = b;
+  } else {
+    l->head = b;
+  }
+  l->tail = b;
+}
+
+void PinnedPool::ListRemove(BlockList* l, Block* b) {
+  if (b->prev != nullptr) {
+    b->prev->next = b->next;
+  } else {
+    l->head = b->next;
+  }
+  if (b->next != nullptr) {
+    b->next->prev = b->prev;
+  } else {
+    l->tail = b->prev;
+  }
+  b->prev = b->next = nullptr;
+}
+
+bool PinnedPool::Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
+                      const PoolOptions& options) {
+  if (ops == nullptr || fences == nullptr || account == nullptr || !DriverOpsComplete(*ops)) {
+    return false;
+  }
+  long page = sysconf(_SC_PAGESIZE);
+  page_ = page > 0 ? static_cast<uint64_t>(page) : 4096;
+  options_ = options;
+  if (options_.max_pooled_bytes < page_) options_.max_pooled_bytes = page_;
+  if (options_.max_pooled_bytes > kMaxPooledLimit) options_.max_pooled_bytes = kMaxPooledLimit;
+  if (options_.max_blocks_per_slab == 0) options_.max_blocks_per_slab = 1;
+  if (options_.max_blocks_per_slab > kMaxBlocksPerSlab) {
+    options_.max_blocks_per_slab = kMaxBlocksPerSlab;
+  }
+  uint64_t max_pages = (options_.max_pooled_bytes + page_ - 1) / page_;
+  num_classes_ = PoolClassOfPages(max_pages) + 1;
+  if (num_classes_ > kMaxPoolClasses) return false;
+  if (subs_ == nullptr) {
+    subs_ = static_cast<SubPool*>(InternalAlloc(sizeof(SubPool) * kMaxSubPools));
+    if (subs_ == nullptr) return false;
+  }
+  ops_ = ops;
+  fences_ = fences;
+  account_ = account;
+  active_.store(true, std::memory_order_release);
+  return true;
+}
+
+uint64_t PinnedPool::Now() const {
+  return options_.now_ns != nullptr ? options_.now_ns() : MonotonicNs();
+}
+
+PinnedPool::SubPool* PinnedPool::FindSubPoolLocked(unsigned int flags, CUcontext ctx,
+                                                   bool create) {
+  SubPool* empty = nullptr;
+  for (int i = 0; i < kMaxSubPools; ++i) {
+    SubPool& s = subs_[i];
+    if (s.used && s.flags == flags && s.ctx == ctx) return &s;
+    if (!s.used && empty == nullptr) empty = &s;
+  }
+  if (!create || empty == nullptr) return nullptr;
+  memset(empty, 0, sizeof(SubPool));
+  empty->used = true;
+  empty->flags = flags;
+  empty->ctx = ctx;
+  return empty;
+}
+
+PinnedPool::Block* PinnedPool::TakeFreeLocked(SubPool* sub, bool large, uint32_t cls,
+                                              uint64_t bytes, Candidate* cands, int* ncands) {
+  BlockList* list = large ? &sub->large : &sub->free[cls];
+  int scanned = 0;
+  for (Block* b = list->head; b != nullptr && scanned < 64; b = b->next, ++scanned) {
+    // A kept large block serves a request it exceeds by at most 1/8.
+    if (large && !(b->bytes >= bytes && b->bytes - bytes <= b->bytes / 8)) continue;
+    if (b->fences.empty()) {
+      ListRemove(list, b);
+      b->state = kBlockLive;
+      b->slab->nlive++;
+      return b;
+    }
+    deferred_.fetch_add(1, std::memory_order_relaxed);
+    Fence fs[FenceSet::kSlots];
+    int k = b->fences.Copy(fs);
+    for (int i = 0; i < k && *ncands < kMaxCandidates; ++i) cands[(*ncands)++] = {b, fs[i]};
+  }
+  return nullptr;
+}
+
+int PinnedPool::ApplyCompletions(Candidate* cands, int n) {
+  bool done[kMaxCandidates];
+  for (int i = 0; i < n; ++i) done[i] = fences_->IsDone(cands[i].fence);
+  Fence removed[kMaxCandidates];
+  int nremoved = 0;
+  {
+    MutexLock lock(&mu_);
+    for (int i = 0; i < n; ++i) {
+      Fence f;
+      // By id: the block may have been handed out and fenced again meanwhile.
+      Block* b = cands[i].block;
+      if (done[i] && b->fences.Remove(cands[i].fence.id, &f)) {
+        removed[nremoved++] = f;
+        if (b->fences.empty() && b->state == kBlockFree) fenced_bytes_ -= b->bytes;
+      }
+    }
+  }
+  for (int i = 0; i < nremoved; ++i) fences_->Recycle(removed[i]);
+  return nremoved;
+}
+
+PinnedPool::Slab* PinnedPool::NewSlabStructLocked() {
+  Slab* s = spare_slabs_;
+  if (s != nullptr) {
+    spare_slabs_ = s->next;
+  } else {
+    s = static_cast<Slab*>(InternalAlloc(sizeof(Slab)));
+    if (s == nullptr) return nullptr;
+  }
+  memset(static_cast<void*>(s), 0, sizeof(Slab));
+  return s;
+}
+
+CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls,
+                             uint64_t block_bytes, uint32_t nblocks, bool dedicated, PinUse use,
+                             uint64_t charge, Block** out) {
+  *out = nullptr;
+  const uint64_t bytes = block_bytes * nblocks;
+  void* base = nullptr;
+  CUresult r = ops_->mem_host_alloc(&base, bytes, flags);
+  if (r != CUDA_SUCCESS) {
+    account_->Release(use, charge);
+    return r;
+  }
+  Slab* s;
+  {
+    MutexLock lock(&mu_);
+    s = NewSlabStructLocked();
+  }
+  if (s == nullptr) {
+    ops_->mem_free_host(base);
+    account_->Release(use, charge);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  s->base = reinterpret_cast<uintptr_t>(base);
+  s->bytes = bytes;
+  s->block_bytes = block_bytes;
+  s->ctx = ctx;
+  s->cls = cls;
+  s->nblocks = nblocks;
+  s->nlive = 1;  // block 0 goes to the caller
+  s->charged = charge;
+  s->use = use;
+  s->state = kSlabActive;
+  s->dedicated = dedicated;
+  s->keep_on_free = dedicated && bytes > options_.max_pooled_bytes;
+  for (uint32_t i = 0; i < nblocks; ++i) {
+    Block& b = s->blocks[i];
+    b.base = s->base + i * block_bytes;
+    b.bytes = block_bytes;
+    b.slab = s;
+    b.state = kBlockFree;
+  }
+  Region reg;
+  reg.start = s->base;
+  reg.bytes = bytes == 0 ? 1 : bytes;
+  reg.id = reinterpret_cast<uint64_t>(s);
+  reg.flags = flags;
+  reg.kind = MemKind::kPinnedByPinshim;
+  reg.source = kSourcePinshim;
+  slabs_.Insert(reg);
+  {
+    MutexLock lock(&mu_);
+    SubPool* sub = FindSubPoolLocked(flags, ctx, true);
+    s->sub = sub;
+    if (sub != nullptr) {
+      s->next = sub->slabs;
+      if (sub->slabs != nullptr) sub->slabs->prev = s;
+      sub->slabs = s;
+      for (uint32_t i = 1; i < nblocks; ++i) ListPush(&sub->free[cls], &s->blocks[i]);
+    } else {
+      // No pool slot left: the slab serves its one block and goes back on free.
+      s->dedicated = true;
+      s->keep_on_free = false;
+    }
+    s->blocks[0].state = kBlockLive;
+  }
+  slabs_created_.fetch_add(1, std::memory_order_relaxed);
+  slab_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (dedicated) dedicated_.fetch_add(1, std::memory_order_relaxed);
+  *out = &s->blocks[0];
+  return CUDA_SUCCESS;
+}
+
+CUresult PinnedPool::NewBlock(SubPool* sub, unsigned int flags, CUcontext ctx, uint64_t bytes,
+                              Block** out) {
+  if (sub != nullptr && bytes <= options_.max_pooled_bytes) {
+    const uint64_t pages = bytes == 0 ? 1 : (bytes + page_ - 1) / page_;
+    const uint32_t cls = PoolClassOfPages(pages);
+    const uint64_t block_bytes = PoolClassPages(cls) * page_;
+    uint64_t n = options_.slab_target_bytes / block_bytes;
+    if (n < 1) n = 1;
+    if (n > options_.max_blocks_per_slab) n = options_.max_blocks_per_slab;
+    for (uint32_t nblocks = static_cast<uint32_t>(n);; nblocks = 1) {
+      const uint64_t slab_bytes = block_bytes * nblocks;
+      if (account_->ChargeWithEviction(PinUse::kPoolSlab, slab_bytes)) {
+        if (NewSlab(flags, ctx, cls, block_bytes, nblocks, false, PinUse::kPoolSlab, slab_bytes,
+                    out) == CUDA_SUCCESS) {
+          return CUDA_SUCCESS;
+        }
+      }
+      if (nblocks == 1) break;
+    }
+  }
+  // Its own allocation of exactly what the program asked for: what the
+  // driver answers for it is what the program would have seen.
+  if (!account_->ChargeUncapped(PinUse::kPoolDedicated, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  return NewSlab(flags, ctx, kDedicatedClass, bytes, 1, true, PinUse::kPoolDedicated, bytes, out);
+}
+
+void PinnedPool::FinishAllocation(Block* b, uint64_t requested, unsigned int flags) {
+  live_blocks_.fetch_add(1, std::memory_order_relaxed);
+  live_requested_.fetch_add(requested, std::memory_order_relaxed);
+  live_block_bytes_.fetch_add(b->bytes, std::memory_order_relaxed);
+  if (options_.allocations != nullptr) {
+    Region reg;
+    reg.start = b->base;
+    reg.bytes = requested == 0 ? 1 : requested;
+    reg.id = b->alloc_id;
+    reg.flags = flags;
+    reg.kind = MemKind::kPinnedByPinshim;
+    reg.source = kSourcePinshim;
+    options_.allocations->Insert(reg);
+  }
+}
+
+CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
+  if (!active() || pp == nullptr || (flags & ~kKnownFlags) != 0) {
+    return ops_ != nullptr ? ops_->mem_host_alloc(pp, bytes, flags) : CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUcontext ctx = nullptr;
+  if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
+    return ops_->mem_host_alloc(pp, bytes, flags);  // the driver's own error
+  }
+  const bool large = bytes > options_.max_pooled_bytes;
+  const uint64_t pages = bytes == 0 ? 1 : (bytes + page_ - 1) / page_;
+  const uint32_t cls = large ? 0 : PoolClassOfPages(pages);
+  Block* b = nullptr;
+  SubPool* sub = nullptr;
+  for (int round = 0;; ++round) {
+    Candidate cands[kMaxCandidates];
+    int ncands = 0;
+    bool over = false;
+    {
+      MutexLock lock(&mu_);
+      sub = FindSubPoolLocked(flags, ctx, true);
+      if (sub != nullptr) b = TakeFreeLocked(sub, large, cls, bytes, cands, &ncands);
+      if (b != nullptr) {
+        b->requested = bytes;
+        b->flags = flags;
+        b->alloc_id = options_.next_alloc_id != nullptr
+                          ? options_.next_alloc_id()
+                          : next_id_.fetch_add(1, std::memory_order_relaxed);
+      }
+      over = fenced_bytes_ >= options_.max_fenced_bytes;
+    }
+    if (b != nullptr || ncands == 0) break;
+    // Only fenced blocks are free. Fences usually complete within
+    // microseconds: poll a little before paying for a new slab, and past
+    // max_fenced_bytes wait rather than grow without bound.
+    if (round >= 3) {
+      if (!over) break;
+      fence_waits_.fetch_add(1, std::memory_order_relaxed);
+      fences_->Wait(cands[0].fence);
+    } else if (round >= 1) {
+      Backoff();
+    }
+    ApplyCompletions(cands, ncands);
+  }
+  if (b != nullptr) {
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    saved_ns_.fetch_add(
+        static_cast<uint64_t>(CostModel::HostAllocNs(bytes) + CostModel::FreeHostNs(bytes)),
+        std::memory_order_relaxed);
+  } else {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    CUresult r = NewBlock(sub, flags, ctx, bytes, &b);
+    if (r != CUDA_SUCCESS) return r;
+    MutexLock lock(&mu_);
+    b->requested = bytes;
+    b->flags = flags;
+    b->alloc_id = options_.next_alloc_id != nullptr
+                      ? options_.next_alloc_id()
+                      : next_id_.fetch_add(1, std::memory_order_relaxed);
+  }
+  FinishAllocation(b, bytes, flags);
+  *pp = reinterpret_cast<void*>(b->base);
+  return CUDA_SUCCESS;
+}
+
+PinnedPool::Block* PinnedPool::BlockAtLocked(const void* p, Slab** slab) const {
+  Region reg;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  // Slab structs are never unmapped, so a stale id is safe to read; the
+  // checks below reject one that now describes other memory.
+  if (!slabs_.Lookup(a, &reg)) return nullptr;
+  Slab* s = reinterpret_cast<Slab*>(reg.id);
+  if (s == nullptr || s->state != kSlabActive || a < s->base) return nullptr;
+  const uint64_t span = s->bytes == 0 ? 1 : s->bytes;
+  if (a - s->base >= span) return nullptr;
+  uint64_t idx = (s->dedicated || s->block_bytes == 0) ? 0 : (a - s->base) / s->block_bytes;
+  if (idx >= s->nblocks) return nullptr;
+  *slab = s;
+  return &s->blocks[idx];
+}
+
+void PinnedPool::ReleaseSlabMemory(Slab* s) {
+  slabs_.Remove(s->base, nullptr);
+  {
+    ScopedContext scope(ops_, s->ctx);
+    ops_->mem_free_host(reinterpret_cast<void*>(s->base));
+  }
+  account_->Release(s->use, s->charged);
+  slab_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+  MutexLock lock(&mu_);
+  s->state = kSlabSpare;
+  s->next = spare_slabs_;
+  spare_slabs_ = s;
+}
+
+bool PinnedPool::Free(void* p, CUresult* result) {
+  if (!active() || slabs_.size() == 0) return false;
+  Region reg;
+  if (!slabs_.Lookup(reinterpret_cast<uintptr_t>(p), &reg)) return false;
+  CUcontext cur = nullptr;
+  CUresult cr = ops_->ctx_get_current(&cur);
+  if (cr != CUDA_SUCCESS || cur == nullptr) {
+    // What the driver answers a free without a current context.
+    *result = cr != CUDA_SUCCESS ? cr : CUDA_ERROR_INVALID_CONTEXT;
+    return true;
+  }
+  Slab* s = nullptr;
+  Block* b;
+  bool give_back;
+  uint64_t requested, bytes, base;
+  Fence dropped[FenceSet::kSlots];
+  int ndropped = 0;
+  {
+    MutexLock lock(&mu_);
+    b = BlockAtLocked(p, &s);
+    if (b == nullptr || b->state != kBlockLive || b->base != reinterpret_cast<uintptr_t>(p)) {
+      invalid_frees_.fetch_add(1, std::memory_order_relaxed);
+      *result = CUDA_ERROR_INVALID_VALUE;
+      return true;
+    }
+    requested = b->requested;
+    bytes = b->bytes;
+    base = b->base;
+    give_back = s->dedicated && !s->keep_on_free;
+    if (give_back) {
+      b->state = kBlockGone;
+      s->nlive = 0;
+      s->state = kSlabReleasing;
+      if (s->sub != nullptr) {
+        if (s->prev != nullptr) s->prev->next = s->next; else s->sub->slabs = s->next;
+        if (s->next != nullptr) s->next->prev = s->prev;
+      }
+      ndropped = b->fences.TakeAll(dropped);
+    } else {
+      b->state = kBlockFreeing;
+    }
+  }
+  if (options_.allocations != nullptr) options_.allocations->Remove(base, nullptr);
+  live_blocks_.fetch_sub(1, std::memory_order_relaxed);
+  live_requested_.fetch_sub(requested, std::memory_order_relaxed);
+  live_block_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  if (give_back) {
+    // The driver's own free waits for the device, as it would have.
+    slabs_.Remove(s->base, nullptr);
+    CUresult r;
+    {
+      ScopedContext scope(ops_, s->ctx);
+      r = ops_->mem_free_host(reinterpret_cast<void*>(s->base));
+    }
+    account_->Release(s->use, s->charged);
+    slab_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+    for (int i = 0; i < ndropped; ++i) fences_->Recycle(dropped[i]);
+    {
+      MutexLock lock(&mu_);
+      s->state = kSlabSpare;
+      s->next = spare_slabs_;
+      spare_slabs_ = s;
+    }
+    *result = r;
+    return true;
+  }
+  Fence f;
+  const bool fenced = options_.fence_on_free && fences_->Record(nullptr, &f);
+  Fence superseded, must_wait;
+  {
+    MutexLock lock(&mu_);
+    if (fenced) b->fences.Add(f, &superseded, &must_wait);
+    b->state = kBlockFree;
+    if (!b->fences.empty()) fenced_bytes_ += b->bytes;
+    if (s->sub != nullptr) {
+      ListPush(s->dedicated ? &s->sub->large : &s->sub->free[s->cls], b);
+    }
+    if (--s->nlive == 0) s->idle_since_ns = Now();
+  }
+  fences_->Recycle(superseded);
+  if (must_wait.id != 0) {
+    fences_->Wait(must_wait);
+    fences_->Recycle(must_wait);
+  }
+  *result = CUDA_SUCCESS;
+  MaybeTrimIdle();
+  return true;
+}
+
+void PinnedPool::NoteAsyncUse(const void* p, CUstream stream) {
+  if (!active() || slabs_.size() == 0 || !slabs_.Lookup(reinterpret_cast<uintptr_t>(p), nullptr)) {
+    return;
+  }
+  Fence f;
+  if (!fences_->Record(stream, &f)) return;  // it waited for the stream instead
+  Fence superseded, must_wait;
+  bool added = false;
+  {
+    MutexLock lock(&mu_);
+    Slab* s;
+    Block* b = BlockAtLocked(p, &s);
+    if (b != nullptr && b->state != kBlockGone) {
+      if (b->state == kBlockFree && b->fences.empty()) fenced_bytes_ += b->bytes;
+      b->fences.Add(f, &superseded, &must_wait);
+      added = true;
+    }
+  }
+  if (!added) {
+    fences_->Wait(f);
+    fences_->Recycle(f);
+  }
+  fences_->Recycle(superseded);
+  if (must_wait.id != 0) {
+    fences_->Wait(must_wait);
+    fences_->Recycle(must_wait);
+  }
+}
+
+bool PinnedPool::Owns(const void* p) const {
+  return active() && slabs_.size() != 0 &&
+         slabs_.Lookup(reinterpret_cast<uintptr_t>(p), nullptr);
+}
+
+bool PinnedPool::Lookup(const void* p, PoolBlockInfo* info) const {
+  if (!active() || slabs_.size() == 0) return false;
+  MutexLock lock(&mu_);
+  Slab* s;
+  Block* b = BlockAtLocked(p, &s);
+  if (b == nullptr || b->state != kBlockLive) return false;
+  const uint64_t span = b->requested == 0 ? 1 : b->requested;
+  if (reinterpret_cast<uintptr_t>(p) - b->base >= span) return false;
+  if (info != nullptr) {
+    info->base = b->base;
+    info->requested = b->requested;
+    info->block_bytes = b->bytes;
+    info->flags = b->flags;
+    info->ctx = s->ctx;
+    info->alloc_id = b->alloc_id;
+    info->dedicated = s->dedicated;
+  }
+  return true;
+}
+
+CUresult PinnedPool::GetFlags(unsigned int* flags, void* p) const {
+  PoolBlockInfo info;
+  if (!Lookup(p, &info)) return CUDA_ERROR_INVALID_VALUE;
+  // The slab was allocated with exactly these flags: its answer (flags the
+  // driver adds included) is the dedicated allocation's answer.
+  Region reg;
+  if (!slabs_.Lookup(info.base, &reg)) return CUDA_ERROR_INVALID_VALUE;
+  return ops_->mem_host_get_flags(flags, reinterpret_cast<void*>(reg.start));
+}
+
+CUresult PinnedPool::GetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int flags) const {
+  PoolBlockInfo info;
+  if (!Lookup(p, &info)) return CUDA_ERROR_INVALID_VALUE;
+  Region reg;
+  if (!slabs_.Lookup(info.base, &reg)) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr d = 0;
+  CUresult r = ops_->mem_host_get_device_pointer(dptr != nullptr ? &d : nullptr,
+                                                 reinterpret_cast<void*>(reg.start), flags);
+  if (r == CUDA_SUCCESS) *dptr = d + (reinterpret_cast<uintptr_t>(p) - reg.start);
+  return r;
+}
+
+uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
+  if (!active()) return 0;
+  uint64_t freed = 0;
+  const uint64_t now = Now();
+  // Each round gives back the clean slabs and asks the driver about the
+  // fences that kept others back; it stops when a round learns nothing new
+  // (every round removes a fence or a slab, so it ends).
+  while (freed < bytes_wanted) {
+    Slab* victims = nullptr;
+    Candidate cands[kMaxCandidates];
+    int ncands = 0;
+    uint64_t planned = freed;
+    {
+      MutexLock lock(&mu_);
+      for (int i = 0; i < kMaxSubPools && planned < bytes_wanted; ++i) {
+        SubPool& sub = subs_[i];
+        if (!sub.used) continue;
+        Slab* next;
+        for (Slab* s = sub.slabs; s != nullptr && planned < bytes_wanted; s = next) {
+          next = s->next;
+          if (s->nlive != 0 || s->state != kSlabActive) continue;
+          if (idle_only && (options_.idle_trim_ns == 0 ||
+                            now - s->idle_since_ns < options_.idle_trim_ns)) {
+            continue;
+          }
+          bool clean = true;
+          for (uint32_t j = 0; j < s->nblocks; ++j) {
+            Block& b = s->blocks[j];
+            if (b.fences.empty()) continue;
+            clean = false;
+            Fence fs[FenceSet::kSlots];
+            int k = b.fences.Copy(fs);
+            for (int m = 0; m < k && ncands < kMaxCandidates; ++m) cands[ncands++] = {&b, fs[m]};
+          }
+          if (!clean) continue;
+          for (uint32_t j = 0; j < s->nblocks; ++j) {
+            Block& b = s->blocks[j];
+            ListRemove(s->dedicated ? &sub.large : &sub.free[s->cls], &b);
+            b.state = kBlockGone;
+          }
+          if (s->prev != nullptr) s->prev->next = s->next; else sub.slabs = s->next;
+          if (s->next != nullptr) s->next->prev = s->prev;
+          s->state = kSlabReleasing;
+          s->next = victims;
+          victims = s;
+          planned += s->bytes;
+        }
+      }
+    }
+    Slab* next;
+    for (Slab* s = victims; s != nullptr; s = next) {
+      next = s->next;
+      const uint64_t bytes = s->bytes;
+      ReleaseSlabMemory(s);
+      freed += bytes;
+      slabs_trimmed_.fetch_add(1, std::memory_order_relaxed);
+      bytes_trimmed_.fetch_add(bytes, std::memory_order_relaxed);
+    }
+    if (ncands == 0 || freed >= bytes_wanted) break;
+    if (ApplyCompletions(cands, ncands) == 0 && victims == nullptr) break;
+  }
+  return freed;
+}
+
+uint64_t PinnedPool::Trim(uint64_t bytes_wanted) { return TrimImpl(bytes_wanted, false); }
+
+uint64_t PinnedPool::TrimIdle() { return TrimImpl(UINT64_MAX, true); }
+
+void PinnedPool::MaybeTrimIdle() {
+  if (!options_.trim_on_free || options_.idle_trim_ns == 0) return;
+  const uint64_t now = Now();
+  uint64_t last = last_trim_ns_.load(std::memory_order_relaxed);
+  if (now - last < options_.idle_trim_ns / 2) return;
+  if (!last_trim_ns_.compare_exchange_strong(last, now)) return;  // another thread does it
+  TrimImpl(UINT64_MAX, true);
+}
+
+void PinnedPool::OnContextDestroyed(CUcontext ctx) {
+  if (!active()) return;
+  Slab* victims = nullptr;
+  {
+    MutexLock lock(&mu_);
+    for (int i = 0; i < kMaxSubPools; ++i) {
+      SubPool& sub = subs_[i];
+      if (!sub.used || sub.ctx != ctx) continue;
+      Slab* next;
+      for (Slab* s = sub.slabs; s != nullptr; s = next) {
+        next = s->next;
+        for (uint32_t j = 0; j < s->nblocks; ++j) {
+          Block& b = s->blocks[j];
+          if (b.state == kBlockFree && !b.fences.empty()) fenced_bytes_ -= b.bytes;
+        }
+        s->state = kSlabReleasing;
+        s->next = victims;
+        victims = s;
+      }
+      sub.used = false;
+    }
+  }
+  Slab* next;
+  for (Slab* s = victims; s != nullptr; s = next) {
+    next = s->next;
+    slabs_.Remove(s->base, nullptr);
+    for (uint32_t j = 0; j < s->nblocks; ++j) {
+      Block& b = s->blocks[j];
+      if (b.state == kBlockLive || b.state == kBlockFreeing) {
+        if (options_.allocations != nullptr) options_.allocations->Remove(b.base, nullptr);
+        live_blocks_.fetch_sub(1, std::memory_order_relaxed);
+        live_requested_.fetch_sub(b.requested, std::memory_order_relaxed);
+        live_block_bytes_.fetch_sub(b.bytes, std::memory_order_relaxed);
+      }
+    }
+    // The driver already freed the memory with its context.
+    account_->Release(s->use, s->charged);
+    slab_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+    MutexLock lock(&mu_);
+    s->state = kSlabSpare;
+    s->next = spare_slabs_;
+    spare_slabs_ = s;
+  }
+}
+
+void PinnedPool::PrepareFork() {
+  mu_.PrepareFork();
+  slabs_.LockForFork();
+}
+
+void PinnedPool::AfterForkParent() {
+  slabs_.UnlockAfterFork();
+  mu_.AfterFork();
+}
+
+void PinnedPool::AfterForkChild() {
+  slabs_.UnlockAfterFork();
+  mu_.AfterFork();
+  active_.store(false, std::memory_order_release);
+}
+
+PoolStats PinnedPool::Stats() const {
+  PoolStats s;
+  s.hits = hits_.load();
+  s.misses = misses_.load();
+  s.dedicated = dedicated_.load();
+  s.deferred_reuse = deferred_.load();
+  s.slabs_created = slabs_created_.load();
+  s.slabs_trimmed = slabs_trimmed_.load();
+  s.bytes_trimmed = bytes_trimmed_.load();
+  s.slab_bytes = slab_bytes_.load();
+  s.live_blocks = live_blocks_.load();
+  s.live_requested_bytes = live_requested_.load();
+  s.live_block_bytes = live_block_bytes_.load();
+  s.invalid_frees = invalid_frees_.load();
+  s.saved_ns = saved_ns_.load();
+  s.fence_waits = fence_waits_.load();
+  return s;
+}
+
+void PinnedPool::ReleaseAllForTesting() { TrimImpl(UINT64_MAX, false); }
+
+}  // namespace optimize
+}  // namespace pinshim

@@ -1,0 +1,225 @@
+// The pinned pool: serves the program's cuMemHostAlloc / cuMemAllocHost /
+// cuMemFreeHost in optimize mode from slabs of pinned memory, so the 0.5-100
+// ms the driver takes per allocation (and the device synchronization its
+// free implies) is paid once per slab instead of once per request.
+//
+// Pools: one per (flag combination, context). Each flag changes behaviour
+// (PORTABLE: pinned for every context; DEVICEMAP: mapped; WRITECOMBINED:
+// uncached host reads), and non-portable memory is pinned only for the
+// context that allocated it, so a block always comes from a slab the driver
+// allocated with exactly the request's flags in the request's context.
+//
+// Blocks: page-aligned, as the driver's own allocations are. Requests up to
+// max_pooled_bytes are rounded to a size class (size_classes.h: less than
+// 12.5% above the page-rounded request) and carved from slabs of about
+// slab_target_bytes. Larger requests get their own exact-size allocation;
+// when freed it is kept for a later request it fits within 12.5%.
+//
+// Stream-ordered reuse (invariant 4): the copy hooks call NoteAsyncUse for
+// every asynchronous copy that touched a block, which records a fence on
+// that stream; Free also records one on the legacy stream (fence_on_free),
+// which covers kernels that read mapped memory directly, as the driver's own
+// synchronizing cuMemFreeHost would. A freed block is handed out again only
+// after all its fences completed (cuEventQuery), never earlier. When only
+// fenced blocks are free, an allocation polls them briefly, then grows the
+// pool, or, once max_fenced_bytes are held back, waits for the oldest fence.
+//
+// Answers for the program: GetFlags and GetDevicePointer ask the driver about
+// the block's slab (allocated with the same flags) and add the block's
+// offset, so they match what a dedicated allocation would answer, errors
+// included.
+//
+// Trimming: slabs whose blocks are all free, with no pending fences, are
+// given back after idle_trim_ns (checked on Free, or by TrimIdle), or on
+// demand by Trim (budget eviction).
+//
+// Threads: one lock, held only for bookkeeping; every driver and registry
+// call happens outside it. Fork: see PrepareFork. In the child the pool is
+// off: CUDA does not carry pinned memory into a child, so every call goes
+// straight to the driver.
+#ifndef PINSHIM_SHIM_OPTIMIZE_PINNED_POOL_H_
+#define PINSHIM_SHIM_OPTIMIZE_PINNED_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim/core/registry.h"
+#include "shim/optimize/driver_ops.h"
+#include "shim/optimize/fences.h"
+#include "shim/optimize/lock.h"
+#include "shim/optimize/pin_account.h"
+
+namespace pinshim {
+namespace optimize {
+
+struct PoolOptions {
+  uint64_t max_pooled_bytes = uint64_t{32} << 20;  // larger: exact-size allocation
+  uint64_t slab_target_bytes = uint64_t{2} << 20;
+  uint32_t max_blocks_per_slab = 64;                // at most kMaxBlocksPerSlab
+  uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // 0: only on request
+  bool fence_on_free = true;
+  // Free blocks held back only by pending fences may add up to this much;
+  // beyond it an allocation that finds no ready block waits for the oldest
+  // fence instead of growing the pool (the driver's own cuMemFreeHost would
+  // have waited for the device at every free).
+  uint64_t max_fenced_bytes = uint64_t{64} << 20;
+  bool trim_on_free = true;  // run the idle trim from Free, at most every idle_trim_ns / 2
+  // When set, live blocks are entered as kPinnedByPinshim (source
+  // kSourcePinshim, flags as requested) so copies see them as pinned.
+  Registry* allocations = nullptr;
+  uint64_t (*next_alloc_id)() = nullptr;  // ids for those entries; null: the pool's own
+  uint64_t (*now_ns)() = nullptr;         // null: MonotonicNs
+};
+
+// What the pool knows about a pointer inside a live block.
+struct PoolBlockInfo {
+  uintptr_t base;
+  uint64_t requested;    // bytes the program asked for
+  uint64_t block_bytes;  // bytes the block occupies
+  unsigned int flags;    // as the program gave them
+  CUcontext ctx;         // the context that was current at allocation
+  uint64_t alloc_id;     // unique per allocation (also a buffer id)
+  bool dedicated;        // its own driver allocation
+};
+
+struct PoolStats {
+  uint64_t hits;              // served from a free block
+  uint64_t misses;            // needed a new slab or allocation
+  uint64_t dedicated;         // exact-size allocations made
+  uint64_t deferred_reuse;    // free blocks passed over because a fence was pending
+  uint64_t fence_waits;       // allocations that waited for a fence (max_fenced_bytes)
+  uint64_t slabs_created;
+  uint64_t slabs_trimmed;
+  uint64_t bytes_trimmed;
+  uint64_t slab_bytes;        // pinned by the pool now
+  uint64_t live_blocks;
+  uint64_t live_requested_bytes;
+  uint64_t live_block_bytes;
+  uint64_t invalid_frees;     // frees the pool answered with an error
+  uint64_t saved_ns;          // cudaHostAlloc + cudaFreeHost time hits skipped (cost model)
+};
+
+class PinnedPool {
+ public:
+  static constexpr uint32_t kMaxBlocksPerSlab = 64;
+  static constexpr int kMaxSubPools = 64;
+  static constexpr uint64_t kMaxPooledLimit = uint64_t{1} << 30;
+
+  constexpr PinnedPool() = default;
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+
+  // ops, fences and account must outlive the pool. False (and the pool
+  // stays off, forwarding everything) when internal memory ran out.
+  bool Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
+            const PoolOptions& options);
+
+  // Serves cuMemHostAlloc(pp, bytes, flags) (cuMemAllocHost: flags 0) and
+  // returns what the program sees. Requests the pool cannot serve as the
+  // driver would (bad arguments, unknown flags, no current context) go to
+  // the driver unchanged.
+  CUresult Allocate(void** pp, size_t bytes, unsigned int flags);
+
+  // Serves cuMemFreeHost(p) when p lies in pool memory: returns true and
+  // the program's result in *result (CUDA_ERROR_INVALID_VALUE for a pointer
+  // that is not a live block's start, as the driver answers). Returns false
+  // for any other pointer: the caller forwards it to the driver.
+  bool Free(void* p, CUresult* result);
+
+  // An asynchronous copy on `stream` (RecordableStream form) used the block
+  // holding p: the block is not reused before that copy finished.
+  void NoteAsyncUse(const void* p, CUstream stream);
+
+  // Whether p lies in memory the pool manages (live or not). Lock-free.
+  bool Owns(const void* p) const;
+
+  // Fills *info when p lies inside a live block's requested bytes.
+  bool Lookup(const void* p, PoolBlockInfo* info) const;
+
+  // cuMemHostGetFlags / cuMemHostGetDevicePointer for p where Owns(p): the
+  // driver's answer for the slab, the block's offset added.
+  CUresult GetFlags(unsigned int* flags, void* p) const;
+  CUresult GetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int flags) const;
+
+  // Gives idle slabs back to the driver until about bytes_wanted are freed;
+  // returns the bytes freed. Never touches a block with a pending fence.
+  uint64_t Trim(uint64_t bytes_wanted);
+
+  // Gives back the slabs idle for longer than idle_trim_ns.
+  uint64_t TrimIdle();
+
+  // ctx was destroyed (cuCtxDestroy, cuDevicePrimaryCtxReset): the driver
+  // freed its pinned memory, so its slabs are forgotten without a call.
+  void OnContextDestroyed(CUcontext ctx);
+
+  // Fork: call PrepareFork in the prepare handler, before the registries'
+  // locks are taken; AfterFork* in the parent and child handlers.
+  void PrepareFork();
+  void AfterForkParent();
+  void AfterForkChild();
+
+  PoolStats Stats() const;
+  bool active() const { return active_.load(std::memory_order_acquire); }
+  uint64_t page_bytes() const { return page_; }
+
+  // Frees every slab (tests; only when no block is in use by the program).
+  void ReleaseAllForTesting();
+
+ private:
+  struct Block;
+  struct Slab;
+  struct BlockList {
+    Block* head;
+    Block* tail;
+  };
+  struct SubPool;
+  struct Candidate {
+    Block* block;
+    Fence fence;
+  };
+  static constexpr int kMaxCandidates = 16;
+
+  uint64_t Now() const;
+  SubPool* FindSubPoolLocked(unsigned int flags, CUcontext ctx, bool create);
+  Block* TakeFreeLocked(SubPool* sub, bool large, uint32_t cls, uint64_t bytes,
+                        Candidate* cands, int* ncands);
+  int ApplyCompletions(Candidate* cands, int n);  // returns fences seen complete
+  CUresult NewBlock(SubPool* sub_hint, unsigned int flags, CUcontext ctx, uint64_t bytes,
+                    Block** out);
+  CUresult NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, uint64_t block_bytes,
+                   uint32_t nblocks, bool dedicated, PinUse use, uint64_t charge, Block** out);
+  Slab* NewSlabStructLocked();
+  void FinishAllocation(Block* b, uint64_t requested, unsigned int flags);
+  void ReleaseSlabMemory(Slab* s);
+  uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only);
+  void MaybeTrimIdle();
+  Block* BlockAtLocked(const void* p, Slab** slab) const;
+  static void ListPush(BlockList* l, Block* b);
+  static void ListRemove(BlockList* l, Block* b);
+
+  const DriverOps* ops_ = nullptr;
+  FenceManager* fences_ = nullptr;
+  PinAccount* account_ = nullptr;
+  PoolOptions options_;
+  uint64_t page_ = 4096;
+  uint32_t num_classes_ = 0;
+  std::atomic<bool> active_{false};
+
+  mutable Mutex mu_;
+  SubPool* subs_ = nullptr;  // kMaxSubPools, guarded by mu_
+  Slab* spare_slabs_ = nullptr;
+  uint64_t fenced_bytes_ = 0;  // free blocks that still carry fences; guarded by mu_
+  Registry slabs_;           // slab ranges, id = Slab*; lock-free lookups
+
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> last_trim_ns_{0};
+  std::atomic<uint64_t> hits_{0}, misses_{0}, dedicated_{0}, deferred_{0};
+  std::atomic<uint64_t> slabs_created_{0}, slabs_trimmed_{0}, bytes_trimmed_{0};
+  std::atomic<uint64_t> slab_bytes_{0}, live_blocks_{0}, live_requested_{0}, live_block_bytes_{0};
+  std::atomic<uint64_t> invalid_frees_{0}, saved_ns_{0}, fence_waits_{0};
+};
+
+}  // namespace optimize
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_OPTIMIZE_PINNED_POOL_H_

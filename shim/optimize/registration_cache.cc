@@ -1,0 +1,521 @@
+#include "shim/optimize/registration_cache.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "shim/core/internal_alloc.h"
+#include "shim/optimize/cost_model.h"
+
+namespace pinshim {
+namespace optimize {
+namespace {
+
+enum EntryState : uint8_t {
+  kEntryFree = 0,
+  kEntryRegistering = 1,  // the driver call is under way, outside the lock
+  kEntryRegistered = 2,
+  kEntryReleasing = 3,    // being unpinned, outside the lock
+};
+
+constexpr int kCandidateProbes = 8;
+
+}  // namespace
+
+const char* CacheFailureName(CacheFailure failure) {
+  switch (failure) {
+    case CacheFailure::kAlreadyRegistered: return "already_registered";
+    case CacheFailure::kMemlockLimit: return "memlock_limit";
+    case CacheFailure::kOutOfMemory: return "out_of_memory";
+    case CacheFailure::kDriverError: return "driver_error";
+    case CacheFailure::kCap: return "cap";
+    case CacheFailure::kTableFull: return "table_full";
+    case CacheFailure::kNoContext: return "no_context";
+    default: return "?";
+  }
+}
+
+struct RegistrationCache::Entry {
+  uintptr_t start;
+  uint64_t bytes;
+  uint64_t alloc_id;
+  CUcontext ctx;
+  uint64_t last_use;
+  int32_t users;  // copies between OnXxxCopy and AfterCopy
+  uint32_t generation;
+  uint8_t state;
+  int32_t next_free;
+  FenceSet fences;
+};
+
+struct RegistrationCache::Candidate {
+  uint64_t alloc_id;  // 0: empty
+  uint64_t last_ns;
+  double accumulated_ns;
+  uint32_t copies;
+  uint8_t failed;  // CacheFailure + 1 when remembered, else 0
+  bool busy;       // a registration for it is under way
+};
+
+bool RegistrationCache::Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
+                             const CacheOptions& options) {
+  if (ops == nullptr || fences == nullptr || account == nullptr || !DriverOpsComplete(*ops)) {
+    return false;
+  }
+  options_ = options;
+  if (options_.max_entries == 0) options_.max_entries = 1;
+  if (options_.max_entries > kMaxEntries) options_.max_entries = kMaxEntries;
+  if (options_.decay_ns == 0) options_.decay_ns = 1;
+  if (entries_ == nullptr) {
+    entries_ = static_cast<Entry*>(InternalAlloc(sizeof(Entry) * kMaxEntries));
+    order_ = static_cast<int32_t*>(InternalAlloc(sizeof(int32_t) * kMaxEntries));
+    candidates_ = static_cast<Candidate*>(InternalAlloc(sizeof(Candidate) * kCandidateSlots));
+    if (entries_ == nullptr || order_ == nullptr || candidates_ == nullptr) return false;
+  }
+  free_entry_ = -1;
+  for (int32_t i = static_cast<int32_t>(options_.max_entries) - 1; i >= 0; --i) {
+    entries_[i].state = kEntryFree;
+    entries_[i].next_free = free_entry_;
+    free_entry_ = i;
+  }
+  norder_ = 0;
+  ops_ = ops;
+  fences_ = fences;
+  account_ = account;
+  active_.store(true, std::memory_order_release);
+  return true;
+}
+
+uint64_t RegistrationCache::Now() const {
+  return options_.now_ns != nullptr ? options_.now_ns() : MonotonicNs();
+}
+
+RegistrationCache::Candidate* RegistrationCache::FindCandidateLocked(uint64_t alloc_id,
+                                                                     uint64_t now, bool create) {
+  uint64_t h = alloc_id * 0x9E3779B97F4A7C15ull;
+  uint32_t base = static_cast<uint32_t>(h >> 40) & (kCandidateSlots - 1);
+  Candidate* victim = nullptr;
+  for (int i = 0; i < kCandidateProbes; ++i) {
+    Candidate* c = &candidates_[(base + i) & (kCandidateSlots - 1)];
+    if (c->alloc_id == alloc_id) return c;
+    if (c->busy) continue;
+    // Replace an empty slot first, else the one idle longest: ids of freed
+    // allocations never come back, so stale entries simply age out.
+    if (victim == nullptr || (victim->alloc_id != 0 &&
+                              (c->alloc_id == 0 || c->last_ns < victim->last_ns))) {
+      victim = c;
+    }
+  }
+  if (!create || victim == nullptr) return nullptr;
+  memset(victim, 0, sizeof(*victim));
+  victim->alloc_id = alloc_id;
+  victim->last_ns = now;
+  return victim;
+}
+
+int32_t RegistrationCache::FindEntryLocked(uintptr_t p) const {
+  // Last entry starting at or before p.
+  uint32_t lo = 0, hi = norder_;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (entries_[order_[mid]].start <= p) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == 0) return -1;
+  int32_t idx = order_[lo - 1];
+  const Entry& e = entries_[idx];
+  return p - e.start < e.bytes ? idx : -1;
+}
+
+int32_t RegistrationCache::FirstOverlapLocked(uintptr_t start, uintptr_t end) const {
+  uint32_t lo = 0, hi = norder_;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (entries_[order_[mid]].start < start) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  // Entries do not overlap each other, so only the one before `lo` can
+  // reach into [start, end) from the left.
+  if (lo > 0) {
+    const Entry& e = entries_[order_[lo - 1]];
+    if (e.start + e.bytes > start) return order_[lo - 1];
+  }
+  if (lo < norder_ && entries_[order_[lo]].start < end) return order_[lo];
+  return -1;
+}
+
+int32_t RegistrationCache::NewEntryLocked(uintptr_t start, uint64_t bytes, uint64_t alloc_id) {
+  if (free_entry_ < 0) return -1;
+  int32_t idx = free_entry_;
+  Entry& e = entries_[idx];
+  free_entry_ = e.next_free;
+  const uint32_t generation = e.generation + 1;
+  memset(static_cast<void*>(&e), 0, sizeof(e));
+  e.start = start;
+  e.bytes = bytes;
+  e.alloc_id = alloc_id;
+  e.generation = generation;
+  e.state = kEntryRegistering;
+  uint32_t pos = 0;
+  while (pos < norder_ && entries_[order_[pos]].start < start) ++pos;
+  memmove(&order_[pos + 1], &order_[pos], (norder_ - pos) * sizeof(int32_t));
+  order_[pos] = idx;
+  ++norder_;
+  live_entries_.fetch_add(1, std::memory_order_release);
+  return idx;
+}
+
+void RegistrationCache::DropEntryLocked(int32_t idx) {
+  for (uint32_t pos = 0; pos < norder_; ++pos) {
+    if (order_[pos] == idx) {
+      memmove(&order_[pos], &order_[pos + 1], (norder_ - pos - 1) * sizeof(int32_t));
+      --norder_;
+      break;
+    }
+  }
+  Entry& e = entries_[idx];
+  e.state = kEntryFree;
+  e.generation++;
+  e.next_free = free_entry_;
+  free_entry_ = idx;
+  live_entries_.fetch_sub(1, std::memory_order_release);
+}
+
+CacheFailure RegistrationCache::ClassifyFailure(CUresult r, uint64_t bytes) const {
+  if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) return CacheFailure::kAlreadyRegistered;
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    rlimit lim;
+    if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+        account_->pinned() + bytes > lim.rlim_cur) {
+      return CacheFailure::kMemlockLimit;
+    }
+    return CacheFailure::kOutOfMemory;
+  }
+  return CacheFailure::kDriverError;
+}
+
+void RegistrationCache::AbortRegistration(int32_t idx, uint64_t alloc_id, CacheFailure why) {
+  failures_[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+  const bool remember = why == CacheFailure::kAlreadyRegistered ||
+                        why == CacheFailure::kMemlockLimit ||
+                        why == CacheFailure::kOutOfMemory || why == CacheFailure::kDriverError;
+  MutexLock lock(&mu_);
+  if (idx >= 0) DropEntryLocked(idx);
+  Candidate* c = FindCandidateLocked(alloc_id, 0, false);
+  if (c == nullptr) return;
+  c->busy = false;
+  if (remember) {
+    c->failed = static_cast<uint8_t>(static_cast<int>(why) + 1);
+  } else {
+    c->accumulated_ns = 0;
+    c->copies = 0;
+  }
+}
+
+CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* host_ptr,
+                                              uint64_t bytes, CopyDir dir) {
+  CacheTicket ticket;
+  if (!active()) return ticket;
+  if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return ticket;
+  if (alloc.id == 0 || alloc.bytes == 0) {
+    declined_[static_cast<int>(CacheDecline::kUntracked)].fetch_add(1, std::memory_order_relaxed);
+    return ticket;
+  }
+  if (alloc.kind != MemKind::kPageable) return ticket;
+  const auto p = reinterpret_cast<uintptr_t>(host_ptr);
+  if (alloc.source == kSourceMmap) {
+    // One buffer: the copy starts in its first page and covers half of it.
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (p < alloc.start || p - alloc.start >= page || bytes * 2 < alloc.bytes) {
+      declined_[static_cast<int>(CacheDecline::kSubAllocation)].fetch_add(
+          1, std::memory_order_relaxed);
+      return ticket;
+    }
+  } else if (alloc.source != kSourceMalloc) {
+    declined_[static_cast<int>(CacheDecline::kSource)].fetch_add(1, std::memory_order_relaxed);
+    return ticket;
+  }
+  if (alloc.bytes > account_->cap()) {
+    declined_[static_cast<int>(CacheDecline::kTooLarge)].fetch_add(1, std::memory_order_relaxed);
+    return ticket;
+  }
+  const double saving = CostModel::SavingNs(bytes, dir);
+  if (saving <= 0) return ticket;
+  const double cost = CostModel::PinCycleNs(alloc.bytes);
+  const uint64_t now = Now();
+  int32_t idx = -1;
+  bool table_full = false;
+  {
+    MutexLock lock(&mu_);
+    Candidate* c = FindCandidateLocked(alloc.id, now, true);
+    if (c == nullptr || c->failed != 0 || c->busy) return ticket;
+    const double dt = now > c->last_ns ? static_cast<double>(now - c->last_ns) : 0.0;
+    c->accumulated_ns = c->accumulated_ns * std::exp(-dt / options_.decay_ns) + saving;
+    c->copies++;
+    c->last_ns = now;
+    if (!CostModel::PaysOff(c->copies, c->accumulated_ns, cost)) return ticket;
+    // Some other range (a registration being released, or a stale one of a
+    // region the hooks have since changed) is in the way: try again later.
+    if (FirstOverlapLocked(alloc.start, alloc.start + alloc.bytes) >= 0) return ticket;
+    idx = NewEntryLocked(alloc.start, alloc.bytes, alloc.id);
+    if (idx < 0) {
+      table_full = true;
+    } else {
+      c->busy = true;
+    }
+  }
+  if (table_full) {
+    failures_[static_cast<int>(CacheFailure::kTableFull)].fetch_add(1, std::memory_order_relaxed);
+    Evict(1);  // makes room for the next hot copy
+    return ticket;
+  }
+  CUcontext ctx = nullptr;
+  if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
+    AbortRegistration(idx, alloc.id, CacheFailure::kNoContext);
+    return ticket;
+  }
+  if (!account_->ChargeWithEviction(PinUse::kCache, alloc.bytes)) {
+    AbortRegistration(idx, alloc.id, CacheFailure::kCap);
+    return ticket;
+  }
+  CUresult r = ops_->mem_host_register(reinterpret_cast<void*>(alloc.start), alloc.bytes,
+                                       options_.register_flags);
+  if (r != CUDA_SUCCESS) {
+    account_->Release(PinUse::kCache, alloc.bytes);
+    AbortRegistration(idx, alloc.id, ClassifyFailure(r, alloc.bytes));
+    return ticket;
+  }
+  if (options_.registrations != nullptr) {
+    Region reg;
+    reg.start = alloc.start;
+    reg.bytes = alloc.bytes;
+    reg.id = alloc.id;
+    reg.flags = options_.register_flags;
+    reg.kind = MemKind::kPinnedByPinshim;
+    reg.source = kSourcePinshim;
+    reg.site = alloc.site;
+    options_.registrations->Insert(reg);
+  }
+  {
+    MutexLock lock(&mu_);
+    Entry& e = entries_[idx];
+    e.state = kEntryRegistered;
+    e.ctx = ctx;
+    e.users = 1;  // this copy
+    e.last_use = ++tick_;
+    ticket.entry = idx;
+    ticket.generation = e.generation;
+    Candidate* c = FindCandidateLocked(alloc.id, now, false);
+    if (c != nullptr) memset(c, 0, sizeof(*c));
+  }
+  registrations_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(alloc.bytes, std::memory_order_relaxed);
+  saved_ns_.fetch_add(static_cast<uint64_t>(saving), std::memory_order_relaxed);
+  return ticket;
+}
+
+CacheTicket RegistrationCache::OnCachedCopy(const void* host_ptr, uint64_t bytes, CopyDir dir) {
+  CacheTicket ticket;
+  if (!active() || !MaybeCached()) return ticket;
+  const auto p = reinterpret_cast<uintptr_t>(host_ptr);
+  {
+    MutexLock lock(&mu_);
+    int32_t idx = FindEntryLocked(p);
+    if (idx < 0) return ticket;
+    Entry& e = entries_[idx];
+    // A copy reaching past the registration runs as pageable in the driver.
+    if (e.state != kEntryRegistered || bytes > e.bytes - (p - e.start)) return ticket;
+    e.users++;
+    e.last_use = ++tick_;
+    ticket.entry = idx;
+    ticket.generation = e.generation;
+  }
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  saved_ns_.fetch_add(static_cast<uint64_t>(CostModel::SavingNs(bytes, dir)),
+                      std::memory_order_relaxed);
+  return ticket;
+}
+
+void RegistrationCache::AfterCopy(const CacheTicket& ticket, CUresult result, bool async,
+                                  CUstream stream) {
+  if (!ticket.pinned()) return;
+  if (async && result == CUDA_SUCCESS) {
+    // Pageable semantics: the call returns once the copy is done.
+    fences_->WaitForStream(stream);
+    async_waits_.fetch_add(1, std::memory_order_relaxed);
+  }
+  MutexLock lock(&mu_);
+  Entry& e = entries_[ticket.entry];
+  if (e.generation == ticket.generation && e.users > 0) e.users--;
+}
+
+void RegistrationCache::NoteAsyncUse(const void* p, CUstream stream) {
+  if (!active() || !MaybeCached()) return;
+  Fence f;
+  if (!fences_->Record(stream, &f)) return;  // it waited for the stream instead
+  Fence superseded, must_wait;
+  bool added = false;
+  {
+    MutexLock lock(&mu_);
+    int32_t idx = FindEntryLocked(reinterpret_cast<uintptr_t>(p));
+    if (idx >= 0 && entries_[idx].state == kEntryRegistered) {
+      entries_[idx].fences.Add(f, &superseded, &must_wait);
+      added = true;
+    }
+  }
+  if (!added) {
+    fences_->Wait(f);
+    fences_->Recycle(f);
+  }
+  fences_->Recycle(superseded);
+  if (must_wait.id != 0) {
+    fences_->Wait(must_wait);
+    fences_->Recycle(must_wait);
+  }
+}
+
+void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences) {
+  uintptr_t start;
+  uint64_t bytes;
+  CUcontext ctx;
+  {
+    MutexLock lock(&mu_);
+    start = entries_[idx].start;
+    bytes = entries_[idx].bytes;
+    ctx = entries_[idx].ctx;
+  }
+  if (options_.registrations != nullptr) {
+    Region reg;
+    if (options_.registrations->Lookup(start, &reg) && reg.start == start &&
+        reg.kind == MemKind::kPinnedByPinshim && reg.source == kSourcePinshim) {
+      options_.registrations->Remove(start, nullptr);
+    }
+  }
+  for (int i = 0; i < nfences; ++i) {
+    fences_->Wait(fences[i]);
+    fences_->Recycle(fences[i]);
+  }
+  {
+    ScopedContext scope(ops_, ctx);
+    ops_->mem_host_unregister(reinterpret_cast<void*>(start));
+  }
+  account_->Release(PinUse::kCache, bytes);
+  bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  MutexLock lock(&mu_);
+  DropEntryLocked(idx);
+}
+
+void RegistrationCache::OnRelease(const void* start, uint64_t bytes) {
+  if (!active() || !MaybeCached() || bytes == 0) return;
+  const auto s = reinterpret_cast<uintptr_t>(start);
+  const uintptr_t end = bytes > UINTPTR_MAX - s ? UINTPTR_MAX : s + bytes;
+  for (;;) {
+    Fence fences[FenceSet::kSlots];
+    int nfences;
+    int32_t idx;
+    {
+      MutexLock lock(&mu_);
+      idx = FirstOverlapLocked(s, end);
+      if (idx < 0) return;
+      Entry& e = entries_[idx];
+      if (e.state == kEntryRegistered && e.users == 0) {
+        e.state = kEntryReleasing;
+        nfences = e.fences.TakeAll(fences);
+      } else {
+        idx = -1;  // a registration, unpinning or copy under way: wait for it
+      }
+    }
+    if (idx < 0) {
+      Backoff();
+      continue;
+    }
+    Unpin(idx, fences, nfences);
+    releases_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+bool RegistrationCache::Contains(const void* p, uintptr_t* start, uint64_t* bytes) const {
+  if (!active() || !MaybeCached()) return false;
+  MutexLock lock(&mu_);
+  int32_t idx = FindEntryLocked(reinterpret_cast<uintptr_t>(p));
+  if (idx < 0) return false;
+  if (start != nullptr) *start = entries_[idx].start;
+  if (bytes != nullptr) *bytes = entries_[idx].bytes;
+  return true;
+}
+
+uint64_t RegistrationCache::Evict(uint64_t bytes_wanted) {
+  if (!active()) return 0;
+  uint64_t freed = 0;
+  while (freed < bytes_wanted) {
+    Fence fences[FenceSet::kSlots];
+    int nfences = 0;
+    int32_t victim = -1;
+    uint64_t bytes = 0;
+    {
+      MutexLock lock(&mu_);
+      uint64_t oldest = UINT64_MAX;
+      for (uint32_t pos = 0; pos < norder_; ++pos) {
+        const Entry& e = entries_[order_[pos]];
+        if (e.state == kEntryRegistered && e.users == 0 && e.last_use < oldest) {
+          oldest = e.last_use;
+          victim = order_[pos];
+        }
+      }
+      if (victim < 0) break;
+      entries_[victim].state = kEntryReleasing;
+      bytes = entries_[victim].bytes;
+      nfences = entries_[victim].fences.TakeAll(fences);
+    }
+    Unpin(victim, fences, nfences);
+    evictions_.fetch_add(1, std::memory_order_relaxed);
+    freed += bytes;
+  }
+  return freed;
+}
+
+void RegistrationCache::AfterForkChild() {
+  mu_.AfterFork();
+  active_.store(false, std::memory_order_release);
+  // Registrations do not carry into a child: forget them, and stop the
+  // registry from calling that memory pinned.
+  for (uint32_t pos = 0; pos < norder_; ++pos) {
+    const Entry& e = entries_[order_[pos]];
+    if (options_.registrations != nullptr && e.state != kEntryFree) {
+      Region reg;
+      if (options_.registrations->Lookup(e.start, &reg) && reg.start == e.start &&
+          reg.kind == MemKind::kPinnedByPinshim) {
+        options_.registrations->Remove(e.start, nullptr);
+      }
+    }
+  }
+  norder_ = 0;
+  live_entries_.store(0);
+  bytes_.store(0);
+}
+
+CacheStats RegistrationCache::Stats() const {
+  CacheStats s;
+  s.registrations = registrations_.load();
+  s.hits = hits_.load();
+  s.evictions = evictions_.load();
+  s.releases = releases_.load();
+  for (int i = 0; i < kCacheFailureCount; ++i) s.failures[i] = failures_[i].load();
+  for (int i = 0; i < kCacheDeclineCount; ++i) s.declined[i] = declined_[i].load();
+  s.async_waits = async_waits_.load();
+  s.entries = live_entries_.load();
+  s.bytes = bytes_.load();
+  s.saved_ns = saved_ns_.load();
+  return s;
+}
+
+}  // namespace optimize
+}  // namespace pinshim

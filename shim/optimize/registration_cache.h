@@ -1,0 +1,217 @@
+// The registration cache: pins hot pageable buffers in place
+// (cuMemHostRegister), so the program's copies of them run at pinned speed.
+//
+// Decision (cost_model.h has the numbers): every pageable copy of a tracked
+// allocation adds the time registering would save on that copy, s(b, d), to
+// the allocation's account, which decays with time constant decay_ns:
+//     A <- A * exp(-dt / decay_ns) + s(b, d)
+// The allocation (all of it, [start, start + bytes)) is registered once
+//     A >= register(S) + unregister(S)   and at least 2 copies were seen.
+// In steady state A ~ s * rate * decay_ns: the rule registers when the
+// saving expected over the next decay_ns at the observed reuse rate pays for
+// pinning and unpinning; a buffer copied once, or rarely, is never pinned.
+// (Accumulating until the would-have-saved total reaches the cost is the
+// classic rent-or-buy rule: never worse than twice the best choice made
+// with hindsight.)
+//
+// What is cached: allocations the libc hooks track and whose release they
+// see: malloc-family blocks, and mmap regions used as one buffer (the copy
+// starts in the first page and covers at least half of it). Memory of
+// unknown origin (stack, static data) is not tracked, and a copy from inside
+// a big mmap region that is not used as one buffer is a custom allocator's
+// sub-allocation whose reuse pinshim cannot see; neither is cached (a
+// missed release is silent data corruption).
+//
+// Asynchronous copies (the program's view must not change, invariant 1): a
+// cuMemcpy*Async from pageable memory returns only after the driver staged
+// or delivered the data, so the program may reuse or read the buffer at
+// once. Once registered, the same call is truly asynchronous. AfterCopy
+// therefore waits for an asynchronous copy that ran on cached memory
+// (records an event on its stream and synchronizes on it) before the hook
+// returns. The copy still runs at pinned speed; only the return is as late
+// as it always was.
+//
+// Release (invariant 3): the libc hooks call OnRelease BEFORE free, realloc,
+// munmap or mremap hand the memory back. It waits for in-flight copies
+// (fences, and copies between BeforeCopy and AfterCopy), unregisters, and
+// only then returns.
+//
+// Cap: registrations are charged to the PinAccount; when the cap is reached
+// the least recently used registrations are evicted.
+//
+// Failures (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED because the program
+// registered the memory itself, RLIMIT_MEMLOCK, out of memory, other driver
+// errors): nothing is pinned, the allocation is remembered and not tried
+// again, and the reason is counted. Transient refusals (cap, full table, no
+// context) are counted and the allocation starts accumulating afresh.
+//
+// Threads: one lock, held only for bookkeeping; registration and
+// unregistration run outside it, with the entry marked so that a concurrent
+// release waits for them.
+#ifndef PINSHIM_SHIM_OPTIMIZE_REGISTRATION_CACHE_H_
+#define PINSHIM_SHIM_OPTIMIZE_REGISTRATION_CACHE_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim/core/events.h"
+#include "shim/core/registry.h"
+#include "shim/optimize/driver_ops.h"
+#include "shim/optimize/fences.h"
+#include "shim/optimize/lock.h"
+#include "shim/optimize/pin_account.h"
+
+namespace pinshim {
+namespace optimize {
+
+enum class CacheFailure : uint8_t {
+  kAlreadyRegistered = 0,  // remembered: the memory is (partly) registered already
+  kMemlockLimit = 1,       // remembered: RLIMIT_MEMLOCK would be exceeded
+  kOutOfMemory = 2,        // remembered: the driver ran out of memory
+  kDriverError = 3,        // remembered: any other driver error
+  kCap = 4,                // transient: the pin cap (or the budget) refused
+  kTableFull = 5,          // transient: no entry free, none evictable
+  kNoContext = 6,          // transient: no current context on the copying thread
+  kCount = 7,
+};
+constexpr int kCacheFailureCount = static_cast<int>(CacheFailure::kCount);
+const char* CacheFailureName(CacheFailure failure);
+
+enum class CacheDecline : uint8_t {
+  kUntracked = 0,      // no tracked allocation owns the memory
+  kSource = 1,         // owned by the driver or pinshim, not by malloc/mmap
+  kSubAllocation = 2,  // inside an mmap region not used as one buffer
+  kTooLarge = 3,       // larger than the cap allows
+  kCount = 4,
+};
+constexpr int kCacheDeclineCount = static_cast<int>(CacheDecline::kCount);
+
+struct CacheOptions {
+  // When set, registrations are entered as kPinnedByPinshim, source
+  // kSourcePinshim, id = the allocation's id, so copies see them as pinned.
+  Registry* registrations = nullptr;
+  unsigned int register_flags = CU_MEMHOSTREGISTER_PORTABLE;
+  uint32_t max_entries = 1024;  // at most kMaxEntries
+  uint64_t decay_ns = uint64_t{10} * 1000000000;
+  uint64_t (*now_ns)() = nullptr;  // null: MonotonicNs
+};
+
+// Handed from the hook's "before the copy" call to its "after" call.
+struct CacheTicket {
+  int32_t entry = -1;
+  uint32_t generation = 0;
+  bool pinned() const { return entry >= 0; }
+};
+
+struct CacheStats {
+  uint64_t registrations;
+  uint64_t hits;        // copies that ran on cached memory (registration copy excluded)
+  uint64_t evictions;   // unpinned for the cap or the budget
+  uint64_t releases;    // unpinned because the program released the memory
+  uint64_t failures[kCacheFailureCount];
+  uint64_t declined[kCacheDeclineCount];
+  uint64_t async_waits;  // asynchronous copies on cached memory waited for
+  uint64_t entries;
+  uint64_t bytes;        // pinned by the cache now
+  uint64_t saved_ns;     // estimated copy time saved (cost model)
+};
+
+class RegistrationCache {
+ public:
+  static constexpr uint32_t kMaxEntries = 4096;
+  static constexpr uint32_t kCandidateSlots = 4096;  // power of two
+
+  constexpr RegistrationCache() = default;
+  RegistrationCache(const RegistrationCache&) = delete;
+  RegistrationCache& operator=(const RegistrationCache&) = delete;
+
+  // ops, fences and account must outlive the cache. False when internal
+  // memory ran out (the cache then stays off).
+  bool Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
+            const CacheOptions& options);
+
+  // Before a copy whose host side [host_ptr, host_ptr + bytes) is pageable
+  // memory of the tracked allocation `alloc` (from the allocations
+  // registry): accounts for the copy and registers the allocation when that
+  // pays off. A pinned() ticket means the copy now runs on cached memory.
+  CacheTicket OnPageableCopy(const Region& alloc, const void* host_ptr, uint64_t bytes,
+                             CopyDir dir);
+
+  // Before a copy whose host side lies in memory the registry says pinshim
+  // pinned: a pinned() ticket when it is this cache's registration.
+  CacheTicket OnCachedCopy(const void* host_ptr, uint64_t bytes, CopyDir dir);
+
+  // After the copy, for every ticket from the two calls above. `async`: the
+  // call was one of the *Async entry points; stream in RecordableStream form.
+  // Waits for a successful asynchronous copy on cached memory to complete.
+  void AfterCopy(const CacheTicket& ticket, CUresult result, bool async, CUstream stream);
+
+  // An asynchronous copy on `stream` used cached memory at p and is not
+  // waited for: release and eviction wait for it.
+  void NoteAsyncUse(const void* p, CUstream stream);
+
+  // Call BEFORE [start, start + bytes) is released or reused (free,
+  // realloc, munmap, mremap), and before the program registers memory
+  // itself: unpins every cached registration overlapping it, after waiting
+  // for the copies that used it.
+  void OnRelease(const void* start, uint64_t bytes);
+
+  // Cheap pre-check for OnRelease: false when nothing is cached.
+  bool MaybeCached() const { return live_entries_.load(std::memory_order_acquire) != 0; }
+
+  // Whether p lies in a registration of this cache; its range if so.
+  bool Contains(const void* p, uintptr_t* start, uint64_t* bytes) const;
+
+  // Unpins least-recently-used registrations (none in use by a copy) until
+  // about bytes_wanted are freed; returns the bytes unpinned.
+  uint64_t Evict(uint64_t bytes_wanted);
+
+  // Fork: PrepareFork before the registries' locks are taken. In the child
+  // the cache is off; AfterForkChild also drops its entries from the
+  // registrations registry, so call it after that registry is unlocked.
+  void PrepareFork() { mu_.PrepareFork(); }
+  void AfterForkParent() { mu_.AfterFork(); }
+  void AfterForkChild();
+
+  CacheStats Stats() const;
+  bool active() const { return active_.load(std::memory_order_acquire); }
+
+ private:
+  struct Entry;
+  struct Candidate;
+
+  uint64_t Now() const;
+  Candidate* FindCandidateLocked(uint64_t alloc_id, uint64_t now, bool create);
+  int32_t FindEntryLocked(uintptr_t p) const;
+  int32_t FirstOverlapLocked(uintptr_t start, uintptr_t end) const;
+  int32_t NewEntryLocked(uintptr_t start, uint64_t bytes, uint64_t alloc_id);
+  void DropEntryLocked(int32_t idx);
+  void AbortRegistration(int32_t idx, uint64_t alloc_id, CacheFailure why);
+  void Unpin(int32_t idx, const Fence* fences, int nfences);
+  CacheFailure ClassifyFailure(CUresult r, uint64_t bytes) const;
+
+  const DriverOps* ops_ = nullptr;
+  FenceManager* fences_ = nullptr;
+  PinAccount* account_ = nullptr;
+  CacheOptions options_;
+  std::atomic<bool> active_{false};
+
+  mutable Mutex mu_;
+  Entry* entries_ = nullptr;       // options_.max_entries, guarded by mu_
+  int32_t* order_ = nullptr;       // entry indices sorted by start
+  uint32_t norder_ = 0;
+  int32_t free_entry_ = -1;
+  Candidate* candidates_ = nullptr;  // kCandidateSlots
+  uint64_t tick_ = 0;
+
+  std::atomic<uint64_t> live_entries_{0};
+  std::atomic<uint64_t> registrations_{0}, hits_{0}, evictions_{0}, releases_{0};
+  std::atomic<uint64_t> failures_[kCacheFailureCount] = {};
+  std::atomic<uint64_t> declined_[kCacheDeclineCount] = {};
+  std::atomic<uint64_t> async_waits_{0}, bytes_{0}, saved_ns_{0};
+};
+
+}  // namespace optimize
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_OPTIMIZE_REGISTRATION_CACHE_H_
