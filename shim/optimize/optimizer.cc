@@ -164,16 +164,30 @@ bool Optimizer::FreeHost(void* p, CUresult* result) {
 }
 
 bool Optimizer::HostGetFlags(unsigned int* flags, void* p, CUresult* result) {
-  if (!active() || !pool_on_.load(std::memory_order_relaxed) || !pool_.Owns(p)) return false;
-  *result = pool_.GetFlags(flags, p);
-  return true;
+  if (!active()) return false;
+  if (pool_on_.load(std::memory_order_relaxed) && pool_.Owns(p)) {
+    *result = pool_.GetFlags(flags, p);
+    return true;
+  }
+  if (HidesPinning(p)) {
+    *result = CUDA_ERROR_INVALID_VALUE;  // what pageable memory gets
+    return true;
+  }
+  return false;
 }
 
 bool Optimizer::HostGetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int flags,
                                      CUresult* result) {
-  if (!active() || !pool_on_.load(std::memory_order_relaxed) || !pool_.Owns(p)) return false;
-  *result = pool_.GetDevicePointer(dptr, p, flags);
-  return true;
+  if (!active()) return false;
+  if (pool_on_.load(std::memory_order_relaxed) && pool_.Owns(p)) {
+    *result = pool_.GetDevicePointer(dptr, p, flags);
+    return true;
+  }
+  if (HidesPinning(p)) {
+    *result = CUDA_ERROR_INVALID_VALUE;  // what pageable memory gets
+    return true;
+  }
+  return false;
 }
 
 bool Optimizer::ProgramRegister(void* p, size_t bytes, unsigned int flags, CUresult* result) {

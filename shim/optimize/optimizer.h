@@ -135,7 +135,9 @@ class Optimizer {
   bool HostAlloc(void** pp, size_t bytes, unsigned int flags, CUresult* result);
   // cuMemFreeHost: true when handled (result in *result), false: forward.
   bool FreeHost(void* p, CUresult* result);
-  // cuMemHostGetFlags / cuMemHostGetDevicePointer: true when handled.
+  // cuMemHostGetFlags / cuMemHostGetDevicePointer: true when handled (pool
+  // blocks: the dedicated allocation's answer; memory pinshim pinned behind
+  // the program's back: what pageable memory gets).
   bool HostGetFlags(unsigned int* flags, void* p, CUresult* result);
   bool HostGetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int flags, CUresult* result);
   // cuMemHostRegister by the program: true when handled (arena memory,

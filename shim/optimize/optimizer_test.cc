@@ -165,6 +165,17 @@ TEST_F(OptimizerTest, HotPageableBufferKeepsPageableSemanticsOncePinned) {
   EXPECT_GT(c.cache.async_waits, 0u);
   EXPECT_GT(c.saved_copy_ns, 0u);
   EXPECT_TRUE(opt_->HidesPinning(buf + 100));
+  // Asked about its pinning, the buffer answers as pageable memory does.
+  std::vector<char> plain(64);
+  CUresult r, expected;
+  unsigned flags;
+  CUdeviceptr d;
+  ASSERT_TRUE(opt_->HostGetFlags(&flags, buf, &r));
+  expected = cuMemHostGetFlags(&flags, plain.data());
+  EXPECT_EQ(r, expected);
+  ASSERT_TRUE(opt_->HostGetDevicePointer(&d, buf, 0, &r));
+  expected = cuMemHostGetDevicePointer(&d, plain.data(), 0);
+  EXPECT_EQ(r, expected);
   const size_t regs = fakecuda_live_registrations();
   TrackedFree(buf, n);
   EXPECT_EQ(fakecuda_live_registrations(), regs - 1);

@@ -20,6 +20,7 @@ bool PinAccount::AddEvictor(Evictor evictor, void* arg) {
 bool PinAccount::ChargeImpl(PinUse use, uint64_t bytes, bool capped) {
   uint64_t cur = pinned_.load(std::memory_order_relaxed);
   for (;;) {
+    if (bytes > UINT64_MAX - cur) return false;
     if (capped && (bytes > cap_ || cur > cap_ - bytes)) return false;
     if (pinned_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) break;
   }

@@ -31,6 +31,7 @@ constexpr unsigned int kKnownFlags =
 // Enough classes for kMaxPooledLimit at 4 KiB pages (2^18 pages).
 constexpr uint32_t kMaxPoolClasses = kPoolExactClasses + 14 * kPoolClassesPerDoubling + 1;
 constexpr uint32_t kDedicatedClass = UINT32_MAX;
+constexpr uint64_t kMaxRequest = uint64_t{1} << 46;  // 64 TiB
 
 }  // namespace
 
@@ -317,7 +318,8 @@ void PinnedPool::FinishAllocation(Block* b, uint64_t requested, unsigned int fla
 }
 
 CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
-  if (!active() || pp == nullptr || (flags & ~kKnownFlags) != 0) {
+  // Absurd sizes: only the driver can say what it answers to those.
+  if (!active() || pp == nullptr || (flags & ~kKnownFlags) != 0 || bytes > kMaxRequest) {
     return ops_ != nullptr ? ops_->mem_host_alloc(pp, bytes, flags) : CUDA_ERROR_NOT_INITIALIZED;
   }
   CUcontext ctx = nullptr;
