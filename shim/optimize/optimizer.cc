@@ -151,6 +151,18 @@ void Optimizer::AfterHostCopy(const CopyTicket& t, CUresult result, bool async, 
   }
 }
 
+void Optimizer::AfterAsyncCopyOnCachedMemory(CUstream stream, bool per_thread_api) {
+  if (!active()) return;
+  fences_.WaitForStream(RecordableStream(stream, per_thread_api));
+  arena_async_waits_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Optimizer::NotePoolAsyncUse(const void* p, CUstream stream, bool per_thread_api) {
+  if (!active() || !pool_on_.load(std::memory_order_relaxed)) return;
+  pool_.NoteAsyncUse(p, RecordableStream(stream, per_thread_api));
+  pool_async_notes_.fetch_add(1, std::memory_order_relaxed);
+}
+
 bool Optimizer::HostAlloc(void** pp, size_t bytes, unsigned int flags, CUresult* result) {
   if (!active() || !pool_on_.load(std::memory_order_relaxed)) return false;
   NoteHomeContext();

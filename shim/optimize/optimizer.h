@@ -16,6 +16,7 @@
 //       CopyTicket t = BeforeHostCopy(host_ptr, bytes, dir, host_kind);
 //       CUresult r = real_fn(...);
 //       AfterHostCopy(t, r, is_async_entry_point, stream, is_ptsz_entry_point);
+//   batches: AfterAsyncCopyOnCachedMemory / NotePoolAsyncUse per operand
 //   cuMemHostAlloc / cuMemAllocHost:  HostAlloc, else forward
 //   cuMemFreeHost:                    FreeHost, else forward
 //   cuMemHostGetFlags / GetDevicePointer: HostGetFlags / HostGetDevicePointer
@@ -120,6 +121,14 @@ class Optimizer {
   // _ptsz/_ptds entry point. May wait for the copy (see registration_cache.h).
   void AfterHostCopy(const CopyTicket& ticket, CUresult result, bool async, CUstream stream,
                      bool per_thread_api);
+
+  // For asynchronous calls whose operands are not one host range (batches,
+  // 3D batches): when HidesPinning(p) holds for any host operand p, call
+  // this after the call succeeded: it returns once the copy completed, as
+  // the call would have with pageable memory.
+  void AfterAsyncCopyOnCachedMemory(CUstream stream, bool per_thread_api);
+  // ... and for each host operand lying in a pool block (PoolBlock(p)).
+  void NotePoolAsyncUse(const void* p, CUstream stream, bool per_thread_api);
 
   // --- libc hooks -------------------------------------------------------
   // BEFORE free/realloc/munmap/mremap hand [start, start + bytes) back.

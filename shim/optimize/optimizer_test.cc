@@ -210,6 +210,11 @@ TEST_F(OptimizerTest, ArenaMemoryKeepsPageableSemantics) {
   }
   EXPECT_EQ(opt_->Counters().arena_async_waits, 8u);
   EXPECT_TRUE(opt_->HidesPinning(buf));
+  // The helper for calls without a ticket (batches) waits the same way.
+  Fill(buf, n, 50);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev, buf, n, stream_), CUDA_SUCCESS);
+  opt_->AfterAsyncCopyOnCachedMemory(stream_, false);
+  EXPECT_EQ(fakecuda_pending_ops(), 0u);
   opt_->arena().Free(buf);
   cuMemFree(dev);
 }
