@@ -40,7 +40,7 @@ misuse_rc=$?
   nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/copy_bandwidth bench/gpu/copy_bandwidth.cu &&
     timeout 200 /tmp/copy_bandwidth 268435456
   echo "== observe-mode overhead"
-  timeout 400 bash bench/gpu/observe_overhead.sh "$LIBDIR" 5
+  timeout 400 bash bench/gpu/observe_overhead.sh "$LIBDIR" 11
   for b in "$LIBDIR"/bench/*; do
     [ -x "$b" ] || continue
     echo "== $(basename "$b")"

@@ -11,12 +11,13 @@ nvcc -O2 -g -lineinfo -gencode arch=compute_90,code=sm_90 -o "$work/misuse_progr
 check() {  # NAME SOURCE CMD... (flags for the checker in CHECK_FLAGS)
   local name=$1 source=$2
   shift 2
-  rm -rf "$work/$name" && mkdir "$work/$name"
-  if ! PINSHIM_TRACE_DIR="$work/$name" LD_PRELOAD="$LIBDIR/libpinshim.so" timeout 300 "$@"; then
+  local dir="$work/trace-$name"
+  rm -rf "$dir" && mkdir "$dir"
+  if ! PINSHIM_TRACE_DIR="$dir" LD_PRELOAD="$LIBDIR/libpinshim.so" timeout 300 "$@"; then
     echo "FAIL $name: the program failed"; fail=1; return
   fi
-  "$LIBDIR/pinshim" report "$work/$name" | head -60
-  "$LIBDIR/pinshim" report --format json "$work/$name" > "$work/$name.json"
+  "$LIBDIR/pinshim" report "$dir" | head -60
+  "$LIBDIR/pinshim" report --format json "$dir" > "$work/$name.json"
   python3 "$HERE/check_findings.py" "$source" "$work/$name.json" ${CHECK_FLAGS:-} || fail=1
 }
 check misuse_program "$HERE/misuse_program.cu" "$work/misuse_program"
