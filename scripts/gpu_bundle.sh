@@ -18,6 +18,7 @@ cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/i
    bazel-bin/tests/interception/linked_client bazel-bin/tests/programs/copy_loop_example \
    bazel-bin/shim/budget/race_test bazel-bin/shim/budget/budget_test .gpu/
 cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench .gpu/bench/
+mkdir -p .gpu/tests/interception && cp tests/interception/client.cc .gpu/tests/interception/
 # The rule programs on the real driver, laid out as the rule test expects.
 mkdir -p .gpu/rules/tests/trace/programs .gpu/rules/analyzer/report .gpu/rules/shim
 cp tests/trace/rules_test.py .gpu/rules/tests/trace/

@@ -18,6 +18,7 @@
 
 #include "shim/budget/budget.h"
 #include "shim/core/stats.h"
+#include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
@@ -216,6 +217,27 @@ inline void Finish(Api api, const CopyShape& s, CUresult r, bool async, CUstream
   }
 }
 
+// Optimize mode: before a copy with a host side, the engine may pin a hot
+// buffer (so this copy already runs pinned); after it, it may have to wait
+// for an async copy that pinning made truly asynchronous (results must be
+// those of the pageable copy the program made). A no-op in other modes.
+inline optimize::CopyTicket BeforeCopy(const CopyShape& s) {
+  if (PINSHIM_LIKELY(!g_optimize) || s.host_ptr == nullptr || !EnsureOptimizerStarted()) {
+    return optimize::CopyTicket();
+  }
+  const CopyDir dir = DirOf(s);
+  if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return optimize::CopyTicket();
+  const MemKind host_kind = dir == CopyDir::kHostToDevice ? s.src : s.dst;
+  return optimize::Optimizer::Process().BeforeHostCopy(s.host_ptr, s.bytes, dir, host_kind);
+}
+
+inline void AfterCopy(Api api, const optimize::CopyTicket& t, CUresult r, bool async,
+                      CUstream stream) {
+  if (PINSHIM_LIKELY(!g_optimize) || t.kind == optimize::CopyTicket::kNone) return;
+  optimize::Optimizer::Process().AfterHostCopy(t, r, async, stream,
+                                               kDriverEntries[api].per_thread);
+}
+
 // Timestamps are taken only while a trace is written.
 inline uint64_t StartTime() { return trace::RecorderActive() ? NowNs() : 0; }
 
@@ -257,8 +279,24 @@ using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
   PINSHIM_FORWARD_IF_NESTED(api, type, __VA_ARGS__);                \
   CopyShape shape = shape_expr;                                     \
   const uint64_t start_ns = StartTime();                            \
+  optimize::CopyTicket ticket = BeforeCopy(shape);                  \
   CUresult r = real_fn(__VA_ARGS__);                                \
+  AfterCopy(api, ticket, r, async, stream);                         \
   Finish(api, shape, r, async, stream, start_ns);                   \
+  return r
+// Batches: their host operands are many ranges, not one. In optimize mode
+// the call is waited for when it succeeded, so no operand pinshim pinned or
+// pooled is still in use when it returns (as with pageable operands).
+#define PINSHIM_BATCH(api, type, shape_expr, stream, ...)                            \
+  PINSHIM_FORWARD_IF_NESTED(api, type, __VA_ARGS__);                                 \
+  CopyShape shape = shape_expr;                                                      \
+  const uint64_t start_ns = StartTime();                                             \
+  CUresult r = real_fn(__VA_ARGS__);                                                 \
+  if (g_optimize && r == CUDA_SUCCESS && optimize::Optimizer::Process().active()) {  \
+    optimize::Optimizer::Process().AfterAsyncCopyOnCachedMemory(                     \
+        stream, kDriverEntries[api].per_thread);                                     \
+  }                                                                                  \
+  Finish(api, shape, r, true, stream, start_ns);                                     \
   return r
 #define PINSHIM_COPY(api, type, shape_expr, ...) \
   PINSHIM_COPY_ON(api, type, shape_expr, false, nullptr, __VA_ARGS__)
@@ -450,7 +488,7 @@ DEFINE_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz)
                 size_t* fail_idx, CUstream st) {                                        \
     using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,                \
                             CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream);   \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs,     \
+    PINSHIM_BATCH(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs,     \
                  sizes, count, attrs, attr_idxs, num_attrs, fail_idx, st);              \
   }
 #define DEFINE_BATCH_13000(name)                                                        \
@@ -459,7 +497,7 @@ DEFINE_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz)
                 CUstream st) {                                                          \
     using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,                \
                             CUmemcpyAttributes*, size_t*, size_t, CUstream);            \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs,     \
+    PINSHIM_BATCH(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs,     \
                  sizes, count, attrs, attr_idxs, num_attrs, st);                        \
   }
 DEFINE_BATCH_12080(cuMemcpyBatchAsync)
@@ -472,14 +510,14 @@ DEFINE_BATCH_13000(cuMemcpyBatchAsync_v2_ptsz)
                 unsigned long long flags, CUstream st) {                                \
     using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*,                   \
                             unsigned long long, CUstream);                              \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, fail_idx, flags, st);   \
+    PINSHIM_BATCH(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, fail_idx, flags, st);   \
   }
 #define DEFINE_3DBATCH_13000(name)                                                      \
   CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags,        \
                 CUstream st) {                                                          \
     using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, unsigned long long,        \
                             CUstream);                                                  \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, flags, st);             \
+    PINSHIM_BATCH(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, flags, st);             \
   }
 DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync)
 DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync_ptsz)
@@ -534,6 +572,15 @@ CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_c
   // Arguments the driver rejects go to the driver, which pins nothing.
   const bool valid = pp != nullptr && n != 0;
   const uint64_t start_ns = StartTime();
+  CUresult pooled;
+  if (g_optimize && EnsureOptimizerStarted() &&
+      optimize::Optimizer::Process().HostAlloc(pp, n, flags, &pooled)) {
+    // Served from pinshim's pool (its slabs are charged to the budget).
+    CountPin(api, PinOp::kAlloc, flags, n, pooled != CUDA_SUCCESS);
+    RecordPinOp(api, PinOp::kAlloc, pooled == CUDA_SUCCESS ? *pp : nullptr, n, flags, start_ns,
+                pooled);
+    return pooled;
+  }
   Decision decision = Decision::kGranted;
   if (g_enforce && valid) decision = Budget::Process().Charge(Owner::kProgramAlloc, n);
   CUresult r;
@@ -580,6 +627,19 @@ CUresult cuMemFreeHost(void* p) {
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemFreeHost, Fn, p);
   const uint64_t start_ns = StartTime();
   Region reg;
+  if (g_optimize && optimize::Optimizer::Process().active()) {
+    auto& opt = optimize::Optimizer::Process();
+    optimize::PoolBlockInfo block;
+    const bool in_pool = opt.PoolBlock(p, &block);
+    CUresult freed;
+    if (opt.FreeHost(p, &freed)) {
+      CountPin(kApi_cuMemFreeHost, PinOp::kFree, in_pool ? block.flags : 0,
+               in_pool ? block.requested : 0, freed != CUDA_SUCCESS);
+      RecordPinOp(kApi_cuMemFreeHost, PinOp::kFree, p, in_pool ? block.requested : 0,
+                  in_pool ? block.flags : 0, start_ns, freed);
+      return freed;
+    }
+  }
   if (FindFallback(&g_allocations, p, &reg)) {
     g_allocations.Remove(reg.start, nullptr);
     g_real.munmap(p, reg.bytes);
@@ -607,6 +667,13 @@ CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
   PINSHIM_FORWARD_IF_NESTED(api, Fn, p, n, flags);
   const bool valid = p != nullptr && n != 0;
   const uint64_t start_ns = StartTime();
+  CUresult emulated;
+  if (g_optimize && optimize::Optimizer::Process().active() &&
+      optimize::Optimizer::Process().ProgramRegister(p, n, flags, &emulated)) {
+    CountPin(api, PinOp::kRegister, flags, n, emulated != CUDA_SUCCESS);
+    RecordPinOp(api, PinOp::kRegister, p, n, flags, start_ns, emulated);
+    return emulated;
+  }
   Decision decision = Decision::kGranted;
   if (g_enforce && valid) decision = Budget::Process().Charge(Owner::kProgramRegister, n);
   CUresult r;
@@ -643,6 +710,13 @@ CUresult cuMemHostUnregister(void* p) {
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostUnregister, Fn, p);
   const uint64_t start_ns = StartTime();
   Region reg;
+  CUresult emulated;
+  if (g_optimize && optimize::Optimizer::Process().active() &&
+      optimize::Optimizer::Process().ProgramUnregister(p, &emulated)) {
+    CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, 0, 0, emulated != CUDA_SUCCESS);
+    RecordPinOp(kApi_cuMemHostUnregister, PinOp::kUnregister, p, 0, 0, start_ns, emulated);
+    return emulated;
+  }
   if (FindFallback(&g_registrations, p, &reg)) {
     g_registrations.Remove(reg.start, nullptr);
     CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, reg.flags, reg.bytes, false);
@@ -664,12 +738,22 @@ CUresult cuMemHostUnregister(void* p) {
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int flags) {
   using Fn = CUresult (*)(CUdeviceptr*, void*, unsigned int);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostGetDevicePointer_v2, Fn, out, p, flags);
+  CUresult answer;
+  if (g_optimize && optimize::Optimizer::Process().active() &&
+      optimize::Optimizer::Process().HostGetDevicePointer(out, p, flags, &answer)) {
+    return answer;
+  }
   return real_fn(out, p, flags);
 }
 
 CUresult cuMemHostGetFlags(unsigned int* out, void* p) {
   using Fn = CUresult (*)(unsigned int*, void*);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostGetFlags, Fn, out, p);
+  CUresult answer;
+  if (g_optimize && optimize::Optimizer::Process().active() &&
+      optimize::Optimizer::Process().HostGetFlags(out, p, &answer)) {
+    return answer;
+  }
   return real_fn(out, p);
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "shim/hooks/state.h"
+#include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 
 namespace pinshim {
@@ -88,6 +89,16 @@ bool Untrack(void* p, Region* out) {
   return true;
 }
 
+// Optimize mode: pinshim's registration of memory about to go back to the
+// allocator or the kernel is dropped first (after copies in flight on it
+// finished), so freed memory is never left pinned.
+inline void ReleasePinning(const void* p, uint64_t bytes) {
+  if (g_optimize && t_depth == 0) {
+    DepthGuard guard;
+    optimize::Optimizer::Process().OnRelease(p, bytes);
+  }
+}
+
 inline bool MaybeTracked(void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   if (a < g_tracked_lo.load(std::memory_order_relaxed) ||
@@ -131,7 +142,10 @@ void* calloc(size_t count, size_t size) {
 void free(void* p) {
   if (p == nullptr || InBootstrapPool(p)) return;
   if (PINSHIM_UNLIKELY(!EnsureReal())) return;  // cannot happen for a real pointer
-  if (PINSHIM_UNLIKELY(MaybeTracked(p))) Untrack(p, nullptr);
+  if (PINSHIM_UNLIKELY(MaybeTracked(p))) {
+    Region r;
+    if (Untrack(p, &r)) ReleasePinning(p, r.bytes);
+  }
   g_real.free(p);
 }
 
@@ -147,6 +161,7 @@ void* realloc(void* p, size_t n) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return BootstrapAlloc(n);
   Region old;
   bool had = p != nullptr && MaybeTracked(p) && Untrack(p, &old);
+  if (had) ReleasePinning(p, old.bytes);
   void* q = g_real.realloc(p, n);
   if (q == nullptr) {
     // Failed (or n == 0 and p freed): on failure the old block is intact.
@@ -219,6 +234,7 @@ int munmap(void* addr, size_t len) {
     DepthGuard guard;
     g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(addr), len, RecordRemovedPart, nullptr);
   }
+  ReleasePinning(addr, len);
   return g_real.munmap(addr, len);
 }
 
@@ -240,6 +256,7 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
     had = g_allocations.Lookup(reinterpret_cast<uintptr_t>(old), &before);
     g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(old), old_len, RecordRemovedPart, nullptr);
   }
+  ReleasePinning(old, old_len);
   void* p = g_real.mremap(old, old_len, new_len, flags, new_addr);
   if (p == MAP_FAILED) {
     if (had) Track(old, old_len, static_cast<RegionSource>(before.source));

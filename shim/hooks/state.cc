@@ -13,11 +13,13 @@
 #include <cstring>
 
 #include "shim/budget/budget.h"
+#include "shim/optimize/optimizer.h"
 #include "shim/core/log.h"
 #include "shim/core/stats.h"
 #include "shim/trace/recorder.h"
 
 extern char** environ;
+extern "C" void* pinshim_real_dlsym;
 extern "C" char* program_invocation_short_name;
 
 namespace pinshim {
@@ -31,6 +33,7 @@ std::atomic<bool> g_initialized{false};
 uint64_t g_track_threshold = UINT64_MAX;
 std::atomic<bool> g_cuda_seen{false};
 bool g_enforce = false;
+bool g_optimize = false;
 Registry g_allocations;
 Registry g_registrations;
 std::atomic<uint64_t> g_tracked_mallocs{0};
@@ -50,6 +53,7 @@ void Next(T* out, const char* name) {
 void StartMetricsThread();
 
 void AtForkPrepare() {
+  if (g_optimize) optimize::Optimizer::Process().PrepareFork();
   g_allocations.LockForFork();
   g_registrations.LockForFork();
 }
@@ -57,11 +61,13 @@ void AtForkPrepare() {
 void AtForkParent() {
   g_registrations.UnlockAfterFork();
   g_allocations.UnlockAfterFork();
+  if (g_optimize) optimize::Optimizer::Process().AfterForkParent();
 }
 
 void AtForkChild() {
   g_registrations.UnlockAfterFork();
   g_allocations.UnlockAfterFork();
+  if (g_optimize) optimize::Optimizer::Process().AfterForkChild();
   // The child reports its own calls only; the memory layout it inherited
   // (and so the registries) stays valid.
   ResetStats();
@@ -122,6 +128,46 @@ void StartMetricsThread() {
   }
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+// Optimize mode: pinshim's own pinning is charged to the enforce-mode
+// budget too (pool slabs and registrations of hot buffers).
+budget::Owner OwnerOf(optimize::PinUse use) {
+  switch (use) {
+    case optimize::PinUse::kCache: return budget::Owner::kPinshimCache;
+    case optimize::PinUse::kPoolDedicated: return budget::Owner::kProgramAlloc;
+    default: return budget::Owner::kPinshimPool;
+  }
+}
+
+bool ChargeOwnPinning(void*, optimize::PinUse use, uint64_t bytes) {
+  return budget::Budget::Process().Charge(OwnerOf(use), bytes) == budget::Decision::kGranted;
+}
+
+void ReleaseOwnPinning(void*, optimize::PinUse use, uint64_t bytes) {
+  budget::Budget::Process().Release(OwnerOf(use), bytes);
+}
+
+uint64_t EvictOwnPinning(uint64_t bytes_wanted) {
+  return optimize::Optimizer::Process().Evict(bytes_wanted);
+}
+
+void StartOptimizing() {
+  optimize::OptimizerOptions options;
+  options.allocations = &g_allocations;
+  options.registrations = &g_registrations;
+  options.next_alloc_id = &NextAllocId;
+  options.pin_cap_bytes = g_config.pin_cap_bytes;
+  // Redirecting hot allocation sites into the arena needs site selection,
+  // which is not built yet: the pool and the registration cache run.
+  options.enable_arena = false;
+  if (g_enforce) {
+    options.pin_hooks.charge = ChargeOwnPinning;
+    options.pin_hooks.release = ReleaseOwnPinning;
+    budget::Budget::Process().SetEvictor(EvictOwnPinning);
+  }
+  optimize::Optimizer::Process().Configure(options);
+  g_optimize = true;
 }
 
 // Enforce mode: the budgets from the configuration. Without any budget there
@@ -218,6 +264,28 @@ void ResolveRealFunctions() {
   t_resolving = false;
 }
 
+namespace {
+void* RealDriverSymbol(const char* name, void*) {
+  using RealDlsym = void* (*)(void*, const char*);
+  void* lib = g_real.dlopen != nullptr ? g_real.dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)
+                                       : nullptr;
+  void* dlsym_fn = __atomic_load_n(&pinshim_real_dlsym, __ATOMIC_ACQUIRE);
+  if (lib == nullptr || dlsym_fn == nullptr) return nullptr;
+  return reinterpret_cast<RealDlsym>(dlsym_fn)(lib, name);
+}
+}  // namespace
+
+bool EnsureOptimizerStarted() {
+  auto& opt = optimize::Optimizer::Process();
+  if (PINSHIM_LIKELY(opt.active())) return true;
+  if (!g_optimize) return false;
+  static std::atomic<bool> tried{false};
+  if (tried.exchange(true)) return opt.active();
+  DepthGuard guard;  // the engine's own driver calls are not the program's
+  optimize::DriverOps ops;
+  return optimize::LoadDriverOps(RealDriverSymbol, nullptr, &ops) && opt.AttachDriver(ops);
+}
+
 void NoteCudaSeen() { g_cuda_seen.store(true, std::memory_order_relaxed); }
 
 void DropTraceIfNoCuda() {
@@ -272,6 +340,7 @@ void Init() {
     StartEnforcing();
     StartMetricsThread();
   }
+  if ((g_config.mode & kModeOptimize) != 0) StartOptimizing();
   if (g_config.trace_dir[0] != '\0') StartTracing();
   g_init_state.store(2);
   g_initialized.store(true, std::memory_order_release);

@@ -67,6 +67,12 @@ void DropTraceIfNoCuda() PINSHIM_HIDDEN;
 
 // Enforce mode with a budget that Init() could set up.
 extern bool g_enforce PINSHIM_HIDDEN;
+// Optimize mode configured (the engine starts once the driver is in use).
+extern bool g_optimize PINSHIM_HIDDEN;
+
+// Starts optimize mode's engine with the real driver functions, once the
+// program has used the driver (idempotent; false while it cannot start).
+bool EnsureOptimizerStarted() PINSHIM_HIDDEN;
 
 // allocations: malloc/mmap (pageable), pinned and device allocations.
 // registrations: cuMemHostRegister'd ranges (and pinshim's own, later).

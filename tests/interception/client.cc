@@ -365,6 +365,55 @@ void Budget() {
   CHECK(d.MemFree(dev));
 }
 
+// A reused pageable buffer (what optimize mode pins in place), freed and
+// allocated again at the same size, and async copies on it: the contents
+// must be what the pageable copies would have produced.
+void Hot() {
+  const size_t n = 16 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  CUstream stream;
+  CHECK(d.StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  for (int round = 0; round < 3; ++round) {
+    char* buf = static_cast<char*>(malloc(n));
+    char* back = static_cast<char*>(malloc(n));
+    for (int i = 0; i < 8; ++i) {
+      Fill(buf, n, round * 16 + i);
+      CHECK(d.MemcpyHtoD(dev, buf, n)); g_expect.h2d++;
+      // Overwritten right after an async copy returns: legal with pageable
+      // memory, whose async copies are synchronous.
+      CHECK(d.MemcpyHtoDAsync(dev, buf, n, stream)); g_expect.h2d++;
+      memset(buf, 0xAB, n);
+      CHECK(d.MemcpyDtoHAsync(back, dev, n, stream)); g_expect.d2h++;
+      // Read right after the async copy returns, without synchronizing.
+      printf("hot %d.%d: %lx\n", round, i, Checksum(back, 4096));
+    }
+    free(back);
+    free(buf);
+  }
+  // Pinned allocations served from the pool: flags and device pointers answer
+  // as for a dedicated allocation, and memory is reused only when safe.
+  for (int i = 0; i < 20; ++i) {
+    void* p = nullptr;
+    CHECK(d.MemHostAlloc(&p, (i % 4 + 1) << 20, i % 2 ? CU_MEMHOSTALLOC_PORTABLE : 0)); g_expect.allocs++;
+    unsigned flags = 0;
+    CHECK(d.MemHostGetFlags(&flags, p));
+    CUdeviceptr mapped = 0;
+    CHECK(d.MemHostGetDevicePointer(&mapped, p, 0));
+    Fill(p, 1 << 20, i);
+    CHECK(d.MemcpyHtoDAsync(dev, p, 1 << 20, stream)); g_expect.h2d++;
+    CHECK(d.MemFreeHost(p)); g_expect.frees++;
+    CHECK(d.StreamSynchronize(stream));
+    void* check = malloc(1 << 20);
+    CHECK(d.MemcpyDtoH(check, dev, 1 << 20)); g_expect.d2h++;
+    printf("pool %d: flags %u mapped-same %d data %lx\n", i, flags,
+           mapped == reinterpret_cast<CUdeviceptr>(p), Checksum(check, 1 << 20));
+    free(check);
+  }
+  CHECK(d.StreamDestroy(stream));
+  CHECK(d.MemFree(dev));
+}
+
 // Reads write-combined pinned memory from the CPU (the wc-read misuse): the
 // results land in WC memory by a copy from the device, then the CPU reads them.
 void WcRead() {
@@ -421,6 +470,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "budget") == 0) {
     LoadDriver(0);
     Budget();
+  } else if (strcmp(scenario, "hot") == 0) {
+    LoadDriver(0);
+    Hot();
   } else if (strcmp(scenario, "clean") == 0) {
     LoadDriver(0);
     Clean();
