@@ -46,10 +46,8 @@ misuse_rc=$?
     echo "== $(basename "$b")"
     timeout 300 "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>&1 | grep -E "median|Run on|^--|Benchmark"
   done
-  if [ -x "$LIBDIR/optimize_bench.sh" ]; then
-    echo "== optimize mode"
-    timeout 600 bash "$LIBDIR/optimize_bench.sh" "$LIBDIR"
-  fi
+  echo "== optimize mode"
+  timeout 600 bash bench/gpu/optimize_bench.sh "$LIBDIR"
 } > "$OUT/bench.txt" 2>&1
 
 tail -n 25 "$OUT/tier.txt"

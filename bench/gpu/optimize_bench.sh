@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Optimize mode on a real GPU, side by side in one run:
+#  1. copy_loop: one reused pageable buffer, run without the library, with
+#     PINSHIM_MODE=optimize, and pinned by hand (cudaHostRegister: the upper
+#     bound), H2D and D2H at 1, 16 and 256 MiB; ratio = optimize / hand-pinned.
+#  2. alloc_loop: cudaHostAlloc + cudaFreeHost pairs, 4 KiB to 16 MiB, without
+#     the library and with optimize mode; speedup = without / with.
+#  3. PyTorch: a reused 64 MiB pageable tensor to the GPU and back.
+#  4. used-once buffers: a new buffer per copy (no reuse), without and with.
+#   bash bench/gpu/optimize_bench.sh LIBDIR
+set -uo pipefail
+LIBDIR="$(cd "$1" && pwd)"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d)"
+nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/copy_loop" "$HERE/copy_loop.cu" || exit 1
+nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/alloc_loop" "$HERE/alloc_loop.cu" || exit 1
+opt() { LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize "$@"; }
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+med3() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+
+echo "-- copy_loop (GB/s, median of 3 runs; checksums must agree)"
+printf '%-10s %-4s %10s %10s %12s %8s %s\n' bytes dir none optimize hand-pinned ratio checksums
+for bytes in 1048576 16777216 268435456; do
+  iters=$(( bytes >= 268435456 ? 20 : (bytes >= 16777216 ? 100 : 1000) ))
+  for dir in h2d d2h; do
+    n=(); o=(); h=(); sums=""
+    for r in 1 2 3; do
+      out=$("$work/copy_loop" $bytes $iters pageable $dir); n+=($(field GBps <<<"$out")); sums+=" $(field checksum <<<"$out")"
+      out=$(opt "$work/copy_loop" $bytes $iters pageable $dir); o+=($(field GBps <<<"$out")); sums+=" $(field checksum <<<"$out")"
+      out=$("$work/copy_loop" $bytes $iters hand-pinned $dir); h+=($(field GBps <<<"$out"))
+    done
+    N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}"); H=$(med3 "${h[@]}")
+    printf '%-10s %-4s %10.2f %10.2f %12.2f %8.3f %s\n' $bytes $dir $N $O $H "$(python3 -c "print($O/$H)")" "$(tr ' ' '\n' <<<"$sums" | sort -u | tr '\n' ' ')"
+  done
+done
+
+echo "-- alloc_loop (us per cudaHostAlloc+cudaFreeHost pair, median of 3)"
+printf '%-10s %12s %12s %10s\n' bytes none optimize speedup
+for bytes in 4096 65536 1048576 16777216; do
+  pairs=$(( bytes >= 16777216 ? 40 : 200 ))
+  n=(); o=()
+  for r in 1 2 3; do
+    n+=($("$work/alloc_loop" $bytes $pairs | field us_per_pair))
+    o+=($(opt "$work/alloc_loop" $bytes $((pairs * 50)) | field us_per_pair))
+  done
+  N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
+  printf '%-10s %12.3f %12.3f %10.0f\n' $bytes $N $O "$(python3 -c "print($N/$O)")"
+done
+
+echo "-- PyTorch, reused 64 MiB pageable tensor to the GPU and back (median of 3)"
+n=(); o=()
+for r in 1 2 3; do
+  n+=($(python3 "$HERE/torch_copy_loop.py" 30 | field seconds))
+  o+=($(opt python3 "$HERE/torch_copy_loop.py" 30 | field seconds))
+done
+N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
+printf 'none %.4f s, optimize %.4f s, speedup %.2f\n' $N $O "$(python3 -c "print($N/$O)")"
+
+echo "-- used-once buffers: a new 16 MiB buffer per copy (median of 5)"
+cat > "$work/once.cu" <<'CU'
+#include <cuda_runtime.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+int main() {
+  const size_t n = 16 << 20; void* dev; cudaMalloc(&dev, n);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 60; ++i) {
+    char* b = static_cast<char*>(malloc(n + i * 4096)); memset(b, i, n);
+    cudaMemcpy(dev, b, n, cudaMemcpyHostToDevice); free(b);
+  }
+  printf("seconds=%.6f\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+CU
+nvcc -O2 -o "$work/once" "$work/once.cu"
+n=(); o=()
+for r in 1 2 3 4 5; do n+=($("$work/once" | field seconds)); o+=($(opt "$work/once" | field seconds)); done
+N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
+printf 'none %.4f s, optimize %.4f s, optimize/none %.3f\n' $N $O "$(python3 -c "print($O/$N)")"
