@@ -73,6 +73,10 @@ std::string DieName(Dwarf_Die* die) {
 
 }  // namespace
 
+bool IsSystemHeader(const std::string& file) {
+  return StartsWith(file, "/usr/include/") || StartsWith(file, "/usr/local/cuda");
+}
+
 bool IsRuntimeFrame(const std::string& module, const std::string& function) {
   std::string base = Basename(module);
   static const char* const kModules[] = {"libcuda.so", "libcudart.so", "libpinshim.so",
@@ -300,7 +304,11 @@ const SymbolizedStack& Symbolizer::Symbolize(uint32_t id) {
     SymbolizeIp(stack->ips[i], exact, stack->generation, &s.frames);
   }
   for (size_t i = 0; i < s.frames.size(); ++i) {
-    if (!s.frames[i].runtime) {
+    const Frame& f = s.frames[i];
+    // A system header's inline wrapper (glibc's fortified memcpy, say)
+    // inlined into the program is not where the program made the call:
+    // the frame it was inlined into is.
+    if (!f.runtime && !(f.inlined && IsSystemHeader(f.file))) {
       s.site = static_cast<int>(i);
       break;
     }

@@ -45,6 +45,10 @@ struct SymbolizedStack {
 // Whether a frame belongs to the CUDA runtime/driver, pinshim or libc.
 bool IsRuntimeFrame(const std::string& module, const std::string& function);
 
+// Whether a source file is a system or CUDA toolkit header (whose inlined
+// functions are never the call site).
+bool IsSystemHeader(const std::string& file);
+
 class Symbolizer {
  public:
   // "trace" must outlive the symbolizer.

@@ -166,3 +166,19 @@ TEST(Symbolizer, RuntimeFramesAreKnownByModuleOrName) {
 }  // namespace
 }  // namespace report
 }  // namespace pinshim
+
+namespace pinshim {
+namespace report {
+namespace {
+
+// glibc's fortified memcpy and other header inlines are never a call site.
+TEST(SystemHeaderTest, HeadersAreNotCallSites) {
+  EXPECT_TRUE(IsSystemHeader("/usr/include/x86_64-linux-gnu/bits/string_fortified.h"));
+  EXPECT_TRUE(IsSystemHeader("/usr/local/cuda/include/cuda_runtime.h"));
+  EXPECT_FALSE(IsSystemHeader("tests/gpu/misuse/misuse_program.cu"));
+  EXPECT_FALSE(IsSystemHeader("/home/user/src/train.cc"));
+}
+
+}  // namespace
+}  // namespace report
+}  // namespace pinshim

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     host = static_cast<char*>(malloc(bytes));
     if (strcmp(kind, "hand-pinned") == 0) CHECK(cudaHostRegister(host, bytes, 0));
   }
-  for (size_t i = 0; i < bytes; ++i) host[i] = static_cast<char>(i * 31);
+  for (size_t i = 0; i < bytes; ++i) host[i] = static_cast<char>(i * 31 + i / 4096);
   // Warm-up: the first copies pay for context set-up (and, under optimize
   // mode, for the decision to pin); the timed loop starts after them.
   for (int i = 0; i < 3; ++i) {
@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   unsigned long sum = 0;
-  for (size_t i = 0; i < bytes; i += 4096) sum += static_cast<unsigned char>(host[i]);
+  // A prime stride, so the sample is not a multiple of the fill pattern.
+  for (size_t i = 0; i < bytes; i += 4093) sum = sum * 31 + static_cast<unsigned char>(host[i]);
   printf("copy_loop bytes=%zu iters=%d kind=%s dir=%s seconds=%.6f GBps=%.3f checksum=%lu\n", bytes,
          iters, kind, h2d ? "h2d" : "d2h", s, double(bytes) * iters / s / 1e9, sum);
   if (strcmp(kind, "hand-pinned") == 0) CHECK(cudaHostUnregister(host));

@@ -1,6 +1,6 @@
 // Misuses pinshim's report must find on a real GPU, in a program built by
-// nvcc with its default (static) CUDA runtime. Each misuse line is marked
-// MISUSE(rule); check_findings.py compares the report with the marks.
+// nvcc with its default (static) CUDA runtime. Each misuse line carries a
+// MISUSE mark naming its rule; check_findings.py compares the report with them.
 #include <cuda_runtime.h>
 
 #include <cstdio>
