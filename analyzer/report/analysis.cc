@@ -37,6 +37,7 @@ class Replay : public EventVisitor {
         break;
       }
       case trace::EventType::kSample: Sample(e); break;
+      case trace::EventType::kBudgetDecision: BudgetDecision(e); break;
       default: break;
     }
   }
@@ -143,6 +144,29 @@ class Replay : public EventVisitor {
     NotePinned(e.pinned_program + e.registered_program + e.pinned_pinshim, e.time_ns);
     if (e.rss_bytes > summary_.peak_rss) summary_.peak_rss = e.rss_bytes;
     for (auto& r : rules_) r->OnSample(e);
+  }
+
+  void BudgetDecision(const Event& e) {
+    BudgetSummary& b = summary_.budget;
+    ++b.decisions;
+    switch (e.budget_decision) {
+      case trace::BudgetDecision::kGranted: ++b.granted; break;
+      case trace::BudgetDecision::kDenied:
+        ++b.denied;
+        b.refused_bytes += e.bytes;
+        break;
+      case trace::BudgetDecision::kFallback:
+        ++b.fallback;
+        b.refused_bytes += e.bytes;
+        break;
+    }
+    if (e.evictor_called) {
+      ++b.evictions;
+      b.evicted_bytes += e.evicted_bytes;
+    }
+    b.process_budget = e.process_budget;
+    b.node_budget = e.node_budget;
+    for (auto& r : rules_) r->OnBudgetDecision(e);
   }
 
   // Threads interleave in the merged stream: a few are looked up linearly

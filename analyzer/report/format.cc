@@ -62,5 +62,34 @@ std::string FormatGbps(double bps) {
   return buf;
 }
 
+const char* BudgetOwnerName(trace::BudgetOwner owner) {
+  switch (owner) {
+    case trace::BudgetOwner::kProgramAlloc: return "program_alloc";
+    case trace::BudgetOwner::kProgramRegister: return "program_register";
+    case trace::BudgetOwner::kPinshimPool: return "pinshim_pool";
+    case trace::BudgetOwner::kPinshimCache: return "pinshim_cache";
+  }
+  return "unknown";
+}
+
+const char* BudgetDecisionName(trace::BudgetDecision decision) {
+  switch (decision) {
+    case trace::BudgetDecision::kGranted: return "granted";
+    case trace::BudgetDecision::kDenied: return "denied";
+    case trace::BudgetDecision::kFallback: return "fallback";
+  }
+  return "unknown";
+}
+
+const char* BudgetLimiterName(trace::BudgetLimiter limiter) {
+  switch (limiter) {
+    case trace::BudgetLimiter::kNone: return "none";
+    case trace::BudgetLimiter::kProcess: return "process";
+    case trace::BudgetLimiter::kNode: return "node";
+    case trace::BudgetLimiter::kLedger: return "ledger";
+  }
+  return "unknown";
+}
+
 }  // namespace report
 }  // namespace pinshim

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "shim/core/events.h"
+#include "shim/trace/trace_format.h"
 
 namespace pinshim {
 namespace report {
@@ -20,6 +21,12 @@ std::string FormatCount(uint64_t n);
 const char* DirectionWords(CopyDir dir);
 // "%.1f" with a unit: "11.9 GB/s".
 std::string FormatGbps(double bytes_per_second);
+// Budget decisions, named as shim/budget names them: "program_alloc",
+// "program_register", "pinshim_pool", "pinshim_cache"; "granted", "denied",
+// "fallback"; "none", "process", "node", "ledger". "unknown" otherwise.
+const char* BudgetOwnerName(trace::BudgetOwner owner);
+const char* BudgetDecisionName(trace::BudgetDecision decision);
+const char* BudgetLimiterName(trace::BudgetLimiter limiter);
 
 }  // namespace report
 }  // namespace pinshim

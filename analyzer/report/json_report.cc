@@ -145,6 +145,32 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
   w->Uint(i.physical_bytes);
   w->Key("budget_bytes");
   i.budget_bytes ? w->Uint(i.budget_bytes) : w->Null();
+  w->Key("budget");
+  const BudgetSummary& b = s.budget;
+  if (b.decisions == 0) {
+    w->Null();
+  } else {
+    w->BeginObject();
+    w->Key("decisions");
+    w->Uint(b.decisions);
+    w->Key("granted");
+    w->Uint(b.granted);
+    w->Key("denied");
+    w->Uint(b.denied);
+    w->Key("fallback");
+    w->Uint(b.fallback);
+    w->Key("evictions");
+    w->Uint(b.evictions);
+    w->Key("evicted_bytes");
+    w->Uint(b.evicted_bytes);
+    w->Key("refused_bytes");
+    w->Uint(b.refused_bytes);
+    w->Key("process_budget");
+    b.process_budget ? w->Uint(b.process_budget) : w->Null();
+    w->Key("node_budget");
+    b.node_budget ? w->Uint(b.node_budget) : w->Null();
+    w->EndObject();
+  }
   w->Key("trace_complete");
   w->Bool(p.complete);
   w->Key("damage");

@@ -26,11 +26,13 @@ class TimelineWriter : public EventVisitor {
                        std::to_string(p.pid) + (p.rank >= 0 ? ", rank " + std::to_string(p.rank) : "") +
                        ")";
     Meta("process_name", 0, name);
-    if (p.budget_bytes != 0) Budget(p.start_monotonic_ns != 0 ? p.start_monotonic_ns : origin_);
+    if (p.budget_bytes != 0) {
+      Budget(p.start_monotonic_ns != 0 ? p.start_monotonic_ns : origin_, p.budget_bytes);
+    }
   }
 
   void End() {
-    if (report_->info.budget_bytes != 0 && last_ns_ != 0) Budget(last_ns_);
+    if (budget_ != 0 && last_ns_ != 0) Budget(last_ns_, budget_);
   }
 
   void OnEvent(const Event& e) override {
@@ -43,6 +45,7 @@ class TimelineWriter : public EventVisitor {
       case trace::EventType::kMisuse: Misuse(e); break;
       case trace::EventType::kSample: Sample(e); break;
       case trace::EventType::kHostAlloc: HostAlloc(e); break;
+      case trace::EventType::kBudgetDecision: BudgetDecision(e); break;
       default: break;
     }
     if (buf_->size() > kFlushBytes) Flush();
@@ -141,9 +144,36 @@ class TimelineWriter : public EventVisitor {
              ",\"pinshim\":" + std::to_string(pinshim_) + "}}";
   }
 
-  void Budget(uint64_t t) {
+  // The process budget as a counter: from the process record when it has
+  // one, else from the decisions, which also show it changing.
+  void Budget(uint64_t t, uint64_t bytes) {
+    budget_ = bytes;
     Start("C", "pinned budget", "memory", 0, t);
-    *buf_ += ",\"args\":{\"budget\":" + std::to_string(report_->info.budget_bytes) + "}}";
+    *buf_ += ",\"args\":{\"budget\":" + std::to_string(bytes) + "}}";
+  }
+
+  void BudgetDecision(const Event& e) {
+    if (e.process_budget != 0 && e.process_budget != budget_) Budget(e.time_ns, e.process_budget);
+    // Granted decisions are the normal case and would crowd the timeline;
+    // refusals are what a reader looks for.
+    if (e.budget_decision != trace::BudgetDecision::kDenied &&
+        e.budget_decision != trace::BudgetDecision::kFallback) {
+      return;
+    }
+    std::string name = std::string("budget ") + BudgetDecisionName(e.budget_decision) + " " +
+                       FormatBytes(e.bytes);
+    Start("i", name, "budget", e.tid, e.time_ns);
+    *buf_ += ",\"s\":\"t\",\"args\":{\"owner\":\"" +
+             std::string(BudgetOwnerName(e.budget_owner)) + "\",\"decision\":\"" +
+             BudgetDecisionName(e.budget_decision) + "\",\"limiter\":\"" +
+             BudgetLimiterName(e.budget_limiter) + "\",\"bytes\":" + std::to_string(e.bytes) +
+             ",\"evictor_called\":" + (e.evictor_called ? "true" : "false") +
+             ",\"evicted_bytes\":" + std::to_string(e.evicted_bytes) +
+             ",\"process_pinned\":" + std::to_string(e.process_pinned) +
+             ",\"process_budget\":" + std::to_string(e.process_budget) +
+             ",\"node_pinned\":" + std::to_string(e.node_pinned) +
+             ",\"node_budget\":" + std::to_string(e.node_budget) +
+             ",\"stack\":" + std::to_string(e.stack) + "}}";
   }
 
   void Sync(const Event& e) {
@@ -193,6 +223,7 @@ class TimelineWriter : public EventVisitor {
   int64_t registered_ = 0;
   int64_t pinshim_ = 0;
   uint64_t last_ns_ = 0;
+  uint64_t budget_ = 0;  // the last value of the budget counter, 0: none yet
 };
 
 }  // namespace

@@ -131,6 +131,18 @@ std::string Moved(const ProcessSummary& s) {
   return out.empty() ? "nothing" : out;
 }
 
+// "budget: 10 granted, 2 denied, 1 fallback, 0 evictions (0 B evicted);
+// process budget 64.0 MiB, node budget none": one fixed shape, whatever the
+// counts, so that scripts can pick it apart.
+std::string BudgetLine(const BudgetSummary& b) {
+  auto budget = [](uint64_t bytes) { return bytes != 0 ? FormatBytes(bytes) : std::string("none"); };
+  return "budget: " + FormatCount(b.granted) + " granted, " + FormatCount(b.denied) + " denied, " +
+         FormatCount(b.fallback) + " fallback, " + FormatCount(b.evictions) + " evictions (" +
+         FormatBytes(b.evicted_bytes) +
+         " evicted); process budget " + budget(b.process_budget) + ", node budget " +
+         budget(b.node_budget);
+}
+
 std::string ProcessTitle(const ProcessReport& p) {
   std::string t = p.info.program.empty() ? std::string("unknown program") : p.info.program;
   t += "  pid " + std::to_string(p.info.pid);
@@ -183,6 +195,7 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
     if (s.peak_rss) *out += "; peak RSS " + FormatBytes(s.peak_rss);
     *out += "; " + std::to_string(p.findings.size()) +
             (p.findings.size() == 1 ? " finding\n" : " findings\n");
+    if (s.budget.decisions != 0) *out += "    " + BudgetLine(s.budget) + "\n";
     *out += "    trace " + p.path + (p.damage.empty() ? " (complete)\n" : "\n");
     if (!p.damage.empty()) *out += "    note: " + p.damage + "\n";
     for (const std::string& sp : p.symbol_problems) *out += "    symbols: " + sp + "\n";

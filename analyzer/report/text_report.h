@@ -1,5 +1,6 @@
 // The terminal report: a header per process (program, duration, bytes moved
-// by memory kind, peak pinned bytes), then findings sorted by estimated time
+// by memory kind, peak pinned bytes, enforce mode's budget decisions when
+// there were any), then findings sorted by estimated time
 // lost, each with rule, severity, explanation, call site, evidence, a short
 // stack and a fix.
 #ifndef PINSHIM_ANALYZER_REPORT_TEXT_REPORT_H_

@@ -522,6 +522,28 @@ class BatchCursor {
         e.result = static_cast<int32_t>(result);
         break;
       }
+      case trace::EventType::kBudgetDecision: {
+        for (int i = 0; i < 11; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        // Owners, decisions and limiters this reader cannot name are kept
+        // (a newer writer may add some); the report calls them "unknown".
+        if (u[0] > 255 || u[1] > 255 || u[2] > 255) return -1;
+        e.type = trace::EventType::kBudgetDecision;
+        e.duration_ns = 0;
+        e.budget_owner = static_cast<trace::BudgetOwner>(u[0]);
+        e.budget_decision = static_cast<trace::BudgetDecision>(u[1]);
+        e.budget_limiter = static_cast<trace::BudgetLimiter>(u[2]);
+        e.evictor_called = (u[3] & trace::kBudgetEvictorCalled) != 0;
+        e.bytes = u[4];
+        e.evicted_bytes = u[5];
+        e.process_pinned = u[6];
+        e.process_budget = u[7];
+        e.node_pinned = u[8];
+        e.node_budget = u[9];
+        e.stack = u[10] > kMaxStackId ? 0 : static_cast<uint32_t>(u[10]);
+        break;
+      }
       case trace::EventType::kDropped: {
         if (!GetVarint(&q, end, &u[0])) return -1;
         e.type = trace::EventType::kDropped;

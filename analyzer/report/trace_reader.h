@@ -135,6 +135,16 @@ struct Event {
   uint64_t event_handle = 0;
   // kDropped
   uint64_t dropped = 0;
+  // kBudgetDecision (bytes: what was asked for; stack: the call site)
+  trace::BudgetOwner budget_owner = trace::BudgetOwner::kProgramAlloc;
+  trace::BudgetDecision budget_decision = trace::BudgetDecision::kGranted;
+  trace::BudgetLimiter budget_limiter = trace::BudgetLimiter::kNone;
+  bool evictor_called = false;
+  uint64_t evicted_bytes = 0;
+  uint64_t process_pinned = 0;
+  uint64_t process_budget = 0;  // 0: none
+  uint64_t node_pinned = 0;
+  uint64_t node_budget = 0;     // 0: none
 
   // The host side of a copy and its memory kind (source of H2D, destination
   // of D2H; source of H2H).

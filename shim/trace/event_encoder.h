@@ -43,6 +43,23 @@ struct SyncEvent {
   int result;
 };
 
+// One decision of enforce mode's budget (see kBudgetDecision). Plain
+// integers rather than shim/budget's types: the trace does not depend on the
+// budget, whose callback converts its DecisionRecord into this.
+struct BudgetDecisionEvent {
+  uint8_t owner;     // BudgetOwner
+  uint8_t decision;  // BudgetDecision
+  uint8_t limiter;   // BudgetLimiter
+  bool evictor_called;
+  uint64_t bytes;
+  uint64_t evicted_bytes;
+  uint64_t process_pinned;  // after the decision
+  uint64_t process_budget;  // 0: none
+  uint64_t node_pinned;     // 0 without a node ledger
+  uint64_t node_budget;     // 0: none
+  uint64_t time_ns;         // CLOCK_MONOTONIC; 0: the recorder takes the time
+};
+
 class BatchEncoder {
  public:
   // "data[0, capacity)" must remain live while this encoder is in use.
@@ -150,6 +167,22 @@ class BatchEncoder {
     p = PutDelta(p, reinterpret_cast<uintptr_t>(e.stream), &prev_sync_stream_);
     p = PutVarint(p, reinterpret_cast<uintptr_t>(e.event));
     p = PutSigned(p, e.result);
+    End(p);
+  }
+
+  void AppendBudgetDecision(const BudgetDecisionEvent& e, uint64_t time_ns, uint32_t stack) {
+    uint8_t* p = Begin(EventType::kBudgetDecision, time_ns);
+    p = PutVarint(p, e.owner);
+    p = PutVarint(p, e.decision);
+    p = PutVarint(p, e.limiter);
+    p = PutVarint(p, e.evictor_called ? uint32_t{kBudgetEvictorCalled} : 0u);
+    p = PutVarint(p, e.bytes);
+    p = PutVarint(p, e.evicted_bytes);
+    p = PutVarint(p, e.process_pinned);
+    p = PutVarint(p, e.process_budget);
+    p = PutVarint(p, e.node_pinned);
+    p = PutVarint(p, e.node_budget);
+    p = PutVarint(p, stack);
     End(p);
   }
 

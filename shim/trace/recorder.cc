@@ -671,6 +671,17 @@ void RecordSync(const SyncEvent& e) {
   Leave();
 }
 
+void RecordBudgetDecision(const BudgetDecisionEvent& e) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  // The stack runs through the budget and the hook into the program's
+  // pinning call, which the report takes as the call site.
+  uint32_t stack = Capture(b);
+  uint64_t now = e.time_ns != 0 ? e.time_ns : MonotonicNs();
+  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendBudgetDecision(e, now, stack); });
+  Leave();
+}
+
 bool CheckWcRead(const void* src, size_t len, WcReadVia via) {
   if (g.active.load(std::memory_order_relaxed) != 1 || !OverlapsWc(src, len)) return false;
   ThreadBuffer* b = Enter();

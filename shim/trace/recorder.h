@@ -73,6 +73,13 @@ void RecordHostAlloc(const HostAllocEvent& event);
 // records and stream waits (see SyncKind).
 void RecordSync(const SyncEvent& event);
 
+// A decision of enforce mode's pinned-memory budget, every one (granted,
+// denied, fallback), with the caller's stack as its call site. Made from
+// the budget's recorder callback, on the charging thread: event.time_ns 0
+// takes the time here. Like the other Record* calls: no allocation, no
+// lock, no output, and dropped (counted) when made from inside the recorder.
+void RecordBudgetDecision(const BudgetDecisionEvent& event);
+
 // The memcpy-family hooks call this with the source they are about to read.
 // When it overlaps write-combined pinned memory, records a wc-read misuse
 // at the caller's stack and returns true. One load when the process has no

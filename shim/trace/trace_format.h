@@ -80,6 +80,17 @@
 //              u event handle, s result.
 //   kDropped   u events dropped on this thread since its previous report
 //              (the recorder was re-entered, e.g. from a signal handler).
+//   kBudgetDecision
+//              one decision of enforce mode's pinned-memory budget (granted
+//              ones included, so that the counts add up):
+//              u owner (BudgetOwner), u decision (BudgetDecision),
+//              u limiter (BudgetLimiter: what refused the first attempt),
+//              u bits (BudgetBit), u bytes asked for, u bytes the evictor
+//              freed, u process pinned bytes after the decision, u process
+//              budget (0 none), u node pinned bytes (as the node ledger last
+//              knew them, 0 without one), u node budget (0 none), u stack id.
+//              Event type 48, in the range older readers skip, so adding it
+//              left kTraceVersion at 1.
 #ifndef PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_
 #define PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_
 
@@ -121,6 +132,7 @@ enum class EventType : uint8_t {
   // 8..31: reserved for this format's own additions.
   // 32..127: reserved for the pool, the registration cache and budget
   // decisions; readers skip event types they do not know.
+  kBudgetDecision = 48,
 };
 
 // kProcess tags. "u", "s" and "text" say how the value bytes are encoded.
@@ -185,6 +197,31 @@ enum class SyncKind : uint8_t {
   kEventQueryDone = 6,     // an event query said `event` has completed
   kStreamWaitEvent = 7,    // `stream` waits on the device for `event` (no
                            // host-side completion; kept for timelines)
+};
+
+// Budget decisions (kBudgetDecision). The values are those of shim/budget's
+// Owner, Decision and Limiter, which the format cannot include (the
+// analyzer reads traces without linking the budget); whoever converts one
+// into the other static_asserts that they agree.
+enum class BudgetOwner : uint8_t {
+  kProgramAlloc = 0,     // cuMemHostAlloc / cuMemAllocHost by the program
+  kProgramRegister = 1,  // cuMemHostRegister by the program
+  kPinshimPool = 2,      // pinshim's pooled pinned arena
+  kPinshimCache = 3,     // pinshim's registration cache
+};
+enum class BudgetDecision : uint8_t {
+  kGranted = 0,   // pinned
+  kDenied = 1,    // the call failed with the driver's out-of-memory error
+  kFallback = 2,  // not pinned: pageable memory served instead
+};
+enum class BudgetLimiter : uint8_t {
+  kNone = 0,     // granted at the first attempt
+  kProcess = 1,  // the process budget
+  kNode = 2,     // the node budget
+  kLedger = 3,   // the node ledger could not be consulted
+};
+enum BudgetBit : uint32_t {
+  kBudgetEvictorCalled = 1u << 0,  // the evict policy ran the evictor
 };
 
 // Pinning flags the format interprets, as the driver defines them. An

@@ -178,6 +178,74 @@ TEST(Recorder, WritesAReadableTraceWithCompactCopies) {
          static_cast<unsigned long long>(copies));
 }
 
+__attribute__((noinline)) void DecideOnce(uint8_t decision, uint64_t bytes, uint64_t time_ns) {
+  trace::BudgetDecisionEvent e{};
+  e.owner = static_cast<uint8_t>(trace::BudgetOwner::kProgramRegister);
+  e.decision = decision;
+  e.limiter = static_cast<uint8_t>(decision == 0 ? trace::BudgetLimiter::kNone
+                                                 : trace::BudgetLimiter::kNode);
+  e.evictor_called = decision != 0;
+  e.bytes = bytes;
+  e.evicted_bytes = decision != 0 ? 3 << 20 : 0;
+  e.process_pinned = 5ull << 30;
+  e.process_budget = 8ull << 30;
+  e.node_pinned = 300ull << 30;
+  e.node_budget = 320ull << 30;
+  e.time_ns = time_ns;
+  trace::RecordBudgetDecision(e);
+}
+
+TEST(Recorder, BudgetDecisionsRoundTrip) {
+  std::string dir = MakeDir("recorder_budget");
+  trace::RecorderOptions o;
+  o.trace_dir = dir.c_str();
+  o.sample_ms = 0;
+  char err[256];
+  ASSERT_TRUE(trace::StartRecorder(o, err, sizeof(err))) << err;
+  uint64_t t0 = Now();
+  const uint64_t kBytes[] = {4096, 64ull << 30, 1 << 20};
+  // The last one leaves the time to the recorder.
+  const uint64_t kTimes[] = {t0, t0 + 10, 0};
+  for (int i = 0; i < 3; ++i) DecideOnce(static_cast<uint8_t>(i), kBytes[i], kTimes[i]);
+  std::string path = trace::RecorderTracePath();
+  trace::StopRecorder();
+
+  TraceReader r;
+  std::string error;
+  ASSERT_TRUE(r.Open(path, &error)) << error;
+  EXPECT_EQ(r.damage().bad_events, 0u);
+  Collect c;
+  r.ForEachEvent(&c);
+  EXPECT_EQ(r.damage().unknown_events, 0u);
+  ASSERT_EQ(c.events.size(), 3u);
+  const trace::BudgetDecision kDecisions[] = {trace::BudgetDecision::kGranted,
+                                              trace::BudgetDecision::kDenied,
+                                              trace::BudgetDecision::kFallback};
+  for (int i = 0; i < 3; ++i) {
+    const Event& e = c.events[i];
+    ASSERT_EQ(e.type, trace::EventType::kBudgetDecision);
+    EXPECT_EQ(e.budget_owner, trace::BudgetOwner::kProgramRegister);
+    EXPECT_EQ(e.budget_decision, kDecisions[i]);
+    EXPECT_EQ(e.budget_limiter, i == 0 ? trace::BudgetLimiter::kNone : trace::BudgetLimiter::kNode);
+    EXPECT_EQ(e.evictor_called, i != 0);
+    EXPECT_EQ(e.bytes, kBytes[i]);
+    EXPECT_EQ(e.evicted_bytes, i != 0 ? 3u << 20 : 0u);
+    EXPECT_EQ(e.process_pinned, 5ull << 30);
+    EXPECT_EQ(e.process_budget, 8ull << 30);
+    EXPECT_EQ(e.node_pinned, 300ull << 30);
+    EXPECT_EQ(e.node_budget, 320ull << 30);
+    // One call site (the loop), stored once.
+    EXPECT_EQ(e.stack, c.events[0].stack);
+  }
+  EXPECT_EQ(c.events[0].time_ns, t0);
+  EXPECT_EQ(c.events[1].time_ns, t0 + 10);
+  EXPECT_GE(c.events[2].time_ns, t0);
+  ASSERT_NE(c.events[0].stack, 0u);
+  const report::Stack* s = r.FindStack(c.events[0].stack);
+  ASSERT_NE(s, nullptr);
+  EXPECT_GE(s->ips.size(), 2u);
+}
+
 TEST(Recorder, ForkChildWritesItsOwnTrace) {
   std::string dir = MakeDir("recorder_fork");
   trace::RecorderOptions o;

@@ -249,6 +249,30 @@ class PerfettoTest(unittest.TestCase):
         peak = max(e["args"]["program pinned"] for e in events if e["name"] == "pinned bytes")
         self.assertEqual(peak, 4 * (32 << 20))
 
+    def test_budget_refusals_are_instants_on_their_thread(self):
+        d = fresh_dir("perfetto_budget")
+        run("budget_refused", d, env={"PINSHIM_MODE": "enforce", "PINSHIM_BUDGET": str(4 << 20),
+                                      "PINSHIM_POLICY": "deny"})
+        out = report(["--format", "perfetto", d])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        events = json.loads(out.stdout)["traceEvents"]
+        refusals = [e for e in events if e.get("cat") == "budget"]
+        # Granted decisions stay off the timeline.
+        self.assertEqual(len(refusals), 2)
+        pid = refusals[0]["pid"]
+        for e in refusals:
+            self.assertEqual(e["ph"], "i")
+            self.assertEqual(e["s"], "t")
+            self.assertEqual(e["tid"], pid)  # the main thread made the calls
+            self.assertEqual(e["args"]["decision"], "denied")
+            self.assertEqual(e["args"]["limiter"], "process")
+            self.assertEqual(e["args"]["process_budget"], 4 << 20)
+        self.assertEqual(sorted(e["args"]["owner"] for e in refusals),
+                         ["program_alloc", "program_register"])
+        budgets = [e["args"]["budget"] for e in events if e["name"] == "pinned budget"]
+        self.assertTrue(budgets)
+        self.assertEqual(set(budgets), {4 << 20})
+
 
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], "-v"])

@@ -38,6 +38,19 @@ PROGRAMS = {
     "wc_read_guard": {"PINSHIM_WC_GUARD": "1"},
 }
 
+# Programs only the recorder backend can run for now: it emulates enforce
+# mode's budget and records each decision as the budget's callback would.
+ENFORCE = {"PINSHIM_MODE": "enforce", "PINSHIM_BUDGET": str(4 << 20)}
+RECORDER_ONLY = {
+    "budget_refused": dict(ENFORCE, PINSHIM_POLICY="deny"),
+    "budget_refused_fallback": dict(ENFORCE, PINSHIM_POLICY="fallback"),
+}
+if not SUFFIX:
+    PROGRAMS.update(RECORDER_ONLY)
+
+# Runs of one program under another configuration: run name -> program.
+PROGRAM_OF = {"budget_refused_fallback": "budget_refused"}
+
 
 def markers(source, kind):
     """(rule, line) for every `KIND(rule)` comment in the source."""
@@ -68,7 +81,8 @@ def run_program(name):
     env.update(PROGRAMS[name])
     if PRELOAD:
         env["LD_PRELOAD"] = os.path.abspath(PRELOAD)
-    proc = subprocess.run([os.path.join(HERE, "programs", name + SUFFIX)], env=env,
+    binary = PROGRAM_OF.get(name, name) + SUFFIX
+    proc = subprocess.run([os.path.join(HERE, "programs", binary)], env=env,
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise AssertionError("%s exited %d: %s" % (name, proc.returncode, proc.stderr))
@@ -92,7 +106,7 @@ class RulesTest(unittest.TestCase):
             cls.reports[name] = (trace_dir, json.loads(out.stdout))
 
     def check_program(self, name):
-        source = os.path.join(HERE, "programs", name + ".cc")
+        source = os.path.join(HERE, "programs", PROGRAM_OF.get(name, name) + ".cc")
         trace_dir, data = self.reports[name]
         self.assertEqual(data["version"], 1)
         self.assertEqual(len(data["processes"]), 1)
@@ -174,6 +188,54 @@ class RulesTest(unittest.TestCase):
         _, data = self.reports["wc_read_guard"]
         f = [f for f in data["findings"] if f["rule"] == "wc-read"][0]
         self.assertGreater(f["evidence"]["page_guard_samples"], 0)
+
+    def check_budget(self, name, outcome):
+        if name not in self.reports:
+            self.skipTest("needs the recorder backend")
+        self.check_program(name)
+        trace_dir, data = self.reports[name]
+        budget = data["processes"][0]["budget"]
+        # Four 1 MiB buffers fit the 4 MiB budget; the fifth and the 2 MiB
+        # registration are refused.
+        self.assertEqual(budget["granted"], 4)
+        self.assertEqual(budget[outcome], 2)
+        self.assertEqual(budget["denied"] + budget["fallback"], 2)
+        self.assertEqual(budget["decisions"], 6)
+        self.assertEqual(budget["evictions"], 0)
+        self.assertEqual(budget["refused_bytes"], 3 << 20)
+        self.assertEqual(budget["process_budget"], 4 << 20)
+        self.assertIsNone(budget["node_budget"])
+        findings = [f for f in data["findings"] if f["rule"] == "budget-refused"]
+        self.assertEqual(len(findings), 2)
+        for f in findings:
+            self.assertEqual(f["severity"], "warning")
+            self.assertEqual(f["estimated_seconds_lost"], 0)
+            ev = f["evidence"]
+            self.assertEqual(ev["refused"], 1)
+            self.assertEqual(ev[outcome], 1)
+            self.assertEqual(ev["outcome"], [outcome])
+            self.assertEqual(ev["limiter"], ["process"])
+            self.assertEqual(ev["process_budget"], 4 << 20)
+            self.assertIn("PINSHIM_BUDGET", f["fix"])
+        by_bytes = sorted(f["evidence"]["bytes"] for f in findings)
+        self.assertEqual(by_bytes, [1 << 20, 2 << 20])
+        text = report([trace_dir]).stdout
+        line = ("budget: 4 granted, %d denied, %d fallback, 0 evictions (0 B evicted); "
+                "process budget 4.00 MiB, node budget none" %
+                (budget["denied"], budget["fallback"]))
+        self.assertIn(line, text)
+        self.assertIn("WARNING budget-refused", text)
+
+    def test_budget_refused_denied(self):
+        self.check_budget("budget_refused", "denied")
+
+    def test_budget_refused_fallback(self):
+        self.check_budget("budget_refused_fallback", "fallback")
+
+    def test_no_budget_line_without_decisions(self):
+        _, data = self.reports["clean"]
+        self.assertIsNone(data["processes"][0]["budget"])
+        self.assertNotIn("budget:", report([self.reports["clean"][0]]).stdout)
 
     def test_fail_on_sets_the_exit_status(self):
         clean_dir = self.reports["clean"][0]

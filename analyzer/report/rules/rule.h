@@ -58,6 +58,20 @@ struct HostAlloc {
   uint64_t time_ns = 0;
 };
 
+// Enforce mode's budget decisions in one process (kBudgetDecision events).
+struct BudgetSummary {
+  uint64_t decisions = 0;  // 0: enforce mode recorded none
+  uint64_t granted = 0;
+  uint64_t denied = 0;
+  uint64_t fallback = 0;
+  uint64_t evictions = 0;  // decisions that ran the evictor
+  uint64_t evicted_bytes = 0;
+  uint64_t refused_bytes = 0;  // asked for by denied and fallback decisions
+  // The budgets as the last decision saw them (0: none).
+  uint64_t process_budget = 0;
+  uint64_t node_budget = 0;
+};
+
 // Per process totals, for headers and for rules that need the whole picture.
 struct ProcessSummary {
   uint64_t copies = 0;
@@ -75,6 +89,7 @@ struct ProcessSummary {
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
   uint32_t threads = 0;
+  BudgetSummary budget;
 };
 
 struct RuleContext {
@@ -109,6 +124,8 @@ class Rule {
   // `owner`: the pinned allocation holding e.ptr, if any.
   virtual void OnMisuse(const Event& e, const PinnedAlloc* owner) {}
   virtual void OnSample(const Event& e) {}
+  // A decision of enforce mode's budget, granted ones included.
+  virtual void OnBudgetDecision(const Event& e) {}
   // Pinned allocations still live when the trace ends at `end_ns`.
   virtual void OnEnd(const std::vector<const PinnedAlloc*>& still_pinned, uint64_t end_ns) {}
 
@@ -137,6 +154,7 @@ std::unique_ptr<Rule> NewPinnedChurnRule();
 std::unique_ptr<Rule> NewPinnedUnusedRule();
 std::unique_ptr<Rule> NewFreeInFlightRule();
 std::unique_ptr<Rule> NewNonPortableRule();
+std::unique_ptr<Rule> NewBudgetRefusedRule();
 
 // Every rule, in documentation order, configured. "model" and "options"
 // must outlive the rules.

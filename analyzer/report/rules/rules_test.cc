@@ -83,6 +83,24 @@ class Trace {
     b_.batch().AppendHostAlloc(e, t, stack);
   }
 
+  void Budget(uint64_t t, trace::BudgetOwner owner, trace::BudgetDecision decision,
+              uint64_t bytes, uint32_t stack, bool evicted = false) {
+    trace::BudgetDecisionEvent e{};
+    e.owner = static_cast<uint8_t>(owner);
+    e.decision = static_cast<uint8_t>(decision);
+    e.limiter = static_cast<uint8_t>(decision == trace::BudgetDecision::kGranted
+                                         ? trace::BudgetLimiter::kNone
+                                         : trace::BudgetLimiter::kNode);
+    e.evictor_called = evicted;
+    e.evicted_bytes = evicted ? 2 * kMiB : 0;
+    e.bytes = bytes;
+    e.process_pinned = 3 * kGiB;
+    e.node_pinned = 60 * kGiB;
+    e.node_budget = 64 * kGiB;
+    b_.MakeRoom(1);
+    b_.batch().AppendBudgetDecision(e, t, stack);
+  }
+
   // Runs every rule; returns the findings of `rule`.
   std::vector<Finding> Findings(const std::string& rule, const AnalysisOptions* opts = nullptr) {
     b_.Flush(1);
@@ -96,6 +114,7 @@ class Trace {
     AnalysisOptions o;
     o.symbolize = false;
     ProcessReport rep = AnalyzeTrace(r, opts ? *opts : o);
+    summary_ = rep.summary;
     std::vector<Finding> out;
     for (Finding& f : rep.findings) {
       if (f.rule == rule) out.push_back(f);
@@ -103,9 +122,13 @@ class Trace {
     return out;
   }
 
+  // Of the last Findings() call.
+  const ProcessSummary& summary() const { return summary_; }
+
  private:
   TraceBuilder b_;
   std::string bytes_;
+  ProcessSummary summary_;
 };
 
 std::string Reasons(const std::vector<Finding>& f) {
@@ -356,6 +379,54 @@ TEST(SmallAndSyncCopies, ThresholdsPerSite) {
   EXPECT_EQ(sync[0].stack, 2u);
   // 149 gaps of 70 us, each hiding at most the 30 us copy before it.
   EXPECT_NEAR(sync[0].seconds_lost, 149 * 30e-6, 1e-9);
+}
+
+TEST(BudgetRefused, OneFindingPerSiteOfTheProgramsOwnPinning) {
+  using trace::BudgetDecision;
+  using trace::BudgetOwner;
+  Trace t;
+  t.Budget(kT0, BudgetOwner::kProgramAlloc, BudgetDecision::kGranted, kMiB, 1);
+  t.Budget(kT0 + 1, BudgetOwner::kProgramAlloc, BudgetDecision::kDenied, 2 * kMiB, 1, true);
+  t.Budget(kT0 + 2, BudgetOwner::kProgramAlloc, BudgetDecision::kDenied, 4 * kMiB, 1);
+  t.Budget(kT0 + 3, BudgetOwner::kProgramRegister, BudgetDecision::kFallback, kMiB, 2);
+  // pinshim's own pinning refused: counted, but nothing the program did.
+  t.Budget(kT0 + 4, BudgetOwner::kPinshimPool, BudgetDecision::kFallback, kMiB, 3);
+  auto f = t.Findings("budget-refused");
+  ASSERT_EQ(f.size(), 2u);
+  const Finding& alloc = f[0].stack == 1 ? f[0] : f[1];
+  const Finding& reg = f[0].stack == 1 ? f[1] : f[0];
+  EXPECT_EQ(alloc.severity, Severity::kWarning);
+  EXPECT_EQ(alloc.seconds_lost, 0);
+  EXPECT_EQ(alloc.evidence.Find("denied")->int_value(), 2);
+  EXPECT_EQ(alloc.evidence.Find("fallback")->int_value(), 0);
+  EXPECT_EQ(alloc.evidence.Find("bytes")->int_value(), static_cast<int64_t>(6 * kMiB));
+  EXPECT_EQ(alloc.evidence.Find("largest_request")->int_value(), static_cast<int64_t>(4 * kMiB));
+  EXPECT_EQ(alloc.evidence.Find("node_budget")->int_value(), static_cast<int64_t>(64 * kGiB));
+  EXPECT_EQ(alloc.evidence.Find("evictions")->int_value(), 1);
+  EXPECT_EQ(alloc.evidence.Find("process_budget"), nullptr);  // none set
+  EXPECT_NE(alloc.explanation.find("the node budget"), std::string::npos) << alloc.explanation;
+  EXPECT_NE(alloc.fix.find("PINSHIM_NODE_BUDGET"), std::string::npos);
+  EXPECT_EQ(reg.evidence.Find("fallback")->int_value(), 1);
+  EXPECT_NE(reg.explanation.find("registration"), std::string::npos) << reg.explanation;
+  const BudgetSummary& b = t.summary().budget;
+  EXPECT_EQ(b.decisions, 5u);
+  EXPECT_EQ(b.granted, 1u);
+  EXPECT_EQ(b.denied, 2u);
+  EXPECT_EQ(b.fallback, 2u);
+  EXPECT_EQ(b.evictions, 1u);
+  EXPECT_EQ(b.evicted_bytes, 2 * kMiB);
+  EXPECT_EQ(b.refused_bytes, 8 * kMiB);
+  EXPECT_EQ(b.process_budget, 0u);
+  EXPECT_EQ(b.node_budget, 64 * kGiB);
+}
+
+TEST(BudgetRefused, GrantedOnlyIsSilent) {
+  Trace t;
+  t.Budget(kT0, trace::BudgetOwner::kProgramAlloc, trace::BudgetDecision::kGranted, kMiB, 1,
+           true);
+  EXPECT_TRUE(t.Findings("budget-refused").empty());
+  EXPECT_EQ(t.summary().budget.granted, 1u);
+  EXPECT_EQ(t.summary().budget.evictions, 1u);
 }
 
 }  // namespace

@@ -79,6 +79,13 @@ std::string Everything() {
   HostAllocEvent f{1, reinterpret_cast<void*>(0x10000), 1 << 20, true, 0};
   e.AppendHostAlloc(f, t + 60000, 2);
   e.AppendPin(Pin(t + 70000, PinOp::kFree, 0x900000, 4 << 20, 0), 2, 0);
+  trace::BudgetDecisionEvent budget{};
+  budget.decision = static_cast<uint8_t>(trace::BudgetDecision::kDenied);
+  budget.limiter = static_cast<uint8_t>(trace::BudgetLimiter::kProcess);
+  budget.bytes = 8 << 20;
+  budget.process_pinned = 4 << 20;
+  budget.process_budget = 8 << 20;
+  e.AppendBudgetDecision(budget, t + 75000, 2);
   e.AppendDropped(3, t + 80000);
   b.Flush(7);
   b.End(t + 90000);

@@ -41,6 +41,8 @@ void DeviceFree(void* device_ptr);
 void* Malloc(size_t bytes);
 void Free(void* p);
 
+// Under enforce mode (see recorder_backend.cc) HostAlloc returns null when
+// the budget denies it, and HostRegister registers nothing when refused.
 void* HostAlloc(size_t bytes, unsigned flags = 0);
 void FreeHost(void* p);
 void HostRegister(void* p, size_t bytes, unsigned flags = 0);

@@ -3,7 +3,15 @@
 // report it (see cuda_harness.h). Configuration comes from the environment,
 // like the preloaded library's: PINSHIM_TRACE_DIR (no trace without it),
 // PINSHIM_SAMPLE_MS, PINSHIM_BUDGET (bytes), PINSHIM_WC_GUARD=1,
-// PINSHIM_STACK_DEPTH.
+// PINSHIM_STACK_DEPTH, PINSHIM_MODE and PINSHIM_POLICY.
+//
+// With PINSHIM_MODE containing "enforce" and a PINSHIM_BUDGET, the program's
+// pinned allocations and registrations are charged against that process
+// budget as enforce mode charges them, and every decision is recorded as the
+// budget's recorder callback records it. A charge that does not fit is
+// refused by the limiter "process" under PINSHIM_POLICY: "deny" (the
+// default) makes HostAlloc return null and HostRegister register nothing;
+// "fallback" serves pageable memory and leaves registrations unpinned.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -125,6 +133,15 @@ std::map<uintptr_t, Range>* g_ranges;  // pinned, registered and tracked malloc 
 std::atomic<uint64_t> g_next_id{0};
 thread_local int t_device = 0;
 
+// Enforce mode's process budget, emulated (see the top of this file).
+struct Enforce {
+  bool on = false;
+  bool fallback = false;  // PINSHIM_POLICY=fallback; otherwise deny
+  uint64_t budget = 0;
+  uint64_t pinned = 0;    // charged and not released; under g_mu
+};
+Enforce g_enforce;
+
 uint64_t Now() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -203,6 +220,38 @@ void Sync(ApiId api, trace::SyncKind kind, void* stream, void* event, uint64_t s
   trace::RecordSync(e);
 }
 
+// Charges `bytes` for `owner` and records the decision, the way the budget
+// and its recorder callback do: granted while the budget holds, otherwise
+// refused by the process budget under the configured policy.
+trace::BudgetDecision Charge(trace::BudgetOwner owner, uint64_t bytes) {
+  if (!g_enforce.on) return trace::BudgetDecision::kGranted;
+  trace::BudgetDecisionEvent e{};
+  e.owner = static_cast<uint8_t>(owner);
+  e.bytes = bytes;
+  e.process_budget = g_enforce.budget;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_enforce.pinned + bytes <= g_enforce.budget) {
+      g_enforce.pinned += bytes;
+      e.decision = static_cast<uint8_t>(trace::BudgetDecision::kGranted);
+      e.limiter = static_cast<uint8_t>(trace::BudgetLimiter::kNone);
+    } else {
+      e.decision = static_cast<uint8_t>(g_enforce.fallback ? trace::BudgetDecision::kFallback
+                                                           : trace::BudgetDecision::kDenied);
+      e.limiter = static_cast<uint8_t>(trace::BudgetLimiter::kProcess);
+    }
+    e.process_pinned = g_enforce.pinned;
+  }
+  trace::RecordBudgetDecision(e);
+  return static_cast<trace::BudgetDecision>(e.decision);
+}
+
+void Uncharge(uint64_t bytes) {
+  if (!g_enforce.on) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_enforce.pinned -= bytes < g_enforce.pinned ? bytes : g_enforce.pinned;
+}
+
 uint64_t EnvNumber(const char* name, uint64_t fallback) {
   const char* v = getenv(name);
   return v != nullptr && *v != '\0' ? strtoull(v, nullptr, 10) : fallback;
@@ -214,10 +263,16 @@ void AfterForkInChild() { trace::RecorderAfterForkInChild(); }
 __attribute__((constructor(101))) void Start() {
   Resolve();
   g_ranges = new std::map<uintptr_t, Range>;
+  const char* mode = getenv("PINSHIM_MODE");
+  const char* policy = getenv("PINSHIM_POLICY");
+  g_enforce.budget = EnvNumber("PINSHIM_BUDGET", 0);
+  g_enforce.on = mode != nullptr && strstr(mode, "enforce") != nullptr && g_enforce.budget != 0;
+  g_enforce.fallback = policy != nullptr && strcmp(policy, "fallback") == 0;
   const char* dir = getenv("PINSHIM_TRACE_DIR");
   if (dir == nullptr || *dir == '\0') return;
   trace::RecorderOptions o;
   o.trace_dir = dir;
+  if (mode != nullptr && *mode != '\0') o.mode = mode;
   o.sample_ms = static_cast<uint32_t>(EnvNumber("PINSHIM_SAMPLE_MS", 10));
   o.budget_bytes = EnvNumber("PINSHIM_BUDGET", 0);
   o.wc_guard = EnvNumber("PINSHIM_WC_GUARD", 0) != 0;
@@ -316,15 +371,24 @@ void Free(void* p) {
 
 void* HostAlloc(size_t bytes, unsigned flags) {
   uint64_t start = Now();
+  trace::BudgetDecision decision = Charge(trace::BudgetOwner::kProgramAlloc, bytes);
+  if (decision == trace::BudgetDecision::kDenied) return nullptr;
+  bool pinned = decision == trace::BudgetDecision::kGranted;
   size_t len = (bytes + 4095) & ~size_t{4095};
   void* p = mmap(nullptr, len == 0 ? 4096 : len, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
+  if (p == MAP_FAILED) {
+    if (pinned) Uncharge(bytes);
+    return nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(g_mu);
     (*g_ranges)[reinterpret_cast<uintptr_t>(p)] =
-        Range{bytes, MemKind::kPinnedByProgram, flags, 0, true};
+        Range{bytes, pinned ? MemKind::kPinnedByProgram : MemKind::kPageable, flags, 0, true};
   }
+  // Pageable memory served instead: the program's call succeeds, and no
+  // pinned allocation exists for the trace to record.
+  if (!pinned) return p;
   Pin(kHostAllocApi, PinOp::kAlloc, p, bytes, flags, start);
   return p;
 }
@@ -341,11 +405,18 @@ void FreeHost(void* p) {
   }
   trace::DisarmWcGuardFor(p, r.bytes);
   munmap(p, (r.bytes + 4095) & ~size_t{4095});
+  if (r.kind != MemKind::kPinnedByProgram) return;  // served pageable: never pinned
+  Uncharge(r.bytes);
   Pin(kFreeHostApi, PinOp::kFree, p, r.bytes, r.flags, start);
 }
 
 void HostRegister(void* p, size_t bytes, unsigned flags) {
   uint64_t start = Now();
+  // Refused either way the program's memory stays as it was: denied, the
+  // call fails; fallback, it succeeds without pinning.
+  if (Charge(trace::BudgetOwner::kProgramRegister, bytes) != trace::BudgetDecision::kGranted) {
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(g_mu);
     // Registering a tracked allocation in place: one entry serves both, the
@@ -374,6 +445,7 @@ void HostUnregister(void* p) {
       g_ranges->erase(it);
     }
   }
+  Uncharge(r.bytes);
   Pin(kUnregisterApi, PinOp::kUnregister, p, r.bytes, r.flags, start);
 }
 
