@@ -604,7 +604,11 @@ CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_c
     }
   }
   CountPin(api, PinOp::kAlloc, flags, n, r != CUDA_SUCCESS);
-  RecordPinOp(api, PinOp::kAlloc, r == CUDA_SUCCESS ? *pp : nullptr, n, flags, start_ns, r);
+  // Pageable memory handed out instead is not pinned memory: the trace has
+  // the budget's decision, not a pinned allocation.
+  if (decision != Decision::kFallback) {
+    RecordPinOp(api, PinOp::kAlloc, r == CUDA_SUCCESS ? *pp : nullptr, n, flags, start_ns, r);
+  }
   return r;
 }
 
@@ -644,7 +648,6 @@ CUresult cuMemFreeHost(void* p) {
     g_allocations.Remove(reg.start, nullptr);
     g_real.munmap(p, reg.bytes);
     CountPin(kApi_cuMemFreeHost, PinOp::kFree, reg.flags, reg.bytes, false);
-    RecordPinOp(kApi_cuMemFreeHost, PinOp::kFree, p, reg.bytes, reg.flags, start_ns, CUDA_SUCCESS);
     return CUDA_SUCCESS;
   }
   bool known = p != nullptr && g_allocations.Lookup(reinterpret_cast<uintptr_t>(p), &reg) &&
@@ -692,7 +695,7 @@ CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
     }
   }
   CountPin(api, PinOp::kRegister, flags, n, r != CUDA_SUCCESS);
-  RecordPinOp(api, PinOp::kRegister, p, n, flags, start_ns, r);
+  if (decision != Decision::kFallback) RecordPinOp(api, PinOp::kRegister, p, n, flags, start_ns, r);
   return r;
 }
 }  // namespace
@@ -720,8 +723,6 @@ CUresult cuMemHostUnregister(void* p) {
   if (FindFallback(&g_registrations, p, &reg)) {
     g_registrations.Remove(reg.start, nullptr);
     CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, reg.flags, reg.bytes, false);
-    RecordPinOp(kApi_cuMemHostUnregister, PinOp::kUnregister, p, reg.bytes, reg.flags, start_ns,
-                CUDA_SUCCESS);
     return CUDA_SUCCESS;
   }
   CUresult r = real_fn(p);

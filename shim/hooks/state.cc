@@ -170,6 +170,23 @@ void StartOptimizing() {
   g_optimize = true;
 }
 
+// Every budget decision goes into the trace (a no-op without one).
+void RecordBudgetDecision(const budget::DecisionRecord* r) {
+  trace::BudgetDecisionEvent e{};
+  e.owner = static_cast<uint8_t>(r->owner);
+  e.decision = static_cast<uint8_t>(r->decision);
+  e.limiter = static_cast<uint8_t>(r->limiter);
+  e.evictor_called = r->evictor_called;
+  e.bytes = r->bytes;
+  e.evicted_bytes = r->evicted_bytes;
+  e.process_pinned = r->process_pinned;
+  e.process_budget = r->process_budget;
+  e.node_pinned = r->node_pinned;
+  e.node_budget = r->node_budget;
+  e.time_ns = 0;
+  trace::RecordBudgetDecision(e);
+}
+
 // Enforce mode: the budgets from the configuration. Without any budget there
 // is nothing to enforce (pinned bytes are still counted by the summary).
 void StartEnforcing() {
@@ -184,6 +201,7 @@ void StartEnforcing() {
     return;
   }
   budget::BudgetStatus status = budget::Budget::Process().Init(options);
+  budget::Budget::Process().SetRecorder(RecordBudgetDecision);
   if (status.message[0] != '\0') LogLine("%s", status.message);
   g_enforce = status.code != budget::BudgetStatus::kInvalid;
 }

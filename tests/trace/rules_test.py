@@ -38,15 +38,13 @@ PROGRAMS = {
     "wc_read_guard": {"PINSHIM_WC_GUARD": "1"},
 }
 
-# Programs only the recorder backend can run for now: it emulates enforce
-# mode's budget and records each decision as the budget's callback would.
+# Enforce mode: with the recorder backend the harness emulates the budget;
+# with the driver backend the preloaded library enforces and records it.
 ENFORCE = {"PINSHIM_MODE": "enforce", "PINSHIM_BUDGET": str(4 << 20)}
-RECORDER_ONLY = {
+PROGRAMS.update({
     "budget_refused": dict(ENFORCE, PINSHIM_POLICY="deny"),
     "budget_refused_fallback": dict(ENFORCE, PINSHIM_POLICY="fallback"),
-}
-if not SUFFIX:
-    PROGRAMS.update(RECORDER_ONLY)
+})
 
 # Runs of one program under another configuration: run name -> program.
 PROGRAM_OF = {"budget_refused_fallback": "budget_refused"}

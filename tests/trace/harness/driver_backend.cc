@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 
 #include "tests/trace/harness/cuda_harness.h"
 
@@ -59,21 +60,41 @@ void DeviceFree(void* p) { Check(cuMemFree(Dev(p)), "cuMemFree"); }
 void* Malloc(size_t bytes) { return malloc(bytes); }
 void Free(void* p) { free(p); }
 
+// Enforce mode's deny policy answers over-budget pinning with the driver's
+// out-of-memory error: the program then goes on without the pinned memory,
+// as the recorder backend's emulation does.
 void* HostAlloc(size_t bytes, unsigned flags) {
   EnsureContext();
   void* p = nullptr;
-  Check(cuMemHostAlloc(&p, bytes, flags), "cuMemHostAlloc");
+  CUresult r = cuMemHostAlloc(&p, bytes, flags);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;
+  Check(r, "cuMemHostAlloc");
   return p;
 }
 
 void FreeHost(void* p) { Check(cuMemFreeHost(p), "cuMemFreeHost"); }
 
+std::mutex g_refused_mu;
+std::set<void*> g_refused;  // registrations the budget denied
+
 void HostRegister(void* p, size_t bytes, unsigned flags) {
   EnsureContext();
-  Check(cuMemHostRegister(p, bytes, flags), "cuMemHostRegister");
+  CUresult r = cuMemHostRegister(p, bytes, flags);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    std::lock_guard<std::mutex> lock(g_refused_mu);
+    g_refused.insert(p);
+    return;
+  }
+  Check(r, "cuMemHostRegister");
 }
 
-void HostUnregister(void* p) { Check(cuMemHostUnregister(p), "cuMemHostUnregister"); }
+void HostUnregister(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(g_refused_mu);
+    if (g_refused.erase(p) != 0) return;  // never registered
+  }
+  Check(cuMemHostUnregister(p), "cuMemHostUnregister");
+}
 
 void MemcpyHtoD(void* d, const void* s, size_t n) {
   EnsureContext();
