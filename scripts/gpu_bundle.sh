@@ -10,14 +10,17 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //tests/interception:interception_client //tests/interception:linked_client
          //tests/programs:copy_loop_example //shim/budget:race_test //shim/budget:budget_test
          //bench/registry:registry_bench //bench/budget:budget_bench
-         //analyzer/report:pinshim-report //tests/trace:rules_driver_test)
+         //analyzer/report:pinshim-report //tests/trace:rules_driver_test
+         //bench/optimize:pool_bench //bench/optimize:arena_bench //bench/optimize:fork_check)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
 cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/interception_client \
    bazel-bin/tests/interception/linked_client bazel-bin/tests/programs/copy_loop_example \
    bazel-bin/shim/budget/race_test bazel-bin/shim/budget/budget_test .gpu/
-cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench .gpu/bench/
+cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench \
+   bazel-bin/bench/optimize/pool_bench bazel-bin/bench/optimize/arena_bench .gpu/bench/
+cp bazel-bin/bench/optimize/fork_check .gpu/
 mkdir -p .gpu/tests/interception && cp tests/interception/client.cc .gpu/tests/interception/
 # The rule programs on the real driver, laid out as the rule test expects.
 mkdir -p .gpu/rules/tests/trace/programs .gpu/rules/analyzer/report .gpu/rules/shim

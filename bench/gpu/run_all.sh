@@ -46,6 +46,8 @@ misuse_rc=$?
     echo "== $(basename "$b")"
     timeout 300 "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>&1 | grep -E "median|Run on|^--|Benchmark"
   done
+  echo "== registered memory across fork (real driver)"
+  timeout 120 "$LIBDIR/fork_check" 2>&1 | tail -20
   echo "== optimize mode"
   timeout 600 bash bench/gpu/optimize_bench.sh "$LIBDIR"
 } > "$OUT/bench.txt" 2>&1
