@@ -3,15 +3,17 @@
 // and with 16 threads contending (targets: at most 100 ns median
 // uncontended; contended within 5x of that).
 //
-//   bazel run -c opt //bench/budget:budget_bench --
+//   bazel run //bench/budget:budget_bench --
 //       --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
-// (one command line)
+// (one command line; the build's default flags already optimize)
 //
 // Variants: Off (enforce mode off: Init never called), Process (process
 // budget only: the lock-free counter), Node (process and node budget: the
-// counter plus the shared-memory ledger and its lock). With threads, Google
-// Benchmark's CPU time is CPU time per charge+release across all threads, its
-// real time the wall-clock time per charge+release of the whole group.
+// charges come out of the process's reservation of node budget in its
+// shared-memory ledger slot, so after the first charge reserved a quantum
+// the ledger lock is no longer taken). With threads, Google Benchmark's CPU
+// time is CPU time per charge+release across all threads, its real time the
+// wall-clock time per charge+release of the whole group.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 

@@ -40,7 +40,34 @@ uint64_t SaturatingSub(std::atomic<uint64_t>& counter, uint64_t bytes) {
   return take;
 }
 
+uint64_t Min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+// Serves a charge from the slot's available bytes with one compare-and-swap,
+// the whole of the node path when the reservation covers it. False when it
+// does not, or when the slot was closed at exit.
+inline bool TakeAvailable(LedgerSlot& slot, Owner owner, uint64_t bytes) {
+  uint64_t word = slot.available.load(kRelaxed);
+  while ((word & kAvailableClosed) == 0 && AvailableBytes(word) >= bytes) {
+    // Only the low bits change: bytes <= the available bytes.
+    if (slot.available.compare_exchange_weak(word, word - bytes, kRelaxed,
+                                             kRelaxed)) {
+      // After the take, so the slot's bytes never exceed what its
+      // reservation covers.
+      slot.bytes[static_cast<int>(owner)].fetch_add(bytes, kRelaxed);
+      slot.grants.fetch_add(1, kRelaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+uint64_t ReservationQuantum(uint64_t node_budget) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const uint64_t share = node_budget / 1024;
+  return share < kMiB ? kMiB : share > 64 * kMiB ? 64 * kMiB : share;
+}
 
 const char* DecisionName(Decision decision) {
   switch (decision) {
@@ -133,6 +160,9 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
   slot_.store(kSlotOff, kRelaxed);
 
   if (options.node_bytes != 0) {
+    // Reservations are counted in 48 bits (see kAvailableBytesMask); a node
+    // budget beyond that is no limit on any real machine.
+    const uint64_t node_bytes = Min(options.node_bytes, kLedgerMaxNodeBudget);
     char default_path[128];
     const char* path = options.ledger_path;
     if (path == nullptr || path[0] == '\0') {
@@ -153,7 +183,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
     } else {
       ReadSelfIdentity(&self_);
       int slot = -1;
-      uint64_t in_force = options.node_bytes;
+      uint64_t in_force = node_bytes;
       t_in_ledger = true;
       const bool locked = ledger_.Lock();
       if (locked) {
@@ -162,10 +192,16 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
         // The strictest budget among the live processes wins, so no process
         // sees the node exceed what it was told; with nobody left, the
         // newcomer's budget replaces a stale one.
-        uint64_t stored = h.node_budget.load(kRelaxed);
+        uint64_t stored =
+            Min(h.node_budget.load(kRelaxed), kLedgerMaxNodeBudget);
         if (stored == 0 || ledger_.LiveSlotsLocked() == 0 ||
-            options.node_bytes < stored) {
-          h.node_budget.store(options.node_bytes, kRelaxed);
+            node_bytes < stored) {
+          h.node_budget.store(node_bytes, kRelaxed);
+          // Unused reservations made under the larger budget would let
+          // their owners keep charging past the new one; take them all
+          // back, so that only what is pinned still counts.
+          if (stored != 0 && node_bytes < stored)
+            ledger_.TakeUnusedLocked(kLedgerSlotCount, UINT64_MAX);
         } else {
           in_force = stored;
         }
@@ -183,13 +219,14 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
                  locked ? "is full (4096 processes)" : "has a broken lock");
         ledger_.Close();
       } else {
-        slot_.store(slot, kRelaxed);
-        if (in_force != options.node_bytes) {
+        quantum_.store(ReservationQuantum(in_force), kRelaxed);
+        slot_.store(slot, std::memory_order_release);
+        if (in_force != node_bytes) {
           snprintf(status.message, sizeof(status.message),
                    "node budget of %llu bytes set by other running processes "
                    "is smaller than the configured %llu; using %llu",
                    static_cast<unsigned long long>(in_force),
-                   static_cast<unsigned long long>(options.node_bytes),
+                   static_cast<unsigned long long>(node_bytes),
                    static_cast<unsigned long long>(in_force));
         }
       }
@@ -255,7 +292,7 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
     record.evictor_called = evictor_called;
     record.bytes = bytes;
     record.evicted_bytes = evicted;
-    record.process_pinned = pinned_.load(kRelaxed);
+    record.process_pinned = ProcessPinned();
     record.process_budget = process_budget_;
     const bool node = ledger_.is_open();
     record.node_pinned = node ? ledger_.header().pinned.load(kRelaxed) : 0;
@@ -266,6 +303,20 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
 }
 
 Limiter Budget::TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
+  // Acquire pairs with the release that published the slot, so the word read
+  // below is the one the claim initialised, not a previous owner's.
+  const int32_t slot = slot_.load(std::memory_order_acquire);
+  if (slot >= 0) {
+    // The node path's common case: the reservation covers it. Since the
+    // reservation never exceeds the process budget, this also enforces that.
+    if (TakeAvailable(ledger_.slot(slot), owner, bytes)) return Limiter::kNone;
+    return NodeCharge(owner, bytes, shortfall);
+  }
+  if (slot == kSlotOff) return LocalCharge(owner, bytes, shortfall);
+  return NodeCharge(owner, bytes, shortfall);  // pending or closed
+}
+
+Limiter Budget::LocalCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
   uint64_t cur = pinned_.load(kRelaxed);
   do {
     if (bytes > process_limit_ - cur) {
@@ -274,41 +325,91 @@ Limiter Budget::TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
     }
   } while (
       !pinned_.compare_exchange_weak(cur, cur + bytes, kRelaxed, kRelaxed));
-  bool in_slot = false;
-  const Limiter node = NodeCharge(owner, bytes, shortfall, &in_slot);
-  if (node != Limiter::kNone) {
-    pinned_.fetch_sub(bytes, kRelaxed);
-    return node;
-  }
-  if (!in_slot) {
-    pinned_by_owner_[static_cast<int>(owner)].fetch_add(bytes, kRelaxed);
-    grants_.fetch_add(1, kRelaxed);
-  }
+  pinned_by_owner_[static_cast<int>(owner)].fetch_add(bytes, kRelaxed);
+  grants_.fetch_add(1, kRelaxed);
   return Limiter::kNone;
 }
 
-Limiter Budget::NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall,
-                           bool* in_slot) {
-  if (slot_.load(kRelaxed) == kSlotOff) return Limiter::kNone;
+Limiter Budget::NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
   *shortfall = bytes;
   if (t_in_ledger) return Limiter::kLedger;
   t_in_ledger = true;
   Limiter result = Limiter::kLedger;
+  bool local = false;
   if (ledger_.Lock()) {
     const int32_t slot = EnsureSlotLocked();
     if (slot == kSlotOff) {
-      result = Limiter::kNone;
+      local = true;
     } else if (slot >= 0) {
-      *in_slot = ledger_.ChargeLocked(slot, owner, bytes, shortfall) ||
-                 (ledger_.ReclaimDueLocked(kDenyReclaimIntervalNs) &&
-                  ledger_.ReclaimDeadLocked() > 0 &&
-                  ledger_.ChargeLocked(slot, owner, bytes, shortfall));
-      result = *in_slot ? Limiter::kNone : Limiter::kNode;
+      result = ChargeFromReservationLocked(slot, owner, bytes, shortfall);
+      ledger_.RebuildTotalsLocked();
     }
     ledger_.Unlock();
   }
   t_in_ledger = false;
+  // The ledger just turned out to be full: the process budget alone applies.
+  if (local) return LocalCharge(owner, bytes, shortfall);
   return result;
+}
+
+Limiter Budget::ChargeFromReservationLocked(int32_t index, Owner owner,
+                                            uint64_t bytes,
+                                            uint64_t* shortfall) {
+  LedgerSlot& slot = ledger_.slot(index);
+  const uint64_t quantum =
+      ReservationQuantum(ledger_.header().node_budget.load(kRelaxed));
+  quantum_.store(quantum, kRelaxed);
+  bool reclaimed = false;
+  // Each round either grants, refuses, or grows the reservation by at least
+  // what was missing; it repeats only when this process's other threads took
+  // the new bytes first, which they may do since they never wait for the
+  // lock. Their grants are progress, and the budgets bound the growth.
+  for (;;) {
+    if (TakeAvailable(slot, owner, bytes)) return Limiter::kNone;
+    const uint64_t word = slot.available.load(kRelaxed);
+    // Closed only when leaving, which also gives up the slot; a damaged
+    // ledger is the only way here.
+    if ((word & kAvailableClosed) != 0) return Limiter::kLedger;
+    const uint64_t have = AvailableBytes(word);
+    if (have >= bytes) continue;
+    const uint64_t need = bytes - have;
+    // What the process has granted is its reservation less what is
+    // available, so the process budget refuses exactly when that plus the
+    // request exceeds it.
+    const uint64_t reserved = slot.reserved.load(kRelaxed);
+    const uint64_t process_room =
+        process_limit_ > reserved ? process_limit_ - reserved : 0;
+    if (need > process_room) {
+      *shortfall = need - process_room;
+      return Limiter::kProcess;
+    }
+    uint64_t room = ledger_.UnreservedLocked();
+    // Other processes' idle reservations come back before anyone is refused
+    // (a refusal means the node's pinned bytes leave no room), and before
+    // that, when even all of them would not do, the shares of dead
+    // processes. A request that nothing can make fit leaves the others'
+    // reservations alone, so that it costs them nothing.
+    const uint32_t self = static_cast<uint32_t>(index);
+    if (need > room && need - room > ledger_.UnusedLocked(self) && !reclaimed &&
+        ledger_.ReclaimDueLocked(kDenyReclaimIntervalNs)) {
+      reclaimed = true;
+      if (ledger_.ReclaimDeadLocked() > 0) room = ledger_.UnreservedLocked();
+    }
+    if (need > room && need - room <= ledger_.UnusedLocked(self)) {
+      ledger_.TakeUnusedLocked(self, need - room);
+      room = ledger_.UnreservedLocked();
+    }
+    if (need > room) {
+      *shortfall = need - room + ledger_.OverBudgetLocked();
+      return Limiter::kNode;
+    }
+    // A quantum at a time, so that the next charges need no lock; exactly
+    // what is missing when a quantum no longer fits, so that quantization
+    // never refuses a request the node has room for.
+    uint64_t grow = need > quantum ? need : quantum;
+    grow = Min(grow, Min(room, process_room));
+    ledger_.ReserveLocked(self, grow);
+  }
 }
 
 int32_t Budget::EnsureSlotLocked() {
@@ -337,34 +438,54 @@ int32_t Budget::EnsureSlotLocked() {
     slot_.store(kSlotOff, kRelaxed);
     return kSlotOff;
   }
-  slot_.store(claimed, kRelaxed);
+  slot_.store(claimed, std::memory_order_release);
   return claimed;
 }
 
 void Budget::Release(Owner owner, uint64_t bytes) {
   if (!enabled_.load(std::memory_order_acquire) || bytes == 0) return;
-  uint64_t taken = 0;
-  if (!NodeRelease(owner, bytes, &taken)) {
-    taken = SaturatingSub(pinned_by_owner_[static_cast<int>(owner)], bytes);
+  const int o = static_cast<int>(owner);
+  const int32_t slot = slot_.load(std::memory_order_acquire);
+  if (slot >= 0) {
+    LedgerSlot& s = ledger_.slot(slot);
+    // Bytes first, available after: available never exceeds what the
+    // reservation leaves beyond the slot's bytes.
+    const uint64_t taken = SaturatingSub(s.bytes[o], bytes);
+    if (taken == 0) return;
+    const uint64_t before = s.available.fetch_add(taken, kRelaxed);
+    // An idle reservation is budget other processes cannot use without
+    // taking it back; past the high-water mark it goes back by itself.
+    if ((before & kAvailableClosed) == 0 &&
+        AvailableBytes(before) + taken > 2 * quantum_.load(kRelaxed)) {
+      ReturnExcess();
+    }
+    return;
   }
+  const uint64_t taken = SaturatingSub(pinned_by_owner_[o], bytes);
   if (taken != 0) pinned_.fetch_sub(taken, kRelaxed);
 }
 
-bool Budget::NodeRelease(Owner owner, uint64_t bytes, uint64_t* taken) {
-  if (slot_.load(kRelaxed) < 0) return false;
-  // Re-entered from a signal handler inside the lock, or a broken lock:
-  // nothing is taken off, so the counts err on the safe side (too high).
-  if (t_in_ledger) return true;
+void Budget::ReturnExcess() {
+  // A release from a signal handler that interrupted this thread inside the
+  // lock: the excess waits for a later release.
+  if (t_in_ledger) return;
   t_in_ledger = true;
-  bool in_slot = true;
   if (ledger_.Lock()) {
     const int32_t slot = slot_.load(kRelaxed);
-    in_slot = slot >= 0 && OwnsSlotLocked(slot);
-    if (in_slot) *taken = ledger_.ReleaseLocked(slot, owner, bytes);
+    const uint64_t quantum = quantum_.load(kRelaxed);
+    // Checked again under the lock: of several threads that crossed the
+    // mark together, the first gives back and the rest find nothing to do.
+    if (slot >= 0 && OwnsSlotLocked(slot) &&
+        AvailableBytes(ledger_.slot(slot).available.load(kRelaxed)) >
+            2 * quantum) {
+      // Down to one quantum, not to the mark, so that the next few charges
+      // and releases stay off the lock.
+      ledger_.UnreserveLocked(static_cast<uint32_t>(slot), quantum);
+      ledger_.RebuildTotalsLocked();
+    }
     ledger_.Unlock();
   }
   t_in_ledger = false;
-  return in_slot;
 }
 
 bool Budget::OwnsSlotLocked(int32_t slot) const {
@@ -373,11 +494,20 @@ bool Budget::OwnsSlotLocked(int32_t slot) const {
          s.start_time.load(kRelaxed) == self_.start_time;
 }
 
+uint64_t Budget::ProcessPinned() const {
+  const int32_t slot = slot_.load(std::memory_order_acquire);
+  if (slot < 0 || !ledger_.is_open()) return pinned_.load(kRelaxed);
+  const LedgerSlot& s = ledger_.slot(slot);
+  uint64_t total = 0;
+  for (const auto& b : s.bytes) total += b.load(kRelaxed);
+  return total;
+}
+
 void Budget::Count(Counter local, SlotCounter in_slot, HeaderCounter in_header,
                    uint64_t n) {
   // Atomic adds without the lock: these rare counters never decide anything.
   (this->*local).fetch_add(n, kRelaxed);
-  const int32_t slot = slot_.load(kRelaxed);
+  const int32_t slot = slot_.load(std::memory_order_acquire);
   if (slot >= 0) {
     (ledger_.slot(slot).*in_slot).fetch_add(n, kRelaxed);
     (ledger_.header().*in_header).fetch_add(n, kRelaxed);
@@ -409,6 +539,8 @@ void Budget::AfterForkChild() {
   t_evicting = false;
   message_[0] = '\0';
   ResetCounters();
+  // The parent's slot and reservation stay the parent's; the child reserves
+  // for itself in a slot of its own.
   const int32_t slot = slot_.load(kRelaxed);
   if (slot >= 0) slot_.store(kSlotPending, kRelaxed);
 }
@@ -424,11 +556,19 @@ void Budget::Shutdown() {
       // The slot kept this process's books; they move back here so later
       // releases still find what they free.
       const LedgerSlot& s = ledger_.slot(slot);
+      uint64_t total = 0;
       for (int o = 0; o < kOwnerCount; ++o) {
-        pinned_by_owner_[o].store(s.bytes[o].load(kRelaxed), kRelaxed);
+        const uint64_t b = s.bytes[o].load(kRelaxed);
+        pinned_by_owner_[o].store(b, kRelaxed);
+        total += b;
       }
+      pinned_.store(total, kRelaxed);
       grants_.fetch_add(s.grants.load(kRelaxed), kRelaxed);
-      ledger_.FreeSlotLocked(slot);
+      // Threads of ours may be in the middle of a charge or release on the
+      // slot right now; leaving (rather than freeing) keeps it ours until
+      // the process is gone, and closes it to further charges.
+      ledger_.LeaveSlotLocked(static_cast<uint32_t>(slot));
+      ledger_.RebuildTotalsLocked();
     }
     if (slot != kSlotOff) slot_.store(kSlotClosed, kRelaxed);
     ledger_.Unlock();
@@ -458,17 +598,23 @@ BudgetStatus Budget::Tick() {
 
 BudgetSnapshot Budget::Snapshot() const {
   BudgetSnapshot s = {};
-  s.pinned = pinned_.load(kRelaxed);
-  s.slot = slot_.load(kRelaxed);
-  // With a slot, the slot holds the per-owner bytes and the grants.
-  const bool in_slot = s.slot >= 0 && ledger_.is_open();
-  for (int o = 0; o < kOwnerCount; ++o) {
-    s.pinned_by_owner[o] = in_slot
-                               ? ledger_.slot(s.slot).bytes[o].load(kRelaxed)
-                               : pinned_by_owner_[o].load(kRelaxed);
+  s.slot = slot_.load(std::memory_order_acquire);
+  // With a slot, the slot holds the books.
+  if (s.slot >= 0 && ledger_.is_open()) {
+    const LedgerSlot& ls = ledger_.slot(s.slot);
+    for (int o = 0; o < kOwnerCount; ++o) {
+      s.pinned_by_owner[o] = ls.bytes[o].load(kRelaxed);
+      s.pinned += s.pinned_by_owner[o];
+    }
+    s.grants = ls.grants.load(kRelaxed);
+    s.reserved = ls.reserved.load(kRelaxed);
+    s.available = AvailableBytes(ls.available.load(kRelaxed));
+  } else {
+    s.pinned = pinned_.load(kRelaxed);
+    for (int o = 0; o < kOwnerCount; ++o)
+      s.pinned_by_owner[o] = pinned_by_owner_[o].load(kRelaxed);
+    s.grants = grants_.load(kRelaxed);
   }
-  s.grants = in_slot ? ledger_.slot(s.slot).grants.load(kRelaxed)
-                     : grants_.load(kRelaxed);
   s.process_budget = process_budget_;
   s.denials = denials_.load(kRelaxed);
   s.fallbacks = fallbacks_.load(kRelaxed);
@@ -476,8 +622,10 @@ BudgetSnapshot Budget::Snapshot() const {
   s.evicted_bytes = evicted_bytes_.load(kRelaxed);
   s.node_active = s.slot >= 0 || s.slot == kSlotPending;
   if (ledger_.is_open()) {
-    s.node_pinned = ledger_.header().pinned.load(kRelaxed);
-    s.node_budget = ledger_.header().node_budget.load(kRelaxed);
+    const LedgerHeader& h = ledger_.header();
+    s.node_pinned = h.pinned.load(kRelaxed);
+    s.node_reserved = h.reserved.load(kRelaxed);
+    s.node_budget = h.node_budget.load(kRelaxed);
   }
   return s;
 }
@@ -486,6 +634,7 @@ void Budget::CloseForTesting() {
   Shutdown();
   enabled_.store(false, std::memory_order_release);
   slot_.store(kSlotOff, kRelaxed);
+  quantum_.store(0, kRelaxed);
   ledger_.Close();
   evictor_.store(nullptr, kRelaxed);
   recorder_.store(nullptr, kRelaxed);

@@ -20,8 +20,35 @@
 //   while the result stays within the budget, so it is never exceeded;
 // - the node budget: kept in the node ledger (ledger.h), a file in POSIX
 //   shared memory that every pinshim process on the node maps.
-// A charge reserves in the process first, then in the node, and gives the
-// process reservation back if the node refuses.
+//
+// With a node budget, a process charges against a reservation of node budget
+// that it holds in its ledger slot, and the process budget is enforced by
+// never letting that reservation exceed it:
+// - A charge the reservation covers is one compare-and-swap on the slot's
+//   available bytes (plus two atomic adds for the per-owner bytes and the
+//   grant count), all on one cache line that only this process's threads
+//   write. No lock, no line shared with other processes.
+// - A charge it does not cover takes the ledger lock and grows the
+//   reservation by a quantum (ReservationQuantum: node budget / 1024, within
+//   1 MiB and 64 MiB), or by exactly what is missing when a quantum no longer
+//   fits, so that quantization never refuses a request the node has room
+//   for. When even that does not fit, the unused reservations of other
+//   processes are taken back (and, at most every 100 ms, dead processes
+//   reclaimed) before the charge is refused. The refusal is therefore exact:
+//   it is decided under the lock, against reservations that then hold only
+//   pinned bytes (plus what this process has available, which counts towards
+//   the request), so a charge is refused by the node exactly when the bytes
+//   pinned on the node plus the request exceed the node budget. The process
+//   budget refuses, likewise, exactly when the process's granted bytes plus
+//   the request exceed it.
+// - A release puts the bytes back into the available bytes with an atomic
+//   add; when that leaves more than two quanta idle, the process takes the
+//   lock and returns all but one quantum to the node, so that idle
+//   reservations stay small and the next charges still need no lock.
+// The ledger invariant (ledger.h) keeps the node's pinned bytes within the
+// sum of the reservations, and that within the node budget, at every instant
+// and under any interleaving, including processes killed at any point: a
+// dead process's reservation is reclaimed with its slot.
 //
 // Policies, applied when a charge does not fit:
 // - kDeny: Decision::kDenied; the hook returns the driver's out-of-memory
@@ -34,21 +61,23 @@
 //   default: a budget is a cap, and pageable memory behind the program's back
 //   is opt-in). Without an evictor kEvict behaves as after_evict.
 //
-// Hot path (Charge, Release): no allocation, no output, no system call in
-// the common case. The only lock is the node ledger's (taken once per charge
-// or release, never on a copy path); a thread-local flag refuses a charge
-// made from a signal handler that interrupted this thread inside that lock,
-// instead of deadlocking.
+// Hot path (Charge, Release): no allocation, no output, no system call and
+// no lock in the common case; the ledger lock is taken only to change a
+// reservation (see above), never on a copy path. A thread-local flag refuses
+// a charge made from a signal handler that interrupted this thread inside
+// that lock, when the reservation does not cover it, instead of
+// deadlocking.
 //
-// Fork: a child starts at zero, with its own ledger slot claimed on its first
-// charge. Pinned memory is not inherited as pinned (the kernel does not carry
-// page locks into a child, and CUDA maps pinned memory MADV_DONTFORK), so
-// charging the parent's bytes to the child would count them twice; the
-// child's frees of inherited pointers are ignored, as Release never takes a
-// count below zero. Exit: the process-wide instance frees its ledger slot in
-// an atexit handler; later charges are refused by policy (the node can no
-// longer account for them) and later releases only touch the process count.
-// A process that dies without exiting is reclaimed by the others.
+// Fork: a child starts at zero, with its own ledger slot (and reservation)
+// claimed on its first charge. Pinned memory is not inherited as pinned (the
+// kernel does not carry page locks into a child, and CUDA maps pinned memory
+// MADV_DONTFORK), so charging the parent's bytes to the child would count them
+// twice; the child's frees of inherited pointers are ignored, as Release never
+// takes a count below zero. Exit: the process-wide instance leaves the ledger
+// in an atexit handler, returning its reservation; later charges are refused by
+// policy (the node can no longer account for them) and later releases only
+// touch the process count. A process that dies without exiting is reclaimed
+// by the others, reservation and all.
 #ifndef PINSHIM_SHIM_BUDGET_BUDGET_H_
 #define PINSHIM_SHIM_BUDGET_BUDGET_H_
 
@@ -82,6 +111,13 @@ const char* DecisionName(Decision decision);  // "granted", "denied", "fallback"
 const char* PolicyName(Policy policy);        // "deny", "fallback", "evict"
 const char* LimiterName(
     Limiter limiter);  // "none", "process", "node", "ledger"
+
+// How much node budget a process reserves at a time for a node budget of
+// node_budget bytes: node_budget / 1024, at least 1 MiB and at most 64 MiB.
+// Large enough that charges rarely take the ledger lock; small enough that
+// what many processes hold idle is a small part of the node budget (and it
+// is taken back when the node runs short anyway).
+uint64_t ReservationQuantum(uint64_t node_budget);
 
 struct BudgetOptions {
   uint64_t process_bytes = 0;  // 0: no process budget (bytes are still counted)
@@ -119,7 +155,7 @@ struct DecisionRecord {
   uint64_t evicted_bytes;   // what the evictor reported freeing
   uint64_t process_pinned;  // after the decision
   uint64_t process_budget;  // 0: none
-  uint64_t node_pinned;     // after the decision; 0 without a ledger
+  uint64_t node_pinned;     // as of the ledger's last refresh; 0 without one
   uint64_t node_budget;     // 0: none
 };
 
@@ -135,16 +171,21 @@ using Evictor = uint64_t (*)(uint64_t bytes_wanted);
 struct BudgetSnapshot {
   uint64_t pinned;
   uint64_t pinned_by_owner[kOwnerCount];
+  uint64_t reserved;        // node budget this process holds; 0 without a slot
+  uint64_t available;       // the part of it not pinned (nor being charged)
   uint64_t process_budget;  // 0: none
   uint64_t grants;
   uint64_t denials;
   uint64_t fallbacks;
   uint64_t evictions;  // evictor calls
   uint64_t evicted_bytes;
-  bool node_active;      // in the ledger with a slot (or about to claim one)
-  int32_t slot;          // ledger slot index, negative when none
-  uint64_t node_pinned;  // 0 when no ledger
-  uint64_t node_budget;  // 0 when no ledger
+  bool node_active;  // in the ledger with a slot (or about to claim one)
+  int32_t slot;      // ledger slot index, negative when none
+  // Node totals as of the ledger's last refresh (see LedgerHeader); 0 when
+  // no ledger.
+  uint64_t node_pinned;
+  uint64_t node_reserved;  // exact: reservations change under the lock only
+  uint64_t node_budget;
 };
 
 class Budget {
@@ -216,11 +257,17 @@ class Budget {
   static constexpr int32_t kSlotOff = -3;     // no node budget for this process
 
   Limiter TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
-  Limiter NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall,
-                     bool* in_slot);
-  bool NodeRelease(Owner owner, uint64_t bytes, uint64_t* taken);
+  // The process budget alone: no ledger slot, none yet, or none any more.
+  Limiter LocalCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
+  // Takes the ledger lock: the reservation did not cover the charge.
+  Limiter NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
+  Limiter ChargeFromReservationLocked(int32_t slot, Owner owner, uint64_t bytes,
+                                      uint64_t* shortfall);
+  // Gives back the reservation above one quantum, under the lock.
+  void ReturnExcess();
   int32_t EnsureSlotLocked();
   bool OwnsSlotLocked(int32_t slot) const;
+  uint64_t ProcessPinned() const;
   using Counter = std::atomic<uint64_t> Budget::*;
   using SlotCounter = std::atomic<uint64_t> LedgerSlot::*;
   using HeaderCounter = std::atomic<uint64_t> LedgerHeader::*;
@@ -230,10 +277,10 @@ class Budget {
              uint64_t n);
   void ResetCounters();
 
-  // Touched by every charge and release: one cache line. While this process
-  // holds a ledger slot, the slot keeps the per-owner bytes and the grants
-  // (under the ledger lock, which every charge takes anyway) and only
-  // pinned_ is kept here, so the node path pays for no extra atomics.
+  // The process's books while it holds no ledger slot (no node budget, or
+  // before the slot is claimed after fork, or after exit). With a slot, the
+  // slot keeps them, on the one line every charge and release touches
+  // anyway.
   alignas(64) std::atomic<uint64_t> pinned_{0};
   std::atomic<uint64_t> pinned_by_owner_[kOwnerCount] = {};
   std::atomic<uint64_t> grants_{0};
@@ -241,6 +288,9 @@ class Budget {
   // Set by Init, read on every charge.
   alignas(64) std::atomic<bool> enabled_{false};
   std::atomic<int32_t> slot_{kSlotOff};
+  // ReservationQuantum of the node budget in force, as of the last time
+  // this process held the lock; releases compare against it.
+  std::atomic<uint64_t> quantum_{0};
   uint64_t process_limit_ = 0;  // UINT64_MAX when there is no process budget
   uint64_t process_budget_ = 0;
   Policy policy_ = Policy::kDeny;

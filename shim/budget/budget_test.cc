@@ -1,6 +1,7 @@
 #include "shim/budget/budget.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -640,6 +641,358 @@ TEST(NodeBudgetTest, SharedLedgerIsCreatedForEveryUser) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(stat(shared_path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0666u);
+}
+
+// --- Reservations: the node path without the lock.
+
+std::atomic<uint64_t> g_lock_count{0};
+void CountLock() { g_lock_count.fetch_add(1); }
+
+// Counts the ledger lock acquisitions of this process while it lives.
+class LockCounter {
+ public:
+  LockCounter() {
+    g_lock_count.store(0);
+    SetLedgerLockHookForTesting(CountLock);
+  }
+  ~LockCounter() { SetLedgerLockHookForTesting(nullptr); }
+  uint64_t count() const { return g_lock_count.load(); }
+};
+
+TEST(ReservationTest, QuantumFollowsTheNodeBudgetWithinBounds) {
+  EXPECT_EQ(ReservationQuantum(10 * kMiB), kMiB);
+  EXPECT_EQ(ReservationQuantum(4096 * kMiB), 4 * kMiB);
+  EXPECT_EQ(ReservationQuantum(uint64_t{1} << 41), 64 * kMiB);
+}
+
+// 8 threads charge and release within the reservation: one compare-and-swap
+// each, and the ledger lock is never taken.
+TEST(ReservationTest, ChargesTheReservationCoversTakeNoLock) {
+  const std::string path = UniqueLedgerPath("no-lock");
+  TestBudget b;
+  ASSERT_TRUE(b.Init(WithNode(path, 0, 1024 * kMiB)).ok());
+  ASSERT_EQ(ReservationQuantum(1024 * kMiB), kMiB);
+  LockCounter locks;
+  ASSERT_EQ(b.Charge(Owner::kPinshimPool, 4096), Decision::kGranted);
+  EXPECT_EQ(locks.count(), 1u) << "the first charge reserves a quantum";
+  EXPECT_EQ(b.Snapshot().reserved, kMiB);
+
+  // At most 8 threads x 4 pieces of 16 KiB are held at once: 512 KiB, well
+  // inside the quantum.
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 5000;
+  constexpr uint64_t kPiece = 16 * 1024;
+  std::atomic<uint64_t> granted{0};
+  std::atomic<uint64_t> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const Owner owner = static_cast<Owner>(t % kOwnerCount);
+      for (int i = 0; i < kRounds; ++i) {
+        const int pieces = 1 + i % 4;
+        for (int p = 0; p < pieces; ++p) {
+          if (b.Charge(owner, kPiece) == Decision::kGranted) {
+            granted.fetch_add(1);
+          } else {
+            refused.fetch_add(1);
+          }
+        }
+        b.Release(owner, pieces * kPiece);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.load(), 0u);
+  EXPECT_EQ(locks.count(), 1u)
+      << "charges and releases the reservation covered took the lock";
+  BudgetSnapshot s = b.Snapshot();
+  EXPECT_EQ(s.pinned, 4096u);
+  EXPECT_EQ(s.pinned_by_owner[static_cast<int>(Owner::kPinshimPool)], 4096u);
+  EXPECT_EQ(s.grants, 1 + granted.load());
+  EXPECT_EQ(s.reserved, kMiB);
+  EXPECT_EQ(s.available, kMiB - 4096);
+  EXPECT_EQ(s.node_reserved, kMiB);
+
+  // Past the reservation: one lock, one more quantum.
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
+  EXPECT_EQ(locks.count(), 2u);
+  EXPECT_EQ(b.Snapshot().reserved, 2 * kMiB);
+  EXPECT_EQ(b.ledger().header().pinned.load(), kMiB + 4096);
+}
+
+TEST(ReservationTest, IdleReservationAboveTwoQuantaGoesBackToTheNode) {
+  const std::string path = UniqueLedgerPath("high-water");
+  TestBudget b;
+  ASSERT_TRUE(b.Init(WithNode(path, 0, 1024 * kMiB)).ok());  // quantum 1 MiB
+  ASSERT_EQ(b.Charge(Owner::kProgramAlloc, 3 * kMiB), Decision::kGranted);
+  EXPECT_EQ(b.Snapshot().reserved, 3 * kMiB) << "exactly what was missing";
+  LockCounter locks;
+  b.Release(Owner::kProgramAlloc, kMiB / 2);  // 0.5 MiB idle: kept
+  EXPECT_EQ(locks.count(), 0u);
+  b.Release(Owner::kProgramAlloc, 2 * kMiB);  // 2.5 MiB idle: back to 1
+  EXPECT_EQ(locks.count(), 1u);
+  BudgetSnapshot s = b.Snapshot();
+  EXPECT_EQ(s.pinned, kMiB / 2);
+  EXPECT_EQ(s.reserved, kMiB / 2 + kMiB);
+  EXPECT_EQ(s.available, kMiB);
+  EXPECT_EQ(s.node_reserved, kMiB / 2 + kMiB);
+  EXPECT_EQ(s.node_pinned, kMiB / 2);
+}
+
+TEST(ReservationTest, ProcessBudgetIsExactWithReservations) {
+  const std::string path = UniqueLedgerPath("process-exact");
+  TestBudget b;
+  ASSERT_TRUE(b.Init(WithNode(path, 3 * kMiB + 5, 1024 * kMiB)).ok());
+  ASSERT_EQ(b.Charge(Owner::kProgramAlloc, 10), Decision::kGranted);
+  EXPECT_EQ(b.Snapshot().reserved, kMiB);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 3 * kMiB), Decision::kDenied);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 3 * kMiB - 5), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+  BudgetSnapshot s = b.Snapshot();
+  EXPECT_EQ(s.pinned, 3 * kMiB + 5);
+  EXPECT_EQ(s.reserved, 3 * kMiB + 5) << "never more than the process budget";
+  b.Release(Owner::kProgramAlloc, 10);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 10), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+}
+
+// The node budget N is reached exactly by two processes, the first holding
+// an idle reservation: the last request fits only once that reservation is
+// taken back, and it is granted; one byte more is refused to either process.
+TEST(ReservationTest, RequestsSummingToTheNodeBudgetAreAllGranted) {
+  const std::string path = UniqueLedgerPath("edge");
+  constexpr uint64_t kNode = 10 * kMiB + 12345;  // quantum 1 MiB
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, kNode)).ok());
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 1000), Decision::kGranted);
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kGranted);
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 100), Decision::kGranted);
+  const uint64_t a_pinned = 2 * kMiB + 1100;
+  ASSERT_EQ(a.Snapshot().pinned, a_pinned);
+  ASSERT_EQ(a.Snapshot().available, kMiB - 100) << "an idle reservation";
+  const uint64_t rest = kNode - a_pinned;
+
+  int to_parent[2];
+  int to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(to_child[1]);  // so that the parent's close reads as end of file
+    auto* b = new Budget;
+    char go;
+    int rc = 0;
+    if (!b->Init(WithNode(path, 0, kNode)).ok()) {
+      rc = 1;
+    } else if (b->Charge(Owner::kProgramRegister, 5 * kMiB) !=
+               Decision::kGranted) {
+      rc = 2;
+    } else if (b->Charge(Owner::kProgramRegister, 1) != Decision::kGranted) {
+      rc = 3;
+    } else if (b->Charge(Owner::kProgramRegister, rest - 5 * kMiB - 1) !=
+               Decision::kGranted) {
+      rc = 4;
+    } else if (b->Charge(Owner::kProgramRegister, 1) != Decision::kDenied) {
+      rc = 5;
+    } else if (b->Snapshot().pinned != rest) {
+      rc = 6;
+    }
+    if (write(to_parent[1], "x", 1) != 1 || read(to_child[0], &go, 1) != 0)
+      rc = 7;
+    b->Shutdown();  // gives back the reservation before exit
+    _exit(rc);
+  }
+  char ready;
+  ASSERT_EQ(read(to_parent[0], &ready, 1), 1);
+  // The child holds the rest of the node now.
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+  const LedgerHeader& h = a.ledger().header();
+  EXPECT_EQ(h.reserved.load(), kNode);
+  EXPECT_EQ(h.pinned.load(), kNode);
+  EXPECT_GE(h.takes.load(), 1u) << "a's idle reservation was taken back";
+  EXPECT_EQ(a.Snapshot().reserved, a_pinned);
+  close(to_child[1]);
+  int status;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  close(to_parent[0]);
+  close(to_parent[1]);
+  close(to_child[0]);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, rest), Decision::kGranted);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+  EXPECT_EQ(a.Snapshot().pinned, kNode);
+  EXPECT_EQ(h.reserved.load(), kNode);
+}
+
+TEST(ReservationTest, ReturnedAtExitAndReclaimedFromAKilledProcess) {
+  const std::string path = UniqueLedgerPath("exit-kill");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 64 * kMiB)).ok());  // quantum 1 MiB
+  const LedgerHeader& h = a.ledger().header();
+
+  // Leaves through the process-wide instance's exit handler, still holding
+  // an idle quantum.
+  int status = RunInChild([&] {
+    Budget& b = Budget::Process();
+    if (!b.Init(WithNode(path, 0, 64 * kMiB)).ok()) return 1;
+    if (b.Charge(Owner::kPinshimCache, kMiB / 2) != Decision::kGranted)
+      return 2;
+    b.Release(Owner::kPinshimCache, kMiB / 2);
+    if (b.ledger().header().reserved.load() != kMiB) return 3;
+    exit(0);
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(h.reserved.load(), 0u);
+  EXPECT_EQ(h.reclaimed_processes.load(), 0u) << "returned, not reclaimed";
+
+  // Killed holding a quantum.
+  status = RunInChild([&] {
+    auto* b = new Budget;
+    if (!b->Init(WithNode(path, 0, 64 * kMiB)).ok()) return 1;
+    if (b->Charge(Owner::kProgramAlloc, 100) != Decision::kGranted) return 2;
+    raise(SIGKILL);
+    return 3;
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(h.reserved.load(), kMiB) << "the dead process still holds it";
+  EXPECT_EQ(a.ReclaimDead(), 1u);
+  EXPECT_EQ(h.reserved.load(), 0u);
+  EXPECT_EQ(h.pinned.load(), 0u);
+  EXPECT_EQ(h.reclaimed_bytes.load(), 100u);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 64 * kMiB), Decision::kGranted);
+}
+
+// Two instances (two slots) with 8 threads each charge and release random
+// sizes around a small node budget, so that reservations grow, go back and
+// are taken from one slot by the other all the time. An observer thread
+// checks the ledger throughout; at the end the books are exact.
+TEST(ReservationTest, ThreadsOfTwoSlotsAtTheNodeEdgeNeverExceed) {
+  constexpr uint64_t kNode = 24 * kMiB;  // quantum 1 MiB
+  const std::string path = UniqueLedgerPath("edge-threads");
+  TestBudget budgets[2];
+  for (TestBudget& b : budgets)
+    ASSERT_TRUE(b.Init(WithNode(path, 0, kNode)).ok());
+  const Ledger& ledger = budgets[0].ledger();
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> over{0};
+  std::thread observer([&] {
+    while (!stop.load()) {
+      const LedgerHeader& h = ledger.header();
+      if (h.reserved.load() > kNode || h.pinned.load() > kNode)
+        over.fetch_add(1);
+      for (TestBudget& b : budgets) {
+        BudgetSnapshot s = b.Snapshot();
+        if (s.available > s.reserved) over.fetch_add(1);
+      }
+    }
+  });
+  constexpr int kThreads = 16;
+  std::vector<std::thread> threads;
+  std::vector<uint64_t> held(kThreads * kOwnerCount, 0);
+  std::atomic<uint64_t> denied{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Budget& b = budgets[t % 2];
+      std::mt19937_64 rng(t);
+      std::vector<std::pair<int, uint64_t>> mine;
+      for (int i = 0; i < 20000; ++i) {
+        if (!mine.empty() && rng() % 2 == 0) {
+          auto [o, bytes] = mine.back();
+          mine.pop_back();
+          b.Release(static_cast<Owner>(o), bytes);
+          continue;
+        }
+        const int o = static_cast<int>(rng() % kOwnerCount);
+        const uint64_t bytes = 1 + rng() % (2 * kMiB);
+        if (b.Charge(static_cast<Owner>(o), bytes) == Decision::kGranted) {
+          mine.emplace_back(o, bytes);
+        } else {
+          denied.fetch_add(1);
+        }
+      }
+      for (auto [o, bytes] : mine) held[t * kOwnerCount + o] += bytes;
+    });
+  }
+  for (auto& th : threads) th.join();
+  stop.store(true);
+  observer.join();
+  EXPECT_EQ(over.load(), 0u);
+  EXPECT_GT(denied.load(), 0u) << "the node budget was never reached";
+  EXPECT_GT(ledger.header().takes.load(), 0u);
+  uint64_t node_total = 0;
+  for (int k = 0; k < 2; ++k) {
+    BudgetSnapshot s = budgets[k].Snapshot();
+    uint64_t total = 0;
+    for (int o = 0; o < kOwnerCount; ++o) {
+      uint64_t expect = 0;
+      for (int t = k; t < kThreads; t += 2) expect += held[t * kOwnerCount + o];
+      EXPECT_EQ(s.pinned_by_owner[o], expect) << "instance " << k;
+      total += expect;
+    }
+    EXPECT_EQ(s.pinned, total);
+    EXPECT_EQ(s.reserved, total + s.available) << "instance " << k;
+    node_total += total;
+  }
+  EXPECT_EQ(budgets[0].ReclaimDead(), 0u);  // refreshes the totals
+  EXPECT_EQ(ledger.header().pinned.load(), node_total);
+  EXPECT_LE(ledger.header().reserved.load(), kNode);
+}
+
+TEST(ReservationTest, HopelessRequestLeavesOtherReservationsAlone) {
+  const std::string path = UniqueLedgerPath("hopeless");
+  TestBudget a;
+  TestBudget b;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 10 * kMiB)).ok());  // quantum 1 MiB
+  ASSERT_TRUE(b.Init(WithNode(path, 0, 10 * kMiB)).ok());
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 1), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 10 * kMiB), Decision::kDenied);
+  EXPECT_EQ(a.Snapshot().reserved, kMiB);
+  EXPECT_EQ(a.ledger().header().takes.load(), 0u);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 10 * kMiB - 1), Decision::kGranted);
+  EXPECT_EQ(a.Snapshot().reserved, 1u);
+  EXPECT_EQ(a.ledger().header().takes.load(), 1u);
+}
+
+// A process joining with a smaller node budget takes back every idle
+// reservation, so none can be spent past the new budget.
+TEST(ReservationTest, SmallerBudgetTakesBackIdleReservations) {
+  const std::string path = UniqueLedgerPath("shrink");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 100 * kMiB)).ok());  // quantum 1 MiB
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 1), Decision::kGranted);
+  ASSERT_EQ(a.Snapshot().available, kMiB - 1);
+  TestBudget b;
+  ASSERT_TRUE(b.Init(WithNode(path, 0, kMiB / 2)).ok());
+  EXPECT_EQ(a.Snapshot().reserved, 1u);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, kMiB / 2), Decision::kDenied);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, kMiB / 2 - 1), Decision::kGranted);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+  EXPECT_EQ(a.ledger().header().reserved.load(), kMiB / 2);
+}
+
+// Closing the available word at exit stops charges that are already past
+// the check of the slot, so a thread still running at exit cannot pin what
+// the node no longer counts.
+TEST(ReservationTest, ChargesAfterShutdownAreRefusedEvenFromTheReservation) {
+  const std::string path = UniqueLedgerPath("closed");
+  TestBudget a;
+  ASSERT_TRUE(a.Init(WithNode(path, 0, 64 * kMiB, Policy::kFallback)).ok());
+  ASSERT_EQ(a.Charge(Owner::kProgramAlloc, 1), Decision::kGranted);
+  const int slot = a.Snapshot().slot;
+  a.Shutdown();
+  const LedgerSlot& s = a.ledger().slot(slot);
+  EXPECT_NE(s.available.load() & kAvailableClosed, 0u);
+  EXPECT_EQ(s.pid.load(), 0u);
+  EXPECT_EQ(s.left_pid.load(), static_cast<uint32_t>(getpid()))
+      << "not to be claimed while this process runs";
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 1), Decision::kFallback);
+  // A newcomer gets another slot while we live.
+  TestBudget b;
+  ASSERT_TRUE(b.Init(WithNode(path, 0, 64 * kMiB)).ok());
+  EXPECT_NE(b.Snapshot().slot, slot);
+  EXPECT_EQ(a.ledger().header().reserved.load(), 0u);
 }
 
 }  // namespace

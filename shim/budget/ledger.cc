@@ -17,6 +17,7 @@ namespace {
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
 std::atomic<void (*)(CrashPoint)> g_crash_hook{nullptr};
+std::atomic<void (*)()> g_lock_hook{nullptr};
 
 constexpr int kLockSpins = 64;
 constexpr long kLockWaitRoundNs = 10 * 1000 * 1000;
@@ -34,20 +35,39 @@ inline void MaybeCrash(CrashPoint point) {
   if (hook != nullptr) hook(point);
 }
 
+inline void LockTaken() {
+  void (*hook)() = g_lock_hook.load(kRelaxed);
+  if (hook != nullptr) hook();
+}
+
 // Adds to a field only the lock holder writes: a plain load and store, which
 // is cheaper than a locked read-modify-write and still a single aligned
-// 8-byte store, so a death mid-update cannot tear it.
+// 8-byte store, so a death mid-update cannot tear it. Never for the fields a
+// slot's owner updates without the lock (available, bytes, grants).
 inline void AddLocked(std::atomic<uint64_t>& field, uint64_t delta) {
   field.store(field.load(kRelaxed) + delta, kRelaxed);
 }
 
-// Subtracts at most the current value; returns what was taken.
+// Subtracts at most the current value; returns what was taken. Same rule.
 inline uint64_t SubLocked(std::atomic<uint64_t>& field, uint64_t delta) {
   uint64_t cur = field.load(kRelaxed);
   uint64_t take = delta < cur ? delta : cur;
   field.store(cur - take, kRelaxed);
   return take;
 }
+
+// Subtracts at most the current value of a field that others update
+// concurrently; returns what was taken.
+inline uint64_t SubShared(std::atomic<uint64_t>& field, uint64_t delta) {
+  uint64_t cur = field.load(kRelaxed);
+  uint64_t take;
+  do {
+    take = delta < cur ? delta : cur;
+  } while (!field.compare_exchange_weak(cur, cur - take, kRelaxed, kRelaxed));
+  return take;
+}
+
+inline uint64_t Min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 void Say(char* message, size_t len, const char* fmt, const char* path,
          const char* detail) {
@@ -134,6 +154,10 @@ const char* OwnerName(Owner owner) {
 
 void SetLedgerCrashHookForTesting(void (*hook)(CrashPoint point)) {
   g_crash_hook.store(hook, kRelaxed);
+}
+
+void SetLedgerLockHookForTesting(void (*hook)()) {
+  g_lock_hook.store(hook, kRelaxed);
 }
 
 uint64_t MonotonicNs() {
@@ -291,16 +315,21 @@ bool Ledger::Lock() {
     }
     rc = pthread_mutex_clocklock(&header_->mutex, CLOCK_MONOTONIC, &until);
   }
-  if (rc == 0) return true;
+  if (rc == 0) {
+    LockTaken();
+    return true;
+  }
   if (rc != EOWNERDEAD) return false;
   // The holder died somewhere inside an update. The slots are the truth;
-  // make the totals agree with them, then drop the dead. Marking the mutex
-  // consistent only afterwards means a death during this repair is repaired
-  // by the next locker in turn.
+  // make the totals agree with them (finishing a take it left half done),
+  // then drop the dead. Marking the mutex consistent only afterwards means a
+  // death during this repair is repaired by the next locker in turn; every
+  // step can be repeated.
   RebuildTotalsLocked();
   ReclaimDeadLocked();
   header_->recoveries.fetch_add(1, kRelaxed);
   pthread_mutex_consistent(&header_->mutex);
+  LockTaken();
   return true;
 }
 
@@ -308,26 +337,46 @@ void Ledger::Unlock() { pthread_mutex_unlock(&header_->mutex); }
 
 int Ledger::ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget,
                             uint8_t policy) {
-  for (uint32_t i = 0; i < kLedgerSlotCount; ++i) {
+  // A slot left by a process of another pid namespace cannot be judged, so
+  // it is taken only when nothing else is free: by then its process is long
+  // gone.
+  int fallback = -1;
+  int chosen = -1;
+  for (uint32_t i = 0; i < kLedgerSlotCount && chosen < 0; ++i) {
     LedgerSlot& s = slot(i);
     if (s.pid.load(kRelaxed) != 0) continue;
-    s.policy = policy;
-    s.start_time.store(id.start_time, kRelaxed);
-    s.pid_ns.store(id.pid_ns, kRelaxed);
-    s.process_budget.store(process_budget, kRelaxed);
-    for (auto& b : s.bytes) b.store(0, kRelaxed);
-    s.grants.store(0, kRelaxed);
-    s.denials.store(0, kRelaxed);
-    s.fallbacks.store(0, kRelaxed);
-    s.evictions.store(0, kRelaxed);
-    s.evicted_bytes.store(0, kRelaxed);
-    memcpy(s.comm, id.comm, sizeof(s.comm));
-    s.pid.store(id.pid, std::memory_order_release);
-    if (header_->slot_high.load(kRelaxed) <= i)
-      header_->slot_high.store(i + 1, kRelaxed);
-    return static_cast<int>(i);
+    const uint32_t left = s.left_pid.load(kRelaxed);
+    if (left == 0) {
+      chosen = static_cast<int>(i);
+    } else if (s.pid_ns.load(kRelaxed) != pid_ns_) {
+      if (fallback < 0) fallback = static_cast<int>(i);
+    } else if (CheckProcess(left, s.start_time.load(kRelaxed)) ==
+               Liveness::kDead) {
+      chosen = static_cast<int>(i);
+    }
   }
-  return -1;
+  if (chosen < 0) chosen = fallback;
+  if (chosen < 0) return -1;
+  const uint32_t i = static_cast<uint32_t>(chosen);
+  LedgerSlot& s = slot(i);
+  s.policy = policy;
+  s.start_time.store(id.start_time, kRelaxed);
+  s.pid_ns.store(id.pid_ns, kRelaxed);
+  s.process_budget.store(process_budget, kRelaxed);
+  s.reserved.store(0, kRelaxed);
+  s.left_pid.store(0, kRelaxed);
+  s.available.store(0, kRelaxed);
+  for (auto& b : s.bytes) b.store(0, kRelaxed);
+  s.grants.store(0, kRelaxed);
+  s.denials.store(0, kRelaxed);
+  s.fallbacks.store(0, kRelaxed);
+  s.evictions.store(0, kRelaxed);
+  s.evicted_bytes.store(0, kRelaxed);
+  memcpy(s.comm, id.comm, sizeof(s.comm));
+  s.pid.store(id.pid, std::memory_order_release);
+  if (header_->slot_high.load(kRelaxed) <= i)
+    header_->slot_high.store(i + 1, kRelaxed);
+  return chosen;
 }
 
 void Ledger::FreeSlotLocked(uint32_t index) {
@@ -335,11 +384,27 @@ void Ledger::FreeSlotLocked(uint32_t index) {
   // Unclaim first: should we die before the totals are adjusted, the rebuild
   // no longer counts this slot, which is what the adjustment would do.
   s.pid.store(0, kRelaxed);
-  for (int o = 0; o < kOwnerCount; ++o) {
-    uint64_t b = s.bytes[o].load(kRelaxed);
-    SubLocked(header_->pinned_by_owner[o], b);
-    SubLocked(header_->pinned, b);
-  }
+  s.left_pid.store(0, kRelaxed);
+  const uint64_t reserved = s.reserved.load(kRelaxed);
+  const uint64_t available = AvailableBytes(s.available.load(kRelaxed));
+  SubLocked(header_->reserved, reserved);
+  SubLocked(header_->pinned, reserved > available ? reserved - available : 0);
+  for (int o = 0; o < kOwnerCount; ++o)
+    SubLocked(header_->pinned_by_owner[o], s.bytes[o].load(kRelaxed));
+  AddLocked(header_->retired_grants, s.grants.load(kRelaxed));
+}
+
+void Ledger::LeaveSlotLocked(uint32_t index) {
+  LedgerSlot& s = slot(index);
+  // Closed before anything else: a thread of ours still about to take from
+  // the word finds nothing, so no charge is served that the node would no
+  // longer count.
+  s.available.fetch_or(kAvailableClosed, kRelaxed);
+  const uint32_t pid = s.pid.load(kRelaxed);
+  FreeSlotLocked(index);
+  // Nobody can claim the slot while we hold the lock, so marking it after
+  // freeing it leaves no gap; should we die first, it is free, as it should.
+  s.left_pid.store(pid, kRelaxed);
 }
 
 uint32_t Ledger::ReclaimDeadLocked() {
@@ -362,6 +427,10 @@ uint32_t Ledger::ReclaimDeadLocked() {
     AddLocked(header_->reclaimed_bytes, bytes);
   }
   header_->last_reclaim_ns.store(MonotonicNs(), kRelaxed);
+  // The scan is also the moment to bring the totals up to date with what
+  // the processes did without the lock; readers such as `pinshim status`
+  // reclaim before they read.
+  RebuildTotalsLocked();
   return reclaimed;
 }
 
@@ -372,21 +441,51 @@ bool Ledger::ReclaimDueLocked(uint64_t interval_ns) const {
 }
 
 void Ledger::RebuildTotalsLocked() {
+  // A take the previous holder left half done: the other slot's available
+  // bytes were taken (its stamp moved on) but its reservation still holds
+  // them. Nobody else held the lock since, so both fields are as it left them.
+  const uint32_t take = header_->take_slot.load(std::memory_order_acquire);
+  if (take != 0) {
+    if (take <= kLedgerSlotCount) {
+      LedgerSlot& s = slot(take - 1);
+      const uint64_t stamp =
+          (s.available.load(kRelaxed) & kAvailableStampMask) >>
+          kAvailableStampShift;
+      const uint64_t before = header_->take_reserved.load(kRelaxed);
+      if (stamp != header_->take_stamp.load(kRelaxed) &&
+          s.reserved.load(kRelaxed) == before) {
+        const uint64_t bytes = header_->take_bytes.load(kRelaxed);
+        s.reserved.store(before - Min(bytes, before), kRelaxed);
+      }
+    }
+    header_->take_slot.store(0, std::memory_order_release);
+  }
+
   uint64_t by_owner[kOwnerCount] = {};
+  uint64_t reserved = 0;
+  uint64_t granted = 0;
+  uint64_t grants = header_->retired_grants.load(kRelaxed);
   uint32_t high = header_->slot_high.load(kRelaxed);
   if (high > kLedgerSlotCount) high = kLedgerSlotCount;
   for (uint32_t i = 0; i < high; ++i) {
     LedgerSlot& s = slot(i);
     if (s.pid.load(kRelaxed) == 0) continue;
+    // The reservation cannot move while we hold the lock, so each slot's
+    // granted bytes come from one read of available: the sum never counts
+    // more than the slots had reserved.
+    const uint64_t r = s.reserved.load(kRelaxed);
+    const uint64_t a = AvailableBytes(s.available.load(kRelaxed));
+    reserved += r;
+    granted += r > a ? r - a : 0;
     for (int o = 0; o < kOwnerCount; ++o)
       by_owner[o] += s.bytes[o].load(kRelaxed);
+    grants += s.grants.load(kRelaxed);
   }
-  uint64_t total = 0;
-  for (int o = 0; o < kOwnerCount; ++o) {
+  header_->reserved.store(reserved, kRelaxed);
+  header_->pinned.store(granted, kRelaxed);
+  for (int o = 0; o < kOwnerCount; ++o)
     header_->pinned_by_owner[o].store(by_owner[o], kRelaxed);
-    total += by_owner[o];
-  }
-  header_->pinned.store(total, kRelaxed);
+  header_->grants.store(grants, kRelaxed);
 }
 
 uint32_t Ledger::LiveSlotsLocked() const {
@@ -399,33 +498,133 @@ uint32_t Ledger::LiveSlotsLocked() const {
   return live;
 }
 
+uint64_t Ledger::UnreservedLocked() const {
+  const uint64_t budget = header_->node_budget.load(kRelaxed);
+  const uint64_t reserved = header_->reserved.load(kRelaxed);
+  return budget > reserved ? budget - reserved : 0;
+}
+
+uint64_t Ledger::OverBudgetLocked() const {
+  const uint64_t budget = header_->node_budget.load(kRelaxed);
+  const uint64_t reserved = header_->reserved.load(kRelaxed);
+  return reserved > budget ? reserved - budget : 0;
+}
+
+void Ledger::ReserveLocked(uint32_t index, uint64_t bytes) {
+  LedgerSlot& s = slot(index);
+  // Reservation first, available last: available never exceeds what the
+  // reservation covers, at any instant a death could freeze.
+  AddLocked(s.reserved, bytes);
+  MaybeCrash(CrashPoint::kChargeMidUpdate);
+  AddLocked(header_->reserved, bytes);
+  s.available.fetch_add(bytes, kRelaxed);
+}
+
+uint64_t Ledger::UnreserveLocked(uint32_t index, uint64_t keep) {
+  LedgerSlot& s = slot(index);
+  uint64_t word = s.available.load(kRelaxed);
+  uint64_t give;
+  do {
+    const uint64_t have = AvailableBytes(word);
+    if (have <= keep) return 0;
+    give = have - keep;
+    // Only the low bits change: give <= have.
+  } while (!s.available.compare_exchange_weak(word, word - give, kRelaxed,
+                                              kRelaxed));
+  SubLocked(s.reserved, give);
+  MaybeCrash(CrashPoint::kReleaseMidUpdate);
+  SubLocked(header_->reserved, give);
+  return give;
+}
+
+uint64_t Ledger::UnusedLocked(uint32_t except) const {
+  uint64_t unused = 0;
+  uint32_t high = header_->slot_high.load(kRelaxed);
+  if (high > kLedgerSlotCount) high = kLedgerSlotCount;
+  for (uint32_t i = 0; i < high; ++i) {
+    const LedgerSlot& s = slot(i);
+    if (i == except || s.pid.load(kRelaxed) == 0) continue;
+    const uint64_t word = s.available.load(kRelaxed);
+    if ((word & kAvailableClosed) == 0) unused += AvailableBytes(word);
+  }
+  return unused;
+}
+
+uint64_t Ledger::TakeUnusedLocked(uint32_t except, uint64_t want) {
+  uint64_t got = 0;
+  uint32_t high = header_->slot_high.load(kRelaxed);
+  if (high > kLedgerSlotCount) high = kLedgerSlotCount;
+  for (uint32_t i = 0; i < high && got < want; ++i) {
+    if (i == except) continue;
+    LedgerSlot& s = slot(i);
+    if (s.pid.load(kRelaxed) == 0) continue;
+    uint64_t word = s.available.load(kRelaxed);
+    for (;;) {
+      const uint64_t have = AvailableBytes(word);
+      if (have == 0 || (word & kAvailableClosed) != 0) break;
+      const uint64_t take = Min(have, want - got);
+      const uint64_t stamp = word & kAvailableStampMask;
+      const uint64_t next_stamp =
+          (stamp + (uint64_t{1} << kAvailableStampShift)) & kAvailableStampMask;
+      const uint64_t desired = next_stamp | (have - take);
+      const uint64_t reserved = s.reserved.load(kRelaxed);
+      // The journal is written before the word changes (the exchange below
+      // orders it), so a death between the two steps is always recorded.
+      header_->take_stamp.store(
+          static_cast<uint32_t>(stamp >> kAvailableStampShift), kRelaxed);
+      header_->take_bytes.store(take, kRelaxed);
+      header_->take_reserved.store(reserved, kRelaxed);
+      header_->take_slot.store(i + 1, kRelaxed);
+      if (!s.available.compare_exchange_weak(
+              word, desired, std::memory_order_acq_rel, kRelaxed)) {
+        continue;  // its owner charged or released meanwhile
+      }
+      MaybeCrash(CrashPoint::kTakeMidUpdate);
+      s.reserved.store(reserved - take, kRelaxed);
+      SubLocked(header_->reserved, take);
+      header_->take_slot.store(0, std::memory_order_release);
+      AddLocked(header_->takes, 1);
+      AddLocked(header_->taken_bytes, take);
+      got += take;
+      break;
+    }
+  }
+  return got;
+}
+
 bool Ledger::ChargeLocked(uint32_t index, Owner owner, uint64_t bytes,
                           uint64_t* shortfall) {
   const uint64_t budget = header_->node_budget.load(kRelaxed);
-  const uint64_t pinned = header_->pinned.load(kRelaxed);
-  // pinned can sit above the budget after a process joined with a smaller
-  // one; nothing is granted until releases bring it back under.
-  if (pinned > budget || bytes > budget - pinned) {
-    uint64_t over = pinned > budget ? pinned - budget : 0;
-    uint64_t excess = bytes - (pinned > budget ? 0 : budget - pinned);
+  const uint64_t reserved = header_->reserved.load(kRelaxed);
+  // Reservations can sit above the budget after a process joined with a
+  // smaller one; nothing is granted until releases bring them back under.
+  if (reserved > budget || bytes > budget - reserved) {
+    uint64_t over = reserved > budget ? reserved - budget : 0;
+    uint64_t excess = bytes - (reserved > budget ? 0 : budget - reserved);
     *shortfall = over + excess;
     return false;
   }
   const int o = static_cast<int>(owner);
   LedgerSlot& s = slot(index);
-  AddLocked(s.bytes[o], bytes);
+  AddLocked(s.reserved, bytes);
+  s.bytes[o].fetch_add(bytes, kRelaxed);
   MaybeCrash(CrashPoint::kChargeMidUpdate);
+  AddLocked(header_->reserved, bytes);
   AddLocked(header_->pinned_by_owner[o], bytes);
   AddLocked(header_->pinned, bytes);
-  AddLocked(s.grants, 1);
+  s.grants.fetch_add(1, kRelaxed);
   AddLocked(header_->grants, 1);
   return true;
 }
 
 uint64_t Ledger::ReleaseLocked(uint32_t index, Owner owner, uint64_t bytes) {
   const int o = static_cast<int>(owner);
-  uint64_t take = SubLocked(slot(index).bytes[o], bytes);
+  LedgerSlot& s = slot(index);
+  // Bytes first, reservation after: the reservation always covers them.
+  const uint64_t take = SubShared(s.bytes[o], bytes);
+  SubLocked(s.reserved, take);
   MaybeCrash(CrashPoint::kReleaseMidUpdate);
+  SubLocked(header_->reserved, take);
   SubLocked(header_->pinned_by_owner[o], take);
   SubLocked(header_->pinned, take);
   return take;

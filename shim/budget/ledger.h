@@ -2,12 +2,28 @@
 // running pinshim in enforce mode with a node budget maps, so that together
 // they never pin more than the node budget.
 //
-// Layout (versioned; see LedgerPrefix): a 4 KiB header holding the lock, the
-// node budget and the node totals, then a fixed table of kLedgerSlotCount
-// per-process slots. A slot is the truth: it records, per owner, what one
-// process has pinned; the header totals are a cache of the sum over claimed
-// slots and are rebuilt from the slots whenever a process died holding the
-// lock, so a crash at any instant costs nothing.
+// Layout (see LedgerPrefix): a 4 KiB header holding the lock, the node budget
+// and the node totals, then a fixed table of kLedgerSlotCount per-process
+// slots. A slot is the truth: it records what one process has reserved of the
+// node budget and, per owner, what it has pinned; the header totals are a
+// cache of sums over the claimed slots and are rebuilt from the slots whenever
+// a process died holding the lock, so a crash at any instant costs nothing.
+//
+// Reservations: a process does not come to the ledger for every pinning.
+// Under the lock it reserves node budget for itself (LedgerSlot::reserved, at
+// most the node budget in total), and its threads then take from the unused
+// part of that reservation (LedgerSlot::available) with one compare-and-swap,
+// without the lock; releases put bytes back the same way. Only the lock
+// holder changes a reservation, and available never exceeds what the
+// reservation leaves after the slot's pinned bytes, so at every instant
+//
+//     node pinned <= sum of (reserved - available) <= sum of reserved
+//                 <= node budget.
+//
+// A process that needs more than its reservation and finds the node full
+// takes back the unused reservations of the others (TakeUnusedLocked) before
+// it is refused, so a refusal is exact: it happens only when the bytes pinned
+// on the node, plus the request, exceed the budget.
 //
 // Locking: one process-shared robust pthread mutex. It was chosen over fcntl
 // record locks because (1) record locks belong to the process, so threads of
@@ -21,13 +37,15 @@
 // waiter killed right after its wake-up would strand the rest.
 //
 // Everything in the mapping is read with relaxed atomics so that the metrics
-// writer may sample it without the lock; writers hold the lock, except the
-// decision counters (denials, fallbacks, evictions), which are atomic adds.
+// writer may sample it without the lock. Writers hold the lock, except for
+// three kinds of update: a slot's available bytes, per-owner bytes and grants,
+// which its own process changes without the lock, and the decision counters
+// (denials, fallbacks, evictions), which are atomic adds.
 //
 // Dead processes: a slot whose (pid, start time) no longer names a running
-// process is reclaimed: its bytes leave the totals and the slot is freed.
-// Only slots of the caller's own pid namespace are judged, since a pid means
-// nothing in another namespace.
+// process is reclaimed: its reservation returns to the node and the slot is
+// freed. Only slots of the caller's own pid namespace are judged, since a pid
+// means nothing in another namespace.
 #ifndef PINSHIM_SHIM_BUDGET_LEDGER_H_
 #define PINSHIM_SHIM_BUDGET_LEDGER_H_
 
@@ -57,10 +75,34 @@ const char* OwnerName(Owner owner);
 
 constexpr uint64_t kLedgerMagic =
     0x3147444c534e4950ULL;  // "PINSLDG1" in file order
+// The layout is named by the version and by the sizes in LedgerPrefix
+// together: a ledger whose slot or file size differs is refused as surely as
+// one of another version.
 constexpr uint32_t kLedgerVersion = 1;
 constexpr uint32_t kLedgerSlotCount = 4096;
 constexpr uint32_t kLedgerHeaderBytes = 4096;
 constexpr uint32_t kLedgerFlagShared = 1u << 0;
+
+// LedgerSlot::available packs into one word, so that one compare-and-swap
+// decides a charge:
+// - bits 0-47: the unused part of the slot's reservation;
+// - bits 48-62: a stamp that every take by another process advances, so that
+//   the next locker can tell a taker who died in the middle of a take from
+//   one who never started (see TakeUnusedLocked);
+// - bit 63: closed: the process left the ledger; charges no longer take
+//   from the word.
+constexpr uint64_t kAvailableBytesMask = (uint64_t{1} << 48) - 1;
+constexpr int kAvailableStampShift = 48;
+constexpr uint64_t kAvailableStampMask = uint64_t{0x7fff}
+                                         << kAvailableStampShift;
+constexpr uint64_t kAvailableClosed = uint64_t{1} << 63;
+// Reservations must fit the low bits of that word, so no node budget exceeds
+// them: 256 TiB less one byte, far beyond any machine's pinnable memory.
+constexpr uint64_t kLedgerMaxNodeBudget = kAvailableBytesMask;
+
+inline uint64_t AvailableBytes(uint64_t word) {
+  return word & kAvailableBytesMask;
+}
 
 // The first bytes of every ledger version, checked before anything else is
 // trusted. Never reorder or resize these fields; bump kLedgerVersion instead.
@@ -73,22 +115,38 @@ struct LedgerPrefix {
   uint32_t slot_bytes;
 };
 
+// One process. Three cache lines: who it is and its reservation (written
+// under the lock), what its threads update on every charge and release
+// (without the lock), and the rarely touched decision counters.
 struct alignas(64) LedgerSlot {
   std::atomic<uint32_t> pid;  // 0: free. Published last when claimed.
   uint8_t policy;             // the process's Policy, for display
-  uint8_t reserved[3];
+  uint8_t unused[3];
   std::atomic<uint64_t> start_time;
   std::atomic<uint64_t> pid_ns;
   std::atomic<uint64_t> process_budget;  // 0: none
-  std::atomic<uint64_t> bytes[kOwnerCount];
+  // Node budget reserved by the process: what it has pinned plus what is
+  // available to it. Only the lock holder changes it.
+  std::atomic<uint64_t> reserved;
+  // Set, with pid cleared, when a running process leaves the ledger at exit:
+  // its other threads may still be finishing a charge or release on this
+  // slot, so it is not claimed again while that process lives.
+  std::atomic<uint32_t> left_pid;
+  uint32_t unused2;
+  char comm[kCommBytes];  // written before pid is published
+
+  // The owner's threads take from available and give back to it without the
+  // lock; others change it only under the lock (see kAvailable*).
+  alignas(64) std::atomic<uint64_t> available;
+  std::atomic<uint64_t> bytes[kOwnerCount];  // pinned, by owner
   std::atomic<uint64_t> grants;
-  std::atomic<uint64_t> denials;
+
+  alignas(64) std::atomic<uint64_t> denials;
   std::atomic<uint64_t> fallbacks;
   std::atomic<uint64_t> evictions;
   std::atomic<uint64_t> evicted_bytes;
-  char comm[kCommBytes];  // written before pid is published
 };
-static_assert(sizeof(LedgerSlot) == 128,
+static_assert(sizeof(LedgerSlot) == 192,
               "slot layout is part of the file format");
 
 struct LedgerHeader {
@@ -97,11 +155,14 @@ struct LedgerHeader {
   uint32_t creator_uid;
   uint64_t created_unix_s;
   alignas(64) pthread_mutex_t mutex;
-  // Written under the lock on every grant and release.
+  // Sums over the claimed slots, refreshed by lock holders. Charges and
+  // releases served from a reservation do not take the lock, so these show
+  // them as of the last refresh (every reservation change, reclaim or
+  // metrics tick makes one).
   alignas(64) std::atomic<uint64_t> node_budget;
-  std::atomic<uint64_t> pinned;
+  std::atomic<uint64_t> pinned;  // granted: sum of (reserved - available)
   std::atomic<uint64_t> pinned_by_owner[kOwnerCount];
-  std::atomic<uint64_t> grants;
+  std::atomic<uint64_t> grants;     // including those of freed slots
   std::atomic<uint32_t> slot_high;  // slots at or above it were never claimed
   // Counters for the node as a whole: they outlive the processes' slots.
   alignas(64) std::atomic<uint64_t> denials;
@@ -112,6 +173,18 @@ struct LedgerHeader {
   std::atomic<uint64_t> reclaimed_processes;
   std::atomic<uint64_t> reclaimed_bytes;
   std::atomic<uint64_t> last_reclaim_ns;  // CLOCK_MONOTONIC
+  // Reservations, under the lock. reserved is what every decision to reserve
+  // is made against, so it is kept exact, not refreshed.
+  alignas(64) std::atomic<uint64_t> reserved;  // sum of the slots' reserved
+  std::atomic<uint64_t> retired_grants;        // grants of freed slots
+  std::atomic<uint64_t> takes;  // unused reservations taken from others
+  std::atomic<uint64_t> taken_bytes;
+  // The take in progress (TakeUnusedLocked), so that the next locker can
+  // finish it should the taker die in the middle.
+  std::atomic<uint32_t> take_slot;   // the other process's slot + 1; 0: none
+  std::atomic<uint32_t> take_stamp;  // its available stamp before the take
+  std::atomic<uint64_t> take_bytes;
+  std::atomic<uint64_t> take_reserved;  // its reservation before the take
 };
 static_assert(sizeof(LedgerHeader) <= kLedgerHeaderBytes,
               "header outgrew its page");
@@ -143,13 +216,19 @@ enum class LedgerOpen : uint8_t {
 // Points at which SetLedgerCrashHookForTesting's hook is called, each in the
 // middle of an update made under the lock.
 enum class CrashPoint : uint8_t {
-  kChargeMidUpdate = 0,   // slot updated, totals not yet
-  kReleaseMidUpdate = 1,  // slot updated, totals not yet
+  kChargeMidUpdate = 0,   // a reservation grew: slot updated, totals not yet
+  kReleaseMidUpdate = 1,  // a reservation shrank: slot updated, totals not yet
+  kTakeMidUpdate = 2,     // another process's available bytes taken, its
+                          // reservation not yet reduced
 };
 
 // Installs a hook the ledger calls inside its critical sections (null: none).
 // Tests use it to die while holding the lock; never set in production.
 void SetLedgerCrashHookForTesting(void (*hook)(CrashPoint point));
+
+// Installs a hook called each time Lock() takes the lock (null: none), so
+// that tests can count lock acquisitions; never set in production.
+void SetLedgerLockHookForTesting(void (*hook)());
 
 // A mapping of the node ledger. Not copyable; trivially destructible so that
 // a process-wide instance needs no destructor at exit (call Close() instead).
@@ -182,31 +261,70 @@ class Ledger {
   // --- The rest requires the lock.
 
   // Claims a free slot for id; returns its index or -1 when the table is full.
+  // A slot left by a process that still runs is not taken (see
+  // LedgerSlot::left_pid).
   int ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget,
                       uint8_t policy);
 
-  // Frees a slot and takes its bytes out of the totals.
+  // Frees the slot of a process that is gone: its reservation returns to the
+  // node and its bytes leave the totals.
   void FreeSlotLocked(uint32_t index);
 
-  // Frees the slots of processes that no longer exist. Returns how many.
+  // Frees the calling process's own slot while it still runs: closes its
+  // available word, so that no further charge is served from it, and keeps
+  // the slot from being claimed again before the process is gone.
+  void LeaveSlotLocked(uint32_t index);
+
+  // Frees the slots of processes that no longer exist, then refreshes the
+  // totals. Returns how many.
   uint32_t ReclaimDeadLocked();
 
   // True when the last reclaim was at least interval_ns ago.
   bool ReclaimDueLocked(uint64_t interval_ns) const;
 
-  // Makes the header totals the sum over claimed slots.
+  // Makes the header totals the sums over claimed slots. Also finishes a
+  // take whose taker died (see TakeUnusedLocked).
   void RebuildTotalsLocked();
 
   // Claimed slots.
   uint32_t LiveSlotsLocked() const;
 
-  // Adds bytes for owner to slot index when the node budget allows it and
-  // returns true; otherwise returns false with the excess in *shortfall.
+  // Node budget that no process has reserved; 0 when the reservations reach
+  // or exceed it (they exceed it after a process joined with a smaller one).
+  uint64_t UnreservedLocked() const;
+  // How far the reservations exceed the node budget; usually 0.
+  uint64_t OverBudgetLocked() const;
+
+  // Adds bytes to slot index's reservation and to its available bytes. The
+  // caller checked that they fit (UnreservedLocked) and stay under
+  // kLedgerMaxNodeBudget.
+  void ReserveLocked(uint32_t index, uint64_t bytes);
+
+  // Returns slot index's available bytes above keep to the node; returns how
+  // many. Its threads may be charging meanwhile; they only lower what is
+  // returned.
+  uint64_t UnreserveLocked(uint32_t index, uint64_t keep);
+
+  // The available bytes of the claimed slots other than except: what
+  // TakeUnusedLocked could take now (their owners change it meanwhile).
+  uint64_t UnusedLocked(uint32_t except) const;
+
+  // Takes up to want available bytes from the reservations of claimed slots
+  // other than except (kLedgerSlotCount: none excepted) and returns them to
+  // the node; returns how many. Each take is journaled in the header first,
+  // so that a taker killed between taking the bytes and shrinking the other
+  // slot's reservation leaves the next locker what it needs to finish.
+  uint64_t TakeUnusedLocked(uint32_t except, uint64_t want);
+
+  // Reserves exactly bytes for slot index and counts them pinned for owner,
+  // when the node budget allows it, and returns true; otherwise returns false
+  // with the excess in *shortfall. (Budget serves charges from reservations
+  // instead; this is the whole-charge-under-the-lock form.)
   bool ChargeLocked(uint32_t index, Owner owner, uint64_t bytes,
                     uint64_t* shortfall);
 
-  // Takes up to bytes for owner off slot index (never below zero); returns
-  // what it took.
+  // Takes up to bytes for owner off slot index (never below zero) together
+  // with as much of its reservation; returns what it took.
   uint64_t ReleaseLocked(uint32_t index, Owner owner, uint64_t bytes);
 
  private:

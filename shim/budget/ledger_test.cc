@@ -331,6 +331,125 @@ TEST_P(DeathInLockTest, NextLockerRepairsTheLedger) {
   ledger.Close();
 }
 
+// A process killed in the middle of taking another's idle reservation: the
+// bytes left the other slot's available word, its reservation still holds
+// them. The next locker finishes the take from the journal in the header.
+TEST(LedgerTest, TakeInterruptedByDeathIsFinishedByTheNextLocker) {
+  const std::string path = UniqueLedgerPath("take-death");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  ledger.header().node_budget.store(10000);
+  ProcessIdentity self;
+  ReadSelfIdentity(&self);
+  ASSERT_TRUE(ledger.Lock());
+  const int mine = ClaimWithBytes(ledger, self, 1000);
+  ledger.ReserveLocked(mine, 5000);  // 5000 idle
+  EXPECT_EQ(ledger.header().reserved.load(), 6000u);
+  ledger.Unlock();
+
+  pid_t child = fork();
+  if (child == 0) {
+    ProcessIdentity id;
+    ReadSelfIdentity(&id);
+    if (!ledger.Lock()) _exit(1);
+    const int slot = ledger.ClaimSlotLocked(id, 0, 0);
+    ledger.Unlock();
+    SetLedgerCrashHookForTesting(DieNow);
+    if (!ledger.Lock()) _exit(2);
+    ledger.TakeUnusedLocked(slot, 2000);
+    _exit(3);  // not reached
+  }
+  int status;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const LedgerSlot& s = ledger.slot(mine);
+  EXPECT_EQ(AvailableBytes(s.available.load()), 3000u) << "taken";
+  EXPECT_EQ(s.reserved.load(), 6000u) << "but still reserved";
+  EXPECT_NE(ledger.header().take_slot.load(), 0u);
+
+  ASSERT_TRUE(ledger.Lock());
+  EXPECT_EQ(ledger.header().recoveries.load(), 1u);
+  EXPECT_EQ(ledger.header().take_slot.load(), 0u);
+  EXPECT_EQ(s.reserved.load(), 4000u);
+  EXPECT_EQ(AvailableBytes(s.available.load()), 3000u);
+  EXPECT_EQ(ledger.header().reserved.load(), 4000u);
+  EXPECT_EQ(ledger.header().pinned.load(), 1000u);
+  // Repeating the repair (a second death during it) changes nothing.
+  ledger.RebuildTotalsLocked();
+  EXPECT_EQ(s.reserved.load(), 4000u);
+  ledger.Unlock();
+  ledger.Close();
+}
+
+// A take journaled but not yet made (the other slot's stamp has not moved)
+// leaves that slot's reservation as it was.
+TEST(LedgerTest, TakeJournaledButNotMadeChangesNothing) {
+  const std::string path = UniqueLedgerPath("take-journal");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  ledger.header().node_budget.store(10000);
+  ProcessIdentity self;
+  ReadSelfIdentity(&self);
+  ASSERT_TRUE(ledger.Lock());
+  const int mine = ClaimWithBytes(ledger, self, 1000);
+  ledger.ReserveLocked(mine, 5000);
+  ledger.Unlock();
+  pid_t child = fork();
+  if (child == 0) {
+    if (!ledger.Lock()) _exit(1);
+    LedgerHeader& h = ledger.header();
+    const uint64_t word = ledger.slot(mine).available.load();
+    h.take_stamp.store(static_cast<uint32_t>((word & kAvailableStampMask) >>
+                                             kAvailableStampShift));
+    h.take_bytes.store(2000);
+    h.take_reserved.store(ledger.slot(mine).reserved.load());
+    h.take_slot.store(mine + 1);
+    raise(SIGKILL);  // holding the lock, before the take
+    _exit(3);
+  }
+  int status;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_TRUE(ledger.Lock());
+  EXPECT_EQ(ledger.header().take_slot.load(), 0u);
+  EXPECT_EQ(ledger.slot(mine).reserved.load(), 6000u);
+  EXPECT_EQ(AvailableBytes(ledger.slot(mine).available.load()), 5000u);
+  EXPECT_EQ(ledger.header().reserved.load(), 6000u);
+  ledger.Unlock();
+  ledger.Close();
+}
+
+TEST(LedgerTest, TakesLeaveClosedSlotsAndTheExceptedOneAlone) {
+  const std::string path = UniqueLedgerPath("take-which");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  ledger.header().node_budget.store(100000);
+  ProcessIdentity self;
+  ReadSelfIdentity(&self);
+  ASSERT_TRUE(ledger.Lock());
+  const int a = ledger.ClaimSlotLocked(self, 0, 0);
+  const int b = ledger.ClaimSlotLocked(self, 0, 0);
+  const int c = ledger.ClaimSlotLocked(self, 0, 0);
+  ledger.ReserveLocked(a, 1000);
+  ledger.ReserveLocked(b, 2000);
+  ledger.ReserveLocked(c, 4000);
+  ledger.LeaveSlotLocked(c);
+  EXPECT_EQ(ledger.header().reserved.load(), 3000u);
+  EXPECT_EQ(ledger.TakeUnusedLocked(a, 100000), 2000u);
+  EXPECT_EQ(ledger.slot(a).reserved.load(), 1000u);
+  EXPECT_EQ(ledger.slot(b).reserved.load(), 0u);
+  EXPECT_EQ(ledger.header().reserved.load(), 1000u);
+  EXPECT_EQ(ledger.TakeUnusedLocked(kLedgerSlotCount, 600), 600u);
+  EXPECT_EQ(AvailableBytes(ledger.slot(a).available.load()), 400u);
+  EXPECT_EQ(ledger.header().takes.load(), 2u);
+  EXPECT_EQ(ledger.header().taken_bytes.load(), 2600u);
+  // c's process (this one) still runs: its slot is not handed out again.
+  const int d = ledger.ClaimSlotLocked(self, 0, 0);
+  EXPECT_NE(d, c);
+  ledger.Unlock();
+  ledger.Close();
+}
+
 char ProcessState(pid_t pid) {
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));

@@ -72,6 +72,7 @@ struct ProcessRow {
   uint32_t pid;
   int32_t slot;  // -1: no ledger
   uint64_t bytes[kOwnerCount];
+  uint64_t reserved;  // node budget reserved; 0 without a ledger slot
   uint64_t budget;
   uint64_t counters[5];  // grants, denials, fallbacks, evictions, evicted bytes
 };
@@ -104,6 +105,7 @@ void ForEachProcess(const Budget& budget, Fn fn) {
     row.slot = static_cast<int32_t>(i);
     for (int o = 0; o < kOwnerCount; ++o)
       row.bytes[o] = s.bytes[o].load(kRelaxed);
+    row.reserved = s.reserved.load(kRelaxed);
     row.budget = s.process_budget.load(kRelaxed);
     row.counters[0] = s.grants.load(kRelaxed);
     row.counters[1] = s.denials.load(kRelaxed);
@@ -163,6 +165,17 @@ void WriteBody(const Budget& budget, FdWriter& w) {
   const Ledger& ledger = budget.ledger();
   if (!ledger.is_open()) return;
   const LedgerHeader& h = ledger.header();
+  // Reservations are what the node budget is divided into; the part of a
+  // reservation above the pinned bytes is what the process may still pin
+  // without asking the ledger.
+  Family(w, "pinshim_reserved_bytes", "gauge",
+         "Node budget reserved by a process: its pinned bytes plus what it "
+         "may pin without taking the ledger lock.");
+  ForEachProcess(budget, [&](const ProcessRow& row) {
+    Labels(row, labels);
+    w.Printf("pinshim_reserved_bytes{%s} %llu\n", labels,
+             static_cast<unsigned long long>(row.reserved));
+  });
   Family(
       w, "pinshim_node_pinned_bytes", "gauge",
       "Host memory pinned on the node by processes in the ledger, by owner.");
@@ -183,6 +196,9 @@ void WriteBody(const Budget& budget, FdWriter& w) {
   const NodeValue values[] = {
       {"pinshim_node_budget_bytes", "gauge",
        "Pinned-memory budget of the node.", h.node_budget.load(kRelaxed)},
+      {"pinshim_node_reserved_bytes", "gauge",
+       "Node budget reserved by the processes in the ledger.",
+       h.reserved.load(kRelaxed)},
       {"pinshim_node_processes", "gauge", "Processes in the node ledger.",
        processes},
       {"pinshim_node_grants_total", "counter",
@@ -208,6 +224,9 @@ void WriteBody(const Budget& budget, FdWriter& w) {
       {"pinshim_node_reclaimed_bytes_total", "counter",
        "Pinned bytes reclaimed from dead processes.",
        h.reclaimed_bytes.load(kRelaxed)},
+      {"pinshim_node_reservation_takes_total", "counter",
+       "Times a process took back another's unused reservation.",
+       h.takes.load(kRelaxed)},
   };
   for (const NodeValue& v : values) {
     Family(w, v.name, v.type, v.help);

@@ -169,6 +169,10 @@ TEST(MetricsTest, NodeLedgerShowsEveryProcessAndTheNode) {
   EXPECT_EQ(e.values.at("pinshim_node_pinned_bytes{owner=\"pinshim_pool\"}"),
             3 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_node_budget_bytes"), 10 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_reserved_bytes{" + la + "}"), 6 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_reserved_bytes{" + lb + "}"), 3 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_node_reserved_bytes"), 9 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_node_reservation_takes_total"), 0u);
   EXPECT_EQ(e.values.at("pinshim_node_processes"), 2u);
   EXPECT_EQ(e.values.at("pinshim_node_grants_total"), 2u);
   EXPECT_EQ(e.values.at("pinshim_node_denials_total"), 1u);
