@@ -174,7 +174,7 @@ TEST(StatusCommandTest, JsonHasExactNumbers) {
   for (const std::string& want : {
            std::string("\"exists\":true"),
            std::string("\"shared\":false"),
-           std::string("\"layout_version\":1"),
+           std::string("\"layout_version\":2"),
            std::string("\"reclaimed_now\":{\"processes\":1,\"bytes\":1000}"),
            std::string("\"node_budget_bytes\":10485760"),
            std::string("\"pinned_bytes\":12345"),

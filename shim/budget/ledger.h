@@ -78,7 +78,7 @@ constexpr uint64_t kLedgerMagic =
 // The layout is named by the version and by the sizes in LedgerPrefix
 // together: a ledger whose slot or file size differs is refused as surely as
 // one of another version.
-constexpr uint32_t kLedgerVersion = 1;
+constexpr uint32_t kLedgerVersion = 2;  // 2: per-slot reservations (192-byte slots)
 constexpr uint32_t kLedgerSlotCount = 4096;
 constexpr uint32_t kLedgerHeaderBytes = 4096;
 constexpr uint32_t kLedgerFlagShared = 1u << 0;

@@ -158,13 +158,13 @@ TEST(LedgerTest, RefusesOtherLayoutsWithOneLine) {
     const char* expect;
   } cases[] = {
       {"newer version", good, static_cast<off_t>(kLedgerFileBytes),
-       "layout version 2"},
+       "layout version 3"},
       {"bad magic", good, static_cast<off_t>(kLedgerFileBytes), "bad magic"},
       {"other slot count", good, static_cast<off_t>(kLedgerFileBytes),
        "with 8 slots"},
       {"truncated file", good, 4096, "in 4096 bytes"},
   };
-  cases[0].prefix.version = 2;
+  cases[0].prefix.version = kLedgerVersion + 1;
   cases[1].prefix.magic = 0x1234;
   cases[2].prefix.slot_count = 8;
   for (const Case& c : cases) {
