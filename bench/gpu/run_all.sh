@@ -15,7 +15,7 @@ mkdir -p "$LIBDIR/needed"
 for f in "$LIBDIR"/lib/*; do
   [ -e "$f" ] || continue
   n=$(basename "$f")
-  ldconfig -p | grep -q " $n " || ln -sf "$f" "$LIBDIR/needed/$n"
+  ldconfig -p | grep -qE "^[[:space:]]$n " || ln -sf "$f" "$LIBDIR/needed/$n"
 done
 ls "$LIBDIR/needed" > "$OUT/carried_libs.txt"
 export LD_LIBRARY_PATH="$LIBDIR/needed${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
