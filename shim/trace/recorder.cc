@@ -1,6 +1,7 @@
 #include "shim/trace/recorder.h"
 
 #include <fcntl.h>
+#include <link.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -509,6 +510,33 @@ void OnGuardedRead(void* ucontext, uintptr_t address) {
   Leave();
 }
 
+// dlopen is interposed by a tail-jumping thunk (glibc resolves a bare name
+// against the caller's RUNPATH, so pinshim cannot call it on the program's
+// behalf), which leaves no point after the load to rewrite the module map.
+// The loader's own counters say when the set of modules changed: checked
+// every sampler tick and at the end, so a map is at most one tick late, and
+// the analyzer looks a late-loaded module up in the next map.
+struct LoadCounts {
+  unsigned long long adds = 0;
+  unsigned long long subs = 0;
+};
+LoadCounts g_load_counts;
+
+int ReadLoadCounts(dl_phdr_info* info, size_t, void* data) {
+  auto* c = static_cast<LoadCounts*>(data);
+  c->adds = info->dlpi_adds;
+  c->subs = info->dlpi_subs;
+  return 1;  // the counters are the same in every entry
+}
+
+void RewriteModulesIfLoadsChanged() {
+  LoadCounts now;
+  dl_iterate_phdr(ReadLoadCounts, &now);
+  if (now.adds == g_load_counts.adds && now.subs == g_load_counts.subs) return;
+  g_load_counts = now;
+  NoteModulesChanged();
+}
+
 void* SamplerMain(void*) {
   prctl(PR_SET_NAME, "pinshim-sample", 0, 0, 0);
   uint32_t tick_ms = g.sample_ms != 0 ? g.sample_ms : 100;
@@ -525,6 +553,7 @@ void* SamplerMain(void*) {
       TakeSample(now);
       next_sample = now + uint64_t{g.sample_ms} * 1000000;
     }
+    RewriteModulesIfLoadsChanged();
     FlushIdle(now, false);
     if (g.wc_guard) WcGuardTick(now, g.wc_guard_ms, window_ms);
   }
@@ -706,6 +735,7 @@ void NoteModulesChanged() {
   int was_inside = t_inside;
   t_inside = 1;
   WriteModules();
+  dl_iterate_phdr(ReadLoadCounts, &g_load_counts);
   t_inside = was_inside;
 }
 
@@ -772,6 +802,7 @@ void RecorderBeforeExec() {
 }
 
 void StopRecorder() {
+  if (g.active.load() == 1) RewriteModulesIfLoadsChanged();
   int expected = 1;
   if (!g.active.compare_exchange_strong(expected, 2)) return;
   if (g.sampler_running) {
