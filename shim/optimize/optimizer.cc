@@ -281,7 +281,16 @@ bool Optimizer::HidesPinning(const void* p) const {
 uint64_t Optimizer::Evict(uint64_t bytes_wanted) {
   if (!active()) return 0;
   uint64_t freed = 0;
-  if (pool_on_.load()) freed += pool_.Trim(bytes_wanted);
+  if (pool_on_.load()) {
+    freed += pool_.Trim(bytes_wanted);
+    if (freed < bytes_wanted && ops_.ctx_synchronize != nullptr) {
+      // Free blocks whose last copies have not been seen to finish hold
+      // their slabs back. Evicting is the alternative to refusing the
+      // program, so it is worth waiting for the device once.
+      ops_.ctx_synchronize();
+      freed += pool_.Trim(bytes_wanted - freed);
+    }
+  }
   if (freed < bytes_wanted && arena_on_.load()) freed += arena_.Trim(bytes_wanted - freed);
   if (freed < bytes_wanted && cache_on_.load()) freed += cache_.Evict(bytes_wanted - freed);
   return freed;

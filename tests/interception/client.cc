@@ -414,6 +414,27 @@ void Hot() {
   CHECK(d.MemFree(dev));
 }
 
+// Pins, frees (optimize mode's pool keeps the memory pinned), then asks
+// for more than the budget allows next to what the pool still holds: the
+// evict policy gives the pool's idle memory back; deny refuses.
+void Evict() {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) {
+    void* p = nullptr;
+    CHECK(d.MemHostAlloc(&p, 1 << 20, 0)); g_expect.allocs++;
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) {
+    CHECK(d.MemFreeHost(p)); g_expect.frees++;
+  }
+  void* big = nullptr;
+  CUresult rc = d.MemHostAlloc(&big, 16 << 20, 0); g_expect.allocs++;
+  printf("alloc 16M after freeing 8M: %d\n", rc);
+  if (rc == CUDA_SUCCESS) {
+    CHECK(d.MemFreeHost(big)); g_expect.frees++;
+  }
+}
+
 // Reads write-combined pinned memory from the CPU (the wc-read misuse): the
 // results land in WC memory by a copy from the device, then the CPU reads them.
 void WcRead() {
@@ -470,6 +491,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "budget") == 0) {
     LoadDriver(0);
     Budget();
+  } else if (strcmp(scenario, "evict") == 0) {
+    LoadDriver(0);
+    Evict();
   } else if (strcmp(scenario, "hot") == 0) {
     LoadDriver(0);
     Hot();
