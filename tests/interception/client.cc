@@ -421,7 +421,7 @@ void Evict() {
   std::vector<void*> blocks;
   for (int i = 0; i < 8; ++i) {
     void* p = nullptr;
-    CHECK(d.MemHostAlloc(&p, 1 << 20, 0)); g_expect.allocs++;
+    CHECK(d.MemHostAlloc(&p, 4 << 20, 0)); g_expect.allocs++;
     blocks.push_back(p);
   }
   for (void* p : blocks) {
@@ -429,7 +429,7 @@ void Evict() {
   }
   void* big = nullptr;
   CUresult rc = d.MemHostAlloc(&big, 16 << 20, 0); g_expect.allocs++;
-  printf("alloc 16M after freeing 8M: %d\n", rc);
+  printf("alloc 16M after freeing 32M: %d\n", rc);
   if (rc == CUDA_SUCCESS) {
     CHECK(d.MemFreeHost(big)); g_expect.frees++;
   }
