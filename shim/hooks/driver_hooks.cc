@@ -69,7 +69,7 @@ inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
 
 // A pointer of unified addressing: pinshim's registries first (host memory
 // and the device allocations it saw), then the driver's own answer.
-void* DriverSymbol(const char* name);
+inline void* DriverSymbol(const char* name);
 
 void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
   Region r;
@@ -171,13 +171,7 @@ CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
   return s;
 }
 
-// A driver function pinshim calls for itself, straight from libcuda (never
-// through a wrapper). Null when the driver has no such symbol.
-void* DriverSymbol(const char* name) {
-  void* lib = nullptr;
-  if (g_real.dlopen != nullptr) lib = g_real.dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  return lib != nullptr ? dlsym(lib, name) : nullptr;
-}
+inline void* DriverSymbol(const char* name) { return DriverLibrarySymbol(name); }
 
 // The device of the calling thread's current context, -1 when there is none
 // (recorded with each traced copy: the non-portable rule needs it).

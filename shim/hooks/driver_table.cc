@@ -93,6 +93,12 @@ void* RealLookup(const char* symbol, int version, unsigned long long flags) {
 
 uint32_t kApiCountForTrace() { return kApiCount; }
 
+void* DriverLibrarySymbol(const char* name) {
+  void* lib = LibcudaHandle();
+  RealDlsym real_dlsym = RealDlsymFn();
+  return lib != nullptr && real_dlsym != nullptr ? real_dlsym(lib, name) : nullptr;
+}
+
 const char* ApiName(ApiId api) {
   return api < kApiCount ? kDriverEntries[api].abi : "unknown";
 }

@@ -34,6 +34,10 @@ extern std::atomic<void*> g_driver_real[kApiCount] PINSHIM_HIDDEN;
 // the one libcuda.so.1 exports under the ABI name. Null when neither exists.
 void* RealDriverFunction(ApiId api) PINSHIM_HIDDEN;
 
+// A driver function for pinshim's own use, straight from the loaded
+// libcuda (never a wrapper, never loading the library). Null when absent.
+void* DriverLibrarySymbol(const char* name) PINSHIM_HIDDEN;
+
 // For dlsym: returns pinshim's wrapper for ABI symbol `name` when `found`
 // lies in the CUDA driver library; `found` otherwise.
 void* WrapDlsymResult(const char* name, void* found) PINSHIM_HIDDEN;

@@ -15,11 +15,11 @@
 #include "shim/budget/budget.h"
 #include "shim/optimize/optimizer.h"
 #include "shim/core/log.h"
+#include "shim/hooks/driver_table.h"
 #include "shim/core/stats.h"
 #include "shim/trace/recorder.h"
 
 extern char** environ;
-extern "C" void* pinshim_real_dlsym;
 extern "C" char* program_invocation_short_name;
 
 namespace pinshim {
@@ -283,14 +283,7 @@ void ResolveRealFunctions() {
 }
 
 namespace {
-void* RealDriverSymbol(const char* name, void*) {
-  using RealDlsym = void* (*)(void*, const char*);
-  void* lib = g_real.dlopen != nullptr ? g_real.dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)
-                                       : nullptr;
-  void* dlsym_fn = __atomic_load_n(&pinshim_real_dlsym, __ATOMIC_ACQUIRE);
-  if (lib == nullptr || dlsym_fn == nullptr) return nullptr;
-  return reinterpret_cast<RealDlsym>(dlsym_fn)(lib, name);
-}
+void* RealDriverSymbol(const char* name, void*) { return DriverLibrarySymbol(name); }
 }  // namespace
 
 bool EnsureOptimizerStarted() {
