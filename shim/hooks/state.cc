@@ -13,10 +13,10 @@
 #include <cstring>
 
 #include "shim/budget/budget.h"
-#include "shim/optimize/optimizer.h"
 #include "shim/core/log.h"
-#include "shim/hooks/driver_table.h"
 #include "shim/core/stats.h"
+#include "shim/hooks/driver_table.h"
+#include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 
 extern char** environ;
