@@ -60,8 +60,9 @@ void RecordRelease(const Region& r, bool is_free) {
 void RecordRemovedPart(void*, const Region& part) { RecordRelease(part, true); }
 
 void Track(void* p, size_t bytes, RegionSource source) {
-  // Allocations made inside the driver or inside pinshim are not the program's.
-  if (p == nullptr || t_depth > 0) return;
+  // Allocations made inside the driver or inside pinshim (the trace recorder
+  // included, on any thread) are not the program's.
+  if (p == nullptr || t_depth > 0 || trace::InsideRecorder()) return;
   DepthGuard guard;
   Region r;
   r.start = reinterpret_cast<uintptr_t>(p);

@@ -726,6 +726,8 @@ bool CheckWcRead(const void* src, size_t len, WcReadVia via) {
 
 void DisarmWcGuardFor(const void* ptr, size_t len) { WcGuardDisarmFor(ptr, len); }
 
+bool InsideRecorder() { return t_inside != 0; }
+
 void NotePinshimPinnedBytes(int64_t delta) {
   g.pinned_pinshim.fetch_add(delta, std::memory_order_relaxed);
 }

@@ -113,6 +113,11 @@ void RecorderBeforeExec();
 // Later records are dropped. Idempotent.
 void StopRecorder();
 
+// True while the calling thread runs recorder code (its own mmap, open and
+// write calls reach the libc hooks, which must not take them for the
+// program's).
+bool InsideRecorder();
+
 // Counters for tests and benchmarks.
 struct RecorderStats {
   uint64_t unwind_cache_hits;   // of the calling thread
