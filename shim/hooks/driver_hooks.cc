@@ -69,8 +69,6 @@ inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
 
 // A pointer of unified addressing: pinshim's registries first (host memory
 // and the device allocations it saw), then the driver's own answer.
-inline void* DriverSymbol(const char* name);
-
 void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
   Region r;
   if (g_registrations.size() != 0 && g_registrations.Lookup(p, &r)) {
@@ -91,7 +89,7 @@ void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
   static std::atomic<GetAttr> get_attr_fn{nullptr};
   GetAttr get_attr = get_attr_fn.load(std::memory_order_acquire);
   if (get_attr == nullptr) {
-    get_attr = reinterpret_cast<GetAttr>(DriverSymbol("cuPointerGetAttribute"));
+    get_attr = reinterpret_cast<GetAttr>(DriverLibrarySymbol("cuPointerGetAttribute"));
     get_attr_fn.store(get_attr, std::memory_order_release);
   }
   *kind = MemKind::kPageable;
@@ -171,8 +169,6 @@ CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
   return s;
 }
 
-inline void* DriverSymbol(const char* name) { return DriverLibrarySymbol(name); }
-
 // The device of the calling thread's current context, -1 when there is none
 // (recorded with each traced copy: the non-portable rule needs it).
 int CurrentDevice() {
@@ -180,7 +176,7 @@ int CurrentDevice() {
   static std::atomic<GetDevice> get_device{nullptr};
   GetDevice fn = get_device.load(std::memory_order_acquire);
   if (fn == nullptr) {
-    fn = reinterpret_cast<GetDevice>(DriverSymbol("cuCtxGetDevice"));
+    fn = reinterpret_cast<GetDevice>(DriverLibrarySymbol("cuCtxGetDevice"));
     if (fn == nullptr) return -1;
     get_device.store(fn, std::memory_order_release);
   }
@@ -209,6 +205,13 @@ inline void Finish(Api api, const CopyShape& s, CUresult r, bool async, CUstream
     e.result = r;
     trace::RecordCopy(e, CurrentDevice());
   }
+}
+
+// The optimize-mode engine when it is running, else null.
+inline optimize::Optimizer* ActiveOptimizer() {
+  if (PINSHIM_LIKELY(!g_optimize)) return nullptr;
+  optimize::Optimizer& opt = optimize::Optimizer::Process();
+  return opt.active() ? &opt : nullptr;
 }
 
 // Optimize mode: before a copy with a host side, the engine may pin a hot
@@ -286,9 +289,9 @@ using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
   CopyShape shape = shape_expr;                                                      \
   const uint64_t start_ns = StartTime();                                             \
   CUresult r = real_fn(__VA_ARGS__);                                                 \
-  if (g_optimize && r == CUDA_SUCCESS && optimize::Optimizer::Process().active()) {  \
-    optimize::Optimizer::Process().AfterAsyncCopyOnCachedMemory(                     \
-        stream, kDriverEntries[api].per_thread);                                     \
+  if (r == CUDA_SUCCESS && ActiveOptimizer() != nullptr) {                          \
+    ActiveOptimizer()->AfterAsyncCopyOnCachedMemory(stream,                           \
+                                                    kDriverEntries[api].per_thread); \
   }                                                                                  \
   Finish(api, shape, r, true, stream, start_ns);                                     \
   return r
@@ -625,8 +628,8 @@ CUresult cuMemFreeHost(void* p) {
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemFreeHost, Fn, p);
   const uint64_t start_ns = StartTime();
   Region reg;
-  if (g_optimize && optimize::Optimizer::Process().active()) {
-    auto& opt = optimize::Optimizer::Process();
+  if (optimize::Optimizer* optp = ActiveOptimizer()) {
+    auto& opt = *optp;
     optimize::PoolBlockInfo block;
     const bool in_pool = opt.PoolBlock(p, &block);
     CUresult freed;
@@ -665,8 +668,8 @@ CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
   const bool valid = p != nullptr && n != 0;
   const uint64_t start_ns = StartTime();
   CUresult emulated;
-  if (g_optimize && optimize::Optimizer::Process().active() &&
-      optimize::Optimizer::Process().ProgramRegister(p, n, flags, &emulated)) {
+  optimize::Optimizer* opt = ActiveOptimizer();
+  if (opt != nullptr && opt->ProgramRegister(p, n, flags, &emulated)) {
     CountPin(api, PinOp::kRegister, flags, n, emulated != CUDA_SUCCESS);
     RecordPinOp(api, PinOp::kRegister, p, n, flags, start_ns, emulated);
     return emulated;
@@ -708,8 +711,8 @@ CUresult cuMemHostUnregister(void* p) {
   const uint64_t start_ns = StartTime();
   Region reg;
   CUresult emulated;
-  if (g_optimize && optimize::Optimizer::Process().active() &&
-      optimize::Optimizer::Process().ProgramUnregister(p, &emulated)) {
+  optimize::Optimizer* opt = ActiveOptimizer();
+  if (opt != nullptr && opt->ProgramUnregister(p, &emulated)) {
     CountPin(kApi_cuMemHostUnregister, PinOp::kUnregister, 0, 0, emulated != CUDA_SUCCESS);
     RecordPinOp(kApi_cuMemHostUnregister, PinOp::kUnregister, p, 0, 0, start_ns, emulated);
     return emulated;
@@ -734,8 +737,8 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int fl
   using Fn = CUresult (*)(CUdeviceptr*, void*, unsigned int);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostGetDevicePointer_v2, Fn, out, p, flags);
   CUresult answer;
-  if (g_optimize && optimize::Optimizer::Process().active() &&
-      optimize::Optimizer::Process().HostGetDevicePointer(out, p, flags, &answer)) {
+  optimize::Optimizer* opt = ActiveOptimizer();
+  if (opt != nullptr && opt->HostGetDevicePointer(out, p, flags, &answer)) {
     return answer;
   }
   return real_fn(out, p, flags);
@@ -745,8 +748,8 @@ CUresult cuMemHostGetFlags(unsigned int* out, void* p) {
   using Fn = CUresult (*)(unsigned int*, void*);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemHostGetFlags, Fn, out, p);
   CUresult answer;
-  if (g_optimize && optimize::Optimizer::Process().active() &&
-      optimize::Optimizer::Process().HostGetFlags(out, p, &answer)) {
+  optimize::Optimizer* opt = ActiveOptimizer();
+  if (opt != nullptr && opt->HostGetFlags(out, p, &answer)) {
     return answer;
   }
   return real_fn(out, p);
