@@ -32,6 +32,11 @@ struct Region {
   uint64_t site = 0;    // call-site id where known, 0 otherwise
 };
 
+// Region::flags bit of a pageable malloc-family allocation made at a hot
+// site (optimize mode) that the arena could not serve: the registration
+// cache pins it at its first copy instead of waiting for reuse.
+constexpr uint32_t kRegionFromHotSite = 1u << 31;
+
 enum RegionSource : uint8_t {
   kSourceMalloc = 0,
   kSourceMmap = 1,

@@ -59,7 +59,7 @@ void RecordRelease(const Region& r, bool is_free) {
 
 void RecordRemovedPart(void*, const Region& part) { RecordRelease(part, true); }
 
-void Track(void* p, size_t bytes, RegionSource source) {
+void Track(void* p, size_t bytes, RegionSource source, uint64_t site = 0, uint32_t flags = 0) {
   // Allocations made inside the driver or inside pinshim (the trace recorder
   // included, on any thread) are not the program's.
   if (p == nullptr || t_depth > 0 || trace::InsideRecorder()) return;
@@ -70,6 +70,8 @@ void Track(void* p, size_t bytes, RegionSource source) {
   r.id = NextAllocId();
   r.kind = MemKind::kPageable;
   r.source = source;
+  r.site = site;
+  r.flags = flags;
   if (source == kSourceMalloc) WidenTrackedSpan(r.start, r.start + bytes);
   if (g_allocations.Insert(r) && source == kSourceMalloc) {
     g_tracked_mallocs.fetch_add(1, std::memory_order_relaxed);
@@ -110,8 +112,65 @@ inline bool MaybeTracked(void* p) {
          g_real.malloc_usable_size(p) >= g_track_threshold;
 }
 
-inline void TrackIfLarge(void* p, size_t bytes) {
-  if (PINSHIM_UNLIKELY(bytes >= g_track_threshold)) Track(p, bytes, kSourceMalloc);
+// --- optimize mode: hot allocation sites come from the host arena --------
+
+inline optimize::HostArena& Arena() { return optimize::Optimizer::Process().arena(); }
+
+// Whether p is arena memory (then glibc must never see it). Two loads and
+// two comparisons when redirection is on; one load otherwise.
+inline bool InArena(const void* p) {
+  return PINSHIM_UNLIKELY(g_redirect_sites) && Arena().Owns(p);
+}
+
+// A large malloc-family request in optimize mode. Captures the allocation
+// site; when the site is hot, serves the request from the arena (align: 0
+// for malloc's 16 bytes; zero: calloc). Returns the memory, tracked, or
+// null: the caller serves it from the real allocator and tracks it with
+// *site and *flags.
+void* AllocateAtSite(size_t n, size_t align, bool zero, uint64_t* site, uint32_t* flags) {
+  *site = 0;
+  *flags = 0;
+  if (t_depth > 0 || trace::InsideRecorder()) return nullptr;
+  void* p = nullptr;
+  {
+    DepthGuard guard;
+    optimize::SiteFrames frames;
+    optimize::CaptureSite(&frames);
+    if (frames.n == 0) return nullptr;
+    *site = optimize::SiteKey(frames);
+    optimize::Optimizer& opt = optimize::Optimizer::Process();
+    if (!opt.hot_sites().IsHot(*site, frames)) return nullptr;
+    if (opt.arena_on()) {
+      p = align != 0 ? Arena().Memalign(align, n) : zero ? Arena().Calloc(1, n) : Arena().Malloc(n);
+    }
+    // Not served (no context yet, the cap): pinned in place at first copy.
+    if (p == nullptr) *flags = kRegionFromHotSite;
+  }
+  if (p != nullptr) Track(p, n, kSourceMalloc, *site);
+  return p;
+}
+
+// The large-request path shared by the allocation hooks: arena for a hot
+// site, else real_alloc(), tracked.
+template <typename RealAlloc>
+inline void* AllocateLarge(size_t n, size_t align, bool zero, RealAlloc real_alloc) {
+  uint64_t site = 0;
+  uint32_t flags = 0;
+  if (g_redirect_sites) {
+    if (void* p = AllocateAtSite(n, align, zero, &site, &flags)) return p;
+  }
+  void* p = real_alloc();
+  if (p != nullptr) Track(p, n, kSourceMalloc, site, flags);
+  return p;
+}
+
+inline bool PowerOfTwo(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+void FreeArenaBlock(void* p) {
+  Region r;
+  Untrack(p, &r);
+  DepthGuard guard;
+  Arena().Free(p);
 }
 
 }  // namespace
@@ -123,26 +182,32 @@ extern "C" {
 
 void* malloc(size_t n) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return BootstrapAlloc(n);
-  void* p = g_real.malloc(n);
-  TrackIfLarge(p, n);
-  return p;
+  if (PINSHIM_UNLIKELY(n >= g_track_threshold)) {
+    return AllocateLarge(n, 0, false, [n] { return g_real.malloc(n); });
+  }
+  return g_real.malloc(n);
 }
 
 void* calloc(size_t count, size_t size) {
+  size_t total;
   if (PINSHIM_UNLIKELY(!EnsureReal())) {
-    size_t total;
     if (__builtin_mul_overflow(count, size, &total)) return nullptr;
     return BootstrapAlloc(total);  // the static pool starts zeroed
   }
-  void* p = g_real.calloc(count, size);
-  size_t total;
-  if (p != nullptr && !__builtin_mul_overflow(count, size, &total)) TrackIfLarge(p, total);
-  return p;
+  if (PINSHIM_UNLIKELY(!__builtin_mul_overflow(count, size, &total) &&
+                       total >= g_track_threshold)) {
+    return AllocateLarge(total, 0, true, [count, size] { return g_real.calloc(count, size); });
+  }
+  return g_real.calloc(count, size);
 }
 
 void free(void* p) {
   if (p == nullptr || InBootstrapPool(p)) return;
   if (PINSHIM_UNLIKELY(!EnsureReal())) return;  // cannot happen for a real pointer
+  if (InArena(p)) {
+    FreeArenaBlock(p);
+    return;
+  }
   if (PINSHIM_UNLIKELY(MaybeTracked(p))) {
     Region r;
     if (Untrack(p, &r)) ReleasePinning(p, r.bytes);
@@ -160,16 +225,35 @@ void* realloc(void* p, size_t n) {
     return q;
   }
   if (PINSHIM_UNLIKELY(!EnsureReal())) return BootstrapAlloc(n);
+  if (InArena(p)) {
+    // Stays in the arena when it can (malloc's semantics, content kept);
+    // otherwise moves to the real allocator.
+    Region old;
+    const bool had = Untrack(p, &old);
+    void* q;
+    {
+      DepthGuard guard;
+      q = Arena().Realloc(p, n, g_real.malloc);
+    }
+    if (q == nullptr) {
+      if (had && n != 0) Track(p, old.bytes, kSourceMalloc, old.site);  // failed: p intact
+      return q;
+    }
+    if (n >= g_track_threshold) Track(q, n, kSourceMalloc, had ? old.site : 0);
+    return q;
+  }
   Region old;
   bool had = p != nullptr && MaybeTracked(p) && Untrack(p, &old);
   if (had) ReleasePinning(p, old.bytes);
   void* q = g_real.realloc(p, n);
   if (q == nullptr) {
     // Failed (or n == 0 and p freed): on failure the old block is intact.
-    if (had && n != 0) Track(p, old.bytes, kSourceMalloc);
+    if (had && n != 0) Track(p, old.bytes, kSourceMalloc, old.site, old.flags);
     return q;
   }
-  TrackIfLarge(q, n);
+  if (PINSHIM_UNLIKELY(n >= g_track_threshold)) {
+    Track(q, n, kSourceMalloc, had ? old.site : 0, had ? old.flags : 0);
+  }
   return q;
 }
 
@@ -178,42 +262,61 @@ int posix_memalign(void** out, size_t align, size_t n) {
     *out = BootstrapAlloc(n);  // 16-byte aligned; early callers ask no more
     return *out ? 0 : ENOMEM;
   }
-  int r = g_real.posix_memalign(out, align, n);
-  if (r == 0) TrackIfLarge(*out, n);
-  return r;
+  // A bad alignment gets the real function's EINVAL.
+  if (PINSHIM_UNLIKELY(n >= g_track_threshold) && PowerOfTwo(align) &&
+      align % sizeof(void*) == 0) {
+    int r = 0;
+    void* p = AllocateLarge(n, align, false, [&] {
+      void* q = nullptr;
+      r = g_real.posix_memalign(&q, align, n);
+      return r == 0 ? q : nullptr;
+    });
+    if (p != nullptr) *out = p;
+    return p != nullptr ? 0 : (r != 0 ? r : ENOMEM);
+  }
+  return g_real.posix_memalign(out, align, n);
 }
 
 void* aligned_alloc(size_t align, size_t n) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return BootstrapAlloc(n);
-  void* p = g_real.aligned_alloc(align, n);
-  TrackIfLarge(p, n);
-  return p;
+  if (PINSHIM_UNLIKELY(n >= g_track_threshold) && PowerOfTwo(align)) {
+    return AllocateLarge(n, align, false, [align, n] { return g_real.aligned_alloc(align, n); });
+  }
+  return g_real.aligned_alloc(align, n);
 }
 
 void* memalign(size_t align, size_t n) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return BootstrapAlloc(n);
-  void* p = g_real.memalign(align, n);
-  TrackIfLarge(p, n);
-  return p;
+  if (PINSHIM_UNLIKELY(n >= g_track_threshold) && PowerOfTwo(align)) {
+    return AllocateLarge(n, align, false, [align, n] { return g_real.memalign(align, n); });
+  }
+  return g_real.memalign(align, n);
 }
 
 void* valloc(size_t n) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return nullptr;
-  void* p = g_real.valloc(n);
-  TrackIfLarge(p, n);
-  return p;
+  if (PINSHIM_UNLIKELY(n >= g_track_threshold)) {
+    const size_t page = static_cast<size_t>(getpagesize());
+    return AllocateLarge(n, page, false, [n] { return g_real.valloc(n); });
+  }
+  return g_real.valloc(n);
 }
 
 void* pvalloc(size_t n) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return nullptr;
-  void* p = g_real.pvalloc(n);
-  TrackIfLarge(p, n);
-  return p;
+  const size_t page = static_cast<size_t>(getpagesize());
+  // pvalloc rounds the size up to whole pages (and 0 to one page).
+  const size_t rounded = n == 0 ? page : (n + page - 1) / page * page;
+  if (PINSHIM_UNLIKELY(rounded >= g_track_threshold && rounded >= n)) {
+    return AllocateLarge(rounded, page, false, [n] { return g_real.pvalloc(n); });
+  }
+  return g_real.pvalloc(n);
 }
 
 size_t malloc_usable_size(void* p) {
   if (p != nullptr && InBootstrapPool(p)) return BootstrapSize(p);
   if (PINSHIM_UNLIKELY(!EnsureReal())) return 0;
+  if (InArena(p)) return Arena().UsableSize(p);
   return g_real.malloc_usable_size(p);
 }
 

@@ -34,6 +34,7 @@ uint64_t g_track_threshold = UINT64_MAX;
 std::atomic<bool> g_cuda_seen{false};
 bool g_enforce = false;
 bool g_optimize = false;
+bool g_redirect_sites = false;
 Registry g_allocations;
 Registry g_registrations;
 std::atomic<uint64_t> g_tracked_mallocs{0};
@@ -75,6 +76,32 @@ void AtForkChild() {
   StartMetricsThread();
 }
 
+// Optimize mode's line of the summary: what pinshim pinned and reused.
+void WriteOptimizeSummary(int fd) {
+  if (!g_optimize || !optimize::Optimizer::Process().active()) return;
+  const optimize::OptimizeCounters c = optimize::Optimizer::Process().Counters();
+  char line[512];
+  int n = snprintf(line, sizeof(line),
+                   "pinshim: optimize pinned_peak=%llu pool_hits=%llu pool_misses=%llu "
+                   "cache_registrations=%llu cache_hits=%llu arena_allocs=%llu hot_sites=%llu "
+                   "profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu\n",
+                   (unsigned long long)c.pinned_bytes_peak, (unsigned long long)c.pool.hits,
+                   (unsigned long long)c.pool.misses, (unsigned long long)c.cache.registrations,
+                   (unsigned long long)c.cache.hits, (unsigned long long)c.arena.allocs,
+                   (unsigned long long)c.hot_sites, (unsigned long long)c.hot_sites_from_profile,
+                   (unsigned long long)c.saved_copy_ns, (unsigned long long)c.saved_alloc_ns);
+  if (n <= 0) return;
+  size_t left = static_cast<size_t>(n) < sizeof(line) ? static_cast<size_t>(n) : sizeof(line) - 1;
+  const char* p = line;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+}
+
 void WriteSummaryAtExit() {
   if (g_config.summary == SummaryTarget::kNone || !g_cuda_seen.load()) return;
   char mode[64];
@@ -82,6 +109,7 @@ void WriteSummaryAtExit() {
   const char* program = program_invocation_short_name ? program_invocation_short_name : "?";
   if (g_config.summary == SummaryTarget::kStderr) {
     WriteSummary(STDERR_FILENO, getpid(), program, mode, ApiName);
+    WriteOptimizeSummary(STDERR_FILENO);
     return;
   }
   char path[kConfigPathMax];
@@ -95,6 +123,7 @@ void WriteSummaryAtExit() {
     return;
   }
   WriteSummary(fd, getpid(), program, mode, ApiName);
+  WriteOptimizeSummary(fd);
   close(fd);
 }
 
@@ -158,9 +187,9 @@ void StartOptimizing() {
   options.registrations = &g_registrations;
   options.next_alloc_id = &NextAllocId;
   options.pin_cap_bytes = g_config.pin_cap_bytes;
-  // Redirecting hot allocation sites into the arena needs site selection,
-  // which is not built yet: the pool and the registration cache run.
-  options.enable_arena = false;
+  options.enable_arena = true;
+  optimize::InitSiteCapture();
+  g_redirect_sites = true;
   if (g_enforce) {
     options.pin_hooks.charge = ChargeOwnPinning;
     options.pin_hooks.release = ReleaseOwnPinning;

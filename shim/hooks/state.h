@@ -69,6 +69,9 @@ void DropTraceIfNoCuda() PINSHIM_HIDDEN;
 extern bool g_enforce PINSHIM_HIDDEN;
 // Optimize mode configured (the engine starts once the driver is in use).
 extern bool g_optimize PINSHIM_HIDDEN;
+// Optimize mode redirects hot allocation sites into the host arena (set
+// once at start, before the program runs).
+extern bool g_redirect_sites PINSHIM_HIDDEN;
 
 // Starts optimize mode's engine with the real driver functions, once the
 // program has used the driver (idempotent; false while it cannot start).

@@ -24,6 +24,8 @@ uint64_t EvictCache(void* arg, uint64_t want) {
   return static_cast<RegistrationCache*>(arg)->Evict(want);
 }
 
+void MarkSiteHot(void* arg, uint64_t site) { static_cast<HotSites*>(arg)->MarkHot(site); }
+
 }  // namespace
 
 Optimizer& Optimizer::Process() { return g_optimizer; }
@@ -67,6 +69,8 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
     if (options_.enable_cache) {
       CacheOptions co = options_.cache;
       co.registrations = options_.registrations;
+      co.on_registered = &MarkSiteHot;
+      co.on_registered_arg = &hot_sites_;
       cache_on_.store(cache_.Init(&ops_, &fences_, &account_, co));
     }
     // Idle pool slabs and arena extents go first: nobody is using them.
@@ -356,6 +360,8 @@ OptimizeCounters Optimizer::Counters() const {
   c.fence_waits = fences_.waits();
   c.saved_copy_ns = c.cache.saved_ns + saved_arena_ns_.load();
   c.saved_alloc_ns = c.pool.saved_ns;
+  c.hot_sites = hot_sites_.hot_sites();
+  c.hot_sites_from_profile = hot_sites_.from_profile();
   return c;
 }
 

@@ -39,6 +39,7 @@
 #include "shim/optimize/driver_ops.h"
 #include "shim/optimize/fences.h"
 #include "shim/optimize/host_arena.h"
+#include "shim/optimize/hot_sites.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/pin_account.h"
 #include "shim/optimize/pinned_pool.h"
@@ -93,6 +94,8 @@ struct OptimizeCounters {
   // skipped cudaHostAlloc + cudaFreeHost.
   uint64_t saved_copy_ns;
   uint64_t saved_alloc_ns;
+  uint64_t hot_sites;               // allocation sites redirected into the arena
+  uint64_t hot_sites_from_profile;  // of those, listed by the profile
 };
 
 class Optimizer {
@@ -135,8 +138,10 @@ class Optimizer {
   void OnRelease(const void* start, uint64_t bytes) {
     if (cache_.MaybeCached()) cache_.OnRelease(start, bytes);
   }
-  // Redirected allocation sites: the arena (null: use the real allocator).
+  // Redirected allocation sites: the arena, and which sites go there.
   HostArena& arena() { return arena_; }
+  bool arena_on() const { return arena_on_.load(std::memory_order_acquire); }
+  HotSites& hot_sites() { return hot_sites_; }
 
   // --- the program's pinned-memory calls --------------------------------
   // cuMemHostAlloc / cuMemAllocHost (flags 0): true when handled (the
@@ -202,6 +207,7 @@ class Optimizer {
   PinnedPool pool_;
   RegistrationCache cache_;
   HostArena arena_;
+  HotSites hot_sites_;
   mutable Mutex emulated_mu_;
   EmulatedRegistration* emulated_ = nullptr;  // kMaxEmulated
   std::atomic<uint64_t> pool_async_notes_{0}, arena_copies_{0}, arena_async_waits_{0};

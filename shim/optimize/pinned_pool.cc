@@ -17,6 +17,7 @@ enum BlockState : uint8_t {
   kBlockLive = 1,     // the program's
   kBlockFreeing = 2,  // between the program's free and the list
   kBlockGone = 3,     // its slab is being given back
+  kBlockBatched = 4,  // freed; on a batch list until the batch's fence completed
 };
 
 enum SlabState : uint8_t {
@@ -123,6 +124,12 @@ bool PinnedPool::Init(const DriverOps* ops, FenceManager* fences, PinAccount* ac
     subs_ = static_cast<SubPool*>(InternalAlloc(sizeof(SubPool) * kMaxSubPools));
     if (subs_ == nullptr) return false;
   }
+  if (batches_ == nullptr) {
+    batches_ = static_cast<Batch*>(InternalAlloc(sizeof(Batch) * kMaxBatches));
+    if (batches_ == nullptr) return false;
+    memset(static_cast<void*>(batches_), 0, sizeof(Batch) * kMaxBatches);
+  }
+  if (options_.free_batch_blocks == 0) options_.free_batch_blocks = 1;
   ops_ = ops;
   fences_ = fences;
   account_ = account;
@@ -335,6 +342,7 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
     Candidate cands[kMaxCandidates];
     int ncands = 0;
     bool over = false;
+    bool batched = false;
     {
       MutexLock lock(&mu_);
       sub = FindSubPoolLocked(flags, ctx, true);
@@ -346,18 +354,28 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
                           ? options_.next_alloc_id()
                           : next_id_.fetch_add(1, std::memory_order_relaxed);
       }
-      over = fenced_bytes_ >= options_.max_fenced_bytes;
+      batched = HasBatchesLocked();
+      over = fenced_bytes_ + batched_bytes_ >= options_.max_fenced_bytes;
     }
-    if (b != nullptr || ncands == 0) break;
-    // Only fenced blocks are free. Fences usually complete within
-    // microseconds: poll a little before paying for a new slab, and past
-    // max_fenced_bytes wait rather than grow without bound.
+    if (b != nullptr || (ncands == 0 && !batched)) break;
+    // Only fenced (or batched) blocks are free. Fences usually complete
+    // within microseconds: poll a little before paying for a new slab, and
+    // past max_fenced_bytes wait rather than grow without bound.
     if (round >= 3) {
       if (!over) break;
       fence_waits_.fetch_add(1, std::memory_order_relaxed);
-      fences_->Wait(cands[0].fence);
+      if (batched) {
+        SealBatch();
+        ReapBatches(true);
+      } else {
+        fences_->Wait(cands[0].fence);
+      }
     } else if (round >= 1) {
       Backoff();
+    }
+    if (batched) {
+      if (round == 0) SealBatch();
+      ReapBatches(false);
     }
     ApplyCompletions(cands, ncands);
   }
@@ -478,27 +496,149 @@ bool PinnedPool::Free(void* p, CUresult* result) {
     *result = r;
     return true;
   }
-  Fence f;
-  const bool fenced = options_.fence_on_free && fences_->Record(nullptr, &f);
-  Fence superseded, must_wait;
-  {
-    MutexLock lock(&mu_);
-    if (fenced) b->fences.Add(f, &superseded, &must_wait);
-    b->state = kBlockFree;
-    if (!b->fences.empty()) fenced_bytes_ += b->bytes;
-    if (s->sub != nullptr) {
-      ListPush(s->dedicated ? &s->sub->large : &s->sub->free[s->cls], b);
+  if (options_.fence_on_free) {
+    // Into the open batch; its shared fence is recorded once it is full.
+    bool seal;
+    {
+      MutexLock lock(&mu_);
+      b->state = kBlockBatched;
+      ListPush(&open_.blocks, b);
+      open_.bytes += b->bytes;
+      ++open_count_;
+      batched_bytes_ += b->bytes;
+      seal = open_count_ >= options_.free_batch_blocks || open_.bytes >= options_.free_batch_bytes;
     }
-    if (--s->nlive == 0) s->idle_since_ns = Now();
-  }
-  fences_->Recycle(superseded);
-  if (must_wait.id != 0) {
-    fences_->Wait(must_wait);
-    fences_->Recycle(must_wait);
+    batched_blocks_.fetch_add(1, std::memory_order_relaxed);
+    if (seal) SealBatch();
+  } else {
+    MutexLock lock(&mu_);
+    BlockList one = {b, b};
+    b->prev = b->next = nullptr;
+    ReleaseBatchBlocksLocked(&one, Now());
   }
   *result = CUDA_SUCCESS;
   MaybeTrimIdle();
   return true;
+}
+
+int PinnedPool::ReleaseBatchBlocksLocked(BlockList* blocks, uint64_t freed_ns) {
+  int n = 0;
+  Block* next;
+  for (Block* b = blocks->head; b != nullptr; b = next) {
+    next = b->next;
+    Slab* s = b->slab;
+    b->state = kBlockFree;
+    if (!b->fences.empty()) fenced_bytes_ += b->bytes;
+    if (s->sub != nullptr) {
+      ListPush(s->dedicated ? &s->sub->large : &s->sub->free[s->cls], b);
+    } else {
+      b->prev = b->next = nullptr;
+    }
+    if (--s->nlive == 0) s->idle_since_ns = freed_ns;
+    ++n;
+  }
+  blocks->head = blocks->tail = nullptr;
+  return n;
+}
+
+void PinnedPool::SealBatch() {
+  // At most kMaxBatches fences are outstanding: make room first.
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (open_.blocks.head == nullptr) return;
+      if (nbatches_ < kMaxBatches) break;
+    }
+    ReapBatches(true);
+  }
+  // The blocks are taken before the fence is recorded, so every one of
+  // them was freed before the work the fence covers was queued.
+  Batch taken;
+  {
+    MutexLock lock(&mu_);
+    taken = open_;
+    open_ = Batch{};
+    open_count_ = 0;
+  }
+  if (taken.blocks.head == nullptr) return;
+  taken.sealed_ns = Now();
+  Fence f;
+  const bool recorded = fences_->Record(nullptr, &f);
+  free_batches_.fetch_add(1, std::memory_order_relaxed);
+  bool stored = false;
+  if (recorded) {
+    MutexLock lock(&mu_);
+    for (int i = 0; i < kMaxBatches; ++i) {
+      if (batches_[i].fence.id != 0) continue;
+      batches_[i] = taken;
+      batches_[i].fence = f;
+      ++nbatches_;
+      stored = true;
+      break;
+    }
+  }
+  if (!stored) {
+    // Not recorded: Record waited for the device instead. No room (another
+    // thread filled it meanwhile): wait here.
+    if (recorded) {
+      fences_->Wait(f);
+      fences_->Recycle(f);
+    }
+    int n;
+    {
+      MutexLock lock(&mu_);
+      batched_bytes_ -= taken.bytes;
+      n = ReleaseBatchBlocksLocked(&taken.blocks, taken.sealed_ns);
+    }
+    batched_blocks_.fetch_sub(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  }
+}
+
+int PinnedPool::ReapBatches(bool wait) {
+  Fence fs[kMaxBatches];
+  int n = 0;
+  {
+    MutexLock lock(&mu_);
+    if (nbatches_ == 0) return 0;
+    for (int i = 0; i < kMaxBatches; ++i) {
+      if (batches_[i].fence.id != 0) fs[n++] = batches_[i].fence;
+    }
+  }
+  // Oldest first (ids grow with time); fences on one stream complete in
+  // order, so the first one still pending ends the queries.
+  for (int i = 1; i < n; ++i) {
+    Fence f = fs[i];
+    int j = i;
+    for (; j > 0 && fs[j - 1].id > f.id; --j) fs[j] = fs[j - 1];
+    fs[j] = f;
+  }
+  int done = 0;
+  if (wait && n > 0) {
+    fences_->Wait(fs[0]);
+    done = 1;
+  }
+  while (done < n && fences_->IsDone(fs[done])) ++done;
+  int released = 0;
+  int recycled = 0;
+  Fence to_recycle[kMaxBatches];
+  {
+    MutexLock lock(&mu_);
+    for (int k = 0; k < done; ++k) {
+      for (int i = 0; i < kMaxBatches; ++i) {
+        Batch& bt = batches_[i];
+        if (bt.fence.id != fs[k].id) continue;
+        batched_bytes_ -= bt.bytes;
+        released += ReleaseBatchBlocksLocked(&bt.blocks, bt.sealed_ns);
+        to_recycle[recycled++] = bt.fence;
+        bt = Batch{};
+        --nbatches_;
+        break;
+      }
+    }
+  }
+  batched_blocks_.fetch_sub(static_cast<uint64_t>(released), std::memory_order_relaxed);
+  for (int i = 0; i < recycled; ++i) fences_->Recycle(to_recycle[i]);
+  return released;
 }
 
 void PinnedPool::NoteAsyncUse(const void* p, CUstream stream) {
@@ -579,6 +719,20 @@ CUresult PinnedPool::GetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int f
 
 uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
   if (!active()) return 0;
+  // Freed blocks waiting in batches keep their slabs busy: settle them
+  // (an eviction waits for their fences; the idle trim only asks).
+  SealBatch();
+  if (idle_only) {
+    ReapBatches(false);
+  } else {
+    for (;;) {
+      {
+        MutexLock lock(&mu_);
+        if (nbatches_ == 0) break;
+      }
+      ReapBatches(true);
+    }
+  }
   uint64_t freed = 0;
   const uint64_t now = Now();
   // Each round gives back the clean slabs and asks the driver about the
@@ -659,6 +813,23 @@ void PinnedPool::OnContextDestroyed(CUcontext ctx) {
   Slab* victims = nullptr;
   {
     MutexLock lock(&mu_);
+    // Blocks of the context's slabs leave the batches with their slabs.
+    auto drop_from = [&](Batch* bt, uint32_t* count) {
+      Block* nb;
+      for (Block* b = bt->blocks.head; b != nullptr; b = nb) {
+        nb = b->next;
+        if (b->slab->sub == nullptr || b->slab->sub->ctx != ctx) continue;
+        ListRemove(&bt->blocks, b);
+        bt->bytes -= b->bytes;
+        batched_bytes_ -= b->bytes;
+        if (count != nullptr) --*count;
+        batched_blocks_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    };
+    drop_from(&open_, &open_count_);
+    for (int i = 0; i < kMaxBatches; ++i) {
+      if (batches_[i].fence.id != 0) drop_from(&batches_[i], nullptr);
+    }
     for (int i = 0; i < kMaxSubPools; ++i) {
       SubPool& sub = subs_[i];
       if (!sub.used || sub.ctx != ctx) continue;
@@ -731,6 +902,8 @@ PoolStats PinnedPool::Stats() const {
   s.invalid_frees = invalid_frees_.load();
   s.saved_ns = saved_ns_.load();
   s.fence_waits = fence_waits_.load();
+  s.free_batches = free_batches_.load();
+  s.batched_blocks = batched_blocks_.load();
   return s;
 }
 

@@ -17,12 +17,20 @@
 //
 // Stream-ordered reuse (invariant 4): the copy hooks call NoteAsyncUse for
 // every asynchronous copy that touched a block, which records a fence on
-// that stream; Free also records one on the legacy stream (fence_on_free),
-// which covers kernels that read mapped memory directly, as the driver's own
-// synchronizing cuMemFreeHost would. A freed block is handed out again only
-// after all its fences completed (cuEventQuery), never earlier. When only
-// fenced blocks are free, an allocation polls them briefly, then grows the
-// pool, or, once max_fenced_bytes are held back, waits for the oldest fence.
+// that stream. Freed blocks are also covered by a fence on the legacy stream
+// (fence_on_free), which covers kernels that read mapped memory directly, as
+// the driver's own synchronizing cuMemFreeHost would. That fence is shared:
+// freed blocks wait in an open batch, and one fence, recorded after the last
+// of them was freed, covers the whole batch once it holds free_batch_blocks
+// blocks or free_batch_bytes bytes (or an allocation finds nothing else to
+// reuse, or the sampler's idle trim runs). Recording a fence costs about as
+// much as the rest of an allocation and free together; sharing it is what
+// keeps a pair in the hundreds of nanoseconds. A fence recorded later than
+// a free covers at least the work queued before that free, so sharing never
+// weakens the guarantee. A freed block is handed out again only after all
+// its fences completed (cuEventQuery), never earlier. When only fenced
+// blocks are free, an allocation polls them briefly, then grows the pool,
+// or, once max_fenced_bytes are held back, waits for the oldest fence.
 //
 // Answers for the program: GetFlags and GetDevicePointer ask the driver about
 // the block's slab (allocated with the same flags) and add the block's
@@ -58,6 +66,9 @@ struct PoolOptions {
   uint32_t max_blocks_per_slab = 64;                // at most kMaxBlocksPerSlab
   uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // 0: only on request
   bool fence_on_free = true;
+  // One free-time fence covers a batch of at most this many blocks / bytes.
+  uint32_t free_batch_blocks = 64;
+  uint64_t free_batch_bytes = uint64_t{8} << 20;
   // Free blocks held back only by pending fences may add up to this much;
   // beyond it an allocation that finds no ready block waits for the oldest
   // fence instead of growing the pool (the driver's own cuMemFreeHost would
@@ -97,6 +108,8 @@ struct PoolStats {
   uint64_t live_block_bytes;
   uint64_t invalid_frees;     // frees the pool answered with an error
   uint64_t saved_ns;          // cudaHostAlloc + cudaFreeHost time hits skipped (cost model)
+  uint64_t free_batches;      // free-time fences recorded (each covers a batch of frees)
+  uint64_t batched_blocks;    // freed blocks waiting for their batch's fence now
 };
 
 class PinnedPool {
@@ -143,6 +156,8 @@ class PinnedPool {
 
   // Gives idle slabs back to the driver until about bytes_wanted are freed;
   // returns the bytes freed. Never touches a block with a pending fence.
+  // First waits for the shared fences of batched frees (recording one for
+  // the open batch), so their blocks are free again, even for 0 bytes.
   uint64_t Trim(uint64_t bytes_wanted);
 
   // Gives back the slabs idle for longer than idle_trim_ns.
@@ -178,6 +193,14 @@ class PinnedPool {
     Fence fence;
   };
   static constexpr int kMaxCandidates = 16;
+  static constexpr int kMaxBatches = 64;
+  // Freed blocks sharing one free-time fence.
+  struct Batch {
+    Fence fence;   // id 0: the slot is unused
+    BlockList blocks;
+    uint64_t bytes;
+    uint64_t sealed_ns;  // when the fence was recorded: the blocks were free by then
+  };
 
   uint64_t Now() const;
   SubPool* FindSubPoolLocked(unsigned int flags, CUcontext ctx, bool create);
@@ -192,6 +215,15 @@ class PinnedPool {
   void FinishAllocation(Block* b, uint64_t requested, unsigned int flags);
   void ReleaseSlabMemory(Slab* s);
   uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only);
+  // Records the shared fence for the open batch (no-op when it is empty).
+  void SealBatch();
+  // Hands the blocks of completed batches back to the free lists; with
+  // wait, first waits for the oldest batch. Returns blocks handed back.
+  int ReapBatches(bool wait);
+  // Puts batched blocks on their free lists; a slab left without live
+  // blocks counts as idle since freed_ns. Returns how many.
+  int ReleaseBatchBlocksLocked(BlockList* blocks, uint64_t freed_ns);
+  bool HasBatchesLocked() const { return open_.blocks.head != nullptr || nbatches_ != 0; }
   void MaybeTrimIdle();
   Block* BlockAtLocked(const void* p, Slab** slab) const;
   static void ListPush(BlockList* l, Block* b);
@@ -209,6 +241,12 @@ class PinnedPool {
   SubPool* subs_ = nullptr;  // kMaxSubPools, guarded by mu_
   Slab* spare_slabs_ = nullptr;
   uint64_t fenced_bytes_ = 0;  // free blocks that still carry fences; guarded by mu_
+  Batch open_ = {};            // freed, no fence yet; guarded by mu_
+  uint32_t open_count_ = 0;
+  Batch* batches_ = nullptr;   // kMaxBatches sealed batches; guarded by mu_
+  int nbatches_ = 0;
+  uint64_t batched_bytes_ = 0;  // open and sealed batches; guarded by mu_
+  std::atomic<uint64_t> free_batches_{0}, batched_blocks_{0};
   Registry slabs_;           // slab ranges, id = Slab*; lock-free lookups
 
   std::atomic<uint64_t> next_id_{1};

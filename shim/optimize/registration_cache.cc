@@ -261,7 +261,10 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     c->accumulated_ns = c->accumulated_ns * std::exp(-dt / options_.decay_ns) + saving;
     c->copies++;
     c->last_ns = now;
-    if (!CostModel::PaysOff(c->copies, c->accumulated_ns, cost)) return ticket;
+    // An allocation from a hot site is pinned at its first copy: its
+    // site's buffers were copied hot before.
+    const bool hot_site = (alloc.flags & kRegionFromHotSite) != 0;
+    if (!hot_site && !CostModel::PaysOff(c->copies, c->accumulated_ns, cost)) return ticket;
     // Some other range (a registration being released, or a stale one of a
     // region the hooks have since changed) is in the way: try again later.
     if (FirstOverlapLocked(alloc.start, alloc.start + alloc.bytes) >= 0) return ticket;
@@ -319,6 +322,9 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
   registrations_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(alloc.bytes, std::memory_order_relaxed);
   saved_ns_.fetch_add(static_cast<uint64_t>(saving), std::memory_order_relaxed);
+  if (alloc.site != 0 && alloc.source == kSourceMalloc && options_.on_registered != nullptr) {
+    options_.on_registered(options_.on_registered_arg, alloc.site);
+  }
   return ticket;
 }
 

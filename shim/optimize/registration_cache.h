@@ -94,6 +94,10 @@ struct CacheOptions {
   uint32_t max_entries = 1024;  // at most kMaxEntries
   uint64_t decay_ns = uint64_t{10} * 1000000000;
   uint64_t (*now_ns)() = nullptr;  // null: MonotonicNs
+  // Called (outside the cache's lock) after a tracked allocation with a
+  // known site (Region::site != 0) was registered: its site is hot.
+  void (*on_registered)(void* arg, uint64_t site) = nullptr;
+  void* on_registered_arg = nullptr;
 };
 
 // Handed from the hook's "before the copy" call to its "after" call.

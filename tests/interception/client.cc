@@ -8,6 +8,7 @@
 // Usage: interception_client SCENARIO   (see main() for the scenarios)
 #include <cuda.h>
 #include <dlfcn.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -456,6 +457,60 @@ void WcRead() {
   CHECK(d.MemFree(dev));
 }
 
+// Optimize mode's allocation-site redirection: buffers allocated at one
+// site and copied hot make the site hot; later allocations there come from
+// pinshim's arena, which must keep malloc's semantics (calloc zeroing,
+// realloc content, malloc_usable_size, alignment, free from any thread).
+// Everything printed must be the same with and without the library.
+char* AllocBuffer(size_t n) { return static_cast<char*>(malloc(n)); }
+void* AllocAligned(size_t align, size_t n) {
+  void* p = nullptr;
+  int r = posix_memalign(&p, align, n);
+  return r == 0 ? p : nullptr;
+}
+
+void Sites() {
+  const size_t n = 4 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, 2 * n));
+  CUstream stream;
+  CHECK(d.StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  for (int round = 0; round < 6; ++round) {
+    char* buf = AllocBuffer(n);
+    char* back = static_cast<char*>(calloc(1, n));
+    printf("sites %d: calloc zero %d usable %d\n", round, Checksum(back, n) == Checksum(back + n / 2, n / 2) && back[0] == 0 && back[n - 1] == 0,
+           malloc_usable_size(buf) >= n);
+    void* aligned = AllocAligned(4096, 256 << 10);
+    printf("sites %d: aligned %d\n", round, aligned != nullptr && reinterpret_cast<uintptr_t>(aligned) % 4096 == 0);
+    for (int i = 0; i < 8; ++i) {
+      Fill(buf, n, round * 16 + i);
+      Fill(aligned, 256 << 10, round * 16 + i + 1);
+      CHECK(d.MemcpyHtoD(dev, buf, n)); g_expect.h2d++;
+      CHECK(d.MemcpyHtoD(dev + n, aligned, 256 << 10)); g_expect.h2d++;
+      CHECK(d.MemcpyHtoDAsync(dev, buf, n, stream)); g_expect.h2d++;
+      memset(buf, 0xCD, n);  // legal at once: the async copy was from "pageable" memory
+      CHECK(d.MemcpyDtoHAsync(back, dev, n, stream)); g_expect.d2h++;
+      printf("sites %d.%d: %lx\n", round, i, Checksum(back, n));
+    }
+    // Grow: the content up to the old size is kept.
+    Fill(buf, n, 99 + round);
+    const unsigned long before = Checksum(buf, n);
+    buf = static_cast<char*>(realloc(buf, 2 * n));
+    printf("sites %d: realloc kept %d usable %d\n", round, buf != nullptr && Checksum(buf, n) == before,
+           buf != nullptr && malloc_usable_size(buf) >= 2 * n);
+    CHECK(d.MemcpyHtoD(dev, buf, 2 * n)); g_expect.h2d++;
+    // Freed on another thread.
+    std::thread t([buf] { free(buf); });
+    t.join();
+    free(back);
+    free(aligned);
+  }
+  void* bad = reinterpret_cast<void*>(1);
+  printf("sites: bad alignment %d\n", posix_memalign(&bad, 24, 1 << 20));
+  CHECK(d.StreamSynchronize(stream));
+  d.MemFree(dev);
+}
+
 // Nothing to report: pinned once, reused for async copies, synchronized.
 void Clean() {
   const size_t n = 4 << 20;
@@ -497,6 +552,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "hot") == 0) {
     LoadDriver(0);
     Hot();
+  } else if (strcmp(scenario, "sites") == 0) {
+    LoadDriver(0);
+    Sites();
   } else if (strcmp(scenario, "clean") == 0) {
     LoadDriver(0);
     Clean();

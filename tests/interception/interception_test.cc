@@ -399,6 +399,28 @@ TEST(OptimizeTest, HotBuffersAndPoolKeepResults) {
   EXPECT_NE(with.summaries[0].find("dir=H2D src=pinshim"), std::string::npos) << with.summaries[0];
 }
 
+// Hot allocation sites are redirected into the arena with malloc's
+// semantics; the program's output is unchanged.
+TEST(OptimizeTest, HotSitesComeFromTheArena) {
+  CheckOptimizeTransparent({g_client, "sites"});
+  RunResult with = RunProgram({g_client, "sites"}, true, {"PINSHIM_MODE=optimize"});
+  ASSERT_EQ(with.summaries.size(), 1u);
+  const std::string& s = with.summaries[0];
+  const size_t at = s.find("pinshim: optimize ");
+  ASSERT_NE(at, std::string::npos) << s;
+  auto field = [&](const char* name) -> long long {
+    size_t p = s.find(std::string(" ") + name + "=", at);
+    if (p == std::string::npos) return -1;
+    return std::stoll(s.substr(p + strlen(name) + 2));
+  };
+  // Two sites copied hot (the malloc'd buffer, the aligned one; the calloc'd
+  // one is a copy destination and hot too): the rounds after the first get
+  // arena memory.
+  EXPECT_GE(field("hot_sites"), 2) << s;
+  EXPECT_GE(field("arena_allocs"), 8) << s;
+  EXPECT_EQ(field("profile_sites"), 0) << s;
+}
+
 TEST(OptimizeTest, EveryScenarioKeepsResults) {
   for (const char* scenario : {"basic", "basic_ptds", "invalid", "threads", "late_dlopen", "fork",
                                "exit_inflight", "budget", "clean", "wc_read"}) {
