@@ -403,7 +403,7 @@ TEST_F(PoolTest, IdleSlabsAreTrimmedAfterTheIdleTime) {
   EXPECT_GT(pool_.Stats().slab_bytes, 0u);
   EXPECT_GT(fakecuda_live_host_allocations(), baseline_allocs_);
   for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
-  ASSERT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);  // the frees' fences
+  EXPECT_EQ(pool_.Trim(0), 0u);     // waits for the frees' shared fence
   EXPECT_EQ(pool_.TrimIdle(), 0u);  // not idle long enough yet
   ManualClock::Advance(6 * 1000000000ull);
   const uint64_t slab_bytes = pool_.Stats().slab_bytes;
@@ -456,7 +456,7 @@ TEST_F(PoolTest, LargeRequestsGetExactAllocationsKeptForCloseSizes) {
   EXPECT_TRUE(info.dedicated);
   EXPECT_EQ(info.block_bytes, 48 * kMiB);
   EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
-  ASSERT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(pool_.Trim(0), 0u);  // waits for the free's fence
   const uint64_t hits = pool_.Stats().hits;
   void* q = Alloc(44 * kMiB);  // within 1/8 of 48 MiB: reused
   EXPECT_EQ(q, p);
