@@ -4,7 +4,9 @@
 #     PINSHIM_MODE=optimize, and pinned by hand (cudaHostRegister: the upper
 #     bound), H2D and D2H at 1, 16 and 256 MiB; ratio = optimize / hand-pinned.
 #  2. alloc_loop: cudaHostAlloc + cudaFreeHost pairs, 4 KiB to 16 MiB, without
-#     the library and with optimize mode; speedup = without / with.
+#     the library and with optimize mode; speedup = without / with. Pairs
+#     alone, and with an async copy from each block before its free.
+#  2b. fresh_loop: a new buffer per step from one site (the arena's case).
 #  3. PyTorch: a reused 64 MiB pageable tensor to the GPU and back.
 #  4. used-once buffers: a new buffer per copy (no reuse), without and with.
 #   bash bench/gpu/optimize_bench.sh LIBDIR
@@ -14,6 +16,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/copy_loop" "$HERE/copy_loop.cu" || exit 1
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/alloc_loop" "$HERE/alloc_loop.cu" || exit 1
+nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/fresh_loop" "$HERE/fresh_loop.cu" || exit 1
 opt() { LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize "$@"; }
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 med3() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
@@ -34,18 +37,34 @@ for bytes in 1048576 16777216 268435456; do
   done
 done
 
-echo "-- alloc_loop (us per cudaHostAlloc+cudaFreeHost pair, median of 3)"
-printf '%-10s %12s %12s %10s\n' bytes none optimize speedup
+echo "-- alloc_loop (us per cudaHostAlloc+cudaFreeHost pair after warm-up, median of 3)"
+printf '%-10s %-5s %12s %12s %10s\n' bytes copy none optimize speedup
 for bytes in 4096 65536 1048576 16777216; do
   pairs=$(( bytes >= 16777216 ? 40 : 200 ))
-  n=(); o=()
-  for r in 1 2 3; do
-    n+=($("$work/alloc_loop" $bytes $pairs | field us_per_pair))
-    o+=($(opt "$work/alloc_loop" $bytes $((pairs * 50)) | field us_per_pair))
+  for mode in pair copy; do
+    n=(); o=()
+    for r in 1 2 3; do
+      n+=($("$work/alloc_loop" $bytes $pairs $mode | field us_per_pair))
+      o+=($(opt "$work/alloc_loop" $bytes $((pairs * 50)) $mode | field us_per_pair))
+    done
+    N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
+    printf '%-10s %-5s %12.3f %12.3f %10.0f\n' $bytes $([ $mode = copy ] && echo yes || echo no) $N $O "$(python3 -c "print($N/$O)")"
   done
-  N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
-  printf '%-10s %12.3f %12.3f %10.0f\n' $bytes $N $O "$(python3 -c "print($N/$O)")"
 done
+
+echo "-- fresh_loop: a new 16 MiB buffer per step from one site, 4 copies each (ms per step, median of 3)"
+printf '%-8s %10s %10s %12s %8s %s\n' copies none optimize pinned-reused ratio checksums
+for copies in 4; do
+  n=(); o=(); h=(); sums=""
+  for r in 1 2 3; do
+    out=$("$work/fresh_loop" 16777216 40 $copies pageable); n+=($(field ms_per_step <<<"$out")); sums+=" $(field checksum <<<"$out")"
+    out=$(opt "$work/fresh_loop" 16777216 40 $copies pageable); o+=($(field ms_per_step <<<"$out")); sums+=" $(field checksum <<<"$out")"
+    out=$("$work/fresh_loop" 16777216 40 $copies pinned); h+=($(field ms_per_step <<<"$out")); sums+=" $(field checksum <<<"$out")"
+  done
+  N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}"); H=$(med3 "${h[@]}")
+  printf '%-8s %10.3f %10.3f %12.3f %8.3f %s\n' $copies $N $O $H "$(python3 -c "print($H/$O)")" "$(tr ' ' '\n' <<<"$sums" | sort -u | tr '\n' ' ')"
+done
+opt env PINSHIM_SUMMARY=1 "$work/fresh_loop" 16777216 10 4 pageable 2>&1 | grep 'pinshim: optimize'
 
 echo "-- PyTorch, reused 64 MiB pageable tensor to the GPU and back (median of 3)"
 n=(); o=()

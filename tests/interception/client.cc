@@ -511,6 +511,126 @@ void Sites() {
   d.MemFree(dev);
 }
 
+// Differential run: a seeded random sequence of allocations (malloc,
+// calloc, posix_memalign and pinned cuMemHostAlloc, each from its own call
+// site), fills, copies (sync and async, both directions, three streams),
+// reallocs and frees, with addresses reused. The program is valid under the
+// driver's rules for pageable and pinned memory; everything it reads back
+// is hashed and printed, and must not change under optimize mode.
+char* RandomMalloc(size_t n) { return static_cast<char*>(malloc(n)); }
+char* RandomCalloc(size_t n) { return static_cast<char*>(calloc(1, n)); }
+char* RandomAligned(size_t n) {
+  void* p = nullptr;
+  return posix_memalign(&p, 4096, n) == 0 ? static_cast<char*>(p) : nullptr;
+}
+
+void RandomSequence() {
+  constexpr int kSlots = 12;
+  constexpr size_t kMax = 2 << 20;
+  struct Slot {
+    char* host = nullptr;
+    size_t n = 0;
+    int kind = 0;  // 0 malloc, 1 calloc, 2 aligned, 3 pinned
+    CUdeviceptr dev = 0;
+  };
+  Slot slots[kSlots];
+  CUstream streams[3];
+  for (CUstream& st : streams) CHECK(d.StreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  unsigned long long rng = 0x9e3779b97f4a7c15ull;
+  auto next = [&rng] {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  unsigned long hash = 0;
+  auto absorb = [&hash](const char* p, size_t n) { hash = hash * 1000003 + Checksum(p, n); };
+  auto stream_of = [&](int i) { return streams[i % 3]; };
+  auto release = [&](Slot& s, int i) {
+    if (s.host == nullptr) return;
+    if (s.kind == 3) {
+      CHECK(d.StreamSynchronize(stream_of(i)));
+      CHECK(d.MemFreeHost(s.host)); g_expect.frees++;
+    } else {
+      free(s.host);
+    }
+    s.host = nullptr;
+  };
+  for (int i = 0; i < kSlots; ++i) CHECK(d.MemAlloc(&slots[i].dev, kMax));
+  for (int step = 0; step < 1500; ++step) {
+    const int i = static_cast<int>(next() % kSlots);
+    Slot& s = slots[i];
+    CUstream st = stream_of(i);
+    const unsigned op = s.host == nullptr ? 0 : static_cast<unsigned>(next() % 8);
+    const size_t off = s.n > 0 ? next() % (s.n / 2) : 0;
+    const size_t len = s.n > 0 ? 1 + next() % (s.n - off) : 0;
+    switch (op) {
+      case 0: {  // (re)allocate
+        release(s, i);
+        s.n = 64 * 1024 + next() % (kMax - 64 * 1024);
+        s.kind = static_cast<int>(next() % 4);
+        if (s.kind == 0) s.host = RandomMalloc(s.n);
+        if (s.kind == 1) s.host = RandomCalloc(s.n);
+        if (s.kind == 2) s.host = RandomAligned(s.n);
+        if (s.kind == 3) {
+          void* p = nullptr;
+          CHECK(d.MemHostAlloc(&p, s.n, 0)); g_expect.allocs++;
+          s.host = static_cast<char*>(p);
+        }
+        if (s.kind == 1) absorb(s.host, s.n);  // zeroed
+        Fill(s.host, s.n, static_cast<unsigned>(step));
+        break;
+      }
+      case 1: {  // realloc (pageable kinds): the common prefix is kept
+        if (s.kind == 3) break;
+        const size_t n2 = 64 * 1024 + next() % (kMax - 64 * 1024);
+        char* q = static_cast<char*>(realloc(s.host, n2));
+        if (q == nullptr) break;
+        s.host = q;
+        absorb(s.host, n2 < s.n ? n2 : s.n);
+        if (n2 > s.n) memset(s.host + s.n, step & 0xff, n2 - s.n);
+        s.n = n2;
+        if (s.kind == 2) s.kind = 0;  // realloc keeps only malloc's alignment
+        break;
+      }
+      case 2:
+        CHECK(d.MemcpyHtoD(s.dev + off, s.host + off, len)); g_expect.h2d++;
+        break;
+      case 3:
+        CHECK(d.MemcpyHtoDAsync(s.dev + off, s.host + off, len, st)); g_expect.h2d++;
+        // Pageable: the source may be reused at once; pinned: only after a sync.
+        if (s.kind == 3) CHECK(d.StreamSynchronize(st));
+        memset(s.host + off, (step * 7) & 0xff, len);
+        break;
+      case 4:
+        CHECK(d.MemcpyDtoH(s.host + off, s.dev + off, len)); g_expect.d2h++;
+        absorb(s.host + off, len);
+        break;
+      case 5:
+        CHECK(d.MemcpyDtoHAsync(s.host + off, s.dev + off, len, st)); g_expect.d2h++;
+        if (s.kind == 3) CHECK(d.StreamSynchronize(st));
+        absorb(s.host + off, len);
+        break;
+      case 6:
+        Fill(s.host + off, len, static_cast<unsigned>(step * 3));
+        break;
+      default:
+        release(s, i);
+        break;
+    }
+  }
+  for (CUstream st : streams) CHECK(d.StreamSynchronize(st));
+  std::vector<char> back(kMax);
+  for (int i = 0; i < kSlots; ++i) {
+    if (slots[i].host != nullptr) absorb(slots[i].host, slots[i].n);
+    CHECK(d.MemcpyDtoH(back.data(), slots[i].dev, kMax)); g_expect.d2h++;
+    absorb(back.data(), kMax);
+    release(slots[i], i);
+    CHECK(d.MemFree(slots[i].dev));
+  }
+  printf("random: %lx\n", hash);
+}
+
 // Nothing to report: pinned once, reused for async copies, synchronized.
 void Clean() {
   const size_t n = 4 << 20;
@@ -552,6 +672,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "hot") == 0) {
     LoadDriver(0);
     Hot();
+  } else if (strcmp(scenario, "random") == 0) {
+    LoadDriver(0);
+    RandomSequence();
   } else if (strcmp(scenario, "sites") == 0) {
     LoadDriver(0);
     Sites();

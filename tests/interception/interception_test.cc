@@ -421,6 +421,25 @@ TEST(OptimizeTest, HotSitesComeFromTheArena) {
   EXPECT_EQ(field("profile_sites"), 0) << s;
 }
 
+// The differential run: a random sequence of allocations, copies, reallocs
+// and frees leaves the same host and device contents with optimize mode, and
+// optimize mode did act on it (pool, cache and arena all used).
+TEST(OptimizeTest, RandomSequenceLeavesIdenticalContents) {
+  CheckOptimizeTransparent({g_client, "random"});
+  RunResult with = RunProgram({g_client, "random"}, true, {"PINSHIM_MODE=optimize"});
+  ASSERT_EQ(with.summaries.size(), 1u);
+  const std::string& s = with.summaries[0];
+  const size_t at = s.find("pinshim: optimize ");
+  ASSERT_NE(at, std::string::npos) << s;
+  auto field = [&](const char* name) -> long long {
+    size_t p = s.find(std::string(" ") + name + "=", at);
+    return p == std::string::npos ? -1 : std::stoll(s.substr(p + strlen(name) + 2));
+  };
+  EXPECT_GT(field("pool_hits"), 0) << s;
+  EXPECT_GT(field("cache_registrations"), 0) << s;
+  EXPECT_GT(field("arena_allocs"), 0) << s;
+}
+
 TEST(OptimizeTest, EveryScenarioKeepsResults) {
   for (const char* scenario : {"basic", "basic_ptds", "invalid", "threads", "late_dlopen", "fork",
                                "exit_inflight", "budget", "clean", "wc_read"}) {
