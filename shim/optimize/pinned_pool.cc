@@ -338,6 +338,10 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
   const uint32_t cls = large ? 0 : PoolClassOfPages(pages);
   Block* b = nullptr;
   SubPool* sub = nullptr;
+  // Waiting for batched frees to come back is worth up to an eighth of what
+  // a new slab costs the driver (rent or buy); a fence on an idle device
+  // completes within microseconds.
+  uint64_t poll_until = 0;
   for (int round = 0;; ++round) {
     Candidate cands[kMaxCandidates];
     int ncands = 0;
@@ -361,7 +365,11 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
     // Only fenced (or batched) blocks are free. Fences usually complete
     // within microseconds: poll a little before paying for a new slab, and
     // past max_fenced_bytes wait rather than grow without bound.
-    if (round >= 3) {
+    if (round == 0 && batched) {
+      poll_until = MonotonicNs() + static_cast<uint64_t>(CostModel::HostAllocNs(bytes) / 8);
+    }
+    const bool polling = round < 3 || (batched && MonotonicNs() < poll_until);
+    if (!polling) {
       if (!over) break;
       fence_waits_.fetch_add(1, std::memory_order_relaxed);
       if (batched) {

@@ -68,7 +68,7 @@ struct PoolOptions {
   bool fence_on_free = true;
   // One free-time fence covers a batch of at most this many blocks / bytes.
   uint32_t free_batch_blocks = 64;
-  uint64_t free_batch_bytes = uint64_t{8} << 20;
+  uint64_t free_batch_bytes = uint64_t{16} << 20;
   // Free blocks held back only by pending fences may add up to this much;
   // beyond it an allocation that finds no ready block waits for the oldest
   // fence instead of growing the pool (the driver's own cuMemFreeHost would
