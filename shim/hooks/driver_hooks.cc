@@ -21,6 +21,7 @@
 #include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 #include "shim/hooks/driver_table.h"
+#include "shim/hooks/pointer_attributes.h"
 #include "shim/hooks/state.h"
 
 namespace pinshim {
@@ -753,6 +754,77 @@ CUresult cuMemHostGetFlags(unsigned int* out, void* p) {
     return answer;
   }
   return real_fn(out, p);
+}
+
+// --- pointer attributes -------------------------------------------------------
+//
+// Optimize mode pins memory the program did not pin (registration cache, host
+// arena) and serves the program's pinned allocations from shared slabs (pool).
+// Attribute queries must not see either: the first answers as pageable
+// memory, a pool block as the dedicated allocation the program asked for
+// (shim/hooks/pointer_attributes.h). Any other pointer, and every query
+// outside optimize mode, goes to the driver untouched.
+
+namespace {
+
+enum class PointerView : uint8_t { kDriver, kPageable, kPoolBlock };
+
+PointerView ViewOf(optimize::Optimizer& opt, CUdeviceptr ptr, BlockAttributes* block) {
+  const void* p = reinterpret_cast<const void*>(ptr);
+  if (opt.pool().Owns(p)) {
+    optimize::PoolBlockInfo info;
+    // Pool memory outside a live block's requested bytes (a freed block, the
+    // rounding of a size class) belongs to no allocation of the program's.
+    if (!opt.PoolBlock(p, &info)) return PointerView::kPageable;
+    block->base = info.base;
+    block->bytes = info.requested;
+    block->buffer_id = PoolBufferId(info.alloc_id);
+    return PointerView::kPoolBlock;
+  }
+  return opt.HidesPinning(p) ? PointerView::kPageable : PointerView::kDriver;
+}
+
+}  // namespace
+
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  using Fn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuPointerGetAttribute, Fn, data, attribute, ptr);
+  optimize::Optimizer* opt = ActiveOptimizer();
+  if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(data, attribute, ptr);
+  BlockAttributes block;
+  switch (ViewOf(*opt, ptr, &block)) {
+    case PointerView::kPageable:
+      return PageablePointerGetAttribute(real_fn, data, attribute, ptr);
+    case PointerView::kPoolBlock: {
+      CUresult r = real_fn(data, attribute, ptr);
+      if (r == CUDA_SUCCESS) RewriteForBlock(block, attribute, data);
+      return r;
+    }
+    case PointerView::kDriver:
+      break;
+  }
+  return real_fn(data, attribute, ptr);
+}
+
+CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attributes, void** data,
+                                CUdeviceptr ptr) {
+  using Fn = CUresult (*)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuPointerGetAttributes, Fn, n, attributes, data, ptr);
+  optimize::Optimizer* opt = ActiveOptimizer();
+  if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(n, attributes, data, ptr);
+  BlockAttributes block;
+  switch (ViewOf(*opt, ptr, &block)) {
+    case PointerView::kPageable:
+      return PageablePointerGetAttributes(real_fn, n, attributes, data, ptr);
+    case PointerView::kPoolBlock: {
+      CUresult r = real_fn(n, attributes, data, ptr);
+      if (r == CUDA_SUCCESS) RewriteForBlock(block, n, attributes, data);
+      return r;
+    }
+    case PointerView::kDriver:
+      break;
+  }
+  return real_fn(n, attributes, data, ptr);
 }
 
 // --- device and managed allocations ------------------------------------------

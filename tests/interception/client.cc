@@ -54,6 +54,7 @@ struct Driver {
   CUresult (*StreamSynchronize)(CUstream);
   CUresult (*StreamDestroy)(CUstream);
   CUresult (*CtxSynchronize)();
+  CUresult (*CtxGetCurrent)(CUcontext*);
 };
 
 struct Expect {
@@ -68,6 +69,8 @@ struct Expect {
 
 Expect g_expect;
 Driver d;
+void* g_libcuda = nullptr;  // the driver library, as the program opened it
+GetProc g_get = nullptr;    // the cuGetProcAddress the runtime would use
 
 #define CHECK(call)                                                            \
   do {                                                                         \
@@ -104,6 +107,8 @@ void LoadDriver(cuuint64_t flags) {
   CHECK(d.Init(0));
   GetProc get = nullptr;
   Lookup(first, "cuGetProcAddress", 12000, 0, &get);
+  g_libcuda = lib;
+  g_get = get;
   Lookup(get, "cuDeviceGet", 2000, 0, &d.DeviceGet);
   Lookup(get, "cuDevicePrimaryCtxRetain", 7000, 0, &d.DevicePrimaryCtxRetain);
   Lookup(get, "cuCtxSetCurrent", 4000, 0, &d.CtxSetCurrent);
@@ -652,6 +657,195 @@ void Clean() {
   CHECK(d.MemFree(dev));
 }
 
+// Pointer attribute queries through every way a program reaches them.
+using GetAttr = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+using GetAttrs = CUresult (*)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr);
+
+struct AttrSource {
+  const char* label;
+  GetAttr one;
+  GetAttrs all;
+};
+
+std::vector<AttrSource> AttrSources() {
+  std::vector<AttrSource> sources(3);
+  // The runtime's lookups (legacy and per-thread default stream flags), and
+  // dlsym by name as PyTorch and CuPy do for some driver symbols.
+  sources[0].label = "getproc";
+  Lookup(g_get, "cuPointerGetAttribute", 4000, 0, &sources[0].one);
+  Lookup(g_get, "cuPointerGetAttributes", 7000, 0, &sources[0].all);
+  sources[1].label = "getproc_pt";
+  Lookup(g_get, "cuPointerGetAttribute", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+         &sources[1].one);
+  Lookup(g_get, "cuPointerGetAttributes", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+         &sources[1].all);
+  sources[2].label = "dlsym";
+  sources[2].one = reinterpret_cast<GetAttr>(dlsym(g_libcuda, "cuPointerGetAttribute"));
+  sources[2].all = reinterpret_cast<GetAttrs>(dlsym(g_libcuda, "cuPointerGetAttributes"));
+  if (sources[2].one == nullptr || sources[2].all == nullptr) exit(4);
+  Lookup(g_get, "cuCtxGetCurrent", 4000, 0, &d.CtxGetCurrent);
+  return sources;
+}
+
+// Room for one attribute's value.
+struct AttrValue {
+  unsigned char bytes[16];
+};
+
+// An address-like value as it relates to the pointer asked about, its
+// allocation's start and the current context (these differ from run to run).
+const char* Relation(uintptr_t v, uintptr_t ptr, uintptr_t base, uintptr_t ctx) {
+  if (v == 0) return "null";
+  if (v == ptr) return "ptr";
+  if (v == base) return "base";
+  if (v == ctx) return "ctx";
+  return "other";
+}
+
+void PrintAttr(CUpointer_attribute a, const AttrValue& v, uintptr_t ptr, uintptr_t base) {
+  CUcontext ctx = nullptr;
+  uintptr_t word;
+  memcpy(&word, v.bytes, sizeof(word));
+  unsigned small;
+  memcpy(&small, v.bytes, sizeof(small));
+  switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      d.CtxGetCurrent(&ctx);
+      printf(" %d=%s", a, Relation(word, ptr, base, reinterpret_cast<uintptr_t>(ctx)));
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      printf(" %d=%s", a, word == 0 ? "0" : "id");
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      printf(" %d=%lu", a, static_cast<unsigned long>(word));
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      printf(" %d=%d", a, static_cast<int>(small));
+      break;
+    default:
+      printf(" %d=%u", a, small);
+  }
+}
+
+const CUpointer_attribute kAskedAttrs[] = {
+    CU_POINTER_ATTRIBUTE_CONTEXT,          CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    CU_POINTER_ATTRIBUTE_DEVICE_POINTER,   CU_POINTER_ATTRIBUTE_HOST_POINTER,
+    CU_POINTER_ATTRIBUTE_BUFFER_ID,        CU_POINTER_ATTRIBUTE_IS_MANAGED,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE,       CU_POINTER_ATTRIBUTE_MAPPED,
+};
+constexpr unsigned kAskedCount = sizeof(kAskedAttrs) / sizeof(kAskedAttrs[0]);
+
+// Every asked attribute of `p` (inside the allocation at `base`) through
+// each source, one attribute at a time and all in one call. Returns the
+// BUFFER_ID the last source reported in the one call.
+unsigned long long DescribePointer(const char* label, const void* p, const void* base,
+                                   const std::vector<AttrSource>& sources) {
+  const auto ptr = reinterpret_cast<uintptr_t>(p);
+  const auto start = reinterpret_cast<uintptr_t>(base);
+  unsigned long long id = 0;
+  for (const AttrSource& s : sources) {
+    printf("%s %s one:", label, s.label);
+    for (CUpointer_attribute a : kAskedAttrs) {
+      AttrValue v;
+      memset(&v, 0, sizeof(v));
+      CUresult rc = s.one(v.bytes, a, ptr);
+      if (rc == CUDA_SUCCESS) {
+        PrintAttr(a, v, ptr, start);
+      } else {
+        printf(" %d:rc%d", a, rc);
+      }
+    }
+    printf("\n");
+    AttrValue values[kAskedCount];
+    void* data[kAskedCount];
+    CUpointer_attribute attrs[kAskedCount];
+    for (unsigned i = 0; i < kAskedCount; ++i) {
+      memset(&values[i], 0xEE, sizeof(values[i]));  // what the driver writes shows
+      data[i] = values[i].bytes;
+      attrs[i] = kAskedAttrs[i];
+    }
+    CUresult rc = s.all(kAskedCount, attrs, data, ptr);
+    printf("%s %s all: rc%d", label, s.label, rc);
+    for (unsigned i = 0; i < kAskedCount; ++i) {
+      PrintAttr(kAskedAttrs[i], values[i], ptr, start);
+      if (kAskedAttrs[i] == CU_POINTER_ATTRIBUTE_BUFFER_ID) {
+        memcpy(&id, values[i].bytes, sizeof(id));
+      }
+    }
+    // How many bytes of each value were written (the rest kept the fill).
+    printf(" widths");
+    for (unsigned i = 0; i < kAskedCount; ++i) {
+      int width = sizeof(values[i].bytes);
+      while (width > 0 && values[i].bytes[width - 1] == 0xEE) --width;
+      printf("%c%d", i == 0 ? '=' : ',', width);
+    }
+    printf("\n");
+  }
+  return id;
+}
+
+// Writes the simulated driver's live page-locked allocations and
+// registrations to `probe` (when there is one).
+void Probe(FILE* probe, const char* label) {
+  if (probe == nullptr) return;
+  using Count = size_t (*)();
+  auto hosts = reinterpret_cast<Count>(dlsym(g_libcuda, "fakecuda_live_host_allocations"));
+  auto regs = reinterpret_cast<Count>(dlsym(g_libcuda, "fakecuda_live_registrations"));
+  fprintf(probe, "%s: host_allocations=%zu registrations=%zu\n", label, hosts ? hosts() : 0,
+          regs ? regs() : 0);
+}
+
+// Pointer attribute queries, as cudaPointerGetAttributes and PyTorch's
+// is_pinned() make them, on a hot pageable buffer (which optimize mode pins
+// in place) and on two small pinned allocations (which it serves from one
+// slab of its pool). Values that differ from run to run (addresses, ids) are
+// printed as relations, so the output is the same with and without pinshim.
+// When `probe_path` is given, the simulated driver's own counts at the time
+// of the queries go there (they show what pinshim pinned; not part of the
+// output that is compared).
+void PointerAttributes(const char* probe_path) {
+  FILE* probe = probe_path != nullptr ? fopen(probe_path, "w") : nullptr;
+  const size_t n = 16 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  std::vector<AttrSource> sources = AttrSources();
+
+  // A pageable buffer copied again and again: worth pinning in place.
+  char* hot = static_cast<char*>(malloc(n));
+  for (int i = 0; i < 8; ++i) {
+    Fill(hot, n, i);
+    CHECK(d.MemcpyHtoD(dev, hot, n)); g_expect.h2d++;
+  }
+  DescribePointer("hot", hot, hot, sources);
+  DescribePointer("hot+1M", hot + (1 << 20), hot, sources);
+  Probe(probe, "hot");
+
+  // Two small pinned allocations: each must describe itself, not what holds it.
+  const size_t small = 100000;
+  char* a = nullptr;
+  char* b = nullptr;
+  CHECK(d.MemHostAlloc(reinterpret_cast<void**>(&a), small, 0)); g_expect.allocs++;
+  CHECK(d.MemHostAlloc(reinterpret_cast<void**>(&b), small, 0)); g_expect.allocs++;
+  unsigned long long id_a = DescribePointer("pinned-a", a + 10, a, sources);
+  unsigned long long id_b = DescribePointer("pinned-b", b + small - 1, b, sources);
+  DescribePointer("pinned-a-start", a, a, sources);
+  printf("pinned ids differ=%d\n", id_a != id_b && id_a != 0 && id_b != 0);
+  // Past the requested bytes: outside the allocation.
+  DescribePointer("pinned-a-past-end", a + small + 64, a, sources);
+
+  Probe(probe, "pinned");
+  if (probe != nullptr) fclose(probe);
+
+  CHECK(d.MemFreeHost(a)); g_expect.frees++;
+  CHECK(d.MemFreeHost(b)); g_expect.frees++;
+  free(hot);
+  CHECK(d.MemFree(dev));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -678,6 +872,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "sites") == 0) {
     LoadDriver(0);
     Sites();
+  } else if (strcmp(scenario, "ptrattr") == 0) {
+    LoadDriver(0);
+    PointerAttributes(argc > 2 ? argv[2] : nullptr);
   } else if (strcmp(scenario, "clean") == 0) {
     LoadDriver(0);
     Clean();

@@ -449,6 +449,74 @@ TEST(OptimizeTest, EveryScenarioKeepsResults) {
   CheckOptimizeTransparent({g_linked_client});
 }
 
+// Pointer attribute queries (cudaPointerGetAttributes, PyTorch's
+// is_pinned()) see neither what optimize mode pinned behind the program's
+// back nor the pool's slabs: every answer is the one the run without pinshim
+// gets, through cuGetProcAddress, dlsym and the exported symbols alike.
+TEST(OptimizeTest, PointerAttributesDoNotSeePinshimsPinning) {
+  const std::string dir = MakeTempDir();
+  const std::string probe_without = dir + "/probe.without", probe_with = dir + "/probe.with";
+  RunResult without = RunProgram({g_client, "ptrattr", probe_without}, false);
+  RunResult with =
+      RunProgram({g_client, "ptrattr", probe_with}, true, {"PINSHIM_MODE=optimize"});
+  ASSERT_EQ(without.status, 0) << without.err;
+  EXPECT_EQ(with.status, 0) << with.err;
+  EXPECT_EQ(without.out, with.out);
+  EXPECT_EQ(without.err, with.err);
+  CheckCounts(with);
+  // While the program asked, pinshim had registered the hot buffer and
+  // served both pinned allocations from one slab.
+  EXPECT_EQ(ReadFile(probe_without),
+            "hot: host_allocations=0 registrations=0\n"
+            "pinned: host_allocations=2 registrations=0\n");
+  EXPECT_EQ(ReadFile(probe_with),
+            "hot: host_allocations=0 registrations=1\n"
+            "pinned: host_allocations=1 registrations=1\n");
+
+  // The answers (those of the run without pinshim), attribute by number:
+  // 1 context, 2 memory type, 3 device pointer, 4 host pointer, 7 buffer id,
+  // 8 is managed, 9 device ordinal, 11 range start, 12 range size, 13 mapped.
+  // Pageable memory: each single query fails with CUDA_ERROR_INVALID_VALUE;
+  // the multi-attribute query succeeds with the defaults.
+  const std::string pageable_one =
+      " one: 1:rc1 2:rc1 3:rc1 4:rc1 7:rc1 8:rc1 9:rc1 11:rc1 12:rc1 13:rc1\n";
+  const std::string pageable_all =
+      " all: rc0 1=null 2=0 3=null 4=null 7=0 8=0 9=-2 11=null 12=0 13=0 "
+      "widths=8,4,8,8,8,4,4,8,8,4\n";
+  for (const char* label : {"hot", "hot+1M", "pinned-a-past-end"}) {
+    for (const char* source : {"getproc", "getproc_pt", "dlsym"}) {
+      const std::string prefix = std::string(label) + " " + source;
+      EXPECT_NE(without.out.find(prefix + pageable_one), std::string::npos) << prefix;
+      EXPECT_NE(without.out.find(prefix + pageable_all), std::string::npos) << prefix;
+    }
+  }
+  // A pinned allocation: its own start, requested size and buffer id.
+  EXPECT_NE(without.out.find("pinned-a getproc one: 1=ctx 2=1 3=ptr 4=ptr 7=id 8=0 9=0 11=base "
+                             "12=100000 13=1\n"),
+            std::string::npos)
+      << without.out;
+  EXPECT_NE(without.out.find("pinned-b dlsym all: rc0 1=ctx 2=1 3=ptr 4=ptr 7=id 8=0 9=0 "
+                             "11=base 12=100000 13=1 "),
+            std::string::npos)
+      << without.out;
+  EXPECT_NE(without.out.find("pinned ids differ=1\n"), std::string::npos) << without.out;
+
+  // The same program through the exported symbols (linked against libcuda).
+  RunResult linked_without = RunProgram({g_linked_client}, false);
+  RunResult linked_with = RunProgram({g_linked_client}, true, {"PINSHIM_MODE=optimize"});
+  EXPECT_EQ(linked_without.out, linked_with.out);
+  EXPECT_NE(linked_without.out.find("linked pinned: start-is-base=1 size=1048576\n"),
+            std::string::npos)
+      << linked_without.out;
+  EXPECT_NE(linked_without.out.find("linked pageable type: rc 1\n"), std::string::npos)
+      << linked_without.out;
+}
+
+// Outside optimize mode the queries pass through untouched.
+TEST(InterceptionTest, PointerAttributeQueriesPassThrough) {
+  CheckTransparentAndCounted({g_client, "ptrattr"});
+}
+
 TEST(OptimizeTest, WithEnforceTheBudgetStillHolds) {
   RunResult r = RunProgram({g_client, "budget"}, true,
                            {"PINSHIM_MODE=optimize,enforce", "PINSHIM_BUDGET=2M"});

@@ -38,6 +38,27 @@ int main() {
   CHECK(cuMemcpyDtoHAsync(pageable, d, n, s));
   CHECK(cuStreamSynchronize(s));
   printf("linked: equal=%d\n", memcmp(pageable, pinned, n) == 0);
+  // Pointer attributes through the exported symbols: the pinned allocation
+  // describes itself; the pageable buffer is unknown to the driver.
+  const auto at = reinterpret_cast<CUdeviceptr>(pinned) + 100;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  CHECK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at));
+  CHECK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at));
+  printf("linked pinned: start-is-base=%d size=%zu\n",
+         start == reinterpret_cast<CUdeviceptr>(pinned), size);
+  CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                  CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* data[2] = {&start, &size};
+  start = 0;
+  size = 0;
+  CHECK(cuPointerGetAttributes(2, attrs, data, at));
+  printf("linked pinned all: start-is-base=%d size=%zu\n",
+         start == reinterpret_cast<CUdeviceptr>(pinned), size);
+  unsigned type = 0;
+  printf("linked pageable type: rc %d\n",
+         cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                               reinterpret_cast<CUdeviceptr>(pageable)));
   printf("freehost of malloc: %d\n", cuMemFreeHost(pageable));
   CHECK(cuMemFreeHost(pinned));
   CHECK(cuStreamDestroy(s));
