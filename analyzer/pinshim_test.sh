@@ -176,7 +176,20 @@ STATUS=$?
 [[ "${STATUS}" == 2 && "$(cat "${TMP}/err")" == "pinshim run: cannot find libpinshim.so (looked for ${TMP}/lonely/bin/../lib/libpinshim.so,"*"; set PINSHIM_LIBRARY to the library's path" ]] ||
   fail "copied binary without library: status ${STATUS}: $(cat "${TMP}/err")"
 
+# Profiles are read before anything runs, with the library's own parser.
+expect 2 "pinshim run: ${TMP}/absent.profile: cannot open profile: no such file or directory" \
+  run --mode optimize --profile absent.profile -- true
+printf 'site 00+0x1\n' >noheader.profile
+expect 2 "pinshim run: ${TMP}/noheader.profile:1: not a pinshim profile (line 1 must be \"# pinshim profile v1\")" \
+  run --mode optimize --profile noheader.profile -- true
+printf '# pinshim profile v1\n# a comment\nsite 0a1b+0x10 0a1b\n' >badframe.profile
+expect_prefix 2 "pinshim run: ${TMP}/badframe.profile:3: bad frame \"0a1b\" (expected BUILDID+0xOFFSET" \
+  run --mode optimize --profile badframe.profile -- true
+PINSHIM_PROFILE="${TMP}/noheader.profile" expect_prefix 2 "pinshim run: ${TMP}/noheader.profile:1: not a pinshim profile" \
+  run -- true
+
 # --- what the command receives ---------------------------------------------
+printf '# pinshim profile v1\nsite 0a1b+0x10\n' >p.out
 LD_PRELOAD=libm.so.6 run_pinshim run --mode optimize,enforce --budget 1G \
   --node-budget 50% --policy fallback --track-threshold 1M --trace-dir rel/traces \
   --summary --metrics-file m.jsonl --profile p.out --sample-ms 20 --pin-cap 2G \

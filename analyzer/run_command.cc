@@ -14,6 +14,7 @@
 #include "analyzer/library_path.h"
 #include "shim/core/config.h"
 #include "shim/core/size.h"
+#include "shim/optimize/site_profile.h"
 
 extern char** environ;
 
@@ -80,7 +81,11 @@ const RunOption kRunOptions[] = {
      "rewrite FILE every 2 seconds and at exit with enforce mode's metrics "
      "(Prometheus text)."},
     {"--profile", "FILE", "PINSHIM_PROFILE", Value::kRequired, nullptr,
-     PathKind::kPath, "hot-site profile for optimize mode (not used yet)."},
+     PathKind::kPath,
+     "optimize mode only: serve the hot allocation sites listed in FILE (a "
+     "profile written by pinshim report --profile-out) from the pinned "
+     "arena, from their first allocation on; FILE must be a readable v1 "
+     "profile."},
     {"--config", "FILE", kConfigFileVariable, Value::kRequired, nullptr,
      PathKind::kPath,
      "read settings from FILE instead of /etc/pinshim.conf; options and "
@@ -221,8 +226,8 @@ void PrintRunHelp(bool to_stdout) {
   std::fprintf(out, "  -h, --help\n      show this help.\n\n");
   PrintWrapped(out,
                "Exit status: CMD's own; 2 for a bad option or value, a trace "
-               "directory that cannot be created or written, or a missing "
-               "libpinshim.so; 126 when CMD exists but cannot be executed; "
+               "directory that cannot be created or written, a profile that "
+               "cannot be read, or a missing libpinshim.so; 126 when CMD exists but cannot be executed; "
                "127 when CMD is not found.",
                0, 79);
   std::fprintf(out, "\n");
@@ -318,6 +323,14 @@ int RunRunCommand(int argc, char** argv) {
                    errors.dropped);
     }
     return kExitUsage;
+  }
+
+  // The library reads the profile with the same parser; a bad one would
+  // only be a warning there, once the program runs.
+  if (config.profile[0] != '\0') {
+    static optimize::SiteProfile profile;  // large; kept off the stack
+    char err[optimize::kProfileErrorLen];
+    if (!profile.Load(config.profile, err, sizeof(err))) return UsageError(err);
   }
 
   if (config.trace_dir[0] != '\0') {

@@ -136,6 +136,7 @@ class Replay : public EventVisitor {
     a.bytes = e.bytes;
     a.stack = e.stack;
     a.time_ns = e.time_ns;
+    a.source = e.source;
     for (auto& r : rules_) r->OnHostAlloc(e, a);
   }
 
@@ -272,6 +273,13 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
   report.path = trace.path();
   report.info = trace.process();
   std::vector<std::unique_ptr<Rule>> rules = MakeAllRules(&options.model, &options.rules);
+  HotSiteCollector* hot_sites = nullptr;
+  if (options.hot_sites) {
+    auto collector = std::make_unique<HotSiteCollector>();
+    collector->Configure(&options.model, &options.rules);
+    hot_sites = collector.get();
+    rules.push_back(std::move(collector));
+  }
   for (auto& r : rules) r->Begin(report.info);
   Replay replay(&rules);
   trace.ForEachEvent(&replay);
@@ -293,6 +301,9 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
     f.seconds_lost_by_process = {f.seconds_lost};
   }
   SortFindings(&report.findings);
+  if (hot_sites != nullptr) {
+    report.hot_sites = hot_sites->Collect(trace, options.symbolize ? &sym : nullptr);
+  }
   report.symbol_problems = sym.Problems();
   report.damage = trace.DescribeDamage();
   report.complete = trace.damage().has_end;

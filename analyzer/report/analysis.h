@@ -8,6 +8,7 @@
 
 #include "analyzer/report/bandwidth_model.h"
 #include "analyzer/report/finding.h"
+#include "analyzer/report/profile.h"
 #include "analyzer/report/rules/rule.h"
 #include "analyzer/report/trace_reader.h"
 
@@ -18,6 +19,7 @@ struct AnalysisOptions {
   RuleOptions rules;
   BandwidthModel model;
   bool symbolize = true;  // false: sites stay unresolved (benchmarks)
+  bool hot_sites = false; // also collect hot allocation sites (--profile-out)
 };
 
 struct ProcessReport {
@@ -29,6 +31,7 @@ struct ProcessReport {
   bool complete = true;                     // the trace has its end record
   std::vector<std::string> symbol_problems; // modules that could not be symbolized
   std::vector<Finding> findings;            // sorted by estimated loss
+  HotSites hot_sites;                       // when AnalysisOptions::hot_sites
 };
 
 // Analyzes `trace` (opened successfully).

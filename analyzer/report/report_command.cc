@@ -18,6 +18,7 @@
 #include "analyzer/report/json_report.h"
 #include "analyzer/report/merge.h"
 #include "analyzer/report/perfetto_report.h"
+#include "analyzer/report/profile.h"
 #include "analyzer/report/text_report.h"
 #include "analyzer/report/trace_reader.h"
 #include "shim/trace/trace_format.h"
@@ -28,7 +29,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: pinshim report [--format text|json|perfetto] [--fail-on info|warning|error]\n"
-    "                      [--calibration FILE] PATH...\n"
+    "                      [--calibration FILE] [--profile-out FILE] PATH...\n"
     "\n"
     "Reads pinshim traces (a file, or a directory of *.pstrace files; several\n"
     "processes are merged and also shown one by one) and reports misuse of\n"
@@ -38,7 +39,12 @@ constexpr char kUsage[] =
     "  --format json       the same as JSON (schema version 1)\n"
     "  --format perfetto   a timeline for ui.perfetto.dev (Chrome trace JSON)\n"
     "  --fail-on LEVEL     exit with status 1 when a finding of LEVEL or worse exists\n"
-    "  --calibration FILE  copy bandwidths measured on your machine (see docs)\n";
+    "  --calibration FILE  copy bandwidths measured on your machine (see docs)\n"
+    "  --profile-out FILE  also write the hot allocation sites to FILE, a profile\n"
+    "                      for optimize mode (pinshim run --mode optimize --profile\n"
+    "                      FILE): malloc'ed buffers copied hot, by pageable-hot's\n"
+    "                      measure; copies of memory pinshim pinned count too, so\n"
+    "                      traces of observe or optimize mode both work\n";
 
 enum class Format { kText, kJson, kPerfetto };
 
@@ -125,6 +131,8 @@ int RunReportCommand(int argc, char** argv) {
   bool fail_on_set = false;
   Severity fail_on = Severity::kError;
   std::string calibration;
+  std::string profile_out;
+  bool profile_set = false;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -168,6 +176,13 @@ int RunReportCommand(int argc, char** argv) {
         Complain("--calibration needs a file");
         return 2;
       }
+    } else if (a.compare(0, 13, "--profile-out") == 0 &&
+               (a.size() == 13 || a[13] == '=')) {
+      if (!value("--profile-out", &profile_out) || profile_out.empty()) {
+        Complain("--profile-out needs a file");
+        return 2;
+      }
+      profile_set = true;
     } else if (a == "--") {
       for (++i; i < argc; ++i) paths.push_back(argv[i]);
     } else if (!a.empty() && a[0] == '-') {
@@ -182,6 +197,7 @@ int RunReportCommand(int argc, char** argv) {
     return 2;
   }
   AnalysisOptions options;
+  options.hot_sites = profile_set;
   if (!calibration.empty()) {
     std::string error;
     if (!options.model.LoadCalibration(calibration, &error)) {
@@ -229,6 +245,26 @@ int RunReportCommand(int argc, char** argv) {
     return 2;
   }
   fflush(stdout);
+  if (profile_set) {
+    std::vector<const HotSites*> each;
+    for (const ProcessReport& p : merged.processes) each.push_back(&p.hot_sites);
+    HotSites sites = MergeHotSites(each);
+    std::string error;
+    if (!WriteProfile(profile_out, sites, merged.processes.size(), &error)) {
+      Complain(error);
+      return 2;
+    }
+    std::string line = "pinshim: profile: " + std::to_string(sites.sites.size()) +
+                       (sites.sites.size() == 1 ? " hot site" : " hot sites") +
+                       " written to " + profile_out;
+    if (sites.unwritable > 0) {
+      line += "; " + std::to_string(sites.unwritable) +
+              " more could not be written (a frame in a module without a GNU build id, "
+              "or in no module the trace lists)";
+    }
+    line += "\n";
+    fwrite(line.data(), 1, line.size(), stderr);
+  }
   if (fail_on_set && HasFindingAtLeast(merged, fail_on)) return 1;
   return 0;
 }

@@ -176,41 +176,13 @@ Symbolizer::ModuleHandle* Symbolizer::HandleFor(const Module& m) {
   return raw;
 }
 
-const Module* Symbolizer::FindModule(uint32_t generation, uint64_t ip) const {
-  const auto& maps = trace_->module_maps();
-  auto covers = [ip](const ModuleMap& map) -> const Module* {
-    for (const Module& m : map.modules) {
-      for (const Segment& s : m.segments) {
-        if (ip >= s.start && ip - s.start < s.length) return &m;
-      }
-    }
-    return nullptr;
-  };
-  // The map in force when the stack was first seen; failing that, a later
-  // one (a module loaded just before its map was written), then any.
-  for (const ModuleMap& map : maps) {
-    if (map.generation == generation) {
-      if (const Module* m = covers(map)) return m;
-    }
-  }
-  for (const ModuleMap& map : maps) {
-    if (map.generation > generation) {
-      if (const Module* m = covers(map)) return m;
-    }
-  }
-  for (auto it = maps.rbegin(); it != maps.rend(); ++it) {
-    if (const Module* m = covers(*it)) return m;
-  }
-  return nullptr;
-}
-
 void Symbolizer::SymbolizeIp(uint64_t ip, bool exact, uint32_t generation,
                              std::vector<Frame>* out) {
   Frame base;
   base.ip = ip;
   // A return address points after the call; the call itself is one byte back.
   uint64_t addr = exact ? ip : ip - 1;
-  const Module* m = FindModule(generation, ip);
+  const Module* m = trace_->ModuleAt(generation, ip);
   if (m == nullptr) {
     base.note = "address in no module the trace lists";
     out->push_back(base);

@@ -66,7 +66,6 @@ class Symbolizer {
  private:
   struct ModuleHandle;
   ModuleHandle* HandleFor(const Module& m);
-  const Module* FindModule(uint32_t generation, uint64_t ip) const;
   void SymbolizeIp(uint64_t ip, bool exact, uint32_t generation, std::vector<Frame>* out);
 
   const TraceReader* trace_;

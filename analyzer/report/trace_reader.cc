@@ -354,6 +354,33 @@ const Stack* TraceReader::FindStack(uint32_t id) const {
   return it == stacks_.end() ? nullptr : &it->second;
 }
 
+const Module* TraceReader::ModuleAt(uint32_t generation, uint64_t ip) const {
+  auto covers = [ip](const ModuleMap& map) -> const Module* {
+    for (const Module& m : map.modules) {
+      for (const Segment& s : m.segments) {
+        if (ip >= s.start && ip - s.start < s.length) return &m;
+      }
+    }
+    return nullptr;
+  };
+  // The map in force when the stack was first seen; failing that, a later
+  // one (a module loaded just before its map was written), then any.
+  for (const ModuleMap& map : module_maps_) {
+    if (map.generation == generation) {
+      if (const Module* m = covers(map)) return m;
+    }
+  }
+  for (const ModuleMap& map : module_maps_) {
+    if (map.generation > generation) {
+      if (const Module* m = covers(map)) return m;
+    }
+  }
+  for (auto it = module_maps_.rbegin(); it != module_maps_.rend(); ++it) {
+    if (const Module* m = covers(*it)) return m;
+  }
+  return nullptr;
+}
+
 const std::string& TraceReader::ApiName(uint32_t api) const {
   static const std::string kEmpty;
   auto it = api_names_.find(api);

@@ -184,6 +184,10 @@ class TraceReader {
   const std::vector<ModuleMap>& module_maps() const { return module_maps_; }
   // Null when the stack is not in the trace.
   const Stack* FindStack(uint32_t id) const;
+  // The module whose executable segments hold `ip`, as the module map of
+  // `generation` (a stack's) lists it, else a later map, else any; null
+  // when none does.
+  const Module* ModuleAt(uint32_t generation, uint64_t ip) const;
   size_t stack_count() const { return stacks_.size(); }
   uint32_t max_stack_id() const { return max_stack_id_; }
   // "" when the trace has no name for it.

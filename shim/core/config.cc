@@ -54,7 +54,9 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "1 makes the node's budget ledger one for all users (created "
      "world-writable) instead of one per user."},
     {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none", "a file path",
-     "Hot-site profile for optimize mode (not used yet)."},
+     "Optimize mode only: a profile of hot allocation sites (pinshim report "
+     "--profile-out) whose allocations are served from the pinned arena from "
+     "the first one on."},
     {ConfigKey::kWcGuard, "PINSHIM_WC_GUARD", "wc_guard", "0", "0 or 1",
      "1 samples plain CPU loads of write-combined pinned memory by briefly "
      "protecting one of its pages at a time (needs a trace)."},

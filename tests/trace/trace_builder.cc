@@ -83,6 +83,23 @@ void TraceBuilder::Modules(uint32_t generation, const std::string& path, uint64_
   Frame(trace::FrameType::kModules, s);
 }
 
+void TraceBuilder::Modules(uint32_t generation, const std::vector<BuilderModule>& modules) {
+  std::string s;
+  AddVarint(&s, generation);
+  AddVarint(&s, modules.size());
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const BuilderModule& m = modules[i];
+    AddString(&s, m.path);
+    AddString(&s, m.build_id);
+    AddVarint(&s, m.bias);
+    AddVarint(&s, i == 0 ? trace::kModuleMainProgram : 0);
+    AddVarint(&s, 1);
+    AddVarint(&s, m.start);
+    AddVarint(&s, m.length);
+  }
+  Frame(trace::FrameType::kModules, s);
+}
+
 void TraceBuilder::Stack(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips) {
   std::string s;
   AddVarint(&s, id);

@@ -14,6 +14,15 @@
 namespace pinshim {
 namespace testing {
 
+// One module of a module map, with one executable segment.
+struct BuilderModule {
+  std::string path;
+  std::string build_id;  // raw bytes; "" for none
+  uint64_t bias = 0;
+  uint64_t start = 0;
+  uint64_t length = 0;
+};
+
 struct BuilderProcess {
   uint64_t pid = 4242;
   std::string program = "/usr/bin/app";
@@ -34,6 +43,8 @@ class TraceBuilder {
   void Process(const BuilderProcess& p);
   // One module map generation with a single module covering [start, start+len).
   void Modules(uint32_t generation, const std::string& path, uint64_t start, uint64_t len);
+  // One module map generation listing `modules` (the first is the program).
+  void Modules(uint32_t generation, const std::vector<BuilderModule>& modules);
   void Stack(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips);
   void ApiNames(const std::vector<std::pair<uint32_t, std::string>>& names);
   void End(uint64_t end_ns);

@@ -49,6 +49,10 @@ struct PinnedAlloc {
   bool WriteCombined() const { return !registered && (flags & trace::kPinFlagWriteCombined); }
 };
 
+// HostAlloc::source, as kHostAlloc events record it.
+constexpr uint8_t kHostAllocMalloc = 0;  // the malloc family
+constexpr uint8_t kHostAllocMmap = 1;
+
 // A live tracked host allocation (malloc family or mmap).
 struct HostAlloc {
   uint64_t id = 0;
@@ -56,6 +60,7 @@ struct HostAlloc {
   uint64_t bytes = 0;
   uint32_t stack = 0;
   uint64_t time_ns = 0;
+  uint8_t source = kHostAllocMalloc;
 };
 
 // Enforce mode's budget decisions in one process (kBudgetDecision events).
