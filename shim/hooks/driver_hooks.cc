@@ -219,14 +219,21 @@ inline optimize::Optimizer* ActiveOptimizer() {
 // buffer (so this copy already runs pinned); after it, it may have to wait
 // for an async copy that pinning made truly asynchronous (results must be
 // those of the pageable copy the program made). A no-op in other modes.
-inline optimize::CopyTicket BeforeCopy(const CopyShape& s) {
+// A buffer pinned just now runs this copy pinned, and is recorded so.
+inline optimize::CopyTicket BeforeCopy(CopyShape& s) {
   if (PINSHIM_LIKELY(!g_optimize) || s.host_ptr == nullptr || !EnsureOptimizerStarted()) {
     return optimize::CopyTicket();
   }
   const CopyDir dir = DirOf(s);
   if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return optimize::CopyTicket();
-  const MemKind host_kind = dir == CopyDir::kHostToDevice ? s.src : s.dst;
-  return optimize::Optimizer::Process().BeforeHostCopy(s.host_ptr, s.bytes, dir, host_kind);
+  MemKind& host_kind = dir == CopyDir::kHostToDevice ? s.src : s.dst;
+  optimize::CopyTicket t =
+      optimize::Optimizer::Process().BeforeHostCopy(s.host_ptr, s.bytes, dir, host_kind);
+  if (t.kind == optimize::CopyTicket::kCache && host_kind == MemKind::kPageable) {
+    host_kind = MemKind::kPinnedByPinshim;
+    s.host_flags = optimize::Optimizer::Process().cache().register_flags();
+  }
+  return t;
 }
 
 inline void AfterCopy(Api api, const optimize::CopyTicket& t, CUresult r, bool async,

@@ -17,6 +17,7 @@
 #include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/optimize/optimizer.h"
+#include "shim/optimize/site_profile.h"
 #include "shim/trace/recorder.h"
 
 extern char** environ;
@@ -181,6 +182,11 @@ uint64_t EvictOwnPinning(uint64_t bytes_wanted) {
   return optimize::Optimizer::Process().Evict(bytes_wanted);
 }
 
+// PINSHIM_PROFILE: hot sites known before the program runs.
+optimize::SiteProfile g_profile;
+
+bool ProfileContains(const optimize::SiteFrames& frames) { return g_profile.Contains(frames); }
+
 void StartOptimizing() {
   optimize::OptimizerOptions options;
   options.allocations = &g_allocations;
@@ -189,6 +195,14 @@ void StartOptimizing() {
   options.pin_cap_bytes = g_config.pin_cap_bytes;
   options.enable_arena = true;
   optimize::InitSiteCapture();
+  if (g_config.profile[0] != '\0') {
+    char err[optimize::kProfileErrorLen];
+    if (g_profile.Load(g_config.profile, err, sizeof(err))) {
+      optimize::Optimizer::Process().hot_sites().SetProfile(&ProfileContains);
+    } else {
+      LogLine("profile not used: %s", err);
+    }
+  }
   g_redirect_sites = true;
   if (g_enforce) {
     options.pin_hooks.charge = ChargeOwnPinning;

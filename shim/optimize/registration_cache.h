@@ -179,6 +179,8 @@ class RegistrationCache {
 
   CacheStats Stats() const;
   bool active() const { return active_.load(std::memory_order_acquire); }
+  // The flags registrations are made with (as the program sees them in copies).
+  unsigned int register_flags() const { return options_.register_flags; }
 
  private:
   struct Entry;

@@ -165,6 +165,51 @@ class ProfileTest(unittest.TestCase):
         self.assertIn("pageable-hot", out.stdout)
         self.accepted_by_run(path)
 
+    def copies_by_kind(self, path, env):
+        """Runs the program under the library with a summary; returns the H2D
+        copy calls by source kind, and the optimize line's fields."""
+        summary = os.path.join(TMP, os.path.basename(path) + ".summary")
+        e = dict(os.environ, LD_PRELOAD=os.path.abspath(LIBRARY), PINSHIM_SUMMARY=summary,
+                 PINSHIM_MODE="optimize")
+        e.update(env)
+        proc = subprocess.run([PROGRAM], env=e, capture_output=True, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(summary) as f:
+            text = f.read()
+        kinds, fields = {}, {}
+        for line in text.split("\n"):
+            words = dict(w.split("=", 1) for w in line.split()[2:] if "=" in w)
+            if line.startswith("pinshim: copy ") and words.get("dir") == "H2D":
+                kinds[words["src"]] = kinds.get(words["src"], 0) + int(words["calls"])
+            if line.startswith("pinshim: optimize "):
+                fields = {k: int(v) for k, v in words.items()}
+        self.assertTrue(fields, text)
+        return kinds, fields, proc.stderr
+
+    def test_profile_pins_the_site_from_its_first_allocation(self):
+        path, _, _ = self.write_profile([self.observe], "first.profile")
+        # Without a profile the staging buffer must earn its pinning: its
+        # first copies run pageable.
+        kinds, fields, _ = self.copies_by_kind(path + ".none", {})
+        self.assertEqual(fields["profile_sites"], 0)
+        self.assertGreater(kinds.get("pageable", 0), 1, kinds)
+        # With it, the site is hot from the first allocation: all 40 copies
+        # of the staging buffer run pinned; only the scratch buffer's single
+        # copy stays pageable.
+        kinds, fields, err = self.copies_by_kind(path, {"PINSHIM_PROFILE": path})
+        self.assertEqual(err, "")
+        self.assertEqual(fields["profile_sites"], 1, fields)
+        self.assertEqual(kinds.get("pinshim", 0), 40, kinds)
+        self.assertEqual(kinds.get("pageable", 0), 1, kinds)
+
+    def test_unusable_profile_is_reported_and_ignored(self):
+        bad = os.path.join(TMP, "bad.profile")
+        with open(bad, "w") as f:
+            f.write("not a profile\n")
+        kinds, fields, err = self.copies_by_kind(bad, {"PINSHIM_PROFILE": bad})
+        self.assertIn("profile not used: %s" % bad, err)
+        self.assertEqual(fields["profile_sites"], 0)
+
     def test_optimize_mode_trace_gives_the_same_site(self):
         _, observed, _ = self.write_profile([self.observe], "observe2.profile")
         path, text, out = self.write_profile([self.optimize], "optimize.profile",
