@@ -440,6 +440,26 @@ TEST(OptimizeTest, RandomSequenceLeavesIdenticalContents) {
   EXPECT_GT(field("arena_allocs"), 0) << s;
 }
 
+// A pin cap too small for any of pinshim's pinning: nothing is pinned, the
+// hot sites' requests fall back to malloc, and the program sees no change.
+TEST(OptimizeTest, FullCapFallsBackToTheProgramsOwnBehaviour) {
+  for (const char* scenario : {"sites", "random"}) {
+    SCOPED_TRACE(scenario);
+    RunResult without = RunProgram({g_client, scenario}, false);
+    RunResult capped = RunProgram({g_client, scenario}, true,
+                                  {"PINSHIM_MODE=optimize", "PINSHIM_PIN_CAP=64K"});
+    ASSERT_EQ(capped.status, without.status) << capped.err;
+    EXPECT_EQ(capped.out, without.out);
+    EXPECT_EQ(capped.err, without.err);
+    ASSERT_EQ(capped.summaries.size(), 1u);
+    const std::string& s = capped.summaries[0];
+    EXPECT_NE(s.find(" arena_allocs=0 "), std::string::npos) << s;
+    EXPECT_NE(s.find(" cache_registrations=0 "), std::string::npos) << s;
+    // (The program's own cudaHostAlloc calls are still served, by exact-size
+    // allocations outside the cap, as the driver would have.)
+  }
+}
+
 TEST(OptimizeTest, EveryScenarioKeepsResults) {
   for (const char* scenario : {"basic", "basic_ptds", "invalid", "threads", "late_dlopen", "fork",
                                "exit_inflight", "budget", "clean", "wc_read"}) {
