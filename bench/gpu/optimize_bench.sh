@@ -75,7 +75,7 @@ done
 N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
 printf 'none %.4f s, optimize %.4f s, speedup %.2f\n' $N $O "$(python3 -c "print($N/$O)")"
 
-echo "-- used-once buffers: a new 16 MiB buffer per copy (median of 5)"
+echo "-- used-once buffers: a new 16 MiB buffer per copy (median of 9, runs alternating)"
 cat > "$work/once.cu" <<'CU'
 #include <cuda_runtime.h>
 #include <chrono>
@@ -94,6 +94,6 @@ int main() {
 CU
 nvcc -O2 -o "$work/once" "$work/once.cu"
 n=(); o=()
-for r in 1 2 3 4 5; do n+=($("$work/once" | field seconds)); o+=($(opt "$work/once" | field seconds)); done
+for r in 1 2 3 4 5 6 7 8 9; do n+=($("$work/once" | field seconds)); o+=($(opt "$work/once" | field seconds)); done
 N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
 printf 'none %.4f s, optimize %.4f s, optimize/none %.3f\n' $N $O "$(python3 -c "print($O/$N)")"

@@ -512,6 +512,21 @@ void Sites() {
   }
   void* bad = reinterpret_cast<void*>(1);
   printf("sites: bad alignment %d\n", posix_memalign(&bad, 24, 1 << 20));
+  // A forked child reads (and frees) a buffer from the hot site.
+  char* kept = AllocBuffer(n);
+  Fill(kept, n, 77);
+  fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    printf("sites: child sees %lx\n", Checksum(kept, n));
+    free(kept);
+    fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  printf("sites: child exit %d, parent sees %lx\n", status, Checksum(kept, n));
+  free(kept);
   CHECK(d.StreamSynchronize(stream));
   d.MemFree(dev);
 }
