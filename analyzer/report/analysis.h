@@ -8,6 +8,7 @@
 
 #include "analyzer/report/bandwidth_model.h"
 #include "analyzer/report/finding.h"
+#include "analyzer/report/own_pinning.h"
 #include "analyzer/report/rules/rule.h"
 #include "analyzer/report/trace_reader.h"
 
@@ -29,6 +30,7 @@ struct ProcessReport {
   bool complete = true;                     // the trace has its end record
   std::vector<std::string> symbol_problems; // modules that could not be symbolized
   std::vector<Finding> findings;            // sorted by estimated loss
+  OwnPinningSummary own;                    // pinshim's own pinning (optimize mode)
 };
 
 // Analyzes `trace` (opened successfully).

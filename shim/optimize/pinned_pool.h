@@ -69,6 +69,10 @@ struct PoolOptions {
   Registry* allocations = nullptr;
   uint64_t (*next_alloc_id)() = nullptr;  // ids for those entries; null: the pool's own
   uint64_t (*now_ns)() = nullptr;         // null: MonotonicNs
+  // Told about every slab and dedicated allocation pinned, unpinned or
+  // refused (cap, budget, driver error: the request then falls back to a
+  // dedicated allocation, or gets the driver's own answer).
+  OwnPinCallback on_own_pin = nullptr;
 };
 
 // What the pool knows about a pointer inside a live block.
@@ -143,10 +147,14 @@ class PinnedPool {
 
   // Gives idle slabs back to the driver until about bytes_wanted are freed;
   // returns the bytes freed. Never touches a block with a pending fence.
-  uint64_t Trim(uint64_t bytes_wanted);
+  // `why`: what the unpinning is recorded as.
+  uint64_t Trim(uint64_t bytes_wanted, OwnPinReason why = OwnPinReason::kEvictedForCap);
 
   // Gives back the slabs idle for longer than idle_trim_ns.
   uint64_t TrimIdle();
+
+  // Bytes of slabs with no live block: about what Trim could free now.
+  uint64_t IdleBytes() const;
 
   // ctx was destroyed (cuCtxDestroy, cuDevicePrimaryCtxReset): the driver
   // freed its pinned memory, so its slabs are forgotten without a call.
@@ -190,8 +198,9 @@ class PinnedPool {
                    uint32_t nblocks, bool dedicated, PinUse use, uint64_t charge, Block** out);
   Slab* NewSlabStructLocked();
   void FinishAllocation(Block* b, uint64_t requested, unsigned int flags);
-  void ReleaseSlabMemory(Slab* s);
-  uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only);
+  void ReleaseSlabMemory(Slab* s, OwnPinReason why);
+  void ReportSlab(OwnPinAction action, const Slab* s, OwnPinReason why, int result) const;
+  uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why);
   void MaybeTrimIdle();
   Block* BlockAtLocked(const void* p, Slab** slab) const;
   static void ListPush(BlockList* l, Block* b);
