@@ -14,7 +14,8 @@ namespace {
 
 class Replay : public EventVisitor {
  public:
-  explicit Replay(std::vector<std::unique_ptr<Rule>>* rules) : rules_(*rules) {}
+  Replay(std::vector<std::unique_ptr<Rule>>* rules, OwnPinningTracker* own)
+      : rules_(*rules), own_(own) {}
 
   void OnEvent(const Event& e) override {
     if (summary_.first_ns == 0 || e.time_ns < summary_.first_ns) summary_.first_ns = e.time_ns;
@@ -38,6 +39,8 @@ class Replay : public EventVisitor {
       }
       case trace::EventType::kSample: Sample(e); break;
       case trace::EventType::kBudgetDecision: BudgetDecision(e); break;
+      case trace::EventType::kOwnPin: own_->OnOwnPin(e); break;
+      case trace::EventType::kOptimizeCounters: own_->OnCounters(e); break;
       default: break;
     }
   }
@@ -85,6 +88,7 @@ class Replay : public EventVisitor {
       if (it != host_.end()) host = &it->second;
     }
     for (auto& r : rules_) r->OnCopy(e, pinned, host);
+    own_->OnCopy(e, pinned);
   }
 
   void Pin(const Event& e) {
@@ -123,6 +127,7 @@ class Replay : public EventVisitor {
   }
 
   void Host(const Event& e) {
+    own_->OnHostAlloc(e);
     if (e.is_free) {
       auto it = host_.find(e.alloc_id);
       const HostAlloc* a = it == host_.end() ? nullptr : &it->second;
@@ -188,6 +193,7 @@ class Replay : public EventVisitor {
   }
 
   std::vector<std::unique_ptr<Rule>>& rules_;
+  OwnPinningTracker* own_;
   ProcessSummary summary_;
   std::map<uint64_t, PinnedAlloc> pinned_;
   std::unordered_map<uint64_t, HostAlloc> host_;
@@ -281,9 +287,12 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
     rules.push_back(std::move(collector));
   }
   for (auto& r : rules) r->Begin(report.info);
-  Replay replay(&rules);
+  OwnPinningTracker own(&options.model, &options.rules);
+  own.Begin(report.info);
+  Replay replay(&rules, &own);
   trace.ForEachEvent(&replay);
   replay.End();
+  report.own = own.Finish();
   report.summary = replay.summary();
   report.events = trace.event_count();
   RuleContext ctx{&report.info, &options.model, &options.rules, &report.summary, &trace,
@@ -299,6 +308,10 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
     f.fix = resolver.Expand(f.fix);
     f.processes = {0};
     f.seconds_lost_by_process = {f.seconds_lost};
+  }
+  for (OwnPinningBuffer& b : report.own.buffers) {
+    if (b.alloc_stack != 0) b.allocated_at = *resolver.Get(b.alloc_stack);
+    if (b.copy_stack != 0) b.copied_at = *resolver.Get(b.copy_stack);
   }
   SortFindings(&report.findings);
   if (hot_sites != nullptr) {

@@ -9,6 +9,7 @@
 #include "analyzer/report/bandwidth_model.h"
 #include "analyzer/report/finding.h"
 #include "analyzer/report/profile.h"
+#include "analyzer/report/own_pinning.h"
 #include "analyzer/report/rules/rule.h"
 #include "analyzer/report/trace_reader.h"
 
@@ -32,6 +33,7 @@ struct ProcessReport {
   std::vector<std::string> symbol_problems; // modules that could not be symbolized
   std::vector<Finding> findings;            // sorted by estimated loss
   HotSites hot_sites;                       // when AnalysisOptions::hot_sites
+  OwnPinningSummary own;                    // pinshim's own pinning (optimize mode)
 };
 
 // Analyzes `trace` (opened successfully).

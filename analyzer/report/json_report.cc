@@ -1,5 +1,8 @@
 #include "analyzer/report/json_report.h"
 
+#include <map>
+#include <string>
+
 #include "analyzer/report/json_writer.h"
 #include "analyzer/report/text_report.h"
 
@@ -83,6 +86,138 @@ void WriteValue(const Value& v, JsonWriter* w) {
       w->EndObject();
       break;
   }
+}
+
+void WriteCounts(const std::map<std::string, uint64_t>& counts, JsonWriter* w) {
+  w->BeginObject();
+  for (const auto& kv : counts) {
+    w->Key(kv.first);
+    w->Uint(kv.second);
+  }
+  w->EndObject();
+}
+
+void WriteRefusals(const OwnPinningSummary& o, const char* part, JsonWriter* w) {
+  w->Key("refusals");
+  auto it = o.refusals.find(part);
+  WriteCounts(it == o.refusals.end() ? std::map<std::string, uint64_t>() : it->second, w);
+}
+
+void WriteRate(double rate, JsonWriter* w) { rate < 0 ? w->Null() : w->Double(rate); }
+
+// The "optimize" member of a process: pinshim's own pinning.
+void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
+  const OptimizeCountersEvent& c = o.counters;
+  w->BeginObject();
+  w->Key("counters_recorded");
+  w->Bool(o.has_counters);
+  w->Key("pinned_bytes");
+  w->BeginObject();
+  w->Key("peak");
+  w->Uint(o.peak_bytes);
+  w->Key("final");
+  w->Uint(o.final_bytes);
+  w->Key("cap");
+  o.cap_known && o.cap_bytes != UINT64_MAX ? w->Uint(o.cap_bytes) : w->Null();
+  w->EndObject();
+  w->Key("pool");
+  w->BeginObject();
+  w->Key("hits");
+  w->Uint(c.pool_hits);
+  w->Key("misses");
+  w->Uint(c.pool_misses);
+  w->Key("hit_rate");
+  WriteRate(o.PoolHitRate(), w);
+  w->Key("dedicated");
+  w->Uint(c.pool_dedicated);
+  WriteRefusals(o, "pool", w);
+  w->EndObject();
+  w->Key("cache");
+  w->BeginObject();
+  w->Key("buffers_registered");
+  w->Uint(o.cache_buffers_registered);
+  w->Key("registrations");
+  w->Uint(c.cache_registrations);
+  w->Key("copies_served_pinned");
+  w->Uint(o.cache_copies_pinned);
+  w->Key("copies_pageable");
+  w->Uint(o.cache_copies_pageable);
+  w->Key("hit_rate");
+  WriteRate(o.CacheHitRate(), w);
+  w->Key("hits");
+  w->Uint(c.cache_hits);
+  w->Key("evictions");
+  w->Uint(c.cache_evictions);
+  w->Key("releases");
+  w->Uint(c.cache_releases);
+  WriteRefusals(o, "cache", w);
+  w->Key("declined");
+  w->BeginObject();
+  w->Key("untracked");
+  w->Uint(c.cache_declined_untracked);
+  w->Key("source");
+  w->Uint(c.cache_declined_source);
+  w->Key("sub_allocation");
+  w->Uint(c.cache_declined_sub_allocation);
+  w->Key("too_large");
+  w->Uint(c.cache_declined_too_large);
+  w->EndObject();
+  w->EndObject();
+  w->Key("arena");
+  w->BeginObject();
+  w->Key("allocations");
+  w->Uint(c.arena_allocs);
+  w->Key("copies");
+  w->Uint(c.arena_copies);
+  WriteRefusals(o, "arena", w);
+  w->EndObject();
+  w->Key("dropped_bytes");
+  WriteCounts(o.dropped_bytes, w);
+  w->Key("estimated_seconds_saved");
+  w->BeginObject();
+  w->Key("copies");
+  w->Double(c.saved_copy_ns * 1e-9);
+  w->Key("allocations");
+  w->Double(c.saved_alloc_ns * 1e-9);
+  w->EndObject();
+  w->Key("hot_buffers");
+  w->Uint(o.hot_buffers);
+  w->Key("buffers");
+  w->BeginArray();
+  for (const OwnPinningBuffer& b : o.buffers) {
+    w->BeginObject();
+    w->Key("allocation");
+    b.alloc_id != 0 ? w->Uint(b.alloc_id) : w->Null();
+    w->Key("address");
+    w->Uint(b.address);
+    w->Key("size");
+    b.size != 0 ? w->Uint(b.size) : w->Null();
+    w->Key("allocated_at");
+    WriteSite(b.allocated_at, w);
+    w->Key("copied_at");
+    WriteSite(b.copied_at, w);
+    w->Key("copies");
+    w->Uint(b.copies);
+    w->Key("bytes_copied");
+    w->Uint(b.bytes_copied);
+    w->Key("copies_pinned");
+    w->Uint(b.copies_pinned);
+    w->Key("handled");
+    w->String(b.pinned ? "pinned" : "left_alone");
+    w->Key("by");
+    w->String(b.by);
+    w->Key("reason");
+    b.reason.empty() ? w->Null() : w->String(b.reason);
+    w->Key("unpinned");
+    b.unpinned.empty() ? w->Null() : w->String(b.unpinned);
+    w->Key("refusals");
+    w->Uint(b.refusals);
+    w->Key("detail");
+    w->String(b.detail);
+    w->EndObject();
+  }
+  w->EndArray();
+  w->EndObject();
 }
 
 void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
@@ -170,6 +305,12 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
     w->Key("node_budget");
     b.node_budget ? w->Uint(b.node_budget) : w->Null();
     w->EndObject();
+  }
+  w->Key("optimize");
+  if (p.own.optimize_mode) {
+    WriteOwnPinning(p.own, w);
+  } else {
+    w->Null();
   }
   w->Key("trace_complete");
   w->Bool(p.complete);

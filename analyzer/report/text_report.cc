@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "analyzer/report/format.h"
 
@@ -143,6 +144,103 @@ std::string BudgetLine(const BudgetSummary& b) {
          budget(b.node_budget);
 }
 
+std::string Percent(double share) {
+  char buf[16];
+  snprintf(buf, sizeof(buf), "%.0f%%", share * 100);
+  return buf;
+}
+
+std::string Counted(uint64_t n, const char* one, const char* many) {
+  return FormatCount(n) + " " + (n == 1 ? one : many);
+}
+
+// "cap 3, budget 1"
+std::string ReasonCounts(const std::map<std::string, uint64_t>& by_reason) {
+  std::string out;
+  for (const auto& kv : by_reason) {
+    out += (out.empty() ? "" : ", ") + kv.first + " " + FormatCount(kv.second);
+  }
+  return out;
+}
+
+std::string Refusals(const OwnPinningSummary& o, const char* part) {
+  auto it = o.refusals.find(part);
+  if (it == o.refusals.end() || it->second.empty()) return "";
+  uint64_t n = 0;
+  for (const auto& kv : it->second) n += kv.second;
+  return "; refused " + Counted(n, "time", "times") + " (" + ReasonCounts(it->second) + ")";
+}
+
+const char* PartWords(const std::string& by) {
+  if (by == "cache") return "registration cache";
+  if (by == "pool") return "pool";
+  if (by == "arena") return "arena";
+  if (by == "refused") return "refused";
+  if (by == "untracked") return "untracked memory";
+  if (by == "mmap_region") return "mmap region";
+  if (by == "larger_than_cap") return "larger than the cap";
+  if (by == "cost_model") return "not worth pinning";
+  return "memory pinshim pinned";
+}
+
+// The "pinshim's own pinning" section of one process in optimize mode.
+void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
+  const OptimizeCountersEvent& c = o.counters;
+  *out += "    pinshim's own pinning (optimize mode):\n";
+  std::string cap = !o.cap_known                  ? "cap unknown"
+                    : o.cap_bytes == UINT64_MAX ? "no cap"
+                                                : "cap " + FormatBytes(o.cap_bytes);
+  *out += "      pinned by pinshim: peak " + FormatBytes(o.peak_bytes) + ", at the end " +
+          FormatBytes(o.final_bytes) + "; " + cap + "\n";
+  if (!o.has_counters) {
+    *out += "      (no counters record: optimize mode never started, or the process was killed)\n";
+  }
+  const double pool_rate = o.PoolHitRate();
+  *out += "      pool: " + Counted(c.pool_hits, "hit", "hits") + ", " +
+          Counted(c.pool_misses, "miss", "misses") +
+          (pool_rate >= 0 ? " (" + Percent(pool_rate) + " hit rate)" : std::string()) + ", " +
+          Counted(c.pool_dedicated, "dedicated allocation", "dedicated allocations") +
+          Refusals(o, "pool") + "\n";
+  const double cache_rate = o.CacheHitRate();
+  *out += "      registration cache: " +
+          Counted(o.cache_buffers_registered, "buffer registered", "buffers registered") + " (" +
+          Counted(c.cache_registrations, "registration", "registrations") + "); " +
+          FormatCount(o.cache_copies_pinned) + " of " +
+          FormatCount(o.cache_copies_pinned + o.cache_copies_pageable) +
+          " copies of tracked pageable buffers served pinned" +
+          (cache_rate >= 0 ? " (" + Percent(cache_rate) + ")" : std::string()) +
+          Refusals(o, "cache") + "\n";
+  *out += "      arena: " + Counted(c.arena_allocs, "allocation", "allocations") + " served" +
+          Refusals(o, "arena") + "\n";
+  std::string dropped;
+  for (const auto& kv : o.dropped_bytes) {
+    dropped += (dropped.empty() ? "" : ", ") + FormatBytes(kv.second) + " " + OwnDropWords(kv.first);
+  }
+  *out += "      dropped: " + (dropped.empty() ? std::string("nothing") : dropped) + "\n";
+  *out += "      estimated time saved: " + FormatSeconds(c.saved_copy_ns * 1e-9) + " in copies, " +
+          FormatSeconds(c.saved_alloc_ns * 1e-9) + " in allocations\n";
+  if (o.hot_buffers == 0) {
+    *out += "      buffers copied hot: none\n";
+    return;
+  }
+  *out += "      buffers copied hot, by bytes copied:\n";
+  for (const OwnPinningBuffer& b : o.buffers) {
+    std::string what = b.alloc_id == 0 ? "untracked memory"
+                       : b.size != 0   ? "the " + FormatBytes(b.size) + " allocation at " +
+                                           b.allocated_at.Short()
+                                       : "allocation " + std::to_string(b.alloc_id);
+    *out += "        - " + FormatBytes(b.bytes_copied) + " in " +
+            Counted(b.copies, "copy", "copies") + " of " + what + ", copied at " +
+            b.copied_at.Short() + "\n";
+    *out += std::string("          ") + (b.pinned ? "pinned by pinshim (" : "left alone (") +
+            PartWords(b.by) + (b.reason.empty() ? "" : ": " + b.reason) + "): " + b.detail +
+            "\n";
+  }
+  if (o.hot_buffers > o.buffers.size()) {
+    *out += "        ... and " + FormatCount(o.hot_buffers - o.buffers.size()) + " more\n";
+  }
+}
+
 std::string ProcessTitle(const ProcessReport& p) {
   std::string t = p.info.program.empty() ? std::string("unknown program") : p.info.program;
   t += "  pid " + std::to_string(p.info.pid);
@@ -196,6 +294,7 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
     *out += "; " + std::to_string(p.findings.size()) +
             (p.findings.size() == 1 ? " finding\n" : " findings\n");
     if (s.budget.decisions != 0) *out += "    " + BudgetLine(s.budget) + "\n";
+    if (p.own.optimize_mode) OwnPinningSection(p.own, out);
     *out += "    trace " + p.path + (p.damage.empty() ? " (complete)\n" : "\n");
     if (!p.damage.empty()) *out += "    note: " + p.damage + "\n";
     for (const std::string& sp : p.symbol_problems) *out += "    symbols: " + sp + "\n";

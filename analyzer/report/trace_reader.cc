@@ -571,6 +571,56 @@ class BatchCursor {
         e.stack = u[10] > kMaxStackId ? 0 : static_cast<uint32_t>(u[10]);
         break;
       }
+      case trace::EventType::kOwnPin: {
+        for (int i = 0; i < 6; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        int64_t result;
+        if (!GetSigned(&q, end, &result)) return -1;
+        if (u[0] > 255 || u[1] > 255 || u[2] > 255) return -1;
+        e.type = trace::EventType::kOwnPin;
+        e.duration_ns = 0;
+        e.stack = 0;
+        e.own_action = static_cast<OwnPinAction>(u[0]);
+        e.own_part = static_cast<OwnPinPart>(u[1]);
+        e.own_reason = static_cast<OwnPinReason>(u[2]);
+        e.ptr = u[3];
+        e.bytes = u[4];
+        e.alloc_id = u[5];
+        e.result = static_cast<int32_t>(result);
+        break;
+      }
+      case trace::EventType::kOptimizeCounters: {
+        uint64_t v[trace::kOptimizeCounterFields];
+        for (size_t i = 0; i < trace::kOptimizeCounterFields; ++i) {
+          if (!GetVarint(&q, end, &v[i])) return -1;
+        }
+        e.type = trace::EventType::kOptimizeCounters;
+        e.duration_ns = 0;
+        e.stack = 0;
+        OptimizeCountersEvent& c = e.counters;
+        c.pinned_bytes_now = v[0];
+        c.pinned_bytes_peak = v[1];
+        c.pin_cap_bytes = v[2];
+        c.pin_refusals = v[3];
+        c.evicted_bytes = v[4];
+        c.pool_hits = v[5];
+        c.pool_misses = v[6];
+        c.pool_dedicated = v[7];
+        c.cache_registrations = v[8];
+        c.cache_hits = v[9];
+        c.cache_evictions = v[10];
+        c.cache_releases = v[11];
+        c.cache_declined_untracked = v[12];
+        c.cache_declined_source = v[13];
+        c.cache_declined_sub_allocation = v[14];
+        c.cache_declined_too_large = v[15];
+        c.arena_allocs = v[16];
+        c.arena_copies = v[17];
+        c.saved_copy_ns = v[18];
+        c.saved_alloc_ns = v[19];
+        break;
+      }
       case trace::EventType::kDropped: {
         if (!GetVarint(&q, end, &u[0])) return -1;
         e.type = trace::EventType::kDropped;

@@ -145,6 +145,13 @@ struct Event {
   uint64_t process_budget = 0;  // 0: none
   uint64_t node_pinned = 0;
   uint64_t node_budget = 0;     // 0: none
+  // kOwnPin (also ptr, bytes, alloc_id, result). Values a newer writer
+  // added are kept as they are.
+  OwnPinAction own_action = OwnPinAction::kPinned;
+  OwnPinPart own_part = OwnPinPart::kPoolSlab;
+  OwnPinReason own_reason = OwnPinReason::kNone;
+  // kOptimizeCounters
+  OptimizeCountersEvent counters{};
 
   // The host side of a copy and its memory kind (source of H2D, destination
   // of D2H; source of H2H).

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,78 @@ TEST(TraceReader, SkipsUnknownFramesEventsAndTrailingFields) {
   EXPECT_EQ(r->damage().unknown_frames, 1u);
   EXPECT_EQ(r->damage().unknown_events, 1u);
   EXPECT_EQ(r->damage().bad_events, 0u);
+}
+
+// Optimize mode's own pinning and counters, as the encoder writes them; a
+// counters record a newer writer extended keeps its known fields, and a
+// truncated one is damage, not a crash.
+TEST(TraceReader, OwnPinningAndCountersRecords) {
+  TraceBuilder b;
+  testing::BuilderProcess p;
+  p.mode = "observe,optimize";
+  b.Process(p);
+  OwnPinEvent pin{};
+  pin.action = OwnPinAction::kUnpinned;
+  pin.part = OwnPinPart::kArena;
+  pin.reason = OwnPinReason::kIdleTrim;
+  pin.ptr = reinterpret_cast<const void*>(0x7f1234560000ull);
+  pin.bytes = 3ull << 20;
+  pin.alloc_id = 0;
+  pin.result = 700;
+  b.batch().AppendOwnPin(pin, 1000000100ull);
+  OptimizeCountersEvent c{};
+  c.pinned_bytes_now = 5;
+  c.pin_cap_bytes = UINT64_MAX;
+  c.cache_hits = 77;
+  c.saved_alloc_ns = 1ull << 40;
+  b.batch().AppendOptimizeCounters(c, 1000000200ull);
+  b.Flush(3);
+  // By hand: a counters record with one field more than this reader knows
+  // (kept), then one cut short (bad).
+  std::string batch;
+  batch += '\x03';                                     // tid
+  batch += std::string("\x80\x94\xeb\xdc\x03", 5);  // first time 1e9
+  batch += std::string("\x80\x94\xeb\xdc\x03", 5);  // last time
+  batch += '\x02';                                     // two events
+  std::string longer(1, '\x00');                       // time delta 0
+  for (size_t i = 0; i < trace::kOptimizeCounterFields + 1; ++i) longer += static_cast<char>(i);
+  batch += '\x32';
+  batch += static_cast<char>(longer.size());
+  batch += longer;
+  std::string shorter(1, '\x00');
+  for (size_t i = 0; i < 4; ++i) shorter += '\x01';
+  batch += '\x32';
+  batch += static_cast<char>(shorter.size());
+  batch += shorter;
+  b.Frame(trace::FrameType::kEvents, batch);
+  b.End(2000000000ull);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(b.bytes(), &error));
+  ASSERT_NE(r, nullptr) << error;
+  EXPECT_EQ(r->process().mode, "observe,optimize");
+  Collect col;
+  r->ForEachEvent(&col);
+  ASSERT_EQ(col.events.size(), 3u);
+  const Event& first = col.events[0];  // the hand-made one, at 1e9
+  ASSERT_EQ(first.type, trace::EventType::kOptimizeCounters);
+  EXPECT_EQ(first.counters.pinned_bytes_now, 0u);
+  EXPECT_EQ(first.counters.pinned_bytes_peak, 1u);
+  EXPECT_EQ(first.counters.saved_alloc_ns, trace::kOptimizeCounterFields - 1);
+  const Event& own = col.events[1];
+  ASSERT_EQ(own.type, trace::EventType::kOwnPin);
+  EXPECT_EQ(own.time_ns, 1000000100u);
+  EXPECT_EQ(own.own_action, OwnPinAction::kUnpinned);
+  EXPECT_EQ(own.own_part, OwnPinPart::kArena);
+  EXPECT_EQ(own.own_reason, OwnPinReason::kIdleTrim);
+  EXPECT_EQ(own.ptr, 0x7f1234560000ull);
+  EXPECT_EQ(own.bytes, 3ull << 20);
+  EXPECT_EQ(own.result, 700);
+  const Event& counters = col.events[2];
+  ASSERT_EQ(counters.type, trace::EventType::kOptimizeCounters);
+  EXPECT_EQ(counters.time_ns, 1000000200u);
+  EXPECT_EQ(memcmp(&counters.counters, &c, sizeof(c)), 0);
+  EXPECT_EQ(r->damage().bad_events, 1u);
+  EXPECT_EQ(r->damage().unknown_events, 0u);
 }
 
 }  // namespace

@@ -34,4 +34,45 @@ const char* PinOpName(PinOp op) {
   }
 }
 
+const char* OwnPinPartName(OwnPinPart part) {
+  switch (part) {
+    case OwnPinPart::kPoolSlab: return "pool_slab";
+    case OwnPinPart::kPoolDedicated: return "pool_dedicated";
+    case OwnPinPart::kCache: return "cache";
+    case OwnPinPart::kArena: return "arena";
+    default: return "unknown";
+  }
+}
+
+const char* OwnPinActionName(OwnPinAction action) {
+  switch (action) {
+    case OwnPinAction::kPinned: return "pinned";
+    case OwnPinAction::kUnpinned: return "unpinned";
+    case OwnPinAction::kRefused: return "refused";
+    default: return "unknown";
+  }
+}
+
+const char* OwnPinReasonName(OwnPinReason reason) {
+  switch (reason) {
+    case OwnPinReason::kNone: return "none";
+    case OwnPinReason::kProgramReleased: return "program_released";
+    case OwnPinReason::kEvictedForCap: return "evicted_cap";
+    case OwnPinReason::kEvictedForBudget: return "evicted_budget";
+    case OwnPinReason::kIdleTrim: return "idle_trim";
+    case OwnPinReason::kContextDestroyed: return "context_destroyed";
+    case OwnPinReason::kEvictedForTable: return "evicted_table_full";
+    case OwnPinReason::kProgramRegistered: return "program_registered";
+    case OwnPinReason::kRefusedCap: return "cap";
+    case OwnPinReason::kRefusedBudget: return "budget";
+    case OwnPinReason::kRefusedMemlock: return "memlock_limit";
+    case OwnPinReason::kRefusedOutOfMemory: return "out_of_memory";
+    case OwnPinReason::kRefusedAlreadyRegistered: return "already_registered";
+    case OwnPinReason::kRefusedDriverError: return "driver_error";
+    case OwnPinReason::kRefusedNoContext: return "no_context";
+    case OwnPinReason::kRefusedTableFull: return "table_full";
+    default: return "unknown";
+  }
+}
+
 }  // namespace pinshim

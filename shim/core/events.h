@@ -80,6 +80,90 @@ struct HostAllocEvent {
   uint8_t source;  // 0 malloc family, 1 mmap
 };
 
+// --- pinshim's own pinning (optimize mode) ---------------------------------
+// The values are part of the trace format (kOwnPin events, trace_format.h):
+// only ever add new ones.
+
+// Which part of optimize mode pinned the memory.
+enum class OwnPinPart : uint8_t {
+  kPoolSlab = 0,       // a pool slab, carved into the program's pinned allocations
+  kPoolDedicated = 1,  // an exact-size allocation made for one program request
+  kCache = 2,          // the registration cache: a hot pageable buffer pinned in place
+  kArena = 3,          // a registered extent of the host arena
+  kCount = 4,
+};
+const char* OwnPinPartName(OwnPinPart part);
+
+enum class OwnPinAction : uint8_t {
+  kPinned = 0,
+  kUnpinned = 1,
+  kRefused = 2,  // not pinned; the program's original behaviour goes on
+  kCount = 3,
+};
+const char* OwnPinActionName(OwnPinAction action);
+
+// Why memory was unpinned (1..15) or a pinning refused (16..).
+enum class OwnPinReason : uint8_t {
+  kNone = 0,                 // pinned
+  kProgramReleased = 1,      // freed, reallocated or unmapped by the program
+  kEvictedForCap = 2,        // made room under the pin cap (PINSHIM_PIN_CAP)
+  kEvictedForBudget = 3,     // given back for enforce mode's budget
+  kIdleTrim = 4,             // unused for the idle time
+  kContextDestroyed = 5,     // the driver freed it with its context
+  kEvictedForTable = 6,      // made room in the registration cache's table
+  kProgramRegistered = 7,    // the program registered the memory itself
+  kRefusedCap = 16,          // the pin cap, even after eviction
+  kRefusedBudget = 17,       // enforce mode's budget
+  kRefusedMemlock = 18,      // RLIMIT_MEMLOCK
+  kRefusedOutOfMemory = 19,  // the driver (or the system) ran out of memory
+  kRefusedAlreadyRegistered = 20,  // the program registered (part of) it already
+  kRefusedDriverError = 21,  // any other driver error
+  kRefusedNoContext = 22,    // no CUDA context to pin in
+  kRefusedTableFull = 23,    // the registration cache's table is full
+};
+// "program_released", "evicted_cap", ..., "cap", "budget", ...; "unknown".
+const char* OwnPinReasonName(OwnPinReason reason);
+
+// One pinning action of pinshim's own: what the pool, the registration
+// cache and the arena pinned, unpinned and were refused.
+struct OwnPinEvent {
+  OwnPinAction action;
+  OwnPinPart part;
+  OwnPinReason reason;  // kNone for kPinned
+  const void* ptr;      // start of the range (of the request, when refused)
+  uint64_t bytes;
+  // The program allocation it concerns: the cached buffer's allocation id
+  // (cache), the program's allocation a dedicated pool allocation served
+  // (when released); 0 for slabs and arena extents, which serve many.
+  uint64_t alloc_id;
+  int result;  // the driver's CUresult (0 when no driver call was made or it succeeded)
+};
+
+// A snapshot of optimize mode's counters (Optimizer::Counters()), for the
+// trace. Plain integers; only ever add fields at the end.
+struct OptimizeCountersEvent {
+  uint64_t pinned_bytes_now;   // by pinshim: pool slabs and allocations, cache, arena
+  uint64_t pinned_bytes_peak;
+  uint64_t pin_cap_bytes;      // UINT64_MAX: no cap
+  uint64_t pin_refusals;       // charges the cap or the budget refused
+  uint64_t evicted_bytes;      // freed by evictions when a charge was refused
+  uint64_t pool_hits;          // program pinned allocations served from a free block
+  uint64_t pool_misses;        // ... that needed a new slab or allocation
+  uint64_t pool_dedicated;     // exact-size allocations made
+  uint64_t cache_registrations;
+  uint64_t cache_hits;         // copies that ran on cached memory
+  uint64_t cache_evictions;
+  uint64_t cache_releases;
+  uint64_t cache_declined_untracked;  // copies of memory that is no tracked allocation
+  uint64_t cache_declined_source;     // ... owned by the driver or pinshim
+  uint64_t cache_declined_sub_allocation;  // ... inside an mmap region not used as one buffer
+  uint64_t cache_declined_too_large;  // ... of allocations larger than the cap
+  uint64_t arena_allocs;
+  uint64_t arena_copies;
+  uint64_t saved_copy_ns;      // estimated (cost model)
+  uint64_t saved_alloc_ns;
+};
+
 }  // namespace pinshim
 
 #endif  // PINSHIM_SHIM_CORE_EVENTS_H_

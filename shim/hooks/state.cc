@@ -187,12 +187,25 @@ optimize::SiteProfile g_profile;
 
 bool ProfileContains(const optimize::SiteFrames& frames) { return g_profile.Contains(frames); }
 
+// What optimize mode pins, unpins and is refused goes into the trace (a
+// no-op without one).
+void RecordOwnPinning(const OwnPinEvent& e) { trace::RecordOwnPin(e); }
+
+// The sampler's (and the exit's) snapshot of optimize mode's counters.
+bool SnapshotOptimizeCounters(OptimizeCountersEvent* out) {
+  const optimize::Optimizer& opt = optimize::Optimizer::Process();
+  if (!opt.active()) return false;  // not started yet, or a fork child
+  *out = optimize::CountersForTrace(opt.Counters());
+  return true;
+}
+
 void StartOptimizing() {
   optimize::OptimizerOptions options;
   options.allocations = &g_allocations;
   options.registrations = &g_registrations;
   options.next_alloc_id = &NextAllocId;
   options.pin_cap_bytes = g_config.pin_cap_bytes;
+  if (g_config.trace_dir[0] != '\0') options.on_own_pin = RecordOwnPinning;
   options.enable_arena = true;
   optimize::InitSiteCapture();
   if (g_config.profile[0] != '\0') {
@@ -260,6 +273,7 @@ void StartTracing() {
   options.wc_guard = g_config.wc_guard;
   options.api_name = ApiName;
   options.api_count = kApiCountForTrace();
+  if (g_optimize) options.optimize_counters = SnapshotOptimizeCounters;
   char err[512];
   if (!trace::StartRecorder(options, err, sizeof(err))) LogLine("no trace: %s", err);
 }

@@ -240,15 +240,23 @@ bool HostArena::AllocatePages(uint64_t pages, uint64_t* start, int32_t* ext) {
   CUcontext cur = nullptr;
   if (ops_->ctx_get_current(&cur) != CUDA_SUCCESS) cur = nullptr;
   CUcontext ctx = cur != nullptr ? cur : home_ctx_.load(std::memory_order_acquire);
-  bool ok = ctx != nullptr && account_->ChargeWithEviction(PinUse::kArena, bytes);
+  OwnPinReason refused = ctx == nullptr ? OwnPinReason::kRefusedNoContext : OwnPinReason::kNone;
+  bool ok = ctx != nullptr && account_->ChargeWithEviction(PinUse::kArena, bytes, &refused);
   bool charged = ok;
-  if (ok) ok = SysMprotect(addr, bytes, PROT_READ | PROT_WRITE) == 0;
+  if (ok && SysMprotect(addr, bytes, PROT_READ | PROT_WRITE) != 0) {
+    ok = false;
+    refused = OwnPinReason::kRefusedOutOfMemory;
+  }
+  CUresult r = CUDA_SUCCESS;
   if (ok) {
     ScopedContext scope(ops_, cur == nullptr ? ctx : nullptr);
-    ok = ops_->mem_host_register(reinterpret_cast<void*>(addr), bytes,
-                                 options_.register_flags) == CUDA_SUCCESS;
+    r = ops_->mem_host_register(reinterpret_cast<void*>(addr), bytes, options_.register_flags);
+    ok = r == CUDA_SUCCESS;
+    if (!ok) refused = DriverRefusalReason(r, account_->pinned() - bytes, bytes);
   }
   if (!ok) {
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kArena, refused, addr,
+                 bytes, 0, r);
     if (charged) account_->Release(PinUse::kArena, bytes);
     SysMprotect(addr, bytes, PROT_NONE);
     MutexLock lock(&mu_);
@@ -271,6 +279,8 @@ bool HostArena::AllocatePages(uint64_t pages, uint64_t* start, int32_t* ext) {
   registrations_.fetch_add(1, std::memory_order_relaxed);
   registered_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   extents_live_.fetch_add(1, std::memory_order_relaxed);
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kPinned, OwnPinPart::kArena, OwnPinReason::kNone,
+               addr, bytes, 0, CUDA_SUCCESS);
   MutexLock lock(&mu_);
   extents_[idx].state = kExtentRegistered;
   extents_[idx].ctx = ctx;
@@ -610,7 +620,7 @@ void HostArena::NoteAsyncUse(const void* p, uint64_t bytes, CUstream stream) {
   }
 }
 
-uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
+uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why) {
   if (!active()) return 0;
   uint64_t freed = 0;
   const uint64_t now = Now();
@@ -648,13 +658,16 @@ uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
         options_.registrations->Remove(addr, nullptr);
       }
     }
+    CUresult r;
     {
       ScopedContext scope(ops_, e.ctx);
-      ops_->mem_host_unregister(reinterpret_cast<void*>(addr));
+      r = ops_->mem_host_unregister(reinterpret_cast<void*>(addr));
     }
     SysMadvise(addr, bytes, MADV_DONTNEED);
     SysMprotect(addr, bytes, PROT_NONE);
     account_->Release(PinUse::kArena, bytes);
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kArena, why, addr,
+                 bytes, 0, r);
     registered_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     extents_live_.fetch_sub(1, std::memory_order_relaxed);
     trimmed_.fetch_add(bytes, std::memory_order_relaxed);
@@ -668,9 +681,22 @@ uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
   return freed;
 }
 
-uint64_t HostArena::TrimIdle() { return TrimImpl(UINT64_MAX, true); }
+uint64_t HostArena::TrimIdle() { return TrimImpl(UINT64_MAX, true, OwnPinReason::kIdleTrim); }
 
-uint64_t HostArena::Trim(uint64_t bytes_wanted) { return TrimImpl(bytes_wanted, false); }
+uint64_t HostArena::Trim(uint64_t bytes_wanted, OwnPinReason why) {
+  return TrimImpl(bytes_wanted, false, why);
+}
+
+uint64_t HostArena::IdleBytes() const {
+  if (!active()) return 0;
+  uint64_t idle = 0;
+  MutexLock lock(&mu_);
+  for (uint32_t i = 0; i < kMaxExtents; ++i) {
+    const Extent& x = extents_[i];
+    if (x.state == kExtentRegistered && x.live_pages == 0) idle += x.pages * page_;
+  }
+  return idle;
+}
 
 void HostArena::MaybeTrimIdle() {
   if (options_.idle_trim_ns == 0) return;
@@ -678,7 +704,7 @@ void HostArena::MaybeTrimIdle() {
   uint64_t last = last_trim_ns_.load(std::memory_order_relaxed);
   if (now - last < options_.idle_trim_ns / 2) return;
   if (!last_trim_ns_.compare_exchange_strong(last, now)) return;
-  TrimImpl(UINT64_MAX, true);
+  TrimImpl(UINT64_MAX, true, OwnPinReason::kIdleTrim);
 }
 
 void HostArena::AfterForkChild() {

@@ -62,6 +62,8 @@ struct ArenaOptions {
   // kSourcePinshim) so copies see arena memory as pinned.
   Registry* registrations = nullptr;
   uint64_t (*now_ns)() = nullptr;  // null: MonotonicNs
+  // Told about every extent registered, unregistered or refused.
+  OwnPinCallback on_own_pin = nullptr;
 };
 
 struct ArenaStats {
@@ -125,8 +127,11 @@ class HostArena {
 
   // Gives back registered extents whose pages are all free: those idle for
   // idle_trim_ns (TrimIdle), or any, until about bytes_wanted (Trim).
+  // `why`: what the unpinning is recorded as.
   uint64_t TrimIdle();
-  uint64_t Trim(uint64_t bytes_wanted);
+  uint64_t Trim(uint64_t bytes_wanted, OwnPinReason why = OwnPinReason::kEvictedForCap);
+  // Bytes of registered extents whose pages are all free: what Trim could free.
+  uint64_t IdleBytes() const;
 
   // Fork: PrepareFork before the registries' locks are taken. The child
   // keeps using the arena's memory as ordinary memory (the program's blocks
@@ -162,7 +167,7 @@ class HostArena {
   bool DeferIfPending(void* p);
   void ReapDeferred();
   void MaybeTrimIdle();
-  uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only);
+  uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why);
   uintptr_t PageAddr(uint64_t page) const { return base_ + page * page_; }
 
   const DriverOps* ops_ = nullptr;

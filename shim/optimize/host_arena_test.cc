@@ -296,6 +296,40 @@ TEST_F(ArenaTest, DeclinesWhatItCannotPin) {
   arena_.Free(small);
 }
 
+std::vector<OwnPinEvent> g_arena_events;
+void CollectArenaEvent(const OwnPinEvent& e) { g_arena_events.push_back(e); }
+
+// Every extent registered, refused and given back is reported, with why.
+TEST_F(ArenaTest, ReportsItsOwnPinning) {
+  g_arena_events.clear();
+  ArenaOptions options;
+  options.on_own_pin = &CollectArenaEvent;
+  Start(8 * kMiB, options);
+  void* p = arena_.Malloc(6 * kMiB);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(arena_.Malloc(4 * kMiB), nullptr);  // 6 + 4 > 8, and p is in use
+  arena_.Free(p);
+  ManualClock::Advance(11ull * 1000000000);
+  EXPECT_GE(arena_.TrimIdle(), 6 * kMiB);
+  ASSERT_EQ(g_arena_events.size(), 3u);
+  const OwnPinEvent& pinned = g_arena_events[0];
+  EXPECT_EQ(pinned.action, OwnPinAction::kPinned);
+  EXPECT_EQ(pinned.part, OwnPinPart::kArena);
+  EXPECT_EQ(pinned.reason, OwnPinReason::kNone);
+  EXPECT_GE(pinned.bytes, 6 * kMiB);
+  EXPECT_TRUE(arena_.Owns(pinned.ptr));
+  const OwnPinEvent& refused = g_arena_events[1];
+  EXPECT_EQ(refused.action, OwnPinAction::kRefused);
+  EXPECT_EQ(refused.reason, OwnPinReason::kRefusedCap);
+  EXPECT_GE(refused.bytes, 4 * kMiB);
+  const OwnPinEvent& trimmed = g_arena_events[2];
+  EXPECT_EQ(trimmed.action, OwnPinAction::kUnpinned);
+  EXPECT_EQ(trimmed.reason, OwnPinReason::kIdleTrim);
+  EXPECT_EQ(trimmed.ptr, pinned.ptr);
+  EXPECT_EQ(trimmed.bytes, pinned.bytes);
+  EXPECT_EQ(trimmed.result, CUDA_SUCCESS);
+}
+
 TEST_F(ArenaTest, SixteenThreadsAllocateAndFreeAcrossThreads) {
   Start();
   constexpr int kThreads = 16;

@@ -18,11 +18,18 @@ constexpr unsigned int kKnownRegisterFlags = CU_MEMHOSTREGISTER_PORTABLE |
 
 Optimizer g_optimizer;
 
-uint64_t EvictPool(void* arg, uint64_t want) { return static_cast<PinnedPool*>(arg)->Trim(want); }
-uint64_t EvictArena(void* arg, uint64_t want) { return static_cast<HostArena*>(arg)->Trim(want); }
-uint64_t EvictCache(void* arg, uint64_t want) {
-  return static_cast<RegistrationCache*>(arg)->Evict(want);
+uint64_t EvictPool(void* arg, uint64_t want, OwnPinReason why) {
+  return static_cast<PinnedPool*>(arg)->Trim(want, why);
 }
+uint64_t EvictArena(void* arg, uint64_t want, OwnPinReason why) {
+  return static_cast<HostArena*>(arg)->Trim(want, why);
+}
+uint64_t EvictCache(void* arg, uint64_t want, OwnPinReason why) {
+  return static_cast<RegistrationCache*>(arg)->Evict(want, why);
+}
+uint64_t IdlePool(void* arg) { return static_cast<PinnedPool*>(arg)->IdleBytes(); }
+uint64_t IdleArena(void* arg) { return static_cast<HostArena*>(arg)->IdleBytes(); }
+uint64_t IdleCache(void* arg) { return static_cast<RegistrationCache*>(arg)->EvictableBytes(); }
 
 void MarkSiteHot(void* arg, uint64_t site) { static_cast<HotSites*>(arg)->MarkHot(site); }
 
@@ -59,11 +66,13 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
       PoolOptions po = options_.pool;
       po.allocations = options_.allocations;
       po.next_alloc_id = options_.next_alloc_id;
+      if (options_.on_own_pin != nullptr) po.on_own_pin = options_.on_own_pin;
       pool_on_.store(pool_.Init(&ops_, &fences_, &account_, po));
     }
     if (options_.enable_arena) {
       ArenaOptions ao = options_.arena;
       ao.registrations = options_.registrations;
+      if (options_.on_own_pin != nullptr) ao.on_own_pin = options_.on_own_pin;
       arena_on_.store(arena_.Init(&ops_, &fences_, &account_, ao));
     }
     if (options_.enable_cache) {
@@ -71,12 +80,13 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
       co.registrations = options_.registrations;
       co.on_registered = &MarkSiteHot;
       co.on_registered_arg = &hot_sites_;
+      if (options_.on_own_pin != nullptr) co.on_own_pin = options_.on_own_pin;
       cache_on_.store(cache_.Init(&ops_, &fences_, &account_, co));
     }
     // Idle pool slabs and arena extents go first: nobody is using them.
-    if (pool_on_.load()) account_.AddEvictor(&EvictPool, &pool_);
-    if (arena_on_.load()) account_.AddEvictor(&EvictArena, &arena_);
-    if (cache_on_.load()) account_.AddEvictor(&EvictCache, &cache_);
+    if (pool_on_.load()) account_.AddEvictor(&EvictPool, &pool_, &IdlePool);
+    if (arena_on_.load()) account_.AddEvictor(&EvictArena, &arena_, &IdleArena);
+    if (cache_on_.load()) account_.AddEvictor(&EvictCache, &cache_, &IdleCache);
     active_.store(true, std::memory_order_release);
   }
   state_.store(kAttached, std::memory_order_release);
@@ -237,7 +247,9 @@ bool Optimizer::ProgramRegister(void* p, size_t bytes, unsigned int flags, CUres
     return true;
   }
   // The program's registration must find the memory as it left it.
-  if (cache_on_.load(std::memory_order_relaxed)) cache_.OnRelease(p, bytes);
+  if (cache_on_.load(std::memory_order_relaxed)) {
+    cache_.OnRelease(p, bytes, OwnPinReason::kProgramRegistered);
+  }
   return false;
 }
 
@@ -284,19 +296,21 @@ bool Optimizer::HidesPinning(const void* p) const {
 
 uint64_t Optimizer::Evict(uint64_t bytes_wanted) {
   if (!active()) return 0;
+  // Only the budget's evictor calls this (the cap's run from the account).
+  const OwnPinReason why = OwnPinReason::kEvictedForBudget;
   uint64_t freed = 0;
   if (pool_on_.load()) {
-    freed += pool_.Trim(bytes_wanted);
+    freed += pool_.Trim(bytes_wanted, why);
     if (freed < bytes_wanted && ops_.ctx_synchronize != nullptr) {
       // Free blocks whose last copies have not been seen to finish hold
       // their slabs back. Evicting is the alternative to refusing the
       // program, so it is worth waiting for the device once.
       ops_.ctx_synchronize();
-      freed += pool_.Trim(bytes_wanted - freed);
+      freed += pool_.Trim(bytes_wanted - freed, why);
     }
   }
-  if (freed < bytes_wanted && arena_on_.load()) freed += arena_.Trim(bytes_wanted - freed);
-  if (freed < bytes_wanted && cache_on_.load()) freed += cache_.Evict(bytes_wanted - freed);
+  if (freed < bytes_wanted && arena_on_.load()) freed += arena_.Trim(bytes_wanted - freed, why);
+  if (freed < bytes_wanted && cache_on_.load()) freed += cache_.Evict(bytes_wanted - freed, why);
   return freed;
 }
 
@@ -336,6 +350,33 @@ void Optimizer::AfterForkChild() {
   fences_.AfterForkChild();
   emulated_mu_.AfterFork();
   account_.ResetInChild();
+}
+
+OptimizeCountersEvent CountersForTrace(const OptimizeCounters& c) {
+  OptimizeCountersEvent e;
+  memset(&e, 0, sizeof(e));
+  e.pinned_bytes_now = c.pinned_bytes_now;
+  e.pinned_bytes_peak = c.pinned_bytes_peak;
+  e.pin_cap_bytes = c.pin_cap_bytes;
+  e.pin_refusals = c.pin_refusals;
+  e.evicted_bytes = c.evicted_bytes;
+  e.pool_hits = c.pool.hits;
+  e.pool_misses = c.pool.misses;
+  e.pool_dedicated = c.pool.dedicated;
+  e.cache_registrations = c.cache.registrations;
+  e.cache_hits = c.cache.hits;
+  e.cache_evictions = c.cache.evictions;
+  e.cache_releases = c.cache.releases;
+  e.cache_declined_untracked = c.cache.declined[static_cast<int>(CacheDecline::kUntracked)];
+  e.cache_declined_source = c.cache.declined[static_cast<int>(CacheDecline::kSource)];
+  e.cache_declined_sub_allocation =
+      c.cache.declined[static_cast<int>(CacheDecline::kSubAllocation)];
+  e.cache_declined_too_large = c.cache.declined[static_cast<int>(CacheDecline::kTooLarge)];
+  e.arena_allocs = c.arena.allocs;
+  e.arena_copies = c.arena_copies;
+  e.saved_copy_ns = c.saved_copy_ns;
+  e.saved_alloc_ns = c.saved_alloc_ns;
+  return e;
 }
 
 OptimizeCounters Optimizer::Counters() const {

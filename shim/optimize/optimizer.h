@@ -60,6 +60,12 @@ struct OptimizerOptions {
   PoolOptions pool;
   CacheOptions cache;
   ArenaOptions arena;
+  // Told about every pinning action of pinshim's own: what the pool, the
+  // cache and the arena pinned, unpinned (and why) and were refused (and
+  // why). Called on the thread that acted, outside every engine lock; never
+  // for a copy that pins nothing. Null: nobody listens. Overrides the
+  // parts' own on_own_pin.
+  OwnPinCallback on_own_pin = nullptr;
 };
 
 // What the hook's "before" call hands to its "after" call.
@@ -97,6 +103,9 @@ struct OptimizeCounters {
   uint64_t hot_sites;               // allocation sites redirected into the arena
   uint64_t hot_sites_from_profile;  // of those, listed by the profile
 };
+
+// The subset of the counters the trace records (kOptimizeCounters).
+OptimizeCountersEvent CountersForTrace(const OptimizeCounters& c);
 
 class Optimizer {
  public:
@@ -136,7 +145,7 @@ class Optimizer {
   // --- libc hooks -------------------------------------------------------
   // BEFORE free/realloc/munmap/mremap hand [start, start + bytes) back.
   void OnRelease(const void* start, uint64_t bytes) {
-    if (cache_.MaybeCached()) cache_.OnRelease(start, bytes);
+    if (cache_.MaybeCached()) cache_.OnRelease(start, bytes, OwnPinReason::kProgramReleased);
   }
   // Redirected allocation sites: the arena, and which sites go there.
   HostArena& arena() { return arena_; }
@@ -168,7 +177,8 @@ class Optimizer {
   bool PoolBlock(const void* p, PoolBlockInfo* info) const { return pool_.Lookup(p, info); }
 
   // --- budget, time, contexts -------------------------------------------
-  // Unpins pinshim's own idle pinning (pool slabs, arena extents, LRU cache
+  // For enforce mode's budget (recorded as evicted_budget): unpins
+  // pinshim's own idle pinning (pool slabs, arena extents, LRU cache
   // registrations) until about bytes_wanted are free; returns bytes freed.
   uint64_t Evict(uint64_t bytes_wanted);
   // From the sampler thread: gives back idle slabs and extents.

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -276,6 +277,152 @@ TEST_F(OptimizerTest, EvictGivesBackEverythingIdle) {
   EXPECT_EQ(opt_->Counters().pinned_bytes_peak, before);
   EXPECT_EQ(opt_->Counters().cache.evictions, 1u);
   TrackedFree(buf, n);
+  cuMemFree(dev);
+}
+
+std::mutex g_events_mu;
+std::vector<OwnPinEvent> g_events;
+void CollectEvent(const OwnPinEvent& e) {
+  std::lock_guard<std::mutex> lock(g_events_mu);
+  g_events.push_back(e);
+}
+
+// The pin cap under pressure, and what pinshim reports about its own
+// pinning: a registration and a pool slab refused for the cap without
+// evicting anything (what is idle could not make room; the program's
+// request then gets an allocation of its own), a registration that evicts
+// the least recently used one to fit, unpinning for the program's own
+// registration and free, and eviction for the budget.
+TEST(OptimizerOwnPinning, CapEvictsAndRefusesAndEveryActionIsReported) {
+  CUcontext ctx = MakeContextCurrent();
+  ASSERT_NE(ctx, nullptr);
+  g_events.clear();
+  Registry allocations, registrations;
+  auto opt = std::make_unique<Optimizer>();
+  OptimizerOptions o;
+  o.allocations = &allocations;
+  o.registrations = &registrations;
+  o.next_alloc_id = &NextId;
+  o.pin_cap_bytes = 8 * kMiB;
+  o.enable_arena = false;
+  o.on_own_pin = &CollectEvent;
+  opt->Configure(o);
+  ASSERT_TRUE(opt->AttachDriver(FakeDriverOps()));
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, 8 * kMiB), CUDA_SUCCESS);
+  auto track = [&](size_t n) {
+    char* p = static_cast<char*>(malloc(n));
+    Region r;
+    r.start = reinterpret_cast<uintptr_t>(p);
+    r.bytes = n;
+    r.id = NextId();
+    r.source = kSourceMalloc;
+    allocations.Insert(r);
+    return std::make_pair(p, r.id);
+  };
+  auto upload = [&](const char* p, size_t n, int times) {
+    for (int i = 0; i < times; ++i) {
+      Region r;
+      MemKind kind = registrations.Lookup(reinterpret_cast<uintptr_t>(p), &r) ? r.kind
+                                                                              : MemKind::kPageable;
+      CopyTicket t = opt->BeforeHostCopy(p, n, CopyDir::kHostToDevice, kind);
+      CUresult res = cuMemcpyHtoD(dev, p, n);
+      opt->AfterHostCopy(t, res, false, nullptr, false);
+    }
+  };
+  auto release = [&](std::pair<char*, uint64_t> b, size_t n) {
+    opt->OnRelease(b.first, n);
+    allocations.Remove(reinterpret_cast<uintptr_t>(b.first), nullptr);
+    free(b.first);
+  };
+  CUresult r;
+  void* held = nullptr;
+  ASSERT_TRUE(opt->HostAlloc(&held, 1 * kMiB, 0, &r));  // a 2 MiB slab
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  auto a = track(4 * kMiB);
+  upload(a.first, 4 * kMiB, 3);  // registered: 6 MiB of 8
+  auto b = track(7 * kMiB);
+  upload(b.first, 7 * kMiB, 3);  // even without a it would not fit: refused, a kept
+  EXPECT_TRUE(opt->HidesPinning(a.first));
+  void* big = nullptr;
+  ASSERT_TRUE(opt->HostAlloc(&big, 7 * kMiB, 0, &r));  // no slab fits: its own allocation
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  ASSERT_TRUE(opt->FreeHost(big, &r));
+  auto c = track(4 * kMiB);
+  upload(c.first, 4 * kMiB, 3);  // fits once a, the least recently used, is evicted
+  EXPECT_FALSE(opt->HidesPinning(a.first));
+  EXPECT_FALSE(opt->ProgramRegister(c.first, 4 * kMiB, 0, &r));  // unpinned, then forwarded
+  ASSERT_TRUE(opt->FreeHost(held, &r));
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_GE(opt->Evict(UINT64_MAX), 2 * kMiB);  // the idle slab, for the budget
+  const auto a_start = reinterpret_cast<uintptr_t>(a.first);
+  const auto b_start = reinterpret_cast<uintptr_t>(b.first);
+  const auto c_start = reinterpret_cast<uintptr_t>(c.first);
+  release(a, 4 * kMiB);
+  release(b, 7 * kMiB);
+  release(c, 4 * kMiB);
+
+  struct Expect {
+    OwnPinAction action;
+    OwnPinPart part;
+    OwnPinReason reason;
+    uint64_t bytes;  // 0: not checked
+    uint64_t alloc_id;  // UINT64_MAX: nonzero
+  };
+  const Expect kExpected[] = {
+      {OwnPinAction::kPinned, OwnPinPart::kPoolSlab, OwnPinReason::kNone, 2 * kMiB, 0},
+      {OwnPinAction::kPinned, OwnPinPart::kCache, OwnPinReason::kNone, 4 * kMiB, a.second},
+      {OwnPinAction::kRefused, OwnPinPart::kCache, OwnPinReason::kRefusedCap, 7 * kMiB, b.second},
+      {OwnPinAction::kRefused, OwnPinPart::kPoolSlab, OwnPinReason::kRefusedCap, 0, 0},
+      {OwnPinAction::kPinned, OwnPinPart::kPoolDedicated, OwnPinReason::kNone, 7 * kMiB, 0},
+      {OwnPinAction::kUnpinned, OwnPinPart::kPoolDedicated, OwnPinReason::kProgramReleased,
+       7 * kMiB, UINT64_MAX},
+      {OwnPinAction::kUnpinned, OwnPinPart::kCache, OwnPinReason::kEvictedForCap, 4 * kMiB,
+       a.second},
+      {OwnPinAction::kPinned, OwnPinPart::kCache, OwnPinReason::kNone, 4 * kMiB, c.second},
+      {OwnPinAction::kUnpinned, OwnPinPart::kCache, OwnPinReason::kProgramRegistered, 4 * kMiB,
+       c.second},
+      {OwnPinAction::kUnpinned, OwnPinPart::kPoolSlab, OwnPinReason::kEvictedForBudget, 2 * kMiB,
+       0},
+  };
+  const size_t n = sizeof(kExpected) / sizeof(kExpected[0]);
+  ASSERT_EQ(g_events.size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    const OwnPinEvent& e = g_events[i];
+    const Expect& x = kExpected[i];
+    EXPECT_EQ(e.action, x.action) << i;
+    EXPECT_EQ(e.part, x.part) << i;
+    EXPECT_EQ(e.reason, x.reason) << i;
+    if (x.bytes != 0) {
+      EXPECT_EQ(e.bytes, x.bytes) << i;
+    }
+    if (x.alloc_id == UINT64_MAX) {
+      EXPECT_NE(e.alloc_id, 0u) << i;
+    } else {
+      EXPECT_EQ(e.alloc_id, x.alloc_id) << i;
+    }
+    EXPECT_EQ(e.result, CUDA_SUCCESS) << i;
+    if (e.action != OwnPinAction::kRefused || e.part == OwnPinPart::kCache) {
+      EXPECT_NE(e.ptr, nullptr) << i;
+    }
+  }
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(g_events[1].ptr), a_start);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(g_events[2].ptr), b_start);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(g_events[7].ptr), c_start);
+
+  const OptimizeCountersEvent k = CountersForTrace(opt->Counters());
+  EXPECT_EQ(k.pin_cap_bytes, 8 * kMiB);
+  EXPECT_EQ(k.pinned_bytes_now, 0u);
+  // The dedicated allocation is not capped: it is what the program asked for.
+  EXPECT_EQ(k.pinned_bytes_peak, 2 * kMiB + 4 * kMiB + 7 * kMiB);
+  EXPECT_EQ(k.pool_misses, 2u);
+  EXPECT_EQ(k.pool_dedicated, 1u);
+  EXPECT_EQ(k.cache_registrations, 2u);
+  EXPECT_EQ(k.cache_evictions, 1u);
+  EXPECT_EQ(k.cache_releases, 1u);
+  EXPECT_GE(k.pin_refusals, 2u);
+  EXPECT_EQ(k.evicted_bytes, 4 * kMiB);
+  EXPECT_GT(k.saved_copy_ns, 0u);
   cuMemFree(dev);
 }
 

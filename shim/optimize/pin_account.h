@@ -6,17 +6,25 @@
 // ChargeWithEviction: it fits under the cap, or the evictors (idle pool
 // slabs, idle arena chunks, least-recently-used registrations, in that
 // order) free the shortfall first, or it is refused and the memory simply
-// stays pageable. Pool slabs serve the program's own pinned requests, so a
+// stays pageable. When the evictors say that what is idle cannot cover the
+// shortfall, nothing is evicted: useful pinning is not thrown away for a
+// request that would be refused anyway. Pool slabs serve the program's own pinned requests, so a
 // refusal there makes the pool fall back to the exact allocation the
 // program asked for, never to a failure the driver would not have given.
 //
 // An optional external hook sees every charge and release (the enforce
 // mode budget: PinUse maps onto budget Owners), and may refuse a charge.
+//
+// What pinshim pins, unpins and is refused goes to an optional OwnPinCallback
+// (the trace): pool, cache and arena call it outside their locks, never on
+// a copy that pins nothing.
 #ifndef PINSHIM_SHIM_OPTIMIZE_PIN_ACCOUNT_H_
 #define PINSHIM_SHIM_OPTIMIZE_PIN_ACCOUNT_H_
 
 #include <atomic>
 #include <cstdint>
+
+#include "shim/core/events.h"
 
 namespace pinshim {
 namespace optimize {
@@ -29,6 +37,39 @@ enum class PinUse : uint8_t {
   kCount = 4,
 };
 constexpr int kPinUseCount = static_cast<int>(PinUse::kCount);
+// The trace names the parts by the same values.
+static_assert(static_cast<int>(OwnPinPart::kPoolSlab) == static_cast<int>(PinUse::kPoolSlab) &&
+                  static_cast<int>(OwnPinPart::kPoolDedicated) ==
+                      static_cast<int>(PinUse::kPoolDedicated) &&
+                  static_cast<int>(OwnPinPart::kCache) == static_cast<int>(PinUse::kCache) &&
+                  static_cast<int>(OwnPinPart::kArena) == static_cast<int>(PinUse::kArena),
+              "PinUse and OwnPinPart must agree");
+inline OwnPinPart PartOf(PinUse use) { return static_cast<OwnPinPart>(use); }
+
+// Told about each pinning action of pinshim's own (null: nobody listens).
+using OwnPinCallback = void (*)(const OwnPinEvent& event);
+
+// Calls `callback` (when set) with one event. Call outside engine locks.
+inline void ReportOwnPin(OwnPinCallback callback, OwnPinAction action, OwnPinPart part,
+                         OwnPinReason reason, uintptr_t start, uint64_t bytes,
+                         uint64_t alloc_id, int result) {
+  if (callback == nullptr) return;
+  OwnPinEvent e;
+  e.action = action;
+  e.part = part;
+  e.reason = reason;
+  e.ptr = reinterpret_cast<const void*>(start);
+  e.bytes = bytes;
+  e.alloc_id = alloc_id;
+  e.result = result;
+  callback(e);
+}
+
+// Why the driver refused to pin `bytes` more (cuMemHostAlloc or
+// cuMemHostRegister returned `result`): already registered, RLIMIT_MEMLOCK
+// (out of memory while pinned_now + bytes exceeds the limit), out of
+// memory, or another driver error.
+OwnPinReason DriverRefusalReason(int result, uint64_t pinned_now, uint64_t bytes);
 
 struct PinAccountHooks {
   // Asked before pinning; false refuses. Null: always granted.
@@ -39,8 +80,11 @@ struct PinAccountHooks {
 };
 
 // Frees up to about bytes_wanted of pinshim's pinning; returns what it freed.
-// Called without any engine lock held.
-using Evictor = uint64_t (*)(void* arg, uint64_t bytes_wanted);
+// `why` (kEvictedForCap or kEvictedForBudget) is what the unpinning is
+// recorded as. Called without any engine lock held.
+using Evictor = uint64_t (*)(void* arg, uint64_t bytes_wanted, OwnPinReason why);
+// About how many bytes the evictor could free now (an upper bound is fine).
+using EvictableBytes = uint64_t (*)(void* arg);
 
 class PinAccount {
  public:
@@ -55,18 +99,21 @@ class PinAccount {
   void Init(uint64_t cap_bytes, const PinAccountHooks& hooks);
 
   // Adds an evictor; they run in the order added. False when full.
-  bool AddEvictor(Evictor evictor, void* arg);
+  // `evictable` (null: unknown, as much as asked) lets the account see
+  // beforehand that evicting cannot make room under the cap.
+  bool AddEvictor(Evictor evictor, void* arg, EvictableBytes evictable = nullptr);
 
   // Charges bytes if pinned() + bytes stays within the cap and the external
-  // hook grants them. No eviction.
-  bool TryCharge(PinUse use, uint64_t bytes);
+  // hook grants them. No eviction. On refusal *why (when given) says who
+  // refused: kRefusedCap or kRefusedBudget (the external hook).
+  bool TryCharge(PinUse use, uint64_t bytes, OwnPinReason* why = nullptr);
 
-  // TryCharge; on refusal by the cap, runs the evictors for the shortfall
-  // and tries once more.
-  bool ChargeWithEviction(PinUse use, uint64_t bytes);
+  // TryCharge; on refusal, runs the evictors for the shortfall and tries
+  // once more.
+  bool ChargeWithEviction(PinUse use, uint64_t bytes, OwnPinReason* why = nullptr);
 
   // Charges bytes regardless of the cap (the external hook may still refuse).
-  bool ChargeUncapped(PinUse use, uint64_t bytes);
+  bool ChargeUncapped(PinUse use, uint64_t bytes, OwnPinReason* why = nullptr);
 
   // Gives back bytes charged for use.
   void Release(PinUse use, uint64_t bytes);
@@ -84,7 +131,8 @@ class PinAccount {
   void ResetInChild();
 
  private:
-  bool ChargeImpl(PinUse use, uint64_t bytes, bool capped);
+  // kNone when charged, else who refused.
+  OwnPinReason ChargeImpl(PinUse use, uint64_t bytes, bool capped);
 
   uint64_t cap_ = kNoCap;
   PinAccountHooks hooks_;
@@ -95,6 +143,7 @@ class PinAccount {
   std::atomic<uint64_t> evicted_{0};
   std::atomic<int> evictor_count_{0};
   Evictor evictors_[kMaxEvictors] = {};
+  EvictableBytes evictables_[kMaxEvictors] = {};
   void* evictor_args_[kMaxEvictors] = {};
 };
 

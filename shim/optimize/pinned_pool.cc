@@ -57,7 +57,8 @@ struct PinnedPool::Slab {
   SubPool* sub;
   uint32_t cls;
   uint32_t nblocks;
-  uint32_t nlive;  // blocks live or being freed
+  uint32_t nlive;     // blocks live, being freed, or batched
+  uint32_t nbatched;  // of those, freed and waiting for their batch's fence
   uint64_t idle_since_ns;
   uint64_t charged;
   PinUse use;
@@ -278,8 +279,17 @@ CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls,
   slabs_created_.fetch_add(1, std::memory_order_relaxed);
   slab_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   if (dedicated) dedicated_.fetch_add(1, std::memory_order_relaxed);
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kPinned, PartOf(use), OwnPinReason::kNone,
+               s->base, bytes, 0, CUDA_SUCCESS);
   *out = &s->blocks[0];
   return CUDA_SUCCESS;
+}
+
+void PinnedPool::ReportSlab(OwnPinAction action, const Slab* s, OwnPinReason why,
+                            int result) const {
+  // A dedicated allocation served one program allocation: name it.
+  ReportOwnPin(options_.on_own_pin, action, PartOf(s->use), why, s->base, s->bytes,
+               s->dedicated ? s->blocks[0].alloc_id : 0, result);
 }
 
 CUresult PinnedPool::NewBlock(SubPool* sub, unsigned int flags, CUcontext ctx, uint64_t bytes,
@@ -291,21 +301,39 @@ CUresult PinnedPool::NewBlock(SubPool* sub, unsigned int flags, CUcontext ctx, u
     uint64_t n = options_.slab_target_bytes / block_bytes;
     if (n < 1) n = 1;
     if (n > options_.max_blocks_per_slab) n = options_.max_blocks_per_slab;
+    OwnPinReason why = OwnPinReason::kNone;
+    CUresult r = CUDA_SUCCESS;
     for (uint32_t nblocks = static_cast<uint32_t>(n);; nblocks = 1) {
       const uint64_t slab_bytes = block_bytes * nblocks;
-      if (account_->ChargeWithEviction(PinUse::kPoolSlab, slab_bytes)) {
-        if (NewSlab(flags, ctx, cls, block_bytes, nblocks, false, PinUse::kPoolSlab, slab_bytes,
-                    out) == CUDA_SUCCESS) {
-          return CUDA_SUCCESS;
-        }
+      if (account_->ChargeWithEviction(PinUse::kPoolSlab, slab_bytes, &why)) {
+        r = NewSlab(flags, ctx, cls, block_bytes, nblocks, false, PinUse::kPoolSlab, slab_bytes,
+                    out);
+        if (r == CUDA_SUCCESS) return CUDA_SUCCESS;
+        why = DriverRefusalReason(r, account_->pinned(), slab_bytes);
+      } else {
+        r = CUDA_SUCCESS;  // no driver call was made
       }
       if (nblocks == 1) break;
     }
+    // Recorded once, for the last attempt; the request goes on below.
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kPoolSlab, why, 0,
+                 block_bytes, 0, r);
   }
   // Its own allocation of exactly what the program asked for: what the
   // driver answers for it is what the program would have seen.
-  if (!account_->ChargeUncapped(PinUse::kPoolDedicated, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  return NewSlab(flags, ctx, kDedicatedClass, bytes, 1, true, PinUse::kPoolDedicated, bytes, out);
+  OwnPinReason why = OwnPinReason::kNone;
+  if (!account_->ChargeUncapped(PinUse::kPoolDedicated, bytes, &why)) {
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kPoolDedicated, why, 0,
+                 bytes, 0, CUDA_SUCCESS);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUresult r =
+      NewSlab(flags, ctx, kDedicatedClass, bytes, 1, true, PinUse::kPoolDedicated, bytes, out);
+  if (r != CUDA_SUCCESS) {
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kPoolDedicated,
+                 DriverRefusalReason(r, account_->pinned(), bytes), 0, bytes, 0, r);
+  }
+  return r;
 }
 
 void PinnedPool::FinishAllocation(Block* b, uint64_t requested, unsigned int flags) {
@@ -424,13 +452,15 @@ PinnedPool::Block* PinnedPool::BlockAtLocked(const void* p, Slab** slab) const {
   return &s->blocks[idx];
 }
 
-void PinnedPool::ReleaseSlabMemory(Slab* s) {
+void PinnedPool::ReleaseSlabMemory(Slab* s, OwnPinReason why) {
   slabs_.Remove(s->base, nullptr);
+  CUresult r;
   {
     ScopedContext scope(ops_, s->ctx);
-    ops_->mem_free_host(reinterpret_cast<void*>(s->base));
+    r = ops_->mem_free_host(reinterpret_cast<void*>(s->base));
   }
   account_->Release(s->use, s->charged);
+  ReportSlab(OwnPinAction::kUnpinned, s, why, r);
   slab_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
   MutexLock lock(&mu_);
   s->state = kSlabSpare;
@@ -493,6 +523,7 @@ bool PinnedPool::Free(void* p, CUresult* result) {
       r = ops_->mem_free_host(reinterpret_cast<void*>(s->base));
     }
     account_->Release(s->use, s->charged);
+    ReportSlab(OwnPinAction::kUnpinned, s, OwnPinReason::kProgramReleased, r);
     slab_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
     for (int i = 0; i < ndropped; ++i) fences_->Recycle(dropped[i]);
     {
@@ -510,6 +541,7 @@ bool PinnedPool::Free(void* p, CUresult* result) {
     {
       MutexLock lock(&mu_);
       b->state = kBlockBatched;
+      s->nbatched++;
       ListPush(&open_.blocks, b);
       open_.bytes += b->bytes;
       ++open_count_;
@@ -535,6 +567,7 @@ int PinnedPool::ReleaseBatchBlocksLocked(BlockList* blocks, uint64_t freed_ns) {
   for (Block* b = blocks->head; b != nullptr; b = next) {
     next = b->next;
     Slab* s = b->slab;
+    if (b->state == kBlockBatched) s->nbatched--;
     b->state = kBlockFree;
     if (!b->fences.empty()) fenced_bytes_ += b->bytes;
     if (s->sub != nullptr) {
@@ -725,7 +758,7 @@ CUresult PinnedPool::GetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int f
   return r;
 }
 
-uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
+uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why) {
   if (!active()) return 0;
   // Freed blocks waiting in batches keep their slabs busy: settle them
   // (an eviction waits for their fences; the idle trim only asks).
@@ -792,7 +825,7 @@ uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
     for (Slab* s = victims; s != nullptr; s = next) {
       next = s->next;
       const uint64_t bytes = s->bytes;
-      ReleaseSlabMemory(s);
+      ReleaseSlabMemory(s, why);
       freed += bytes;
       slabs_trimmed_.fetch_add(1, std::memory_order_relaxed);
       bytes_trimmed_.fetch_add(bytes, std::memory_order_relaxed);
@@ -803,9 +836,11 @@ uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only) {
   return freed;
 }
 
-uint64_t PinnedPool::Trim(uint64_t bytes_wanted) { return TrimImpl(bytes_wanted, false); }
+uint64_t PinnedPool::Trim(uint64_t bytes_wanted, OwnPinReason why) {
+  return TrimImpl(bytes_wanted, false, why);
+}
 
-uint64_t PinnedPool::TrimIdle() { return TrimImpl(UINT64_MAX, true); }
+uint64_t PinnedPool::TrimIdle() { return TrimImpl(UINT64_MAX, true, OwnPinReason::kIdleTrim); }
 
 void PinnedPool::MaybeTrimIdle() {
   if (!options_.trim_on_free || options_.idle_trim_ns == 0) return;
@@ -813,7 +848,21 @@ void PinnedPool::MaybeTrimIdle() {
   uint64_t last = last_trim_ns_.load(std::memory_order_relaxed);
   if (now - last < options_.idle_trim_ns / 2) return;
   if (!last_trim_ns_.compare_exchange_strong(last, now)) return;  // another thread does it
-  TrimImpl(UINT64_MAX, true);
+  TrimImpl(UINT64_MAX, true, OwnPinReason::kIdleTrim);
+}
+
+uint64_t PinnedPool::IdleBytes() const {
+  if (!active()) return 0;
+  uint64_t idle = 0;
+  MutexLock lock(&mu_);
+  for (int i = 0; i < kMaxSubPools; ++i) {
+    if (!subs_[i].used) continue;
+    for (const Slab* s = subs_[i].slabs; s != nullptr; s = s->next) {
+      // Blocks waiting only for a batch's fence are free once Trim settled it.
+      if (s->nlive == s->nbatched && s->state == kSlabActive) idle += s->bytes;
+    }
+  }
+  return idle;
 }
 
 void PinnedPool::OnContextDestroyed(CUcontext ctx) {
@@ -827,6 +876,7 @@ void PinnedPool::OnContextDestroyed(CUcontext ctx) {
       for (Block* b = bt->blocks.head; b != nullptr; b = nb) {
         nb = b->next;
         if (b->slab->sub == nullptr || b->slab->sub->ctx != ctx) continue;
+        b->slab->nbatched--;
         ListRemove(&bt->blocks, b);
         bt->bytes -= b->bytes;
         batched_bytes_ -= b->bytes;
@@ -870,6 +920,7 @@ void PinnedPool::OnContextDestroyed(CUcontext ctx) {
     }
     // The driver already freed the memory with its context.
     account_->Release(s->use, s->charged);
+    ReportSlab(OwnPinAction::kUnpinned, s, OwnPinReason::kContextDestroyed, CUDA_SUCCESS);
     slab_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
     MutexLock lock(&mu_);
     s->state = kSlabSpare;
@@ -915,7 +966,9 @@ PoolStats PinnedPool::Stats() const {
   return s;
 }
 
-void PinnedPool::ReleaseAllForTesting() { TrimImpl(UINT64_MAX, false); }
+void PinnedPool::ReleaseAllForTesting() {
+  TrimImpl(UINT64_MAX, false, OwnPinReason::kEvictedForCap);
+}
 
 }  // namespace optimize
 }  // namespace pinshim

@@ -80,6 +80,10 @@ struct PoolOptions {
   Registry* allocations = nullptr;
   uint64_t (*next_alloc_id)() = nullptr;  // ids for those entries; null: the pool's own
   uint64_t (*now_ns)() = nullptr;         // null: MonotonicNs
+  // Told about every slab and dedicated allocation pinned, unpinned or
+  // refused (cap, budget, driver error: the request then falls back to a
+  // dedicated allocation, or gets the driver's own answer).
+  OwnPinCallback on_own_pin = nullptr;
 };
 
 // What the pool knows about a pointer inside a live block.
@@ -158,10 +162,14 @@ class PinnedPool {
   // returns the bytes freed. Never touches a block with a pending fence.
   // First waits for the shared fences of batched frees (recording one for
   // the open batch), so their blocks are free again, even for 0 bytes.
-  uint64_t Trim(uint64_t bytes_wanted);
+  // `why`: what the unpinning is recorded as.
+  uint64_t Trim(uint64_t bytes_wanted, OwnPinReason why = OwnPinReason::kEvictedForCap);
 
   // Gives back the slabs idle for longer than idle_trim_ns.
   uint64_t TrimIdle();
+
+  // Bytes of slabs with no live block: about what Trim could free now.
+  uint64_t IdleBytes() const;
 
   // ctx was destroyed (cuCtxDestroy, cuDevicePrimaryCtxReset): the driver
   // freed its pinned memory, so its slabs are forgotten without a call.
@@ -213,8 +221,9 @@ class PinnedPool {
                    uint32_t nblocks, bool dedicated, PinUse use, uint64_t charge, Block** out);
   Slab* NewSlabStructLocked();
   void FinishAllocation(Block* b, uint64_t requested, unsigned int flags);
-  void ReleaseSlabMemory(Slab* s);
-  uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only);
+  void ReleaseSlabMemory(Slab* s, OwnPinReason why);
+  void ReportSlab(OwnPinAction action, const Slab* s, OwnPinReason why, int result) const;
+  uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why);
   // Records the shared fence for the open batch (no-op when it is empty).
   void SealBatch();
   // Hands the blocks of completed batches back to the free lists; with

@@ -220,6 +220,11 @@ void RegistrationCache::AbortRegistration(int32_t idx, uint64_t alloc_id, CacheF
   }
 }
 
+void RegistrationCache::ReportRefusal(const Region& alloc, OwnPinReason why, int result) const {
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kCache, why, alloc.start,
+               alloc.bytes, alloc.id, result);
+}
+
 CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* host_ptr,
                                               uint64_t bytes, CopyDir dir) {
   CacheTicket ticket;
@@ -277,23 +282,33 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
   }
   if (table_full) {
     failures_[static_cast<int>(CacheFailure::kTableFull)].fetch_add(1, std::memory_order_relaxed);
-    Evict(1);  // makes room for the next hot copy
+    ReportRefusal(alloc, OwnPinReason::kRefusedTableFull, CUDA_SUCCESS);
+    Evict(1, OwnPinReason::kEvictedForTable);  // makes room for the next hot copy
     return ticket;
   }
   CUcontext ctx = nullptr;
   if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
     AbortRegistration(idx, alloc.id, CacheFailure::kNoContext);
+    ReportRefusal(alloc, OwnPinReason::kRefusedNoContext, CUDA_SUCCESS);
     return ticket;
   }
-  if (!account_->ChargeWithEviction(PinUse::kCache, alloc.bytes)) {
+  OwnPinReason refused = OwnPinReason::kNone;
+  if (!account_->ChargeWithEviction(PinUse::kCache, alloc.bytes, &refused)) {
     AbortRegistration(idx, alloc.id, CacheFailure::kCap);
+    ReportRefusal(alloc, refused, CUDA_SUCCESS);
     return ticket;
   }
   CUresult r = ops_->mem_host_register(reinterpret_cast<void*>(alloc.start), alloc.bytes,
                                        options_.register_flags);
   if (r != CUDA_SUCCESS) {
     account_->Release(PinUse::kCache, alloc.bytes);
-    AbortRegistration(idx, alloc.id, ClassifyFailure(r, alloc.bytes));
+    const CacheFailure failure = ClassifyFailure(r, alloc.bytes);
+    AbortRegistration(idx, alloc.id, failure);
+    static const OwnPinReason kReasons[] = {
+        OwnPinReason::kRefusedAlreadyRegistered, OwnPinReason::kRefusedMemlock,
+        OwnPinReason::kRefusedOutOfMemory, OwnPinReason::kRefusedDriverError};
+    const int f = static_cast<int>(failure);
+    ReportRefusal(alloc, f < 4 ? kReasons[f] : OwnPinReason::kRefusedDriverError, r);
     return ticket;
   }
   if (options_.registrations != nullptr) {
@@ -325,6 +340,8 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
   if (alloc.site != 0 && alloc.source == kSourceMalloc && options_.on_registered != nullptr) {
     options_.on_registered(options_.on_registered_arg, alloc.site);
   }
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kPinned, OwnPinPart::kCache,
+               OwnPinReason::kNone, alloc.start, alloc.bytes, alloc.id, CUDA_SUCCESS);
   return ticket;
 }
 
@@ -388,14 +405,16 @@ void RegistrationCache::NoteAsyncUse(const void* p, CUstream stream) {
   }
 }
 
-void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences) {
+void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why) {
   uintptr_t start;
   uint64_t bytes;
+  uint64_t alloc_id;
   CUcontext ctx;
   {
     MutexLock lock(&mu_);
     start = entries_[idx].start;
     bytes = entries_[idx].bytes;
+    alloc_id = entries_[idx].alloc_id;
     ctx = entries_[idx].ctx;
   }
   if (options_.registrations != nullptr) {
@@ -409,17 +428,20 @@ void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences) {
     fences_->Wait(fences[i]);
     fences_->Recycle(fences[i]);
   }
+  CUresult r;
   {
     ScopedContext scope(ops_, ctx);
-    ops_->mem_host_unregister(reinterpret_cast<void*>(start));
+    r = ops_->mem_host_unregister(reinterpret_cast<void*>(start));
   }
   account_->Release(PinUse::kCache, bytes);
   bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kCache, why, start, bytes,
+               alloc_id, r);
   MutexLock lock(&mu_);
   DropEntryLocked(idx);
 }
 
-void RegistrationCache::OnRelease(const void* start, uint64_t bytes) {
+void RegistrationCache::OnRelease(const void* start, uint64_t bytes, OwnPinReason why) {
   if (!active() || !MaybeCached() || bytes == 0) return;
   const auto s = reinterpret_cast<uintptr_t>(start);
   const uintptr_t end = bytes > UINTPTR_MAX - s ? UINTPTR_MAX : s + bytes;
@@ -443,7 +465,7 @@ void RegistrationCache::OnRelease(const void* start, uint64_t bytes) {
       Backoff();
       continue;
     }
-    Unpin(idx, fences, nfences);
+    Unpin(idx, fences, nfences, why);
     releases_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -458,7 +480,7 @@ bool RegistrationCache::Contains(const void* p, uintptr_t* start, uint64_t* byte
   return true;
 }
 
-uint64_t RegistrationCache::Evict(uint64_t bytes_wanted) {
+uint64_t RegistrationCache::Evict(uint64_t bytes_wanted, OwnPinReason why) {
   if (!active()) return 0;
   uint64_t freed = 0;
   while (freed < bytes_wanted) {
@@ -481,11 +503,22 @@ uint64_t RegistrationCache::Evict(uint64_t bytes_wanted) {
       bytes = entries_[victim].bytes;
       nfences = entries_[victim].fences.TakeAll(fences);
     }
-    Unpin(victim, fences, nfences);
+    Unpin(victim, fences, nfences, why);
     evictions_.fetch_add(1, std::memory_order_relaxed);
     freed += bytes;
   }
   return freed;
+}
+
+uint64_t RegistrationCache::EvictableBytes() const {
+  if (!active() || !MaybeCached()) return 0;
+  uint64_t bytes = 0;
+  MutexLock lock(&mu_);
+  for (uint32_t pos = 0; pos < norder_; ++pos) {
+    const Entry& e = entries_[order_[pos]];
+    if (e.state == kEntryRegistered && e.users == 0) bytes += e.bytes;
+  }
+  return bytes;
 }
 
 void RegistrationCache::AfterForkChild() {

@@ -98,6 +98,9 @@ struct CacheOptions {
   // known site (Region::site != 0) was registered: its site is hot.
   void (*on_registered)(void* arg, uint64_t site) = nullptr;
   void* on_registered_arg = nullptr;
+  // Told about every registration made, dropped or refused (declined
+  // copies, which happen per copy, are only counted).
+  OwnPinCallback on_own_pin = nullptr;
 };
 
 // Handed from the hook's "before the copy" call to its "after" call.
@@ -157,8 +160,9 @@ class RegistrationCache {
   // Call BEFORE [start, start + bytes) is released or reused (free,
   // realloc, munmap, mremap), and before the program registers memory
   // itself: unpins every cached registration overlapping it, after waiting
-  // for the copies that used it.
-  void OnRelease(const void* start, uint64_t bytes);
+  // for the copies that used it. `why`: what the unpinning is recorded as.
+  void OnRelease(const void* start, uint64_t bytes,
+                 OwnPinReason why = OwnPinReason::kProgramReleased);
 
   // Cheap pre-check for OnRelease: false when nothing is cached.
   bool MaybeCached() const { return live_entries_.load(std::memory_order_acquire) != 0; }
@@ -167,8 +171,11 @@ class RegistrationCache {
   bool Contains(const void* p, uintptr_t* start, uint64_t* bytes) const;
 
   // Unpins least-recently-used registrations (none in use by a copy) until
-  // about bytes_wanted are freed; returns the bytes unpinned.
-  uint64_t Evict(uint64_t bytes_wanted);
+  // about bytes_wanted are freed; returns the bytes unpinned. `why`: what
+  // the unpinning is recorded as.
+  uint64_t Evict(uint64_t bytes_wanted, OwnPinReason why = OwnPinReason::kEvictedForCap);
+  // Bytes of registrations no copy is using: what Evict could free now.
+  uint64_t EvictableBytes() const;
 
   // Fork: PrepareFork before the registries' locks are taken. In the child
   // the cache is off; AfterForkChild also drops its entries from the
@@ -193,7 +200,8 @@ class RegistrationCache {
   int32_t NewEntryLocked(uintptr_t start, uint64_t bytes, uint64_t alloc_id);
   void DropEntryLocked(int32_t idx);
   void AbortRegistration(int32_t idx, uint64_t alloc_id, CacheFailure why);
-  void Unpin(int32_t idx, const Fence* fences, int nfences);
+  void ReportRefusal(const Region& alloc, OwnPinReason why, int result) const;
+  void Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why);
   CacheFailure ClassifyFailure(CUresult r, uint64_t bytes) const;
 
   const DriverOps* ops_ = nullptr;

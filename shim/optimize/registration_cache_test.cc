@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -56,7 +57,9 @@ class CacheTest : public ::testing::Test {
   void Start(uint64_t cap = PinAccount::kNoCap, CacheOptions options = CacheOptions()) {
     account_.Init(cap, PinAccountHooks());
     account_.AddEvictor(
-        [](void* arg, uint64_t want) { return static_cast<RegistrationCache*>(arg)->Evict(want); },
+        [](void* arg, uint64_t want, OwnPinReason why) {
+          return static_cast<RegistrationCache*>(arg)->Evict(want, why);
+        },
         &cache_);
     options.registrations = &registrations_;
     options.now_ns = &ManualClock::Now;
@@ -293,6 +296,48 @@ TEST_F(CacheTest, DriverOutOfMemoryIsRememberedAndCounted) {
                 s.failures[static_cast<int>(CacheFailure::kMemlockLimit)],
             1u);
   EXPECT_EQ(s.registrations, 0u);
+}
+
+std::vector<OwnPinEvent> g_cache_events;
+void CollectCacheEvent(const OwnPinEvent& e) { g_cache_events.push_back(e); }
+
+// A driver that refuses: the buffer stays pageable, the copy runs as the
+// program made it, and the refusal is reported with the driver's result and
+// the reason.
+TEST_F(CacheTest, DriverRefusalsAreReportedWithTheirReason) {
+  g_cache_events.clear();
+  CacheOptions options;
+  options.on_own_pin = &CollectCacheEvent;
+  Start(PinAccount::kNoCap, options);
+  Buffer a(4 * kMiB, 31), b(4 * kMiB, 32), c(4 * kMiB, 33);
+  const CUresult kErrors[] = {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_OUT_OF_MEMORY,
+                              CUDA_ERROR_INVALID_VALUE};
+  Buffer* buffers[] = {&a, &b, &c};
+  for (int i = 0; i < 3; ++i) {
+    fakecuda_fail_next("cuMemHostRegister", kErrors[i]);
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_FALSE(Copy(*buffers[i], buffers[i]->bytes, CopyDir::kHostToDevice).pinned());
+    }
+  }
+  ASSERT_EQ(g_cache_events.size(), 3u);  // each remembered: tried once
+  rlimit lim;
+  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &lim), 0);
+  const bool memlock = lim.rlim_cur != RLIM_INFINITY && 4 * kMiB > lim.rlim_cur;
+  const OwnPinReason kReasons[] = {
+      OwnPinReason::kRefusedAlreadyRegistered,
+      memlock ? OwnPinReason::kRefusedMemlock : OwnPinReason::kRefusedOutOfMemory,
+      OwnPinReason::kRefusedDriverError};
+  for (int i = 0; i < 3; ++i) {
+    const OwnPinEvent& e = g_cache_events[i];
+    EXPECT_EQ(e.action, OwnPinAction::kRefused) << i;
+    EXPECT_EQ(e.part, OwnPinPart::kCache) << i;
+    EXPECT_EQ(e.reason, kReasons[i]) << i;
+    EXPECT_EQ(e.result, kErrors[i]) << i;
+    EXPECT_EQ(e.ptr, buffers[i]->data) << i;
+    EXPECT_EQ(e.bytes, 4 * kMiB) << i;
+    EXPECT_EQ(e.alloc_id, buffers[i]->region.id) << i;
+  }
+  EXPECT_EQ(account_.pinned(), 0u);
 }
 
 // The cap holds three 1 MiB registrations; a fourth hot buffer evicts the

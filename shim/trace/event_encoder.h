@@ -15,8 +15,12 @@
 namespace pinshim {
 namespace trace {
 
-// Upper bound of one encoded event, type and length included.
-constexpr size_t kMaxEventBytes = 192;
+// Upper bound of one encoded event, type and length included: the largest,
+// kOptimizeCounters, is a time delta and 20 varints (1 + 2 + 21 * 10).
+constexpr size_t kMaxEventBytes = 256;
+static_assert(sizeof(OptimizeCountersEvent) == kOptimizeCounterFields * sizeof(uint64_t),
+              "every counter is recorded");
+
 // Upper bound of the batch header (tid, first time, last time, count).
 constexpr size_t kMaxBatchHeaderBytes = 4 * kMaxVarint;
 
@@ -183,6 +187,48 @@ class BatchEncoder {
     p = PutVarint(p, e.node_pinned);
     p = PutVarint(p, e.node_budget);
     p = PutVarint(p, stack);
+    End(p);
+  }
+
+  void AppendOwnPin(const OwnPinEvent& e, uint64_t time_ns) {
+    uint8_t* p = Begin(EventType::kOwnPin, time_ns);
+    p = PutVarint(p, static_cast<uint32_t>(e.action));
+    p = PutVarint(p, static_cast<uint32_t>(e.part));
+    p = PutVarint(p, static_cast<uint32_t>(e.reason));
+    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.ptr));
+    p = PutVarint(p, e.bytes);
+    p = PutVarint(p, e.alloc_id);
+    p = PutSigned(p, e.result);
+    End(p);
+  }
+
+  void AppendOptimizeCounters(const OptimizeCountersEvent& c, uint64_t time_ns) {
+    uint8_t* p = Begin(EventType::kOptimizeCounters, time_ns);
+    const uint64_t fields[] = {c.pinned_bytes_now,
+                               c.pinned_bytes_peak,
+                               c.pin_cap_bytes,
+                               c.pin_refusals,
+                               c.evicted_bytes,
+                               c.pool_hits,
+                               c.pool_misses,
+                               c.pool_dedicated,
+                               c.cache_registrations,
+                               c.cache_hits,
+                               c.cache_evictions,
+                               c.cache_releases,
+                               c.cache_declined_untracked,
+                               c.cache_declined_source,
+                               c.cache_declined_sub_allocation,
+                               c.cache_declined_too_large,
+                               c.arena_allocs,
+                               c.arena_copies,
+                               c.saved_copy_ns,
+                               c.saved_alloc_ns};
+    static_assert(sizeof(fields) / sizeof(fields[0]) == kOptimizeCounterFields,
+                  "the counters record's layout");
+    static_assert(3 + (1 + kOptimizeCounterFields) * kMaxVarint <= kMaxEventBytes,
+                  "a counters record must fit kMaxEventBytes");
+    for (uint64_t v : fields) p = PutVarint(p, v);
     End(p);
   }
 

@@ -71,6 +71,8 @@ struct Global {
   uint64_t budget = 0;
   const char* (*api_name)(ApiId) = nullptr;
   uint32_t api_count = 0;
+  bool (*optimize_counters)(OptimizeCountersEvent*) = nullptr;
+  OptimizeCountersEvent last_counters{};  // the sampler's last record
   std::atomic<uint32_t> epoch{1};       // bumped when stack ids must not be reused
   std::atomic<uint32_t> generation{0};  // latest module map written
   StackTable stacks;
@@ -482,6 +484,21 @@ void TakeSample(uint64_t now) {
   g.samples.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Records optimize mode's counters: when they changed since the sampler's
+// last record, or always (`force`, at the end).
+void TakeCounters(uint64_t now, bool force) {
+  if (g.optimize_counters == nullptr) return;
+  OptimizeCountersEvent c;
+  memset(&c, 0, sizeof(c));
+  if (!g.optimize_counters(&c)) return;
+  if (!force && memcmp(&c, &g.last_counters, sizeof(c)) == 0) return;
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendOptimizeCounters(c, now); });
+  Leave();
+  if (!force) g.last_counters = c;
+}
+
 // Writes out batches that have waited too long in threads that went quiet.
 void FlushIdle(uint64_t now, bool all) {
   for (ThreadBuffer* b = g.buffers.load(std::memory_order_acquire); b; b = b->next) {
@@ -551,6 +568,7 @@ void* SamplerMain(void*) {
     uint64_t now = MonotonicNs();
     if (g.sample_ms != 0 && now >= next_sample) {
       TakeSample(now);
+      TakeCounters(now, false);
       next_sample = now + uint64_t{g.sample_ms} * 1000000;
     }
     RewriteModulesIfLoadsChanged();
@@ -616,6 +634,8 @@ bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
   g.wc_guard_ms = options.wc_guard_ms == 0 ? 20 : options.wc_guard_ms;
   g.api_name = options.api_name;
   g.api_count = options.api_count;
+  g.optimize_counters = options.optimize_counters;
+  memset(&g.last_counters, 0, sizeof(g.last_counters));
   long ps = sysconf(_SC_PAGESIZE);
   g.page_size = ps > 0 ? ps : 4096;
   ssize_t n = readlink("/proc/self/exe", g.exe, sizeof(g.exe) - 1);
@@ -700,6 +720,14 @@ void RecordSync(const SyncEvent& e) {
   Leave();
 }
 
+void RecordOwnPin(const OwnPinEvent& e) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  uint64_t now = MonotonicNs();
+  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendOwnPin(e, now); });
+  Leave();
+}
+
 void RecordBudgetDecision(const BudgetDecisionEvent& e) {
   ThreadBuffer* b = Enter();
   if (b == nullptr) return;
@@ -772,6 +800,7 @@ void RecorderAfterForkInChild() {
   g.registered_program.store(0);
   g.pinned_pinshim.store(0);
   g.dropped.store(0);
+  memset(&g.last_counters, 0, sizeof(g.last_counters));
   char err[256];
   long parent = static_cast<long>(getppid());
   if (!OpenTrace(parent, err, sizeof(err))) return;
@@ -799,12 +828,16 @@ void WriteEnd() {
 
 void RecorderBeforeExec() {
   if (g.active.load(std::memory_order_acquire) != 1) return;
+  TakeCounters(MonotonicNs(), true);
   FlushIdle(MonotonicNs(), true);
   WriteEnd();
 }
 
 void StopRecorder() {
-  if (g.active.load() == 1) RewriteModulesIfLoadsChanged();
+  if (g.active.load() == 1) {
+    RewriteModulesIfLoadsChanged();
+    TakeCounters(MonotonicNs(), true);  // the last word on optimize mode
+  }
   int expected = 1;
   if (!g.active.compare_exchange_strong(expected, 2)) return;
   if (g.sampler_running) {

@@ -42,6 +42,12 @@ struct RecorderOptions {
   // Names of entry points for the trace's API table; ids [0, api_count).
   const char* (*api_name)(ApiId) = nullptr;
   uint32_t api_count = 0;
+  // Optimize mode's counters: fills *out and returns true when there is a
+  // snapshot to record (false: optimize mode is not running). Called by the
+  // sampler thread at each sample (recorded when changed) and once by
+  // StopRecorder and RecorderBeforeExec (recorded always). Must not
+  // allocate, lock or call the driver. Null: no counters records.
+  bool (*optimize_counters)(OptimizeCountersEvent* out) = nullptr;
 };
 
 // Opens the trace file and starts the sampler thread. Returns false, with a
@@ -79,6 +85,13 @@ void RecordSync(const SyncEvent& event);
 // takes the time here. Like the other Record* calls: no allocation, no
 // lock, no output, and dropped (counted) when made from inside the recorder.
 void RecordBudgetDecision(const BudgetDecisionEvent& event);
+
+// One pinning action of optimize mode's own (pool, registration cache,
+// arena): pinned, unpinned or refused, with the reason. The recorder takes
+// the time; no call site is captured (the action belongs to pinshim, and
+// may run on a thread of its own). Like the other Record* calls: no
+// allocation, no lock, no output.
+void RecordOwnPin(const OwnPinEvent& event);
 
 // The memcpy-family hooks call this with the source they are about to read.
 // When it overlaps write-combined pinned memory, records a wc-read misuse

@@ -91,6 +91,41 @@
 //              knew them, 0 without one), u node budget (0 none), u stack id.
 //              Event type 48, in the range older readers skip, so adding it
 //              left kTraceVersion at 1.
+//   kOwnPin    one pinning action of optimize mode's own (not the
+//              program's): u action (OwnPinAction: 0 pinned, 1 unpinned,
+//              2 refused), u part (OwnPinPart: 0 pool slab, 1 dedicated pool
+//              allocation, 2 registration cache, 3 arena extent), u reason
+//              (OwnPinReason: 0 none; unpinned: 1 the program released the
+//              memory, 2 evicted for the pin cap, 3 evicted for the budget,
+//              4 idle trim, 5 context destroyed, 6 evicted for the cache's
+//              table, 7 the program registered the memory itself; refused:
+//              16 pin cap, 17 budget, 18 RLIMIT_MEMLOCK, 19 out of memory,
+//              20 already registered by the program, 21 other driver error,
+//              22 no context, 23 cache table full), u address (0 when
+//              nothing was allocated), u bytes, u program allocation id
+//              (cache: the pinned buffer's tracked allocation; a dedicated
+//              pool allocation's program allocation when it is unpinned; 0
+//              otherwise), s driver result (CUresult of the pinning or
+//              unpinning call, 0 when none was made). No call site: the
+//              actions happen in pinshim, often on a thread of its own.
+//              Values are those of shim/core/events.h; unknown ones are kept
+//              and reported as "unknown". Event type 49 (skipped by older
+//              readers; kTraceVersion stays 1).
+//   kOptimizeCounters
+//              a snapshot of optimize mode's counters, written by the
+//              sampler at each sample when they changed and once at exit
+//              (and before exec): u pinshim's pinned bytes now, u peak,
+//              u pin cap (UINT64_MAX: none), u charges refused, u bytes
+//              evicted after refused charges, u pool hits, u pool misses,
+//              u dedicated pool allocations, u cache registrations, u cache
+//              hits (copies run on cached memory), u cache evictions,
+//              u cache releases (by the program), u copies the cache
+//              declined as: untracked memory, memory of the driver or
+//              pinshim, sub-allocations of mmap regions, allocations larger
+//              than the cap (four fields), u arena allocations, u copies on
+//              arena memory, u estimated copy time saved (ns), u estimated
+//              allocation time saved (ns). Cumulative since the process
+//              started. Event type 50 (skipped by older readers).
 #ifndef PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_
 #define PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_
 
@@ -133,7 +168,12 @@ enum class EventType : uint8_t {
   // 32..127: reserved for the pool, the registration cache and budget
   // decisions; readers skip event types they do not know.
   kBudgetDecision = 48,
+  kOwnPin = 49,
+  kOptimizeCounters = 50,
 };
+
+// Fields of a kOptimizeCounters record, as this format version lists them.
+constexpr size_t kOptimizeCounterFields = 20;
 
 // kProcess tags. "u", "s" and "text" say how the value bytes are encoded.
 enum class ProcessTag : uint8_t {

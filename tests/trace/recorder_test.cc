@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <dirent.h>
 #include <string>
 #include <thread>
@@ -244,6 +246,122 @@ TEST(Recorder, BudgetDecisionsRoundTrip) {
   const report::Stack* s = r.FindStack(c.events[0].stack);
   ASSERT_NE(s, nullptr);
   EXPECT_GE(s->ips.size(), 2u);
+}
+
+std::atomic<int> g_counters_phase{0};
+
+// What optimize mode's counters look like in each phase of the test.
+OptimizeCountersEvent CountersOf(int phase) {
+  OptimizeCountersEvent c{};
+  c.pinned_bytes_now = 6u << 20;
+  c.pinned_bytes_peak = 10u << 20;
+  c.pin_cap_bytes = UINT64_MAX;  // none: the longest encoding
+  c.pool_hits = phase == 1 ? 9 : 40;
+  c.pool_misses = 1;
+  c.cache_registrations = 2;
+  c.cache_declined_sub_allocation = 7;
+  c.arena_allocs = 3;
+  c.saved_copy_ns = 123456789;
+  c.saved_alloc_ns = UINT64_MAX - 1;
+  return c;
+}
+
+bool SnapshotCounters(OptimizeCountersEvent* out) {
+  int phase = g_counters_phase.load();
+  if (phase == 0) return false;  // optimize mode not started
+  *out = CountersOf(phase);
+  return true;
+}
+
+OwnPinEvent OwnPin(OwnPinAction action, OwnPinPart part, OwnPinReason reason, uintptr_t ptr,
+                   uint64_t bytes, uint64_t alloc_id, int result) {
+  OwnPinEvent e{};
+  e.action = action;
+  e.part = part;
+  e.reason = reason;
+  e.ptr = reinterpret_cast<const void*>(ptr);
+  e.bytes = bytes;
+  e.alloc_id = alloc_id;
+  e.result = result;
+  return e;
+}
+
+// Waits until the sampler has completed two more ticks.
+void WaitForSamples() {
+  uint64_t start = trace::GetRecorderStats().samples_taken;
+  for (int i = 0; i < 4000 && trace::GetRecorderStats().samples_taken < start + 2; ++i) {
+    usleep(1000);
+  }
+}
+
+TEST(Recorder, OwnPinningAndOptimizeCountersRoundTrip) {
+  std::string dir = MakeDir("recorder_own");
+  trace::RecorderOptions o;
+  o.trace_dir = dir.c_str();
+  o.mode = "observe,optimize";
+  o.sample_ms = 1;
+  o.optimize_counters = &SnapshotCounters;
+  char err[256];
+  g_counters_phase.store(0);
+  ASSERT_TRUE(trace::StartRecorder(o, err, sizeof(err))) << err;
+  WaitForSamples();  // nothing to record yet
+  g_counters_phase.store(1);
+  WaitForSamples();  // recorded once
+  WaitForSamples();  // unchanged: not again
+  const OwnPinEvent kEvents[] = {
+      OwnPin(OwnPinAction::kPinned, OwnPinPart::kCache, OwnPinReason::kNone, 0x7f0000001000,
+             4u << 20, 17, 0),
+      OwnPin(OwnPinAction::kRefused, OwnPinPart::kCache, OwnPinReason::kRefusedCap,
+             0x7f0000800000, 7u << 20, 18, 0),
+      OwnPin(OwnPinAction::kUnpinned, OwnPinPart::kPoolDedicated, OwnPinReason::kEvictedForBudget,
+             0x7e0000000000, 64ull << 30, 19, 201),
+      // A reason this reader does not know (a newer writer's) is kept.
+      OwnPin(OwnPinAction::kRefused, OwnPinPart::kArena, static_cast<OwnPinReason>(99), 0, 4096,
+             0, -5),
+  };
+  for (const OwnPinEvent& e : kEvents) trace::RecordOwnPin(e);
+  g_counters_phase.store(2);
+  WaitForSamples();  // recorded once more
+  std::string path = trace::RecorderTracePath();
+  trace::StopRecorder();  // and a last time, unchanged or not
+
+  TraceReader r;
+  std::string error;
+  ASSERT_TRUE(r.Open(path, &error)) << error;
+  EXPECT_EQ(r.process().mode, "observe,optimize");
+  Collect c;
+  r.ForEachEvent(&c);
+  EXPECT_EQ(r.damage().bad_events, 0u);
+  EXPECT_EQ(r.damage().unknown_events, 0u);
+  std::vector<Event> own, counters;
+  for (const Event& e : c.events) {
+    if (e.type == trace::EventType::kOwnPin) own.push_back(e);
+    if (e.type == trace::EventType::kOptimizeCounters) counters.push_back(e);
+  }
+  ASSERT_EQ(own.size(), 4u);
+  for (size_t i = 0; i < own.size(); ++i) {
+    EXPECT_EQ(own[i].own_action, kEvents[i].action) << i;
+    EXPECT_EQ(own[i].own_part, kEvents[i].part) << i;
+    EXPECT_EQ(own[i].own_reason, kEvents[i].reason) << i;
+    EXPECT_EQ(own[i].ptr, reinterpret_cast<uint64_t>(kEvents[i].ptr)) << i;
+    EXPECT_EQ(own[i].bytes, kEvents[i].bytes) << i;
+    EXPECT_EQ(own[i].alloc_id, kEvents[i].alloc_id) << i;
+    EXPECT_EQ(own[i].result, kEvents[i].result) << i;
+    EXPECT_EQ(own[i].stack, 0u) << i;
+  }
+  EXPECT_STREQ(OwnPinReasonName(own[1].own_reason), "cap");
+  EXPECT_STREQ(OwnPinReasonName(own[3].own_reason), "unknown");
+  // Phase 1 once, phase 2 once, and the end.
+  ASSERT_EQ(counters.size(), 3u);
+  const int kPhases[] = {1, 2, 2};
+  for (size_t i = 0; i < counters.size(); ++i) {
+    const OptimizeCountersEvent want = CountersOf(kPhases[i]);
+    EXPECT_EQ(memcmp(&counters[i].counters, &want, sizeof(want)), 0) << i;
+  }
+  EXPECT_EQ(counters[0].counters.pool_hits, 9u);
+  EXPECT_EQ(counters[2].counters.pin_cap_bytes, UINT64_MAX);
+  EXPECT_EQ(counters[2].counters.saved_alloc_ns, UINT64_MAX - 1);
+  EXPECT_LE(counters[1].time_ns, counters[2].time_ns);
 }
 
 TEST(Recorder, ForkChildWritesItsOwnTrace) {

@@ -64,7 +64,8 @@ void TraceBuilder::Process(const BuilderProcess& p) {
   AddTlv(&s, trace::ProcessTag::kMemlockLimit, Varint(p.memlock_limit));
   AddTlv(&s, trace::ProcessTag::kBudgetBytes, Varint(p.budget_bytes));
   AddTlv(&s, trace::ProcessTag::kSampleMs, Varint(10));
-  AddTlv(&s, trace::ProcessTag::kMode, "observe");
+  AddTlv(&s, trace::ProcessTag::kMode, p.mode);
+  AddTlv(&s, trace::ProcessTag::kPageSize, Varint(p.page_size));
   Frame(trace::FrameType::kProcess, s);
 }
 

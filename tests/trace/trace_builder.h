@@ -31,6 +31,8 @@ struct BuilderProcess {
   uint64_t memlock_limit = UINT64_MAX;
   uint64_t budget_bytes = 0;
   int64_t rank = -1;
+  std::string mode = "observe";
+  uint64_t page_size = 4096;
 };
 
 class TraceBuilder {

@@ -1,0 +1,131 @@
+// pinshim's own pinning in optimize mode, for the reports' "pinshim's own
+// pinning" section: what the pool, the registration cache and the arena
+// pinned, reused, dropped and were refused (kOwnPin and kOptimizeCounters
+// events), and what became of each buffer the program copied hot: pinned
+// by pinshim, or left alone and why.
+#ifndef PINSHIM_ANALYZER_REPORT_OWN_PINNING_H_
+#define PINSHIM_ANALYZER_REPORT_OWN_PINNING_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "analyzer/report/bandwidth_model.h"
+#include "analyzer/report/finding.h"
+#include "analyzer/report/rules/rule.h"
+#include "analyzer/report/trace_reader.h"
+
+namespace pinshim {
+namespace report {
+
+// One buffer the program copied hot.
+struct OwnPinningBuffer {
+  uint64_t alloc_id = 0;      // tracked (or pooled) allocation; 0: untracked memory
+  uint64_t address = 0;      // the allocation's start, or the copied address when untracked
+  uint64_t size = 0;         // the allocation's size; 0 when unknown
+  uint64_t copies = 0;       // host<->device copies of it (pageable or pinned by pinshim)
+  uint64_t bytes_copied = 0;
+  uint64_t copies_pinned = 0;  // those that ran on memory pinshim pinned
+  uint64_t refusals = 0;     // pinnings of it refused
+  uint32_t alloc_stack = 0;
+  uint32_t copy_stack = 0;   // the site that copied the most bytes of it
+  Site allocated_at;         // filled by symbolization
+  Site copied_at;
+  bool pinned = false;       // pinned by pinshim; else left alone
+  // Pinned: "cache", "pool" or "arena". Left alone: "refused",
+  // "untracked", "mmap_region", "larger_than_cap" or "cost_model".
+  std::string by;
+  std::string reason;        // refused: the last refusal's reason ("cap", ...)
+  std::string unpinned;      // pinned by the cache: why it was last unpinned, "" if never
+  std::string detail;        // one sentence for the reader
+};
+
+struct OwnPinningSummary {
+  bool optimize_mode = false;  // the trace was recorded in optimize mode
+  bool has_counters = false;   // it has a kOptimizeCounters record
+  OptimizeCountersEvent counters{};  // the last one
+  uint64_t peak_bytes = 0;     // pinned by pinshim
+  uint64_t final_bytes = 0;    // at the end of the trace
+  bool cap_known = false;
+  uint64_t cap_bytes = UINT64_MAX;  // UINT64_MAX: no cap
+  uint64_t cache_buffers_registered = 0;  // distinct allocations the cache pinned
+  uint64_t cache_copies_pinned = 0;   // copies of tracked pageable buffers run on cached memory
+  uint64_t cache_copies_pageable = 0; // ... run on pageable memory
+  // part ("pool", "cache", "arena") -> refusal reason -> times
+  std::map<std::string, std::map<std::string, uint64_t>> refusals;
+  std::map<std::string, uint64_t> dropped_bytes;  // unpinning reason -> bytes
+  uint64_t hot_buffers = 0;                       // all of them
+  std::vector<OwnPinningBuffer> buffers;          // the largest, by bytes copied
+
+  double PoolHitRate() const;   // -1 when the pool served nothing
+  double CacheHitRate() const;  // -1 when no tracked pageable buffer was copied
+};
+
+// Gathers the section while the analysis replays a process's events.
+class OwnPinningTracker {
+ public:
+  static constexpr size_t kMaxBuffers = 20;
+
+  OwnPinningTracker(const BandwidthModel* model, const RuleOptions* options)
+      : model_(model), options_(options) {}
+
+  void Begin(const ProcessInfo& process);
+  // A successful copy; `pinned`: the live pinned allocation holding its
+  // host side, as the analysis knows it (the program's pool blocks).
+  void OnCopy(const Event& e, const PinnedAlloc* pinned);
+  void OnHostAlloc(const Event& e);
+  void OnOwnPin(const Event& e);
+  void OnCounters(const Event& e);
+
+  // The section (sites not yet symbolized).
+  OwnPinningSummary Finish();
+
+ private:
+  struct Range {
+    uint64_t end;
+    OwnPinPart part;
+    uint64_t alloc_id;
+  };
+  struct Alloc {
+    uint64_t ptr = 0;
+    uint64_t bytes = 0;
+    uint8_t source = 0;
+    uint32_t stack = 0;
+  };
+  struct Buffer {
+    OwnPinningBuffer out;
+    double loss = 0;  // what the copies would lose on pageable memory
+    uint64_t by_part[static_cast<int>(OwnPinPart::kCount)] = {};
+    bool sub_allocation = false;  // copies inside an mmap region not used as one buffer
+    std::unordered_map<uint32_t, uint64_t> bytes_by_stack;
+  };
+  struct IdState {
+    bool cached = false;
+    uint64_t refusals = 0;
+    OwnPinReason last_refusal = OwnPinReason::kNone;
+    OwnPinReason last_unpin = OwnPinReason::kNone;
+  };
+
+  const Range* RangeAt(uint64_t addr) const;
+  void Classify(Buffer* b) const;
+
+  const BandwidthModel* model_;
+  const RuleOptions* options_;
+  OwnPinningSummary s_;
+  uint64_t page_size_ = 4096;
+  uint64_t pinned_now_ = 0;  // from the events
+  std::map<uint64_t, Range> ranges_;  // live pinnings of pinshim's own, by start
+  std::unordered_map<uint64_t, Alloc> allocs_;  // tracked host allocations, freed ones kept
+  std::unordered_map<uint64_t, Buffer> buffers_;
+  std::unordered_map<uint64_t, IdState> ids_;  // cache actions by allocation id
+};
+
+// Words for the reasons: "evicted for the cap", "the pin cap was full", ...
+std::string OwnDropWords(const std::string& reason);
+
+}  // namespace report
+}  // namespace pinshim
+
+#endif  // PINSHIM_ANALYZER_REPORT_OWN_PINNING_H_
