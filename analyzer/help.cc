@@ -51,7 +51,7 @@ void PrintVariables(FILE* out) {
                 "Config file with \"key = value\" lines; keys are the "
                 "variable names without PINSHIM_ in lower case (mode, "
                 "budget, node_budget, policy, trace_dir, summary, "
-                "track_threshold, metrics_file, sample_ms, pin_cap, "
+                "track_threshold, metrics_file, sample_ms, pin_cap, idle_trim_s, "
                 "ledger_shared, profile); '#' starts a comment at the start "
                 "of a line or after a blank. A named file that cannot be "
                 "read is an error.");

@@ -66,6 +66,9 @@ const RunOption kRunOptions[] = {
      "track host allocations of at least SIZE (no percentage)."},
     {"--pin-cap", "SIZE", "PINSHIM_PIN_CAP", Value::kRequired, nullptr,
      PathKind::kNone, "most bytes pinshim itself pins for optimize mode."},
+    {"--idle-trim-s", "S", "PINSHIM_IDLE_TRIM_S", Value::kRequired, nullptr,
+     PathKind::kNone,
+     "seconds optimize mode keeps idle pinned memory before giving it back (0: until needed)."},
     {"--sample-ms", "MS", "PINSHIM_SAMPLE_MS", Value::kRequired, nullptr,
      PathKind::kNone,
      "how often the trace samples pinned bytes, RSS and swap, 1 to 60000 "

@@ -49,6 +49,11 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
     {ConfigKey::kPinCap, "PINSHIM_PIN_CAP", "pin_cap", "25%",
      "a size or a percentage of physical memory",
      "Most bytes pinshim itself pins for optimize mode."},
+    {ConfigKey::kIdleTrimS, "PINSHIM_IDLE_TRIM_S", "idle_trim_s", "10",
+     "an integer from 0 to 86400",
+     "Optimize mode gives its pinned memory (pool slabs, arena extents) back "
+     "to the driver once it was idle this many seconds; 0 keeps it until "
+     "the cap or a budget needs it."},
     {ConfigKey::kLedgerShared, "PINSHIM_LEDGER_SHARED", "ledger_shared", "0",
      "0 or 1",
      "1 makes the node's budget ledger one for all users (created "
@@ -180,6 +185,31 @@ bool ParseSampleMs(const char* value, uint32_t* ms, char* err, size_t err_len) {
     return false;
   }
   *ms = static_cast<uint32_t>(n);
+  return true;
+}
+
+bool ParseIdleTrimS(const char* value, uint32_t* s, char* err, size_t err_len) {
+  const char* kForms = "; accepted: an integer from 0 to 86400 (seconds)";
+  const char* word = value;
+  size_t len = Length(value);
+  TrimRange(&word, &len);
+  if (len == 0) {
+    FixedText(err, err_len).Append("empty").Append(kForms);
+    return false;
+  }
+  uint64_t n = 0;
+  for (size_t i = 0; i < len; ++i) {
+    if (word[i] < '0' || word[i] > '9') {
+      FixedText(err, err_len).Append("not an integer").Append(kForms);
+      return false;
+    }
+    if (n <= kMaxIdleTrimS) n = n * 10 + static_cast<unsigned>(word[i] - '0');
+  }
+  if (n > kMaxIdleTrimS) {
+    FixedText(err, err_len).Append("out of range").Append(kForms);
+    return false;
+  }
+  *s = static_cast<uint32_t>(n);
   return true;
 }
 
@@ -345,7 +375,8 @@ void ParseFileLine(ParseState* state, const char* path, long line_no,
           .Append(
               "; accepted: mode, trace_dir, summary, budget, "
               "node_budget, policy, track_threshold, metrics_file, "
-              "sample_ms, pin_cap, ledger_shared, profile");
+              "sample_ms, pin_cap, idle_trim_s, ledger_shared, profile, "
+              "wc_guard");
     }
     return;
   }
@@ -499,6 +530,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->wc_guard = false;
   config->forced_observe = false;
   config->sample_ms = kDefaultSampleMs;
+  config->idle_trim_s = kDefaultIdleTrimS;
   config->budget_bytes = 0;
   config->node_budget_bytes = 0;
   config->track_threshold_bytes = kDefaultTrackThreshold;
@@ -566,6 +598,8 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
     case ConfigKey::kPinCap:
       return ParseSizeValue(value, true, physical, &config->pin_cap_bytes, err,
                             err_len);
+    case ConfigKey::kIdleTrimS:
+      return ParseIdleTrimS(value, &config->idle_trim_s, err, err_len);
     case ConfigKey::kLedgerShared:
       return ParseFlag(value, &config->ledger_shared, err, err_len);
     case ConfigKey::kProfile:

@@ -35,6 +35,9 @@
 //       integer 1..60000, milliseconds
 // | PINSHIM_PIN_CAP         | pin_cap         | 25%                |
 //       size or %: cap on pinshim's own pinning
+// | PINSHIM_IDLE_TRIM_S     | idle_trim_s     | 10                 |
+//       integer 0..86400, seconds: optimize mode gives back its pinned
+//       memory left idle this long; 0 = only under pressure
 // | PINSHIM_LEDGER_SHARED   | ledger_shared   | 0                  |
 //       0 or 1
 // | PINSHIM_PROFILE         | profile         | none               |
@@ -100,6 +103,7 @@ enum class ConfigKey : uint8_t {
   kMetricsFile,
   kSampleMs,
   kPinCap,
+  kIdleTrimS,
   kLedgerShared,
   kProfile,
   kWcGuard,
@@ -117,6 +121,8 @@ constexpr uint64_t kDefaultTrackThreshold = 64 * 1024;
 constexpr uint32_t kDefaultSampleMs = 10;
 constexpr uint32_t kMaxSampleMs = 60000;
 constexpr uint32_t kDefaultPinCapPercent = 25;
+constexpr uint32_t kDefaultIdleTrimS = 10;
+constexpr uint32_t kMaxIdleTrimS = 86400;
 
 struct Config {
   uint32_t mode;  // kMode* bits
@@ -128,6 +134,7 @@ struct Config {
   bool forced_observe;  // an error reduced mode to observe only
   bool wc_guard;        // sample plain CPU loads of write-combined memory
   uint32_t sample_ms;
+  uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;
   uint64_t node_budget_bytes;
   uint64_t track_threshold_bytes;

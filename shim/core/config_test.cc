@@ -323,6 +323,24 @@ TEST_F(ConfigTest, BoundaryValuesAccepted) {
   EXPECT_EQ(config_.sample_ms, 1u);
 }
 
+TEST_F(ConfigTest, IdleTrimSeconds) {
+  Env none({});
+  ASSERT_TRUE(Parse(&none));
+  EXPECT_EQ(config_.idle_trim_s, 10u);
+  for (const char* ok : {"0", "86400", " 30 "}) {
+    Env env({std::string("PINSHIM_IDLE_TRIM_S=") + ok});
+    ASSERT_TRUE(Parse(&env)) << ok << ": " << Error(0);
+    EXPECT_EQ(config_.idle_trim_s, static_cast<uint32_t>(atoi(ok))) << ok;
+  }
+  for (const char* bad : {"", "-1", "86401", "5s", "1e3"}) {
+    Env env({std::string("PINSHIM_IDLE_TRIM_S=") + bad});
+    EXPECT_FALSE(Parse(&env)) << bad;
+    ASSERT_EQ(errors_.count, 1) << bad;
+    EXPECT_NE(Error(0).find("accepted: an integer from 0 to 86400"), std::string::npos) << Error(0);
+    EXPECT_EQ(config_.idle_trim_s, 10u) << bad;
+  }
+}
+
 TEST_F(ConfigTest, SummaryForms) {
   const struct {
     const char* entry;

@@ -83,9 +83,10 @@ void WriteOptimizeSummary(int fd) {
   const optimize::OptimizeCounters c = optimize::Optimizer::Process().Counters();
   char line[512];
   int n = snprintf(line, sizeof(line),
-                   "pinshim: optimize pinned_peak=%llu pool_hits=%llu pool_misses=%llu "
-                   "cache_registrations=%llu cache_hits=%llu arena_allocs=%llu hot_sites=%llu "
-                   "profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu\n",
+                   "pinshim: optimize pinned_now=%llu pinned_peak=%llu pool_hits=%llu "
+                   "pool_misses=%llu cache_registrations=%llu cache_hits=%llu arena_allocs=%llu "
+                   "hot_sites=%llu profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu\n",
+                   (unsigned long long)c.pinned_bytes_now,
                    (unsigned long long)c.pinned_bytes_peak, (unsigned long long)c.pool.hits,
                    (unsigned long long)c.pool.misses, (unsigned long long)c.cache.registrations,
                    (unsigned long long)c.cache.hits, (unsigned long long)c.arena.allocs,
@@ -144,8 +145,9 @@ void* MetricsMain(void*) {
   return nullptr;
 }
 
-void StartMetricsThread() {
-  if (!g_enforce || g_config.metrics_file[0] == '\0') return;
+// Starts a detached thread with every signal blocked (signals are the
+// program's). Returns false when it could not.
+bool StartQuietThread(void* (*main_fn)(void*)) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -153,11 +155,32 @@ void StartMetricsThread() {
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t thread;
-  if (pthread_create(&thread, &attr, MetricsMain, nullptr) != 0) {
-    LogLine("cannot start the metrics thread; %s will not be updated", g_config.metrics_file);
-  }
+  const bool ok = pthread_create(&thread, &attr, main_fn, nullptr) == 0;
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return ok;
+}
+
+// Optimize mode: pinned memory left idle (pool slabs, arena extents) goes
+// back to the driver after PINSHIM_IDLE_TRIM_S even when the program makes
+// no further call.
+void* TrimMain(void*) {
+  prctl(PR_SET_NAME, "pinshim-trim", 0, 0, 0);
+  ++t_depth;
+  const unsigned period_s = g_config.idle_trim_s >= 2 ? g_config.idle_trim_s / 2 : 1;
+  for (;;) {
+    struct timespec ts = {static_cast<time_t>(period_s), 0};
+    nanosleep(&ts, nullptr);
+    optimize::Optimizer::Process().Tick();
+  }
+  return nullptr;
+}
+
+void StartMetricsThread() {
+  if (!g_enforce || g_config.metrics_file[0] == '\0') return;
+  if (!StartQuietThread(MetricsMain)) {
+    LogLine("cannot start the metrics thread; %s will not be updated", g_config.metrics_file);
+  }
 }
 
 // Optimize mode: pinshim's own pinning is charged to the enforce-mode
@@ -205,6 +228,8 @@ void StartOptimizing() {
   options.registrations = &g_registrations;
   options.next_alloc_id = &NextAllocId;
   options.pin_cap_bytes = g_config.pin_cap_bytes;
+  options.pool.idle_trim_ns = uint64_t{g_config.idle_trim_s} * 1000000000u;
+  options.arena.idle_trim_ns = options.pool.idle_trim_ns;
   if (g_config.trace_dir[0] != '\0') options.on_own_pin = RecordOwnPinning;
   options.enable_arena = true;
   optimize::InitSiteCapture();
@@ -351,7 +376,11 @@ bool EnsureOptimizerStarted() {
   if (tried.exchange(true)) return opt.active();
   DepthGuard guard;  // the engine's own driver calls are not the program's
   optimize::DriverOps ops;
-  return optimize::LoadDriverOps(RealDriverSymbol, nullptr, &ops) && opt.AttachDriver(ops);
+  const bool ok = optimize::LoadDriverOps(RealDriverSymbol, nullptr, &ops) && opt.AttachDriver(ops);
+  if (ok && g_config.idle_trim_s > 0 && !StartQuietThread(TrimMain)) {
+    LogLine("cannot start the idle-trim thread; idle pinned memory is given back on frees only");
+  }
+  return ok;
 }
 
 void NoteCudaSeen() { g_cuda_seen.store(true, std::memory_order_relaxed); }

@@ -881,6 +881,15 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "hot") == 0) {
     LoadDriver(0);
     Hot();
+  } else if (strcmp(scenario, "idle") == 0) {
+    // Pinned memory allocated, freed, then left alone for 3.5 seconds.
+    LoadDriver(0);
+    void* p = nullptr;
+    CHECK(d.MemHostAlloc(&p, 1 << 20, 0)); g_expect.allocs++;
+    Fill(p, 1 << 20, 5);
+    printf("idle: %lx\n", Checksum(p, 1 << 20));
+    CHECK(d.MemFreeHost(p)); g_expect.frees++;
+    usleep(3500 * 1000);
   } else if (strcmp(scenario, "random") == 0) {
     LoadDriver(0);
     RandomSequence();

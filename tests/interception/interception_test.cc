@@ -460,6 +460,21 @@ TEST(OptimizeTest, FullCapFallsBackToTheProgramsOwnBehaviour) {
   }
 }
 
+// Idle pinned memory goes back to the driver after PINSHIM_IDLE_TRIM_S
+// without any further call from the program; 0 keeps it.
+TEST(OptimizeTest, IdlePinnedMemoryIsGivenBack) {
+  RunResult trimmed = RunProgram({g_client, "idle"}, true,
+                                 {"PINSHIM_MODE=optimize", "PINSHIM_IDLE_TRIM_S=1"});
+  ASSERT_EQ(trimmed.status, 0) << trimmed.err;
+  ASSERT_EQ(trimmed.summaries.size(), 1u);
+  EXPECT_NE(trimmed.summaries[0].find(" pinned_now=0 "), std::string::npos) << trimmed.summaries[0];
+  RunResult kept = RunProgram({g_client, "idle"}, true,
+                              {"PINSHIM_MODE=optimize", "PINSHIM_IDLE_TRIM_S=0"});
+  ASSERT_EQ(kept.summaries.size(), 1u);
+  EXPECT_EQ(kept.summaries[0].find(" pinned_now=0 "), std::string::npos) << kept.summaries[0];
+  EXPECT_EQ(kept.out, trimmed.out);
+}
+
 TEST(OptimizeTest, EveryScenarioKeepsResults) {
   for (const char* scenario : {"basic", "basic_ptds", "invalid", "threads", "late_dlopen", "fork",
                                "exit_inflight", "budget", "clean", "wc_read"}) {
