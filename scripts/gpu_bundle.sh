@@ -11,6 +11,7 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //tests/programs:copy_loop_example //shim/budget:race_test //shim/budget:budget_test
          //bench/registry:registry_bench //bench/budget:budget_bench
          //analyzer/report:pinshim-report //tests/trace:rules_driver_test
+         //tests/trace:profile_test //tests/trace:optimize_report_test
          //bench/optimize:pool_bench //bench/optimize:arena_bench //bench/optimize:fork_check)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
@@ -24,13 +25,19 @@ cp bazel-bin/bench/optimize/fork_check .gpu/
 mkdir -p .gpu/tests/interception && cp tests/interception/client.cc .gpu/tests/interception/
 # The rule programs on the real driver, laid out as the rule test expects.
 mkdir -p .gpu/rules/tests/trace/programs .gpu/rules/analyzer/report .gpu/rules/shim
-cp tests/trace/rules_test.py .gpu/rules/tests/trace/
+cp tests/trace/rules_test.py tests/trace/profile_test.py tests/trace/optimize_report_test.py \
+   .gpu/rules/tests/trace/
+mkdir -p .gpu/rules/analyzer && cp bazel-bin/analyzer/pinshim .gpu/rules/analyzer/
 cp tests/trace/programs/*.cc .gpu/rules/tests/trace/programs/
 cp bazel-bin/tests/trace/programs/*_driver .gpu/rules/tests/trace/programs/
 cp bazel-bin/analyzer/report/pinshim-report .gpu/rules/analyzer/report/
 cp bazel-bin/shim/libpinshim.so .gpu/rules/shim/
+# The analyzer's own debug info is not needed there (it reads the programs'),
+# and keeps the bundle small enough to travel.
+strip --strip-debug .gpu/pinshim .gpu/rules/analyzer/pinshim .gpu/rules/analyzer/report/pinshim-report
 # Shared libraries from this machine's packages that the GPU machine may lack.
-for bin in .gpu/* .gpu/bench/* .gpu/rules/tests/trace/programs/*_driver .gpu/rules/analyzer/report/*; do
+for bin in .gpu/* .gpu/bench/* .gpu/rules/tests/trace/programs/*_driver .gpu/rules/analyzer/report/* \
+           .gpu/rules/analyzer/pinshim; do
   [ -f "$bin" ] || continue
   ldd "$bin" 2>/dev/null | awk '/=> \/usr\/lib|=> \/lib/ {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
@@ -45,5 +52,7 @@ env LD_LIBRARY_PATH=needed ./interception_test ./libpinshim.so ./interception_cl
 env LD_LIBRARY_PATH=needed ./race_test
 env LD_LIBRARY_PATH=needed ./budget_test
 cd rules && env LD_LIBRARY_PATH=../needed TRACE_PROGRAM_SUFFIX=_driver TRACE_PRELOAD=shim/libpinshim.so python3 tests/trace/rules_test.py
+cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/profile_test.py
+cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/optimize_report_test.py
 TESTS
 du -sh .gpu

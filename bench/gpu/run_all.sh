@@ -4,7 +4,9 @@
 # scripts/gpu_bundle.sh:
 #   bash bench/gpu/run_all.sh .gpu
 # Logs and tables go to $OUT (or ./gpu-out); the last lines printed are the
-# summary tables.
+# summary tables. GPU_SKIP (space-separated: bandwidth observe registry_bench
+# budget_bench ...) leaves out benchmarks whose code did not change, to fit a
+# run into a shorter slot; the tier and the misuse programs always run.
 set -uo pipefail
 LIBDIR="$(cd "${1:-.gpu}" && pwd)"
 OUT="${OUT:-$PWD/gpu-out}"
@@ -20,6 +22,7 @@ done
 ls "$LIBDIR/needed" > "$OUT/carried_libs.txt"
 export LD_LIBRARY_PATH="$LIBDIR/needed${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
+skipped() { case " ${GPU_SKIP:-} " in *" $1 "*) return 0 ;; esac; return 1; }
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -36,13 +39,18 @@ misuse_rc=$?
 
 # 3. Benchmarks, side by side in one run.
 {
-  echo "== copy bandwidth by size (GB/s, median)"
-  nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/copy_bandwidth bench/gpu/copy_bandwidth.cu &&
-    timeout 200 /tmp/copy_bandwidth 268435456
-  echo "== observe-mode overhead"
-  timeout 400 bash bench/gpu/observe_overhead.sh "$LIBDIR" 11
+  if ! skipped bandwidth; then
+    echo "== copy bandwidth by size (GB/s, median)"
+    nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/copy_bandwidth bench/gpu/copy_bandwidth.cu &&
+      timeout 200 /tmp/copy_bandwidth 268435456
+  fi
+  if ! skipped observe; then
+    echo "== observe-mode overhead"
+    timeout 400 bash bench/gpu/observe_overhead.sh "$LIBDIR" 11
+  fi
   for b in "$LIBDIR"/bench/*; do
     [ -x "$b" ] || continue
+    skipped "$(basename "$b")" && continue
     echo "== $(basename "$b")"
     timeout 300 "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>&1 | grep -E "median|Run on|^--|Benchmark"
   done
