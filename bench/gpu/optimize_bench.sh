@@ -7,7 +7,9 @@
 #     the library and with optimize mode; speedup = without / with. Pairs
 #     alone, and with an async copy from each block before its free.
 #  2b. fresh_loop: a new buffer per step from one site (the arena's case).
-#  3. PyTorch: a reused 64 MiB pageable tensor to the GPU and back.
+#  3. PyTorch: a reused 64 MiB pageable tensor to the GPU and back; NumPy
+#     through CuPy, the same; and what `pinshim report` says optimize mode
+#     did for those buffers.
 #  4. used-once buffers: a new buffer per copy (no reuse), without and with.
 #   bash bench/gpu/optimize_bench.sh LIBDIR
 set -uo pipefail
@@ -74,6 +76,25 @@ for r in 1 2 3; do
 done
 N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
 printf 'none %.4f s, optimize %.4f s, speedup %.2f\n' $N $O "$(python3 -c "print($N/$O)")"
+
+echo "-- NumPy through CuPy, reused 64 MiB array to the GPU and back (median of 3)"
+n=(); o=()
+for r in 1 2 3; do
+  n+=($(python3 "$HERE/numpy_cupy_loop.py" 30 | field seconds))
+  o+=($(opt python3 "$HERE/numpy_cupy_loop.py" 30 | field seconds))
+done
+N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
+printf 'none %.4f s, optimize %.4f s, speedup %.2f\n' $N $O "$(python3 -c "print($N/$O)")"
+python3 "$HERE/numpy_cupy_loop.py" 3 | sed 's/.*checksum/without: checksum/'
+opt python3 "$HERE/numpy_cupy_loop.py" 3 | sed 's/.*checksum/optimize: checksum/'
+
+echo "-- what optimize mode did for PyTorch and NumPy buffers (pinshim report, own pinning)"
+for prog in torch_copy_loop numpy_cupy_loop; do
+  rm -rf "$work/trace_$prog"
+  opt env PINSHIM_TRACE_DIR="$work/trace_$prog" python3 "$HERE/$prog.py" 5 > /dev/null
+  echo "$prog:"
+  "$LIBDIR/pinshim" report "$work/trace_$prog" 2>&1 | sed -n "/own pinning/,/^    trace /p"
+done
 
 echo "-- used-once buffers: a new 16 MiB buffer per copy (median of 9, runs alternating)"
 cat > "$work/once.cu" <<'CU'
