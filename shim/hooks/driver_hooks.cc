@@ -10,6 +10,8 @@
 #include <cuda.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <time.h>
@@ -214,6 +216,40 @@ inline optimize::Optimizer* ActiveOptimizer() {
   optimize::Optimizer& opt = optimize::Optimizer::Process();
   return opt.active() ? &opt : nullptr;
 }
+
+// Optimize mode and context teardown. The pool keys its slabs by the context
+// that was current when they were allocated, and the driver frees them with
+// that context; a later context may get the same handle. So from the moment
+// a teardown wrapper starts until it has told the optimizer, no pooled
+// allocation runs: the ones in flight are waited for, new ones go to the
+// driver (what the program gets is a dedicated allocation, which frees
+// correctly), and no slab can be made in the dying context or reused under
+// a recycled handle. One word holds both counts, so the two sides see each
+// other in one order.
+class ContextGate {
+ public:
+  // Around a pooled allocation; false: a teardown runs, use the driver.
+  bool EnterAlloc() {
+    if (PINSHIM_LIKELY((state_.fetch_add(1, std::memory_order_acq_rel) >> 32) == 0)) return true;
+    state_.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
+  void ExitAlloc() { state_.fetch_sub(1, std::memory_order_release); }
+
+  // Closes the gate and waits for the pooled allocations already inside.
+  // They never wait for a teardown, so this ends. (A signal handler cannot
+  // get here from inside one: the depth guard makes it forward.)
+  void BeginTeardown() {
+    state_.fetch_add(kTeardown, std::memory_order_acq_rel);
+    while ((state_.load(std::memory_order_acquire) & (kTeardown - 1)) != 0) sched_yield();
+  }
+  void EndTeardown() { state_.fetch_sub(kTeardown, std::memory_order_release); }
+
+ private:
+  static constexpr uint64_t kTeardown = uint64_t{1} << 32;
+  std::atomic<uint64_t> state_{0};  // teardowns << 32 | pooled allocations in flight
+};
+ContextGate g_context_gate;
 
 // Optimize mode: before a copy with a host side, the engine may pin a hot
 // buffer (so this copy already runs pinned); after it, it may have to wait
@@ -578,8 +614,12 @@ CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_c
   const bool valid = pp != nullptr && n != 0;
   const uint64_t start_ns = StartTime();
   CUresult pooled;
-  if (g_optimize && EnsureOptimizerStarted() &&
-      optimize::Optimizer::Process().HostAlloc(pp, n, flags, &pooled)) {
+  bool served = false;
+  if (g_optimize && EnsureOptimizerStarted() && g_context_gate.EnterAlloc()) {
+    served = optimize::Optimizer::Process().HostAlloc(pp, n, flags, &pooled);
+    g_context_gate.ExitAlloc();
+  }
+  if (served) {
     // Served from pinshim's pool (its slabs are charged to the budget).
     CountPin(api, PinOp::kAlloc, flags, n, pooled != CUDA_SUCCESS);
     RecordPinOp(api, PinOp::kAlloc, pooled == CUDA_SUCCESS ? *pp : nullptr, n, flags, start_ns,
@@ -999,6 +1039,144 @@ CUresult cuEventQuery(CUevent ev) {
   if (r == CUDA_SUCCESS) {
     RecordSyncPoint(kApi_cuEventQuery, trace::SyncKind::kEventQueryDone, nullptr, ev, start_ns, r);
   }
+  return r;
+}
+
+// --- context teardown ---------------------------------------------------------
+//
+// Destroying a context frees its memory, the pool's slabs included (see
+// ContextGate). In optimize mode these wrappers tell the optimizer which
+// context went, after the driver destroyed it and before returning; in every
+// other case they forward untouched. They count nothing.
+//
+// A primary context is destroyed by cuDevicePrimaryCtxReset, and by the
+// cuDevicePrimaryCtxRelease that drops its last reference; its handle is
+// found before the call (ActivePrimaryContext). These two and
+// cuDevicePrimaryCtxRetain run one at a time (g_primary_mu), so no retain
+// can bring the context back between the call and the look at its state,
+// and the handle lookup cannot race a destruction. The lock is held across
+// the driver call; nothing else takes it, and in a forked child optimize
+// mode is off, so nothing waits for it there.
+
+namespace {
+
+pthread_mutex_t g_primary_mu = PTHREAD_MUTEX_INITIALIZER;
+
+// One context teardown by the program, in optimize mode.
+class Teardown {
+ public:
+  explicit Teardown(bool primary) : primary_(primary) {
+    if (primary_) pthread_mutex_lock(&g_primary_mu);
+    g_context_gate.BeginTeardown();
+  }
+  ~Teardown() {
+    g_context_gate.EndTeardown();
+    if (primary_) pthread_mutex_unlock(&g_primary_mu);
+  }
+  Teardown(const Teardown&) = delete;
+  Teardown& operator=(const Teardown&) = delete;
+
+ private:
+  bool primary_;
+};
+
+extern "C++" template <typename Fn>
+Fn DriverFunction(std::atomic<void*>* cache, const char* name, const char* fallback = nullptr) {
+  void* fn = cache->load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = DriverLibrarySymbol(name);
+    if (fn == nullptr && fallback != nullptr) fn = DriverLibrarySymbol(fallback);
+    if (fn != nullptr) cache->store(fn, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// Whether dev's primary context is active: 1 yes, 0 no, -1 unknown.
+int PrimaryActive(CUdevice dev) {
+  using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static std::atomic<void*> fn{nullptr};
+  auto get_state = DriverFunction<GetState>(&fn, "cuDevicePrimaryCtxGetState");
+  unsigned int flags = 0;
+  int active = 0;
+  if (get_state == nullptr || get_state(dev, &flags, &active) != CUDA_SUCCESS) return -1;
+  return active != 0 ? 1 : 0;
+}
+
+// The handle of dev's primary context when it is active, else null. Asked
+// under g_primary_mu, so it stays active throughout: the retain creates
+// nothing, and the release that balances it is never the last.
+CUcontext ActivePrimaryContext(CUdevice dev) {
+  if (PrimaryActive(dev) != 1) return nullptr;
+  using Retain = CUresult (*)(CUcontext*, CUdevice);
+  using Release = CUresult (*)(CUdevice);
+  static std::atomic<void*> retain_fn{nullptr}, release_fn{nullptr};
+  auto retain = DriverFunction<Retain>(&retain_fn, "cuDevicePrimaryCtxRetain");
+  auto release = DriverFunction<Release>(&release_fn, "cuDevicePrimaryCtxRelease_v2",
+                                         "cuDevicePrimaryCtxRelease");
+  if (retain == nullptr || release == nullptr) return nullptr;
+  CUcontext ctx = nullptr;
+  if (retain(&ctx, dev) != CUDA_SUCCESS) return nullptr;
+  release(dev);
+  return ctx;
+}
+
+CUresult DestroyContextCall(Api api, CUcontext ctx) {
+  using Fn = CUresult (*)(CUcontext);
+  PINSHIM_FORWARD_IF_NESTED(api, Fn, ctx);
+  optimize::Optimizer* opt = ActiveOptimizer();
+  if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(ctx);
+  Teardown teardown(/*primary=*/false);
+  CUresult r = real_fn(ctx);
+  if (r == CUDA_SUCCESS && ctx != nullptr) opt->OnContextDestroyed(ctx);
+  return r;
+}
+
+// cuDevicePrimaryCtxReset (reset) or cuDevicePrimaryCtxRelease.
+CUresult EndPrimaryContext(Api api, CUdevice dev, bool reset) {
+  using Fn = CUresult (*)(CUdevice);
+  PINSHIM_FORWARD_IF_NESTED(api, Fn, dev);
+  optimize::Optimizer* opt = ActiveOptimizer();
+  if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(dev);
+  Teardown teardown(/*primary=*/true);
+  CUcontext primary = ActivePrimaryContext(dev);
+  CUresult r = real_fn(dev);
+  if (r != CUDA_SUCCESS || primary == nullptr) return r;
+  // A reset destroys an active primary context by definition; a release
+  // only when it dropped the last reference, which leaves it inactive.
+  if (reset || PrimaryActive(dev) == 0) opt->OnContextDestroyed(primary);
+  return r;
+}
+
+}  // namespace
+
+CUresult cuCtxDestroy(CUcontext ctx) { return DestroyContextCall(kApi_cuCtxDestroy, ctx); }
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) { return DestroyContextCall(kApi_cuCtxDestroy_v2, ctx); }
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return EndPrimaryContext(kApi_cuDevicePrimaryCtxReset, dev, /*reset=*/true);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return EndPrimaryContext(kApi_cuDevicePrimaryCtxReset_v2, dev, /*reset=*/true);
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return EndPrimaryContext(kApi_cuDevicePrimaryCtxRelease, dev, /*reset=*/false);
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return EndPrimaryContext(kApi_cuDevicePrimaryCtxRelease_v2, dev, /*reset=*/false);
+}
+
+// Wrapped only to wait while a primary context teardown runs (see above).
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  using Fn = CUresult (*)(CUcontext*, CUdevice);
+  PINSHIM_FORWARD_IF_NESTED(kApi_cuDevicePrimaryCtxRetain, Fn, pctx, dev);
+  if (PINSHIM_LIKELY(ActiveOptimizer() == nullptr)) return real_fn(pctx, dev);
+  pthread_mutex_lock(&g_primary_mu);
+  CUresult r = real_fn(pctx, dev);
+  pthread_mutex_unlock(&g_primary_mu);
   return r;
 }
 

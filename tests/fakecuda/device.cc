@@ -75,15 +75,42 @@ int AttributeValue(CUdevice_attribute attribute, CUdevice dev) {
   }
 }
 
-// A new context of `dev` with its legacy stream. State::mu must be held.
-Context* NewContextLocked(State& s, CUdevice dev, unsigned flags, bool primary) {
-  auto* ctx = new Context;
+// Makes `ctx` an active context of `dev` with a fresh legacy stream: a new
+// context, a reused one (kReuseDestroyedContextHandles), or a primary context
+// retained again. State::mu must be held.
+void ActivateContextLocked(State& s, Context* ctx, CUdevice dev, unsigned flags, bool primary) {
   ctx->device = dev;
   ctx->flags = flags;
   ctx->primary = primary;
   ctx->legacy = NewStreamLocked(ctx, 0, Stream::Kind::kLegacy);
+  ctx->alive.store(true);
   s.contexts.insert(ctx);
+}
+
+// A new context of `dev`. State::mu must be held.
+Context* NewContextLocked(State& s, CUdevice dev, unsigned flags, bool primary) {
+  Context* ctx;
+  if (!primary && behavior::kReuseDestroyedContextHandles && !s.spare_contexts.empty()) {
+    ctx = s.spare_contexts.back();
+    s.spare_contexts.pop_back();
+  } else {
+    ctx = new Context;
+  }
+  ctx->primary_refs = 0;
+  ActivateContextLocked(s, ctx, dev, flags, primary);
   return ctx;
+}
+
+// Destroys what `ctx` owns: its work finishes, then its streams and memory
+// go, and the handle stops being valid. State::lifecycle_mu must be held
+// (and State::mu not).
+void TeardownContext(State& s, Context* ctx) {
+  SynchronizeContext(ctx);
+  RetireContextStreams(ctx);
+  ReleaseContextMemory(ctx);  // Documented: destroying a context frees its allocations.
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.contexts.erase(ctx);
+  ctx->alive.store(false);
 }
 
 // A context handle the program passed in, if it is live.
@@ -106,6 +133,7 @@ CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {
   State& s = S();
   Context* ctx;
   {
+    std::lock_guard<std::mutex> life(s.lifecycle_mu);
     std::lock_guard<std::mutex> lock(s.mu);
     ctx = NewContextLocked(s, dev, flags, /*primary=*/false);
   }
@@ -118,14 +146,16 @@ CUresult DestroyContext(CUcontext handle) {
   Context* ctx;
   if (CUresult err = CheckContext(handle, &ctx)) return err;
   if (ctx->primary) return behavior::kBadContextHandle;
-  SynchronizeContext(ctx);
-  RetireContextStreams(ctx);
-  ReleaseContextMemory(ctx);  // Documented: destroying a context frees its allocations.
   State& s = S();
   {
+    std::lock_guard<std::mutex> life(s.lifecycle_mu);
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (s.contexts.count(ctx) == 0) return behavior::kBadContextHandle;  // Lost a race.
+    }
+    TeardownContext(s, ctx);
     std::lock_guard<std::mutex> lock(s.mu);
-    s.contexts.erase(ctx);
-    ctx->alive.store(false);
+    s.spare_contexts.push_back(ctx);
   }
   auto& stack = T().stack;
   stack.erase(std::remove(stack.begin(), stack.end(), ctx), stack.end());
@@ -168,15 +198,68 @@ CUresult Synchronize(CUcontext handle) {
   return CUDA_SUCCESS;
 }
 
+CUresult RetainPrimary(CUcontext* pctx, CUdevice dev) {
+  if (CUresult err = RequireInit()) return err;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult err = CheckDevice(dev)) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> life(s.lifecycle_mu);
+  std::lock_guard<std::mutex> lock(s.mu);
+  Context*& ctx = s.primary[dev];
+  if (ctx == nullptr) {
+    ctx = NewContextLocked(s, dev, 0, /*primary=*/true);
+  } else if (!ctx->alive.load()) {
+    ActivateContextLocked(s, ctx, dev, ctx->flags, /*primary=*/true);  // Same handle.
+  }
+  ++ctx->primary_refs;
+  *pctx = reinterpret_cast<CUcontext>(ctx);
+  return CUDA_SUCCESS;
+}
+
+// Documented: the primary context is reset once its last reference is
+// released. It is not popped from any thread's stack.
 CUresult ReleasePrimary(CUdevice dev) {
   if (CUresult err = CheckDevice(dev)) return err;
   State& s = S();
+  std::lock_guard<std::mutex> life(s.lifecycle_mu);
+  Context* ctx;
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ctx = s.primary[dev];
+    if (ctx == nullptr || ctx->primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    --ctx->primary_refs;
+    last = ctx->primary_refs == 0 && ctx->alive.load();
+  }
+  if (last) TeardownContext(s, ctx);
+  return CUDA_SUCCESS;
+}
+
+// Documented: destroys the primary context's resources; references stay
+// counted (driver_behavior.h). Not popped from any thread's stack either.
+CUresult ResetPrimary(CUdevice dev) {
+  if (CUresult err = CheckDevice(dev)) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> life(s.lifecycle_mu);
+  Context* ctx;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ctx = s.primary[dev];
+    if (ctx == nullptr || !ctx->alive.load()) return behavior::kResetInactivePrimary;
+  }
+  TeardownContext(s, ctx);
+  return CUDA_SUCCESS;
+}
+
+CUresult PrimaryState(CUdevice dev, unsigned* flags, int* active) {
+  if (CUresult err = RequireInit()) return err;
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult err = CheckDevice(dev)) return err;
+  State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  Context* ctx = s.primary[dev];
-  if (ctx == nullptr || ctx->primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  // The context stays usable at zero references: the program's handle and
-  // allocations survive, as if it were retained again at once.
-  --ctx->primary_refs;
+  const Context* ctx = s.primary[dev];
+  *flags = ctx != nullptr ? ctx->flags : 0;  // cuDevicePrimaryCtxSetFlags is not simulated.
+  *active = ctx != nullptr && ctx->alive.load() ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -410,16 +493,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   FAKECUDA_ENTER("cuDevicePrimaryCtxRetain");
-  if (CUresult err = fakecuda::RequireInit()) return err;
-  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult err = fakecuda::CheckDevice(dev)) return err;
-  State& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  Context*& ctx = s.primary[dev];
-  if (ctx == nullptr) ctx = fakecuda::NewContextLocked(s, dev, 0, /*primary=*/true);
-  ++ctx->primary_refs;
-  *pctx = reinterpret_cast<CUcontext>(ctx);
-  return CUDA_SUCCESS;
+  return fakecuda::RetainPrimary(pctx, dev);
 }
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
@@ -430,6 +504,21 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   FAKECUDA_ENTER("cuDevicePrimaryCtxRelease");
   return fakecuda::ReleasePrimary(dev);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  FAKECUDA_ENTER("cuDevicePrimaryCtxReset");
+  return fakecuda::ResetPrimary(dev);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  FAKECUDA_ENTER("cuDevicePrimaryCtxReset");
+  return fakecuda::ResetPrimary(dev);
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  FAKECUDA_ENTER("cuDevicePrimaryCtxGetState");
+  return fakecuda::PrimaryState(dev, flags, active);
 }
 
 CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {

@@ -1,6 +1,8 @@
 // Devices, contexts, error strings and the test knobs, through direct linking.
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -150,6 +152,177 @@ TEST(ContextTest, CreatePushPopDestroy) {
   EXPECT_EQ(cuCtxPushCurrent(nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuCtxPopCurrent(&popped), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+}
+
+// Whether the host can no longer read `p` (the kernel refuses to copy from it).
+bool Unreadable(const void* p) {
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  const ssize_t n = write(fds[1], p, 1);
+  const int err = errno;
+  close(fds[0]);
+  close(fds[1]);
+  return n < 0 && err == EFAULT;
+}
+
+bool PrimaryActive(CUdevice dev) {
+  unsigned flags = 99;
+  int active = -1;
+  EXPECT_EQ(cuDevicePrimaryCtxGetState(dev, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(flags, 0u);  // Never set.
+  return active == 1;
+}
+
+// The tests of this file leave no primary context retained.
+TEST(ContextTest, PrimaryStateFollowsRetainAndTheLastRelease) {
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  unsigned flags;
+  int active;
+  EXPECT_EQ(cuDevicePrimaryCtxGetState(0, nullptr, &active), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDevicePrimaryCtxGetState(0, &flags, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDevicePrimaryCtxGetState(2, &flags, &active), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_FALSE(PrimaryActive(0));
+
+  CUcontext a, b;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&a, 0), CUDA_SUCCESS);
+  EXPECT_TRUE(PrimaryActive(0));
+  EXPECT_FALSE(PrimaryActive(1));  // Per device.
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&b, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(a), CUDA_SUCCESS);
+  const size_t hosts = fakecuda_live_host_allocations();
+  const size_t devices = fakecuda_live_device_allocations();
+  void* host = nullptr;
+  CUdeviceptr dptr;
+  ASSERT_EQ(cuMemHostAlloc(&host, 8192, CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAlloc(&dptr, 4096), CUDA_SUCCESS);
+
+  // Not the last reference: nothing happens.
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_TRUE(PrimaryActive(0));
+  EXPECT_EQ(fakecuda_live_host_allocations(), hosts + 1);
+  EXPECT_EQ(cuMemsetD8(dptr, 1, 16), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);  // This thread's stream.
+
+  // The last one resets the context, which stays current but unusable.
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_FALSE(PrimaryActive(0));
+  EXPECT_EQ(fakecuda_live_host_allocations(), hosts);  // Pinned memory went with it.
+  EXPECT_EQ(fakecuda_live_device_allocations(), devices);
+  EXPECT_TRUE(Unreadable(host));
+  CUcontext current = nullptr;
+  EXPECT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, a);  // Not popped.
+  EXPECT_EQ(cuMemAlloc(&dptr, 16), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+
+  // Retained again: active, with the same handle, and usable again.
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&b, 0), CUDA_SUCCESS);
+  EXPECT_EQ(b, a);
+  EXPECT_TRUE(PrimaryActive(0));
+  ASSERT_EQ(cuMemHostAlloc(&host, 8192, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAlloc(&dptr, 8192), CUDA_SUCCESS);
+  std::vector<unsigned char> bytes = Pattern(8192, 5);
+  std::memcpy(host, bytes.data(), bytes.size());
+  EXPECT_EQ(cuMemcpyHtoDAsync(dptr, host, 8192, nullptr), CUDA_SUCCESS);
+  // This thread's default stream went with the context; it has a new one.
+  EXPECT_EQ(cuMemcpyHtoDAsync(dptr, host, 8192, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  EXPECT_EQ(ReadDevice(dptr, 8192), bytes);
+  EXPECT_EQ(cuMemFreeHost(host), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(dptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_FALSE(PrimaryActive(0));
+}
+
+TEST(ContextTest, PrimaryResetDestroysResourcesButKeepsReferences) {
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxReset(2), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_FALSE(PrimaryActive(0));
+  EXPECT_EQ(cuDevicePrimaryCtxReset(0), CUDA_SUCCESS);  // Inactive: nothing to do.
+  EXPECT_FALSE(PrimaryActive(0));
+
+  CUcontext ctx, again;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  const size_t hosts = fakecuda_live_host_allocations();
+  const size_t devices = fakecuda_live_device_allocations();
+  void* host = nullptr;
+  void* legacy_host = nullptr;
+  CUdeviceptr dptr;
+  CUstream stream;
+  ASSERT_EQ(cuMemHostAlloc(&host, 3 << 20, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocHost(&legacy_host, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAlloc(&dptr, 3 << 20), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  // Queued work finishes before the context goes.
+  fakecuda_set_copy_delay_us(20000);
+  std::memset(host, 7, 3 << 20);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dptr, host, 3 << 20, stream), CUDA_SUCCESS);
+
+  EXPECT_EQ(cuDevicePrimaryCtxReset(0), CUDA_SUCCESS);
+  fakecuda_set_copy_delay_us(0);
+  EXPECT_EQ(fakecuda_pending_ops(), 0u);
+  EXPECT_FALSE(PrimaryActive(0));
+  EXPECT_EQ(fakecuda_live_host_allocations(), hosts);
+  EXPECT_EQ(fakecuda_live_device_allocations(), devices);
+  EXPECT_TRUE(Unreadable(host));
+  EXPECT_TRUE(Unreadable(legacy_host));
+  CUcontext current = nullptr;
+  EXPECT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, ctx);  // Not popped.
+  EXPECT_EQ(cuStreamSynchronize(stream), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuMemFreeHost(host), CUDA_ERROR_INVALID_CONTEXT);
+
+  // The reference taken before the reset still counts: the matching release
+  // succeeds and brings nothing back.
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_FALSE(PrimaryActive(0));
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+
+  // Retained again: the same handle, a working context, and the freed
+  // pointer is no allocation of it.
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&again, 0), CUDA_SUCCESS);
+  EXPECT_EQ(again, ctx);
+  EXPECT_TRUE(PrimaryActive(0));
+  EXPECT_EQ(cuMemFreeHost(host), CUDA_ERROR_INVALID_VALUE);
+  void* fresh = nullptr;
+  ASSERT_EQ(cuMemHostAlloc(&fresh, 4096, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeHost(fresh), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_FALSE(PrimaryActive(0));
+}
+
+TEST(ContextTest, DestroyFreesPinnedMemoryAndTheHandleIsReused) {
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  const size_t hosts = fakecuda_live_host_allocations();
+  CUcontext first = nullptr;
+  ASSERT_EQ(cuCtxCreate(&first, nullptr, 0, 0), CUDA_SUCCESS);
+  void* host = nullptr;
+  ASSERT_EQ(cuMemHostAlloc(&host, 4096, CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
+  std::memset(host, 1, 4096);
+  EXPECT_EQ(fakecuda_live_host_allocations(), hosts + 1);
+  ASSERT_EQ(cuCtxDestroy(first), CUDA_SUCCESS);
+  EXPECT_EQ(fakecuda_live_host_allocations(), hosts);
+  EXPECT_TRUE(Unreadable(host));
+
+  // The next context created gets the destroyed one's handle.
+  CUcontext second = nullptr;
+  ASSERT_EQ(cuCtxCreate(&second, nullptr, 0, 1), CUDA_SUCCESS);
+  EXPECT_EQ(second, first);
+  CUdevice dev = -1;
+  EXPECT_EQ(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 1);
+  EXPECT_EQ(cuMemFreeHost(host), CUDA_ERROR_INVALID_VALUE);
+  void* fresh = nullptr;
+  ASSERT_EQ(cuMemHostAlloc(&fresh, 4096, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeHost(fresh), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxDestroy(second), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxDestroy(first), CUDA_ERROR_INVALID_CONTEXT);
 }
 
 TEST(ErrorTest, NamesAndStrings) {

@@ -90,6 +90,27 @@ constexpr CUresult kProcAddressNotFound = CUDA_ERROR_NOT_FOUND;
 // handle that is unknown or already destroyed.
 constexpr CUresult kBadContextHandle = CUDA_ERROR_INVALID_CONTEXT;
 
+// Documented: destroying a context (cuCtxDestroy, cuDevicePrimaryCtxReset, or
+// the last cuDevicePrimaryCtxRelease) frees its memory, page-locked host
+// allocations (cuMemHostAlloc, cuMemAllocHost) included, whatever their flags.
+// The driver unmaps those pages; here they stay reserved without access, so a
+// stale pointer faults instead of reaching whatever is mapped there later.
+constexpr bool kFreedContextHostPagesStayReserved = true;
+
+// Documented: cuDevicePrimaryCtxReset destroys the primary context's resources
+// and leaves it inactive, but does not release it: references taken before
+// the reset stay counted, so the releases that match them still succeed (and
+// destroy nothing while the context is inactive). Resetting an inactive
+// primary context succeeds and does nothing.
+constexpr CUresult kResetInactivePrimary = CUDA_SUCCESS;
+
+// Not measured: a context handle is an address the driver may hand out again
+// after the context is destroyed. Here a primary context keeps one handle
+// across resets and releases (retaining it again brings that handle back),
+// and cuCtxCreate reuses the most recently destroyed created context's
+// handle, so anything keyed by a context handle meets the reuse every time.
+constexpr bool kReuseDestroyedContextHandles = true;
+
 // Not measured: cuStreamDestroy on the NULL/legacy/per-thread handles.
 constexpr CUresult kDestroySpecialStream = CUDA_ERROR_INVALID_HANDLE;
 

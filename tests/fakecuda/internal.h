@@ -70,9 +70,13 @@ struct Context {
   bool primary = false;
   int primary_refs = 0;  // Guarded by State::mu.
   // Contexts are never freed, so a stale handle reads false here instead of
-  // touching freed memory.
+  // touching freed memory. A destroyed context's object is reused for a later
+  // one (driver_behavior.h), and a primary context is the same object across
+  // resets, so a handle may come back to life.
   std::atomic<bool> alive{true};
-  std::shared_ptr<Stream> legacy;  // The NULL stream; set once at creation.
+  // The NULL stream: a new one each time the context is made active.
+  // Guarded by State::mu.
+  std::shared_ptr<Stream> legacy;
 };
 
 // One unit of stream work, run by the stream's worker in order.
@@ -143,8 +147,14 @@ struct State {
   int device_count = 0;
   size_t page = 4096;
 
+  // Context lifecycles (create, destroy, primary retain, release and reset)
+  // run one at a time: a teardown waits for the context's work, and nothing
+  // may bring the context back meanwhile. Taken before mu, never while
+  // holding it.
+  std::mutex lifecycle_mu;
   std::vector<Context*> primary;         // Per device, created on first retain.
-  std::unordered_set<Context*> contexts;  // Live contexts.
+  std::unordered_set<Context*> contexts;  // Live (active) contexts.
+  std::vector<Context*> spare_contexts;  // Destroyed created contexts, reused last-in first.
 
   // Device addresses: [dev_base, dev_base + arena_size) stays inaccessible to
   // the host; a device allocation's bytes live at the same offset from
@@ -198,7 +208,8 @@ struct Span {
 // Sets up the device address arena; called by cuInit with State::mu held.
 CUresult ReserveArena(State& s);
 
-// Frees the device and managed allocations made in `ctx` (cuCtxDestroy).
+// Frees the device, managed and page-locked host allocations made in `ctx`
+// (cuCtxDestroy, a primary context's reset or last release).
 void ReleaseContextMemory(Context* ctx);
 
 // [p, p + len) named as host memory by the API. Device memory is refused
@@ -233,7 +244,7 @@ void WaitAllStreamsIdle();
 // Retires `stream`: it takes no more work, drains, then goes away.
 void RetireStream(const std::shared_ptr<Stream>& stream);
 
-// Retires every stream of `ctx` (cuCtxDestroy).
+// Retires every stream of `ctx` (when it is destroyed).
 void RetireContextStreams(Context* ctx);
 
 // ---- Entry point table (proc_address.cc) ----------------------------------------

@@ -350,6 +350,20 @@ void ReleaseContextMemory(Context* ctx) {
     if (it->second.ctx == ctx) ReleaseDeviceLocked(s, it);
     it = next;
   }
+  for (auto it = s.host_allocs.begin(); it != s.host_allocs.end();) {
+    const HostRange& range = it->second;
+    if (range.ctx != ctx) {
+      ++it;
+      continue;
+    }
+    void* base = reinterpret_cast<void*>(range.base);
+    if (behavior::kFreedContextHostPagesStayReserved) {
+      mmap(base, range.mapped, PROT_NONE, kAnonymous | MAP_FIXED, -1, 0);
+    } else {
+      munmap(base, range.mapped);
+    }
+    it = s.host_allocs.erase(it);
+  }
 }
 
 CUresult ResolveHostRange(const void* p, size_t len, Span* out) {

@@ -27,6 +27,11 @@ TEST(NotInitializedTest, CallsBeforeCuInitThenDeviceCountFromEnvironment) {
   EXPECT_EQ(cuDeviceGetCount(&count), CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(cuDeviceGet(&dev, 0), CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_ERROR_NOT_INITIALIZED);
+  unsigned flags = 0;
+  int active = -1;
+  EXPECT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(cuDevicePrimaryCtxReset(0), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(cuCtxGetCurrent(&ctx), CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(cuMemAlloc(&dptr, 16), CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(cuMemHostAlloc(&host, 16, 0), CUDA_ERROR_NOT_INITIALIZED);

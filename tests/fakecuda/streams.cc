@@ -112,17 +112,18 @@ CUresult Enqueue(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Strea
   return CUDA_SUCCESS;
 }
 
+// The calling thread's default stream in `ctx`; a new one when the context
+// was destroyed since (its handle may name a new or re-activated context).
 std::shared_ptr<Stream> PerThreadStream(Context* ctx) {
   ThreadState& t = T();
-  for (const auto& entry : t.default_streams) {
-    if (entry.first == ctx) return entry.second;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (auto& entry : t.default_streams) {
+    if (entry.first != ctx) continue;
+    if (entry.second->retired) entry.second = NewStreamLocked(ctx, 0, Stream::Kind::kPerThread);
+    return entry.second;
   }
-  std::shared_ptr<Stream> stream;
-  {
-    State& s = S();
-    std::lock_guard<std::mutex> lock(s.mu);
-    stream = NewStreamLocked(ctx, 0, Stream::Kind::kPerThread);
-  }
+  std::shared_ptr<Stream> stream = NewStreamLocked(ctx, 0, Stream::Kind::kPerThread);
   t.default_streams.emplace_back(ctx, stream);
   return stream;
 }
@@ -253,7 +254,12 @@ CUresult ResolveStream(CUstream handle, bool per_thread_api, std::shared_ptr<Str
     if (CUresult err = CurrentContext(&ctx)) return err;
     const bool per_thread =
         handle == CU_STREAM_PER_THREAD || (handle == nullptr && per_thread_api);
-    *out = per_thread ? PerThreadStream(ctx) : ctx->legacy;
+    if (per_thread) {
+      *out = PerThreadStream(ctx);
+    } else {
+      std::lock_guard<std::mutex> lock(S().mu);
+      *out = ctx->legacy;
+    }
     return CUDA_SUCCESS;
   }
   if (CUresult err = RequireInit()) return err;

@@ -30,6 +30,9 @@ struct Driver {
   CUresult (*CtxCreate)(CUcontext*, CUctxCreateParams*, unsigned int, CUdevice);
   CUresult (*CtxSetCurrent)(CUcontext);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*DevicePrimaryCtxReset)(CUdevice);
+  CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*CtxDestroy)(CUcontext);
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
   CUresult (*MemFree)(CUdeviceptr);
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t);
@@ -460,6 +463,63 @@ void WcRead() {
   free(sink);
   free(src);
   CHECK(d.MemFree(dev));
+}
+
+// One pinned allocation in the current context: written, read, copied to
+// the device and back, freed.
+void PinnedRoundTrip(const char* label, int i) {
+  const size_t n = 256 << 10;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  void* p = nullptr;
+  CHECK(d.MemHostAlloc(&p, n, 0)); g_expect.allocs++;
+  Fill(p, n, static_cast<unsigned>(i + 1));
+  const unsigned long written = Checksum(p, n);
+  CHECK(d.MemcpyHtoD(dev, p, n)); g_expect.h2d++;
+  memset(p, 0, n);
+  CHECK(d.MemcpyDtoH(p, dev, n)); g_expect.d2h++;
+  printf("%s %d: %lx back intact %d\n", label, i, written, Checksum(p, n) == written);
+  CHECK(d.MemFreeHost(p)); g_expect.frees++;
+  CHECK(d.MemFree(dev));
+}
+
+// Contexts destroyed while optimize mode's pool holds slabs pinned in them:
+// the primary context reset (what cudaDeviceReset does), the release of its
+// last reference, and created contexts destroyed. The driver frees their
+// pinned memory with them, and a later context may get the same handle;
+// pinned memory allocated afterwards must still be memory the program may
+// use. Each context gets two round trips (the second may reuse the first's
+// pool slab).
+void ContextTeardown() {
+  Lookup(g_get, "cuDevicePrimaryCtxReset", 11000, 0, &d.DevicePrimaryCtxReset);
+  Lookup(g_get, "cuDevicePrimaryCtxRelease", 11000, 0, &d.DevicePrimaryCtxRelease);
+  Lookup(g_get, "cuCtxCreate", 12050, 0, &d.CtxCreate);
+  Lookup(g_get, "cuCtxDestroy", 4000, 0, &d.CtxDestroy);
+  auto rounds = [](const char* label) {
+    for (int i = 0; i < 2; ++i) PinnedRoundTrip(label, i);
+  };
+  CUdevice dev;
+  CUcontext ctx;
+  CHECK(d.DeviceGet(&dev, 0));
+  rounds("primary");
+  CHECK(d.DevicePrimaryCtxReset(dev));
+  CHECK(d.DevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(d.CtxSetCurrent(ctx));
+  rounds("after reset");
+  // A reset does not release: two references now, and the second release
+  // destroys the context.
+  CHECK(d.DevicePrimaryCtxRelease(dev));
+  CHECK(d.DevicePrimaryCtxRelease(dev));
+  CHECK(d.DevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(d.CtxSetCurrent(ctx));
+  rounds("after release");
+  for (int i = 0; i < 2; ++i) {
+    CUcontext created;
+    CHECK(d.CtxCreate(&created, nullptr, 0, dev));  // pushed: current
+    rounds("created");
+    CHECK(d.CtxDestroy(created));  // popped: the primary context is current again
+  }
+  rounds("primary again");
 }
 
 // Optimize mode's allocation-site redirection: buffers allocated at one
@@ -899,6 +959,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "ptrattr") == 0) {
     LoadDriver(0);
     PointerAttributes(argc > 2 ? argv[2] : nullptr);
+  } else if (strcmp(scenario, "ctx_teardown") == 0) {
+    LoadDriver(0);
+    ContextTeardown();
   } else if (strcmp(scenario, "clean") == 0) {
     LoadDriver(0);
     Clean();

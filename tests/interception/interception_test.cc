@@ -219,6 +219,11 @@ TEST(InterceptionTest, SixteenThreadsCopyingAndAllocating) {
   CheckTransparentAndCounted({g_client, "threads"});
 }
 
+// Context teardown outside optimize mode: forwarded, counted as nothing.
+TEST(InterceptionTest, ContextTeardownPassesThrough) {
+  CheckTransparentAndCounted({g_client, "ctx_teardown"});
+}
+
 TEST(InterceptionTest, DriverLoadedAfterStart) {
   CheckTransparentAndCounted({g_client, "late_dlopen"});
 }
@@ -438,6 +443,30 @@ TEST(OptimizeTest, RandomSequenceLeavesIdenticalContents) {
   EXPECT_GT(field("pool_hits"), 0) << s;
   EXPECT_GT(field("cache_registrations"), 0) << s;
   EXPECT_GT(field("arena_allocs"), 0) << s;
+}
+
+// Contexts destroyed (a primary context reset, its last release, created
+// contexts destroyed) while the pool holds slabs pinned in them: the driver
+// freed those slabs, so pinned allocations in the contexts that follow (the
+// simulated driver gives them the old handles) get new slabs. Served from a
+// freed slab, the program would fault at its first write.
+TEST(OptimizeTest, DestroyedContextsTakeTheirPoolSlabsAlong) {
+  CheckOptimizeTransparent({g_client, "ctx_teardown"});
+  RunResult with = RunProgram({g_client, "ctx_teardown"}, true, {"PINSHIM_MODE=optimize"});
+  ASSERT_TRUE(WIFEXITED(with.status) && WEXITSTATUS(with.status) == 0) << with.err;
+  ASSERT_EQ(with.summaries.size(), 1u);
+  const std::string& s = with.summaries[0];
+  const size_t at = s.find("pinshim: optimize ");
+  ASSERT_NE(at, std::string::npos) << s;
+  auto field = [&](const char* name) -> long long {
+    size_t p = s.find(std::string(" ") + name + "=", at);
+    return p == std::string::npos ? -1 : std::stoll(s.substr(p + strlen(name) + 2));
+  };
+  // Five contexts (the primary one, after the reset, after the last release,
+  // two created): the first allocation in each is a miss, the second a hit
+  // on its slab, and the primary context's last two rounds are hits.
+  EXPECT_EQ(field("pool_misses"), 5) << s;
+  EXPECT_EQ(field("pool_hits"), 7) << s;
 }
 
 // A pin cap too small for any of pinshim's pinning: nothing is pinned, the
