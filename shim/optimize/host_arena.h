@@ -97,6 +97,7 @@ class HostArena {
   // The context registrations are made in when the allocating thread has
   // none current (registrations are PORTABLE, so any context will do).
   void SetHomeContext(CUcontext ctx) { home_ctx_.store(ctx, std::memory_order_release); }
+  CUcontext home_context() const { return home_ctx_.load(std::memory_order_acquire); }
 
   // Whether p lies in the arena's address range.
   bool Owns(const void* p) const {

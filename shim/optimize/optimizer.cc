@@ -324,6 +324,14 @@ void Optimizer::OnContextDestroyed(CUcontext ctx) {
   if (!active()) return;
   if (pool_on_.load()) pool_.OnContextDestroyed(ctx);
   fences_.OnContextDestroyed(ctx);
+  // The arena registers in its home context when the allocating thread has
+  // none: a destroyed one is forgotten and the next copy names a new one.
+  // (Registrations made in it are gone with it; the memory stays the
+  // program's, and copies from it stay correct, only no longer pinned.)
+  if (arena_on_.load() && arena_.home_context() == ctx) {
+    arena_.SetHomeContext(nullptr);
+    home_set_.store(false, std::memory_order_relaxed);
+  }
 }
 
 void Optimizer::PrepareFork() {
