@@ -4,8 +4,8 @@
 # scripts/gpu_bundle.sh:
 #   bash bench/gpu/run_all.sh .gpu
 # Logs and tables go to $OUT (or ./gpu-out); the last lines printed are the
-# summary tables. GPU_SKIP (space-separated: bandwidth observe registry_bench
-# budget_bench ...) leaves out benchmarks whose code did not change, to fit a
+# summary tables. GPU_SKIP (space-separated: bandwidth observe fork_check
+# optimize, or a benchmark binary's name) leaves out benchmarks whose code did not change, to fit a
 # run into a shorter slot; the tier and the misuse programs always run.
 set -uo pipefail
 LIBDIR="$(cd "${1:-.gpu}" && pwd)"
@@ -54,10 +54,14 @@ misuse_rc=$?
     echo "== $(basename "$b")"
     timeout 300 "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>&1 | grep -E "median|Run on|^--|Benchmark"
   done
-  echo "== registered memory across fork (real driver)"
-  timeout 120 "$LIBDIR/fork_check" 2>&1 | tail -20
-  echo "== optimize mode"
-  timeout 600 bash bench/gpu/optimize_bench.sh "$LIBDIR"
+  if ! skipped fork_check; then
+    echo "== registered memory across fork (real driver)"
+    timeout 120 "$LIBDIR/fork_check" 2>&1 | tail -20
+  fi
+  if ! skipped optimize; then
+    echo "== optimize mode"
+    timeout 600 bash bench/gpu/optimize_bench.sh "$LIBDIR"
+  fi
 } > "$OUT/bench.txt" 2>&1
 
 tail -n 25 "$OUT/tier.txt"
