@@ -266,7 +266,9 @@ CUresult WriteAttribute(const PointerInfo& info, CUpointer_attribute attribute, 
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
       if (strict && info.device && !info.managed) return CUDA_ERROR_INVALID_VALUE;
-      Put(data, k && (!info.device || info.managed) ? reinterpret_cast<void*>(ptr) : nullptr);
+      // Measured on the H200 (driver 580): for memory it does not know, the
+      // driver's cuPointerGetAttributes answers the pointer itself.
+      Put(data, !k || !info.device || info.managed ? reinterpret_cast<void*>(ptr) : nullptr);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
@@ -287,10 +289,16 @@ CUresult WriteAttribute(const PointerInfo& info, CUpointer_attribute attribute, 
       Put(data, Bool{info.device && !info.managed});
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      // Measured on the H200 (driver 580): left unwritten for memory the
+      // driver does not know.
+      if (k) Put(data, static_cast<CUdeviceptr>(info.base));
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      if (k) Put(data, info.size);
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
       Put(data, static_cast<CUdeviceptr>(info.base));
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
       Put(data, info.size);
       return CUDA_SUCCESS;

