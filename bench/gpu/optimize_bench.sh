@@ -93,7 +93,12 @@ for prog in torch_copy_loop numpy_cupy_loop; do
   rm -rf "$work/trace_$prog"
   opt env PINSHIM_TRACE_DIR="$work/trace_$prog" python3 "$HERE/$prog.py" 5 > /dev/null
   echo "$prog:"
-  "$LIBDIR/pinshim" report "$work/trace_$prog" 2>&1 | sed -n "/own pinning/,/^    trace /p"
+  "$LIBDIR/pinshim" report "$work/trace_$prog" > "$work/report_$prog.txt" 2>&1
+  if grep -q "own pinning" "$work/report_$prog.txt"; then
+    sed -n "/own pinning/,/^    trace /p" "$work/report_$prog.txt"
+  else
+    ls -la "$work/trace_$prog"; head -20 "$work/report_$prog.txt"
+  fi
 done
 
 echo "-- used-once buffers: a new 16 MiB buffer per copy (median of 9, runs alternating)"

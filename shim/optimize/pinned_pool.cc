@@ -293,12 +293,13 @@ void PinnedPool::ReportSlab(OwnPinAction action, const Slab* s, OwnPinReason why
 }
 
 CUresult PinnedPool::NewBlock(SubPool* sub, unsigned int flags, CUcontext ctx, uint64_t bytes,
-                              Block** out) {
+                              uint32_t min_blocks, Block** out) {
   if (sub != nullptr && bytes <= options_.max_pooled_bytes) {
     const uint64_t pages = bytes == 0 ? 1 : (bytes + page_ - 1) / page_;
     const uint32_t cls = PoolClassOfPages(pages);
     const uint64_t block_bytes = PoolClassPages(cls) * page_;
     uint64_t n = options_.slab_target_bytes / block_bytes;
+    if (n < min_blocks) n = min_blocks;
     if (n < 1) n = 1;
     if (n > options_.max_blocks_per_slab) n = options_.max_blocks_per_slab;
     OwnPinReason why = OwnPinReason::kNone;
@@ -367,14 +368,20 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
   Block* b = nullptr;
   SubPool* sub = nullptr;
   // Waiting for batched frees to come back is worth up to an eighth of what
-  // a new slab costs the driver (rent or buy); a fence on an idle device
-  // completes within microseconds.
+  // a new slab costs the driver; a fence on an idle device completes within
+  // microseconds. But waits that keep coming mean the pool is too small for
+  // its batches to complete before their blocks are wanted: once the time
+  // spent waiting adds up to a sixteenth of a slab's cost (rent or buy), the
+  // pool grows instead, by a slab that holds a whole batch.
   uint64_t poll_until = 0;
+  uint64_t poll_start = 0;
+  uint32_t grow_blocks = 0;
   for (int round = 0;; ++round) {
     Candidate cands[kMaxCandidates];
     int ncands = 0;
     bool over = false;
     bool batched = false;
+    bool sealed = false;
     {
       MutexLock lock(&mu_);
       sub = FindSubPoolLocked(flags, ctx, true);
@@ -387,6 +394,7 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
                           : next_id_.fetch_add(1, std::memory_order_relaxed);
       }
       batched = HasBatchesLocked();
+      sealed = nbatches_ != 0;
       over = fenced_bytes_ + batched_bytes_ >= options_.max_fenced_bytes;
     }
     if (b != nullptr || (ncands == 0 && !batched)) break;
@@ -394,14 +402,24 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
     // within microseconds: poll a little before paying for a new slab, and
     // past max_fenced_bytes wait rather than grow without bound.
     if (round == 0 && batched) {
-      poll_until = MonotonicNs() + static_cast<uint64_t>(CostModel::HostAllocNs(bytes) / 8);
+      const uint64_t slab_ns = static_cast<uint64_t>(CostModel::HostAllocNs(bytes));
+      if (!over && !large && poll_debt_ns_.load(std::memory_order_relaxed) >= slab_ns / 16) {
+        poll_debt_ns_.store(0, std::memory_order_relaxed);
+        const uint64_t block_bytes = PoolClassPages(cls) * page_;
+        uint64_t per_batch = options_.free_batch_bytes / block_bytes;
+        if (per_batch > options_.free_batch_blocks) per_batch = options_.free_batch_blocks;
+        grow_blocks = static_cast<uint32_t>(per_batch);
+        break;
+      }
+      poll_start = MonotonicNs();
+      poll_until = poll_start + slab_ns / 8;
     }
     const bool polling = round < 3 || (batched && MonotonicNs() < poll_until);
     if (!polling) {
       if (!over) break;
       fence_waits_.fetch_add(1, std::memory_order_relaxed);
       if (batched) {
-        SealBatch();
+        SealBatch(true);
         ReapBatches(true);
       } else {
         fences_->Wait(cands[0].fence);
@@ -410,11 +428,14 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
       Backoff();
     }
     if (batched) {
-      if (round == 0) SealBatch();
+      // The open batch gets its fence now unless sealed ones are still out
+      // (those come back first; a fence per allocation would cost more).
+      if (round == 0 && !sealed) SealBatch(false);
       ReapBatches(false);
     }
     ApplyCompletions(cands, ncands);
   }
+  if (poll_start != 0) poll_debt_ns_.fetch_add(MonotonicNs() - poll_start, std::memory_order_relaxed);
   if (b != nullptr) {
     hits_.fetch_add(1, std::memory_order_relaxed);
     saved_ns_.fetch_add(
@@ -422,7 +443,7 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
         std::memory_order_relaxed);
   } else {
     misses_.fetch_add(1, std::memory_order_relaxed);
-    CUresult r = NewBlock(sub, flags, ctx, bytes, &b);
+    CUresult r = NewBlock(sub, flags, ctx, bytes, grow_blocks, &b);
     if (r != CUDA_SUCCESS) return r;
     MutexLock lock(&mu_);
     b->requested = bytes;
@@ -549,7 +570,7 @@ bool PinnedPool::Free(void* p, CUresult* result) {
       seal = open_count_ >= options_.free_batch_blocks || open_.bytes >= options_.free_batch_bytes;
     }
     batched_blocks_.fetch_add(1, std::memory_order_relaxed);
-    if (seal) SealBatch();
+    if (seal) SealBatch(false);
   } else {
     MutexLock lock(&mu_);
     BlockList one = {b, b};
@@ -582,7 +603,7 @@ int PinnedPool::ReleaseBatchBlocksLocked(BlockList* blocks, uint64_t freed_ns) {
   return n;
 }
 
-void PinnedPool::SealBatch() {
+void PinnedPool::SealBatch(bool wait) {
   // At most kMaxBatches fences are outstanding: make room first.
   for (;;) {
     {
@@ -590,7 +611,7 @@ void PinnedPool::SealBatch() {
       if (open_.blocks.head == nullptr) return;
       if (nbatches_ < kMaxBatches) break;
     }
-    ReapBatches(true);
+    if (ReapBatches(wait) == 0 && !wait) return;
   }
   // The blocks are taken before the fence is recorded, so every one of
   // them was freed before the work the fence covers was queued.
@@ -762,7 +783,7 @@ uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReaso
   if (!active()) return 0;
   // Freed blocks waiting in batches keep their slabs busy: settle them
   // (an eviction waits for their fences; the idle trim only asks).
-  SealBatch();
+  SealBatch(!idle_only);
   if (idle_only) {
     ReapBatches(false);
   } else {

@@ -215,8 +215,9 @@ class PinnedPool {
   Block* TakeFreeLocked(SubPool* sub, bool large, uint32_t cls, uint64_t bytes,
                         Candidate* cands, int* ncands);
   int ApplyCompletions(Candidate* cands, int n);  // returns fences seen complete
+  // min_blocks: at least this many blocks in a new slab (capped as usual).
   CUresult NewBlock(SubPool* sub_hint, unsigned int flags, CUcontext ctx, uint64_t bytes,
-                    Block** out);
+                    uint32_t min_blocks, Block** out);
   CUresult NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, uint64_t block_bytes,
                    uint32_t nblocks, bool dedicated, PinUse use, uint64_t charge, Block** out);
   Slab* NewSlabStructLocked();
@@ -225,7 +226,9 @@ class PinnedPool {
   void ReportSlab(OwnPinAction action, const Slab* s, OwnPinReason why, int result) const;
   uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why);
   // Records the shared fence for the open batch (no-op when it is empty).
-  void SealBatch();
+  // When kMaxBatches are outstanding it waits for the oldest with `wait`,
+  // else leaves the open batch open (it is sealed later).
+  void SealBatch(bool wait);
   // Hands the blocks of completed batches back to the free lists; with
   // wait, first waits for the oldest batch. Returns blocks handed back.
   int ReapBatches(bool wait);
@@ -256,6 +259,9 @@ class PinnedPool {
   int nbatches_ = 0;
   uint64_t batched_bytes_ = 0;  // open and sealed batches; guarded by mu_
   std::atomic<uint64_t> free_batches_{0}, batched_blocks_{0};
+  // Time allocations spent waiting for batched frees since the pool last
+  // grew because of it (rent or buy, see Allocate).
+  std::atomic<uint64_t> poll_debt_ns_{0};
   Registry slabs_;           // slab ranges, id = Slab*; lock-free lookups
 
   std::atomic<uint64_t> next_id_{1};
