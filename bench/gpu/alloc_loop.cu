@@ -1,9 +1,9 @@
 // Pinned allocation churn: cudaHostAlloc + cudaFreeHost pairs of one size,
-// timed with a host clock after a warm-up of 256 pairs. Each block is written by the CPU
+// timed with a host clock after WARMUP untimed pairs. Each block is written by the CPU
 // (one byte) before it is freed. With "copy", an async copy from each block
 // is queued before its free, so reuse must also respect stream order.
 // Prints the time per pair.
-// Usage: alloc_loop BYTES PAIRS [copy]
+// Usage: alloc_loop BYTES PAIRS [pair|copy] [WARMUP (default 8)]
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -22,12 +22,13 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s BYTES PAIRS [copy]\n", argv[0]);
+    fprintf(stderr, "usage: %s BYTES PAIRS [pair|copy] [WARMUP]\n", argv[0]);
     return 2;
   }
   const size_t bytes = strtoull(argv[1], nullptr, 0);
   const int pairs = atoi(argv[2]);
   const bool copy = argc > 3 && strcmp(argv[3], "copy") == 0;
+  const int warmup = argc > 4 ? atoi(argv[4]) : 8;
   void* dev;
   CHECK(cudaMalloc(&dev, 4096));
   cudaStream_t s;
@@ -41,13 +42,13 @@ int main(int argc, char** argv) {
   };
   // Warm-up: context set-up, and (with the library) the pool growing to the
   // size its batches of frees need (a few slabs, once).
-  for (int i = 0; i < 256; ++i) pair(i);
+  for (int i = 0; i < warmup; ++i) pair(i);
   CHECK(cudaStreamSynchronize(s));
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < pairs; ++i) pair(i);
   CHECK(cudaStreamSynchronize(s));
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  printf("alloc_loop bytes=%zu pairs=%d copy=%d us_per_pair=%.3f\n", bytes, pairs, copy ? 1 : 0,
-         us / pairs);
+  printf("alloc_loop bytes=%zu pairs=%d warmup=%d copy=%d us_per_pair=%.3f\n", bytes, pairs,
+         warmup, copy ? 1 : 0, us / pairs);
   return 0;
 }

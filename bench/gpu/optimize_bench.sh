@@ -39,15 +39,16 @@ for bytes in 1048576 16777216 268435456; do
   done
 done
 
-echo "-- alloc_loop (us per cudaHostAlloc+cudaFreeHost pair after warm-up, median of 3)"
+echo "-- alloc_loop (us per cudaHostAlloc+cudaFreeHost pair, median of 3; without the library"
+echo "   8 untimed pairs first, with it 4000: the pool grows to its steady size once)"
 printf '%-10s %-5s %12s %12s %10s\n' bytes copy none optimize speedup
 for bytes in 4096 65536 1048576 16777216; do
   pairs=$(( bytes >= 16777216 ? 40 : 200 ))
   for mode in pair copy; do
     n=(); o=()
     for r in 1 2 3; do
-      n+=($("$work/alloc_loop" $bytes $pairs $mode | field us_per_pair))
-      o+=($(opt "$work/alloc_loop" $bytes $((pairs * 50)) $mode | field us_per_pair))
+      n+=($("$work/alloc_loop" $bytes $pairs $mode 8 | field us_per_pair))
+      o+=($(opt "$work/alloc_loop" $bytes $((pairs * 50)) $mode 4000 | field us_per_pair))
     done
     N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
     printf '%-10s %-5s %12.3f %12.3f %10.0f\n' $bytes $([ $mode = copy ] && echo yes || echo no) $N $O "$(python3 -c "print($N/$O)")"

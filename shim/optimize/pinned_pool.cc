@@ -370,9 +370,11 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
   // Waiting for batched frees to come back is worth up to an eighth of what
   // a new slab costs the driver; a fence on an idle device completes within
   // microseconds. But waits that keep coming mean the pool is too small for
-  // its batches to complete before their blocks are wanted: once the time
-  // spent waiting adds up to a sixteenth of a slab's cost (rent or buy), the
-  // pool grows instead, by a slab that holds a whole batch.
+  // its batches to complete before their blocks are wanted: once at least
+  // kWaitsBeforeGrowth allocations waited and the time spent waiting adds up
+  // to a sixteenth of a slab's cost (rent or buy), the pool grows instead,
+  // by a slab that holds a whole batch. A program that allocates a handful
+  // of times never gets there.
   uint64_t poll_until = 0;
   uint64_t poll_start = 0;
   uint32_t grow_blocks = 0;
@@ -403,8 +405,11 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
     // past max_fenced_bytes wait rather than grow without bound.
     if (round == 0 && batched) {
       const uint64_t slab_ns = static_cast<uint64_t>(CostModel::HostAllocNs(bytes));
-      if (!over && !large && poll_debt_ns_.load(std::memory_order_relaxed) >= slab_ns / 16) {
+      if (!over && !large && poll_waits_.load(std::memory_order_relaxed) >= kWaitsBeforeGrowth &&
+          poll_debt_ns_.load(std::memory_order_relaxed) >= slab_ns / 16) {
         poll_debt_ns_.store(0, std::memory_order_relaxed);
+        poll_waits_.store(0, std::memory_order_relaxed);
+        batch_growths_.fetch_add(1, std::memory_order_relaxed);
         const uint64_t block_bytes = PoolClassPages(cls) * page_;
         uint64_t per_batch = options_.free_batch_bytes / block_bytes;
         if (per_batch > options_.free_batch_blocks) per_batch = options_.free_batch_blocks;
@@ -435,7 +440,10 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
     }
     ApplyCompletions(cands, ncands);
   }
-  if (poll_start != 0) poll_debt_ns_.fetch_add(MonotonicNs() - poll_start, std::memory_order_relaxed);
+  if (poll_start != 0) {
+    poll_debt_ns_.fetch_add(MonotonicNs() - poll_start, std::memory_order_relaxed);
+    poll_waits_.fetch_add(1, std::memory_order_relaxed);
+  }
   if (b != nullptr) {
     hits_.fetch_add(1, std::memory_order_relaxed);
     saved_ns_.fetch_add(
@@ -984,6 +992,7 @@ PoolStats PinnedPool::Stats() const {
   s.fence_waits = fence_waits_.load();
   s.free_batches = free_batches_.load();
   s.batched_blocks = batched_blocks_.load();
+  s.batch_growths = batch_growths_.load();
   return s;
 }
 

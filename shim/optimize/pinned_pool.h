@@ -114,6 +114,7 @@ struct PoolStats {
   uint64_t saved_ns;          // cudaHostAlloc + cudaFreeHost time hits skipped (cost model)
   uint64_t free_batches;      // free-time fences recorded (each covers a batch of frees)
   uint64_t batched_blocks;    // freed blocks waiting for their batch's fence now
+  uint64_t batch_growths;     // slabs added because allocations kept waiting for batches
 };
 
 class PinnedPool {
@@ -121,6 +122,9 @@ class PinnedPool {
   static constexpr uint32_t kMaxBlocksPerSlab = 64;
   static constexpr int kMaxSubPools = 64;
   static constexpr uint64_t kMaxPooledLimit = uint64_t{1} << 30;
+  // Allocations that must have waited for batched frees before the pool
+  // grows instead of waiting (see Allocate).
+  static constexpr uint64_t kWaitsBeforeGrowth = 32;
 
   constexpr PinnedPool() = default;
   PinnedPool(const PinnedPool&) = delete;
@@ -258,10 +262,11 @@ class PinnedPool {
   Batch* batches_ = nullptr;   // kMaxBatches sealed batches; guarded by mu_
   int nbatches_ = 0;
   uint64_t batched_bytes_ = 0;  // open and sealed batches; guarded by mu_
-  std::atomic<uint64_t> free_batches_{0}, batched_blocks_{0};
+  std::atomic<uint64_t> free_batches_{0}, batched_blocks_{0}, batch_growths_{0};
   // Time allocations spent waiting for batched frees since the pool last
   // grew because of it (rent or buy, see Allocate).
   std::atomic<uint64_t> poll_debt_ns_{0};
+  std::atomic<uint64_t> poll_waits_{0};  // allocations that waited, since then
   Registry slabs_;           // slab ranges, id = Slab*; lock-free lookups
 
   std::atomic<uint64_t> next_id_{1};

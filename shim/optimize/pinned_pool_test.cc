@@ -336,7 +336,11 @@ TEST_F(PoolTest, FreesShareOneFencePerBatch) {
 // waits for it), the pool stops waiting and grows, by a slab that holds a
 // whole batch of frees.
 TEST_F(PoolTest, RepeatedWaitsForBatchesGrowThePoolByABatch) {
-  StartPool();
+  PoolOptions options;
+  options.slab_target_bytes = 64 * kKiB;  // one block to an ordinary slab
+  options.free_batch_blocks = 8;
+  options.max_fenced_bytes = uint64_t{1} << 30;
+  StartPool(options);
   CUstream stream;
   ASSERT_EQ(cuStreamCreate(&stream, 0), CUDA_SUCCESS);
   CUdeviceptr dev;
@@ -344,17 +348,20 @@ TEST_F(PoolTest, RepeatedWaitsForBatchesGrowThePoolByABatch) {
   ASSERT_EQ(fakecuda_hold_stream(stream, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyDtoDAsync(dev + 2048, dev, 2048, stream), CUDA_SUCCESS);
   uint64_t biggest_step = 0;
-  // 40 MiB freed in all: below max_fenced_bytes (64 MiB), beyond which an
-  // allocation would wait for the held stream rather than grow.
-  for (int i = 0; i < 40; ++i) {
+  int first_growth = -1;
+  for (int i = 0; i < 48; ++i) {
     const uint64_t before = pool_.Stats().slab_bytes;
-    void* p = Alloc(1 * kMiB);
+    void* p = Alloc(64 * kKiB);
     const uint64_t step = pool_.Stats().slab_bytes - before;
     if (step > biggest_step) biggest_step = step;
+    if (first_growth < 0 && pool_.Stats().batch_growths > 0) first_growth = i;
     ASSERT_EQ(FreeResult(p), CUDA_SUCCESS);
   }
-  // 1 MiB blocks: 2 to an ordinary slab, 16 (16 MiB) to a batch.
-  EXPECT_EQ(biggest_step, 16 * kMiB);
+  // Ordinary slabs of one block while the waits were few; then one slab
+  // holding a batch (8 blocks), after kWaitsBeforeGrowth waits.
+  EXPECT_EQ(biggest_step, 8 * 64 * kKiB);
+  EXPECT_GE(first_growth, static_cast<int>(PinnedPool::kWaitsBeforeGrowth));
+  EXPECT_GE(pool_.Stats().batch_growths, 1u);
   ASSERT_EQ(fakecuda_hold_stream(stream, 0), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
   cuMemFree(dev);
