@@ -678,10 +678,10 @@ CUresult cuMemFreeHost(void* p) {
   Region reg;
   if (optimize::Optimizer* optp = ActiveOptimizer()) {
     auto& opt = *optp;
-    optimize::PoolBlockInfo block;
-    const bool in_pool = opt.PoolBlock(p, &block);
+    optimize::PoolBlockInfo block{};
     CUresult freed;
-    if (opt.FreeHost(p, &freed)) {
+    if (opt.FreeHost(p, &freed, &block)) {
+      const bool in_pool = freed == CUDA_SUCCESS;
       CountPin(kApi_cuMemFreeHost, PinOp::kFree, in_pool ? block.flags : 0,
                in_pool ? block.requested : 0, freed != CUDA_SUCCESS);
       RecordPinOp(kApi_cuMemFreeHost, PinOp::kFree, p, in_pool ? block.requested : 0,

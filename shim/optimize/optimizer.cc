@@ -184,9 +184,9 @@ bool Optimizer::HostAlloc(void** pp, size_t bytes, unsigned int flags, CUresult*
   return true;
 }
 
-bool Optimizer::FreeHost(void* p, CUresult* result) {
+bool Optimizer::FreeHost(void* p, CUresult* result, PoolBlockInfo* freed) {
   if (!active() || !pool_on_.load(std::memory_order_relaxed)) return false;
-  return pool_.Free(p, result);
+  return pool_.Free(p, result, freed);
 }
 
 bool Optimizer::HostGetFlags(unsigned int* flags, void* p, CUresult* result) {

@@ -157,7 +157,8 @@ class Optimizer {
   // program's result in *result), false: forward to the driver.
   bool HostAlloc(void** pp, size_t bytes, unsigned int flags, CUresult* result);
   // cuMemFreeHost: true when handled (result in *result), false: forward.
-  bool FreeHost(void* p, CUresult* result);
+  // *freed (if non-null) gets the freed pool block's requested bytes and flags.
+  bool FreeHost(void* p, CUresult* result, PoolBlockInfo* freed = nullptr);
   // cuMemHostGetFlags / cuMemHostGetDevicePointer: true when handled (pool
   // blocks: the dedicated allocation's answer; memory pinshim pinned behind
   // the program's back: what pageable memory gets).

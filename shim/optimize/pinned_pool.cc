@@ -90,6 +90,17 @@ void PinnedPool::ListPush(BlockList* l, Block* b) {
   l->tail = b;
 }
 
+void PinnedPool::ListPushFront(BlockList* l, Block* b) {
+  b->prev = nullptr;
+  b->next = l->head;
+  if (l->head != nullptr) {
+    l->head->prev = b;
+  } else {
+    l->tail = b;
+  }
+  l->head = b;
+}
+
 void PinnedPool::ListRemove(BlockList* l, Block* b) {
   if (b->prev != nullptr) {
     b->prev->next = b->next;
@@ -497,7 +508,7 @@ void PinnedPool::ReleaseSlabMemory(Slab* s, OwnPinReason why) {
   spare_slabs_ = s;
 }
 
-bool PinnedPool::Free(void* p, CUresult* result) {
+bool PinnedPool::Free(void* p, CUresult* result, PoolBlockInfo* freed) {
   if (!active() || slabs_.size() == 0) return false;
   Region reg;
   if (!slabs_.Lookup(reinterpret_cast<uintptr_t>(p), &reg)) return false;
@@ -525,6 +536,14 @@ bool PinnedPool::Free(void* p, CUresult* result) {
     requested = b->requested;
     bytes = b->bytes;
     base = b->base;
+    if (freed != nullptr) {
+      memset(freed, 0, sizeof(*freed));
+      freed->base = base;
+      freed->requested = requested;
+      freed->block_bytes = bytes;
+      freed->flags = b->flags;
+      freed->alloc_id = b->alloc_id;
+    }
     give_back = s->dedicated && !s->keep_on_free;
     if (give_back) {
       b->state = kBlockGone;
@@ -599,8 +618,10 @@ int PinnedPool::ReleaseBatchBlocksLocked(BlockList* blocks, uint64_t freed_ns) {
     if (b->state == kBlockBatched) s->nbatched--;
     b->state = kBlockFree;
     if (!b->fences.empty()) fenced_bytes_ += b->bytes;
+    // Last freed, first reused: the memory most likely still in cache, and
+    // the least used slabs left idle for the trim.
     if (s->sub != nullptr) {
-      ListPush(s->dedicated ? &s->sub->large : &s->sub->free[s->cls], b);
+      ListPushFront(s->dedicated ? &s->sub->large : &s->sub->free[s->cls], b);
     } else {
       b->prev = b->next = nullptr;
     }

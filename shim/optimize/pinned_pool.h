@@ -145,7 +145,9 @@ class PinnedPool {
   // the program's result in *result (CUDA_ERROR_INVALID_VALUE for a pointer
   // that is not a live block's start, as the driver answers). Returns false
   // for any other pointer: the caller forwards it to the driver.
-  bool Free(void* p, CUresult* result);
+  // When the block was freed, *freed (if non-null) gets its requested bytes
+  // and flags (other fields 0).
+  bool Free(void* p, CUresult* result, PoolBlockInfo* freed = nullptr);
 
   // An asynchronous copy on `stream` (RecordableStream form) used the block
   // holding p: the block is not reused before that copy finished.
@@ -243,6 +245,7 @@ class PinnedPool {
   void MaybeTrimIdle();
   Block* BlockAtLocked(const void* p, Slab** slab) const;
   static void ListPush(BlockList* l, Block* b);
+  static void ListPushFront(BlockList* l, Block* b);
   static void ListRemove(BlockList* l, Block* b);
 
   const DriverOps* ops_ = nullptr;
