@@ -3,6 +3,10 @@
 namespace pinshim {
 namespace report {
 
+bool OptimizeModeWasOn(const RuleContext& ctx) {
+  return ctx.process != nullptr && ctx.process->mode.find("optimize") != std::string::npos;
+}
+
 std::vector<std::unique_ptr<Rule>> MakeAllRules(const BandwidthModel* model,
                                                 const RuleOptions* options) {
   std::vector<std::unique_ptr<Rule>> rules;

@@ -110,8 +110,12 @@ class PageableHot : public Rule {
               " as pinned memory (cudaMallocHost/cudaHostAlloc instead of malloc or new), or "
               "pin it in place once with cudaHostRegister, which at " +
               FormatBytes(typical) + " per copy pays for itself after about " + payoff_text +
-              " copies; without code changes, run under pinshim's optimize mode "
-              "(PINSHIM_MODE=optimize).";
+              (OptimizeModeWasOn(ctx)
+                   ? " copies. Optimize mode was on in this run and left these copies pageable: "
+                     "\"pinshim's own pinning\" says why (not tracked, refused, or an mmap "
+                     "region not used as one buffer)."
+                   : " copies; without code changes, run under pinshim's optimize mode "
+                     "(PINSHIM_MODE=optimize).");
       out->push_back(std::move(f));
     }
   }

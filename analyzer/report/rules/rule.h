@@ -97,6 +97,11 @@ struct ProcessSummary {
   BudgetSummary budget;
 };
 
+struct RuleContext;
+
+// Whether the process ran with optimize mode on (its trace header's mode).
+bool OptimizeModeWasOn(const RuleContext& ctx);
+
 struct RuleContext {
   const ProcessInfo* process;
   const BandwidthModel* model;

@@ -233,6 +233,27 @@ TEST(PinnedUnused, BusyBufferIsFine) {
   EXPECT_TRUE(t.Findings("pinned-unused").empty());
 }
 
+// In a trace of optimize mode the fixes do not suggest turning it on.
+TEST(PinnedChurn, FixTextFollowsTheMode) {
+  for (const char* mode : {"observe", "observe,optimize"}) {
+    SCOPED_TRACE(mode);
+    BuilderProcess p;
+    p.mode = mode;
+    Trace t(p);
+    for (int i = 0; i < 20; ++i) {
+      t.Pin(kT0 + 2000000 * i, PinOp::kAlloc, 0x10000000, kMiB);
+      t.Pin(kT0 + 2000000 * i + 1000000, PinOp::kFree, 0x10000000, kMiB);
+    }
+    auto f = t.Findings("pinned-churn");
+    ASSERT_EQ(f.size(), 1u);
+    const bool optimize = std::string(mode).find("optimize") != std::string::npos;
+    EXPECT_EQ(f[0].fix.find("serves repeated pinned allocations") != std::string::npos, !optimize)
+        << f[0].fix;
+    EXPECT_EQ(f[0].fix.find("In this run optimize mode served") != std::string::npos, optimize)
+        << f[0].fix;
+  }
+}
+
 TEST(PinnedChurn, AllocateAllThenFreeAllIsNotChurn) {
   Trace t;
   for (int i = 0; i < 8; ++i) t.Pin(kT0 + i, PinOp::kAlloc, 0x10000000 + i * kMiB, kMiB);
