@@ -413,6 +413,17 @@ MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
     *flags = r.flags;
     kind = r.kind;
   }
+  // Optimize mode's pool answers for its own blocks (they are not in the
+  // registries: see Optimizer::AttachDriver).
+  if (kind == MemKind::kPageable && g_optimize) {
+    optimize::PoolBlockInfo block;
+    const optimize::Optimizer& opt = optimize::Optimizer::Process();
+    if (opt.active() && opt.PoolBlock(p, &block)) {
+      *flags = block.flags;
+      *alloc_id = block.alloc_id;
+      kind = MemKind::kPinnedByPinshim;
+    }
+  }
   return kind;
 }
 

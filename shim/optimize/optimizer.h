@@ -174,8 +174,11 @@ class Optimizer {
   // Whether pointer attribute queries about p must answer as for pageable
   // memory (memory pinshim pinned behind the program's back).
   bool HidesPinning(const void* p) const;
-  // The pool block holding p (for range/buffer-id attribute answers).
-  bool PoolBlock(const void* p, PoolBlockInfo* info) const { return pool_.Lookup(p, info); }
+  // The pool block holding p: for classifying copies (pool blocks are not
+  // in the allocation registry) and for range/buffer-id attribute answers.
+  bool PoolBlock(const void* p, PoolBlockInfo* info) const {
+    return pool_on_.load(std::memory_order_relaxed) && pool_.Owns(p) && pool_.Lookup(p, info);
+  }
 
   // --- budget, time, contexts -------------------------------------------
   // For enforce mode's budget (recorded as evicted_budget): unpins

@@ -57,10 +57,12 @@ class OptimizerTest : public ::testing::Test {
   }
 
   // What ClassifyHost answers: registrations first, then allocations.
+  // As the hooks classify: the registries, then the pool for its blocks.
   MemKind Classify(const void* p) {
     Region r;
     if (registrations_.Lookup(reinterpret_cast<uintptr_t>(p), &r)) return r.kind;
     if (allocations_.Lookup(reinterpret_cast<uintptr_t>(p), &r)) return r.kind;
+    if (opt_->PoolBlock(p, nullptr)) return MemKind::kPinnedByPinshim;
     return MemKind::kPageable;
   }
 
