@@ -163,53 +163,29 @@ bool ParsePolicy(const char* value, Policy* policy, char* err, size_t err_len) {
   return true;
 }
 
-bool ParseSampleMs(const char* value, uint32_t* ms, char* err, size_t err_len) {
-  const char* kForms = "; accepted: an integer from 1 to 60000 (milliseconds)";
+// An integer in [lo, hi]; `forms` ("; accepted: ...") ends every error.
+bool ParseBoundedInt(const char* value, uint32_t lo, uint32_t hi, const char* forms,
+                     uint32_t* out, char* err, size_t err_len) {
   const char* word = value;
   size_t len = Length(value);
   TrimRange(&word, &len);
   if (len == 0) {
-    FixedText(err, err_len).Append("empty").Append(kForms);
+    FixedText(err, err_len).Append("empty").Append(forms);
     return false;
   }
   uint64_t n = 0;
   for (size_t i = 0; i < len; ++i) {
     if (word[i] < '0' || word[i] > '9') {
-      FixedText(err, err_len).Append("not an integer").Append(kForms);
+      FixedText(err, err_len).Append("not an integer").Append(forms);
       return false;
     }
-    if (n <= kMaxSampleMs) n = n * 10 + static_cast<unsigned>(word[i] - '0');
+    if (n <= hi) n = n * 10 + static_cast<unsigned>(word[i] - '0');
   }
-  if (n < 1 || n > kMaxSampleMs) {
-    FixedText(err, err_len).Append("out of range").Append(kForms);
+  if (n < lo || n > hi) {
+    FixedText(err, err_len).Append("out of range").Append(forms);
     return false;
   }
-  *ms = static_cast<uint32_t>(n);
-  return true;
-}
-
-bool ParseIdleTrimS(const char* value, uint32_t* s, char* err, size_t err_len) {
-  const char* kForms = "; accepted: an integer from 0 to 86400 (seconds)";
-  const char* word = value;
-  size_t len = Length(value);
-  TrimRange(&word, &len);
-  if (len == 0) {
-    FixedText(err, err_len).Append("empty").Append(kForms);
-    return false;
-  }
-  uint64_t n = 0;
-  for (size_t i = 0; i < len; ++i) {
-    if (word[i] < '0' || word[i] > '9') {
-      FixedText(err, err_len).Append("not an integer").Append(kForms);
-      return false;
-    }
-    if (n <= kMaxIdleTrimS) n = n * 10 + static_cast<unsigned>(word[i] - '0');
-  }
-  if (n > kMaxIdleTrimS) {
-    FixedText(err, err_len).Append("out of range").Append(kForms);
-    return false;
-  }
-  *s = static_cast<uint32_t>(n);
+  *out = static_cast<uint32_t>(n);
   return true;
 }
 
@@ -594,12 +570,16 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
     case ConfigKey::kMetricsFile:
       return CopyPath(value, config->metrics_file, err, err_len);
     case ConfigKey::kSampleMs:
-      return ParseSampleMs(value, &config->sample_ms, err, err_len);
+      return ParseBoundedInt(value, 1, kMaxSampleMs,
+                             "; accepted: an integer from 1 to 60000 (milliseconds)",
+                             &config->sample_ms, err, err_len);
     case ConfigKey::kPinCap:
       return ParseSizeValue(value, true, physical, &config->pin_cap_bytes, err,
                             err_len);
     case ConfigKey::kIdleTrimS:
-      return ParseIdleTrimS(value, &config->idle_trim_s, err, err_len);
+      return ParseBoundedInt(value, 0, kMaxIdleTrimS,
+                             "; accepted: an integer from 0 to 86400 (seconds)",
+                             &config->idle_trim_s, err, err_len);
     case ConfigKey::kLedgerShared:
       return ParseFlag(value, &config->ledger_shared, err, err_len);
     case ConfigKey::kProfile:
