@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -62,16 +64,18 @@ void Add(uint64_t key, uint64_t bytes, bool failed) {
   if (failed) s->failed.fetch_add(1, std::memory_order_relaxed);
 }
 
+
+}  // namespace
+
 void WriteAll(int fd, const char* buf, size_t len) {
   while (len > 0) {
     ssize_t n = write(fd, buf, len);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     buf += n;
     len -= static_cast<size_t>(n);
   }
 }
-
-}  // namespace
 
 void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags,
                uint64_t bytes, bool failed) {

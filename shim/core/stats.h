@@ -23,6 +23,9 @@ void CountPin(ApiId api, PinOp op, uint32_t flags, uint64_t bytes, bool failed);
 enum class Note : uint8_t { kDeepBind = 0, kUnknownAbi = 1, kCount = 2 };
 void CountNote(Note note);
 
+// Writes all of buf to fd (retrying interrupted writes); gives up on error.
+void WriteAll(int fd, const char* buf, size_t len);
+
 // Writes the summary, one record per line (format in README.md), to `fd`.
 // `api_name` maps an ApiId to its ABI symbol name.
 void WriteSummary(int fd, int pid, const char* program, const char* mode,

@@ -822,7 +822,7 @@ PointerView ViewOf(optimize::Optimizer& opt, CUdeviceptr ptr, BlockAttributes* b
     optimize::PoolBlockInfo info;
     // Pool memory outside a live block's requested bytes (a freed block, the
     // rounding of a size class) belongs to no allocation of the program's.
-    if (!opt.PoolBlock(p, &info)) return PointerView::kPageable;
+    if (!opt.pool().Lookup(p, &info)) return PointerView::kPageable;
     block->base = info.base;
     block->bytes = info.requested;
     block->buffer_id = PoolBufferId(info.alloc_id);

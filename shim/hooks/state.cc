@@ -92,16 +92,7 @@ void WriteOptimizeSummary(int fd) {
                    (unsigned long long)c.cache.hits, (unsigned long long)c.arena.allocs,
                    (unsigned long long)c.hot_sites, (unsigned long long)c.hot_sites_from_profile,
                    (unsigned long long)c.saved_copy_ns, (unsigned long long)c.saved_alloc_ns);
-  if (n <= 0) return;
-  size_t left = static_cast<size_t>(n) < sizeof(line) ? static_cast<size_t>(n) : sizeof(line) - 1;
-  const char* p = line;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
+  if (n > 0) WriteAll(fd, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
 }
 
 void WriteSummaryAtExit() {
