@@ -1,0 +1,584 @@
+// What the real driver does with pinned memory whose pages change, and with
+// asynchronous copies from pageable memory: the facts pinshim's page-change
+// handling, its simulated driver and its staged copies are built on.
+//
+//   nvcc -O2 -o page_facts bench/gpu/page_facts.cu && ./page_facts
+//
+// Each check prints one line "fact <name>: <what happened>". "device=new"
+// means the device received the data the program wrote last, "device=old"
+// that it received what the buffer held before its pages changed.
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#ifndef MADV_COLD
+#define MADV_COLD 20
+#endif
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
+#define CHECK(x)                                                                         \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+namespace {
+
+constexpr size_t kPage = 4096;
+char* g_dev = nullptr;         // device scratch, 64 MiB
+unsigned char* g_check = nullptr;  // pinned scratch for reading the device back
+
+__global__ void Spin(long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Fill(void* p, size_t n, unsigned char v) { memset(p, v, n); }
+
+// What the device holds after copying [p, p+n) to it, as seen per page:
+// "new" when every byte is `want`, "old" when every byte is `old`, else a mix.
+std::string DeviceGets(const void* p, size_t n, unsigned char want, unsigned char old) {
+  cudaError_t e = cudaMemcpy(g_dev, p, n, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) return std::string("copy-failed(") + cudaGetErrorString(e) + ")";
+  CHECK(cudaMemcpy(g_check, g_dev, n, cudaMemcpyDeviceToHost));
+  size_t nw = 0, no = 0, other = 0;
+  for (size_t i = 0; i < n; i += kPage) {
+    unsigned char c = g_check[i];
+    if (c == want) ++nw; else if (c == old) ++no; else ++other;
+  }
+  char buf[128];
+  if (no == 0 && other == 0) return "device=new";
+  if (nw == 0 && other == 0) return "device=old";
+  snprintf(buf, sizeof(buf), "device=mixed(new %zu, old %zu, other %zu pages)", nw, no, other);
+  return buf;
+}
+
+// What the host sees at [p, p+n) after a device-to-host copy of `v` into it.
+std::string HostGets(void* p, size_t n, unsigned char v) {
+  CHECK(cudaMemset(g_dev, v, n));
+  cudaError_t e = cudaMemcpy(p, g_dev, n, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) return std::string("copy-failed(") + cudaGetErrorString(e) + ")";
+  size_t got = 0;
+  for (size_t i = 0; i < n; i += kPage) got += static_cast<unsigned char*>(p)[i] == v;
+  char buf[96];
+  snprintf(buf, sizeof(buf), "host=%s(%zu/%zu pages)", got == n / kPage ? "new" : "stale", got,
+           n / kPage);
+  return buf;
+}
+
+void Fact(const char* name, const std::string& what) { printf("fact %s: %s\n", name, what.c_str()); }
+
+std::string Rc(int rc) {
+  return rc == 0 ? std::string("rc=0") : std::string("rc=-1 errno=") + strerror(errno);
+}
+
+// The VmFlags line of the mapping holding p (smaps).
+std::string VmFlags(const void* p) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  if (!f) return "?";
+  char line[512];
+  bool in = false;
+  std::string out = "?";
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  while (fgets(line, sizeof(line), f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ':') != nullptr &&
+        line[strlen(line) - 1] == '\n' && strncmp(line, "VmFlags", 7) != 0) {
+      in = a >= lo && a < hi;
+      if (in) {
+        std::string l(line);
+        l.pop_back();
+        out = l;
+      }
+      continue;
+    }
+    if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      std::string l(line + 8);
+      if (!l.empty() && l.back() == '\n') l.pop_back();
+      out += " |" + l;
+      in = false;
+    }
+  }
+  fclose(f);
+  return out;
+}
+
+uint64_t Pfn(const void* p) {
+  int fd = open("/proc/self/pagemap", O_RDONLY);
+  uint64_t v = 0;
+  if (fd >= 0) {
+    pread(fd, &v, 8, (reinterpret_cast<uintptr_t>(p) / kPage) * 8);
+    close(fd);
+  }
+  return v;
+}
+
+void* Anon(size_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap");
+    exit(1);
+  }
+  return p;
+}
+
+// --- program-registered anonymous memory under page changes ------------------
+
+void RegisteredAdvice(const char* name, int advice, size_t n) {
+  unsigned char* b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 0xA1);
+  CHECK(cudaHostRegister(b, n, cudaHostRegisterDefault));
+  std::string rc = Rc(madvise(b, n, advice));
+  Fill(b, n, 0xB2);
+  std::string got = DeviceGets(b, n, 0xB2, 0xA1);
+  std::string back = HostGets(b, n, 0xC3);
+  CHECK(cudaHostUnregister(b));
+  munmap(b, n);
+  Fact((std::string("registered_madvise_") + name).c_str(), rc + " " + got + " " + back);
+}
+
+void RegisteredMapFixed(bool half, size_t n) {
+  unsigned char* b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 0xA1);
+  CHECK(cudaHostRegister(b, n, cudaHostRegisterDefault));
+  const size_t len = half ? n / 2 : n;
+  void* q = mmap(b, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  Fill(b, n, 0xB2);
+  std::string got = DeviceGets(b, n, 0xB2, 0xA1);
+  cudaError_t u = cudaHostUnregister(b);
+  munmap(b, n);
+  Fact(half ? "registered_map_fixed_half" : "registered_map_fixed_whole",
+       std::string(q == MAP_FAILED ? "mmap failed " : "") + got +
+           " unregister=" + cudaGetErrorName(u));
+}
+
+void RegisteredMremap(size_t n) {
+  // MREMAP_DONTUNMAP: the pages move to the new address, the old range stays
+  // mapped but empty. The registration was made on the old addresses.
+  unsigned char* b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 0xA1);
+  CHECK(cudaHostRegister(b, n, cudaHostRegisterDefault));
+  void* moved = mremap(b, n, n, MREMAP_MAYMOVE | MREMAP_DONTUNMAP);
+  std::string rc = moved == MAP_FAILED ? std::string("errno=") + strerror(errno) : "ok";
+  if (moved != MAP_FAILED) {
+    Fill(b, n, 0xB2);  // the old range, fresh pages
+    rc += " old-range " + DeviceGets(b, n, 0xB2, 0xA1);
+    munmap(moved, n);
+  }
+  cudaError_t u = cudaHostUnregister(b);
+  munmap(b, n);
+  Fact("registered_mremap_dontunmap", rc + " unregister=" + cudaGetErrorName(u));
+  // A plain move: the old addresses are gone; the registration stays on them.
+  b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 0xA1);
+  CHECK(cudaHostRegister(b, n, cudaHostRegisterDefault));
+  void* target = Anon(n);
+  moved = mremap(b, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  rc = moved == MAP_FAILED ? std::string("errno=") + strerror(errno) : "ok";
+  if (moved != MAP_FAILED) {
+    Fill(moved, n, 0xB2);
+    rc += " new-range " + DeviceGets(moved, n, 0xB2, 0xA1);
+  }
+  u = cudaHostUnregister(b);
+  Fact("registered_mremap_move", rc + " unregister=" + cudaGetErrorName(u));
+  if (moved != MAP_FAILED) munmap(moved, n);
+}
+
+// --- fork with program-registered memory --------------------------------------
+
+void ForkRegistered(const char* name, int advice) {
+  const size_t n = 16 << 20;
+  unsigned char* b = static_cast<unsigned char*>(malloc(n));
+  Fill(b, n, 0xA1);
+  CHECK(cudaHostRegister(b, n, cudaHostRegisterDefault));
+  if (advice >= 0) {
+    const uintptr_t lo = (reinterpret_cast<uintptr_t>(b) + kPage - 1) / kPage * kPage;
+    madvise(reinterpret_cast<void*>(lo), n - 2 * kPage, advice);
+  }
+  int to_parent[2], to_child[2];
+  if (pipe(to_parent) != 0 || pipe(to_child) != 0) exit(1);
+  pid_t pid = fork();
+  if (pid == 0) {
+    // The child: its copy must stay its own.
+    static sigjmp_buf jump;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = [](int) { siglongjmp(jump, 1); };
+    sigaction(SIGSEGV, &sa, nullptr);
+    char verdict[64] = "child-faulted";
+    if (sigsetjmp(jump, 1) == 0) {
+      const unsigned char first = b[n / 2];
+      Fill(b + kPage, n - 2 * kPage, 0xC3);  // the child writes its copy
+      char c;
+      write(to_parent[1], "w", 1);
+      read(to_child[0], &c, 1);  // the parent wrote and copied meanwhile
+      size_t mine = 0;
+      for (size_t i = kPage; i < n - kPage; i += kPage) mine += b[i] == 0xC3;
+      snprintf(verdict, sizeof(verdict), "child-read-%02x child-keeps=%zu/%zu", first, mine,
+               (n - 2 * kPage) / kPage);
+    }
+    write(to_parent[1], verdict, strlen(verdict) + 1);
+    _exit(0);
+  }
+  char c;
+  read(to_parent[0], &c, 1);
+  Fill(b, n, 0xB2);  // the parent writes while the child holds its copy
+  std::string got = DeviceGets(b, n, 0xB2, 0xA1);
+  std::string back = HostGets(b, n, 0xD4);
+  write(to_child[1], "g", 1);
+  char verdict[64] = {0};
+  read(to_parent[0], verdict, sizeof(verdict) - 1);
+  waitpid(pid, nullptr, 0);
+  CHECK(cudaHostUnregister(b));
+  free(b);
+  Fact(name, std::string("parent ") + got + " " + back + " " + verdict);
+}
+
+// A child that uses CUDA after the parent initialized it.
+void ForkChildUsesCuda() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    char* d = nullptr;
+    cudaError_t e = cudaMalloc(&d, 4096);
+    printf("fact fork_child_cuda: cudaMalloc in child = %s\n", cudaGetErrorName(e));
+    fflush(stdout);
+    _exit(0);
+  }
+  waitpid(pid, nullptr, 0);
+}
+
+// --- the driver's own pinned memory (what the pool's memory must match) -------
+
+void HostAllocUnder(const char* name, int what) {
+  const size_t n = 4 << 20;
+  unsigned char* b = nullptr;
+  CHECK(cudaHostAlloc(&b, n, cudaHostAllocDefault));
+  Fill(b, n, 0xA1);
+  std::string rc;
+  unsigned char* mid = b + n / 4;
+  const size_t midlen = n / 2;
+  switch (what) {
+    case 0: rc = Rc(madvise(b, n, MADV_DONTNEED)); break;
+    case 1: rc = Rc(madvise(mid, midlen, MADV_DONTNEED)); break;
+    case 2: rc = Rc(madvise(b, n, MADV_FREE)); break;
+    case 3: rc = Rc(madvise(b, n, MADV_REMOVE)); break;
+    case 4: rc = Rc(madvise(b, n, MADV_DONTFORK)); break;
+    case 5: rc = Rc(madvise(b, n, MADV_PAGEOUT)); break;
+    case 6:
+      rc = mmap(mid, midlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                0) == MAP_FAILED
+               ? std::string("mmap errno=") + strerror(errno)
+               : "mmap ok";
+      break;
+    case 7: rc = "munmap-mid " + Rc(munmap(mid, midlen)); break;
+    case 8: {
+      void* t = Anon(n);
+      void* m = mremap(b, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+      rc = m == MAP_FAILED ? std::string("mremap errno=") + strerror(errno) : "mremap ok";
+      if (m != MAP_FAILED) munmap(m, n);
+      break;
+    }
+    case 9: rc = Rc(madvise(b, n, MADV_HUGEPAGE)); break;
+  }
+  std::string after = "first-byte=";
+  char hex[8];
+  const bool mapped = what != 7 && what != 8;
+  if (mapped) {
+    snprintf(hex, sizeof(hex), "%02x", mid[0]);
+    after += hex;
+    Fill(b, n, 0xB2);
+    after += " " + DeviceGets(b, n, 0xB2, 0xA1);
+  } else {
+    after += "unmapped";
+  }
+  cudaError_t f = cudaFreeHost(b);
+  int still = msync(reinterpret_cast<void*>(mid), kPage, MS_ASYNC);
+  Fact((std::string("hostalloc_") + name).c_str(),
+       rc + " " + after + " free=" + cudaGetErrorName(f) +
+           (still == 0 ? " range-still-mapped-after-free" : " range-unmapped-after-free"));
+}
+
+void HostAllocLayout() {
+  const size_t n = 4 << 20;
+  unsigned char* b = nullptr;
+  CHECK(cudaHostAlloc(&b, n, cudaHostAllocDefault));
+  Fill(b, n, 1);
+  uint64_t pfn = Pfn(b);
+  char buf[96];
+  snprintf(buf, sizeof(buf), " pagemap=%016llx", static_cast<unsigned long long>(pfn));
+  Fact("hostalloc_mapping", VmFlags(b) + buf);
+  unsigned char* r = static_cast<unsigned char*>(Anon(n));
+  Fill(r, n, 1);
+  CHECK(cudaHostRegister(r, n, cudaHostRegisterDefault));
+  snprintf(buf, sizeof(buf), " pagemap=%016llx", static_cast<unsigned long long>(Pfn(r)));
+  Fact("registered_mapping", VmFlags(r) + buf);
+  // Forked: what the child sees of each.
+  pid_t pid = fork();
+  if (pid == 0) {
+    static sigjmp_buf jump;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = [](int) { siglongjmp(jump, 1); };
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+    const char* hv = "fault";
+    if (sigsetjmp(jump, 1) == 0) {
+      hv = b[0] == 1 ? "reads-parent-data" : "reads-other";
+      b[0] = 9;  // does the parent see this?
+    }
+    printf("fact fork_child_hostalloc: %s\n", hv);
+    fflush(stdout);
+    _exit(0);
+  }
+  waitpid(pid, nullptr, 0);
+  Fact("fork_parent_hostalloc_after_child_write", b[0] == 1 ? "parent-unchanged" : "parent-changed");
+  CHECK(cudaHostUnregister(r));
+  munmap(r, n);
+  CHECK(cudaFreeHost(b));
+}
+
+// --- file-backed and shared memory ------------------------------------------------
+
+void FileBacked(const char* dir, int how) {
+  const size_t n = 16 << 20;
+  std::string path = std::string(dir) + "/pinshim-page-facts";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || ftruncate(fd, n) != 0) {
+    Fact("file", "cannot create " + path);
+    return;
+  }
+  unlink(path.c_str());
+  unsigned char* b = static_cast<unsigned char*>(
+      mmap(nullptr, n, PROT_READ | PROT_WRITE, how == 2 ? MAP_PRIVATE : MAP_SHARED, fd, 0));
+  Fill(b, n, 0xA1);
+  cudaError_t reg = cudaHostRegister(b, n, cudaHostRegisterDefault);
+  std::string name = std::string("file_") + (strstr(dir, "shm") ? "tmpfs_" : "disk_") +
+                     (how == 0 ? "truncate" : how == 1 ? "punch_hole" : "private_write");
+  if (reg != cudaSuccess) {
+    Fact(name.c_str(), std::string("register=") + cudaGetErrorName(reg));
+    cudaGetLastError();
+    munmap(b, n);
+    close(fd);
+    return;
+  }
+  std::string rc;
+  if (how == 0) {
+    rc = "truncate " + Rc(ftruncate(fd, 0)) + " " + Rc(ftruncate(fd, n));
+  } else if (how == 1) {
+    rc = "punch " + Rc(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, n));
+  } else {
+    rc = "private";
+  }
+  Fill(b, n, 0xB2);
+  std::string got = DeviceGets(b, n, 0xB2, 0xA1);
+  CHECK(cudaHostUnregister(b));
+  munmap(b, n);
+  close(fd);
+  Fact(name.c_str(), std::string("register=ok ") + rc + " " + got);
+}
+
+void SysvShm() {
+  const size_t n = 16 << 20;
+  int id = shmget(IPC_PRIVATE, n, IPC_CREAT | 0600);
+  if (id < 0) {
+    Fact("shm", std::string("shmget ") + strerror(errno));
+    return;
+  }
+  unsigned char* b = static_cast<unsigned char*>(shmat(id, nullptr, 0));
+  Fill(b, n, 0xA1);
+  cudaError_t reg = cudaHostRegister(b, n, cudaHostRegisterDefault);
+  std::string out = std::string("register=") + cudaGetErrorName(reg);
+  if (reg == cudaSuccess) {
+    shmdt(b);
+    int id2 = shmget(IPC_PRIVATE, n, IPC_CREAT | 0600);
+    void* again = shmat(id2, b, 0);
+    out += again == b ? " reattached-other-segment" : " reattach-failed";
+    if (again == b) {
+      Fill(b, n, 0xB2);
+      out += " " + DeviceGets(b, n, 0xB2, 0xA1);
+    }
+    cudaError_t u = cudaHostUnregister(b);
+    out += std::string(" unregister=") + cudaGetErrorName(u);
+    if (again == b) shmdt(b);
+    shmctl(id2, IPC_RMID, nullptr);
+  }
+  shmctl(id, IPC_RMID, nullptr);
+  Fact("shm_detach_reattach", out);
+}
+
+// --- asynchronous copies from pageable memory ----------------------------------
+
+long long g_cycles_200ms = 0;
+
+void CalibrateSpin() {
+  int khz = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+  g_cycles_200ms = static_cast<long long>(khz) * 200;
+}
+
+// How long the copy call itself takes when a 200 ms kernel runs first on
+// `kernel_stream`, and the copy goes on `copy_stream`.
+void AsyncTiming(const char* name, cudaStream_t kernel_stream, cudaStream_t copy_stream,
+                 size_t n, bool to_device, bool async, bool pinned) {
+  void* host = pinned ? nullptr : malloc(n);
+  if (pinned) CHECK(cudaHostAlloc(&host, n, cudaHostAllocDefault));
+  memset(host, 1, n);
+  CHECK(cudaDeviceSynchronize());
+  Spin<<<1, 1, 0, kernel_stream>>>(g_cycles_200ms);
+  const double t0 = NowMs();
+  cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  if (async) {
+    CHECK(cudaMemcpyAsync(to_device ? g_dev : host, to_device ? host : g_dev, n, kind, copy_stream));
+  } else {
+    CHECK(cudaMemcpy(to_device ? g_dev : host, to_device ? host : g_dev, n, kind));
+  }
+  const double t1 = NowMs();
+  CHECK(cudaDeviceSynchronize());
+  const double t2 = NowMs();
+  char buf[160];
+  snprintf(buf, sizeof(buf), "call returned after %.1f ms, all done after %.1f ms", t1 - t0,
+           t2 - t0);
+  Fact(name, buf);
+  if (pinned) CHECK(cudaFreeHost(host)); else free(host);
+}
+
+// Whether work on the legacy stream waits for work on `other` (and back).
+void LegacyOrder(const char* name, cudaStream_t other) {
+  cudaEvent_t ev;
+  CHECK(cudaEventCreate(&ev));
+  CHECK(cudaDeviceSynchronize());
+  Spin<<<1, 1, 0, other>>>(g_cycles_200ms);
+  double t0 = NowMs();
+  CHECK(cudaEventRecord(ev, 0));
+  CHECK(cudaEventSynchronize(ev));
+  double a = NowMs() - t0;
+  CHECK(cudaDeviceSynchronize());
+  Spin<<<1, 1, 0, 0>>>(g_cycles_200ms);
+  t0 = NowMs();
+  CHECK(cudaEventRecord(ev, other));
+  CHECK(cudaEventSynchronize(ev));
+  double b = NowMs() - t0;
+  CHECK(cudaDeviceSynchronize());
+  char buf[160];
+  snprintf(buf, sizeof(buf), "legacy-after-other %.1f ms, other-after-legacy %.1f ms", a, b);
+  Fact(name, buf);
+  cudaEventDestroy(ev);
+}
+
+void PagemapCost() {
+  const size_t n = 64 << 20;
+  unsigned char* b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 1);
+  int fd = open("/proc/self/pagemap", O_RDONLY);
+  static uint64_t entries[(64 << 20) / kPage];
+  const double t0 = NowMs();
+  const int reps = 50;
+  for (int i = 0; i < reps; ++i) {
+    pread(fd, entries, sizeof(entries), (reinterpret_cast<uintptr_t>(b) / kPage) * 8);
+  }
+  const double ms = (NowMs() - t0) / reps;
+  close(fd);
+  char buf[96];
+  snprintf(buf, sizeof(buf), "%.3f ms per 64 MiB range (%zu entries), pfn[0]=%llx", ms,
+           n / kPage, static_cast<unsigned long long>(entries[0] & ((1ull << 55) - 1)));
+  Fact("pagemap_read_cost", buf);
+  munmap(b, n);
+}
+
+}  // namespace
+
+int main() {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  CHECK(cudaMalloc(&g_dev, 64 << 20));
+  CHECK(cudaHostAlloc(&g_check, 64 << 20, cudaHostAllocDefault));
+  CalibrateSpin();
+  const size_t n = 64 << 20;
+  RegisteredAdvice("dontneed", MADV_DONTNEED, n);
+  RegisteredAdvice("free", MADV_FREE, n);
+  RegisteredAdvice("pageout", MADV_PAGEOUT, n);
+  RegisteredAdvice("cold", MADV_COLD, n);
+  RegisteredAdvice("hugepage", MADV_HUGEPAGE, n);
+  RegisteredAdvice("mergeable", MADV_MERGEABLE, n);
+  RegisteredAdvice("populate_write", MADV_POPULATE_WRITE, n);
+  RegisteredAdvice("dontfork", MADV_DONTFORK, n);
+  RegisteredAdvice("wipeonfork", MADV_WIPEONFORK, n);
+  RegisteredAdvice("remove", MADV_REMOVE, n);
+  RegisteredMapFixed(false, n);
+  RegisteredMapFixed(true, n);
+  RegisteredMremap(n);
+  ForkRegistered("fork_registered", -1);
+  ForkRegistered("fork_registered_dontfork", MADV_DONTFORK);
+  ForkRegistered("fork_registered_wipeonfork", MADV_WIPEONFORK);
+  ForkChildUsesCuda();
+  HostAllocLayout();
+  const char* names[] = {"dontneed",  "dontneed_mid", "free",   "remove",      "dontfork",
+                         "pageout",   "map_fixed_mid", "munmap_mid", "mremap_move", "hugepage"};
+  for (int i = 0; i < 10; ++i) HostAllocUnder(names[i], i);
+  FileBacked("/dev/shm", 0);
+  FileBacked("/dev/shm", 1);
+  FileBacked("/dev/shm", 2);
+  FileBacked("/tmp", 0);
+  FileBacked("/tmp", 1);
+  FileBacked("/tmp", 2);
+  SysvShm();
+  cudaStream_t blocking, nonblocking;
+  CHECK(cudaStreamCreate(&blocking));
+  CHECK(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking));
+  AsyncTiming("async_h2d_pageable_64MiB_behind_kernel_same_stream", blocking, blocking, n, true,
+              true, false);
+  AsyncTiming("async_h2d_pageable_64KiB_behind_kernel_same_stream", blocking, blocking, 64 << 10,
+              true, true, false);
+  AsyncTiming("async_h2d_pageable_1MiB_behind_kernel_same_stream", blocking, blocking, 1 << 20,
+              true, true, false);
+  AsyncTiming("async_d2h_pageable_64MiB_behind_kernel_same_stream", blocking, blocking, n, false,
+              true, false);
+  AsyncTiming("async_h2d_pageable_64MiB_kernel_on_other_nonblocking", nonblocking, blocking, n,
+              true, true, false);
+  AsyncTiming("async_h2d_pinned_64MiB_behind_kernel_same_stream", blocking, blocking, n, true, true,
+              true);
+  AsyncTiming("sync_h2d_pageable_64MiB_kernel_on_blocking", blocking, nullptr, n, true, false,
+              false);
+  AsyncTiming("sync_h2d_pageable_64MiB_kernel_on_nonblocking", nonblocking, nullptr, n, true, false,
+              false);
+  AsyncTiming("sync_d2h_pageable_64MiB_kernel_on_nonblocking", nonblocking, nullptr, n, false,
+              false, false);
+  AsyncTiming("sync_h2d_pinned_64MiB_kernel_on_nonblocking", nonblocking, nullptr, n, true, false,
+              true);
+  LegacyOrder("legacy_vs_blocking_stream", blocking);
+  LegacyOrder("legacy_vs_nonblocking_stream", nonblocking);
+  PagemapCost();
+  printf("done\n");
+  return 0;
+}
