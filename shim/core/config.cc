@@ -65,6 +65,14 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
     {ConfigKey::kWcGuard, "PINSHIM_WC_GUARD", "wc_guard", "0", "0 or 1",
      "1 samples plain CPU loads of write-combined pinned memory by briefly "
      "protecting one of its pages at a time (needs a trace)."},
+    {ConfigKey::kPinInPlace, "PINSHIM_PIN_IN_PLACE", "pin_in_place", "1", "0 or 1",
+     "Optimize mode only: 0 never pins the program's own pages (no registration "
+     "cache, no arena for hot allocation sites), for programs that change their "
+     "pages in ways no hook sees (raw system calls, io_uring)."},
+    {ConfigKey::kVerifyPages, "PINSHIM_VERIFY_PAGES", "verify_pages", "0", "0 or 1",
+     "Optimize mode only: 1 checks, before each copy through memory pinshim pinned "
+     "in place, that the pages are still the pinned ones (/proc/self/pagemap; needs "
+     "CAP_SYS_ADMIN), and unpins them otherwise."},
 };
 
 namespace {
@@ -346,13 +354,10 @@ void ParseFileLine(ParseState* state, const char* path, long line_no,
       msg.Append("expected \"key = value\", got ").AppendQuoted(text, 80);
     } else {
       text[key_text - text + key_len] = '\0';
-      msg.Append("unknown key ")
-          .AppendQuoted(key_text, 80)
-          .Append(
-              "; accepted: mode, trace_dir, summary, budget, "
-              "node_budget, policy, track_threshold, metrics_file, "
-              "sample_ms, pin_cap, idle_trim_s, ledger_shared, profile, "
-              "wc_guard");
+      msg.Append("unknown key ").AppendQuoted(key_text, 80).Append("; accepted: ");
+      for (int i = 0; i < kConfigKeyCount; ++i) {
+        msg.Append(i == 0 ? "" : ", ").Append(kConfigKeys[i].file_key);
+      }
     }
     return;
   }
@@ -504,6 +509,8 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->has_node_budget = false;
   config->ledger_shared = false;
   config->wc_guard = false;
+  config->pin_in_place = true;
+  config->verify_pages = false;
   config->forced_observe = false;
   config->sample_ms = kDefaultSampleMs;
   config->idle_trim_s = kDefaultIdleTrimS;
@@ -586,6 +593,10 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
       return CopyPath(value, config->profile, err, err_len);
     case ConfigKey::kWcGuard:
       return ParseFlag(value, &config->wc_guard, err, err_len);
+    case ConfigKey::kPinInPlace:
+      return ParseFlag(value, &config->pin_in_place, err, err_len);
+    case ConfigKey::kVerifyPages:
+      return ParseFlag(value, &config->verify_pages, err, err_len);
     case ConfigKey::kCount:
       break;
   }

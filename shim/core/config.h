@@ -107,6 +107,8 @@ enum class ConfigKey : uint8_t {
   kLedgerShared,
   kProfile,
   kWcGuard,
+  kPinInPlace,
+  kVerifyPages,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -133,6 +135,8 @@ struct Config {
   bool ledger_shared;
   bool forced_observe;  // an error reduced mode to observe only
   bool wc_guard;        // sample plain CPU loads of write-combined memory
+  bool pin_in_place;    // optimize mode may pin the program's own pages
+  bool verify_pages;    // check pinned-in-place pages before each copy
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;

@@ -49,6 +49,7 @@ const char* OwnPinActionName(OwnPinAction action) {
     case OwnPinAction::kPinned: return "pinned";
     case OwnPinAction::kUnpinned: return "unpinned";
     case OwnPinAction::kRefused: return "refused";
+    case OwnPinAction::kRetired: return "retired";
     default: return "unknown";
   }
 }
@@ -63,6 +64,13 @@ const char* OwnPinReasonName(OwnPinReason reason) {
     case OwnPinReason::kContextDestroyed: return "context_destroyed";
     case OwnPinReason::kEvictedForTable: return "evicted_table_full";
     case OwnPinReason::kProgramRegistered: return "program_registered";
+    case OwnPinReason::kPageChangeMadvise: return "page_change_madvise";
+    case OwnPinReason::kPageChangeMapFixed: return "page_change_map_fixed";
+    case OwnPinReason::kPageChangeMremap: return "page_change_mremap";
+    case OwnPinReason::kPageChangeMunmap: return "page_change_munmap";
+    case OwnPinReason::kPageChangeShm: return "page_change_shm";
+    case OwnPinReason::kPageChangeBrk: return "page_change_brk";
+    case OwnPinReason::kPagesVerifiedChanged: return "pages_verified_changed";
     case OwnPinReason::kRefusedCap: return "cap";
     case OwnPinReason::kRefusedBudget: return "budget";
     case OwnPinReason::kRefusedMemlock: return "memlock_limit";
@@ -71,6 +79,7 @@ const char* OwnPinReasonName(OwnPinReason reason) {
     case OwnPinReason::kRefusedDriverError: return "driver_error";
     case OwnPinReason::kRefusedNoContext: return "no_context";
     case OwnPinReason::kRefusedTableFull: return "table_full";
+    case OwnPinReason::kRefusedPageChange: return "page_change_under_way";
     default: return "unknown";
   }
 }

@@ -55,6 +55,7 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
     ops_ = ops;
     ok = fences_.Init(&ops_);
   }
+  PageChangeSlots::Setup();
   if (ok && emulated_ == nullptr) {
     emulated_ = static_cast<EmulatedRegistration*>(
         InternalAlloc(sizeof(EmulatedRegistration) * kMaxEmulated));
@@ -76,6 +77,7 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
     if (options_.enable_arena) {
       ArenaOptions ao = options_.arena;
       ao.registrations = options_.registrations;
+      ao.verify_pages = ao.verify_pages || options_.verify_pages;
       if (options_.on_own_pin != nullptr) ao.on_own_pin = options_.on_own_pin;
       arena_on_.store(arena_.Init(&ops_, &fences_, &account_, ao));
     }
@@ -84,6 +86,7 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
       co.registrations = options_.registrations;
       co.on_registered = &MarkSiteHot;
       co.on_registered_arg = &hot_sites_;
+      co.verify_pages = co.verify_pages || options_.verify_pages;
       if (options_.on_own_pin != nullptr) co.on_own_pin = options_.on_own_pin;
       cache_on_.store(cache_.Init(&ops_, &fences_, &account_, co));
     }
@@ -117,6 +120,7 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
   t.dir = dir;
   if (host_kind == MemKind::kPinnedByPinshim) {
     if (arena_on_.load(std::memory_order_relaxed) && arena_.Owns(host_ptr)) {
+      arena_.VerifyBeforeCopy(host_ptr, bytes);
       t.kind = CopyTicket::kArena;
       arena_copies_.fetch_add(1, std::memory_order_relaxed);
       saved_arena_ns_.fetch_add(static_cast<uint64_t>(CostModel::SavingNs(bytes, dir)),
@@ -129,7 +133,10 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
     }
     return t;
   }
-  if (host_kind == MemKind::kPageable && cache_on_.load(std::memory_order_relaxed)) {
+  // Arena memory that is not pinned now (its pages changed) stays unpinned:
+  // the arena, not the cache, owns it.
+  if (host_kind == MemKind::kPageable && cache_on_.load(std::memory_order_relaxed) &&
+      !(arena_on_.load(std::memory_order_relaxed) && arena_.Owns(host_ptr))) {
     NoteHomeContext();
     Region alloc;
     if (options_.allocations == nullptr ||
@@ -354,7 +361,39 @@ void Optimizer::AfterForkParent() {
   emulated_mu_.AfterFork();
 }
 
+void Optimizer::BeforePageChange(uintptr_t start, uint64_t bytes, const PageChange& what,
+                                 PageChangeTicket* t) {
+  t->arena.n = 0;
+  t->stays_anonymous = what.stays_anonymous;
+  if (bytes == 0) return;
+  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
+  // Marked first: a registration that starts while this looks sees it.
+  PageChangeSlots::Begin(start, end);
+  t->marked = true;
+  if (!active()) return;
+  if (what.replaces_private) {
+    if (cache_on_.load(std::memory_order_relaxed)) {
+      cache_.OnPageChange(start, end - start, what.reason, what.detail);
+    }
+    if (arena_on_.load(std::memory_order_relaxed) && arena_.MayOverlap(start, end - start)) {
+      arena_.BeginPageChange(start, end - start, what.reason, what.detail, &t->arena);
+    }
+  }
+  if (what.replaces_shared && pool_on_.load(std::memory_order_relaxed) &&
+      pool_.MayOverlap(start, end - start)) {
+    pool_.Retire(start, end - start, what.reason, what.detail);
+  }
+}
+
+void Optimizer::AfterPageChange(PageChangeTicket* t) {
+  if (t->arena.n != 0) arena_.EndPageChange(t->arena, t->stays_anonymous);
+  t->arena.n = 0;
+  if (t->marked) PageChangeSlots::End();
+  t->marked = false;
+}
+
 void Optimizer::AfterForkChild() {
+  PageChangeSlots::AfterForkChild();
   active_.store(false, std::memory_order_release);
   arena_.AfterForkChild();
   cache_.AfterForkChild();

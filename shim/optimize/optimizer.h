@@ -41,6 +41,7 @@
 #include "shim/optimize/host_arena.h"
 #include "shim/optimize/hot_sites.h"
 #include "shim/optimize/lock.h"
+#include "shim/optimize/page_change.h"
 #include "shim/optimize/pin_account.h"
 #include "shim/optimize/pinned_pool.h"
 #include "shim/optimize/registration_cache.h"
@@ -66,6 +67,17 @@ struct OptimizerOptions {
   // for a copy that pins nothing. Null: nobody listens. Overrides the
   // parts' own on_own_pin.
   OwnPinCallback on_own_pin = nullptr;
+  // PINSHIM_VERIFY_PAGES: the cache and the arena check, before every copy
+  // through memory they pinned in place, that it still maps the pinned
+  // pages (added to the parts' own verify_pages).
+  bool verify_pages = false;
+};
+
+// What a page-change hook's BeforePageChange hands to its AfterPageChange.
+struct PageChangeTicket {
+  bool marked = false;
+  bool stays_anonymous = true;
+  ArenaChangeTicket arena;
 };
 
 // What the hook's "before" call hands to its "after" call.
@@ -143,10 +155,19 @@ class Optimizer {
   void NotePoolAsyncUse(const void* p, CUstream stream, bool per_thread_api);
 
   // --- libc hooks -------------------------------------------------------
-  // BEFORE free/realloc/munmap/mremap hand [start, start + bytes) back.
+  // BEFORE free/realloc hand [start, start + bytes) back.
   void OnRelease(const void* start, uint64_t bytes) {
     if (cache_.MaybeCached()) cache_.OnRelease(start, bytes, OwnPinReason::kProgramReleased);
   }
+  // Around every call that may change which pages back [start, start +
+  // bytes) (page_change.h): BeforePageChange BEFORE the call, which drops
+  // or retires what pinshim pinned there; AfterPageChange after it
+  // (whatever its result), which pins the arena's memory again. Call both
+  // in optimize mode even before the engine runs (the range is marked for
+  // registrations starting meanwhile).
+  void BeforePageChange(uintptr_t start, uint64_t bytes, const PageChange& what,
+                        PageChangeTicket* t);
+  void AfterPageChange(PageChangeTicket* t);
   // Redirected allocation sites: the arena, and which sites go there.
   HostArena& arena() { return arena_; }
   bool arena_on() const { return arena_on_.load(std::memory_order_acquire); }

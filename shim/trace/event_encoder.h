@@ -190,7 +190,7 @@ class BatchEncoder {
     End(p);
   }
 
-  void AppendOwnPin(const OwnPinEvent& e, uint64_t time_ns) {
+  void AppendOwnPin(const OwnPinEvent& e, uint64_t time_ns, uint32_t stack = 0) {
     uint8_t* p = Begin(EventType::kOwnPin, time_ns);
     p = PutVarint(p, static_cast<uint32_t>(e.action));
     p = PutVarint(p, static_cast<uint32_t>(e.part));
@@ -199,6 +199,8 @@ class BatchEncoder {
     p = PutVarint(p, e.bytes);
     p = PutVarint(p, e.alloc_id);
     p = PutSigned(p, e.result);
+    p = PutVarint(p, stack);
+    p = PutVarint(p, e.detail);
     End(p);
   }
 

@@ -106,8 +106,17 @@
 //              (cache: the pinned buffer's tracked allocation; a dedicated
 //              pool allocation's program allocation when it is unpinned; 0
 //              otherwise), s driver result (CUresult of the pinning or
-//              unpinning call, 0 when none was made). No call site: the
-//              actions happen in pinshim, often on a thread of its own.
+//              unpinning call, 0 when none was made); then, appended (older
+//              traces end before them): u stack id, u detail. The stack is 0
+//              except for page changes (reasons 8 to 14: 8 madvise,
+//              posix_madvise or process_madvise, 9 mmap MAP_FIXED, 10 mremap,
+//              11 munmap, 12 shmat/shmdt, 13 brk/sbrk, 14 PINSHIM_VERIFY_PAGES
+//              found other pages), which are the program's own calls on its
+//              thread: the stack is where it made the call, and detail the
+//              advice or the call's flags. Other actions happen in pinshim,
+//              often on a thread of its own. Action 3 (retired) is a pool
+//              slab whose pages the program changed: never reused, given back
+//              once free. Refusal reason 24: a call was changing those pages.
 //              Values are those of shim/core/events.h; unknown ones are kept
 //              and reported as "unknown". Event type 49 (skipped by older
 //              readers; kTraceVersion stays 1).
