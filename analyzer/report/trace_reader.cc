@@ -588,6 +588,11 @@ class BatchCursor {
         e.bytes = u[4];
         e.alloc_id = u[5];
         e.result = static_cast<int32_t>(result);
+        // Appended later: the page change's call site and advice or flags.
+        uint64_t stack = 0, detail = 0;
+        if (q < end && GetVarint(&q, end, &stack) && q < end) GetVarint(&q, end, &detail);
+        e.stack = stack > kMaxStackId ? 0 : static_cast<uint32_t>(stack);
+        e.own_detail = static_cast<uint32_t>(detail);
         break;
       }
       case trace::EventType::kOptimizeCounters: {

@@ -150,6 +150,7 @@ struct Event {
   OwnPinAction own_action = OwnPinAction::kPinned;
   OwnPinPart own_part = OwnPinPart::kPoolSlab;
   OwnPinReason own_reason = OwnPinReason::kNone;
+  uint32_t own_detail = 0;  // page changes: the advice or the call's flags
   // kOptimizeCounters
   OptimizeCountersEvent counters{};
 

@@ -87,13 +87,15 @@ void WriteOptimizeSummary(int fd) {
   int n = snprintf(line, sizeof(line),
                    "pinshim: optimize pinned_now=%llu pinned_peak=%llu pool_hits=%llu "
                    "pool_misses=%llu cache_registrations=%llu cache_hits=%llu arena_allocs=%llu "
-                   "hot_sites=%llu profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu\n",
+                   "hot_sites=%llu profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu "
+                   "page_change_drops=%llu\n",
                    (unsigned long long)c.pinned_bytes_now,
                    (unsigned long long)c.pinned_bytes_peak, (unsigned long long)c.pool.hits,
                    (unsigned long long)c.pool.misses, (unsigned long long)c.cache.registrations,
                    (unsigned long long)c.cache.hits, (unsigned long long)c.arena.allocs,
                    (unsigned long long)c.hot_sites, (unsigned long long)c.hot_sites_from_profile,
-                   (unsigned long long)c.saved_copy_ns, (unsigned long long)c.saved_alloc_ns);
+                   (unsigned long long)c.saved_copy_ns, (unsigned long long)c.saved_alloc_ns,
+                   (unsigned long long)c.page_change_drops);
   if (n > 0) WriteAll(fd, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
 }
 

@@ -838,6 +838,7 @@ void HostArena::BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason wh
       continue;
     }
     UnpinExtent(e, why, detail);
+    page_change_unpins_.fetch_add(1, std::memory_order_relaxed);
     if (e.state == kExtentRepinning) {
       t->ext[t->n++] = idx;
     } else {
@@ -953,6 +954,7 @@ ArenaStats HostArena::Stats() const {
   s.trimmed_bytes = trimmed_.load();
   s.bad_frees = bad_frees_.load();
   s.repinned = repinned_.load();
+  s.page_change_unpins = page_change_unpins_.load();
   s.lost = lost_.load();
   return s;
 }

@@ -86,6 +86,7 @@ struct ArenaStats {
   uint64_t registrations;   // made so far
   uint64_t trimmed_bytes;
   uint64_t bad_frees;       // pointers inside the arena without a valid header
+  uint64_t page_change_unpins;  // extents unpinned because the program changed their pages
   uint64_t repinned;        // extents pinned again after their pages changed
   uint64_t lost;            // extents that could not be: their memory is never reused
 };
@@ -238,7 +239,7 @@ class HostArena {
 
   std::atomic<uint64_t> allocs_{0}, frees_{0}, declined_{0}, deferred_frees_{0}, extents_live_{0};
   std::atomic<uint64_t> registered_bytes_{0}, registrations_{0}, trimmed_{0}, bad_frees_{0};
-  std::atomic<uint64_t> repinned_{0}, lost_{0};
+  std::atomic<uint64_t> repinned_{0}, lost_{0}, page_change_unpins_{0};
   uint32_t nlost_ = 0;  // extents in state lost; guarded by mu_
 };
 

@@ -454,6 +454,8 @@ OptimizeCounters Optimizer::Counters() const {
   c.saved_alloc_ns = c.pool.saved_ns;
   c.hot_sites = hot_sites_.hot_sites();
   c.hot_sites_from_profile = hot_sites_.from_profile();
+  c.page_change_drops =
+      c.cache.page_change_unpins + c.arena.page_change_unpins + c.pool.retired_slabs;
   return c;
 }
 

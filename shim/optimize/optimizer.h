@@ -114,6 +114,9 @@ struct OptimizeCounters {
   uint64_t saved_alloc_ns;
   uint64_t hot_sites;               // allocation sites redirected into the arena
   uint64_t hot_sites_from_profile;  // of those, listed by the profile
+  // Drops because the program changed the pages behind pinshim's pinning:
+  // cache registrations and arena extents unpinned, pool slabs retired.
+  uint64_t page_change_drops;
 };
 
 // The subset of the counters the trace records (kOptimizeCounters).

@@ -522,6 +522,7 @@ void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, Own
                alloc_id, r, detail);
   MutexLock lock(&mu_);
   if (IsPageChange(why)) {
+    page_change_unpins_.fetch_add(1, std::memory_order_relaxed);
     // Not pinned in place again: what changed its pages once may again.
     Candidate* c = FindCandidateLocked(alloc_id, Now(), true);
     if (c != nullptr) c->failed = static_cast<uint8_t>(static_cast<int>(CacheFailure::kPagesChanged) + 1);
@@ -680,6 +681,7 @@ CacheStats RegistrationCache::Stats() const {
   for (int i = 0; i < kCacheFailureCount; ++i) s.failures[i] = failures_[i].load();
   for (int i = 0; i < kCacheDeclineCount; ++i) s.declined[i] = declined_[i].load();
   s.async_waits = async_waits_.load();
+  s.page_change_unpins = page_change_unpins_.load();
   s.entries = live_entries_.load();
   s.bytes = bytes_.load();
   s.saved_ns = saved_ns_.load();

@@ -123,6 +123,7 @@ struct CacheStats {
   uint64_t failures[kCacheFailureCount];
   uint64_t declined[kCacheDeclineCount];
   uint64_t async_waits;  // asynchronous copies on cached memory waited for
+  uint64_t page_change_unpins;  // unpinned because the program changed the pages
   uint64_t entries;
   uint64_t bytes;        // pinned by the cache now
   uint64_t saved_ns;     // estimated copy time saved (cost model)
@@ -247,7 +248,7 @@ class RegistrationCache {
   std::atomic<uint64_t> registrations_{0}, hits_{0}, evictions_{0}, releases_{0};
   std::atomic<uint64_t> failures_[kCacheFailureCount] = {};
   std::atomic<uint64_t> declined_[kCacheDeclineCount] = {};
-  std::atomic<uint64_t> async_waits_{0}, bytes_{0}, saved_ns_{0};
+  std::atomic<uint64_t> async_waits_{0}, bytes_{0}, saved_ns_{0}, page_change_unpins_{0};
 };
 
 }  // namespace optimize

@@ -54,6 +54,11 @@ size_t fakecuda_pending_ops(void);
 // copies of page-locked memory go through the program's addresses.
 int fakecuda_pins_pages(void);
 
+// Ranges page-locked so far whose pages could not be pinned (RLIMIT_MEMLOCK
+// without CAP_IPC_LOCK, memory io_uring refuses): their copies went through
+// the program's addresses, which the hardware's DMA would not.
+uint64_t fakecuda_pin_failures(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

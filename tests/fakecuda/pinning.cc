@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -129,6 +130,7 @@ struct Ring {
 
 Ring* g_ring = nullptr;
 std::mutex g_ring_mu;
+std::atomic<uint64_t> g_pin_failures{0};
 
 // The calling process's ring (a fork child gets its own: the parent's table
 // is the parent's pins).
@@ -187,6 +189,7 @@ std::shared_ptr<HeldPages> HoldPages(uintptr_t p, size_t len) {
     unsigned slot = 0;
     while (slot < kSlots && ring->used[slot]) ++slot;
     if (slot == kSlots || !ring->SetSlot(slot, reinterpret_cast<void*>(a), seg)) {
+      g_pin_failures.fetch_add(1, std::memory_order_relaxed);
       for (const HeldPages::Segment& s : held->segments) {
         ring->SetSlot(s.slot, nullptr, 0);
         ring->used[s.slot] = false;
@@ -247,3 +250,5 @@ bool PinningAvailable() { return GetRing() != nullptr; }
 }  // namespace fakecuda
 
 extern "C" int fakecuda_pins_pages(void) { return fakecuda::PinningAvailable() ? 1 : 0; }
+
+extern "C" uint64_t fakecuda_pin_failures(void) { return fakecuda::g_pin_failures.load(); }
