@@ -266,6 +266,40 @@ void ForkRegistered(const char* name, int advice) {
   Fact(name, std::string("parent ") + got + " " + back + " " + verdict);
 }
 
+// MADV_WIPEONFORK on memory nobody registered: what the child reads.
+void WipeOnForkPlain(bool registered) {
+  const size_t n = 16 << 20;
+  unsigned char* b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 0xA1);
+  if (registered) CHECK(cudaHostRegister(b, n, cudaHostRegisterDefault));
+  int rc = madvise(b, n, MADV_WIPEONFORK);
+  int out[2];
+  if (pipe(out) != 0) exit(1);
+  pid_t pid = fork();
+  if (pid == 0) {
+    unsigned char msg[2] = {'M', 0};
+    if (write(out[1], b, 1) != 1) msg[0] = 'U';
+    msg[1] = msg[0] == 'M' ? b[0] : 0;
+    if (write(out[1], msg, 2) != 2) _exit(2);
+    _exit(0);
+  }
+  close(out[1]);
+  unsigned char buf[3] = {0, 0, 0};
+  ssize_t got = 0, r;
+  while (got < 3 && (r = read(out[0], buf + got, 3 - got)) > 0) got += r;
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const unsigned char* msg = got == 3 ? buf + 1 : buf;
+  char text[160];
+  snprintf(text, sizeof(text), "madvise rc=%d child %s value=%02x exit=%d sig=%d", rc,
+           msg[0] == 'M' ? "mapped" : "unmapped", msg[1], WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+           WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  Fact(registered ? "wipeonfork_registered" : "wipeonfork_plain", text);
+  if (registered) CHECK(cudaHostUnregister(b));
+  munmap(b, n);
+}
+
 // A child that uses CUDA after the parent initialized it.
 void ForkChildUsesCuda() {
   pid_t pid = fork();
@@ -371,8 +405,30 @@ void HostAllocLayout() {
 
 // --- file-backed and shared memory ------------------------------------------------
 
+sigjmp_buf g_bus;
+void OnBus(int) { siglongjmp(g_bus, 1); }
+
+// Fills [p, p+n) with v; false when the mapping faults (SIGBUS past a
+// truncated file's end).
+bool SafeFill(unsigned char* p, size_t n, unsigned char v) {
+  struct sigaction sa, old_bus, old_segv;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnBus;
+  sigaction(SIGBUS, &sa, &old_bus);
+  sigaction(SIGSEGV, &sa, &old_segv);
+  bool ok = true;
+  if (sigsetjmp(g_bus, 1) == 0) {
+    memset(p, v, n);
+  } else {
+    ok = false;
+  }
+  sigaction(SIGBUS, &old_bus, nullptr);
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  return ok;
+}
+
 void FileBacked(const char* dir, int how) {
-  const size_t n = 16 << 20;
+  const size_t n = 4 << 20;
   std::string path = std::string(dir) + "/pinshim-page-facts";
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd < 0 || ftruncate(fd, n) != 0) {
@@ -401,12 +457,12 @@ void FileBacked(const char* dir, int how) {
   } else {
     rc = "private";
   }
-  Fill(b, n, 0xB2);
-  std::string got = DeviceGets(b, n, 0xB2, 0xA1);
-  CHECK(cudaHostUnregister(b));
+  std::string got = SafeFill(b, n, 0xB2) ? DeviceGets(b, n, 0xB2, 0xA1) : "write-faulted(SIGBUS)";
+  cudaError_t u = cudaHostUnregister(b);
   munmap(b, n);
   close(fd);
-  Fact(name.c_str(), std::string("register=ok ") + rc + " " + got);
+  Fact(name.c_str(), std::string("register=ok ") + rc + " " + got + " unregister=" +
+                         cudaGetErrorName(u));
 }
 
 void SysvShm() {
@@ -542,6 +598,8 @@ int main() {
   ForkRegistered("fork_registered_dontfork", MADV_DONTFORK);
   ForkRegistered("fork_registered_wipeonfork", MADV_WIPEONFORK);
   ForkChildUsesCuda();
+  WipeOnForkPlain(false);
+  WipeOnForkPlain(true);
   HostAllocLayout();
   const char* names[] = {"dontneed",  "dontneed_mid", "free",   "remove",      "dontfork",
                          "pageout",   "map_fixed_mid", "munmap_mid", "mremap_move", "hugepage"};
