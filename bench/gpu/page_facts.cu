@@ -216,6 +216,55 @@ void RegisteredMremap(size_t n) {
   if (moved != MAP_FAILED) munmap(moved, n);
 }
 
+// A copy whose host range is only partly registered: what the driver does.
+void PartlyRegistered() {
+  const size_t n = 4 << 20;
+  unsigned char* b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 0xA1);
+  CHECK(cudaHostRegister(b, n / 2, cudaHostRegisterDefault));
+  cudaError_t h2d = cudaMemcpy(g_dev, b, n, cudaMemcpyHostToDevice);
+  cudaGetLastError();
+  cudaError_t d2h = cudaMemcpy(b, g_dev, n, cudaMemcpyDeviceToHost);
+  cudaGetLastError();
+  cudaError_t h2d_async = cudaMemcpyAsync(g_dev, b, n, cudaMemcpyHostToDevice, 0);
+  cudaGetLastError();
+  cudaDeviceSynchronize();
+  CHECK(cudaHostUnregister(b));
+  // Registered second half, copy starting in the unregistered first half.
+  CHECK(cudaHostRegister(b + n / 2, n / 2, cudaHostRegisterDefault));
+  cudaError_t tail = cudaMemcpy(g_dev, b, n, cudaMemcpyHostToDevice);
+  cudaGetLastError();
+  CHECK(cudaHostUnregister(b + n / 2));
+  munmap(b, n);
+  Fact("copy_partly_registered", std::string("head-registered h2d=") + cudaGetErrorName(h2d) +
+                                     " d2h=" + cudaGetErrorName(d2h) + " h2d_async=" +
+                                     cudaGetErrorName(h2d_async) + "; tail-registered h2d=" +
+                                     cudaGetErrorName(tail));
+}
+
+// Copies from cudaHostAlloc memory past the allocation's requested size
+// (what a pool block must answer as the dedicated allocation would).
+void HostAllocBounds() {
+  std::string out;
+  for (size_t req : {size_t{100}, size_t{4096}, size_t{1} << 20}) {
+    unsigned char* b = nullptr;
+    CHECK(cudaHostAlloc(&b, req, cudaHostAllocDefault));
+    char part[160];
+    const size_t page_end = (req + kPage - 1) / kPage * kPage;
+    cudaError_t exact = cudaMemcpy(g_dev, b, req, cudaMemcpyHostToDevice);
+    cudaGetLastError();
+    cudaError_t to_page = cudaMemcpy(g_dev, b, page_end, cudaMemcpyHostToDevice);
+    cudaGetLastError();
+    cudaError_t past = cudaMemcpy(g_dev, b, page_end + 1, cudaMemcpyHostToDevice);
+    cudaGetLastError();
+    snprintf(part, sizeof(part), " alloc=%zu: exact=%s to-page-end=%s past-page=%s;", req,
+             cudaGetErrorName(exact), cudaGetErrorName(to_page), cudaGetErrorName(past));
+    out += part;
+    CHECK(cudaFreeHost(b));
+  }
+  Fact("hostalloc_copy_bounds", out);
+}
+
 // --- fork with program-registered memory --------------------------------------
 
 void ForkRegistered(const char* name, int advice) {
@@ -594,6 +643,8 @@ int main() {
   RegisteredMapFixed(false, n);
   RegisteredMapFixed(true, n);
   RegisteredMremap(n);
+  PartlyRegistered();
+  HostAllocBounds();
   ForkRegistered("fork_registered", -1);
   ForkRegistered("fork_registered_dontfork", MADV_DONTFORK);
   ForkRegistered("fork_registered_wipeonfork", MADV_WIPEONFORK);

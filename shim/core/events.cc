@@ -71,6 +71,7 @@ const char* OwnPinReasonName(OwnPinReason reason) {
     case OwnPinReason::kPageChangeShm: return "page_change_shm";
     case OwnPinReason::kPageChangeBrk: return "page_change_brk";
     case OwnPinReason::kPagesVerifiedChanged: return "pages_verified_changed";
+    case OwnPinReason::kCopyPastRegistration: return "copy_past_end";
     case OwnPinReason::kRefusedCap: return "cap";
     case OwnPinReason::kRefusedBudget: return "budget";
     case OwnPinReason::kRefusedMemlock: return "memlock_limit";

@@ -121,6 +121,7 @@ enum class OwnPinReason : uint8_t {
   kPageChangeShm = 12,       // shmat with SHM_REMAP over it, or shmdt
   kPageChangeBrk = 13,       // brk / sbrk shrinking the heap over it
   kPagesVerifiedChanged = 14,  // PINSHIM_VERIFY_PAGES found other pages there
+  kCopyPastRegistration = 15,  // a copy started in it and ran past its end
   kRefusedCap = 16,          // the pin cap, even after eviction
   kRefusedBudget = 17,       // enforce mode's budget
   kRefusedMemlock = 18,      // RLIMIT_MEMLOCK

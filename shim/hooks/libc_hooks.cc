@@ -192,6 +192,12 @@ void* MmapHook(void* addr, size_t len, int prot, int flags, int fd, off64_t off,
                           PageChangeOf(OwnPinReason::kPageChangeMapFixed,
                                        static_cast<uint32_t>(flags), PrivateAnonymous(prot, flags)));
     p = real_mmap(addr, len, prot, flags, fd, off);
+    // What it replaced is gone; the rest of a region it covered in part
+    // stays tracked as it was.
+    if (p != MAP_FAILED && t_depth == 0 && g_allocations.size() != 0) {
+      DepthGuard guard;
+      g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(p), len, RecordRemovedPart, nullptr);
+    }
   } else {
     p = real_mmap(addr, len, prot, flags, fd, off);
   }

@@ -847,7 +847,7 @@ void HostArena::BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason wh
   }
 }
 
-void HostArena::EndPageChange(const ArenaChangeTicket& t, bool stays_anonymous) {
+void HostArena::EndPageChange(const ArenaChangeTicket& t, bool stays_anonymous, bool repin) {
   for (int k = 0; k < t.n; ++k) {
     const int32_t idx = t.ext[k];
     Extent e;
@@ -859,10 +859,11 @@ void HostArena::EndPageChange(const ArenaChangeTicket& t, bool stays_anonymous) 
     const uint64_t bytes = e.pages * page_;
     OwnPinReason refused = OwnPinReason::kRefusedPageChange;
     CUresult r = CUDA_SUCCESS;
-    if (stays_anonymous) r = PinExtent(idx, addr, bytes, e.ctx, &refused);
-    const bool pinned = stays_anonymous && r == CUDA_SUCCESS && refused == OwnPinReason::kNone;
+    if (stays_anonymous && repin) r = PinExtent(idx, addr, bytes, e.ctx, &refused);
+    const bool pinned =
+        stays_anonymous && repin && r == CUDA_SUCCESS && refused == OwnPinReason::kNone;
     if (pinned) repinned_.fetch_add(1, std::memory_order_relaxed);
-    if (!pinned && stays_anonymous) {
+    if (!pinned && stays_anonymous && repin) {
       ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kArena, refused, addr,
                    bytes, 0, r);
     }
@@ -881,6 +882,22 @@ void HostArena::EndPageChange(const ArenaChangeTicket& t, bool stays_anonymous) 
       LoseExtentLocked(idx);
     }
   }
+}
+
+void HostArena::BeforeCopy(const void* p, uint64_t bytes) {
+  if (options_.registrations == nullptr || bytes == 0) return;
+  Region reg;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (!options_.registrations->Lookup(a, &reg) || reg.kind != MemKind::kPinnedByPinshim ||
+      bytes <= reg.bytes - (a - reg.start)) {
+    VerifyBeforeCopy(p, bytes);
+    return;
+  }
+  // Measured on the H200: a copy that starts in a registration and runs
+  // past its end fails (CUDA_ERROR_INVALID_VALUE); of malloc memory it works.
+  ArenaChangeTicket t;
+  BeginPageChange(reg.start, reg.bytes, OwnPinReason::kCopyPastRegistration, 0, &t);
+  EndPageChange(t, /*stays_anonymous=*/true, /*repin=*/false);
 }
 
 void HostArena::VerifyBeforeCopy(const void* p, uint64_t bytes) {

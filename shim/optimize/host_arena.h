@@ -160,7 +160,12 @@ class HostArena {
   }
   void BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail,
                        ArenaChangeTicket* t);
-  void EndPageChange(const ArenaChangeTicket& t, bool stays_anonymous);
+  // repin false: leave them unpinned (still usable as ordinary memory).
+  void EndPageChange(const ArenaChangeTicket& t, bool stays_anonymous, bool repin = true);
+  // Before a copy from or to arena memory at p: when [p, p + bytes) runs
+  // past the registration holding p (beyond the program's block), which
+  // the driver would refuse, that extent is unpinned for good first.
+  void BeforeCopy(const void* p, uint64_t bytes);
   // PINSHIM_VERIFY_PAGES: before a copy of [p, p + bytes) of arena memory,
   // checks that its extent still maps the pages it pinned, and pins the
   // extent again when not.

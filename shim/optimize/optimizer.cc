@@ -120,7 +120,7 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
   t.dir = dir;
   if (host_kind == MemKind::kPinnedByPinshim) {
     if (arena_on_.load(std::memory_order_relaxed) && arena_.Owns(host_ptr)) {
-      arena_.VerifyBeforeCopy(host_ptr, bytes);
+      arena_.BeforeCopy(host_ptr, bytes);
       t.kind = CopyTicket::kArena;
       arena_copies_.fetch_add(1, std::memory_order_relaxed);
       saved_arena_ns_.fetch_add(static_cast<uint64_t>(CostModel::SavingNs(bytes, dir)),

@@ -281,6 +281,12 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     declined_[static_cast<int>(CacheDecline::kSource)].fetch_add(1, std::memory_order_relaxed);
     return ticket;
   }
+  // A copy that runs past the allocation (into a neighbouring mapping)
+  // would fail on a registration of it (see OnCachedCopy).
+  if (p < alloc.start || bytes > alloc.bytes - (p - alloc.start)) {
+    declined_[static_cast<int>(CacheDecline::kSubAllocation)].fetch_add(1, std::memory_order_relaxed);
+    return ticket;
+  }
   if (alloc.bytes > account_->cap()) {
     declined_[static_cast<int>(CacheDecline::kTooLarge)].fetch_add(1, std::memory_order_relaxed);
     return ticket;
@@ -409,23 +415,37 @@ CacheTicket RegistrationCache::OnCachedCopy(const void* host_ptr, uint64_t bytes
   CacheTicket ticket;
   if (!active() || !MaybeCached()) return ticket;
   const auto p = reinterpret_cast<uintptr_t>(host_ptr);
+  bool overrun = false;
+  uintptr_t start = 0;
+  uint64_t len = 0;
   {
     MutexLock lock(&mu_);
     int32_t idx = FindEntryLocked(p);
     if (idx < 0) return ticket;
     Entry& e = entries_[idx];
-    // A copy reaching past the registration runs as pageable in the driver.
-    if (e.state != kEntryRegistered || bytes > e.bytes - (p - e.start)) return ticket;
-    e.users++;
+    if (e.state != kEntryRegistered) return ticket;
+    if (bytes > e.bytes - (p - e.start)) {
+      // The driver refuses a copy that starts in a registration and runs
+      // past its end (measured on the H200: CUDA_ERROR_INVALID_VALUE), where
+      // the same copy of pageable memory succeeds: the registration goes
+      // before the copy, and the buffer is not pinned in place again.
+      overrun = true;
+      start = e.start;
+      len = e.bytes;
+    } else {
+      e.users++;
     e.last_use = ++tick_;
-    ticket.entry = idx;
-    ticket.generation = e.generation;
+      ticket.entry = idx;
+      ticket.generation = e.generation;
+    }
+  }
+  if (overrun) {
+    ReleaseRange(start, start + len, OwnPinReason::kCopyPastRegistration, 0, /*forget=*/true);
+    return CacheTicket();
   }
   if (options_.verify_pages && !FramesStillPinned(ticket.entry, p, bytes)) {
     // Other pages than the pinned ones (a change no hook saw): unpin, and
     // the copy runs on the program's current pages, as pageable memory.
-    uintptr_t start;
-    uint64_t len;
     {
       MutexLock lock(&mu_);
       Entry& e = entries_[ticket.entry];
@@ -521,8 +541,8 @@ void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, Own
   ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kCache, why, start, bytes,
                alloc_id, r, detail);
   MutexLock lock(&mu_);
-  if (IsPageChange(why)) {
-    page_change_unpins_.fetch_add(1, std::memory_order_relaxed);
+  if (IsPageChange(why) || why == OwnPinReason::kCopyPastRegistration) {
+    if (IsPageChange(why)) page_change_unpins_.fetch_add(1, std::memory_order_relaxed);
     // Not pinned in place again: what changed its pages once may again.
     Candidate* c = FindCandidateLocked(alloc_id, Now(), true);
     if (c != nullptr) c->failed = static_cast<uint8_t>(static_cast<int>(CacheFailure::kPagesChanged) + 1);

@@ -111,7 +111,8 @@
 //              except for page changes (reasons 8 to 14: 8 madvise,
 //              posix_madvise or process_madvise, 9 mmap MAP_FIXED, 10 mremap,
 //              11 munmap, 12 shmat/shmdt, 13 brk/sbrk, 14 PINSHIM_VERIFY_PAGES
-//              found other pages), which are the program's own calls on its
+//              found other pages; reason 15: a copy started in it and ran past
+//              its end, which the driver refuses), which are the program's own calls on its
 //              thread: the stack is where it made the call, and detail the
 //              advice or the call's flags. Other actions happen in pinshim,
 //              often on a thread of its own. Action 3 (retired) is a pool

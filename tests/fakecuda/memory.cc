@@ -400,7 +400,10 @@ CUresult ResolveHostRange(const void* p, size_t len, Span* out) {
   }
   HostRange* range = FindContaining(s.host_allocs, a);
   if (range == nullptr) range = FindContaining(s.registrations, a);
-  const bool pinned = range != nullptr && Fits(range->base, range->size, a, len);
+  if (range != nullptr && !Fits(range->base, range->size, a, len)) {
+    return behavior::kCopyPastPageLockedEnd;
+  }
+  const bool pinned = range != nullptr;
   *out = {const_cast<char*>(static_cast<const char*>(p)),
           pinned ? MemKind::kPinned : MemKind::kPageable, pinned ? range->held : nullptr};
   return CUDA_SUCCESS;

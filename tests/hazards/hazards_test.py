@@ -94,6 +94,8 @@ def main():
         shutil.rmtree(trace_dir, ignore_errors=True)
         proc, got, counters = run(env, trace_dir if config == "optimize" else None)
         if proc.returncode != ref_proc.returncode:
+            print("FAIL %s: exit %d (without pinshim %d); stderr ends:\n%s" %
+                  (config, proc.returncode, ref_proc.returncode, proc.stderr[-3000:]))
             cases.append((config, "exit status",
                           "exit %d, without pinshim %d: %s" % (proc.returncode,
                                                                ref_proc.returncode,
