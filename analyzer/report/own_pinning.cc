@@ -20,6 +20,7 @@ const char* GroupOf(OwnPinPart part) {
     case OwnPinPart::kPoolDedicated: return "pool";
     case OwnPinPart::kCache: return "cache";
     case OwnPinPart::kArena: return "arena";
+    case OwnPinPart::kStaging: return "staging";
     default: return "other";
   }
 }

@@ -445,6 +445,11 @@ class BatchCursor {
         if ((bits & trace::kCopyHasFlags) && !GetVarint(&q, end, &flags)) return -1;
         if ((bits & trace::kCopyHasResult) && !GetSigned(&q, end, &result)) return -1;
         if ((bits & trace::kCopyHasDevice) && !GetSigned(&q, end, &device)) return -1;
+        uint64_t staged_workers = 0, staged_chunk = 0;
+        if ((bits & trace::kCopyStaged) &&
+            (!GetVarint(&q, end, &staged_workers) || !GetVarint(&q, end, &staged_chunk))) {
+          return -1;
+        }
         uint64_t src = u[3] & 7, dst = (u[3] >> 3) & 7;
         if (src >= static_cast<uint64_t>(MemKind::kCount) ||
             dst >= static_cast<uint64_t>(MemKind::kCount)) {
@@ -469,6 +474,8 @@ class BatchCursor {
         e.result = static_cast<int32_t>(result);
         if (bits & trace::kCopyHasDevice) prev_device_ = static_cast<int32_t>(device);
         e.device = prev_device_;
+        e.staged_workers = static_cast<uint32_t>(staged_workers);
+        e.staged_chunk_bytes = staged_chunk;
         break;
       }
       case trace::EventType::kPin: {

@@ -109,6 +109,8 @@ enum class ConfigKey : uint8_t {
   kWcGuard,
   kPinInPlace,
   kVerifyPages,
+  kStage,
+  kStageWorkers,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -125,6 +127,7 @@ constexpr uint32_t kMaxSampleMs = 60000;
 constexpr uint32_t kDefaultPinCapPercent = 25;
 constexpr uint32_t kDefaultIdleTrimS = 10;
 constexpr uint32_t kMaxIdleTrimS = 86400;
+constexpr uint32_t kMaxStageWorkers = 32;
 
 struct Config {
   uint32_t mode;  // kMode* bits
@@ -137,6 +140,8 @@ struct Config {
   bool wc_guard;        // sample plain CPU loads of write-combined memory
   bool pin_in_place;    // optimize mode may pin the program's own pages
   bool verify_pages;    // check pinned-in-place pages before each copy
+  bool stage;           // optimize mode stages pageable copies it does not pin
+  uint32_t stage_workers;  // 0: the measured default from the core count
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;

@@ -40,6 +40,7 @@ const char* OwnPinPartName(OwnPinPart part) {
     case OwnPinPart::kPoolDedicated: return "pool_dedicated";
     case OwnPinPart::kCache: return "cache";
     case OwnPinPart::kArena: return "arena";
+    case OwnPinPart::kStaging: return "staging";
     default: return "unknown";
   }
 }

@@ -49,6 +49,10 @@ struct CopyEvent {
   uint64_t start_ns;       // CLOCK_MONOTONIC
   uint64_t end_ns;
   int result;              // CUresult the program saw
+  // Optimize mode ran it through its staging rings (0: it did not): the
+  // threads that copied, and the ring chunk size.
+  uint32_t staged_workers = 0;
+  uint64_t staged_chunk_bytes = 0;
 };
 
 enum class PinOp : uint8_t {
@@ -90,7 +94,8 @@ enum class OwnPinPart : uint8_t {
   kPoolDedicated = 1,  // an exact-size allocation made for one program request
   kCache = 2,          // the registration cache: a hot pageable buffer pinned in place
   kArena = 3,          // a registered extent of the host arena
-  kCount = 4,
+  kStaging = 4,        // a staging ring of staged copies (pageable memory copied through it)
+  kCount = 5,
 };
 const char* OwnPinPartName(OwnPinPart part);
 

@@ -88,14 +88,15 @@ void WriteOptimizeSummary(int fd) {
                    "pinshim: optimize pinned_now=%llu pinned_peak=%llu pool_hits=%llu "
                    "pool_misses=%llu cache_registrations=%llu cache_hits=%llu arena_allocs=%llu "
                    "hot_sites=%llu profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu "
-                   "page_change_drops=%llu\n",
+                   "page_change_drops=%llu staged_copies=%llu staged_bytes=%llu\n",
                    (unsigned long long)c.pinned_bytes_now,
                    (unsigned long long)c.pinned_bytes_peak, (unsigned long long)c.pool.hits,
                    (unsigned long long)c.pool.misses, (unsigned long long)c.cache.registrations,
                    (unsigned long long)c.cache.hits, (unsigned long long)c.arena.allocs,
                    (unsigned long long)c.hot_sites, (unsigned long long)c.hot_sites_from_profile,
                    (unsigned long long)c.saved_copy_ns, (unsigned long long)c.saved_alloc_ns,
-                   (unsigned long long)c.page_change_drops);
+                   (unsigned long long)c.page_change_drops, (unsigned long long)c.stager.copies,
+                   (unsigned long long)c.stager.bytes);
   if (n > 0) WriteAll(fd, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
 }
 
@@ -248,6 +249,11 @@ void StartOptimizing() {
   // Without in-place pinning: the pool only (the driver's own kind of memory).
   options.enable_cache = in_place;
   options.enable_arena = in_place;
+  options.enable_staging = g_config.stage;
+  options.stager.workers = g_config.stage_workers;
+  // A worker count set by hand is used as set, busy CPUs or not.
+  options.stager.load_aware = g_config.stage_workers == 0;
+  options.stager.idle_trim_ns = options.pool.idle_trim_ns;
   if (in_place && g_config.verify_pages) {
     if (optimize::PageFrames::Open()) {
       options.verify_pages = true;

@@ -27,7 +27,11 @@ uint64_t EvictArena(void* arg, uint64_t want, OwnPinReason why) {
 uint64_t EvictCache(void* arg, uint64_t want, OwnPinReason why) {
   return static_cast<RegistrationCache*>(arg)->Evict(want, why);
 }
+uint64_t EvictStager(void* arg, uint64_t, OwnPinReason) {
+  return static_cast<Stager*>(arg)->TrimIdle(/*all=*/true);
+}
 uint64_t IdlePool(void* arg) { return static_cast<PinnedPool*>(arg)->IdleBytes(); }
+uint64_t IdleStager(void* arg) { return static_cast<Stager*>(arg)->IdleBytes(); }
 uint64_t IdleArena(void* arg) { return static_cast<HostArena*>(arg)->IdleBytes(); }
 uint64_t IdleCache(void* arg) { return static_cast<RegistrationCache*>(arg)->EvictableBytes(); }
 
@@ -90,10 +94,16 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
       if (options_.on_own_pin != nullptr) co.on_own_pin = options_.on_own_pin;
       cache_on_.store(cache_.Init(&ops_, &fences_, &account_, co));
     }
+    if (options_.enable_staging) {
+      StagerOptions so = options_.stager;
+      if (options_.on_own_pin != nullptr) so.on_own_pin = options_.on_own_pin;
+      stager_on_.store(stager_.Init(&ops_, &account_, so));
+    }
     // Idle pool slabs and arena extents go first: nobody is using them.
     if (pool_on_.load()) account_.AddEvictor(&EvictPool, &pool_, &IdlePool);
     if (arena_on_.load()) account_.AddEvictor(&EvictArena, &arena_, &IdleArena);
     if (cache_on_.load()) account_.AddEvictor(&EvictCache, &cache_, &IdleCache);
+    if (stager_on_.load()) account_.AddEvictor(&EvictStager, &stager_, &IdleStager);
     active_.store(true, std::memory_order_release);
   }
   state_.store(kAttached, std::memory_order_release);
@@ -146,7 +156,18 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
     t.cache = cache_.OnPageableCopy(alloc, host_ptr, bytes, dir);
     if (t.cache.pinned()) t.kind = CopyTicket::kCache;
   }
+  if (host_kind == MemKind::kPageable && t.kind == CopyTicket::kNone &&
+      stager_on_.load(std::memory_order_relaxed) && stager_.Wants(dir, bytes)) {
+    t.stage = true;
+  }
   return t;
+}
+
+bool Optimizer::Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream,
+                      bool per_thread_api, bool sync, CUresult* result, StagedInfo* info) {
+  if (!t.stage || !active()) return false;
+  return stager_.Stage(t.dir, host, dev, t.bytes, RecordableStream(stream, per_thread_api), sync,
+                       result, info);
 }
 
 void Optimizer::AfterHostCopy(const CopyTicket& t, CUresult result, bool async, CUstream stream,
@@ -322,6 +343,7 @@ uint64_t Optimizer::Evict(uint64_t bytes_wanted) {
   }
   if (freed < bytes_wanted && arena_on_.load()) freed += arena_.Trim(bytes_wanted - freed, why);
   if (freed < bytes_wanted && cache_on_.load()) freed += cache_.Evict(bytes_wanted - freed, why);
+  if (freed < bytes_wanted && stager_on_.load()) freed += stager_.TrimIdle(/*all=*/true);
   return freed;
 }
 
@@ -329,11 +351,13 @@ void Optimizer::Tick() {
   if (!active()) return;
   if (pool_on_.load()) pool_.TrimIdle();
   if (arena_on_.load()) arena_.TrimIdle();
+  if (stager_on_.load()) stager_.TrimIdle();
 }
 
 void Optimizer::OnContextDestroyed(CUcontext ctx) {
   if (!active()) return;
   if (pool_on_.load()) pool_.OnContextDestroyed(ctx);
+  if (stager_on_.load()) stager_.OnContextDestroyed(ctx);
   fences_.OnContextDestroyed(ctx);
   // The arena registers in its home context when the allocating thread has
   // none: a destroyed one is forgotten and the next copy names a new one.
@@ -394,6 +418,7 @@ void Optimizer::AfterPageChange(PageChangeTicket* t) {
 
 void Optimizer::AfterForkChild() {
   PageChangeSlots::AfterForkChild();
+  stager_.AfterForkChild();
   active_.store(false, std::memory_order_release);
   arena_.AfterForkChild();
   cache_.AfterForkChild();
@@ -456,6 +481,7 @@ OptimizeCounters Optimizer::Counters() const {
   c.hot_sites_from_profile = hot_sites_.from_profile();
   c.page_change_drops =
       c.cache.page_change_unpins + c.arena.page_change_unpins + c.pool.retired_slabs;
+  c.stager = stager_.Stats();
   return c;
 }
 

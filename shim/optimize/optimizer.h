@@ -45,6 +45,7 @@
 #include "shim/optimize/pin_account.h"
 #include "shim/optimize/pinned_pool.h"
 #include "shim/optimize/registration_cache.h"
+#include "shim/optimize/stager.h"
 
 namespace pinshim {
 namespace optimize {
@@ -58,9 +59,11 @@ struct OptimizerOptions {
   bool enable_pool = true;
   bool enable_cache = true;
   bool enable_arena = true;
+  bool enable_staging = true;
   PoolOptions pool;
   CacheOptions cache;
   ArenaOptions arena;
+  StagerOptions stager;
   // Told about every pinning action of pinshim's own: what the pool, the
   // cache and the arena pinned, unpinned (and why) and were refused (and
   // why). Called on the thread that acted, outside every engine lock; never
@@ -88,6 +91,7 @@ struct CopyTicket {
   const void* host = nullptr;
   uint64_t bytes = 0;
   CopyDir dir = CopyDir::kHostToDevice;
+  bool stage = false;  // pageable and not pinned: a copy staging would take
 };
 
 // Every counter, for the summary and the trace. Plain data.
@@ -117,6 +121,7 @@ struct OptimizeCounters {
   // Drops because the program changed the pages behind pinshim's pinning:
   // cache registrations and arena extents unpinned, pool slabs retired.
   uint64_t page_change_drops;
+  StagerStats stager;
 };
 
 // The subset of the counters the trace records (kOptimizeCounters).
@@ -148,6 +153,13 @@ class Optimizer {
   // _ptsz/_ptds entry point. May wait for the copy (see registration_cache.h).
   void AfterHostCopy(const CopyTicket& ticket, CUresult result, bool async, CUstream stream,
                      bool per_thread_api);
+
+  // For a ticket with stage set: runs the copy through the staging rings
+  // (host [host, host + bytes), device [dev, ...)); false: the caller makes
+  // the driver call. `sync`: a synchronous entry point. The stream as the
+  // call named it, with per_thread_api for _ptsz/_ptds entry points.
+  bool Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream,
+             bool per_thread_api, bool sync, CUresult* result, StagedInfo* info);
 
   // For asynchronous calls whose operands are not one host range (batches,
   // 3D batches): when HidesPinning(p) holds for any host operand p, call
@@ -221,6 +233,7 @@ class Optimizer {
   OptimizeCounters Counters() const;
 
   PinnedPool& pool() { return pool_; }
+  Stager& stager() { return stager_; }
   RegistrationCache& cache() { return cache_; }
   FenceManager& fences() { return fences_; }
   PinAccount& account() { return account_; }
@@ -245,6 +258,8 @@ class Optimizer {
   PinnedPool pool_;
   RegistrationCache cache_;
   HostArena arena_;
+  Stager stager_;
+  std::atomic<bool> stager_on_{false};
   HotSites hot_sites_;
   mutable Mutex emulated_mu_;
   EmulatedRegistration* emulated_ = nullptr;  // kMaxEmulated

@@ -34,7 +34,8 @@ enum class PinUse : uint8_t {
   kPoolDedicated = 1,  // an exact-size allocation made for one program request
   kCache = 2,          // a registration of a hot pageable allocation
   kArena = 3,          // a registered arena extent
-  kCount = 4,
+  kStaging = 4,        // the staging rings of staged copies
+  kCount = 5,
 };
 constexpr int kPinUseCount = static_cast<int>(PinUse::kCount);
 // The trace names the parts by the same values.
@@ -42,7 +43,8 @@ static_assert(static_cast<int>(OwnPinPart::kPoolSlab) == static_cast<int>(PinUse
                   static_cast<int>(OwnPinPart::kPoolDedicated) ==
                       static_cast<int>(PinUse::kPoolDedicated) &&
                   static_cast<int>(OwnPinPart::kCache) == static_cast<int>(PinUse::kCache) &&
-                  static_cast<int>(OwnPinPart::kArena) == static_cast<int>(PinUse::kArena),
+                  static_cast<int>(OwnPinPart::kArena) == static_cast<int>(PinUse::kArena) &&
+                  static_cast<int>(OwnPinPart::kStaging) == static_cast<int>(PinUse::kStaging),
               "PinUse and OwnPinPart must agree");
 inline OwnPinPart PartOf(PinUse use) { return static_cast<OwnPinPart>(use); }
 

@@ -65,7 +65,10 @@
 //              s host allocation id (delta);
 //              then if kCopyHasFlags: u host flags; if kCopyHasResult: s result;
 //              if kCopyHasDevice: s device (the device current at the copy;
-//              recorded only when it differs from the previous copy's).
+//              recorded only when it differs from the previous copy's);
+//              if kCopyStaged: u threads that copied, u ring chunk bytes
+//              (optimize mode ran this pageable copy through its staging
+//              rings; the memory kinds stay the program's).
 //   kPin       u duration ns, u api, u op (PinOp), u pointer, u bytes,
 //              u flags, u stack id, s result, s device (-1 unknown).
 //   kHostAlloc u allocation id, u pointer, u bytes, u bits (bit 0 free,
@@ -220,6 +223,7 @@ enum CopyBit : uint32_t {
   kCopyHasFlags = 1u << 3,
   kCopyHasResult = 1u << 4,
   kCopyHasDevice = 1u << 5,
+  kCopyStaged = 1u << 6,  // optimize mode staged it through pinned rings
 };
 
 enum class MisuseKind : uint8_t {

@@ -31,14 +31,16 @@ CONFIGS = {
     "optimize+enforce": {"PINSHIM_MODE": "optimize,enforce", "PINSHIM_BUDGET": "8G",
                          "PINSHIM_NODE_BUDGET": "16G"},
     "optimize+verify": {"PINSHIM_MODE": "optimize", "PINSHIM_VERIFY_PAGES": "1"},
-    "optimize+no-pin-in-place": {"PINSHIM_MODE": "optimize", "PINSHIM_PIN_IN_PLACE": "0"},
+    "optimize+no-pin-in-place": {"PINSHIM_MODE": "optimize", "PINSHIM_PIN_IN_PLACE": "0",
+                                 "PINSHIM_STAGE_WORKERS": "3"},
+    "optimize+staged": {"PINSHIM_MODE": "optimize", "PINSHIM_STAGE_WORKERS": "3"},
 }
 
 # A page change no hook can see (a raw madvise system call) leaves in-place
 # pinning stale: only page verification (or no in-place pinning) catches it.
 EXPECTED_FAILURES = {
     (config, "%s raw_syscall_dontneed" % kind)
-    for config in ("optimize", "optimize+enforce")
+    for config in ("optimize", "optimize+enforce", "optimize+staged")
     for kind in ("malloc", "mmap", "hotsite")
 }
 
@@ -131,6 +133,11 @@ def main():
                       if int(counters.get(k, "0")) != 0]
             cases.append((config, "pins nothing in place",
                           "pinned in place: %s" % counters if pinned else None, False))
+        if config in ("optimize+no-pin-in-place", "optimize+staged"):
+            staged = int(counters.get("staged_copies", "0"))
+            cases.append((config, "staged copies ran",
+                          None if staged >= 50 else "only %d staged copies: %s" % (staged, counters),
+                          False))
         if config == "optimize":
             cases.append((config, "trace records the page changes", check_trace(trace_dir), False))
     write_xml(cases)
