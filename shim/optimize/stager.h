@@ -6,7 +6,8 @@
 // stream; the calling thread issues the DMAs and helps copying.
 //
 // What the program sees is what the driver documents for pageable memory
-// (bench/RESULTS.md has the measurements): a host-to-device copy returns
+// (invariants 1 and 9, shim/INVARIANTS.md; bench/RESULTS.md has the
+// measurements): a host-to-device copy returns
 // once its source has been read (its last DMAs may still be queued; later
 // work on the stream, or a synchronization, sees them), a device-to-host
 // copy returns with the data in place, and a synchronous copy returns once
