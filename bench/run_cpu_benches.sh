@@ -111,7 +111,10 @@ order = []
 for path in sorted(glob.glob(os.path.join(work, "*.json"))):
     label, mode = os.path.basename(path).split(".")[:2]
     with open(path) as f:
-        data = json.load(f)
+        text = f.read()
+    if not text.strip():
+        continue  # BENCH_FILTER matched nothing in that binary
+    data = json.loads(text)
     for b in data.get("benchmarks", []):
         if b.get("run_type") != "aggregate" or b.get("aggregate_name") != "median":
             continue
