@@ -31,9 +31,18 @@ struct Site {
   std::string note;
   std::vector<Frame> stack;  // the full stack, innermost first
   int site_index = -1;       // index of the site in `stack`
+  // The stack's Python section (kNone: none; see SymbolizedStack).
+  trace::PythonStatus python = trace::PythonStatus::kNone;
 
-  // "function (file:line)" or "module+0x... (why)"; "unknown site" if none.
+  // "function (file:line)" or "module+0x... (why)", C++ names shortened,
+  // with the Python status when it says why there is no Python line;
+  // "unknown site" if none.
   std::string Short() const;
+  // Whether the site is a Python frame.
+  bool IsPython() const {
+    return site_index >= 0 && site_index < static_cast<int>(stack.size()) &&
+           stack[site_index].python;
+  }
   // Identity for merging findings across processes.
   std::string Key() const;
 };

@@ -26,6 +26,10 @@ void WriteFrame(const Frame& f, JsonWriter* w) {
   w->Bool(f.inlined);
   w->Key("runtime");
   w->Bool(f.runtime);
+  w->Key("python");
+  w->Bool(f.python);
+  w->Key("library");
+  w->Bool(f.library);
   if (!f.note.empty()) {
     w->Key("note");
     w->String(f.note);
@@ -49,6 +53,12 @@ void WriteSite(const Site& s, JsonWriter* w) {
   w->String(s.module);
   w->Key("offset");
   w->Uint(s.offset);
+  w->Key("python");
+  w->Bool(s.IsPython());
+  if (s.python != trace::PythonStatus::kNone) {
+    w->Key("python_status");
+    w->String(PythonStatusName(s.python));
+  }
   if (!s.note.empty()) {
     w->Key("note");
     w->String(s.note);

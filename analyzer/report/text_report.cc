@@ -88,20 +88,48 @@ void Evidence(const Value& ev, std::string* out) {
 
 void ShortStack(const Site& site, std::string* out) {
   if (!site.known || site.stack.empty()) return;
-  *out += "    stack:\n";
+  const bool python = site.IsPython();
+  // A Python site: its own frame and its callers first, then what it
+  // called into (library Python frames, then native ones).
+  *out += python ? "    python stack:\n" : "    stack:\n";
   int shown = 0, hidden = 0;
   for (size_t i = 0; i < site.stack.size(); ++i) {
     const Frame& f = site.stack[i];
-    if (static_cast<int>(i) < site.site_index || (f.runtime && static_cast<int>(i) != site.site_index)) {
-      ++hidden;
+    if (python && !f.python) continue;
+    if (static_cast<int>(i) < site.site_index ||
+        (f.runtime && static_cast<int>(i) != site.site_index)) {
+      if (!python) ++hidden;
       continue;
     }
     if (shown == kShortStackFrames) {
       *out += "      ...\n";
       break;
     }
-    *out += "      " + f.Describe() + (f.inlined ? " [inlined]" : "") + "\n";
+    *out += "      " + f.Describe(true) + (f.inlined ? " [inlined]" : "") + "\n";
     ++shown;
+  }
+  if (python) {
+    std::string under;
+    int listed = 0;
+    for (int i = 0; i < site.site_index; ++i) {
+      const Frame& f = site.stack[static_cast<size_t>(i)];
+      if (f.runtime || (!f.python && f.library)) {
+        ++hidden;
+        continue;
+      }
+      if (listed == kShortStackFrames) {
+        under += "      ...\n";
+        break;
+      }
+      under += "      " + f.Describe(true) + (f.inlined ? " [inlined]" : "") + "\n";
+      ++listed;
+    }
+    if (!under.empty()) *out += "    under it, innermost first:\n" + under;
+    if (hidden > 0) {
+      *out += "      (" + std::to_string(hidden) +
+              " frames in CUDA, pinshim, the C library and the Python interpreter not shown)\n";
+    }
+    return;
   }
   if (hidden > 0) {
     *out += "      (" + std::to_string(hidden) + " frames in CUDA, pinshim and the C library not shown)\n";
