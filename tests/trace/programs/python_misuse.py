@@ -1,8 +1,9 @@
 """Misuse from Python, reaching the CUDA driver through ctypes (tests/fakecuda's
-libcuda.so.1 in CI): the report must name each MISUSE(rule) line of this file
-as the rule's site, and each ALLOC(rule) line as the allocation site in its
-evidence. ctypes.CDLL releases the GIL around every foreign call, so each
-copy here is recorded while this thread does not hold the GIL.
+libcuda.so.1 in CI): the report must name each line marked MISUSE(<rule>) in this file
+as the rule's site, and each ALLOC(<rule>) line as the allocation site in its
+evidence. ctypes.CDLL releases the GIL around every foreign call, so most copies
+here are recorded while this thread does not hold the GIL; with_gil_held
+makes its copies through ctypes.PyDLL, which keeps it.
 
 Besides the main thread: a Python thread copies from its own lines, and a
 native thread the driver is called from (NATIVE_COPIER, a small library of
@@ -72,6 +73,15 @@ def small_reads(dev):
         check(cuda.cuMemcpyDtoH_v2(out, dev, 4096), "cuMemcpyDtoH")  # MISUSE(small-copies) MISUSE(sync-copy-loop)
 
 
+def with_gil_held(dev):
+    # ctypes.PyDLL keeps the GIL across the call: frames are read the same way.
+    held = ctypes.PyDLL("libcuda.so.1")
+    held.cuMemcpyHtoD_v2.argtypes = [u64, ctypes.c_void_p, ctypes.c_size_t]
+    block = ctypes.create_string_buffer(2 << 20)
+    for _ in range(20):
+        check(held.cuMemcpyHtoD_v2(dev, block, 2 << 20), "cuMemcpyHtoD")  # MISUSE(pageable-hot)
+
+
 def worker(ctx, dev, errors):
     # A thread's SystemExit ends the thread only: failures go back to main().
     try:
@@ -95,6 +105,7 @@ def main():
     staging_per_batch(dev, 12)
     async_from_pageable(dev)
     small_reads(dev)
+    with_gil_held(dev)
     errors = []
     t = threading.Thread(target=worker, args=(ctx, dev, errors))
     t.start()
