@@ -208,33 +208,9 @@ bool ReadString(const PythonRuntime& rt, uintptr_t s, char* out, size_t cap, siz
 
 // --- Finding the interpreter --------------------------------------------
 
-// The prefix of 3.13's _Py_DebugOffsets (Include/internal/pycore_runtime.h)
-// that pinshim reads, at the start of _PyRuntime.
-struct DebugOffsets313 {
-  char cookie[8];
-  uint64_t version;
-  uint64_t free_threaded;
-  struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
-  struct {
-    uint64_t size, id, next, threads_head, gc, imports_modules, sysdict, builtins, ceval_gil,
-        gil_runtime_state, gil_runtime_state_enabled, gil_runtime_state_locked,
-        gil_runtime_state_holder;
-  } interpreter_state;
-  struct {
-    uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id,
-        datastack_chunk, status;
-  } thread_state;
-  struct { uint64_t size, previous, executable, instr_ptr, localsplus, owner; } interpreter_frame;
-  struct {
-    uint64_t size, filename, name, qualname, linetable, firstlineno, argcount, localsplusnames,
-        localspluskinds, co_code_adaptive;
-  } code_object;
-  struct { uint64_t size, ob_type; } pyobject;
-};
-
 // The table's offsets must be the interpreter's own: a build whose
 // structures differ (another configuration of 3.13) is not read.
-bool MatchesDebugOffsets(const PythonLayout& l, const DebugOffsets313& d) {
+bool MatchesDebugOffsets(const PythonLayout& l, const PythonDebugOffsets313& d) {
   return d.thread_state.interp == static_cast<uint64_t>(l.ts_interp) &&
          d.thread_state.current_frame == static_cast<uint64_t>(l.ts_frame) &&
          d.thread_state.thread_id == static_cast<uint64_t>(l.ts_thread_id) &&
@@ -276,6 +252,16 @@ void Describe(PythonRuntime* rt, unsigned major, unsigned minor, unsigned micro,
 }
 
 }  // namespace
+
+PythonStatus ClassifyDebugOffsets313(const PythonDebugOffsets313& d, unsigned long version_hex,
+                                     const PythonLayout& layout) {
+  if (memcmp(d.cookie, "xdebugpy", 8) != 0 ||
+      ((d.version >> 16) & 0xffff) != ((version_hex >> 16) & 0xffff)) {
+    return PythonStatus::kUnsupported;
+  }
+  if (d.free_threaded != 0) return PythonStatus::kFreeThreaded;
+  return MatchesDebugOffsets(layout, d) ? PythonStatus::kFrames : PythonStatus::kUnsupported;
+}
 
 const PythonLayout* PythonLayoutFor(int minor) {
   for (const PythonLayout& l : kLayouts) {
@@ -328,15 +314,12 @@ bool DetectPythonRuntime() {
     rt.types.bytes = reinterpret_cast<uintptr_t>(sym("PyBytes_Type"));
     uintptr_t type_type = reinterpret_cast<uintptr_t>(sym("PyType_Type"));
     if (minor == 13) {
-      const auto* d = static_cast<const DebugOffsets313*>(sym("_PyRuntime"));
-      if (d == nullptr || memcmp(d->cookie, "xdebugpy", 8) != 0 ||
-          ((d->version >> 16) & 0xffff) != ((hex >> 16) & 0xffff)) {
-        rt.fixed = PythonStatus::kUnsupported;
-      } else if (d->free_threaded != 0) {
-        rt.fixed = PythonStatus::kFreeThreaded;
+      const auto* d = static_cast<const PythonDebugOffsets313*>(sym("_PyRuntime"));
+      rt.fixed = d == nullptr ? PythonStatus::kUnsupported
+                              : ClassifyDebugOffsets313(*d, hex, rt.layout);
+      if (rt.fixed == PythonStatus::kFreeThreaded) {
         Describe(&rt, major, minor, micro, "free-threaded");
-      } else if (!MatchesDebugOffsets(rt.layout, *d)) {
-        rt.fixed = PythonStatus::kUnsupported;
+      } else if (rt.fixed == PythonStatus::kUnsupported) {
         Describe(&rt, major, minor, micro, "(unknown structure layout)");
       }
     }

@@ -109,6 +109,37 @@ struct PythonRuntime {
   char description[48] = {};                   // "3.12.3", "3.13.0 free-threaded"
 };
 
+// The prefix of CPython 3.13's _Py_DebugOffsets (Include/internal/
+// pycore_runtime.h, the start of _PyRuntime) that pinshim reads.
+struct PythonDebugOffsets313 {
+  char cookie[8];  // "xdebugpy"
+  uint64_t version;
+  uint64_t free_threaded;
+  struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
+  struct {
+    uint64_t size, id, next, threads_head, gc, imports_modules, sysdict, builtins, ceval_gil,
+        gil_runtime_state, gil_runtime_state_enabled, gil_runtime_state_locked,
+        gil_runtime_state_holder;
+  } interpreter_state;
+  struct {
+    uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id,
+        datastack_chunk, status;
+  } thread_state;
+  struct { uint64_t size, previous, executable, instr_ptr, localsplus, owner; } interpreter_frame;
+  struct {
+    uint64_t size, filename, name, qualname, linetable, firstlineno, argcount, localsplusnames,
+        localspluskinds, co_code_adaptive;
+  } code_object;
+  struct { uint64_t size, ob_type; } pyobject;
+};
+
+// What a 3.13 interpreter's debug offsets say about reading its frames with
+// `layout`: kFrames when they agree, kFreeThreaded for a free-threaded
+// build, kUnsupported when the cookie, the version (`version_hex`, as
+// Py_Version) or an offset differs.
+PythonStatus ClassifyDebugOffsets313(const PythonDebugOffsets313& offsets,
+                                     unsigned long version_hex, const PythonLayout& layout);
+
 // Finds the interpreter in this process, once; later calls after a failure
 // look again (a libpython dlopen'ed since). Returns true when one was found
 // (also one whose frames cannot be read: see PythonRuntime::fixed).

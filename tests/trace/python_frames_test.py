@@ -34,6 +34,104 @@ TMP = os.environ.get("TEST_TMPDIR", "/tmp")
 SUPPORTED = [(3, 10), (3, 11), (3, 12), (3, 13)]
 
 
+LINE_CHECK = os.path.abspath(os.path.join(HERE, "python_line_check"))
+
+# Printed by each interpreter for python_line_check: every code object of a
+# few standard modules, its line table, and the line the interpreter itself
+# gives each instruction (co_lines()).
+DUMP_LINES = r"""
+import importlib, sys, types
+def codes(co):
+    yield co
+    for c in co.co_consts:
+        if isinstance(c, types.CodeType):
+            for x in codes(c):
+                yield x
+out = []
+for name in ("json.decoder", "threading", "collections", "argparse", "dis", "inspect",
+             "ast", "logging", "typing", "unittest.case", "email.message", "asyncio.tasks"):
+    path = importlib.import_module(name).__file__
+    with open(path) as f:
+        top = compile(f.read(), path, "exec")
+    for c in codes(top):
+        out.append("T %s %d" % (c.co_linetable.hex(), c.co_firstlineno))
+        for start, end, line in c.co_lines():
+            for offset in range(start, end, 2):
+                out.append("%d %d" % (offset, line or 0))
+sys.stdout.write("\n".join(out) + "\n")
+"""
+
+
+LAYOUT_DUMP = os.path.abspath(os.path.join(HERE, "python_layout_dump"))
+
+# Compiled against an interpreter's own headers (internal ones included):
+# the offsets of the fields pinshim reads, named as in PythonLayout.
+LAYOUT_PROBE = r"""
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <stddef.h>
+#include <stdio.h>
+#if PY_VERSION_HEX >= 0x030b0000
+#include "internal/pycore_frame.h"
+#else
+#include <frameobject.h>
+#endif
+#define F(name, value) printf("3.%d %s %d\n", PY_MINOR_VERSION, name, (int)(value))
+int main(void) {
+  F("ts_interp", offsetof(PyThreadState, interp));
+  F("ts_thread_id", offsetof(PyThreadState, thread_id));
+#if PY_VERSION_HEX < 0x030b0000
+  F("ts_frame", offsetof(PyThreadState, frame));
+  F("cframe_current", -1);
+  F("fr_previous", offsetof(PyFrameObject, f_back));
+  F("fr_code", offsetof(PyFrameObject, f_code));
+  F("fr_instr", offsetof(PyFrameObject, f_lasti));
+  F("fr_owner", -1);
+  F("fr_lineno", offsetof(PyFrameObject, f_lineno));
+  F("owner_cstack", -1);
+  F("co_name", offsetof(PyCodeObject, co_name));
+  F("co_code_adaptive", -1);
+  F("co_firsttraceable", -1);
+#else
+#if PY_VERSION_HEX < 0x030d0000
+  F("ts_frame", offsetof(PyThreadState, cframe));
+  F("cframe_current", offsetof(_PyCFrame, current_frame));
+  F("fr_code", offsetof(_PyInterpreterFrame, f_code));
+  F("fr_instr", offsetof(_PyInterpreterFrame, prev_instr));
+#else
+  F("ts_frame", offsetof(PyThreadState, current_frame));
+  F("cframe_current", -1);
+  F("fr_code", offsetof(_PyInterpreterFrame, f_executable));
+  F("fr_instr", offsetof(_PyInterpreterFrame, instr_ptr));
+#endif
+  F("fr_previous", offsetof(_PyInterpreterFrame, previous));
+  F("fr_owner", offsetof(_PyInterpreterFrame, owner));
+  F("fr_lineno", -1);
+#if PY_VERSION_HEX >= 0x030c0000
+  F("owner_cstack", FRAME_OWNED_BY_CSTACK);
+#else
+  F("owner_cstack", -1);
+#endif
+  F("co_name", offsetof(PyCodeObject, co_qualname));
+  F("co_code_adaptive", offsetof(PyCodeObject, co_code_adaptive));
+  F("co_firsttraceable", offsetof(PyCodeObject, _co_firsttraceable));
+#endif
+  F("owner_generator", 1);
+  F("co_filename", offsetof(PyCodeObject, co_filename));
+  F("co_firstlineno", offsetof(PyCodeObject, co_firstlineno));
+  F("co_linetable", offsetof(PyCodeObject, co_linetable));
+  F("ob_type", offsetof(PyObject, ob_type));
+  F("ob_size", offsetof(PyVarObject, ob_size));
+  F("bytes_data", offsetof(PyBytesObject, ob_sval));
+  F("str_length", offsetof(PyASCIIObject, length));
+  F("str_state", offsetof(PyASCIIObject, state));
+  F("ascii_size", sizeof(PyASCIIObject));
+  F("compact_size", sizeof(PyCompactUnicodeObject));
+  return 0;
+}
+"""
+
+
 def interpreters():
     """(path, (major, minor), version text) of each distinct interpreter."""
     candidates = [shutil.which("python3") or "/usr/bin/python3", "/usr/bin/python3"]
@@ -184,6 +282,61 @@ class PythonFramesTest(unittest.TestCase):
                 # Every finding has a site: none is left at libffi or the interpreter.
                 for f in findings:
                     self.assertNotIn("libffi", f["site"].get("module") or "", describe([f]))
+
+    def test_layouts_match_the_headers(self):
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        self.assertTrue(compiler, "no C compiler to read the headers with")
+        ours = {}
+        for line in subprocess.run([LAYOUT_DUMP], capture_output=True, text=True,
+                                   check=True).stdout.split("\n"):
+            if line:
+                version, field, value = line.split()
+                ours[(version, field)] = int(value)
+        compared = []
+        probe_src = os.path.join(TMP, "layout_probe.c")
+        with open(probe_src, "w") as f:
+            f.write(LAYOUT_PROBE)
+        for python, version, text_version in self.supported():
+            include = subprocess.run([python, "-c", "import sysconfig; "
+                                      "print(sysconfig.get_paths()['include'])"],
+                                     capture_output=True, text=True).stdout.strip()
+            if not os.path.exists(os.path.join(include, "internal")):
+                print("%s: no internal headers at %s; layout not compared" %
+                      (text_version, include), file=sys.stderr)
+                continue
+            with self.subTest(python=text_version):
+                binary = os.path.join(TMP, "layout_probe_%s" % text_version)
+                build = subprocess.run([compiler, "-I", include, "-o", binary, probe_src],
+                                       capture_output=True, text=True)
+                self.assertEqual(build.returncode, 0, build.stderr[-2000:])
+                out = subprocess.run([binary], capture_output=True, text=True, check=True).stdout
+                fields = 0
+                for line in out.split("\n"):
+                    if not line:
+                        continue
+                    v, field, value = line.split()
+                    self.assertEqual(ours.get((v, field)), int(value),
+                                     "%s %s: pinshim has %s, the headers say %s" %
+                                     (text_version, field, ours.get((v, field)), value))
+                    fields += 1
+                self.assertGreaterEqual(fields, 24)
+                compared.append(text_version)
+        print("structure layouts compared with the headers of: %s" % (compared or "none"),
+              file=sys.stderr)
+        # CI installs python3-dev, whose headers this needs.
+        self.assertTrue(compared, "no interpreter with internal headers found")
+
+    def test_line_tables_match_the_interpreters(self):
+        for python, version, text_version in self.supported():
+            with self.subTest(python=text_version):
+                dump = subprocess.run([python, "-c", DUMP_LINES], capture_output=True, text=True,
+                                      timeout=300)
+                self.assertEqual(dump.returncode, 0, dump.stderr[-2000:])
+                check = subprocess.run([LINE_CHECK, "310" if version == (3, 10) else "311"],
+                                       input=dump.stdout, capture_output=True, text=True,
+                                       timeout=300)
+                print("%s: %s" % (text_version, check.stdout.strip()), file=sys.stderr)
+                self.assertEqual(check.returncode, 0, check.stdout)
 
     def test_python_frames_off(self):
         python, version, text_version = self.supported()[0]
