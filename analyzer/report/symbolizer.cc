@@ -207,7 +207,10 @@ std::string ShortCxxName(const std::string& name) {
     if (depth == 0 && c == '(') break;
     if (c == '(' || c == '[' || c == '{') ++depth;
     else if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
-    else if (c == ' ' && depth == 0) last_space = i;
+    // "operator< <...>" and "operator new": not the end of a return type.
+    else if (c == ' ' && depth == 0 && out.compare(i + 1, 1, "<") != 0 &&
+             !EndsWithOperator(out.substr(0, i)))
+      last_space = i;
   }
   if (last_space != std::string::npos && last_space + 1 < out.size()) {
     out = out.substr(last_space + 1);
