@@ -103,6 +103,11 @@ struct Finding {
   Value evidence = Value::Object();
   double seconds_lost = 0;    // estimate; 0 when the rule cannot estimate
   std::string fix;            // concrete advice; "{site:N}" expands too
+  // The framework the stack shows ("pytorch", "cupy", "jax", "numpy",
+  // "python"; "" none: frameworks.h) and, when `fix` is that framework's,
+  // the rule's generic fix it replaced ("" otherwise).
+  std::string framework;
+  std::string generic_fix;
   std::vector<int> processes; // indices of the processes it was found in
   std::vector<double> seconds_lost_by_process;  // aligned with `processes`
 };

@@ -397,6 +397,12 @@ void WriteJsonReport(const MergedReport& r, std::string* out) {
     w.Double(f.seconds_lost);
     w.Key("fix");
     w.String(f.fix);
+    w.Key("framework");
+    f.framework.empty() ? w.Null() : w.String(f.framework);
+    if (!f.generic_fix.empty()) {
+      w.Key("generic_fix");
+      w.String(f.generic_fix);
+    }
     w.Key("processes");
     w.BeginArray();
     for (int p : f.processes) w.Int(p);

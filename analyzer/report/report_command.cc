@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "analyzer/report/analysis.h"
+#include "analyzer/report/frameworks.h"
 #include "analyzer/report/json_report.h"
 #include "analyzer/report/merge.h"
 #include "analyzer/report/perfetto_report.h"
@@ -114,6 +115,7 @@ void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& options) {
         continue;
       }
       in.report = AnalyzeTrace(*in.reader, options);
+      ApplyFrameworkKnowledge(&in.report);
     }
   };
   size_t threads = std::max<size_t>(1, std::min<size_t>(inputs->size(),

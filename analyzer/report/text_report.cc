@@ -269,6 +269,15 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
   }
 }
 
+std::string FrameworkTitle(const std::string& name) {
+  if (name == "pytorch") return "PyTorch";
+  if (name == "cupy") return "CuPy";
+  if (name == "jax") return "JAX";
+  if (name == "numpy") return "NumPy";
+  if (name == "python") return "Python";
+  return name;
+}
+
 std::string ProcessTitle(const ProcessReport& p) {
   std::string t = p.info.program.empty() ? std::string("unknown program") : p.info.program;
   t += "  pid " + std::to_string(p.info.pid);
@@ -350,7 +359,9 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
     *out += "    at " + f.site.Short() + "\n";
     Evidence(f.evidence, out);
     ShortStack(f.site, out);
-    *out += "    fix: " + f.fix + "\n";
+    *out += (f.generic_fix.empty() ? std::string("    fix: ")
+                                   : "    fix (" + FrameworkTitle(f.framework) + "): ") +
+            f.fix + "\n";
   }
 }
 

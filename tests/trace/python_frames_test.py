@@ -264,6 +264,12 @@ class PythonFramesTest(unittest.TestCase):
                     callers = {fr["function"] for fr in f["stack"] if fr["python"]}
                     self.assertTrue(callers & {"main", "Thread.run", "run"}, callers)
                     self.assertIn("%s:%d" % (PROGRAM, line), text)
+                    # A Python program without a framework: the fix speaks of
+                    # Python's buffers where the rule has such a text.
+                    self.assertEqual(f["framework"], "python")
+                    if rule == "pageable-hot":
+                        self.assertIn("cuMemHostAlloc", f["fix"])
+                        self.assertIn("cudaMallocHost", f["generic_fix"])
                 for rule, line in allocs:
                     sites = [s for f in findings if f["rule"] == rule
                              for s in sites_in(f["evidence"])]
