@@ -183,6 +183,20 @@ bool IsSigreturnTrampoline(uintptr_t ip) {
 constexpr uintptr_t kMaxFrameScan = 256 * 1024;
 constexpr uintptr_t kMaxStackScan = 64 * 1024 * 1024;
 
+// Remembers `py` and the id of the whole stack in the entry of its native
+// part. The entry is the calling thread's; a signal handler that interrupts
+// this meets python_id 0 and looks the stack up instead.
+void RememberPython(UnwindCacheEntry* e, const PythonStack& py, uint32_t id) {
+  e->python_id = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  e->python_status = static_cast<uint8_t>(py.status);
+  e->python_depth = static_cast<uint8_t>(py.depth);
+  e->python_omitted = py.omitted;
+  memcpy(e->python_frames, py.frames, sizeof(uint64_t) * static_cast<size_t>(py.depth));
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  e->python_id = id;
+}
+
 inline size_t CacheIndex(uintptr_t sp, uintptr_t ret) {
   uint64_t h = (sp >> 4) * 0x9e3779b97f4a7c15ull ^ ret;
   h ^= h >> 29;
@@ -234,6 +248,13 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
     if (same) {
       ++cache->hits;
       if (!with_python && e.stack_id != 0) return e.stack_id;
+      const PythonStack& py = scratch->python;
+      if (with_python && e.python_id != 0 &&
+          e.python_status == static_cast<uint8_t>(py.status) &&
+          e.python_depth == static_cast<uint8_t>(py.depth) && e.python_omitted == py.omitted &&
+          memcmp(e.python_frames, py.frames, sizeof(uint64_t) * static_cast<size_t>(py.depth)) == 0) {
+        return e.python_id;
+      }
       // The native part is unchanged; the whole stack (with its Python
       // frames) is looked up in the table.
       scratch->depth = static_cast<int>(e.depth);
@@ -241,6 +262,7 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
       memcpy(scratch->ips, e.value, sizeof(uintptr_t) * e.depth);
       uint32_t id = table->Intern(*scratch, epoch, is_new);
       if (!with_python && id != 0) e.stack_id = id;
+      if (with_python && id != 0) RememberPython(&e, py, id);
       return id;
     }
   }
@@ -285,6 +307,8 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   e.sp = frame;
   e.ret = ret;
   e.stack_id = with_python ? 0 : id;
+  e.python_id = 0;
+  if (with_python) RememberPython(&e, scratch->python, id);
   e.depth = static_cast<uint32_t>(scratch->depth);
   memcpy(e.slot, slots, sizeof(uintptr_t) * e.depth);
   memcpy(e.value, scratch->ips, sizeof(uintptr_t) * e.depth);

@@ -46,6 +46,14 @@ struct UnwindCacheEntry {
   uint32_t depth;
   uintptr_t slot[kMaxStackDepth];   // where frame i's return address lives
   uintptr_t value[kMaxStackDepth];  // and what it was
+  // The last Python frames seen with this native stack and the id of the
+  // two together: a loop that copies from one Python line costs a compare
+  // of its Python frames, not a lookup of the whole stack.
+  uint32_t python_id;  // 0: none remembered
+  uint8_t python_status;
+  uint8_t python_depth;
+  uint32_t python_omitted;
+  uint64_t python_frames[kMaxPythonFrames];
 };
 
 // One per thread, zero-initialised; then set stack_top.

@@ -499,11 +499,14 @@ int PythonLineOf(const PythonRuntime& rt, const PythonRawFrame& f) {
 }
 
 uint64_t PythonCodeFingerprint(const PythonRuntime& rt, uintptr_t code) {
+  // Per frame of every record: shifts and xors, not a hash. The objects
+  // are 8-byte aligned, so the shifts keep their bits apart.
   const PythonLayout& l = rt.layout;
-  uint64_t h = Mix(0x452821e638d01377ull, Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_filename)));
-  h = Mix(h, Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_name)));
-  h = Mix(h, Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_linetable)));
-  return Mix(h, static_cast<uint32_t>(Load<int32_t>(code + static_cast<uintptr_t>(l.co_firstlineno))));
+  uint64_t file = Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_filename));
+  uint64_t name = Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_name));
+  uint64_t table = Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_linetable));
+  uint64_t first = static_cast<uint32_t>(Load<int32_t>(code + static_cast<uintptr_t>(l.co_firstlineno)));
+  return file ^ (name << 1) ^ (table << 2) ^ (first << 40) ^ (first >> 24);
 }
 
 // --- Code ids ----------------------------------------------------------------
@@ -607,7 +610,8 @@ void CapturePythonStack(const PythonRuntime* rt, PythonLineCache* cache, PythonC
   for (int i = 0; i < n; ++i) {
     const PythonRawFrame& f = raw[i];
     uint64_t fp = PythonCodeFingerprint(*rt, f.code);
-    uint64_t key = Mix(Mix(f.code, fp), static_cast<uint32_t>(f.addr));
+    uint64_t key = ((f.code >> 4) ^ static_cast<uint64_t>(static_cast<uint32_t>(f.addr)) *
+                                         0x9e3779b97f4a7c15ull) >> 20;
     PythonLineCache::Entry& e = cache->entries[key & (kPythonLineCacheEntries - 1)];
     uint32_t id;
     uint32_t line;
