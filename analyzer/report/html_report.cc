@@ -524,11 +524,30 @@ std::string Cell(uint64_t sort_value, const std::string& text) {
 std::string SiteTable(const Collector& c, const TraceReader& reader, const ProcessReport& p) {
   Symbolizer sym(&reader);
   std::map<std::string, SiteRow> rows;
+  // Symbolizing every stack of a long trace would take long: the stacks
+  // that moved or pinned the most are named, the rest summed in one row.
+  constexpr size_t kMaxStacks = 400;
+  std::vector<std::pair<uint32_t, const SiteStats*>> stacks;
   for (const auto& kv : c.sites()) {
-    if (kv.second.copies == 0 && kv.second.pin_allocs == 0) continue;
+    if (kv.second.copies != 0 || kv.second.pin_allocs != 0) stacks.emplace_back(kv.first, &kv.second);
+  }
+  std::sort(stacks.begin(), stacks.end(), [](const auto& a, const auto& b) {
+    uint64_t x = a.second->bytes + a.second->pin_bytes, y = b.second->bytes + b.second->pin_bytes;
+    return x != y ? x > y : a.first < b.first;
+  });
+  SiteRow rest;
+  size_t rest_stacks = 0;
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    uint32_t stack = stacks[i].first;
+    const SiteStats& stats = *stacks[i].second;
+    if (i >= kMaxStacks) {
+      Add(&rest.s, stats);
+      ++rest_stacks;
+      continue;
+    }
     std::string name = "unknown site", title;
-    if (kv.first != 0) {
-      const SymbolizedStack& st = sym.Symbolize(kv.first);
+    if (stack != 0) {
+      const SymbolizedStack& st = sym.Symbolize(stack);
       if (const Frame* f = st.SiteFrame()) {
         // The table is narrow: the file's name only; the whole site in the
         // tooltip (and the key keeps sites in different files apart).
@@ -546,7 +565,11 @@ std::string SiteTable(const Collector& c, const TraceReader& reader, const Proce
     SiteRow& row = rows[title.empty() ? name : title];
     row.name = name;
     row.title = title;
-    Add(&row.s, kv.second);
+    Add(&row.s, stats);
+  }
+  if (rest_stacks != 0) {
+    rest.name = "other sites (" + FormatCount(rest_stacks) + " stacks, not named)";
+    rows["\x7f"] = rest;  // a key no site has
   }
   for (const Finding& f : p.findings) {
     if (!f.site.known || f.site.site_index < 0) continue;
