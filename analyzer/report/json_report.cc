@@ -256,6 +256,10 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
   i.rank >= 0 ? w->Int(i.rank) : w->Null();
   w->Key("mode");
   w->String(i.mode);
+  w->Key("python");
+  i.python.empty() ? w->Null() : w->String(i.python);
+  w->Key("python_frames");
+  w->Bool(i.python_frames);
   w->Key("duration_seconds");
   w->Double(ProcessDurationSeconds(p));
   w->Key("events");

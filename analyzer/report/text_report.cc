@@ -284,6 +284,9 @@ std::string ProcessTitle(const ProcessReport& p) {
   if (p.info.rank >= 0) t += "  rank " + std::to_string(p.info.rank);
   if (!p.info.hostname.empty()) t += "  on " + p.info.hostname;
   if (p.info.forked_from != 0) t += "  (forked from " + std::to_string(p.info.forked_from) + ")";
+  if (!p.info.python.empty()) {
+    t += "  Python " + p.info.python + (p.info.python_frames ? "" : " (Python frames off)");
+  }
   return t;
 }
 

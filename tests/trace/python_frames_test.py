@@ -253,6 +253,8 @@ class PythonFramesTest(unittest.TestCase):
                 self.assertIn("python_misuse: ok", out)
                 process = data["processes"][0]
                 self.assertTrue(process["trace_complete"])
+                self.assertEqual(process["python"], text_version)
+                self.assertTrue(process["python_frames"])
                 findings = data["findings"]
                 for rule, line in expected:
                     hits = [f for f in findings if f["rule"] == rule and f["site"]
@@ -355,6 +357,7 @@ class PythonFramesTest(unittest.TestCase):
         _, data, _ = run(python, PROGRAM, "off-" + text_version, {"PINSHIM_PYTHON_FRAMES": "0"})
         findings = data["findings"]
         self.assertTrue(findings)
+        self.assertFalse(data["processes"][0]["python_frames"])
         for f in findings:
             self.assertNotIn("python_status", f["site"])
             self.assertFalse(any(fr["python"] for fr in f["stack"]))
