@@ -26,6 +26,7 @@ import unittest
 HERE = "tests/trace"
 PROGRAM = os.path.abspath(os.path.join(HERE, "programs", "python_misuse.py"))
 SUBINTERPRETER = os.path.abspath(os.path.join(HERE, "programs", "python_subinterpreter.py"))
+STRESS = os.path.abspath(os.path.join(HERE, "programs", "python_stress.py"))
 COPIER = os.path.abspath(os.path.join(HERE, "programs", "native_copier.so"))
 COPIER_SOURCE = os.path.join(HERE, "programs", "native_copier.cc")
 REPORT = os.path.abspath("analyzer/report/pinshim-report")
@@ -196,7 +197,7 @@ def sites_in(value):
             yield from sites_in(v)
 
 
-def run(python, program, name, extra_env=None):
+def run(python, program, name, extra_env=None, args=()):
     trace_dir = os.path.join(TMP, "python-traces", name)
     shutil.rmtree(trace_dir, ignore_errors=True)
     # The simulated driver first; where it is not (the GPU machine), the real one.
@@ -205,7 +206,7 @@ def run(python, program, name, extra_env=None):
                LD_LIBRARY_PATH=library_path, NATIVE_COPIER=COPIER)
     env.pop("PYTHONPATH", None)
     env.update(extra_env or {})
-    proc = subprocess.run([python, program], env=env, capture_output=True, text=True,
+    proc = subprocess.run([python, program] + list(args), env=env, capture_output=True, text=True,
                           timeout=300)
     if proc.returncode != 0:
         raise AssertionError("%s under %s exited %d: %s" % (program, python, proc.returncode,
@@ -374,6 +375,29 @@ class PythonFramesTest(unittest.TestCase):
                 for f in data["findings"]:
                     self.assertEqual(f["site"]["python_status"], "unsupported_version")
                     self.assertFalse(any(fr["python"] for fr in f["stack"]))
+
+    def test_frames_that_come_and_go(self):
+        # Same output with and without pinshim, a whole trace, and the copies
+        # found at their line however deep, in generators, coroutines,
+        # handlers and code compiled on the fly.
+        line = line_of(STRESS, "def copy(") + 1
+        for python, version, text_version in self.supported():
+            with self.subTest(python=text_version):
+                env = dict(os.environ, LD_LIBRARY_PATH=":".join(
+                    p for p in (FAKECUDA, os.environ.get("LD_LIBRARY_PATH")) if p))
+                plain = subprocess.run([python, STRESS, "6"], env=env, capture_output=True,
+                                       text=True, timeout=300)
+                self.assertEqual(plain.returncode, 0, plain.stderr[-2000:])
+                out, data, _ = run(python, STRESS, "stress-" + text_version, args=["6"])
+                self.assertEqual(out, plain.stdout)
+                self.assertIn("python_stress: ok", out)
+                process = data["processes"][0]
+                self.assertTrue(process["trace_complete"])
+                self.assertIsNone(process["damage"])
+                hot = [f for f in data["findings"] if f["rule"] == "pageable-hot"]
+                self.assertTrue(hot, describe(data["findings"]))
+                self.assertEqual((hot[0]["site"]["file"], hot[0]["site"]["line"]), (STRESS, line))
+                self.assertEqual(hot[0]["site"]["python_status"], "frames")
 
     def test_subinterpreters_are_labelled(self):
         enters = line_of(SUBINTERPRETER, "ENTERS-SUBINTERPRETER")
