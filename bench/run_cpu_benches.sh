@@ -11,6 +11,10 @@
 #                                hand-offs, so the added time is resolvable
 #   bench/malloc:malloc_bench    malloc+free pairs (target for 64 bytes: at
 #                                most 5 ns added)
+#   bench/page:page_call_bench   madvise / mmap calls that touch no pinned
+#                                memory, with the library in optimize mode
+#                                and a registration in its cache (target: at
+#                                most 10 ns added)
 #
 #   bash bench/run_cpu_benches.sh [--no-build]
 #
@@ -31,7 +35,8 @@ MIN_TIME="${BENCH_MIN_TIME:-0.1}"
 FILTER="${BENCH_FILTER:-.}"
 
 TARGETS=(//bench/copy:copy_call_bench //bench/copy:null_driver/libcuda.so.1
-         //bench/malloc:malloc_bench //shim:libpinshim.so //tests/fakecuda:libcuda.so.1)
+         //bench/malloc:malloc_bench //bench/page:page_call_bench //shim:libpinshim.so
+         //tests/fakecuda:libcuda.so.1)
 if [ "${1:-}" != "--no-build" ]; then
   bazel build "${TARGETS[@]}" || { echo "bench: build failed" >&2; exit 1; }
 fi
@@ -40,12 +45,14 @@ fi
 # configuration was built last, possibly another one).
 BIN="$(bazel info bazel-bin 2>/dev/null)" || BIN="$(cd bazel-bin && pwd -P)"
 LIB="$BIN/shim/libpinshim.so"
-# label|binary|folder holding the libcuda.so.1 to use
-BENCHES=("fakecuda|$BIN/bench/copy/copy_call_bench|$BIN/tests/fakecuda"
-         "null-driver|$BIN/bench/copy/copy_call_bench|$BIN/bench/copy/null_driver"
-         "malloc|$BIN/bench/malloc/malloc_bench|")
+# label|binary|folder holding the libcuda.so.1 to use|settings with the library
+BENCHES=("fakecuda|$BIN/bench/copy/copy_call_bench|$BIN/tests/fakecuda|"
+         "null-driver|$BIN/bench/copy/copy_call_bench|$BIN/bench/copy/null_driver|"
+         "malloc|$BIN/bench/malloc/malloc_bench||"
+         "page-optimize|$BIN/bench/page/page_call_bench|$BIN/tests/fakecuda|PINSHIM_MODE=optimize")
 for f in "$LIB" "$BIN/tests/fakecuda/libcuda.so.1" "$BIN/bench/copy/null_driver/libcuda.so.1" \
-         "$BIN/bench/copy/copy_call_bench" "$BIN/bench/malloc/malloc_bench"; do
+         "$BIN/bench/copy/copy_call_bench" "$BIN/bench/malloc/malloc_bench" \
+         "$BIN/bench/page/page_call_bench"; do
   [ -e "$f" ] || { echo "bench: missing $f (build first)" >&2; exit 1; }
 done
 
@@ -56,13 +63,14 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/pinshim-bench.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
 run_one() {  # label|binary|driver_dir  mode  round
-  local label bin driver
-  IFS='|' read -r label bin driver <<< "$1"
+  local label bin driver settings
+  IFS='|' read -r label bin driver settings <<< "$1"
   local mode="$2" round="$3"
   local out="$WORK/$label.$mode.$round.json"
   local env_args=()
   [ -n "$driver" ] && env_args+=(LD_LIBRARY_PATH="$driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   [ "$mode" = with ] && env_args+=(LD_PRELOAD="$LIB")
+  [ "$mode" = with ] && [ -n "$settings" ] && env_args+=("$settings")
   if ! env "${env_args[@]}" "$bin" --benchmark_repetitions="$REPS" \
       --benchmark_min_time="$MIN_TIME" --benchmark_filter="$FILTER" \
       --benchmark_out="$out" --benchmark_out_format=json \
@@ -94,7 +102,8 @@ import glob, json, os, statistics, sys
 
 work = sys.argv[1]
 # Added nanoseconds allowed, by benchmark name prefix.
-targets = {"BM_MemcpyHtoD/": 50.0, "BM_MemcpyHtoDAsync/": 50.0, "BM_MallocFree/64": 5.0}
+targets = {"BM_MemcpyHtoD/": 50.0, "BM_MemcpyHtoDAsync/": 50.0, "BM_MallocFree/64": 5.0,
+           "BM_Madvise": 10.0, "BM_Mmap": 10.0}
 scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 rounds = {}  # (name, mode) -> [round medians in ns]

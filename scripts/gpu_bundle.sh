@@ -13,6 +13,7 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //analyzer/report:pinshim-report //tests/trace:rules_driver_test
          //tests/trace:profile_test //tests/trace:optimize_report_test
          //bench/optimize:pool_bench //bench/optimize:arena_bench //bench/optimize:fork_check
+         //tests/hazards:hazard_program
          //bench/trace:recorder_bench //tests/trace:python_frames_test)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
@@ -24,6 +25,8 @@ cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench \
    bazel-bin/bench/optimize/pool_bench bazel-bin/bench/optimize/arena_bench \
    bazel-bin/bench/trace/recorder_bench .gpu/bench/
 cp bazel-bin/bench/optimize/fork_check .gpu/
+# The hazard suite on the real driver.
+mkdir -p .gpu/hazards && cp bazel-bin/tests/hazards/hazard_program tests/hazards/hazards_test.py .gpu/hazards/
 mkdir -p .gpu/tests/interception && cp tests/interception/client.cc .gpu/tests/interception/
 # The rule programs on the real driver, laid out as the rule test expects.
 mkdir -p .gpu/rules/tests/trace/programs .gpu/rules/analyzer/report .gpu/rules/shim
@@ -43,7 +46,7 @@ cp bazel-bin/shim/libpinshim.so .gpu/rules/shim/
 # and keeps the bundle small enough to travel.
 strip --strip-debug .gpu/pinshim .gpu/rules/analyzer/pinshim .gpu/rules/analyzer/report/pinshim-report
 # Shared libraries from this machine's packages that the GPU machine may lack.
-for bin in .gpu/* .gpu/bench/* .gpu/rules/tests/trace/programs/*_driver .gpu/rules/analyzer/report/* \
+for bin in .gpu/* .gpu/bench/* .gpu/hazards/hazard_program .gpu/rules/tests/trace/programs/*_driver .gpu/rules/analyzer/report/* \
            .gpu/rules/analyzer/pinshim .gpu/rules/tests/trace/python_line_check \
            .gpu/rules/tests/trace/python_layout_dump; do
   [ -f "$bin" ] || continue
@@ -62,6 +65,7 @@ env LD_LIBRARY_PATH=needed ./budget_test
 cd rules && env LD_LIBRARY_PATH=../needed TRACE_PROGRAM_SUFFIX=_driver TRACE_PRELOAD=shim/libpinshim.so python3 tests/trace/rules_test.py
 cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/profile_test.py
 cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/optimize_report_test.py
+cd hazards && env LD_LIBRARY_PATH=../needed python3 hazards_test.py ./hazard_program ../libpinshim.so ../rules/analyzer/report/pinshim-report
 cd rules && env LD_LIBRARY_PATH=../needed PINSHIM_TEST_PYTHONS=/opt/torch/.venv/bin/python3 python3 tests/trace/python_frames_test.py
 TESTS
 du -sh .gpu

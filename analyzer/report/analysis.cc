@@ -314,6 +314,9 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
     if (b.alloc_stack != 0) b.allocated_at = *resolver.Get(b.alloc_stack);
     if (b.copy_stack != 0) b.copied_at = *resolver.Get(b.copy_stack);
   }
+  for (PageChangeDrop& d : report.own.page_changes) {
+    if (d.stack != 0) d.site = *resolver.Get(d.stack);
+  }
   SortFindings(&report.findings);
   if (hot_sites != nullptr) {
     report.hot_sites = hot_sites->Collect(trace, options.symbolize ? &sym : nullptr);

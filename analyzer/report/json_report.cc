@@ -183,6 +183,27 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->EndObject();
   w->Key("dropped_bytes");
   WriteCounts(o.dropped_bytes, w);
+  w->Key("page_changes");
+  w->BeginArray();
+  for (const PageChangeDrop& d : o.page_changes) {
+    w->BeginObject();
+    w->Key("call");
+    w->String(d.call);
+    w->Key("part");
+    w->String(d.part);
+    w->Key("action");
+    w->String(d.action);
+    w->Key("detail");
+    w->Uint(d.detail);
+    w->Key("times");
+    w->Uint(d.times);
+    w->Key("bytes");
+    w->Uint(d.bytes);
+    w->Key("site");
+    WriteSite(d.site, w);
+    w->EndObject();
+  }
+  w->EndArray();
   w->Key("estimated_seconds_saved");
   w->BeginObject();
   w->Key("copies");

@@ -20,6 +20,7 @@ const char* GroupOf(OwnPinPart part) {
     case OwnPinPart::kPoolDedicated: return "pool";
     case OwnPinPart::kCache: return "cache";
     case OwnPinPart::kArena: return "arena";
+    case OwnPinPart::kStaging: return "staging";
     default: return "other";
   }
 }
@@ -53,6 +54,14 @@ std::string OwnDropWords(const std::string& reason) {
   if (reason == "context_destroyed") return "freed with its context";
   if (reason == "evicted_table_full") return "evicted for the cache's table";
   if (reason == "program_registered") return "registered by the program itself";
+  if (reason == "page_change_madvise") return "its pages changed (madvise)";
+  if (reason == "page_change_map_fixed") return "mapped over (mmap MAP_FIXED)";
+  if (reason == "page_change_mremap") return "moved (mremap)";
+  if (reason == "page_change_munmap") return "partly unmapped (munmap)";
+  if (reason == "page_change_shm") return "a shared memory segment attached over it";
+  if (reason == "page_change_brk") return "the heap shrank over it (brk)";
+  if (reason == "pages_verified_changed") return "other pages found there (PINSHIM_VERIFY_PAGES)";
+  if (reason == "copy_past_end") return "a copy ran past its end";
   return reason;
 }
 
@@ -153,8 +162,13 @@ void OwnPinningTracker::OnOwnPin(const Event& e) {
       if (e.own_part == OwnPinPart::kCache && e.alloc_id != 0) {
         ids_[e.alloc_id].last_unpin = e.own_reason;
       }
+      if (IsPageChange(e.own_reason)) NotePageChange(e, "unpinned");
       break;
     }
+    case OwnPinAction::kRetired:
+      // Still pinned until its last block is freed; counted as a drop now.
+      if (IsPageChange(e.own_reason)) NotePageChange(e, "retired");
+      break;
     case OwnPinAction::kRefused: {
       ++s_.refusals[GroupOf(e.own_part)][OwnPinReasonName(e.own_reason)];
       if (e.alloc_id != 0) {
@@ -167,6 +181,20 @@ void OwnPinningTracker::OnOwnPin(const Event& e) {
     default:
       break;  // a newer writer's action
   }
+}
+
+void OwnPinningTracker::NotePageChange(const Event& e, const char* action) {
+  const std::string call = OwnPinReasonName(e.own_reason);
+  PageChangeDrop& d = page_changes_[std::make_tuple(call, GroupOf(e.own_part), e.stack)];
+  if (d.times == 0) {
+    d.call = call;
+    d.part = GroupOf(e.own_part);
+    d.action = action;
+    d.detail = e.own_detail;
+    d.stack = e.stack;
+  }
+  ++d.times;
+  d.bytes += e.bytes;
 }
 
 void OwnPinningTracker::OnCounters(const Event& e) {
@@ -253,6 +281,10 @@ OwnPinningSummary OwnPinningTracker::Finish() {
   for (const auto& kv : ids_) {
     if (kv.second.cached) ++s_.cache_buffers_registered;
   }
+  s_.page_changes.clear();
+  for (const auto& kv : page_changes_) s_.page_changes.push_back(kv.second);
+  std::stable_sort(s_.page_changes.begin(), s_.page_changes.end(),
+                   [](const PageChangeDrop& a, const PageChangeDrop& b) { return a.times > b.times; });
   std::vector<Buffer*> hot;
   for (auto& kv : buffers_) {
     Buffer& b = kv.second;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +43,19 @@ struct OwnPinningBuffer {
   std::string detail;        // one sentence for the reader
 };
 
+// Drops of pinshim's pinning caused by the program changing the pages behind
+// it, grouped by the call, the part of optimize mode and the call site.
+struct PageChangeDrop {
+  std::string call;   // OwnPinReasonName: "page_change_madvise", ...
+  std::string part;   // "pool", "cache", "arena"
+  std::string action; // "unpinned" (cache, arena) or "retired" (pool slabs)
+  uint32_t detail = 0;  // the advice or the call's flags (first seen)
+  uint64_t times = 0;
+  uint64_t bytes = 0;
+  uint32_t stack = 0;
+  Site site;          // filled by symbolization
+};
+
 struct OwnPinningSummary {
   bool optimize_mode = false;  // the trace was recorded in optimize mode
   bool has_counters = false;   // it has a kOptimizeCounters record
@@ -56,6 +70,7 @@ struct OwnPinningSummary {
   // part ("pool", "cache", "arena") -> refusal reason -> times
   std::map<std::string, std::map<std::string, uint64_t>> refusals;
   std::map<std::string, uint64_t> dropped_bytes;  // unpinning reason -> bytes
+  std::vector<PageChangeDrop> page_changes;       // most frequent first
   uint64_t hot_buffers = 0;                       // all of them
   std::vector<OwnPinningBuffer> buffers;          // the largest, by bytes copied
 
@@ -109,6 +124,7 @@ class OwnPinningTracker {
   };
 
   const Range* RangeAt(uint64_t addr) const;
+  void NotePageChange(const Event& e, const char* action);
   void Classify(Buffer* b) const;
 
   const BandwidthModel* model_;
@@ -120,6 +136,7 @@ class OwnPinningTracker {
   std::unordered_map<uint64_t, Alloc> allocs_;  // tracked host allocations, freed ones kept
   std::unordered_map<uint64_t, Buffer> buffers_;
   std::unordered_map<uint64_t, IdState> ids_;  // cache actions by allocation id
+  std::map<std::tuple<std::string, std::string, uint32_t>, PageChangeDrop> page_changes_;
 };
 
 // Words for the reasons: "evicted for the cap", "the pin cap was full", ...

@@ -245,6 +245,14 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
     dropped += (dropped.empty() ? "" : ", ") + FormatBytes(kv.second) + " " + OwnDropWords(kv.first);
   }
   *out += "      dropped: " + (dropped.empty() ? std::string("nothing") : dropped) + "\n";
+  if (!o.page_changes.empty()) {
+    *out += "      pages the program changed under pinshim's pinning (dropped before the call):\n";
+    for (const PageChangeDrop& d : o.page_changes) {
+      *out += "        - " + Counted(d.times, "time", "times") + ", " + FormatBytes(d.bytes) +
+              " of " + d.part + " memory " + (d.action == "retired" ? "retired" : "unpinned") +
+              ": " + OwnDropWords(d.call) + ", at " + d.site.Short() + "\n";
+    }
+  }
   *out += "      estimated time saved: " + FormatSeconds(c.saved_copy_ns * 1e-9) + " in copies, " +
           FormatSeconds(c.saved_alloc_ns * 1e-9) + " in allocations\n";
   if (o.hot_buffers == 0) {

@@ -492,6 +492,11 @@ class BatchCursor {
         if ((bits & trace::kCopyHasFlags) && !GetVarint(&q, end, &flags)) return -1;
         if ((bits & trace::kCopyHasResult) && !GetSigned(&q, end, &result)) return -1;
         if ((bits & trace::kCopyHasDevice) && !GetSigned(&q, end, &device)) return -1;
+        uint64_t staged_workers = 0, staged_chunk = 0;
+        if ((bits & trace::kCopyStaged) &&
+            (!GetVarint(&q, end, &staged_workers) || !GetVarint(&q, end, &staged_chunk))) {
+          return -1;
+        }
         uint64_t src = u[3] & 7, dst = (u[3] >> 3) & 7;
         if (src >= static_cast<uint64_t>(MemKind::kCount) ||
             dst >= static_cast<uint64_t>(MemKind::kCount)) {
@@ -516,6 +521,8 @@ class BatchCursor {
         e.result = static_cast<int32_t>(result);
         if (bits & trace::kCopyHasDevice) prev_device_ = static_cast<int32_t>(device);
         e.device = prev_device_;
+        e.staged_workers = static_cast<uint32_t>(staged_workers);
+        e.staged_chunk_bytes = staged_chunk;
         break;
       }
       case trace::EventType::kPin: {
@@ -635,6 +642,11 @@ class BatchCursor {
         e.bytes = u[4];
         e.alloc_id = u[5];
         e.result = static_cast<int32_t>(result);
+        // Appended later: the page change's call site and advice or flags.
+        uint64_t stack = 0, detail = 0;
+        if (q < end && GetVarint(&q, end, &stack) && q < end) GetVarint(&q, end, &detail);
+        e.stack = stack > kMaxStackId ? 0 : static_cast<uint32_t>(stack);
+        e.own_detail = static_cast<uint32_t>(detail);
         break;
       }
       case trace::EventType::kOptimizeCounters: {

@@ -170,6 +170,10 @@ struct Event {
   OwnPinAction own_action = OwnPinAction::kPinned;
   OwnPinPart own_part = OwnPinPart::kPoolSlab;
   OwnPinReason own_reason = OwnPinReason::kNone;
+  uint32_t own_detail = 0;  // page changes: the advice or the call's flags
+  // kCopy staged by optimize mode: threads that copied (0: not staged), chunk bytes
+  uint32_t staged_workers = 0;
+  uint64_t staged_chunk_bytes = 0;
   // kOptimizeCounters
   OptimizeCountersEvent counters{};
 

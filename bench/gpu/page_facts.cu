@@ -216,6 +216,55 @@ void RegisteredMremap(size_t n) {
   if (moved != MAP_FAILED) munmap(moved, n);
 }
 
+// A copy whose host range is only partly registered: what the driver does.
+void PartlyRegistered() {
+  const size_t n = 4 << 20;
+  unsigned char* b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 0xA1);
+  CHECK(cudaHostRegister(b, n / 2, cudaHostRegisterDefault));
+  cudaError_t h2d = cudaMemcpy(g_dev, b, n, cudaMemcpyHostToDevice);
+  cudaGetLastError();
+  cudaError_t d2h = cudaMemcpy(b, g_dev, n, cudaMemcpyDeviceToHost);
+  cudaGetLastError();
+  cudaError_t h2d_async = cudaMemcpyAsync(g_dev, b, n, cudaMemcpyHostToDevice, 0);
+  cudaGetLastError();
+  cudaDeviceSynchronize();
+  CHECK(cudaHostUnregister(b));
+  // Registered second half, copy starting in the unregistered first half.
+  CHECK(cudaHostRegister(b + n / 2, n / 2, cudaHostRegisterDefault));
+  cudaError_t tail = cudaMemcpy(g_dev, b, n, cudaMemcpyHostToDevice);
+  cudaGetLastError();
+  CHECK(cudaHostUnregister(b + n / 2));
+  munmap(b, n);
+  Fact("copy_partly_registered", std::string("head-registered h2d=") + cudaGetErrorName(h2d) +
+                                     " d2h=" + cudaGetErrorName(d2h) + " h2d_async=" +
+                                     cudaGetErrorName(h2d_async) + "; tail-registered h2d=" +
+                                     cudaGetErrorName(tail));
+}
+
+// Copies from cudaHostAlloc memory past the allocation's requested size
+// (what a pool block must answer as the dedicated allocation would).
+void HostAllocBounds() {
+  std::string out;
+  for (size_t req : {size_t{100}, size_t{4096}, size_t{1} << 20}) {
+    unsigned char* b = nullptr;
+    CHECK(cudaHostAlloc(&b, req, cudaHostAllocDefault));
+    char part[160];
+    const size_t page_end = (req + kPage - 1) / kPage * kPage;
+    cudaError_t exact = cudaMemcpy(g_dev, b, req, cudaMemcpyHostToDevice);
+    cudaGetLastError();
+    cudaError_t to_page = cudaMemcpy(g_dev, b, page_end, cudaMemcpyHostToDevice);
+    cudaGetLastError();
+    cudaError_t past = cudaMemcpy(g_dev, b, page_end + 1, cudaMemcpyHostToDevice);
+    cudaGetLastError();
+    snprintf(part, sizeof(part), " alloc=%zu: exact=%s to-page-end=%s past-page=%s;", req,
+             cudaGetErrorName(exact), cudaGetErrorName(to_page), cudaGetErrorName(past));
+    out += part;
+    CHECK(cudaFreeHost(b));
+  }
+  Fact("hostalloc_copy_bounds", out);
+}
+
 // --- fork with program-registered memory --------------------------------------
 
 void ForkRegistered(const char* name, int advice) {
@@ -264,6 +313,40 @@ void ForkRegistered(const char* name, int advice) {
   CHECK(cudaHostUnregister(b));
   free(b);
   Fact(name, std::string("parent ") + got + " " + back + " " + verdict);
+}
+
+// MADV_WIPEONFORK on memory nobody registered: what the child reads.
+void WipeOnForkPlain(bool registered) {
+  const size_t n = 16 << 20;
+  unsigned char* b = static_cast<unsigned char*>(Anon(n));
+  Fill(b, n, 0xA1);
+  if (registered) CHECK(cudaHostRegister(b, n, cudaHostRegisterDefault));
+  int rc = madvise(b, n, MADV_WIPEONFORK);
+  int out[2];
+  if (pipe(out) != 0) exit(1);
+  pid_t pid = fork();
+  if (pid == 0) {
+    unsigned char msg[2] = {'M', 0};
+    if (write(out[1], b, 1) != 1) msg[0] = 'U';
+    msg[1] = msg[0] == 'M' ? b[0] : 0;
+    if (write(out[1], msg, 2) != 2) _exit(2);
+    _exit(0);
+  }
+  close(out[1]);
+  unsigned char buf[3] = {0, 0, 0};
+  ssize_t got = 0, r;
+  while (got < 3 && (r = read(out[0], buf + got, 3 - got)) > 0) got += r;
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const unsigned char* msg = got == 3 ? buf + 1 : buf;
+  char text[160];
+  snprintf(text, sizeof(text), "madvise rc=%d child %s value=%02x exit=%d sig=%d", rc,
+           msg[0] == 'M' ? "mapped" : "unmapped", msg[1], WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+           WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  Fact(registered ? "wipeonfork_registered" : "wipeonfork_plain", text);
+  if (registered) CHECK(cudaHostUnregister(b));
+  munmap(b, n);
 }
 
 // A child that uses CUDA after the parent initialized it.
@@ -371,8 +454,30 @@ void HostAllocLayout() {
 
 // --- file-backed and shared memory ------------------------------------------------
 
+sigjmp_buf g_bus;
+void OnBus(int) { siglongjmp(g_bus, 1); }
+
+// Fills [p, p+n) with v; false when the mapping faults (SIGBUS past a
+// truncated file's end).
+bool SafeFill(unsigned char* p, size_t n, unsigned char v) {
+  struct sigaction sa, old_bus, old_segv;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnBus;
+  sigaction(SIGBUS, &sa, &old_bus);
+  sigaction(SIGSEGV, &sa, &old_segv);
+  bool ok = true;
+  if (sigsetjmp(g_bus, 1) == 0) {
+    memset(p, v, n);
+  } else {
+    ok = false;
+  }
+  sigaction(SIGBUS, &old_bus, nullptr);
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  return ok;
+}
+
 void FileBacked(const char* dir, int how) {
-  const size_t n = 16 << 20;
+  const size_t n = 4 << 20;
   std::string path = std::string(dir) + "/pinshim-page-facts";
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd < 0 || ftruncate(fd, n) != 0) {
@@ -401,12 +506,12 @@ void FileBacked(const char* dir, int how) {
   } else {
     rc = "private";
   }
-  Fill(b, n, 0xB2);
-  std::string got = DeviceGets(b, n, 0xB2, 0xA1);
-  CHECK(cudaHostUnregister(b));
+  std::string got = SafeFill(b, n, 0xB2) ? DeviceGets(b, n, 0xB2, 0xA1) : "write-faulted(SIGBUS)";
+  cudaError_t u = cudaHostUnregister(b);
   munmap(b, n);
   close(fd);
-  Fact(name.c_str(), std::string("register=ok ") + rc + " " + got);
+  Fact(name.c_str(), std::string("register=ok ") + rc + " " + got + " unregister=" +
+                         cudaGetErrorName(u));
 }
 
 void SysvShm() {
@@ -538,10 +643,14 @@ int main() {
   RegisteredMapFixed(false, n);
   RegisteredMapFixed(true, n);
   RegisteredMremap(n);
+  PartlyRegistered();
+  HostAllocBounds();
   ForkRegistered("fork_registered", -1);
   ForkRegistered("fork_registered_dontfork", MADV_DONTFORK);
   ForkRegistered("fork_registered_wipeonfork", MADV_WIPEONFORK);
   ForkChildUsesCuda();
+  WipeOnForkPlain(false);
+  WipeOnForkPlain(true);
   HostAllocLayout();
   const char* names[] = {"dontneed",  "dontneed_mid", "free",   "remove",      "dontfork",
                          "pageout",   "map_fixed_mid", "munmap_mid", "mremap_move", "hugepage"};

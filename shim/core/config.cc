@@ -65,6 +65,21 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
     {ConfigKey::kWcGuard, "PINSHIM_WC_GUARD", "wc_guard", "0", "0 or 1",
      "1 samples plain CPU loads of write-combined pinned memory by briefly "
      "protecting one of its pages at a time (needs a trace)."},
+    {ConfigKey::kPinInPlace, "PINSHIM_PIN_IN_PLACE", "pin_in_place", "1", "0 or 1",
+     "Optimize mode only: 0 never pins the program's own pages (no registration "
+     "cache, no arena for hot allocation sites), for programs that change their "
+     "pages in ways no hook sees (raw system calls, io_uring)."},
+    {ConfigKey::kVerifyPages, "PINSHIM_VERIFY_PAGES", "verify_pages", "0", "0 or 1",
+     "Optimize mode only: 1 checks, before each copy through memory pinshim pinned "
+     "in place, that the pages are still the pinned ones (/proc/self/pagemap; needs "
+     "CAP_SYS_ADMIN), and unpins them otherwise."},
+    {ConfigKey::kStage, "PINSHIM_STAGE", "stage", "1", "0 or 1",
+     "Optimize mode only: 1 runs copies of pageable memory it does not pin through "
+     "rings of pinned memory, copied by worker threads; 0 leaves them to the driver."},
+    {ConfigKey::kStageWorkers, "PINSHIM_STAGE_WORKERS", "stage_workers", "0",
+     "an integer from 0 to 32",
+     "Optimize mode only: threads that copy staged copies; 0 takes half the cores, at "
+     "most 8 (measured on the H200's host); fewer are used while the CPUs are busy."},
     {ConfigKey::kPythonFrames, "PINSHIM_PYTHON_FRAMES", "python_frames", "1", "0 or 1",
      "1 records the calling thread's Python frames (file, line, function) "
      "with every call site in Python programs (CPython 3.10 to 3.13); 0 "
@@ -350,13 +365,10 @@ void ParseFileLine(ParseState* state, const char* path, long line_no,
       msg.Append("expected \"key = value\", got ").AppendQuoted(text, 80);
     } else {
       text[key_text - text + key_len] = '\0';
-      msg.Append("unknown key ")
-          .AppendQuoted(key_text, 80)
-          .Append(
-              "; accepted: mode, trace_dir, summary, budget, "
-              "node_budget, policy, track_threshold, metrics_file, "
-              "sample_ms, pin_cap, idle_trim_s, ledger_shared, profile, "
-              "wc_guard, python_frames");
+      msg.Append("unknown key ").AppendQuoted(key_text, 80).Append("; accepted: ");
+      for (int i = 0; i < kConfigKeyCount; ++i) {
+        msg.Append(i == 0 ? "" : ", ").Append(kConfigKeys[i].file_key);
+      }
     }
     return;
   }
@@ -508,6 +520,10 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->has_node_budget = false;
   config->ledger_shared = false;
   config->wc_guard = false;
+  config->pin_in_place = true;
+  config->verify_pages = false;
+  config->stage = true;
+  config->stage_workers = 0;
   config->python_frames = true;
   config->forced_observe = false;
   config->sample_ms = kDefaultSampleMs;
@@ -591,6 +607,15 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
       return CopyPath(value, config->profile, err, err_len);
     case ConfigKey::kWcGuard:
       return ParseFlag(value, &config->wc_guard, err, err_len);
+    case ConfigKey::kPinInPlace:
+      return ParseFlag(value, &config->pin_in_place, err, err_len);
+    case ConfigKey::kVerifyPages:
+      return ParseFlag(value, &config->verify_pages, err, err_len);
+    case ConfigKey::kStage:
+      return ParseFlag(value, &config->stage, err, err_len);
+    case ConfigKey::kStageWorkers:
+      return ParseBoundedInt(value, 0, kMaxStageWorkers, "; accepted: an integer from 0 to 32",
+                             &config->stage_workers, err, err_len);
     case ConfigKey::kPythonFrames:
       return ParseFlag(value, &config->python_frames, err, err_len);
     case ConfigKey::kCount:

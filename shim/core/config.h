@@ -109,6 +109,10 @@ enum class ConfigKey : uint8_t {
   kLedgerShared,
   kProfile,
   kWcGuard,
+  kPinInPlace,
+  kVerifyPages,
+  kStage,
+  kStageWorkers,
   kPythonFrames,
   kCount,
 };
@@ -126,6 +130,7 @@ constexpr uint32_t kMaxSampleMs = 60000;
 constexpr uint32_t kDefaultPinCapPercent = 25;
 constexpr uint32_t kDefaultIdleTrimS = 10;
 constexpr uint32_t kMaxIdleTrimS = 86400;
+constexpr uint32_t kMaxStageWorkers = 32;
 
 struct Config {
   uint32_t mode;  // kMode* bits
@@ -136,6 +141,10 @@ struct Config {
   bool ledger_shared;
   bool forced_observe;  // an error reduced mode to observe only
   bool wc_guard;        // sample plain CPU loads of write-combined memory
+  bool pin_in_place;    // optimize mode may pin the program's own pages
+  bool verify_pages;    // check pinned-in-place pages before each copy
+  bool stage;           // optimize mode stages pageable copies it does not pin
+  uint32_t stage_workers;  // 0: the measured default from the core count
   bool python_frames;   // record Python frames with call sites
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming

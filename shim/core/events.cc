@@ -40,6 +40,7 @@ const char* OwnPinPartName(OwnPinPart part) {
     case OwnPinPart::kPoolDedicated: return "pool_dedicated";
     case OwnPinPart::kCache: return "cache";
     case OwnPinPart::kArena: return "arena";
+    case OwnPinPart::kStaging: return "staging";
     default: return "unknown";
   }
 }
@@ -49,6 +50,7 @@ const char* OwnPinActionName(OwnPinAction action) {
     case OwnPinAction::kPinned: return "pinned";
     case OwnPinAction::kUnpinned: return "unpinned";
     case OwnPinAction::kRefused: return "refused";
+    case OwnPinAction::kRetired: return "retired";
     default: return "unknown";
   }
 }
@@ -63,6 +65,14 @@ const char* OwnPinReasonName(OwnPinReason reason) {
     case OwnPinReason::kContextDestroyed: return "context_destroyed";
     case OwnPinReason::kEvictedForTable: return "evicted_table_full";
     case OwnPinReason::kProgramRegistered: return "program_registered";
+    case OwnPinReason::kPageChangeMadvise: return "page_change_madvise";
+    case OwnPinReason::kPageChangeMapFixed: return "page_change_map_fixed";
+    case OwnPinReason::kPageChangeMremap: return "page_change_mremap";
+    case OwnPinReason::kPageChangeMunmap: return "page_change_munmap";
+    case OwnPinReason::kPageChangeShm: return "page_change_shm";
+    case OwnPinReason::kPageChangeBrk: return "page_change_brk";
+    case OwnPinReason::kPagesVerifiedChanged: return "pages_verified_changed";
+    case OwnPinReason::kCopyPastRegistration: return "copy_past_end";
     case OwnPinReason::kRefusedCap: return "cap";
     case OwnPinReason::kRefusedBudget: return "budget";
     case OwnPinReason::kRefusedMemlock: return "memlock_limit";
@@ -71,6 +81,7 @@ const char* OwnPinReasonName(OwnPinReason reason) {
     case OwnPinReason::kRefusedDriverError: return "driver_error";
     case OwnPinReason::kRefusedNoContext: return "no_context";
     case OwnPinReason::kRefusedTableFull: return "table_full";
+    case OwnPinReason::kRefusedPageChange: return "page_change_under_way";
     default: return "unknown";
   }
 }

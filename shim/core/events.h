@@ -49,6 +49,10 @@ struct CopyEvent {
   uint64_t start_ns;       // CLOCK_MONOTONIC
   uint64_t end_ns;
   int result;              // CUresult the program saw
+  // Optimize mode ran it through its staging rings (0: it did not): the
+  // threads that copied, and the ring chunk size.
+  uint32_t staged_workers = 0;
+  uint64_t staged_chunk_bytes = 0;
 };
 
 enum class PinOp : uint8_t {
@@ -90,7 +94,8 @@ enum class OwnPinPart : uint8_t {
   kPoolDedicated = 1,  // an exact-size allocation made for one program request
   kCache = 2,          // the registration cache: a hot pageable buffer pinned in place
   kArena = 3,          // a registered extent of the host arena
-  kCount = 4,
+  kStaging = 4,        // a staging ring of staged copies (pageable memory copied through it)
+  kCount = 5,
 };
 const char* OwnPinPartName(OwnPinPart part);
 
@@ -98,7 +103,8 @@ enum class OwnPinAction : uint8_t {
   kPinned = 0,
   kUnpinned = 1,
   kRefused = 2,  // not pinned; the program's original behaviour goes on
-  kCount = 3,
+  kRetired = 3,  // pool slab: its pages changed; never reused, given back once free
+  kCount = 4,
 };
 const char* OwnPinActionName(OwnPinAction action);
 
@@ -112,6 +118,15 @@ enum class OwnPinReason : uint8_t {
   kContextDestroyed = 5,     // the driver freed it with its context
   kEvictedForTable = 6,      // made room in the registration cache's table
   kProgramRegistered = 7,    // the program registered the memory itself
+  // The pages behind the memory changed, or were about to (page_change.h):
+  kPageChangeMadvise = 8,    // madvise, posix_madvise or process_madvise
+  kPageChangeMapFixed = 9,   // mmap with MAP_FIXED over it
+  kPageChangeMremap = 10,    // mremap of it, or onto it
+  kPageChangeMunmap = 11,    // munmap of part of it
+  kPageChangeShm = 12,       // shmat with SHM_REMAP over it, or shmdt
+  kPageChangeBrk = 13,       // brk / sbrk shrinking the heap over it
+  kPagesVerifiedChanged = 14,  // PINSHIM_VERIFY_PAGES found other pages there
+  kCopyPastRegistration = 15,  // a copy started in it and ran past its end
   kRefusedCap = 16,          // the pin cap, even after eviction
   kRefusedBudget = 17,       // enforce mode's budget
   kRefusedMemlock = 18,      // RLIMIT_MEMLOCK
@@ -120,9 +135,16 @@ enum class OwnPinReason : uint8_t {
   kRefusedDriverError = 21,  // any other driver error
   kRefusedNoContext = 22,    // no CUDA context to pin in
   kRefusedTableFull = 23,    // the registration cache's table is full
+  kRefusedPageChange = 24,   // a call was changing those pages at the time
 };
 // "program_released", "evicted_cap", ..., "cap", "budget", ...; "unknown".
 const char* OwnPinReasonName(OwnPinReason reason);
+
+// Whether the reason is a page change (kPageChangeMadvise..kPagesVerifiedChanged).
+inline bool IsPageChange(OwnPinReason reason) {
+  return reason >= OwnPinReason::kPageChangeMadvise &&
+         reason <= OwnPinReason::kPagesVerifiedChanged;
+}
 
 // One pinning action of pinshim's own: what the pool, the registration
 // cache and the arena pinned, unpinned and were refused.
@@ -137,6 +159,10 @@ struct OwnPinEvent {
   // (when released); 0 for slabs and arena extents, which serve many.
   uint64_t alloc_id;
   int result;  // the driver's CUresult (0 when no driver call was made or it succeeded)
+  // Page changes: the call's advice or flags (madvise advice, mmap / mremap /
+  // shmat flags), 0 otherwise. The recorder also captures the call site of
+  // page changes (the program's thread makes them).
+  uint32_t detail = 0;
 };
 
 // A snapshot of optimize mode's counters (Optimizer::Counters()), for the

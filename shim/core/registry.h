@@ -37,6 +37,13 @@ struct Region {
 // cache pins it at its first copy instead of waiting for reuse.
 constexpr uint32_t kRegionFromHotSite = 1u << 31;
 
+// Region::flags bit of an mmap region that is not private anonymous memory
+// (shared, or backed by a file): never pinned in place, because truncating
+// or punching the file, or another process, can change its pages without a
+// call pinshim sees (bench/RESULTS.md, "pages that change under pinned
+// memory").
+constexpr uint32_t kRegionNotPinnable = 1u << 30;
+
 enum RegionSource : uint8_t {
   kSourceMalloc = 0,
   kSourceMmap = 1,

@@ -188,7 +188,7 @@ int CurrentDevice() {
 }
 
 inline void Finish(Api api, const CopyShape& s, CUresult r, bool async, CUstream stream,
-                   uint64_t start_ns) {
+                   uint64_t start_ns, const optimize::StagedInfo* staged = nullptr) {
   const CopyDir dir = DirOf(s);
   CountCopy(api, dir, s.src, s.dst, s.host_flags, s.bytes, r != CUDA_SUCCESS);
   if (start_ns != 0) {
@@ -206,6 +206,10 @@ inline void Finish(Api api, const CopyShape& s, CUresult r, bool async, CUstream
     e.start_ns = start_ns;
     e.end_ns = NowNs();
     e.result = r;
+    if (staged != nullptr) {
+      e.staged_workers = staged->workers;
+      e.staged_chunk_bytes = staged->chunk_bytes;
+    }
     trace::RecordCopy(e, CurrentDevice());
   }
 }
@@ -279,6 +283,13 @@ inline void AfterCopy(Api api, const optimize::CopyTicket& t, CUresult r, bool a
                                                kDriverEntries[api].per_thread);
 }
 
+// Runs a stageable copy through optimize mode's rings; false: the driver.
+inline bool StageCopy(Api api, const optimize::CopyTicket& t, const void* host, CUdeviceptr dev,
+                      bool async, CUstream stream, CUresult* r, optimize::StagedInfo* info) {
+  return optimize::Optimizer::Process().Stage(t, const_cast<void*>(host), dev, stream,
+                                              kDriverEntries[api].per_thread, !async, r, info);
+}
+
 // Timestamps are taken only while a trace is written.
 inline uint64_t StartTime() { return trace::RecorderActive() ? NowNs() : 0; }
 
@@ -324,6 +335,22 @@ using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
   CUresult r = real_fn(__VA_ARGS__);                                \
   AfterCopy(api, ticket, r, async, stream);                         \
   Finish(api, shape, r, async, stream, start_ns);                   \
+  return r
+// A 1D copy between one host range and device memory, which optimize mode
+// may run through its staging rings (optimize/stager.h) when the host side
+// is pageable memory it does not pin: `host` and `dev` are the two sides.
+#define PINSHIM_COPY_STAGEABLE(api, type, shape_expr, async, stream, host, dev, ...)    \
+  PINSHIM_FORWARD_IF_NESTED(api, type, __VA_ARGS__);                                    \
+  CopyShape shape = shape_expr;                                                         \
+  const uint64_t start_ns = StartTime();                                                \
+  optimize::CopyTicket ticket = BeforeCopy(shape);                                      \
+  CUresult r;                                                                           \
+  optimize::StagedInfo staged;                                                          \
+  const bool was_staged =                                                               \
+      ticket.stage && StageCopy(api, ticket, host, dev, async, stream, &r, &staged);    \
+  if (!was_staged) r = real_fn(__VA_ARGS__);                                            \
+  AfterCopy(api, ticket, r, async, stream);                                             \
+  Finish(api, shape, r, async, stream, start_ns, was_staged ? &staged : nullptr);       \
   return r
 // Batches: their host operands are many ranges, not one. In optimize mode
 // the call is waited for when it succeeded, so no operand pinshim pinned or
@@ -372,40 +399,54 @@ extern "C" {
 
 // --- 1D copies ---------------------------------------------------------------
 
-#define DEFINE_GENERIC(name)                                                       \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                      \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);                     \
-    PINSHIM_COPY(kApi_##name, Fn, Generic(dst, src, n), dst, src, n);              \
+// Unified addresses: the host side is whichever the shape says it is.
+#define PINSHIM_GENERIC_HOST(shape, dst, src)                                  \
+  (DirOf(shape) == CopyDir::kHostToDevice ? reinterpret_cast<const void*>(src) \
+                                          : reinterpret_cast<const void*>(dst))
+#define PINSHIM_GENERIC_DEV(shape, dst, src) \
+  (DirOf(shape) == CopyDir::kHostToDevice ? (dst) : (src))
+#define DEFINE_GENERIC(name)                                                                 \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                                \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);                               \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, Generic(dst, src, n), false, nullptr,            \
+                           PINSHIM_GENERIC_HOST(shape, dst, src),                            \
+                           PINSHIM_GENERIC_DEV(shape, dst, src), dst, src, n);               \
   }
-#define DEFINE_GENERIC_ASYNC(name)                                                 \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {         \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);           \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Generic(dst, src, n), st, dst, src, n, st);          \
+#define DEFINE_GENERIC_ASYNC(name)                                                           \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {                   \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);                     \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, Generic(dst, src, n), true, st,                  \
+                           PINSHIM_GENERIC_HOST(shape, dst, src),                            \
+                           PINSHIM_GENERIC_DEV(shape, dst, src), dst, src, n, st);           \
   }
 DEFINE_GENERIC(cuMemcpy)
 DEFINE_GENERIC(cuMemcpy_ptds)
 DEFINE_GENERIC_ASYNC(cuMemcpyAsync)
 DEFINE_GENERIC_ASYNC(cuMemcpyAsync_ptsz)
 
-#define DEFINE_HTOD(name)                                                          \
-  CUresult name(CUdeviceptr dst, const void* src, size_t n) {                      \
-    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t);                     \
-    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), dst, src, n);                      \
+#define DEFINE_HTOD(name)                                                                    \
+  CUresult name(CUdeviceptr dst, const void* src, size_t n) {                                \
+    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t);                               \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, HtoD(src, n), false, nullptr, src, dst, dst, src, \
+                           n);                                                               \
   }
-#define DEFINE_HTOD_ASYNC(name)                                                    \
-  CUresult name(CUdeviceptr dst, const void* src, size_t n, CUstream st) {         \
-    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);           \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, HtoD(src, n), st, dst, src, n, st);                  \
+#define DEFINE_HTOD_ASYNC(name)                                                              \
+  CUresult name(CUdeviceptr dst, const void* src, size_t n, CUstream st) {                   \
+    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);                     \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, HtoD(src, n), true, st, src, dst, dst, src, n,   \
+                           st);                                                              \
   }
-#define DEFINE_DTOH(name)                                                          \
-  CUresult name(void* dst, CUdeviceptr src, size_t n) {                            \
-    using Fn = CUresult (*)(void*, CUdeviceptr, size_t);                           \
-    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, src, n);                      \
+#define DEFINE_DTOH(name)                                                                    \
+  CUresult name(void* dst, CUdeviceptr src, size_t n) {                                      \
+    using Fn = CUresult (*)(void*, CUdeviceptr, size_t);                                     \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, DtoH(dst, n), false, nullptr, dst, src, dst, src, \
+                           n);                                                               \
   }
-#define DEFINE_DTOH_ASYNC(name)                                                    \
-  CUresult name(void* dst, CUdeviceptr src, size_t n, CUstream st) {               \
-    using Fn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);                 \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoH(dst, n), st, dst, src, n, st);                  \
+#define DEFINE_DTOH_ASYNC(name)                                                              \
+  CUresult name(void* dst, CUdeviceptr src, size_t n, CUstream st) {                         \
+    using Fn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);                           \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, DtoH(dst, n), true, st, dst, src, dst, src, n,   \
+                           st);                                                              \
   }
 DEFINE_HTOD(cuMemcpyHtoD_v2)
 DEFINE_HTOD(cuMemcpyHtoD_v2_ptds)

@@ -12,6 +12,7 @@
 #include <cstdarg>
 #include <cstring>
 
+#include "shim/hooks/page_change_scope.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
@@ -173,6 +174,43 @@ void FreeArenaBlock(void* p) {
   Arena().Free(p);
 }
 
+// Whether an mmap with these arguments leaves private anonymous memory that
+// may be pinned in place (the arena pins its memory again after a MAP_FIXED).
+bool PrivateAnonymous(int prot, int flags) {
+  return (flags & MAP_ANONYMOUS) != 0 && (flags & MAP_PRIVATE) != 0 &&
+         (prot & (PROT_READ | PROT_WRITE)) == (PROT_READ | PROT_WRITE);
+}
+
+template <typename RealMmap>
+void* MmapHook(void* addr, size_t len, int prot, int flags, int fd, off64_t off,
+               RealMmap real_mmap) {
+  void* p;
+  if ((flags & MAP_FIXED) != 0) {
+    // MAP_FIXED replaces what was mapped there: pinshim's pinning of it goes
+    // first. (MAP_FIXED_NOREPLACE fails rather than replace anything.)
+    PageChangeScope scope(addr, len,
+                          PageChangeOf(OwnPinReason::kPageChangeMapFixed,
+                                       static_cast<uint32_t>(flags), PrivateAnonymous(prot, flags)));
+    p = real_mmap(addr, len, prot, flags, fd, off);
+    // What it replaced is gone; the rest of a region it covered in part
+    // stays tracked as it was.
+    if (p != MAP_FAILED && t_depth == 0 && g_allocations.size() != 0) {
+      DepthGuard guard;
+      g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(p), len, RecordRemovedPart, nullptr);
+    }
+  } else {
+    p = real_mmap(addr, len, prot, flags, fd, off);
+  }
+  // PROT_NONE mappings are address-space reservations, not memory to copy.
+  // Shared and file-backed mappings are tracked (copies of them are
+  // counted) but never pinned in place: the cache pins only private
+  // anonymous memory (RegionFlags kRegionNotPinnable otherwise).
+  if (p != MAP_FAILED && prot != PROT_NONE && len >= g_track_threshold) {
+    Track(p, len, kSourceMmap, 0, PrivateAnonymous(prot, flags) ? 0 : kRegionNotPinnable);
+  }
+  return p;
+}
+
 }  // namespace
 }  // namespace pinshim
 
@@ -324,12 +362,19 @@ void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) {
     return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
   }
-  void* p = g_real.mmap(addr, len, prot, flags, fd, off);
-  // PROT_NONE mappings are address-space reservations, not memory to copy.
-  if (p != MAP_FAILED && prot != PROT_NONE && len >= g_track_threshold) {
-    Track(p, len, kSourceMmap);
+  return MmapHook(addr, len, prot, flags, fd, off,
+                  [](void* a, size_t l, int pr, int fl, int f, off64_t o) {
+                    return g_real.mmap(a, l, pr, fl, f, static_cast<off_t>(o));
+                  });
+}
+
+// Programs built with _FILE_OFFSET_BITS=64 call mmap64 (the same function
+// in glibc on 64-bit, under its own name).
+void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
+  if (PINSHIM_UNLIKELY(!EnsureReal()) || g_real.mmap64 == nullptr) {
+    return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
   }
-  return p;
+  return MmapHook(addr, len, prot, flags, fd, off, g_real.mmap64);
 }
 
 int munmap(void* addr, size_t len) {
@@ -338,7 +383,9 @@ int munmap(void* addr, size_t len) {
     DepthGuard guard;
     g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(addr), len, RecordRemovedPart, nullptr);
   }
-  ReleasePinning(addr, len);
+  // Whole buffers unmapped are released (the cache records them so); part
+  // of one unmapped is a page change of the rest.
+  PageChangeScope scope(addr, len, PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false));
   return g_real.munmap(addr, len);
 }
 
@@ -360,12 +407,20 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
     had = g_allocations.Lookup(reinterpret_cast<uintptr_t>(old), &before);
     g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(old), old_len, RecordRemovedPart, nullptr);
   }
-  ReleasePinning(old, old_len);
+  // Every form moves, drops or empties the old range's pages (growing in
+  // place keeps them, but is not told apart); MREMAP_FIXED also replaces
+  // whatever was mapped at the target.
+  const auto detail = static_cast<uint32_t>(flags);
+  PageChangeScope old_scope(old, old_len,
+                            PageChangeOf(OwnPinReason::kPageChangeMremap, detail, false));
+  PageChangeScope target_scope((flags & MREMAP_FIXED) != 0 ? new_addr : nullptr,
+                               (flags & MREMAP_FIXED) != 0 ? new_len : 0,
+                               PageChangeOf(OwnPinReason::kPageChangeMremap, detail, false));
   void* p = g_real.mremap(old, old_len, new_len, flags, new_addr);
   if (p == MAP_FAILED) {
-    if (had) Track(old, old_len, static_cast<RegionSource>(before.source));
+    if (had) Track(old, old_len, static_cast<RegionSource>(before.source), 0, before.flags);
   } else if (new_len >= g_track_threshold) {
-    Track(p, new_len, kSourceMmap);
+    Track(p, new_len, kSourceMmap, 0, had ? (before.flags & kRegionNotPinnable) : 0);
   }
   return p;
 }

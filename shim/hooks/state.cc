@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/optimize/optimizer.h"
+#include "shim/optimize/page_frames.h"
 #include "shim/optimize/site_profile.h"
 #include "shim/trace/recorder.h"
 
@@ -85,13 +87,16 @@ void WriteOptimizeSummary(int fd) {
   int n = snprintf(line, sizeof(line),
                    "pinshim: optimize pinned_now=%llu pinned_peak=%llu pool_hits=%llu "
                    "pool_misses=%llu cache_registrations=%llu cache_hits=%llu arena_allocs=%llu "
-                   "hot_sites=%llu profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu\n",
+                   "hot_sites=%llu profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu "
+                   "page_change_drops=%llu staged_copies=%llu staged_bytes=%llu\n",
                    (unsigned long long)c.pinned_bytes_now,
                    (unsigned long long)c.pinned_bytes_peak, (unsigned long long)c.pool.hits,
                    (unsigned long long)c.pool.misses, (unsigned long long)c.cache.registrations,
                    (unsigned long long)c.cache.hits, (unsigned long long)c.arena.allocs,
                    (unsigned long long)c.hot_sites, (unsigned long long)c.hot_sites_from_profile,
-                   (unsigned long long)c.saved_copy_ns, (unsigned long long)c.saved_alloc_ns);
+                   (unsigned long long)c.saved_copy_ns, (unsigned long long)c.saved_alloc_ns,
+                   (unsigned long long)c.page_change_drops, (unsigned long long)c.stager.copies,
+                   (unsigned long long)c.stager.bytes);
   if (n > 0) WriteAll(fd, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
 }
 
@@ -213,6 +218,19 @@ bool SnapshotOptimizeCounters(OptimizeCountersEvent* out) {
   return true;
 }
 
+// In-place pinning keeps a fork's parent correct only where the kernel
+// copies pinned pages for the child at fork (Linux 5.9 on, with a driver
+// that pins with FOLL_PIN, as driver 580 does: bench/RESULTS.md); older
+// kernels leave the parent's pinned pages shared with the child, and the
+// parent's next write moves it to new pages the device does not see.
+bool KernelCopiesPinnedPagesAtFork() {
+  struct utsname u;
+  if (uname(&u) != 0) return false;
+  unsigned major = 0, minor = 0;
+  if (sscanf(u.release, "%u.%u", &major, &minor) != 2) return false;
+  return major > 5 || (major == 5 && minor >= 9);
+}
+
 void StartOptimizing() {
   optimize::OptimizerOptions options;
   options.allocations = &g_allocations;
@@ -222,7 +240,28 @@ void StartOptimizing() {
   options.pool.idle_trim_ns = uint64_t{g_config.idle_trim_s} * 1000000000u;
   options.arena.idle_trim_ns = options.pool.idle_trim_ns;
   if (g_config.trace_dir[0] != '\0') options.on_own_pin = RecordOwnPinning;
-  options.enable_arena = true;
+  bool in_place = g_config.pin_in_place;
+  if (in_place && !KernelCopiesPinnedPagesAtFork()) {
+    LogLine("this kernel does not copy pinned pages at fork (Linux < 5.9): optimize mode "
+            "will not pin the program's own pages (as with PINSHIM_PIN_IN_PLACE=0)");
+    in_place = false;
+  }
+  // Without in-place pinning: the pool only (the driver's own kind of memory).
+  options.enable_cache = in_place;
+  options.enable_arena = in_place;
+  options.enable_staging = g_config.stage;
+  options.stager.workers = g_config.stage_workers;
+  // A worker count set by hand is used as set, busy CPUs or not.
+  options.stager.load_aware = g_config.stage_workers == 0;
+  options.stager.idle_trim_ns = options.pool.idle_trim_ns;
+  if (in_place && g_config.verify_pages) {
+    if (optimize::PageFrames::Open()) {
+      options.verify_pages = true;
+    } else {
+      LogLine("PINSHIM_VERIFY_PAGES: /proc/self/pagemap gives no page frame numbers here "
+              "(they need CAP_SYS_ADMIN); pinned pages are not verified");
+    }
+  }
   optimize::InitSiteCapture();
   if (g_config.profile[0] != '\0') {
     char err[optimize::kProfileErrorLen];
@@ -232,7 +271,7 @@ void StartOptimizing() {
       LogLine("profile not used: %s", err);
     }
   }
-  g_redirect_sites = true;
+  g_redirect_sites = in_place;
   if (g_enforce) {
     options.pin_hooks.charge = ChargeOwnPinning;
     options.pin_hooks.release = ReleaseOwnPinning;
@@ -342,6 +381,13 @@ void ResolveRealFunctions() {
   Next(&r.mmap, "mmap");
   Next(&r.munmap, "munmap");
   Next(&r.mremap, "mremap");
+  Next(&r.mmap64, "mmap64");
+  Next(&r.madvise, "madvise");
+  Next(&r.posix_madvise, "posix_madvise");
+  Next(&r.process_madvise, "process_madvise");
+  Next(&r.shmat, "shmat");
+  Next(&r.brk, "brk");
+  Next(&r.sbrk, "sbrk");
   Next(&r.fork, "fork");
   r.dlopen = reinterpret_cast<void* (*)(const char*, int)>(dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.34"));
   if (r.dlopen == nullptr) Next(&r.dlopen, "dlopen");

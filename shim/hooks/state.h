@@ -8,6 +8,7 @@
 #define PINSHIM_SHIM_HOOKS_STATE_H_
 
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstddef>
@@ -15,12 +16,8 @@
 
 #include "shim/core/config.h"
 #include "shim/core/events.h"
+#include "shim/core/macros.h"
 #include "shim/core/registry.h"
-
-#define PINSHIM_TLS __thread __attribute__((tls_model("initial-exec")))
-#define PINSHIM_HIDDEN __attribute__((visibility("hidden")))
-#define PINSHIM_LIKELY(x) __builtin_expect(!!(x), 1)
-#define PINSHIM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 namespace pinshim {
 
@@ -40,6 +37,13 @@ struct RealFunctions {
   void* (*mmap)(void*, size_t, int, int, int, off_t);
   int (*munmap)(void*, size_t);
   void* (*mremap)(void*, size_t, size_t, int, ...);
+  void* (*mmap64)(void*, size_t, int, int, int, off64_t);
+  int (*madvise)(void*, size_t, int);
+  int (*posix_madvise)(void*, size_t, int);
+  ssize_t (*process_madvise)(int, const struct iovec*, size_t, int, unsigned int);  // may be null
+  void* (*shmat)(int, const void*, int);
+  int (*brk)(void*);
+  void* (*sbrk)(intptr_t);
   pid_t (*fork)();
   void* (*dlopen)(const char*, int);
   int (*dlclose)(void*);

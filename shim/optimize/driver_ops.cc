@@ -25,11 +25,14 @@ const DriverOpSymbol kDriverOpSymbols[] = {
     PINSHIM_OP("cuCtxGetCurrent", ctx_get_current),
     PINSHIM_OP("cuCtxSetCurrent", ctx_set_current),
     PINSHIM_OP("cuCtxSynchronize", ctx_synchronize),
+    PINSHIM_OP("cuMemcpyHtoDAsync_v2", memcpy_htod_async),
+    PINSHIM_OP("cuMemcpyDtoHAsync_v2", memcpy_dtoh_async),
+    PINSHIM_OP("cuPointerGetAttribute", pointer_get_attribute),
 };
 #undef PINSHIM_OP
 const int kDriverOpCount = sizeof(kDriverOpSymbols) / sizeof(kDriverOpSymbols[0]);
 
-static_assert(sizeof(DriverOps) == sizeof(void*) * 15, "one symbol per DriverOps entry");
+static_assert(sizeof(DriverOps) == sizeof(void*) * 18, "one symbol per DriverOps entry");
 
 bool LoadDriverOps(DriverSymbolLookup lookup, void* arg, DriverOps* ops) {
   memset(ops, 0, sizeof(*ops));

@@ -31,6 +31,10 @@ struct DriverOps {
   CUresult (*ctx_get_current)(CUcontext* out);
   CUresult (*ctx_set_current)(CUcontext ctx);
   CUresult (*ctx_synchronize)();
+  // Staged copies: the ring's DMA, and the device range of a copy.
+  CUresult (*memcpy_htod_async)(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream);
+  CUresult (*memcpy_dtoh_async)(void* dst, CUdeviceptr src, size_t bytes, CUstream stream);
+  CUresult (*pointer_get_attribute)(void* data, CUpointer_attribute attribute, CUdeviceptr ptr);
 };
 
 // One entry of the table: the driver's ABI symbol that fills it.

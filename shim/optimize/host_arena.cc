@@ -9,6 +9,8 @@
 #include <initializer_list>
 
 #include "shim/core/internal_alloc.h"
+#include "shim/optimize/page_change.h"
+#include "shim/optimize/page_frames.h"
 #include "shim/optimize/size_classes.h"
 
 namespace pinshim {
@@ -32,6 +34,9 @@ enum ExtentState : uint8_t {
   kExtentRegistering = 1,
   kExtentRegistered = 2,
   kExtentReleasing = 3,
+  kExtentRepinning = 4,  // unpinned for a page change; pinned again after it
+  kExtentUnpinned = 5,   // not pinned (a page change raced its repinning); usable
+  kExtentLost = 6,       // its memory is no longer ours to hand out (page_change.h)
 };
 
 constexpr uint64_t kMinSpanBytes = uint64_t{64} << 10;
@@ -50,6 +55,21 @@ int SysMprotect(uintptr_t addr, size_t len, int prot) {
 int SysMadvise(uintptr_t addr, size_t len, int advice) {
   return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
 }
+void* SysMmapFixed(uintptr_t addr, size_t len, int prot, int flags) {
+  long r = syscall(SYS_mmap, addr, len, prot, flags | MAP_FIXED, -1, 0);
+  return (r < 0 && r > -4096) ? nullptr : reinterpret_cast<void*>(r);
+}
+
+// Frame arrays of verified extents (page_frames.h), mapped and unmapped
+// with their registrations.
+PageFrame* NewFrames(uint64_t n) {
+  long r = syscall(SYS_mmap, nullptr, n * sizeof(PageFrame), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return (r < 0 && r > -4096) ? nullptr : reinterpret_cast<PageFrame*>(r);
+}
+void FreeFrames(PageFrame* f, uint64_t n) {
+  if (f != nullptr) syscall(SYS_munmap, f, n * sizeof(PageFrame));
+}
 
 inline uintptr_t AlignUp(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
 
@@ -67,6 +87,7 @@ struct HostArena::Extent {
   CUcontext ctx;
   uint8_t state;
   int32_t next_free;
+  PageFrame* frames;  // PINSHIM_VERIFY_PAGES: what the registration pinned
 };
 
 struct HostArena::SmallClass {
@@ -196,10 +217,11 @@ bool HostArena::InsertRunLocked(uint64_t start, uint64_t pages, int32_t ext) {
 }
 
 void HostArena::FreePagesLocked(uint64_t start, uint64_t pages, int32_t ext) {
-  // A full run table leaks the pages (they stay pinned and unused) rather
-  // than losing track of them.
-  InsertRunLocked(start, pages, ext);
   Extent& e = extents_[ext];
+  // A full run table leaks the pages (they stay pinned and unused) rather
+  // than losing track of them. A lost extent's pages are never handed out
+  // again.
+  if (e.state != kExtentLost) InsertRunLocked(start, pages, ext);
   e.live_pages -= pages;
   if (e.live_pages == 0) e.idle_since_ns = Now();
 }
@@ -241,23 +263,16 @@ bool HostArena::AllocatePages(uint64_t pages, uint64_t* start, int32_t* ext) {
   if (ops_->ctx_get_current(&cur) != CUDA_SUCCESS) cur = nullptr;
   CUcontext ctx = cur != nullptr ? cur : home_ctx_.load(std::memory_order_acquire);
   OwnPinReason refused = ctx == nullptr ? OwnPinReason::kRefusedNoContext : OwnPinReason::kNone;
-  bool ok = ctx != nullptr && account_->ChargeWithEviction(PinUse::kArena, bytes, &refused);
-  bool charged = ok;
-  if (ok && SysMprotect(addr, bytes, PROT_READ | PROT_WRITE) != 0) {
-    ok = false;
-    refused = OwnPinReason::kRefusedOutOfMemory;
-  }
+  bool ok = ctx != nullptr && SysMprotect(addr, bytes, PROT_READ | PROT_WRITE) == 0;
+  if (ctx != nullptr && !ok) refused = OwnPinReason::kRefusedOutOfMemory;
   CUresult r = CUDA_SUCCESS;
   if (ok) {
-    ScopedContext scope(ops_, cur == nullptr ? ctx : nullptr);
-    r = ops_->mem_host_register(reinterpret_cast<void*>(addr), bytes, options_.register_flags);
-    ok = r == CUDA_SUCCESS;
-    if (!ok) refused = DriverRefusalReason(r, account_->pinned() - bytes, bytes);
+    r = PinExtent(idx, addr, bytes, ctx, &refused);
+    ok = r == CUDA_SUCCESS && refused == OwnPinReason::kNone;
   }
   if (!ok) {
     ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kArena, refused, addr,
                  bytes, 0, r);
-    if (charged) account_->Release(PinUse::kArena, bytes);
     SysMprotect(addr, bytes, PROT_NONE);
     MutexLock lock(&mu_);
     InsertRunLocked(*start, pages, -1);
@@ -266,26 +281,85 @@ bool HostArena::AllocatePages(uint64_t pages, uint64_t* start, int32_t* ext) {
     free_extent_ = idx;
     return false;
   }
+  registrations_.fetch_add(1, std::memory_order_relaxed);
+  extents_live_.fetch_add(1, std::memory_order_relaxed);
+  MutexLock lock(&mu_);
+  extents_[idx].state = kExtentRegistered;
+  *ext = idx;
+  return true;
+}
+
+CUresult HostArena::PinExtent(int32_t idx, uintptr_t addr, uint64_t bytes, CUcontext ctx,
+                              OwnPinReason* refused) {
+  *refused = OwnPinReason::kNone;
+  // A page change under way over these pages may have looked at the arena
+  // before this extent was marked registering: pin nothing now. (The
+  // caller's own change, when it is one, is its own business.)
+  if (PageChangeSlots::AnyOverlapping(addr, addr + bytes, /*ignore_own=*/true)) {
+    *refused = OwnPinReason::kRefusedPageChange;
+    return CUDA_SUCCESS;
+  }
+  if (!account_->ChargeWithEviction(PinUse::kArena, bytes, refused)) return CUDA_SUCCESS;
+  CUresult r;
+  {
+    CUcontext cur = nullptr;
+    if (ops_->ctx_get_current(&cur) != CUDA_SUCCESS) cur = nullptr;
+    ScopedContext scope(ops_, cur == nullptr ? ctx : nullptr);
+    r = ops_->mem_host_register(reinterpret_cast<void*>(addr), bytes, options_.register_flags);
+  }
+  if (r != CUDA_SUCCESS) {
+    *refused = DriverRefusalReason(r, account_->pinned() - bytes, bytes);
+    account_->Release(PinUse::kArena, bytes);
+    return r;
+  }
+  PageFrame* frames = nullptr;
+  if (options_.verify_pages) {
+    frames = NewFrames(bytes / page_);
+    if (frames != nullptr && !PageFrames::Read(addr, bytes / page_, frames)) {
+      FreeFrames(frames, bytes / page_);
+      frames = nullptr;
+    }
+  }
   if (options_.dofork_after_register) SysMadvise(addr, bytes, MADV_DOFORK);
   if (options_.registrations != nullptr) {
     Region reg;
     reg.start = addr;
     reg.bytes = bytes;
+    reg.id = static_cast<uint64_t>(idx) + 1;
     reg.flags = options_.register_flags;
     reg.kind = MemKind::kPinnedByPinshim;
     reg.source = kSourcePinshim;
     options_.registrations->Insert(reg);
   }
-  registrations_.fetch_add(1, std::memory_order_relaxed);
   registered_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  extents_live_.fetch_add(1, std::memory_order_relaxed);
   ReportOwnPin(options_.on_own_pin, OwnPinAction::kPinned, OwnPinPart::kArena, OwnPinReason::kNone,
                addr, bytes, 0, CUDA_SUCCESS);
   MutexLock lock(&mu_);
-  extents_[idx].state = kExtentRegistered;
   extents_[idx].ctx = ctx;
-  *ext = idx;
-  return true;
+  extents_[idx].frames = frames;
+  return CUDA_SUCCESS;
+}
+
+void HostArena::UnpinExtent(const Extent& e, OwnPinReason why, uint32_t detail) {
+  const uintptr_t addr = PageAddr(e.start);
+  const uint64_t bytes = e.pages * page_;
+  if (options_.registrations != nullptr) {
+    Region reg;
+    if (options_.registrations->Lookup(addr, &reg) && reg.start == addr &&
+        reg.kind == MemKind::kPinnedByPinshim) {
+      options_.registrations->Remove(addr, nullptr);
+    }
+  }
+  CUresult r;
+  {
+    ScopedContext scope(ops_, e.ctx);
+    r = ops_->mem_host_unregister(reinterpret_cast<void*>(addr));
+  }
+  FreeFrames(e.frames, e.pages);
+  account_->Release(PinUse::kArena, bytes);
+  registered_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kArena, why, addr, bytes,
+               0, r, detail);
 }
 
 // --- blocks ---------------------------------------------------------------
@@ -403,8 +477,10 @@ void HostArena::FreeNow(void* p) {
     const uint32_t cls = h->info;
     h->magic = 0;
     MutexLock lock(&mu_);
-    *reinterpret_cast<uintptr_t*>(block) = classes_[cls].free_head;
-    classes_[cls].free_head = block;
+    if (nlost_ == 0 || !InLostExtentLocked(block)) {
+      *reinterpret_cast<uintptr_t*>(block) = classes_[cls].free_head;
+      classes_[cls].free_head = block;
+    }
   } else {
     const uint64_t pages = h->info;
     const int32_t ext = h->ext;
@@ -631,9 +707,11 @@ uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason
       MutexLock lock(&mu_);
       for (int32_t i = 0; i < static_cast<int32_t>(kMaxExtents); ++i) {
         const Extent& x = extents_[i];
-        if (x.state != kExtentRegistered || x.live_pages != 0) continue;
-        if (idle_only && (options_.idle_trim_ns == 0 ||
-                          now - x.idle_since_ns < options_.idle_trim_ns)) {
+        const bool trimmable = x.state == kExtentRegistered || x.state == kExtentUnpinned ||
+                               x.state == kExtentLost;
+        if (!trimmable || x.live_pages != 0) continue;
+        if (idle_only && x.state != kExtentLost &&
+            (options_.idle_trim_ns == 0 || now - x.idle_since_ns < options_.idle_trim_ns)) {
           continue;
         }
         idx = i;
@@ -646,39 +724,208 @@ uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason
         if (runs_[r].ext != idx) runs_[w++] = runs_[r];
       }
       nruns_ = w;
-      extents_[idx].state = kExtentReleasing;
       e = extents_[idx];
+      if (e.state == kExtentLost) --nlost_;
+      extents_[idx].state = kExtentReleasing;
     }
     const uintptr_t addr = PageAddr(e.start);
     const uint64_t bytes = e.pages * page_;
-    if (options_.registrations != nullptr) {
-      Region reg;
-      if (options_.registrations->Lookup(addr, &reg) && reg.start == addr &&
-          reg.kind == MemKind::kPinnedByPinshim) {
-        options_.registrations->Remove(addr, nullptr);
-      }
+    if (e.state == kExtentRegistered) {
+      UnpinExtent(e, why, 0);
+      extents_live_.fetch_sub(1, std::memory_order_relaxed);
+      trimmed_.fetch_add(bytes, std::memory_order_relaxed);
+      freed += bytes;
     }
-    CUresult r;
-    {
-      ScopedContext scope(ops_, e.ctx);
-      r = ops_->mem_host_unregister(reinterpret_cast<void*>(addr));
+    if (e.state == kExtentLost) {
+      // Whatever the program left mapped there goes: the range is the
+      // arena's reservation again (the program freed every block of it).
+      SysMmapFixed(addr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
+    } else {
+      SysMadvise(addr, bytes, MADV_DONTNEED);
+      SysMprotect(addr, bytes, PROT_NONE);
     }
-    SysMadvise(addr, bytes, MADV_DONTNEED);
-    SysMprotect(addr, bytes, PROT_NONE);
-    account_->Release(PinUse::kArena, bytes);
-    ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kArena, why, addr,
-                 bytes, 0, r);
-    registered_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    extents_live_.fetch_sub(1, std::memory_order_relaxed);
-    trimmed_.fetch_add(bytes, std::memory_order_relaxed);
-    freed += bytes;
     MutexLock lock(&mu_);
     InsertRunLocked(e.start, e.pages, -1);
     extents_[idx].state = kExtentFree;
+    extents_[idx].frames = nullptr;
     extents_[idx].next_free = free_extent_;
     free_extent_ = idx;
   }
   return freed;
+}
+
+// --- page changes -------------------------------------------------------
+
+bool HostArena::InLostExtentLocked(uintptr_t a) const {
+  if (a < base_ || a - base_ >= size_) return false;
+  const uint64_t page = (a - base_) / page_;
+  for (uint32_t i = 0; i < kMaxExtents; ++i) {
+    const Extent& x = extents_[i];
+    if (x.state == kExtentLost && page >= x.start && page - x.start < x.pages) return true;
+  }
+  return false;
+}
+
+void HostArena::LoseExtentLocked(int32_t idx) {
+  Extent& e = extents_[idx];
+  e.state = kExtentLost;
+  ++nlost_;
+  lost_.fetch_add(1, std::memory_order_relaxed);
+  // Its free pages and free small blocks are not handed out again.
+  uint32_t w = 0;
+  for (uint32_t r = 0; r < nruns_; ++r) {
+    if (runs_[r].ext != idx) runs_[w++] = runs_[r];
+  }
+  nruns_ = w;
+  const uintptr_t lo = PageAddr(e.start), hi = PageAddr(e.start + e.pages);
+  for (uint32_t c = 0; c < nclasses_; ++c) {
+    SmallClass& k = classes_[c];
+    if (k.cursor >= lo && k.cursor < hi) k.cursor = k.end = 0;
+    uintptr_t* link = &k.free_head;
+    while (*link != 0) {
+      const uintptr_t block = *link;
+      if (block >= lo && block < hi) {
+        *link = *reinterpret_cast<uintptr_t*>(block);
+      } else {
+        link = reinterpret_cast<uintptr_t*>(block);
+      }
+    }
+  }
+}
+
+void HostArena::BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why,
+                                uint32_t detail, ArenaChangeTicket* t) {
+  t->n = 0;
+  if (!active() || bytes == 0 || !MayOverlap(start, bytes)) return;
+  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
+  auto mine = [t](int32_t i) {
+    for (int k = 0; k < t->n; ++k) {
+      if (t->ext[k] == i) return true;
+    }
+    return false;
+  };
+  for (;;) {
+    int32_t idx = -1;
+    bool wait = false;
+    Extent e;
+    {
+      MutexLock lock(&mu_);
+      for (int32_t i = 0; i < static_cast<int32_t>(kMaxExtents); ++i) {
+        const Extent& x = extents_[i];
+        if (x.state == kExtentFree || x.state == kExtentLost || x.state == kExtentUnpinned) {
+          continue;
+        }
+        if (!(PageAddr(x.start) < end && start < PageAddr(x.start + x.pages))) continue;
+        if (x.state == kExtentRegistered) {
+          idx = i;
+          break;
+        }
+        if (!mine(i)) wait = true;  // being pinned, trimmed or repinned elsewhere
+      }
+      if (idx >= 0) {
+        if (t->n < ArenaChangeTicket::kMax) {
+          extents_[idx].state = kExtentRepinning;
+        } else {
+          LoseExtentLocked(idx);  // more than one change can follow: not repinned
+        }
+        e = extents_[idx];
+        extents_[idx].frames = nullptr;
+      }
+    }
+    if (idx < 0) {
+      if (!wait) return;
+      Backoff();
+      continue;
+    }
+    UnpinExtent(e, why, detail);
+    page_change_unpins_.fetch_add(1, std::memory_order_relaxed);
+    if (e.state == kExtentRepinning) {
+      t->ext[t->n++] = idx;
+    } else {
+      extents_live_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void HostArena::EndPageChange(const ArenaChangeTicket& t, bool stays_anonymous, bool repin) {
+  for (int k = 0; k < t.n; ++k) {
+    const int32_t idx = t.ext[k];
+    Extent e;
+    {
+      MutexLock lock(&mu_);
+      e = extents_[idx];
+    }
+    const uintptr_t addr = PageAddr(e.start);
+    const uint64_t bytes = e.pages * page_;
+    OwnPinReason refused = OwnPinReason::kRefusedPageChange;
+    CUresult r = CUDA_SUCCESS;
+    if (stays_anonymous && repin) r = PinExtent(idx, addr, bytes, e.ctx, &refused);
+    const bool pinned =
+        stays_anonymous && repin && r == CUDA_SUCCESS && refused == OwnPinReason::kNone;
+    if (pinned) repinned_.fetch_add(1, std::memory_order_relaxed);
+    if (!pinned && stays_anonymous && repin) {
+      ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kArena, refused, addr,
+                   bytes, 0, r);
+    }
+    MutexLock lock(&mu_);
+    if (pinned) {
+      extents_[idx].state = kExtentRegistered;
+      continue;
+    }
+    extents_live_.fetch_sub(1, std::memory_order_relaxed);
+    // Still private anonymous memory, only not pinned (a driver refusal, or
+    // another change racing): the program's blocks and the free pages stay
+    // usable. Anything else: none of it is handed out again.
+    if (stays_anonymous) {
+      extents_[idx].state = kExtentUnpinned;
+    } else {
+      LoseExtentLocked(idx);
+    }
+  }
+}
+
+void HostArena::BeforeCopy(const void* p, uint64_t bytes) {
+  if (options_.registrations == nullptr || bytes == 0) return;
+  Region reg;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (!options_.registrations->Lookup(a, &reg) || reg.kind != MemKind::kPinnedByPinshim ||
+      bytes <= reg.bytes - (a - reg.start)) {
+    VerifyBeforeCopy(p, bytes);
+    return;
+  }
+  // Measured on the H200: a copy that starts in a registration and runs
+  // past its end fails (CUDA_ERROR_INVALID_VALUE); of malloc memory it works.
+  ArenaChangeTicket t;
+  BeginPageChange(reg.start, reg.bytes, OwnPinReason::kCopyPastRegistration, 0, &t);
+  EndPageChange(t, /*stays_anonymous=*/true, /*repin=*/false);
+}
+
+void HostArena::VerifyBeforeCopy(const void* p, uint64_t bytes) {
+  if (!options_.verify_pages || options_.registrations == nullptr || bytes == 0) return;
+  Region reg;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (!options_.registrations->Lookup(a, &reg) || reg.id == 0 ||
+      reg.kind != MemKind::kPinnedByPinshim || reg.id > kMaxExtents) {
+    return;
+  }
+  const int32_t idx = static_cast<int32_t>(reg.id - 1);
+  {
+    // Compared under the lock: the frames go with the registration, which
+    // nothing can drop meanwhile (verification is a debugging setting).
+    MutexLock lock(&mu_);
+    const Extent& x = extents_[idx];
+    if (x.state != kExtentRegistered || x.frames == nullptr || PageAddr(x.start) != reg.start) {
+      return;
+    }
+    const uintptr_t lo = PageAddr(x.start);
+    const uint64_t from = (a - lo) / page_;
+    uint64_t to = (a + bytes - lo + page_ - 1) / page_;
+    if (to > x.pages) to = x.pages;
+    if (from >= to || PageFrames::Same(lo + from * page_, to - from, x.frames + from)) return;
+  }
+  ArenaChangeTicket t;
+  BeginPageChange(reg.start, reg.bytes, OwnPinReason::kPagesVerifiedChanged, 0, &t);
+  EndPageChange(t, /*stays_anonymous=*/true);
 }
 
 uint64_t HostArena::TrimIdle() { return TrimImpl(UINT64_MAX, true, OwnPinReason::kIdleTrim); }
@@ -723,6 +970,9 @@ ArenaStats HostArena::Stats() const {
   s.registrations = registrations_.load();
   s.trimmed_bytes = trimmed_.load();
   s.bad_frees = bad_frees_.load();
+  s.repinned = repinned_.load();
+  s.page_change_unpins = page_change_unpins_.load();
+  s.lost = lost_.load();
   return s;
 }
 

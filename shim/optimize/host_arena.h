@@ -64,6 +64,16 @@ struct ArenaOptions {
   uint64_t (*now_ns)() = nullptr;  // null: MonotonicNs
   // Told about every extent registered, unregistered or refused.
   OwnPinCallback on_own_pin = nullptr;
+  // PINSHIM_VERIFY_PAGES: record the page frames each extent pinned and
+  // check them before copies (VerifyBeforeCopy).
+  bool verify_pages = false;
+};
+
+// The extents a page change unpinned (BeginPageChange), for EndPageChange.
+struct ArenaChangeTicket {
+  static constexpr int kMax = 64;
+  int32_t ext[kMax];
+  int n = 0;
 };
 
 struct ArenaStats {
@@ -76,6 +86,9 @@ struct ArenaStats {
   uint64_t registrations;   // made so far
   uint64_t trimmed_bytes;
   uint64_t bad_frees;       // pointers inside the arena without a valid header
+  uint64_t page_change_unpins;  // extents unpinned because the program changed their pages
+  uint64_t repinned;        // extents pinned again after their pages changed
+  uint64_t lost;            // extents that could not be: their memory is never reused
 };
 
 class HostArena {
@@ -134,6 +147,30 @@ class HostArena {
   // Bytes of registered extents whose pages are all free: what Trim could free.
   uint64_t IdleBytes() const;
 
+  // Page changes (page_change.h) of the program's over arena memory, which
+  // it took for malloc's. MayOverlap: two comparisons. BeginPageChange,
+  // BEFORE the call: unpins every extent overlapping [start, start +
+  // bytes). EndPageChange, after it: pins them again where their memory is
+  // still private anonymous memory (`stays_anonymous`), so the program's
+  // later copies run pinned on its new pages; an extent that cannot be
+  // (unmapped, or mapped over by something else) stays the program's as
+  // ordinary memory and no part of it is handed out again.
+  bool MayOverlap(uintptr_t start, uint64_t bytes) const {
+    return size_ != 0 && start < base_ + size_ && start + bytes > base_;
+  }
+  void BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail,
+                       ArenaChangeTicket* t);
+  // repin false: leave them unpinned (still usable as ordinary memory).
+  void EndPageChange(const ArenaChangeTicket& t, bool stays_anonymous, bool repin = true);
+  // Before a copy from or to arena memory at p: when [p, p + bytes) runs
+  // past the registration holding p (beyond the program's block), which
+  // the driver would refuse, that extent is unpinned for good first.
+  void BeforeCopy(const void* p, uint64_t bytes);
+  // PINSHIM_VERIFY_PAGES: before a copy of [p, p + bytes) of arena memory,
+  // checks that its extent still maps the pages it pinned, and pins the
+  // extent again when not.
+  void VerifyBeforeCopy(const void* p, uint64_t bytes);
+
   // Fork: PrepareFork before the registries' locks are taken. The child
   // keeps using the arena's memory as ordinary memory (the program's blocks
   // stay valid), but allocates nothing new from it.
@@ -169,6 +206,14 @@ class HostArena {
   void ReapDeferred();
   void MaybeTrimIdle();
   uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why);
+  // Registers extent idx's pages (state kExtentRegistering), charging the
+  // account; records frames when verifying. Returns the driver's result
+  // (refused: *refused says why).
+  CUresult PinExtent(int32_t idx, uintptr_t addr, uint64_t bytes, CUcontext ctx,
+                     OwnPinReason* refused);
+  void UnpinExtent(const Extent& e, OwnPinReason why, uint32_t detail);
+  void LoseExtentLocked(int32_t idx);
+  bool InLostExtentLocked(uintptr_t a) const;
   uintptr_t PageAddr(uint64_t page) const { return base_ + page * page_; }
 
   const DriverOps* ops_ = nullptr;
@@ -199,6 +244,8 @@ class HostArena {
 
   std::atomic<uint64_t> allocs_{0}, frees_{0}, declined_{0}, deferred_frees_{0}, extents_live_{0};
   std::atomic<uint64_t> registered_bytes_{0}, registrations_{0}, trimmed_{0}, bad_frees_{0};
+  std::atomic<uint64_t> repinned_{0}, lost_{0}, page_change_unpins_{0};
+  uint32_t nlost_ = 0;  // extents in state lost; guarded by mu_
 };
 
 }  // namespace optimize

@@ -27,7 +27,11 @@ uint64_t EvictArena(void* arg, uint64_t want, OwnPinReason why) {
 uint64_t EvictCache(void* arg, uint64_t want, OwnPinReason why) {
   return static_cast<RegistrationCache*>(arg)->Evict(want, why);
 }
+uint64_t EvictStager(void* arg, uint64_t, OwnPinReason) {
+  return static_cast<Stager*>(arg)->TrimIdle(/*all=*/true);
+}
 uint64_t IdlePool(void* arg) { return static_cast<PinnedPool*>(arg)->IdleBytes(); }
+uint64_t IdleStager(void* arg) { return static_cast<Stager*>(arg)->IdleBytes(); }
 uint64_t IdleArena(void* arg) { return static_cast<HostArena*>(arg)->IdleBytes(); }
 uint64_t IdleCache(void* arg) { return static_cast<RegistrationCache*>(arg)->EvictableBytes(); }
 
@@ -55,6 +59,7 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
     ops_ = ops;
     ok = fences_.Init(&ops_);
   }
+  PageChangeSlots::Setup();
   if (ok && emulated_ == nullptr) {
     emulated_ = static_cast<EmulatedRegistration*>(
         InternalAlloc(sizeof(EmulatedRegistration) * kMaxEmulated));
@@ -76,6 +81,7 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
     if (options_.enable_arena) {
       ArenaOptions ao = options_.arena;
       ao.registrations = options_.registrations;
+      ao.verify_pages = ao.verify_pages || options_.verify_pages;
       if (options_.on_own_pin != nullptr) ao.on_own_pin = options_.on_own_pin;
       arena_on_.store(arena_.Init(&ops_, &fences_, &account_, ao));
     }
@@ -84,13 +90,20 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
       co.registrations = options_.registrations;
       co.on_registered = &MarkSiteHot;
       co.on_registered_arg = &hot_sites_;
+      co.verify_pages = co.verify_pages || options_.verify_pages;
       if (options_.on_own_pin != nullptr) co.on_own_pin = options_.on_own_pin;
       cache_on_.store(cache_.Init(&ops_, &fences_, &account_, co));
+    }
+    if (options_.enable_staging) {
+      StagerOptions so = options_.stager;
+      if (options_.on_own_pin != nullptr) so.on_own_pin = options_.on_own_pin;
+      stager_on_.store(stager_.Init(&ops_, &account_, so));
     }
     // Idle pool slabs and arena extents go first: nobody is using them.
     if (pool_on_.load()) account_.AddEvictor(&EvictPool, &pool_, &IdlePool);
     if (arena_on_.load()) account_.AddEvictor(&EvictArena, &arena_, &IdleArena);
     if (cache_on_.load()) account_.AddEvictor(&EvictCache, &cache_, &IdleCache);
+    if (stager_on_.load()) account_.AddEvictor(&EvictStager, &stager_, &IdleStager);
     active_.store(true, std::memory_order_release);
   }
   state_.store(kAttached, std::memory_order_release);
@@ -117,6 +130,7 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
   t.dir = dir;
   if (host_kind == MemKind::kPinnedByPinshim) {
     if (arena_on_.load(std::memory_order_relaxed) && arena_.Owns(host_ptr)) {
+      arena_.BeforeCopy(host_ptr, bytes);
       t.kind = CopyTicket::kArena;
       arena_copies_.fetch_add(1, std::memory_order_relaxed);
       saved_arena_ns_.fetch_add(static_cast<uint64_t>(CostModel::SavingNs(bytes, dir)),
@@ -129,7 +143,10 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
     }
     return t;
   }
-  if (host_kind == MemKind::kPageable && cache_on_.load(std::memory_order_relaxed)) {
+  // Arena memory that is not pinned now (its pages changed) stays unpinned:
+  // the arena, not the cache, owns it.
+  if (host_kind == MemKind::kPageable && cache_on_.load(std::memory_order_relaxed) &&
+      !(arena_on_.load(std::memory_order_relaxed) && arena_.Owns(host_ptr))) {
     NoteHomeContext();
     Region alloc;
     if (options_.allocations == nullptr ||
@@ -139,7 +156,18 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
     t.cache = cache_.OnPageableCopy(alloc, host_ptr, bytes, dir);
     if (t.cache.pinned()) t.kind = CopyTicket::kCache;
   }
+  if (host_kind == MemKind::kPageable && t.kind == CopyTicket::kNone &&
+      stager_on_.load(std::memory_order_relaxed) && stager_.Wants(dir, bytes)) {
+    t.stage = true;
+  }
   return t;
+}
+
+bool Optimizer::Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream,
+                      bool per_thread_api, bool sync, CUresult* result, StagedInfo* info) {
+  if (!t.stage || !active()) return false;
+  return stager_.Stage(t.dir, host, dev, t.bytes, RecordableStream(stream, per_thread_api), sync,
+                       result, info);
 }
 
 void Optimizer::AfterHostCopy(const CopyTicket& t, CUresult result, bool async, CUstream stream,
@@ -315,6 +343,7 @@ uint64_t Optimizer::Evict(uint64_t bytes_wanted) {
   }
   if (freed < bytes_wanted && arena_on_.load()) freed += arena_.Trim(bytes_wanted - freed, why);
   if (freed < bytes_wanted && cache_on_.load()) freed += cache_.Evict(bytes_wanted - freed, why);
+  if (freed < bytes_wanted && stager_on_.load()) freed += stager_.TrimIdle(/*all=*/true);
   return freed;
 }
 
@@ -322,11 +351,13 @@ void Optimizer::Tick() {
   if (!active()) return;
   if (pool_on_.load()) pool_.TrimIdle();
   if (arena_on_.load()) arena_.TrimIdle();
+  if (stager_on_.load()) stager_.TrimIdle();
 }
 
 void Optimizer::OnContextDestroyed(CUcontext ctx) {
   if (!active()) return;
   if (pool_on_.load()) pool_.OnContextDestroyed(ctx);
+  if (stager_on_.load()) stager_.OnContextDestroyed(ctx);
   fences_.OnContextDestroyed(ctx);
   // The arena registers in its home context when the allocating thread has
   // none: a destroyed one is forgotten and the next copy names a new one.
@@ -354,7 +385,40 @@ void Optimizer::AfterForkParent() {
   emulated_mu_.AfterFork();
 }
 
+void Optimizer::BeforePageChange(uintptr_t start, uint64_t bytes, const PageChange& what,
+                                 PageChangeTicket* t) {
+  t->arena.n = 0;
+  t->stays_anonymous = what.stays_anonymous;
+  if (bytes == 0) return;
+  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
+  // Marked first: a registration that starts while this looks sees it.
+  PageChangeSlots::Begin(start, end);
+  t->marked = true;
+  if (!active()) return;
+  if (what.replaces_private) {
+    if (cache_on_.load(std::memory_order_relaxed)) {
+      cache_.OnPageChange(start, end - start, what.reason, what.detail);
+    }
+    if (arena_on_.load(std::memory_order_relaxed) && arena_.MayOverlap(start, end - start)) {
+      arena_.BeginPageChange(start, end - start, what.reason, what.detail, &t->arena);
+    }
+  }
+  if (what.replaces_shared && pool_on_.load(std::memory_order_relaxed) &&
+      pool_.MayOverlap(start, end - start)) {
+    pool_.Retire(start, end - start, what.reason, what.detail);
+  }
+}
+
+void Optimizer::AfterPageChange(PageChangeTicket* t) {
+  if (t->arena.n != 0) arena_.EndPageChange(t->arena, t->stays_anonymous);
+  t->arena.n = 0;
+  if (t->marked) PageChangeSlots::End();
+  t->marked = false;
+}
+
 void Optimizer::AfterForkChild() {
+  PageChangeSlots::AfterForkChild();
+  stager_.AfterForkChild();
   active_.store(false, std::memory_order_release);
   arena_.AfterForkChild();
   cache_.AfterForkChild();
@@ -415,6 +479,9 @@ OptimizeCounters Optimizer::Counters() const {
   c.saved_alloc_ns = c.pool.saved_ns;
   c.hot_sites = hot_sites_.hot_sites();
   c.hot_sites_from_profile = hot_sites_.from_profile();
+  c.page_change_drops =
+      c.cache.page_change_unpins + c.arena.page_change_unpins + c.pool.retired_slabs;
+  c.stager = stager_.Stats();
   return c;
 }
 

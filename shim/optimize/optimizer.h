@@ -41,9 +41,11 @@
 #include "shim/optimize/host_arena.h"
 #include "shim/optimize/hot_sites.h"
 #include "shim/optimize/lock.h"
+#include "shim/optimize/page_change.h"
 #include "shim/optimize/pin_account.h"
 #include "shim/optimize/pinned_pool.h"
 #include "shim/optimize/registration_cache.h"
+#include "shim/optimize/stager.h"
 
 namespace pinshim {
 namespace optimize {
@@ -57,15 +59,28 @@ struct OptimizerOptions {
   bool enable_pool = true;
   bool enable_cache = true;
   bool enable_arena = true;
+  bool enable_staging = true;
   PoolOptions pool;
   CacheOptions cache;
   ArenaOptions arena;
+  StagerOptions stager;
   // Told about every pinning action of pinshim's own: what the pool, the
   // cache and the arena pinned, unpinned (and why) and were refused (and
   // why). Called on the thread that acted, outside every engine lock; never
   // for a copy that pins nothing. Null: nobody listens. Overrides the
   // parts' own on_own_pin.
   OwnPinCallback on_own_pin = nullptr;
+  // PINSHIM_VERIFY_PAGES: the cache and the arena check, before every copy
+  // through memory they pinned in place, that it still maps the pinned
+  // pages (added to the parts' own verify_pages).
+  bool verify_pages = false;
+};
+
+// What a page-change hook's BeforePageChange hands to its AfterPageChange.
+struct PageChangeTicket {
+  bool marked = false;
+  bool stays_anonymous = true;
+  ArenaChangeTicket arena;
 };
 
 // What the hook's "before" call hands to its "after" call.
@@ -76,6 +91,7 @@ struct CopyTicket {
   const void* host = nullptr;
   uint64_t bytes = 0;
   CopyDir dir = CopyDir::kHostToDevice;
+  bool stage = false;  // pageable and not pinned: a copy staging would take
 };
 
 // Every counter, for the summary and the trace. Plain data.
@@ -102,6 +118,10 @@ struct OptimizeCounters {
   uint64_t saved_alloc_ns;
   uint64_t hot_sites;               // allocation sites redirected into the arena
   uint64_t hot_sites_from_profile;  // of those, listed by the profile
+  // Drops because the program changed the pages behind pinshim's pinning:
+  // cache registrations and arena extents unpinned, pool slabs retired.
+  uint64_t page_change_drops;
+  StagerStats stager;
 };
 
 // The subset of the counters the trace records (kOptimizeCounters).
@@ -134,6 +154,13 @@ class Optimizer {
   void AfterHostCopy(const CopyTicket& ticket, CUresult result, bool async, CUstream stream,
                      bool per_thread_api);
 
+  // For a ticket with stage set: runs the copy through the staging rings
+  // (host [host, host + bytes), device [dev, ...)); false: the caller makes
+  // the driver call. `sync`: a synchronous entry point. The stream as the
+  // call named it, with per_thread_api for _ptsz/_ptds entry points.
+  bool Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream,
+             bool per_thread_api, bool sync, CUresult* result, StagedInfo* info);
+
   // For asynchronous calls whose operands are not one host range (batches,
   // 3D batches): when HidesPinning(p) holds for any host operand p, call
   // this after the call succeeded: it returns once the copy completed, as
@@ -143,10 +170,19 @@ class Optimizer {
   void NotePoolAsyncUse(const void* p, CUstream stream, bool per_thread_api);
 
   // --- libc hooks -------------------------------------------------------
-  // BEFORE free/realloc/munmap/mremap hand [start, start + bytes) back.
+  // BEFORE free/realloc hand [start, start + bytes) back.
   void OnRelease(const void* start, uint64_t bytes) {
     if (cache_.MaybeCached()) cache_.OnRelease(start, bytes, OwnPinReason::kProgramReleased);
   }
+  // Around every call that may change which pages back [start, start +
+  // bytes) (page_change.h): BeforePageChange BEFORE the call, which drops
+  // or retires what pinshim pinned there; AfterPageChange after it
+  // (whatever its result), which pins the arena's memory again. Call both
+  // in optimize mode even before the engine runs (the range is marked for
+  // registrations starting meanwhile).
+  void BeforePageChange(uintptr_t start, uint64_t bytes, const PageChange& what,
+                        PageChangeTicket* t);
+  void AfterPageChange(PageChangeTicket* t);
   // Redirected allocation sites: the arena, and which sites go there.
   HostArena& arena() { return arena_; }
   bool arena_on() const { return arena_on_.load(std::memory_order_acquire); }
@@ -197,6 +233,7 @@ class Optimizer {
   OptimizeCounters Counters() const;
 
   PinnedPool& pool() { return pool_; }
+  Stager& stager() { return stager_; }
   RegistrationCache& cache() { return cache_; }
   FenceManager& fences() { return fences_; }
   PinAccount& account() { return account_; }
@@ -221,6 +258,8 @@ class Optimizer {
   PinnedPool pool_;
   RegistrationCache cache_;
   HostArena arena_;
+  Stager stager_;
+  std::atomic<bool> stager_on_{false};
   HotSites hot_sites_;
   mutable Mutex emulated_mu_;
   EmulatedRegistration* emulated_ = nullptr;  // kMaxEmulated

@@ -34,7 +34,8 @@ enum class PinUse : uint8_t {
   kPoolDedicated = 1,  // an exact-size allocation made for one program request
   kCache = 2,          // a registration of a hot pageable allocation
   kArena = 3,          // a registered arena extent
-  kCount = 4,
+  kStaging = 4,        // the staging rings of staged copies
+  kCount = 5,
 };
 constexpr int kPinUseCount = static_cast<int>(PinUse::kCount);
 // The trace names the parts by the same values.
@@ -42,7 +43,8 @@ static_assert(static_cast<int>(OwnPinPart::kPoolSlab) == static_cast<int>(PinUse
                   static_cast<int>(OwnPinPart::kPoolDedicated) ==
                       static_cast<int>(PinUse::kPoolDedicated) &&
                   static_cast<int>(OwnPinPart::kCache) == static_cast<int>(PinUse::kCache) &&
-                  static_cast<int>(OwnPinPart::kArena) == static_cast<int>(PinUse::kArena),
+                  static_cast<int>(OwnPinPart::kArena) == static_cast<int>(PinUse::kArena) &&
+                  static_cast<int>(OwnPinPart::kStaging) == static_cast<int>(PinUse::kStaging),
               "PinUse and OwnPinPart must agree");
 inline OwnPinPart PartOf(PinUse use) { return static_cast<OwnPinPart>(use); }
 
@@ -52,7 +54,7 @@ using OwnPinCallback = void (*)(const OwnPinEvent& event);
 // Calls `callback` (when set) with one event. Call outside engine locks.
 inline void ReportOwnPin(OwnPinCallback callback, OwnPinAction action, OwnPinPart part,
                          OwnPinReason reason, uintptr_t start, uint64_t bytes,
-                         uint64_t alloc_id, int result) {
+                         uint64_t alloc_id, int result, uint32_t detail = 0) {
   if (callback == nullptr) return;
   OwnPinEvent e;
   e.action = action;
@@ -62,6 +64,7 @@ inline void ReportOwnPin(OwnPinCallback callback, OwnPinAction action, OwnPinPar
   e.bytes = bytes;
   e.alloc_id = alloc_id;
   e.result = result;
+  e.detail = detail;
   callback(e);
 }
 

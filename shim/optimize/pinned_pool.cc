@@ -18,6 +18,7 @@ enum BlockState : uint8_t {
   kBlockFreeing = 2,  // between the program's free and the list
   kBlockGone = 3,     // its slab is being given back
   kBlockBatched = 4,  // freed; on a batch list until the batch's fence completed
+  kBlockRetired = 5,  // free, but its slab is retired: on no list, never reused
 };
 
 enum SlabState : uint8_t {
@@ -65,6 +66,7 @@ struct PinnedPool::Slab {
   uint8_t state;
   bool dedicated;
   bool keep_on_free;  // dedicated blocks above max_pooled_bytes are kept for reuse
+  bool retired;       // the program changed its pages: no block of it is reused
   Slab* prev;
   Slab* next;
   Block blocks[kMaxBlocksPerSlab];
@@ -256,6 +258,7 @@ CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls,
   s->state = kSlabActive;
   s->dedicated = dedicated;
   s->keep_on_free = dedicated && bytes > options_.max_pooled_bytes;
+  s->retired = false;
   for (uint32_t i = 0; i < nblocks; ++i) {
     Block& b = s->blocks[i];
     b.base = s->base + i * block_bytes;
@@ -271,6 +274,16 @@ CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls,
   reg.kind = MemKind::kPinnedByPinshim;
   reg.source = kSourcePinshim;
   slabs_.Insert(reg);
+  {
+    // Widened before the slab is handed out, so a page-change hook that
+    // can see the block can see the bounds.
+    uintptr_t cur = lo_.load(std::memory_order_relaxed);
+    while (s->base < cur && !lo_.compare_exchange_weak(cur, s->base)) {
+    }
+    cur = hi_.load(std::memory_order_relaxed);
+    while (s->base + bytes > cur && !hi_.compare_exchange_weak(cur, s->base + bytes)) {
+    }
+  }
   {
     MutexLock lock(&mu_);
     SubPool* sub = FindSubPoolLocked(flags, ctx, true);
@@ -616,6 +629,13 @@ int PinnedPool::ReleaseBatchBlocksLocked(BlockList* blocks, uint64_t freed_ns) {
     next = b->next;
     Slab* s = b->slab;
     if (b->state == kBlockBatched) s->nbatched--;
+    if (s->retired) {
+      b->state = kBlockRetired;
+      b->prev = b->next = nullptr;
+      if (--s->nlive == 0) s->idle_since_ns = freed_ns;
+      ++n;
+      continue;
+    }
     b->state = kBlockFree;
     if (!b->fences.empty()) fenced_bytes_ += b->bytes;
     // Last freed, first reused: the memory most likely still in cache, and
@@ -843,8 +863,9 @@ uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReaso
         for (Slab* s = sub.slabs; s != nullptr && planned < bytes_wanted; s = next) {
           next = s->next;
           if (s->nlive != 0 || s->state != kSlabActive) continue;
-          if (idle_only && (options_.idle_trim_ns == 0 ||
-                            now - s->idle_since_ns < options_.idle_trim_ns)) {
+          // A retired slab goes as soon as it is free.
+          if (idle_only && !s->retired &&
+              (options_.idle_trim_ns == 0 || now - s->idle_since_ns < options_.idle_trim_ns)) {
             continue;
           }
           bool clean = true;
@@ -859,7 +880,7 @@ uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReaso
           if (!clean) continue;
           for (uint32_t j = 0; j < s->nblocks; ++j) {
             Block& b = s->blocks[j];
-            ListRemove(s->dedicated ? &sub.large : &sub.free[s->cls], &b);
+            if (b.state != kBlockRetired) ListRemove(s->dedicated ? &sub.large : &sub.free[s->cls], &b);
             b.state = kBlockGone;
           }
           if (s->prev != nullptr) s->prev->next = s->next; else sub.slabs = s->next;
@@ -979,6 +1000,45 @@ void PinnedPool::OnContextDestroyed(CUcontext ctx) {
   }
 }
 
+void PinnedPool::Retire(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail) {
+  if (!active() || bytes == 0 || !MayOverlap(start, bytes)) return;
+  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
+  struct Retired {
+    uintptr_t base;
+    uint64_t bytes;
+    PinUse use;
+  } retired[16];
+  int nretired = 0;
+  {
+    MutexLock lock(&mu_);
+    for (int i = 0; i < kMaxSubPools; ++i) {
+      SubPool& sub = subs_[i];
+      if (!sub.used) continue;
+      for (Slab* s = sub.slabs; s != nullptr; s = s->next) {
+        const uint64_t span = s->bytes == 0 ? 1 : s->bytes;
+        if (s->retired || s->state != kSlabActive || !(s->base < end && start < s->base + span)) {
+          continue;
+        }
+        s->retired = true;
+        for (uint32_t j = 0; j < s->nblocks; ++j) {
+          Block& b = s->blocks[j];
+          if (b.state != kBlockFree) continue;
+          if (!b.fences.empty()) fenced_bytes_ -= b.bytes;
+          ListRemove(s->dedicated ? &sub.large : &sub.free[s->cls], &b);
+          b.state = kBlockRetired;
+        }
+        if (nretired < 16) retired[nretired++] = {s->base, s->bytes, s->use};
+        retired_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  for (int i = 0; i < nretired; ++i) {
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kRetired, PartOf(retired[i].use), why,
+                 retired[i].base, retired[i].bytes, 0, CUDA_SUCCESS, detail);
+  }
+  // An idle retired slab goes at the next trim (the sampler's, or a free's).
+}
+
 void PinnedPool::PrepareFork() {
   mu_.PrepareFork();
   slabs_.LockForFork();
@@ -997,6 +1057,7 @@ void PinnedPool::AfterForkChild() {
 
 PoolStats PinnedPool::Stats() const {
   PoolStats s;
+  s.retired_slabs = retired_.load();
   s.hits = hits_.load();
   s.misses = misses_.load();
   s.dedicated = dedicated_.load();

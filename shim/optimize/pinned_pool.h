@@ -115,6 +115,7 @@ struct PoolStats {
   uint64_t free_batches;      // free-time fences recorded (each covers a batch of frees)
   uint64_t batched_blocks;    // freed blocks waiting for their batch's fence now
   uint64_t batch_growths;     // slabs added because allocations kept waiting for batches
+  uint64_t retired_slabs;     // slabs retired because the program changed their pages
 };
 
 class PinnedPool {
@@ -176,6 +177,17 @@ class PinnedPool {
 
   // Bytes of slabs with no live block: about what Trim could free now.
   uint64_t IdleBytes() const;
+
+  // A call is about to replace pages of [start, start + bytes) that lie in
+  // pool memory (page_change.h): the blocks there behave as the driver's
+  // own memory does under it, but their slabs hand out no block again and
+  // go back to the driver once every block of theirs is free, so no later
+  // allocation gets pages the driver no longer pins. MayOverlap: two loads.
+  bool MayOverlap(uintptr_t start, uint64_t bytes) const {
+    return start < hi_.load(std::memory_order_acquire) &&
+           start + bytes > lo_.load(std::memory_order_acquire);
+  }
+  void Retire(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail);
 
   // ctx was destroyed (cuCtxDestroy, cuDevicePrimaryCtxReset): the driver
   // freed its pinned memory, so its slabs are forgotten without a call.
@@ -271,6 +283,9 @@ class PinnedPool {
   std::atomic<uint64_t> poll_debt_ns_{0};
   std::atomic<uint64_t> poll_waits_{0};  // allocations that waited, since then
   Registry slabs_;           // slab ranges, id = Slab*; lock-free lookups
+  // Every slab ever made lies inside [lo_, hi_) (widened only).
+  std::atomic<uintptr_t> lo_{UINTPTR_MAX}, hi_{0};
+  std::atomic<uint64_t> retired_{0};
 
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> last_trim_ns_{0};

@@ -6,8 +6,13 @@
 #include <cmath>
 #include <cstring>
 
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
 #include "shim/core/internal_alloc.h"
 #include "shim/optimize/cost_model.h"
+#include "shim/optimize/page_change.h"
+#include "shim/optimize/page_frames.h"
 
 namespace pinshim {
 namespace optimize {
@@ -33,6 +38,7 @@ const char* CacheFailureName(CacheFailure failure) {
     case CacheFailure::kCap: return "cap";
     case CacheFailure::kTableFull: return "table_full";
     case CacheFailure::kNoContext: return "no_context";
+    case CacheFailure::kPagesChanged: return "pages_changed";
     default: return "?";
   }
 }
@@ -48,7 +54,27 @@ struct RegistrationCache::Entry {
   uint8_t state;
   int32_t next_free;
   FenceSet fences;
+  // PINSHIM_VERIFY_PAGES: the frames the registration pinned, one per page
+  // from the page holding `start` (own mapping, given back on unpin).
+  PageFrame* frames;
+  uint64_t nframes;
 };
+
+namespace {
+
+// Frame arrays come and go with registrations: mapped straight from the
+// kernel (InternalAlloc never gives memory back).
+PageFrame* NewFrames(uint64_t n) {
+  long r = syscall(SYS_mmap, nullptr, n * sizeof(PageFrame), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return r < 0 && r > -4096 ? nullptr : reinterpret_cast<PageFrame*>(r);
+}
+
+void FreeFrames(PageFrame* f, uint64_t n) {
+  if (f != nullptr) syscall(SYS_munmap, f, n * sizeof(PageFrame));
+}
+
+}  // namespace
 
 struct RegistrationCache::Candidate {
   uint64_t alloc_id;  // 0: empty
@@ -186,7 +212,10 @@ void RegistrationCache::DropEntryLocked(int32_t idx) {
   e.generation++;
   e.next_free = free_entry_;
   free_entry_ = idx;
-  live_entries_.fetch_sub(1, std::memory_order_release);
+  if (live_entries_.fetch_sub(1, std::memory_order_release) == 1) {
+    lo_.store(UINTPTR_MAX, std::memory_order_release);
+    hi_.store(0, std::memory_order_release);
+  }
 }
 
 CacheFailure RegistrationCache::ClassifyFailure(CUresult r, uint64_t bytes) const {
@@ -235,6 +264,10 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     return ticket;
   }
   if (alloc.kind != MemKind::kPageable) return ticket;
+  if ((alloc.flags & kRegionNotPinnable) != 0) {
+    declined_[static_cast<int>(CacheDecline::kNotPinnable)].fetch_add(1, std::memory_order_relaxed);
+    return ticket;
+  }
   const auto p = reinterpret_cast<uintptr_t>(host_ptr);
   if (alloc.source == kSourceMmap) {
     // One buffer: the copy starts in its first page and covers half of it.
@@ -246,6 +279,12 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     }
   } else if (alloc.source != kSourceMalloc) {
     declined_[static_cast<int>(CacheDecline::kSource)].fetch_add(1, std::memory_order_relaxed);
+    return ticket;
+  }
+  // A copy that runs past the allocation (into a neighbouring mapping)
+  // would fail on a registration of it (see OnCachedCopy).
+  if (p < alloc.start || bytes > alloc.bytes - (p - alloc.start)) {
+    declined_[static_cast<int>(CacheDecline::kSubAllocation)].fetch_add(1, std::memory_order_relaxed);
     return ticket;
   }
   if (alloc.bytes > account_->cap()) {
@@ -278,12 +317,25 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
       table_full = true;
     } else {
       c->busy = true;
+      uintptr_t cur = lo_.load(std::memory_order_relaxed);
+      if (alloc.start < cur) lo_.store(alloc.start, std::memory_order_release);
+      cur = hi_.load(std::memory_order_relaxed);
+      if (alloc.start + alloc.bytes > cur) {
+        hi_.store(alloc.start + alloc.bytes, std::memory_order_release);
+      }
     }
   }
   if (table_full) {
     failures_[static_cast<int>(CacheFailure::kTableFull)].fetch_add(1, std::memory_order_relaxed);
     ReportRefusal(alloc, OwnPinReason::kRefusedTableFull, CUDA_SUCCESS);
     Evict(1, OwnPinReason::kEvictedForTable);  // makes room for the next hot copy
+    return ticket;
+  }
+  // The entry is visible to the page-change hooks now: from here on a call
+  // replacing these pages waits for this registration and unpins it. One
+  // already under way might have looked before: pin nothing then.
+  if (PageChangeSlots::AnyOverlapping(alloc.start, alloc.start + alloc.bytes)) {
+    AbortRegistration(idx, alloc.id, CacheFailure::kPagesChanged);
     return ticket;
   }
   CUcontext ctx = nullptr;
@@ -311,6 +363,18 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     ReportRefusal(alloc, f < 4 ? kReasons[f] : OwnPinReason::kRefusedDriverError, r);
     return ticket;
   }
+  PageFrame* frames = nullptr;
+  uint64_t nframes = 0;
+  if (options_.verify_pages) {
+    const uint64_t page = PageFrames::page_bytes();
+    const uintptr_t first = alloc.start / page * page;
+    nframes = (alloc.start + alloc.bytes - first + page - 1) / page;
+    frames = NewFrames(nframes);
+    if (frames != nullptr && !PageFrames::Read(first, nframes, frames)) {
+      FreeFrames(frames, nframes);
+      frames = nullptr;
+    }
+  }
   if (options_.registrations != nullptr) {
     Region reg;
     reg.start = alloc.start;
@@ -325,6 +389,8 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
   {
     MutexLock lock(&mu_);
     Entry& e = entries_[idx];
+    e.frames = frames;
+    e.nframes = frames != nullptr ? nframes : 0;
     e.state = kEntryRegistered;
     e.ctx = ctx;
     e.users = 1;  // this copy
@@ -349,17 +415,46 @@ CacheTicket RegistrationCache::OnCachedCopy(const void* host_ptr, uint64_t bytes
   CacheTicket ticket;
   if (!active() || !MaybeCached()) return ticket;
   const auto p = reinterpret_cast<uintptr_t>(host_ptr);
+  bool overrun = false;
+  uintptr_t start = 0;
+  uint64_t len = 0;
   {
     MutexLock lock(&mu_);
     int32_t idx = FindEntryLocked(p);
     if (idx < 0) return ticket;
     Entry& e = entries_[idx];
-    // A copy reaching past the registration runs as pageable in the driver.
-    if (e.state != kEntryRegistered || bytes > e.bytes - (p - e.start)) return ticket;
-    e.users++;
+    if (e.state != kEntryRegistered) return ticket;
+    if (bytes > e.bytes - (p - e.start)) {
+      // The driver refuses a copy that starts in a registration and runs
+      // past its end (measured on the H200: CUDA_ERROR_INVALID_VALUE), where
+      // the same copy of pageable memory succeeds: the registration goes
+      // before the copy, and the buffer is not pinned in place again.
+      overrun = true;
+      start = e.start;
+      len = e.bytes;
+    } else {
+      e.users++;
     e.last_use = ++tick_;
-    ticket.entry = idx;
-    ticket.generation = e.generation;
+      ticket.entry = idx;
+      ticket.generation = e.generation;
+    }
+  }
+  if (overrun) {
+    ReleaseRange(start, start + len, OwnPinReason::kCopyPastRegistration, 0, /*forget=*/true);
+    return CacheTicket();
+  }
+  if (options_.verify_pages && !FramesStillPinned(ticket.entry, p, bytes)) {
+    // Other pages than the pinned ones (a change no hook saw): unpin, and
+    // the copy runs on the program's current pages, as pageable memory.
+    {
+      MutexLock lock(&mu_);
+      Entry& e = entries_[ticket.entry];
+      if (e.generation == ticket.generation && e.users > 0) e.users--;
+      start = e.start;
+      len = e.bytes;
+    }
+    ReleaseRange(start, start + len, OwnPinReason::kPagesVerifiedChanged, 0, /*forget=*/true);
+    return CacheTicket();
   }
   hits_.fetch_add(1, std::memory_order_relaxed);
   saved_ns_.fetch_add(static_cast<uint64_t>(CostModel::SavingNs(bytes, dir)),
@@ -405,18 +500,26 @@ void RegistrationCache::NoteAsyncUse(const void* p, CUstream stream) {
   }
 }
 
-void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why) {
+void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why,
+                              uint32_t detail) {
   uintptr_t start;
   uint64_t bytes;
   uint64_t alloc_id;
   CUcontext ctx;
+  PageFrame* frames;
+  uint64_t nframes;
   {
     MutexLock lock(&mu_);
     start = entries_[idx].start;
     bytes = entries_[idx].bytes;
     alloc_id = entries_[idx].alloc_id;
     ctx = entries_[idx].ctx;
+    frames = entries_[idx].frames;
+    nframes = entries_[idx].nframes;
+    entries_[idx].frames = nullptr;
+    entries_[idx].nframes = 0;
   }
+  FreeFrames(frames, nframes);
   if (options_.registrations != nullptr) {
     Region reg;
     if (options_.registrations->Lookup(start, &reg) && reg.start == start &&
@@ -436,8 +539,14 @@ void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, Own
   account_->Release(PinUse::kCache, bytes);
   bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kCache, why, start, bytes,
-               alloc_id, r);
+               alloc_id, r, detail);
   MutexLock lock(&mu_);
+  if (IsPageChange(why) || why == OwnPinReason::kCopyPastRegistration) {
+    if (IsPageChange(why)) page_change_unpins_.fetch_add(1, std::memory_order_relaxed);
+    // Not pinned in place again: what changed its pages once may again.
+    Candidate* c = FindCandidateLocked(alloc_id, Now(), true);
+    if (c != nullptr) c->failed = static_cast<uint8_t>(static_cast<int>(CacheFailure::kPagesChanged) + 1);
+  }
   DropEntryLocked(idx);
 }
 
@@ -445,15 +554,29 @@ void RegistrationCache::OnRelease(const void* start, uint64_t bytes, OwnPinReaso
   if (!active() || !MaybeCached() || bytes == 0) return;
   const auto s = reinterpret_cast<uintptr_t>(start);
   const uintptr_t end = bytes > UINTPTR_MAX - s ? UINTPTR_MAX : s + bytes;
+  ReleaseRange(s, end, why, 0, /*forget=*/false);
+}
+
+void RegistrationCache::OnPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why,
+                                     uint32_t detail) {
+  if (!active() || !MayOverlap(start, bytes) || bytes == 0) return;
+  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
+  ReleaseRange(start, end, why, detail, /*forget=*/true);
+}
+
+void RegistrationCache::ReleaseRange(uintptr_t s, uintptr_t end, OwnPinReason why,
+                                     uint32_t detail, bool forget) {
   for (;;) {
     Fence fences[FenceSet::kSlots];
     int nfences;
     int32_t idx;
+    bool covered;
     {
       MutexLock lock(&mu_);
       idx = FirstOverlapLocked(s, end);
       if (idx < 0) return;
       Entry& e = entries_[idx];
+      covered = e.start >= s && e.start + e.bytes <= end;
       if (e.state == kEntryRegistered && e.users == 0) {
         e.state = kEntryReleasing;
         nfences = e.fences.TakeAll(fences);
@@ -465,9 +588,37 @@ void RegistrationCache::OnRelease(const void* start, uint64_t bytes, OwnPinReaso
       Backoff();
       continue;
     }
-    Unpin(idx, fences, nfences, why);
+    // A whole buffer unmapped is released, not a page change of it.
+    OwnPinReason reason = why;
+    bool mark = forget;
+    if (why == OwnPinReason::kPageChangeMunmap && covered) {
+      reason = OwnPinReason::kProgramReleased;
+      mark = false;
+    }
+    Unpin(idx, fences, nfences, reason, mark ? detail : 0);
     releases_.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+bool RegistrationCache::FramesStillPinned(int32_t idx, uintptr_t p, uint64_t bytes) {
+  PageFrame* frames;
+  uint64_t nframes;
+  uintptr_t start;
+  {
+    MutexLock lock(&mu_);
+    frames = entries_[idx].frames;
+    nframes = entries_[idx].nframes;
+    start = entries_[idx].start;
+  }
+  if (frames == nullptr || bytes == 0) return true;  // nothing recorded to compare
+  // The entry is in use by this copy (users > 0), so its frames stay.
+  const uint64_t page = PageFrames::page_bytes();
+  const uintptr_t first = start / page * page;
+  const uint64_t from = (p - first) / page;
+  uint64_t to = (p + bytes - first + page - 1) / page;
+  if (to > nframes) to = nframes;
+  if (from >= to) return true;
+  return PageFrames::Same(first + from * page, to - from, frames + from);
 }
 
 bool RegistrationCache::Contains(const void* p, uintptr_t* start, uint64_t* bytes) const {
@@ -550,6 +701,7 @@ CacheStats RegistrationCache::Stats() const {
   for (int i = 0; i < kCacheFailureCount; ++i) s.failures[i] = failures_[i].load();
   for (int i = 0; i < kCacheDeclineCount; ++i) s.declined[i] = declined_[i].load();
   s.async_waits = async_waits_.load();
+  s.page_change_unpins = page_change_unpins_.load();
   s.entries = live_entries_.load();
   s.bytes = bytes_.load();
   s.saved_ns = saved_ns_.load();

@@ -72,7 +72,8 @@ enum class CacheFailure : uint8_t {
   kCap = 4,                // transient: the pin cap (or the budget) refused
   kTableFull = 5,          // transient: no entry free, none evictable
   kNoContext = 6,          // transient: no current context on the copying thread
-  kCount = 7,
+  kPagesChanged = 7,       // remembered: the pages behind it changed once (page_change.h)
+  kCount = 8,
 };
 constexpr int kCacheFailureCount = static_cast<int>(CacheFailure::kCount);
 const char* CacheFailureName(CacheFailure failure);
@@ -82,7 +83,8 @@ enum class CacheDecline : uint8_t {
   kSource = 1,         // owned by the driver or pinshim, not by malloc/mmap
   kSubAllocation = 2,  // inside an mmap region not used as one buffer
   kTooLarge = 3,       // larger than the cap allows
-  kCount = 4,
+  kNotPinnable = 4,    // shared or file-backed memory: never pinned in place
+  kCount = 5,
 };
 constexpr int kCacheDeclineCount = static_cast<int>(CacheDecline::kCount);
 
@@ -101,6 +103,9 @@ struct CacheOptions {
   // Told about every registration made, dropped or refused (declined
   // copies, which happen per copy, are only counted).
   OwnPinCallback on_own_pin = nullptr;
+  // PINSHIM_VERIFY_PAGES: record the page frames each registration pinned
+  // and check them before every copy through it (page_frames.h).
+  bool verify_pages = false;
 };
 
 // Handed from the hook's "before the copy" call to its "after" call.
@@ -118,6 +123,7 @@ struct CacheStats {
   uint64_t failures[kCacheFailureCount];
   uint64_t declined[kCacheDeclineCount];
   uint64_t async_waits;  // asynchronous copies on cached memory waited for
+  uint64_t page_change_unpins;  // unpinned because the program changed the pages
   uint64_t entries;
   uint64_t bytes;        // pinned by the cache now
   uint64_t saved_ns;     // estimated copy time saved (cost model)
@@ -167,6 +173,19 @@ class RegistrationCache {
   // Cheap pre-check for OnRelease: false when nothing is cached.
   bool MaybeCached() const { return live_entries_.load(std::memory_order_acquire) != 0; }
 
+  // BEFORE a call that replaces the pages of [start, start + bytes) (the
+  // hooks have marked the range in PageChangeSlots first): unpins every
+  // registration overlapping it, as OnRelease does, and never pins those
+  // allocations in place again (a program that changed their pages once
+  // may again). `why` and `detail` go to the trace.
+  void OnPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail);
+  // Whether [start, start + bytes) may overlap a registration: two loads.
+  bool MayOverlap(uintptr_t start, uint64_t bytes) const {
+    if (!MaybeCached()) return false;
+    return start < hi_.load(std::memory_order_acquire) &&
+           start + bytes > lo_.load(std::memory_order_acquire);
+  }
+
   // Whether p lies in a registration of this cache; its range if so.
   bool Contains(const void* p, uintptr_t* start, uint64_t* bytes) const;
 
@@ -201,7 +220,11 @@ class RegistrationCache {
   void DropEntryLocked(int32_t idx);
   void AbortRegistration(int32_t idx, uint64_t alloc_id, CacheFailure why);
   void ReportRefusal(const Region& alloc, OwnPinReason why, int result) const;
-  void Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why);
+  void Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why,
+             uint32_t detail = 0);
+  void ReleaseRange(uintptr_t s, uintptr_t end, OwnPinReason why, uint32_t detail,
+                    bool forget);
+  bool FramesStillPinned(int32_t idx, uintptr_t p, uint64_t bytes);
   CacheFailure ClassifyFailure(CUresult r, uint64_t bytes) const;
 
   const DriverOps* ops_ = nullptr;
@@ -219,10 +242,13 @@ class RegistrationCache {
   uint64_t tick_ = 0;
 
   std::atomic<uint64_t> live_entries_{0};
+  // Every live registration lies inside [lo_, hi_) (widened as entries come,
+  // reset when the cache empties).
+  std::atomic<uintptr_t> lo_{UINTPTR_MAX}, hi_{0};
   std::atomic<uint64_t> registrations_{0}, hits_{0}, evictions_{0}, releases_{0};
   std::atomic<uint64_t> failures_[kCacheFailureCount] = {};
   std::atomic<uint64_t> declined_[kCacheDeclineCount] = {};
-  std::atomic<uint64_t> async_waits_{0}, bytes_{0}, saved_ns_{0};
+  std::atomic<uint64_t> async_waits_{0}, bytes_{0}, saved_ns_{0}, page_change_unpins_{0};
 };
 
 }  // namespace optimize

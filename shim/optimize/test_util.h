@@ -34,6 +34,9 @@ inline DriverOps FakeDriverOps() {
   ops.ctx_get_current = &cuCtxGetCurrent;
   ops.ctx_set_current = &cuCtxSetCurrent;
   ops.ctx_synchronize = &cuCtxSynchronize;
+  ops.memcpy_htod_async = &cuMemcpyHtoDAsync;
+  ops.memcpy_dtoh_async = &cuMemcpyDtoHAsync;
+  ops.pointer_get_attribute = &cuPointerGetAttribute;
   return ops;
 }
 

@@ -97,6 +97,7 @@ class BatchEncoder {
     if (e.host_flags != 0) bits |= kCopyHasFlags;
     if (e.result != 0) bits |= kCopyHasResult;
     if (device != prev_device_) bits |= kCopyHasDevice;
+    if (e.staged_workers != 0) bits |= kCopyStaged;
     p = PutVarint(p, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
     p = PutVarint(p, e.api);
     p = PutVarint(p, bits);
@@ -112,6 +113,10 @@ class BatchEncoder {
     if (bits & kCopyHasDevice) {
       p = PutSigned(p, device);
       prev_device_ = device;
+    }
+    if (bits & kCopyStaged) {
+      p = PutVarint(p, e.staged_workers);
+      p = PutVarint(p, e.staged_chunk_bytes);
     }
     End(p);
   }
@@ -190,7 +195,7 @@ class BatchEncoder {
     End(p);
   }
 
-  void AppendOwnPin(const OwnPinEvent& e, uint64_t time_ns) {
+  void AppendOwnPin(const OwnPinEvent& e, uint64_t time_ns, uint32_t stack = 0) {
     uint8_t* p = Begin(EventType::kOwnPin, time_ns);
     p = PutVarint(p, static_cast<uint32_t>(e.action));
     p = PutVarint(p, static_cast<uint32_t>(e.part));
@@ -199,6 +204,8 @@ class BatchEncoder {
     p = PutVarint(p, e.bytes);
     p = PutVarint(p, e.alloc_id);
     p = PutSigned(p, e.result);
+    p = PutVarint(p, stack);
+    p = PutVarint(p, e.detail);
     End(p);
   }
 

@@ -774,8 +774,11 @@ void RecordSync(const SyncEvent& e) {
 void RecordOwnPin(const OwnPinEvent& e) {
   ThreadBuffer* b = Enter();
   if (b == nullptr) return;
+  // A page change is the program's call, made on its thread: its stack is
+  // where the program changed the pages.
+  const uint32_t stack = IsPageChange(e.reason) ? Capture(b) : 0;
   uint64_t now = MonotonicNs();
-  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendOwnPin(e, now); });
+  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendOwnPin(e, now, stack); });
   Leave();
 }
 

@@ -90,10 +90,11 @@ void RecordSync(const SyncEvent& event);
 void RecordBudgetDecision(const BudgetDecisionEvent& event);
 
 // One pinning action of optimize mode's own (pool, registration cache,
-// arena): pinned, unpinned or refused, with the reason. The recorder takes
-// the time; no call site is captured (the action belongs to pinshim, and
-// may run on a thread of its own). Like the other Record* calls: no
-// allocation, no lock, no output.
+// arena): pinned, unpinned, refused or retired, with the reason. The
+// recorder takes the time; a call site is captured only for page changes
+// (the program's own call, on its thread: IsPageChange(reason)); other
+// actions belong to pinshim and may run on a thread of its own. Like the
+// other Record* calls: no allocation, no lock, no output.
 void RecordOwnPin(const OwnPinEvent& event);
 
 // The memcpy-family hooks call this with the source they are about to read.

@@ -83,7 +83,10 @@
 //              s host allocation id (delta);
 //              then if kCopyHasFlags: u host flags; if kCopyHasResult: s result;
 //              if kCopyHasDevice: s device (the device current at the copy;
-//              recorded only when it differs from the previous copy's).
+//              recorded only when it differs from the previous copy's);
+//              if kCopyStaged: u threads that copied, u ring chunk bytes
+//              (optimize mode ran this pageable copy through its staging
+//              rings; the memory kinds stay the program's).
 //   kPin       u duration ns, u api, u op (PinOp), u pointer, u bytes,
 //              u flags, u stack id, s result, s device (-1 unknown).
 //   kHostAlloc u allocation id, u pointer, u bytes, u bits (bit 0 free,
@@ -124,8 +127,18 @@
 //              (cache: the pinned buffer's tracked allocation; a dedicated
 //              pool allocation's program allocation when it is unpinned; 0
 //              otherwise), s driver result (CUresult of the pinning or
-//              unpinning call, 0 when none was made). No call site: the
-//              actions happen in pinshim, often on a thread of its own.
+//              unpinning call, 0 when none was made); then, appended (older
+//              traces end before them): u stack id, u detail. The stack is 0
+//              except for page changes (reasons 8 to 14: 8 madvise,
+//              posix_madvise or process_madvise, 9 mmap MAP_FIXED, 10 mremap,
+//              11 munmap, 12 shmat/shmdt, 13 brk/sbrk, 14 PINSHIM_VERIFY_PAGES
+//              found other pages; reason 15: a copy started in it and ran past
+//              its end, which the driver refuses), which are the program's own calls on its
+//              thread: the stack is where it made the call, and detail the
+//              advice or the call's flags. Other actions happen in pinshim,
+//              often on a thread of its own. Action 3 (retired) is a pool
+//              slab whose pages the program changed: never reused, given back
+//              once free. Refusal reason 24: a call was changing those pages.
 //              Values are those of shim/core/events.h; unknown ones are kept
 //              and reported as "unknown". Event type 49 (skipped by older
 //              readers; kTraceVersion stays 1).
@@ -251,6 +264,7 @@ enum CopyBit : uint32_t {
   kCopyHasFlags = 1u << 3,
   kCopyHasResult = 1u << 4,
   kCopyHasDevice = 1u << 5,
+  kCopyStaged = 1u << 6,  // optimize mode staged it through pinned rings
 };
 
 enum class MisuseKind : uint8_t {

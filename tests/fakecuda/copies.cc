@@ -12,13 +12,25 @@
 
 #include "tests/fakecuda/driver_behavior.h"
 #include "tests/fakecuda/internal.h"
+#include "tests/fakecuda/pinning.h"
 
 namespace fakecuda {
+
+MoveFn LibcMemmove() {
+  static MoveFn fn = [] {
+    void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    void* sym = libc != nullptr ? dlsym(libc, "memmove") : nullptr;
+    return sym != nullptr ? reinterpret_cast<MoveFn>(sym) : &std::memmove;
+  }();
+  return fn;
+}
+
 namespace {
 
 namespace behavior = ::fakecuda::behavior;
 
-// `depth` slices of `rows` rows of `width` bytes.
+// `depth` slices of `rows` rows of `width` bytes. A side with held pages
+// (page-locked memory) is reached through them, as DMA reaches it.
 struct Block {
   char* dst;
   const char* src;
@@ -29,27 +41,43 @@ struct Block {
   size_t src_pitch = 0;
   size_t dst_slice = 0;
   size_t src_slice = 0;
+  std::shared_ptr<HeldPages> dst_held;
+  std::shared_ptr<HeldPages> src_held;
 };
 
-// The real driver moves data by DMA, which no library interposing the C
-// library's copy functions can see. The simulated one copies with libc's own
-// memmove, looked up in libc itself, so it stays equally invisible to them.
-using MoveFn = void* (*)(void*, const void*, size_t);
-MoveFn LibcMemmove() {
-  static MoveFn fn = [] {
-    void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    void* sym = libc != nullptr ? dlsym(libc, "memmove") : nullptr;
-    return sym != nullptr ? reinterpret_cast<MoveFn>(sym) : &std::memmove;
-  }();
-  return fn;
+Block MakeBlock(const Span& d, const Span& s, size_t width) {
+  Block b{d.view, s.view, width};
+  b.dst_held = d.held;
+  b.src_held = s.held;
+  return b;
+}
+
+// One contiguous run of bytes, through held pages where a side has them.
+// The kernel refusing a transfer cannot happen for a range inside a pin;
+// should it, the bytes stay as they were, as a failed DMA leaves them.
+void MoveRun(char* dst, const HeldPages* dst_held, const char* src, const HeldPages* src_held,
+             size_t n) {
+  if (dst_held == nullptr && src_held == nullptr) {
+    LibcMemmove()(dst, src, n);
+  } else if (dst_held == nullptr) {
+    DmaFromHeld(*src_held, reinterpret_cast<uintptr_t>(src), dst, n);
+  } else if (src_held == nullptr) {
+    DmaToHeld(*dst_held, reinterpret_cast<uintptr_t>(dst), src, n);
+  } else {
+    std::vector<char> bounce(n < (size_t{1} << 20) ? n : (size_t{1} << 20));
+    for (size_t done = 0; done < n; done += bounce.size()) {
+      const size_t len = n - done < bounce.size() ? n - done : bounce.size();
+      DmaFromHeld(*src_held, reinterpret_cast<uintptr_t>(src + done), bounce.data(), len);
+      DmaToHeld(*dst_held, reinterpret_cast<uintptr_t>(dst + done), bounce.data(), len);
+    }
+  }
 }
 
 void RunBlock(const Block& b) {
-  const MoveFn move = LibcMemmove();
   for (size_t z = 0; z < b.depth; ++z) {
     for (size_t y = 0; y < b.rows; ++y) {
-      move(b.dst + z * b.dst_slice + y * b.dst_pitch,
-           b.src + z * b.src_slice + y * b.src_pitch, b.width);
+      MoveRun(b.dst + z * b.dst_slice + y * b.dst_pitch, b.dst_held.get(),
+              b.src + z * b.src_slice + y * b.src_pitch, b.src_held.get(), b.width);
     }
   }
 }
@@ -101,7 +129,7 @@ CUresult Copy(Naming dst_naming, uintptr_t dst, Naming src_naming, uintptr_t src
   Span d, s;
   if (CUresult err = Resolve(dst_naming, dst, n, &d)) return err;
   if (CUresult err = Resolve(src_naming, src, n, &s)) return err;
-  return Launch(handle, per_thread_api, {Block{d.view, s.view, n}}, MustWait(api, d.kind, s.kind));
+  return Launch(handle, per_thread_api, {MakeBlock(d, s, n)}, MustWait(api, d.kind, s.kind));
 }
 
 // One side of a 2D/3D copy, as the descriptor gives it.
@@ -159,7 +187,7 @@ CUresult Copy3D(const Operand& src, const Operand& dst, size_t width, size_t row
   if (CUresult err = ResolveOperand(dst, width, rows, depth, &d)) return err;
   if (CUresult err = ResolveOperand(src, width, rows, depth, &s)) return err;
   Block block{d.view, s.view, width, rows, depth, dst.pitch, src.pitch,
-              dst.pitch * dst.height, src.pitch * src.height};
+              dst.pitch * dst.height, src.pitch * src.height, d.held, s.held};
   return Launch(handle, per_thread_api, {block}, MustWait(api, d.kind, s.kind));
 }
 
@@ -228,7 +256,7 @@ CUresult Batch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count
     pageable = pageable || d.kind == MemKind::kPageable || s.kind == MemKind::kPageable;
     const bool now = attrs[k].srcAccessOrder == CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
     if (now) staged_bytes += sizes[i];
-    blocks.push_back(Block{d.view, s.view, sizes[i]});
+    blocks.push_back(MakeBlock(d, s, sizes[i]));
     read_now.push_back(now);
   }
   if (blocks.empty()) return CUDA_SUCCESS;
@@ -240,8 +268,9 @@ CUresult Batch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count
     char* next = staging->data();
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (!read_now[i]) continue;
-      LibcMemmove()(next, blocks[i].src, blocks[i].width);
+      MoveRun(next, nullptr, blocks[i].src, blocks[i].src_held.get(), blocks[i].width);
       blocks[i].src = next;
+      blocks[i].src_held = nullptr;
       next += blocks[i].width;
     }
   }
@@ -261,7 +290,19 @@ CUresult MemsetD8(CUdeviceptr dst, unsigned char value, size_t n, bool per_threa
   if (CUresult err = ResolveStream(nullptr, per_thread_api, &stream)) return err;
   // Documented: asynchronous to the host unless the target is host or managed memory.
   char* view = d.view;
-  return Submit(stream, [view, value, n] { std::memset(view, value, n); },
+  std::shared_ptr<HeldPages> held = d.held;
+  return Submit(stream,
+                [view, value, n, held] {
+                  if (held == nullptr) {
+                    std::memset(view, value, n);
+                    return;
+                  }
+                  std::vector<char> fill(n < (size_t{1} << 20) ? n : (size_t{1} << 20), value);
+                  for (size_t done = 0; done < n; done += fill.size()) {
+                    const size_t len = n - done < fill.size() ? n - done : fill.size();
+                    DmaToHeld(*held, reinterpret_cast<uintptr_t>(view + done), fill.data(), len);
+                  }
+                },
                 d.kind != MemKind::kDevice);
 }
 

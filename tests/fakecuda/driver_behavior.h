@@ -38,6 +38,20 @@ constexpr bool kHostGetFlagsOnRegistered = false;
 // host address itself.
 constexpr bool kDevicePointerIsHostPointer = true;
 
+// Measured on the H200 (driver 580, bench/gpu/page_facts.cu): cuMemHostAlloc
+// memory is a shared mapping of /dev/zero (shared anonymous memory): a fork
+// child shares its pages with the parent (the child's writes show in the
+// parent), madvise(MADV_DONTNEED) keeps its content, MADV_REMOVE punches it
+// out (the device then still gets the old pages).
+constexpr bool kHostAllocIsSharedMemory = true;
+
+// Measured on the H200 (driver 580, bench/gpu/page_facts.cu
+// "copy_partly_registered"): a copy whose host range starts in page-locked
+// memory and runs past its end fails with CUDA_ERROR_INVALID_VALUE (H2D, D2H,
+// async alike); one that starts in pageable memory and runs into page-locked
+// memory succeeds, as pageable.
+constexpr CUresult kCopyPastPageLockedEnd = CUDA_ERROR_INVALID_VALUE;
+
 // Reported measured on driver 590: cuMemHostAlloc with size 0 succeeds. The
 // pointer it returns here is a real (one page) allocation, freed as usual.
 constexpr bool kHostAllocZeroSizeSucceeds = true;

@@ -49,6 +49,16 @@ CUresult fakecuda_hold_stream(CUstream stream, int held);
 // Operations queued on any stream that have not finished yet.
 size_t fakecuda_pending_ops(void);
 
+// 1 when page-locked memory pins its pages here (pinning.h: copies then move
+// the pinned pages' bytes, as DMA does), 0 when this kernel cannot, and
+// copies of page-locked memory go through the program's addresses.
+int fakecuda_pins_pages(void);
+
+// Ranges page-locked so far whose pages could not be pinned (RLIMIT_MEMLOCK
+// without CAP_IPC_LOCK, memory io_uring refuses): their copies went through
+// the program's addresses, which the hardware's DMA would not.
+uint64_t fakecuda_pin_failures(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -124,6 +124,8 @@ struct DeviceAlloc {
   uint64_t id = 0;
 };
 
+class HeldPages;  // pinning.h
+
 // A page-locked host range: a cuMemHostAlloc allocation or a registration.
 struct HostRange {
   uintptr_t base = 0;
@@ -132,6 +134,10 @@ struct HostRange {
   unsigned flags = 0;
   Context* ctx = nullptr;
   uint64_t id = 0;
+  // The pages pinned when the range was allocated or registered; copies
+  // through the range move their bytes (null: not pinnable, copies use the
+  // program's addresses).
+  std::shared_ptr<HeldPages> held;
 };
 
 // ---- Process state (core.cc) ----------------------------------------------------
@@ -200,9 +206,12 @@ unsigned CopyDelayUs();
 // ---- Memory (memory.cc) ---------------------------------------------------------
 
 // What a copy operand resolves to: where its bytes are, and what kind.
+// Page-locked host memory with held pages is reached through them (DMA),
+// not through `view`.
 struct Span {
   char* view = nullptr;
   MemKind kind = MemKind::kPageable;
+  std::shared_ptr<HeldPages> held;
 };
 
 // Sets up the device address arena; called by cuInit with State::mu held.
@@ -246,6 +255,14 @@ void RetireStream(const std::shared_ptr<Stream>& stream);
 
 // Retires every stream of `ctx` (when it is destroyed).
 void RetireContextStreams(Context* ctx);
+
+// ---- Copies (copies.cc) -----------------------------------------------------------
+
+// libc's own memmove, looked up in libc itself: the real driver's DMA is
+// invisible to a library interposing the C library's copy functions, and so
+// are the simulated driver's copies.
+using MoveFn = void* (*)(void*, const void*, size_t);
+MoveFn LibcMemmove();
 
 // ---- Entry point table (proc_address.cc) ----------------------------------------
 

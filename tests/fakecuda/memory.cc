@@ -5,7 +5,10 @@
 // never touch: the bytes of a device allocation sit at the same offset in a
 // second, hidden range, so dereferencing a device pointer on the host faults
 // as it does with a real GPU. Managed memory is mapped at its device address
-// (the host may use it). Page-locked host memory comes straight from mmap.
+// (the host may use it). Page-locked host memory comes straight from mmap
+// (shared anonymous memory, as the driver's is), and its pages, like those of
+// registered memory, are pinned (pinning.h): copies move the bytes of the
+// pages that were pinned, not of whatever the address maps later.
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -15,6 +18,7 @@
 
 #include "tests/fakecuda/driver_behavior.h"
 #include "tests/fakecuda/internal.h"
+#include "tests/fakecuda/pinning.h"
 
 namespace fakecuda {
 namespace {
@@ -159,8 +163,10 @@ CUresult AllocateHost(void** pp, size_t bytesize, unsigned flags) {
   State& s = S();
   size_t mapped;
   if (!RoundUp(bytesize == 0 ? 1 : bytesize, s.page, &mapped)) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const int sharing = behavior::kHostAllocIsSharedMemory ? MAP_SHARED : MAP_PRIVATE;
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, sharing | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::shared_ptr<HeldPages> held = HoldPages(reinterpret_cast<uintptr_t>(p), mapped);
   std::lock_guard<std::mutex> lock(s.mu);
   const auto base = reinterpret_cast<uintptr_t>(p);
   // A registration left behind on memory the program unmapped cannot be told
@@ -174,6 +180,7 @@ CUresult AllocateHost(void** pp, size_t bytesize, unsigned flags) {
   range.flags = flags;
   range.ctx = ctx;
   range.id = s.next_buffer_id++;
+  range.held = std::move(held);
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -202,12 +209,16 @@ CUresult RegisterHost(void* p, size_t bytesize, unsigned flags) {
   if (msync(reinterpret_cast<void*>(first), last - first, MS_ASYNC) != 0 && errno == ENOMEM) {
     return behavior::kRegisterUnmapped;
   }
+  // The driver pins the pages that back the range now; later copies through
+  // the registration move those pages' bytes.
+  std::shared_ptr<HeldPages> held = HoldPages(lo, bytesize);
   HostRange& range = s.registrations[lo];
   range.base = lo;
   range.size = bytesize;
   range.flags = flags;
   range.ctx = ctx;
   range.id = s.next_buffer_id++;
+  range.held = std::move(held);
   return CUDA_SUCCESS;
 }
 
@@ -389,9 +400,12 @@ CUresult ResolveHostRange(const void* p, size_t len, Span* out) {
   }
   HostRange* range = FindContaining(s.host_allocs, a);
   if (range == nullptr) range = FindContaining(s.registrations, a);
-  const bool pinned = range != nullptr && Fits(range->base, range->size, a, len);
+  if (range != nullptr && !Fits(range->base, range->size, a, len)) {
+    return behavior::kCopyPastPageLockedEnd;
+  }
+  const bool pinned = range != nullptr;
   *out = {const_cast<char*>(static_cast<const char*>(p)),
-          pinned ? MemKind::kPinned : MemKind::kPageable};
+          pinned ? MemKind::kPinned : MemKind::kPageable, pinned ? range->held : nullptr};
   return CUDA_SUCCESS;
 }
 
@@ -409,7 +423,7 @@ CUresult ResolveDeviceRange(CUdeviceptr p, size_t len, Span* out) {
   HostRange* range = FindContaining(s.host_allocs, p);
   if (range == nullptr) range = FindContaining(s.registrations, p);
   if (range == nullptr || !Fits(range->base, range->size, p, len)) return CUDA_ERROR_INVALID_VALUE;
-  *out = {reinterpret_cast<char*>(p), MemKind::kPinned};
+  *out = {reinterpret_cast<char*>(p), MemKind::kPinned, range->held};
   return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Staged copies on a real GPU, each side by side with its baseline in one
+# run, rounds interleaved (which goes first alternates), medians of per-round
+# ratios:
+#  1. fresh pageable buffers (one per copy), 4 KiB to 1 GiB, both ways:
+#     optimize mode / no library (bench/gpu/stage_bench.cu);
+#  2. one 64 MiB buffer reused 30 times: optimize / pinned by hand (copy_loop);
+#  3. fresh NumPy arrays through PyTorch and CuPy: no library / optimize;
+#  4. a DataLoader training loop: optimize with pin_memory=False / no library
+#     with pin_memory=True (images per second; loss checksums must agree);
+#  5. every core busy with arithmetic while fresh buffers are copied: work per
+#     second, optimize / no library.
+#   bash bench/gpu/stage_bench.sh LIBDIR [ROUNDS]   (sections: STAGE_SECTIONS="1 2 3 4 5")
+set -uo pipefail
+LIBDIR="$(cd "$1" && pwd)"
+ROUNDS="${2:-5}"
+SECTIONS="${STAGE_SECTIONS:-1 2 3 4 5}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d)"
+export LD_LIBRARY_PATH="$LIBDIR/needed${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/stage_bench" "$HERE/stage_bench.cu" -lpthread || exit 1
+nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/copy_loop" "$HERE/copy_loop.cu" || exit 1
+opt() { LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize "$@"; }
+field() { sed -n "s/.*$1=\([0-9.e+]*\).*/\1/p"; }
+has() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if has 1; then
+  echo "-- 1. fresh pageable buffers, GB/s of the copy call (median of 5 copies a round)"
+  SIZES="4096 65536 262144 1048576 4194304 16777216 67108864 268435456 1073741824"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for dir in h2d d2h; do
+      if ((r % 2)); then order="none opt"; else order="opt none"; fi
+      for who in $order; do
+        if [ $who = opt ]; then opt "$work/stage_bench" fresh $dir 5 $SIZES; else "$work/stage_bench" fresh $dir 5 $SIZES; fi \
+          | sed "s/^/$who round=$r /" >> "$work/fresh.txt"
+      done
+    done
+  done
+  python3 - "$work/fresh.txt" <<'PY'
+import collections, statistics, sys
+g = collections.defaultdict(dict)
+sums = collections.defaultdict(set)
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[2] == "checksum":
+        sums[f[0]].add(f[3]); continue
+    who, rnd = f[0], f[1].split("=")[1]
+    kv = dict(x.split("=") for x in f[3:])
+    g[(kv["dir"], int(kv["bytes"]))][(who, rnd)] = float(kv["gbps"])
+print("%-4s %12s %10s %10s %8s  %s" % ("dir", "bytes", "none", "optimize", "ratio", "per-round ratios"))
+for (d, b) in sorted(g):
+    v = g[(d, b)]
+    rounds = sorted({r for _, r in v})
+    ratios = [v[("opt", r)] / v[("none", r)] for r in rounds if ("opt", r) in v and ("none", r) in v]
+    none = statistics.median(v[("none", r)] for r in rounds)
+    o = statistics.median(v[("opt", r)] for r in rounds)
+    print("%-4s %12d %10.2f %10.2f %8.3f  %s" % (d, b, none, o, statistics.median(ratios),
+                                                  " ".join("%.2f" % x for x in ratios)))
+print("checksums", {k: sorted(v) for k, v in sums.items()})
+PY
+  opt env PINSHIM_SUMMARY=1 "$work/stage_bench" fresh h2d 2 67108864 2>&1 | grep 'pinshim: optimize'
+fi
+
+if has 2; then
+  echo "-- 2. one 64 MiB buffer, 30 copies (the whole loop): optimize / hand-pinned"
+  for dir in h2d d2h; do
+    o=(); h=()
+    for ((r = 1; r <= ROUNDS; r++)); do
+      o+=($(opt "$work/copy_loop" 67108864 30 pageable $dir | field seconds))
+      h+=($("$work/copy_loop" 67108864 30 hand-pinned $dir | field seconds))
+    done
+    python3 -c "
+import statistics,sys
+o=[float(x) for x in '${o[*]}'.split()]; h=[float(x) for x in '${h[*]}'.split()]
+r=[b/a for a,b in zip(o,h)]
+print('$dir optimize %.4f s hand-pinned %.4f s ratio %.3f rounds %s' % (statistics.median(o), statistics.median(h), statistics.median(r), ' '.join('%.3f'%x for x in r)))"
+  done
+fi
+
+if has 3; then
+  echo "-- 3. fresh 64 MiB NumPy arrays to the GPU and back: no library / optimize"
+  for fw in torch cupy; do
+    n=(); o=(); sums=""
+    for ((r = 1; r <= ROUNDS; r++)); do
+      out=$(python3 "$HERE/fresh_arrays.py" $fw 10); n+=($(field seconds_per_step <<<"$out")); sums+=" $(field checksum <<<"$out")"
+      out=$(opt python3 "$HERE/fresh_arrays.py" $fw 10); o+=($(field seconds_per_step <<<"$out")); sums+=" $(field checksum <<<"$out")"
+    done
+    python3 -c "
+import statistics
+n=[float(x) for x in '${n[*]}'.split()]; o=[float(x) for x in '${o[*]}'.split()]
+r=[a/b for a,b in zip(n,o)]
+print('$fw none %.5f s optimize %.5f s speedup %.2fx rounds %s checksums %s' % (statistics.median(n), statistics.median(o), statistics.median(r), ' '.join('%.2f'%x for x in r), sorted(set('$sums'.split()))))"
+  done
+fi
+
+if has 4; then
+  echo "-- 4. DataLoader training loop: optimize + pin_memory=False / no library + pin_memory=True"
+  n=(); o=(); sums=""
+  for ((r = 1; r <= ROUNDS; r++)); do
+    out=$(python3 "$HERE/dataloader_train.py" pin 60); n+=($(field images_per_s <<<"$out")); sums+=" $(field loss_checksum <<<"$out")"
+    out=$(opt python3 "$HERE/dataloader_train.py" nopin 60); o+=($(field images_per_s <<<"$out")); sums+=" $(field loss_checksum <<<"$out")"
+  done
+  out=$(python3 "$HERE/dataloader_train.py" nopin 60); plain=$(field images_per_s <<<"$out"); sums+=" $(field loss_checksum <<<"$out")"
+  python3 -c "
+import statistics
+n=[float(x) for x in '${n[*]}'.split()]; o=[float(x) for x in '${o[*]}'.split()]
+r=[b/a for a,b in zip(n,o)]
+print('pin_memory=True %.1f img/s; optimize pin_memory=False %.1f img/s; ratio %.3f rounds %s; pin_memory=False without the library %s img/s; loss checksums %s' % (statistics.median(n), statistics.median(o), statistics.median(r), ' '.join('%.3f'%x for x in r), '$plain', sorted(set('$sums'.split()))))"
+fi
+
+if has 5; then
+  echo "-- 5. every core busy, fresh 64 MiB buffers copied every 20 ms: work per second"
+  n=(); o=()
+  for ((r = 1; r <= ROUNDS; r++)); do
+    n+=($("$work/stage_bench" busy 4 67108864 | field work_per_s))
+    o+=($(opt "$work/stage_bench" busy 4 67108864 | field work_per_s))
+  done
+  python3 -c "
+import statistics
+n=[float(x) for x in '${n[*]}'.split()]; o=[float(x) for x in '${o[*]}'.split()]
+r=[b/a for a,b in zip(n,o)]
+print('none %.4e optimize %.4e ratio %.4f rounds %s' % (statistics.median(n), statistics.median(o), statistics.median(r), ' '.join('%.4f'%x for x in r)))"
+fi

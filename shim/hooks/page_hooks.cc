@@ -1,0 +1,144 @@
+// Interposed calls that change the pages behind a range without allocating
+// or freeing: madvise and its relatives, System V shared memory attached
+// over a range, and the heap's break moved down. (mmap with MAP_FIXED,
+// munmap and mremap are in libc_hooks.cc, with the rest of mmap.) Each one
+// forwards its arguments untouched and returns what libc returns; in
+// optimize mode pinshim's pinning of the range is dealt with first
+// (page_change_scope.h, optimize/page_change.h for the table of advice).
+//
+// Not interposed, and why: shmdt detaches System V segments, which pinshim
+// never pins (they are not malloc or mmap memory); mprotect changes no page;
+// system calls made without libc's wrappers (syscall(SYS_madvise, ...),
+// io_uring, another process) cannot be seen: README's limits, and
+// PINSHIM_VERIFY_PAGES, cover them.
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+
+#include "shim/hooks/page_change_scope.h"
+#include "shim/hooks/state.h"
+
+namespace pinshim {
+namespace {
+
+inline bool EnsureRealFunctions() {
+  if (PINSHIM_LIKELY(__atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr)) return true;
+  ResolveRealFunctions();
+  return __atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr;
+}
+
+}  // namespace
+}  // namespace pinshim
+
+using namespace pinshim;  // NOLINT: the hooks below are extern "C"
+
+extern "C" {
+
+int madvise(void* addr, size_t len, int advice) {
+  if (PINSHIM_UNLIKELY(!EnsureRealFunctions() || g_real.madvise == nullptr)) {
+    return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
+  }
+  optimize::PageChange change;
+  if (PINSHIM_LIKELY(!g_optimize) || !optimize::PageChangeOfAdvice(advice, &change)) {
+    return g_real.madvise(addr, len, advice);
+  }
+  PageChangeScope scope(addr, len, change);
+  return g_real.madvise(addr, len, advice);
+}
+
+// glibc ignores POSIX_MADV_DONTNEED (the POSIX meaning differs); the other
+// values are madvise's. Treated as madvise's advice of the same value.
+int posix_madvise(void* addr, size_t len, int advice) {
+  if (PINSHIM_UNLIKELY(!EnsureRealFunctions() || g_real.posix_madvise == nullptr)) {
+    return static_cast<int>(syscall(SYS_madvise, addr, len, advice)) == 0 ? 0 : errno;
+  }
+  optimize::PageChange change;
+  if (PINSHIM_LIKELY(!g_optimize) || !optimize::PageChangeOfAdvice(advice, &change)) {
+    return g_real.posix_madvise(addr, len, advice);
+  }
+  PageChangeScope scope(addr, len, change);
+  return g_real.posix_madvise(addr, len, advice);
+}
+
+// The target may be this process or another; it is taken to be this one
+// (for another, pinshim drops pinning it did not need to). One range covers
+// all the vectors.
+ssize_t process_madvise(int pidfd, const struct iovec* iov, size_t vlen, int advice,
+                        unsigned int flags) {
+  auto call = [&] {
+    if (g_real.process_madvise != nullptr) {
+      return g_real.process_madvise(pidfd, iov, vlen, advice, flags);
+    }
+    return static_cast<ssize_t>(syscall(SYS_process_madvise, pidfd, iov, vlen, advice, flags));
+  };
+  optimize::PageChange change;
+  if (PINSHIM_UNLIKELY(!EnsureRealFunctions()) || PINSHIM_LIKELY(!g_optimize) || iov == nullptr ||
+      vlen == 0 || !optimize::PageChangeOfAdvice(advice, &change)) {
+    return call();
+  }
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (size_t i = 0; i < vlen && i < 1024; ++i) {
+    const auto b = reinterpret_cast<uintptr_t>(iov[i].iov_base);
+    if (iov[i].iov_len == 0 || b > UINTPTR_MAX - iov[i].iov_len) continue;
+    if (b < lo) lo = b;
+    if (b + iov[i].iov_len > hi) hi = b + iov[i].iov_len;
+  }
+  if (hi <= lo) return call();
+  PageChangeScope scope(reinterpret_cast<void*>(lo), hi - lo, change);
+  return call();
+}
+
+// SHM_REMAP attaches a segment over whatever is mapped at shmaddr.
+void* shmat(int shmid, const void* shmaddr, int shmflg) {
+  if (PINSHIM_UNLIKELY(!EnsureRealFunctions() || g_real.shmat == nullptr)) {
+    errno = ENOSYS;
+    return reinterpret_cast<void*>(-1);
+  }
+  if (PINSHIM_LIKELY(!g_optimize) || shmaddr == nullptr || (shmflg & SHM_REMAP) == 0) {
+    return g_real.shmat(shmid, shmaddr, shmflg);
+  }
+  struct shmid_ds ds;
+  size_t len = 0;
+  if (shmctl(shmid, IPC_STAT, &ds) == 0) len = ds.shm_segsz;
+  uintptr_t at = reinterpret_cast<uintptr_t>(shmaddr);
+  if ((shmflg & SHM_RND) != 0) at -= at % SHMLBA;
+  PageChangeScope scope(reinterpret_cast<void*>(at), len,
+                        PageChangeOf(OwnPinReason::kPageChangeShm,
+                                     static_cast<uint32_t>(shmflg), false));
+  return g_real.shmat(shmid, shmaddr, shmflg);
+}
+
+// Moving the break down unmaps the heap's top. glibc's malloc moves it
+// itself without these symbols, but only over memory no live allocation
+// holds (and pinshim pins only live allocations' pages).
+int brk(void* addr) {
+  if (PINSHIM_UNLIKELY(!EnsureRealFunctions() || g_real.brk == nullptr)) {
+    errno = ENOMEM;
+    return -1;
+  }
+  void* now = PINSHIM_LIKELY(!g_optimize) || g_real.sbrk == nullptr ? nullptr : g_real.sbrk(0);
+  if (now == nullptr || addr >= now) return g_real.brk(addr);
+  PageChangeScope scope(addr,
+                        reinterpret_cast<uintptr_t>(now) - reinterpret_cast<uintptr_t>(addr),
+                        PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false));
+  return g_real.brk(addr);
+}
+
+void* sbrk(intptr_t increment) {
+  if (PINSHIM_UNLIKELY(!EnsureRealFunctions() || g_real.sbrk == nullptr)) {
+    errno = ENOMEM;
+    return reinterpret_cast<void*>(-1);
+  }
+  if (PINSHIM_LIKELY(!g_optimize) || increment >= 0) return g_real.sbrk(increment);
+  auto* now = static_cast<char*>(g_real.sbrk(0));
+  PageChangeScope scope(now + increment, static_cast<size_t>(-increment),
+                        PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false));
+  return g_real.sbrk(increment);
+}
+
+}  // extern "C"

@@ -1,0 +1,710 @@
+#include "shim/optimize/stager.h"
+
+#include <dlfcn.h>
+#include <emmintrin.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "shim/core/internal_alloc.h"
+#include "shim/core/macros.h"
+#include "shim/optimize/lock.h"
+
+namespace pinshim {
+namespace optimize {
+namespace {
+
+enum LaneState : int { kLaneEmpty = 0, kLaneFree = 1, kLaneBusy = 2, kLaneBinding = 3 };
+
+// The smallest piece a thread copies: below this the hand-off costs more
+// than the copy.
+constexpr uint64_t kMinPiece = uint64_t{64} << 10;
+// How long an idle worker spins for the next job before it sleeps: copies
+// often come back to back, and a futex wake costs tens of microseconds.
+constexpr uint64_t kSpinNs = 200000;
+constexpr uint64_t kSampleNs = 50000000;  // /proc/stat at most every 50 ms
+
+inline void Pause() { _mm_pause(); }
+
+uint64_t NowNs() { return MonotonicNs(); }
+
+// Copies into memory the CPU will not read back (a ring slot the device
+// reads next): non-temporal stores skip the read-for-ownership of the
+// destination, which on the H200's host raised staged host-to-device
+// throughput (bench/RESULTS.md, staging probe).
+void CopyStreaming(char* dst, const char* src, size_t n) {
+  while (n != 0 && (reinterpret_cast<uintptr_t>(dst) & 15) != 0) {
+    *dst++ = *src++;
+    --n;
+  }
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+  _mm_sfence();  // the DMA that follows must see every byte
+}
+
+// libc's memcpy itself: pinshim interposes memcpy (write-combined reads),
+// and these copies are its own.
+using CopyFn = void* (*)(void*, const void*, size_t);
+CopyFn g_libc_memcpy = nullptr;
+
+void CopyPlain(char* dst, const char* src, size_t n) {
+  if (g_libc_memcpy != nullptr) {
+    g_libc_memcpy(dst, src, n);
+  } else {
+    __builtin_memcpy(dst, src, n);
+  }
+}
+
+long Futex(std::atomic<uint32_t>* addr, int op, uint32_t val) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op | FUTEX_PRIVATE_FLAG, val,
+                 nullptr, nullptr, 0);
+}
+
+// Idle and total jiffies of all CPUs (/proc/stat's first line); false when
+// it cannot be read. Raw system calls: no stdio, no allocation.
+bool ReadCpuTimes(uint64_t* busy, uint64_t* total) {
+  int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/stat", O_RDONLY | O_CLOEXEC));
+  if (fd < 0) return false;
+  char buf[256];
+  long n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+  syscall(SYS_close, fd);
+  if (n <= 5 || strncmp(buf, "cpu ", 4) != 0) return false;
+  buf[n] = '\0';
+  uint64_t v[10] = {};
+  const char* p = buf + 4;
+  for (int i = 0; i < 10; ++i) {
+    while (*p == ' ') ++p;
+    if (*p < '0' || *p > '9') break;
+    while (*p >= '0' && *p <= '9') v[i] = v[i] * 10 + static_cast<uint64_t>(*p++ - '0');
+  }
+  uint64_t t = 0;
+  for (int i = 0; i < 8; ++i) t += v[i];  // guest time is inside user time already
+  *total = t;
+  *busy = t - v[3] - v[4];  // minus idle and iowait
+  return true;
+}
+
+uint32_t OnlineCores() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<uint32_t>(n) : 1;
+}
+
+}  // namespace
+
+struct Stager::Job {
+  std::atomic<int> live{0};     // workers may join
+  std::atomic<int> abort{0};    // stop: a DMA failed
+  std::atomic<uint32_t> joined{0};
+  std::atomic<uint32_t> inside{0};
+  bool h2d = true;
+  char* host = nullptr;
+  char* ring = nullptr;
+  uint64_t chunk = 0;
+  uint64_t bytes = 0;
+  uint64_t piece = 0;
+  uint32_t nchunks = 0;
+  uint32_t slots = 0;
+  uint32_t ppc = 0;  // pieces per chunk
+  uint64_t total = 0;
+  uint32_t max_workers = 0;
+  std::atomic<uint64_t> next{0};
+  std::atomic<uint32_t> done[kMaxChunks];
+  // Host to device: slot s may be written for chunk k once slot_gen[s] >
+  // k / slots (its previous DMA completed). Device to host: chunk k may be
+  // copied out once dma_done[k].
+  std::atomic<uint32_t> slot_gen[kMaxSlots];
+  std::atomic<uint8_t> dma_done[kMaxChunks];
+
+  uint64_t ChunkLen(uint32_t k) const {
+    const uint64_t off = uint64_t{k} * chunk;
+    return bytes - off < chunk ? bytes - off : chunk;
+  }
+  char* Slot(uint32_t k) const { return ring + uint64_t{k % slots} * chunk; }
+
+  // Whether piece p can be copied now, without waiting.
+  bool Ready(uint64_t p) const {
+    const uint32_t k = static_cast<uint32_t>(p / ppc);
+    return h2d ? slot_gen[k % slots].load(std::memory_order_acquire) > k / slots
+               : dma_done[k].load(std::memory_order_acquire) != 0;
+  }
+
+  // Copies piece p (waiting for its slot when `wait`); false when aborted.
+  void Copy(uint64_t p) {
+    const uint32_t k = static_cast<uint32_t>(p / ppc);
+    const uint64_t off = (p % ppc) * piece;
+    const uint64_t len = ChunkLen(k);
+    if (off < len) {
+      while (!Ready(p)) {
+        if (abort.load(std::memory_order_relaxed)) break;
+        Pause();
+      }
+      if (!abort.load(std::memory_order_relaxed)) {
+        const uint64_t n = len - off < piece ? len - off : piece;
+        char* h = host + uint64_t{k} * chunk + off;
+        char* s = Slot(k) + off;
+        if (h2d) {
+          CopyStreaming(s, h, n);
+        } else {
+          CopyPlain(h, s, n);
+        }
+      }
+    }
+    done[k].fetch_add(1, std::memory_order_release);
+  }
+};
+
+struct Stager::Lane {
+  std::atomic<int> state{kLaneEmpty};
+  CUcontext ctx = nullptr;
+  char* ring = nullptr;
+  uint64_t ring_bytes = 0;
+  uint64_t chunk_bytes = 0;
+  uint32_t slots = 0;
+  CUevent events[kMaxSlots] = {};
+  bool pending[kMaxSlots] = {};  // recorded; completion not seen yet
+  std::atomic<uint64_t> last_use_ns{0};
+  Job* job = nullptr;
+};
+
+uint32_t Stager::DefaultWorkers(uint32_t cores) {
+  // Measured on the H200's 16-core host (bench/RESULTS.md, staging probe):
+  // 8 threads reached 47-53 GB/s at 64-256 MiB; 12 and 15 did no better.
+  uint32_t w = cores / 2;
+  if (w < 1) w = 1;
+  if (w > 8) w = 8;
+  return w;
+}
+
+bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions& options) {
+  if (ops == nullptr || account == nullptr || !DriverOpsComplete(*ops)) return false;
+  options_ = options;
+  if (options_.slots < 2) options_.slots = 2;
+  if (options_.slots > kMaxSlots) options_.slots = kMaxSlots;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (options_.chunk_bytes < page) options_.chunk_bytes = page;
+  options_.chunk_bytes = options_.chunk_bytes / page * page;
+  nworkers_ = options_.workers != 0 ? options_.workers : DefaultWorkers(OnlineCores());
+  if (nworkers_ > kMaxWorkers) nworkers_ = kMaxWorkers;
+  if (lanes_ == nullptr) {
+    lanes_ = static_cast<Lane*>(InternalAlloc(sizeof(Lane) * kMaxLanes));
+    if (lanes_ == nullptr) return false;
+    for (int i = 0; i < kMaxLanes; ++i) {
+      new (&lanes_[i]) Lane();
+      void* mem = InternalAlloc(sizeof(Job));
+      if (mem == nullptr) return false;
+      lanes_[i].job = new (mem) Job();
+    }
+  }
+  g_libc_memcpy = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memcpy"));
+  ops_ = ops;
+  account_ = account;
+  active_.store(true, std::memory_order_release);
+  return true;
+}
+
+uint32_t Stager::UsableWorkers() {
+  if (!options_.load_aware) return nworkers_;
+  const uint64_t now = NowNs();
+  uint64_t last = idle_sample_ns_.load(std::memory_order_relaxed);
+  if (now - last >= kSampleNs && !sampling_.exchange(true, std::memory_order_acquire)) {
+    uint64_t busy, total;
+    if (ReadCpuTimes(&busy, &total)) {
+      if (last_total_ != 0 && total > last_total_) {
+        const double idle = 1.0 - static_cast<double>(busy - last_busy_) /
+                                      static_cast<double>(total - last_total_);
+        const double cores = idle * OnlineCores();
+        idle_cores_x16_.store(static_cast<uint32_t>(cores < 0 ? 0 : cores * 16),
+                              std::memory_order_relaxed);
+      } else if (last_total_ == 0) {
+        idle_cores_x16_.store(OnlineCores() * 16, std::memory_order_relaxed);  // first look
+      }
+      last_busy_ = busy;
+      last_total_ = total;
+    } else {
+      idle_cores_x16_.store(OnlineCores() * 16, std::memory_order_relaxed);
+    }
+    idle_sample_ns_.store(now, std::memory_order_relaxed);
+    sampling_.store(false, std::memory_order_release);
+  }
+  // The calling thread copies too: helpers only for idle cores beyond it.
+  const uint32_t idle = idle_cores_x16_.load(std::memory_order_relaxed) / 16;
+  if (idle < 2) return 0;
+  return idle - 1 < nworkers_ ? idle - 1 : nworkers_;
+}
+
+void* Stager::WorkerMain(void* arg) {
+  prctl(PR_SET_NAME, "pinshim-stage", 0, 0, 0);
+  static_cast<Stager*>(arg)->WorkerLoop();
+  return nullptr;
+}
+
+void Stager::StartWorkers() {
+  int expected = 0;
+  if (!workers_started_.compare_exchange_strong(expected, 1)) return;
+  // Every signal blocked: they are the program's.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 << 10);
+  uint32_t started = 0;
+  for (uint32_t i = 0; i < nworkers_; ++i) {
+    pthread_t t;
+    if (pthread_create(&t, &attr, &Stager::WorkerMain, this) == 0) ++started;
+  }
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  nworkers_ = started;
+  workers_started_.store(2, std::memory_order_release);
+}
+
+void Stager::WorkerLoop() {
+  uint32_t seen = work_gen_.load(std::memory_order_acquire);
+  uint64_t idle_since = NowNs();
+  for (;;) {
+    bool worked = false;
+    for (int i = 0; i < kMaxLanes && active(); ++i) {
+      Job* j = lanes_[i].job;
+      if (j->live.load(std::memory_order_acquire) == 0) continue;
+      if (j->joined.fetch_add(1, std::memory_order_acq_rel) >= j->max_workers) continue;
+      j->inside.fetch_add(1, std::memory_order_acq_rel);
+      if (j->live.load(std::memory_order_acquire) != 0) {
+        for (;;) {
+          const uint64_t p = j->next.fetch_add(1, std::memory_order_acq_rel);
+          if (p >= j->total) break;
+          j->Copy(p);
+        }
+      }
+      j->inside.fetch_sub(1, std::memory_order_acq_rel);
+      worked = true;
+    }
+    if (worked) idle_since = NowNs();
+    const uint32_t gen = work_gen_.load(std::memory_order_acquire);
+    if (gen != seen) {
+      seen = gen;
+      continue;
+    }
+    if (NowNs() - idle_since < kSpinNs) {
+      Pause();
+      continue;
+    }
+    Futex(&work_gen_, FUTEX_WAIT, seen);
+    seen = work_gen_.load(std::memory_order_acquire);
+    idle_since = NowNs();
+  }
+}
+
+bool Stager::PinRing(Lane* lane, CUcontext ctx) {
+  const uint64_t bytes = options_.chunk_bytes * options_.slots;
+  OwnPinReason refused = OwnPinReason::kNone;
+  if (!account_->ChargeWithEviction(PinUse::kStaging, bytes, &refused)) {
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kStaging, refused, 0,
+                 bytes, 0, CUDA_SUCCESS);
+    return false;
+  }
+  void* ring = nullptr;
+  CUresult r = ops_->mem_host_alloc(&ring, bytes, CU_MEMHOSTALLOC_PORTABLE);
+  if (r != CUDA_SUCCESS) {
+    account_->Release(PinUse::kStaging, bytes);
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kStaging,
+                 DriverRefusalReason(r, account_->pinned(), bytes), 0, bytes, 0, r);
+    return false;
+  }
+  uint32_t made = 0;
+  for (; made < options_.slots; ++made) {
+    if (ops_->event_create(&lane->events[made], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) break;
+    lane->pending[made] = false;
+  }
+  if (made != options_.slots) {
+    for (uint32_t i = 0; i < made; ++i) ops_->event_destroy(lane->events[i]);
+    ops_->mem_free_host(ring);
+    account_->Release(PinUse::kStaging, bytes);
+    return false;
+  }
+  lane->ctx = ctx;
+  lane->ring = static_cast<char*>(ring);
+  lane->ring_bytes = bytes;
+  lane->chunk_bytes = options_.chunk_bytes;
+  lane->slots = options_.slots;
+  ring_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kPinned, OwnPinPart::kStaging,
+               OwnPinReason::kNone, reinterpret_cast<uintptr_t>(ring), bytes, 0, CUDA_SUCCESS);
+  return true;
+}
+
+void Stager::UnpinRing(Lane* lane, OwnPinReason why) {
+  CUresult r;
+  {
+    ScopedContext scope(ops_, lane->ctx);
+    for (uint32_t i = 0; i < lane->slots; ++i) {
+      if (lane->pending[i]) ops_->event_synchronize(lane->events[i]);
+      ops_->event_destroy(lane->events[i]);
+    }
+    r = ops_->mem_free_host(lane->ring);
+  }
+  account_->Release(PinUse::kStaging, lane->ring_bytes);
+  ring_bytes_.fetch_sub(lane->ring_bytes, std::memory_order_relaxed);
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kStaging, why,
+               reinterpret_cast<uintptr_t>(lane->ring), lane->ring_bytes, 0, r);
+  lane->ring = nullptr;
+  lane->ctx = nullptr;
+}
+
+Stager::Lane* Stager::TakeLane(CUcontext ctx, uint64_t) {
+  // A free lane of this context first; else an empty one, pinned now.
+  for (int i = 0; i < kMaxLanes; ++i) {
+    Lane& l = lanes_[i];
+    int free_state = kLaneFree;
+    if (l.ctx == ctx && l.state.load(std::memory_order_relaxed) == kLaneFree &&
+        l.state.compare_exchange_strong(free_state, kLaneBusy, std::memory_order_acquire)) {
+      if (l.ctx == ctx) return &l;
+      l.state.store(kLaneFree, std::memory_order_release);
+    }
+  }
+  for (int i = 0; i < kMaxLanes; ++i) {
+    Lane& l = lanes_[i];
+    int empty = kLaneEmpty;
+    if (l.state.load(std::memory_order_relaxed) != kLaneEmpty ||
+        !l.state.compare_exchange_strong(empty, kLaneBinding, std::memory_order_acquire)) {
+      continue;
+    }
+    if (!PinRing(&l, ctx)) {
+      l.state.store(kLaneEmpty, std::memory_order_release);
+      return nullptr;
+    }
+    l.state.store(kLaneBusy, std::memory_order_release);
+    return &l;
+  }
+  return nullptr;
+}
+
+void Stager::ReleaseLane(Lane* lane) {
+  lane->last_use_ns.store(NowNs(), std::memory_order_relaxed);
+  lane->state.store(kLaneFree, std::memory_order_release);
+}
+
+bool Stager::DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const {
+  // The driver checks a copy's whole device range before it moves a byte;
+  // a staged copy moves chunks, so it must know the range is good first.
+  unsigned int type = 0;
+  if (ops_->pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev) != CUDA_SUCCESS ||
+      type != CU_MEMORYTYPE_DEVICE) {
+    return false;
+  }
+  unsigned int managed = 0;
+  if (ops_->pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dev) !=
+          CUDA_SUCCESS ||
+      managed != 0) {
+    return false;
+  }
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  if (ops_->pointer_get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, dev) !=
+          CUDA_SUCCESS ||
+      ops_->pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, dev) != CUDA_SUCCESS) {
+    return false;
+  }
+  return dev >= start && bytes <= size - (dev - start);
+}
+
+bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+                   bool sync, CUresult* result, StagedInfo* info) {
+  if (!Wants(dir, bytes) || host == nullptr) return false;
+  const uint32_t helpers = UsableWorkers();
+  if (options_.load_aware && helpers == 0) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    busy_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // The host range must be mapped (the driver answers for one that is not;
+  // a worker would fault).
+  {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(host) / page * page;
+    const uintptr_t hi = reinterpret_cast<uintptr_t>(host) + bytes;
+    if (syscall(SYS_msync, lo, hi - lo, MS_ASYNC) != 0) return false;
+  }
+  if (!DeviceRangeOk(dev, bytes)) return false;
+  CUcontext ctx = nullptr;
+  if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return false;
+  Lane* lane = TakeLane(ctx, bytes);
+  if (lane == nullptr) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    no_lane_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (workers_started_.load(std::memory_order_acquire) != 2) StartWorkers();
+  Job* job = lane->job;
+  // Chunks small enough that several are in flight for short copies, so a
+  // DMA always overlaps the copying of the next one.
+  uint64_t chunk = lane->chunk_bytes;
+  const uint64_t page = 4096;
+  while (chunk > uint64_t{256} << 10 && bytes < chunk * lane->slots) chunk /= 2;
+  chunk = chunk / page * page;
+  const uint32_t threads = (helpers < nworkers_ ? helpers : nworkers_) + 1;
+  uint64_t piece = chunk;
+  while (piece > kMinPiece && (bytes / piece) < uint64_t{threads} * 4) piece /= 2;
+  CUresult r = CUDA_SUCCESS;
+  uint64_t off = 0;
+  while (off < bytes && r == CUDA_SUCCESS) {
+    uint64_t n = bytes - off;
+    if (n > chunk * kMaxChunks) n = chunk * kMaxChunks;
+    job->h2d = dir == CopyDir::kHostToDevice;
+    job->host = static_cast<char*>(host) + off;
+    job->ring = lane->ring;
+    job->chunk = chunk;
+    job->bytes = n;
+    job->piece = piece;
+    job->slots = lane->slots;
+    job->nchunks = static_cast<uint32_t>((n + chunk - 1) / chunk);
+    job->ppc = static_cast<uint32_t>((chunk + piece - 1) / piece);
+    job->total = uint64_t{job->nchunks} * job->ppc;
+    job->max_workers = threads - 1;
+    r = RunJob(lane, job, dev + off, stream, sync);
+    off += n;
+  }
+  ReleaseLane(lane);
+  copies_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  info->workers = threads;
+  info->chunk_bytes = chunk;
+  *result = r;
+  return true;
+}
+
+CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, bool sync) {
+  const uint32_t S = job->slots;
+  for (uint32_t k = 0; k < job->nchunks; ++k) {
+    job->done[k].store(0, std::memory_order_relaxed);
+    job->dma_done[k].store(0, std::memory_order_relaxed);
+  }
+  // A slot whose last DMA (an earlier copy's) is still queued is not free yet.
+  for (uint32_t s = 0; s < S; ++s) {
+    if (lane->pending[s] && ops_->event_query(lane->events[s]) == CUDA_SUCCESS) {
+      lane->pending[s] = false;
+    }
+    job->slot_gen[s].store(lane->pending[s] ? 0 : 1, std::memory_order_relaxed);
+  }
+  job->next.store(0, std::memory_order_relaxed);
+  job->abort.store(0, std::memory_order_relaxed);
+  job->joined.store(0, std::memory_order_relaxed);
+  job->live.store(1, std::memory_order_release);
+  if (job->max_workers != 0) {
+    work_gen_.fetch_add(1, std::memory_order_acq_rel);
+    Futex(&work_gen_, FUTEX_WAKE, job->max_workers);
+  }
+  CUresult r = CUDA_SUCCESS;
+  // DMAs queued and not yet seen complete, oldest first: chunk indices.
+  uint32_t inflight[kMaxSlots];
+  uint32_t head = 0, tail = 0;  // inflight[head % S .. tail % S)
+  uint32_t issued = 0;          // chunks whose DMA was queued
+  uint32_t finished = 0;        // device to host: chunks copied out
+  auto issue = [&](uint32_t k) {
+    const uint32_t s = k % S;
+    char* slot = job->Slot(k);
+    const uint64_t len = job->ChunkLen(k);
+    CUresult e = job->h2d
+                     ? ops_->memcpy_htod_async(dev + uint64_t{k} * job->chunk, slot, len, stream)
+                     : ops_->memcpy_dtoh_async(slot, dev + uint64_t{k} * job->chunk, len, stream);
+    if (e == CUDA_SUCCESS) e = ops_->event_record(lane->events[s], stream);
+    if (e != CUDA_SUCCESS) return e;
+    lane->pending[s] = true;
+    inflight[tail++ % S] = k;
+    ++issued;
+    return CUDA_SUCCESS;
+  };
+  // Sees the oldest queued DMA complete, if it has.
+  auto reap = [&]() {
+    if (head == tail) return false;
+    const uint32_t k = inflight[head % S];
+    const uint32_t s = k % S;
+    CUresult q = ops_->event_query(lane->events[s]);
+    if (q == CUDA_ERROR_NOT_READY) return false;
+    if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) r = q;
+    lane->pending[s] = false;
+    ++head;
+    if (job->h2d) {
+      job->slot_gen[s].store(k / S + 2, std::memory_order_release);
+    } else {
+      job->dma_done[k].store(1, std::memory_order_release);
+    }
+    return true;
+  };
+  // Slots still busy with an earlier copy's DMA.
+  auto reap_old = [&]() {
+    bool any = false;
+    for (uint32_t s = 0; s < S; ++s) {
+      if (job->slot_gen[s].load(std::memory_order_relaxed) == 0 &&
+          ops_->event_query(lane->events[s]) != CUDA_ERROR_NOT_READY) {
+        lane->pending[s] = false;
+        job->slot_gen[s].store(1, std::memory_order_release);
+        any = true;
+      }
+    }
+    return any;
+  };
+  // One piece of the calling thread's own, when one is ready.
+  auto help = [&]() {
+    uint64_t p = job->next.load(std::memory_order_relaxed);
+    while (p < job->total && job->Ready(p)) {
+      if (job->next.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) {
+        job->Copy(p);
+        return true;
+      }
+    }
+    return false;
+  };
+  if (job->h2d) {
+    while (issued < job->nchunks && r == CUDA_SUCCESS) {
+      bool progress = false;
+      if (job->done[issued].load(std::memory_order_acquire) == job->ppc) {
+        if (CUresult e = issue(issued)) {
+          r = e;
+          break;
+        }
+        progress = true;
+      }
+      progress = reap() || progress;
+      progress = reap_old() || progress;
+      if (!progress && !help()) Pause();
+    }
+  } else {
+    while (finished < job->nchunks && r == CUDA_SUCCESS) {
+      bool progress = false;
+      // The next DMA, once its slot's previous chunk was copied out (and,
+      // for the first round, its previous DMA completed).
+      if (issued < job->nchunks) {
+        const uint32_t k = issued;
+        const bool free_slot =
+            k < S ? job->slot_gen[k].load(std::memory_order_acquire) != 0
+                  : job->done[k - S].load(std::memory_order_acquire) == job->ppc;
+        if (free_slot) {
+          if (CUresult e = issue(k)) {
+            r = e;
+            break;
+          }
+          progress = true;
+        }
+      }
+      progress = reap() || progress;
+      progress = reap_old() || progress;
+      while (finished < job->nchunks &&
+             job->done[finished].load(std::memory_order_acquire) == job->ppc) {
+        ++finished;
+        progress = true;
+      }
+      if (!progress && !help()) Pause();
+    }
+  }
+  if (r != CUDA_SUCCESS) job->abort.store(1, std::memory_order_release);
+  // Every piece taken by then is finished before the host buffer is the
+  // program's again.
+  job->live.store(0, std::memory_order_release);
+  job->next.store(job->total, std::memory_order_release);
+  while (job->inside.load(std::memory_order_acquire) != 0) Pause();
+  if (r == CUDA_SUCCESS && (sync || !job->h2d)) {
+    // Synchronous copies return once their DMAs completed (device to host
+    // ones have by now).
+    while (head != tail) {
+      const uint32_t s = inflight[head % S] % S;
+      CUresult q = ops_->event_synchronize(lane->events[s]);
+      if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) r = q;
+      lane->pending[s] = false;
+      ++head;
+    }
+  }
+  return r;
+}
+
+uint64_t Stager::TrimIdle(bool all) {
+  if (!active()) return 0;
+  uint64_t freed = 0;
+  const uint64_t now = NowNs();
+  for (int i = 0; i < kMaxLanes; ++i) {
+    Lane& l = lanes_[i];
+    if (l.state.load(std::memory_order_acquire) != kLaneFree) continue;
+    if (!all && (options_.idle_trim_ns == 0 ||
+                 now - l.last_use_ns.load(std::memory_order_relaxed) < options_.idle_trim_ns)) {
+      continue;
+    }
+    int expected = kLaneFree;
+    if (!l.state.compare_exchange_strong(expected, kLaneBinding, std::memory_order_acquire)) {
+      continue;
+    }
+    freed += l.ring_bytes;
+    UnpinRing(&l, all ? OwnPinReason::kEvictedForCap : OwnPinReason::kIdleTrim);
+    l.state.store(kLaneEmpty, std::memory_order_release);
+  }
+  return freed;
+}
+
+uint64_t Stager::IdleBytes() const {
+  if (!active()) return 0;
+  uint64_t idle = 0;
+  for (int i = 0; i < kMaxLanes; ++i) {
+    if (lanes_[i].state.load(std::memory_order_acquire) == kLaneFree) idle += lanes_[i].ring_bytes;
+  }
+  return idle;
+}
+
+void Stager::OnContextDestroyed(CUcontext ctx) {
+  if (!active()) return;
+  for (int i = 0; i < kMaxLanes; ++i) {
+    Lane& l = lanes_[i];
+    int expected = kLaneFree;
+    if (l.ctx != ctx ||
+        !l.state.compare_exchange_strong(expected, kLaneBinding, std::memory_order_acquire)) {
+      continue;
+    }
+    // The driver freed the ring and the events with the context.
+    account_->Release(PinUse::kStaging, l.ring_bytes);
+    ring_bytes_.fetch_sub(l.ring_bytes, std::memory_order_relaxed);
+    ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kStaging,
+                 OwnPinReason::kContextDestroyed, reinterpret_cast<uintptr_t>(l.ring),
+                 l.ring_bytes, 0, CUDA_SUCCESS);
+    l.ring = nullptr;
+    l.ctx = nullptr;
+    l.state.store(kLaneEmpty, std::memory_order_release);
+  }
+}
+
+void Stager::AfterForkChild() {
+  // The workers did not survive the fork, and the rings are the parent's.
+  active_.store(false, std::memory_order_release);
+}
+
+StagerStats Stager::Stats() const {
+  StagerStats s;
+  s.copies = copies_.load();
+  s.bytes = bytes_.load();
+  s.declined = declined_.load();
+  s.busy_cpus = busy_.load();
+  s.no_lane = no_lane_.load();
+  s.ring_bytes = ring_bytes_.load();
+  s.workers = nworkers_;
+  return s;
+}
+
+}  // namespace optimize
+}  // namespace pinshim

@@ -1,0 +1,144 @@
+// Staged copies: a host<->device copy of pageable memory that optimize mode
+// does not pin in place (used once, not hot yet, untracked, refused by the
+// cap) runs through a ring of pinned chunks instead of the driver's own
+// pageable path. Worker threads copy the program's bytes into (or out of)
+// one chunk while the DMA of the neighbouring chunk runs on the program's
+// stream; the calling thread issues the DMAs and helps copying.
+//
+// What the program sees is what the driver documents for pageable memory
+// (bench/RESULTS.md has the measurements): a host-to-device copy returns
+// once its source has been read (its last DMAs may still be queued; later
+// work on the stream, or a synchronization, sees them), a device-to-host
+// copy returns with the data in place, and a synchronous copy returns once
+// its DMAs completed. Stream order is the stream's own: the DMAs go on the
+// stream the program named (or its per-thread default stream). A copy
+// larger than the ring behind queued work waits for that work, as the
+// driver's own pageable copies do; one the ring holds returns at once.
+//
+// Stage() declines (the caller makes the driver call) when the copy is
+// smaller than the direction's threshold, its device range is not one
+// allocation the driver knows, the host range is not mapped, no lane is
+// free, the ring cannot be pinned (cap, budget), or the machine's CPUs are
+// busy (fewer than two idle cores: the driver's path costs the program
+// less then).
+//
+// Threads: lanes (one ring each, one copy at a time) are taken with one
+// CAS; workers are shared by all lanes and sleep on a futex when idle. No
+// lock is held across a driver call. Fork: in a child staging is off.
+#ifndef PINSHIM_SHIM_OPTIMIZE_STAGER_H_
+#define PINSHIM_SHIM_OPTIMIZE_STAGER_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim/core/events.h"
+#include "shim/optimize/driver_ops.h"
+#include "shim/optimize/pin_account.h"
+
+namespace pinshim {
+namespace optimize {
+
+struct StagerOptions {
+  uint32_t workers = 0;  // 0: the measured default, from the core count (DefaultWorkers)
+  uint64_t chunk_bytes = uint64_t{4} << 20;  // a ring slot; copies may use less of it
+  uint32_t slots = 4;                        // ring depth
+  uint64_t min_h2d_bytes = uint64_t{1} << 20;  // smaller copies go to the driver
+  uint64_t min_d2h_bytes = uint64_t{256} << 10;
+  uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // rings idle this long are given back
+  bool load_aware = true;  // use only the cores /proc/stat says are idle
+  OwnPinCallback on_own_pin = nullptr;
+};
+
+// What a staged copy was, for the trace.
+struct StagedInfo {
+  uint32_t workers = 0;      // threads that copied (the calling thread included)
+  uint64_t chunk_bytes = 0;
+};
+
+struct StagerStats {
+  uint64_t copies;       // staged
+  uint64_t bytes;
+  uint64_t declined;     // went to the driver (busy, small copies not counted)
+  uint64_t busy_cpus;    // of those: no idle cores
+  uint64_t no_lane;      // of those: every lane busy, or no ring
+  uint64_t ring_bytes;   // pinned for rings now
+  uint32_t workers;      // the pool's size
+};
+
+class Stager {
+ public:
+  static constexpr int kMaxLanes = 8;
+  static constexpr int kMaxSlots = 8;
+  static constexpr uint32_t kMaxChunks = 512;  // per pass; larger copies take several
+  static constexpr uint32_t kMaxWorkers = 32;
+
+  constexpr Stager() = default;
+  Stager(const Stager&) = delete;
+  Stager& operator=(const Stager&) = delete;
+
+  // ops and account outlive the stager. False: staging stays off.
+  bool Init(const DriverOps* ops, PinAccount* account, const StagerOptions& options);
+  bool active() const { return active_.load(std::memory_order_acquire); }
+
+  // The measured default worker count for `cores` online cores.
+  static uint32_t DefaultWorkers(uint32_t cores);
+
+  // Whether a copy of `bytes` in `dir` is worth staging (size only; one load).
+  bool Wants(CopyDir dir, uint64_t bytes) const {
+    return active() && (dir == CopyDir::kHostToDevice ? bytes >= options_.min_h2d_bytes
+                                                       : bytes >= options_.min_d2h_bytes);
+  }
+
+  // Runs the copy between host [host, host + bytes) and device [dev, dev +
+  // bytes) in `dir` through a ring, on `stream` (RecordableStream form).
+  // `sync`: the call was a synchronous copy (returns once its DMAs
+  // completed). Returns false, having done nothing, when it declines; else
+  // *result is the copy's result and *info what it used.
+  bool Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream, bool sync,
+             CUresult* result, StagedInfo* info);
+
+  // Gives back rings idle for idle_trim_ns (from the trim thread); all
+  // idle ones with `all` (the cap or a budget needs the memory).
+  uint64_t TrimIdle(bool all = false);
+  uint64_t IdleBytes() const;
+  // ctx was destroyed: its rings went with it.
+  void OnContextDestroyed(CUcontext ctx);
+  void AfterForkChild();
+
+  StagerStats Stats() const;
+
+ private:
+  struct Lane;
+  struct Job;
+
+  Lane* TakeLane(CUcontext ctx, uint64_t chunk_bytes);
+  void ReleaseLane(Lane* lane);
+  bool PinRing(Lane* lane, CUcontext ctx);
+  void UnpinRing(Lane* lane, OwnPinReason why);
+  uint32_t UsableWorkers();
+  void StartWorkers();
+  static void* WorkerMain(void* arg);
+  void WorkerLoop();
+  CUresult RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, bool sync);
+  bool DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const;
+
+  const DriverOps* ops_ = nullptr;
+  PinAccount* account_ = nullptr;
+  StagerOptions options_;
+  std::atomic<bool> active_{false};
+  Lane* lanes_ = nullptr;  // kMaxLanes
+  uint32_t nworkers_ = 0;
+  std::atomic<int> workers_started_{0};  // 0 no, 1 starting, 2 yes
+  std::atomic<uint32_t> work_gen_{0};    // futex: bumped when a job is published
+  std::atomic<uint64_t> idle_sample_ns_{0};
+  std::atomic<uint32_t> idle_cores_x16_{0};  // idle cores seen last, times 16
+  uint64_t last_busy_ = 0, last_total_ = 0;  // /proc/stat, guarded by sampling_
+  std::atomic<bool> sampling_{false};
+  std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0},
+      ring_bytes_{0};
+};
+
+}  // namespace optimize
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_OPTIMIZE_STAGER_H_

@@ -1,0 +1,252 @@
+// Staged copies on the simulated driver: every size and direction arrives
+// whole, the semantics of pageable copies hold (sources read before an
+// asynchronous host-to-device call returns, stream order kept, synchronous
+// copies complete), bad device ranges are left to the driver, and lanes
+// are shared by threads and contexts.
+#include "shim/optimize/stager.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "shim/optimize/test_util.h"
+#include "tests/fakecuda/fakecuda_control.h"
+
+namespace pinshim {
+namespace optimize {
+namespace {
+
+using testing::FakeDriverOps;
+using testing::Fill;
+using testing::HasPattern;
+using testing::MakeContextCurrent;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+class StagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(MakeContextCurrent(), nullptr);
+    ops_ = FakeDriverOps();
+    account_.Init(PinAccount::kNoCap, PinAccountHooks());
+    StagerOptions o;
+    o.workers = 3;
+    o.load_aware = false;  // a test machine's load must not decide
+    o.chunk_bytes = kMiB;
+    o.slots = 4;
+    o.min_h2d_bytes = 64 << 10;
+    o.min_d2h_bytes = 64 << 10;
+    ASSERT_TRUE(stager_.Init(&ops_, &account_, o));
+    ASSERT_EQ(cuMemAlloc(&dev_, kDevBytes), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemFree(dev_), CUDA_SUCCESS);
+    fakecuda_set_copy_delay_us(0);
+  }
+
+  // A staged round trip of n bytes through device offset `at`.
+  void RoundTrip(uint64_t n, uint64_t at, CUstream stream, bool sync, uint8_t seed) {
+    std::vector<uint8_t> src(n), back(n, 0);
+    Fill(src.data(), n, seed);
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    StagedInfo info;
+    ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev_ + at, n, stream, sync, &r,
+                              &info));
+    ASSERT_EQ(r, CUDA_SUCCESS);
+    EXPECT_GE(info.workers, 1u);
+    ASSERT_TRUE(stager_.Stage(CopyDir::kDeviceToHost, back.data(), dev_ + at, n, stream, sync, &r,
+                              &info));
+    ASSERT_EQ(r, CUDA_SUCCESS);
+    EXPECT_TRUE(HasPattern(back.data(), n, seed)) << n << " bytes at " << at;
+  }
+
+  static constexpr uint64_t kDevBytes = 64 * kMiB;
+  DriverOps ops_;
+  PinAccount account_;
+  Stager stager_;
+  CUdeviceptr dev_ = 0;
+};
+
+TEST_F(StagerTest, EverySizeArrivesWhole) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  for (uint64_t n : {uint64_t{64} << 10, uint64_t{100000}, kMiB - 1, kMiB, kMiB + 1, 3 * kMiB + 7,
+                     4 * kMiB, 13 * kMiB + 4095, 40 * kMiB}) {
+    RoundTrip(n, 0, s, false, static_cast<uint8_t>(n));
+    RoundTrip(n, 4096 + 3, nullptr, true, static_cast<uint8_t>(n + 1));
+  }
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_GE(stager_.Stats().copies, 36u);
+}
+
+// More chunks than one pass holds (kMaxChunks): the copy takes several.
+TEST_F(StagerTest, CopiesLargerThanOnePass) {
+  CUdeviceptr big;
+  const uint64_t n = 600 * kMiB;  // 600 chunks of 1 MiB
+  ASSERT_EQ(cuMemAlloc(&big, n), CUDA_SUCCESS);
+  std::vector<uint8_t> src(n), back(n);
+  Fill(src.data(), n, 9);
+  CUresult r;
+  StagedInfo info;
+  ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, src.data(), big, n, nullptr, true, &r, &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  ASSERT_TRUE(stager_.Stage(CopyDir::kDeviceToHost, back.data(), big, n, nullptr, true, &r, &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  EXPECT_TRUE(HasPattern(back.data(), n, 9));
+  EXPECT_EQ(cuMemFree(big), CUDA_SUCCESS);
+}
+
+// An asynchronous host-to-device copy returns once its source was read: the
+// program may overwrite it at once; its last DMAs run later, in stream order.
+TEST_F(StagerTest, AsyncHostToDeviceReadsItsSourceBeforeReturning) {
+  fakecuda_set_copy_delay_us(2000);  // the DMAs lag behind
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  const uint64_t n = 3 * kMiB;  // fits in the ring: returns before the DMAs ran
+  std::vector<uint8_t> src(n), back(n);
+  Fill(src.data(), n, 41);
+  CUresult r;
+  StagedInfo info;
+  ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev_, n, s, false, &r, &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  EXPECT_GT(fakecuda_pending_ops(), 0u);  // really still queued
+  Fill(src.data(), n, 42);                // the program reuses its buffer
+  // The next copy on the stream sees the first one's data.
+  ASSERT_EQ(cuMemcpyDtoHAsync(back.data(), dev_, n, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_TRUE(HasPattern(back.data(), n, 41));
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+// Work queued before the copy on its stream runs first.
+TEST_F(StagerTest, KeepsStreamOrder) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const uint64_t n = 8 * kMiB;
+  std::vector<uint8_t> a(n), b(n), back(n);
+  Fill(a.data(), n, 1);
+  Fill(b.data(), n, 2);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
+  // Queued first, held: the staged copy of b must land after it.
+  void* pinned = nullptr;
+  ASSERT_EQ(cuMemHostAlloc(&pinned, n, 0), CUDA_SUCCESS);
+  memset(pinned, 0x77, n);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev_, pinned, n, s), CUDA_SUCCESS);
+  std::thread release([&] {
+    usleep(20000);
+    fakecuda_hold_stream(s, 0);
+  });
+  CUresult r;
+  StagedInfo info;
+  ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, b.data(), dev_, n, s, false, &r, &info));
+  release.join();
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  ASSERT_TRUE(stager_.Stage(CopyDir::kDeviceToHost, back.data(), dev_, n, s, false, &r, &info));
+  EXPECT_TRUE(HasPattern(back.data(), n, 2));
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
+}
+
+// A device range the driver would refuse is left to the driver (which then
+// answers with its own error): nothing is copied halfway.
+TEST_F(StagerTest, DeclinesBadDeviceRanges) {
+  std::vector<uint8_t> src(4 * kMiB, 1);
+  CUresult r = CUDA_SUCCESS;
+  StagedInfo info;
+  EXPECT_FALSE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev_ + kDevBytes - kMiB,
+                             src.size(), nullptr, true, &r, &info));
+  EXPECT_FALSE(stager_.Stage(CopyDir::kHostToDevice, src.data(), 0x1000, src.size(), nullptr, true,
+                             &r, &info));
+  // Host memory that is not mapped: the driver answers.
+  void* gone = mmap(nullptr, 4 * kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  munmap(gone, 4 * kMiB);
+  EXPECT_FALSE(stager_.Stage(CopyDir::kHostToDevice, gone, dev_, 4 * kMiB, nullptr, true, &r,
+                             &info));
+  // Below the direction's threshold.
+  EXPECT_FALSE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev_, 1000, nullptr, true, &r,
+                             &info));
+}
+
+TEST_F(StagerTest, ManyThreadsAtOnce) {
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 12; ++t) {
+    threads.emplace_back([&, t] {
+      MakeContextCurrent();
+      CUstream s;
+      if (cuStreamCreate(&s, 0) != CUDA_SUCCESS) {
+        wrong++;
+        return;
+      }
+      const uint64_t n = 2 * kMiB + t * 4096;
+      std::vector<uint8_t> src(n), back(n);
+      for (int round = 0; round < 8; ++round) {
+        const uint8_t seed = static_cast<uint8_t>(t * 16 + round);
+        Fill(src.data(), n, seed);
+        CUresult r = CUDA_SUCCESS;
+        StagedInfo info;
+        const CUdeviceptr at = dev_ + uint64_t(t) * 4 * kMiB;
+        bool staged = stager_.Stage(CopyDir::kHostToDevice, src.data(), at, n, s, false, &r, &info);
+        if (!staged) r = cuMemcpyHtoDAsync(at, src.data(), n, s);  // every lane busy
+        staged = stager_.Stage(CopyDir::kDeviceToHost, back.data(), at, n, s, false, &r, &info);
+        if (!staged) r = cuMemcpyDtoH(back.data(), at, n);
+        if (r != CUDA_SUCCESS || !HasPattern(back.data(), n, seed)) wrong++;
+      }
+      cuStreamDestroy(s);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE(stager_.Stats().ring_bytes, uint64_t{Stager::kMaxLanes} * 4 * kMiB);
+}
+
+// Each context stages through rings and events of its own.
+TEST_F(StagerTest, TwoDevices) {
+  CUdevice d1;
+  CUcontext c1;
+  ASSERT_EQ(cuDeviceGet(&d1, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&c1, d1), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CUdeviceptr dev1;
+  ASSERT_EQ(cuMemAlloc(&dev1, 8 * kMiB), CUDA_SUCCESS);
+  std::vector<uint8_t> src(8 * kMiB), back(8 * kMiB);
+  Fill(src.data(), src.size(), 5);
+  CUresult r;
+  StagedInfo info;
+  ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev1, src.size(), nullptr, true,
+                            &r, &info));
+  ASSERT_TRUE(stager_.Stage(CopyDir::kDeviceToHost, back.data(), dev1, back.size(), nullptr, true,
+                            &r, &info));
+  EXPECT_TRUE(HasPattern(back.data(), back.size(), 5));
+  EXPECT_EQ(cuMemFree(dev1), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(MakeContextCurrent()), CUDA_SUCCESS);
+  RoundTrip(8 * kMiB, 0, nullptr, true, 6);
+  // The other device's context goes: its ring goes with it.
+  const uint64_t before = stager_.Stats().ring_bytes;
+  ASSERT_EQ(cuDevicePrimaryCtxReset(d1), CUDA_SUCCESS);
+  stager_.OnContextDestroyed(c1);
+  EXPECT_LT(stager_.Stats().ring_bytes, before);
+  RoundTrip(8 * kMiB, 0, nullptr, true, 7);
+}
+
+TEST_F(StagerTest, IdleRingsAreGivenBack) {
+  RoundTrip(4 * kMiB, 0, nullptr, true, 3);
+  EXPECT_GT(stager_.Stats().ring_bytes, 0u);
+  EXPECT_GT(stager_.IdleBytes(), 0u);
+  EXPECT_GT(stager_.TrimIdle(/*all=*/true), 0u);
+  EXPECT_EQ(stager_.Stats().ring_bytes, 0u);
+  EXPECT_EQ(account_.pinned(), 0u);
+  RoundTrip(4 * kMiB, 0, nullptr, true, 4);  // and pinned again when needed
+}
+
+}  // namespace
+}  // namespace optimize
+}  // namespace pinshim
