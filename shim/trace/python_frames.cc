@@ -278,6 +278,8 @@ bool DetectPythonRuntime() {
   void* gil = dlsym(handle, "PyGILState_GetThisThreadState");
   if (gil == nullptr) {
     // A libpython loaded without RTLD_GLOBAL (embedding through dlopen).
+    // The reference taken here is never given back: its functions are
+    // called from every record on, so it must not be unloaded under them.
     FindLibpython f{};
     dl_iterate_phdr(FindLibpythonModule, &f);
     if (f.path[0] != '\0') handle = dlopen(f.path, RTLD_NOLOAD | RTLD_LAZY);
