@@ -27,6 +27,7 @@ HERE = "tests/trace"
 PROGRAM = os.path.abspath(os.path.join(HERE, "programs", "python_misuse.py"))
 SUBINTERPRETER = os.path.abspath(os.path.join(HERE, "programs", "python_subinterpreter.py"))
 STRESS = os.path.abspath(os.path.join(HERE, "programs", "python_stress.py"))
+EMBED = os.path.abspath(os.path.join(HERE, "programs", "embed_python"))
 COPIER = os.path.abspath(os.path.join(HERE, "programs", "native_copier.so"))
 COPIER_SOURCE = os.path.join(HERE, "programs", "native_copier.cc")
 REPORT = os.path.abspath("analyzer/report/pinshim-report")
@@ -398,6 +399,33 @@ class PythonFramesTest(unittest.TestCase):
                 self.assertTrue(hot, describe(data["findings"]))
                 self.assertEqual((hot[0]["site"]["file"], hot[0]["site"]["line"]), (STRESS, line))
                 self.assertEqual(hot[0]["site"]["python_status"], "frames")
+
+    def test_an_interpreter_loaded_later(self):
+        # A program that loads libpython itself after pinshim started: its
+        # copies carry Python frames too.
+        tried = 0
+        for python, version, text_version in self.supported():
+            paths = subprocess.run([python, "-c", "import sys, sysconfig, os; "
+                                    "print(sys.prefix); print(os.path.join("
+                                    "sysconfig.get_config_var('LIBDIR') or '', "
+                                    "sysconfig.get_config_var('INSTSONAME') or ''))"],
+                                   capture_output=True, text=True).stdout.split("\n")
+            prefix, lib = paths[0], paths[1]
+            if not os.path.isfile(lib):
+                print("%s: no shared libpython (%s)" % (text_version, lib), file=sys.stderr)
+                continue
+            tried += 1
+            with self.subTest(python=text_version):
+                out, data, _ = run(EMBED, lib, "embed-" + text_version,
+                                   {"PYTHONHOME": prefix, "NATIVE_COPIER": ""},
+                                   args=[PROGRAM])
+                self.assertIn("python_misuse: ok", out)
+                line = [n for r, n in markers(PROGRAM, "MISUSE") if r == "pageable-hot"][0]
+                hits = [f for f in data["findings"] if f["rule"] == "pageable-hot" and
+                        f["site"]["file"] == PROGRAM and f["site"]["line"] == line]
+                self.assertTrue(hits, describe(data["findings"]))
+                self.assertEqual(data["processes"][0]["python"], None)  # found after start
+        self.assertGreater(tried, 0, "no interpreter with a shared libpython")
 
     def test_subinterpreters_are_labelled(self):
         enters = line_of(SUBINTERPRETER, "ENTERS-SUBINTERPRETER")
