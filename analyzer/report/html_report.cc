@@ -56,6 +56,7 @@ struct Series {
   std::string name;
   std::string color;
   std::vector<std::pair<double, double>> points;  // (seconds, value), in time order
+  bool markers = false;  // events, drawn as dots, not a level over time
 };
 
 struct Limit {
@@ -157,6 +158,15 @@ std::string Chart(const std::string& title, const std::string& note, const std::
   }
   for (const Series& s : series) {
     std::vector<std::pair<double, double>> pts = Thin(s.points, x_max, 700);
+    if (s.markers) {
+      out += "<g fill=\"" + s.color + "\"><title>" + Esc(s.name) + "</title>";
+      for (const auto& p : pts) {
+        out += "<circle class=\"marker\" r=\"3\" cx=\"" + Num(X(p.first)) + "\" cy=\"" +
+               Num(Y(p.second)) + "\"/>";
+      }
+      out += "</g>";
+      continue;
+    }
     std::string path;
     double peak = 0;
     // Steps: a value holds until the next one (samples, buckets and the
@@ -175,7 +185,8 @@ std::string Chart(const std::string& title, const std::string& note, const std::
   }
   out += "</svg><div class=\"legend\">";
   for (const Series& s : series) {
-    out += "<span><i style=\"background:" + s.color + "\"></i>" + Esc(s.name) + "</span>";
+    out += "<span><i class=\"" + std::string(s.markers ? "dot" : "") + "\" style=\"background:" +
+           s.color + "\"></i>" + Esc(s.name) + "</span>";
   }
   for (const Limit& l : limits) {
     out += "<span><i class=\"dash\" style=\"border-color:" + l.color + "\"></i>" +
@@ -329,6 +340,7 @@ class Collector : public EventVisitor {
       Series refused = refused_;
       refused.name = "refused pinnings (bytes asked)";
       refused.color = kPalette[3];
+      refused.markers = true;
       std::vector<Limit> own_limits;
       if (cap_ != 0) own_limits.push_back({"pin cap", static_cast<double>(cap_), "#9467bd"});
       out += Chart("Optimize mode's own pinning", "", {own, refused}, own_limits, x_max,
@@ -693,6 +705,7 @@ svg .line { fill: none; stroke-width: 1.8; } svg .limit { stroke-width: 1.5; str
 .legend { font-size: 12px; color: var(--muted); display: flex; gap: 14px; flex-wrap: wrap; }
 .legend i { display: inline-block; width: 14px; height: 3px; margin-right: 5px; vertical-align: middle; }
 .legend i.dash { height: 0; border-top: 2px dashed; }
+.legend i.dot { width: 7px; height: 7px; border-radius: 50%; }
 .empty { color: var(--muted); font-style: italic; } .warn { color: #9a6700; }
 #filter { padding: 4px 8px; width: 320px; border: 1px solid var(--line); border-radius: 4px; }
 )CSS";
