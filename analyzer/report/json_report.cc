@@ -183,6 +183,17 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->EndObject();
   w->Key("dropped_bytes");
   WriteCounts(o.dropped_bytes, w);
+  w->Key("staged");
+  w->BeginObject();
+  w->Key("copies");
+  w->Uint(o.staged_copies);
+  w->Key("bytes");
+  w->Uint(o.staged_bytes);
+  w->Key("gbps");
+  o.staged_ns != 0 ? w->Double(static_cast<double>(o.staged_bytes) / o.staged_ns) : w->Null();
+  w->Key("most_workers");
+  w->Uint(o.staged_workers_max);
+  w->EndObject();
   w->Key("page_changes");
   w->BeginArray();
   for (const PageChangeDrop& d : o.page_changes) {

@@ -89,6 +89,12 @@ const OwnPinningTracker::Range* OwnPinningTracker::RangeAt(uint64_t addr) const 
 
 void OwnPinningTracker::OnCopy(const Event& e, const PinnedAlloc* pinned) {
   if (!s_.optimize_mode || !e.IsHostDeviceCopy()) return;
+  if (e.staged_workers != 0) {
+    ++s_.staged_copies;
+    s_.staged_bytes += e.bytes;
+    s_.staged_ns += e.duration_ns;
+    if (e.staged_workers > s_.staged_workers_max) s_.staged_workers_max = e.staged_workers;
+  }
   const MemKind kind = e.HostKind();
   if (kind != MemKind::kPageable && kind != MemKind::kPinnedByPinshim) return;
   const Range* range = kind == MemKind::kPinnedByPinshim ? RangeAt(e.host_ptr) : nullptr;

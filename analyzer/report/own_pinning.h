@@ -71,6 +71,11 @@ struct OwnPinningSummary {
   std::map<std::string, std::map<std::string, uint64_t>> refusals;
   std::map<std::string, uint64_t> dropped_bytes;  // unpinning reason -> bytes
   std::vector<PageChangeDrop> page_changes;       // most frequent first
+  // Copies of pageable memory run through the staging rings.
+  uint64_t staged_copies = 0;
+  uint64_t staged_bytes = 0;
+  uint64_t staged_ns = 0;        // their calls' durations
+  uint64_t staged_workers_max = 0;
   uint64_t hot_buffers = 0;                       // all of them
   std::vector<OwnPinningBuffer> buffers;          // the largest, by bytes copied
 

@@ -240,6 +240,15 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
           Refusals(o, "cache") + "\n";
   *out += "      arena: " + Counted(c.arena_allocs, "allocation", "allocations") + " served" +
           Refusals(o, "arena") + "\n";
+  if (o.staged_copies != 0) {
+    char rate[64];
+    snprintf(rate, sizeof(rate), "%.1f GB/s",
+             o.staged_ns != 0 ? static_cast<double>(o.staged_bytes) / o.staged_ns : 0.0);
+    *out += "      staged copies (pageable memory through pinned rings): " +
+            Counted(o.staged_copies, "copy", "copies") + ", " + FormatBytes(o.staged_bytes) +
+            " at " + rate + ", up to " + std::to_string(o.staged_workers_max) +
+            " threads copying\n";
+  }
   std::string dropped;
   for (const auto& kv : o.dropped_bytes) {
     dropped += (dropped.empty() ? "" : ", ") + FormatBytes(kv.second) + " " + OwnDropWords(kv.first);

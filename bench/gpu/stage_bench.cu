@@ -49,7 +49,10 @@ int Fresh(bool h2d, int reps, int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     const size_t n = strtoull(argv[i], nullptr, 0);
     std::vector<double> gbps;
-    for (int r = 0; r < reps + 1; ++r) {
+    // Short copies vary more: more of them (up to 64 MiB, at most 200).
+    int count = reps;
+    while (count < 200 && uint64_t(count) * n < (uint64_t{64} << 20)) count *= 2;
+    for (int r = 0; r < count + 1; ++r) {
       char* b = NewBuffer(n);
       memset(b, r + 1, n);  // just written
       const double t0 = Now();

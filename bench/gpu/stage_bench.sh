@@ -26,7 +26,7 @@ field() { sed -n "s/.*$1=\([0-9.e+]*\).*/\1/p"; }
 has() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if has 1; then
-  echo "-- 1. fresh pageable buffers, GB/s of the copy call (median of 5 copies a round)"
+  echo "-- 1. fresh pageable buffers, GB/s of the copy call (median of 5 to 200 copies a round)"
   SIZES="4096 65536 262144 1048576 4194304 16777216 67108864 268435456 1073741824"
   for ((r = 1; r <= ROUNDS; r++)); do
     for dir in h2d d2h; do

@@ -332,7 +332,8 @@ using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
   CopyShape shape = shape_expr;                                     \
   const uint64_t start_ns = StartTime();                            \
   optimize::CopyTicket ticket = BeforeCopy(shape);                  \
-  CUresult r = real_fn(__VA_ARGS__);                                \
+  CUresult r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE             \
+                             : real_fn(__VA_ARGS__);                \
   AfterCopy(api, ticket, r, async, stream);                         \
   Finish(api, shape, r, async, stream, start_ns);                   \
   return r
@@ -348,7 +349,7 @@ using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
   optimize::StagedInfo staged;                                                          \
   const bool was_staged =                                                               \
       ticket.stage && StageCopy(api, ticket, host, dev, async, stream, &r, &staged);    \
-  if (!was_staged) r = real_fn(__VA_ARGS__);                                            \
+  if (!was_staged) r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE : real_fn(__VA_ARGS__); \
   AfterCopy(api, ticket, r, async, stream);                                             \
   Finish(api, shape, r, async, stream, start_ns, was_staged ? &staged : nullptr);       \
   return r

@@ -97,6 +97,7 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
     if (options_.enable_staging) {
       StagerOptions so = options_.stager;
       if (options_.on_own_pin != nullptr) so.on_own_pin = options_.on_own_pin;
+      if (so.allocations == nullptr) so.allocations = options_.allocations;
       stager_on_.store(stager_.Init(&ops_, &account_, so));
     }
     // Idle pool slabs and arena extents go first: nobody is using them.
@@ -137,6 +138,14 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
                                 std::memory_order_relaxed);
     } else if (pool_on_.load(std::memory_order_relaxed) && pool_.Owns(host_ptr)) {
       t.kind = CopyTicket::kPool;
+      // Measured on the H200: a copy from or to a cudaHostAlloc allocation
+      // that runs past its requested size fails (CUDA_ERROR_INVALID_VALUE),
+      // even inside the allocation's last page; a block's slab would take it.
+      PoolBlockInfo block;
+      const auto a = reinterpret_cast<uintptr_t>(host_ptr);
+      if (pool_.Lookup(host_ptr, &block) && bytes > block.requested - (a - block.base)) {
+        t.refuse = true;
+      }
     } else if (cache_on_.load(std::memory_order_relaxed)) {
       t.cache = cache_.OnCachedCopy(host_ptr, bytes, dir);
       if (t.cache.pinned()) t.kind = CopyTicket::kCache;

@@ -92,6 +92,10 @@ struct CopyTicket {
   uint64_t bytes = 0;
   CopyDir dir = CopyDir::kHostToDevice;
   bool stage = false;  // pageable and not pinned: a copy staging would take
+  // The driver would refuse the copy for its own allocation (a pool block's
+  // copy running past the block's requested size): the hook returns
+  // CUDA_ERROR_INVALID_VALUE instead of calling it.
+  bool refuse = false;
 };
 
 // Every counter, for the summary and the trace. Plain data.

@@ -1,5 +1,6 @@
 // Calls that change which pages back a range of the program's memory, and
-// what optimize mode must do about each before it takes effect.
+// what optimize mode must do about each before it takes effect (invariant 8,
+// shim/INVARIANTS.md).
 //
 // pinshim pins memory three ways, and a page change means something else
 // to each (measured on the H200, bench/RESULTS.md "pages that change under

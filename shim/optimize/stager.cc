@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <emmintrin.h>
+#include <immintrin.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -28,6 +29,7 @@ enum LaneState : int { kLaneEmpty = 0, kLaneFree = 1, kLaneBusy = 2, kLaneBindin
 // The smallest piece a thread copies: below this the hand-off costs more
 // than the copy.
 constexpr uint64_t kMinPiece = uint64_t{64} << 10;
+constexpr uint64_t kMaxPiece = uint64_t{256} << 10;
 // How long an idle worker spins for the next job before it sleeps: copies
 // often come back to back, and a futex wake costs tens of microseconds.
 constexpr uint64_t kSpinNs = 200000;
@@ -60,6 +62,30 @@ void CopyStreaming(char* dst, const char* src, size_t n) {
   for (; i < n; ++i) dst[i] = src[i];
   _mm_sfence();  // the DMA that follows must see every byte
 }
+
+// The same with 32-byte stores, where the CPU has AVX2 (chosen at Init).
+__attribute__((target("avx2"))) void CopyStreamingAvx2(char* dst, const char* src, size_t n) {
+  while (n != 0 && (reinterpret_cast<uintptr_t>(dst) & 31) != 0) {
+    *dst++ = *src++;
+    --n;
+  }
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
+    __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+  _mm_sfence();
+}
+
+using StreamFn = void (*)(char*, const char*, size_t);
+StreamFn g_stream_copy = &CopyStreaming;
 
 // libc's memcpy itself: pinshim interposes memcpy (write-combined reads),
 // and these copies are its own.
@@ -162,7 +188,7 @@ struct Stager::Job {
         char* h = host + uint64_t{k} * chunk + off;
         char* s = Slot(k) + off;
         if (h2d) {
-          CopyStreaming(s, h, n);
+          g_stream_copy(s, h, n);
         } else {
           CopyPlain(h, s, n);
         }
@@ -180,7 +206,11 @@ struct Stager::Lane {
   uint64_t chunk_bytes = 0;
   uint32_t slots = 0;
   CUevent events[kMaxSlots] = {};
-  bool pending[kMaxSlots] = {};  // recorded; completion not seen yet
+  // Slot s's last DMA may still run: its completion is that of
+  // events[pending_ev[s]] (a later DMA's on the same stream, when the slot's
+  // own DMA recorded none).
+  bool pending[kMaxSlots] = {};
+  uint32_t pending_ev[kMaxSlots] = {};
   std::atomic<uint64_t> last_use_ns{0};
   Job* job = nullptr;
 };
@@ -215,6 +245,8 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
     }
   }
   g_libc_memcpy = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memcpy"));
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) g_stream_copy = &CopyStreamingAvx2;
   ops_ = ops;
   account_ = account;
   active_.store(true, std::memory_order_release);
@@ -407,6 +439,11 @@ void Stager::ReleaseLane(Lane* lane) {
 bool Stager::DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const {
   // The driver checks a copy's whole device range before it moves a byte;
   // a staged copy moves chunks, so it must know the range is good first.
+  Region r;
+  if (options_.allocations != nullptr && options_.allocations->Lookup(dev, &r) &&
+      r.kind == MemKind::kDevice) {
+    return bytes <= r.bytes - (dev - r.start);
+  }
   unsigned int type = 0;
   if (ops_->pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev) != CUDA_SUCCESS ||
       type != CU_MEMORYTYPE_DEVICE) {
@@ -458,12 +495,21 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
   Job* job = lane->job;
   // Chunks small enough that several are in flight for short copies, so a
   // DMA always overlaps the copying of the next one.
-  uint64_t chunk = lane->chunk_bytes;
+  // Short copies: two chunks, so the first DMA overlaps the copying of the
+  // second and only two DMAs are issued; longer ones fill the ring.
   const uint64_t page = 4096;
-  while (chunk > uint64_t{256} << 10 && bytes < chunk * lane->slots) chunk /= 2;
+  uint64_t chunk = lane->chunk_bytes;
+  if (bytes <= 2 * (uint64_t{1} << 20)) {
+    chunk = ((bytes + 1) / 2 + page - 1) / page * page;
+  } else {
+    while (chunk > (uint64_t{1} << 20) && bytes < chunk * lane->slots) chunk /= 2;
+  }
+  if (chunk > lane->chunk_bytes) chunk = lane->chunk_bytes;
   chunk = chunk / page * page;
   const uint32_t threads = (helpers < nworkers_ ? helpers : nworkers_) + 1;
-  uint64_t piece = chunk;
+  // Pieces of 256 KiB (the staging probe's), smaller for short copies so
+  // every thread gets several.
+  uint64_t piece = chunk < kMaxPiece ? chunk : kMaxPiece;
   while (piece > kMinPiece && (bytes / piece) < uint64_t{threads} * 4) piece /= 2;
   CUresult r = CUDA_SUCCESS;
   uint64_t off = 0;
@@ -499,12 +545,16 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     job->done[k].store(0, std::memory_order_relaxed);
     job->dma_done[k].store(0, std::memory_order_relaxed);
   }
-  // A slot whose last DMA (an earlier copy's) is still queued is not free yet.
+  // An earlier copy's DMAs from this ring may still be queued: they finish
+  // before any slot is written again, and before this copy records an
+  // event that stood for them.
   for (uint32_t s = 0; s < S; ++s) {
-    if (lane->pending[s] && ops_->event_query(lane->events[s]) == CUDA_SUCCESS) {
+    if (lane->pending[s]) {
+      CUresult q = ops_->event_synchronize(lane->events[lane->pending_ev[s]]);
+      (void)q;  // an error here is the earlier copy's, already returned
       lane->pending[s] = false;
     }
-    job->slot_gen[s].store(lane->pending[s] ? 0 : 1, std::memory_order_relaxed);
+    job->slot_gen[s].store(1, std::memory_order_relaxed);
   }
   job->next.store(0, std::memory_order_relaxed);
   job->abort.store(0, std::memory_order_relaxed);
@@ -520,6 +570,9 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   uint32_t head = 0, tail = 0;  // inflight[head % S .. tail % S)
   uint32_t issued = 0;          // chunks whose DMA was queued
   uint32_t finished = 0;        // device to host: chunks copied out
+  // A host-to-device copy the ring holds whole reuses no slot: one event,
+  // after its last DMA, tells every slot's completion (stream order).
+  const bool event_per_chunk = !job->h2d || job->nchunks > S;
   auto issue = [&](uint32_t k) {
     const uint32_t s = k % S;
     char* slot = job->Slot(k);
@@ -527,11 +580,18 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     CUresult e = job->h2d
                      ? ops_->memcpy_htod_async(dev + uint64_t{k} * job->chunk, slot, len, stream)
                      : ops_->memcpy_dtoh_async(slot, dev + uint64_t{k} * job->chunk, len, stream);
-    if (e == CUDA_SUCCESS) e = ops_->event_record(lane->events[s], stream);
     if (e != CUDA_SUCCESS) return e;
-    lane->pending[s] = true;
-    inflight[tail++ % S] = k;
     ++issued;
+    lane->pending[s] = true;
+    if (event_per_chunk || k + 1 == job->nchunks) {
+      e = ops_->event_record(lane->events[s], stream);
+      if (e != CUDA_SUCCESS) return e;
+      lane->pending_ev[s] = s;
+      inflight[tail++ % S] = k;
+      if (!event_per_chunk) {
+        for (uint32_t j = 0; j < job->nchunks; ++j) lane->pending_ev[j % S] = s;
+      }
+    }
     return CUDA_SUCCESS;
   };
   // Sees the oldest queued DMA complete, if it has.
@@ -542,7 +602,7 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     CUresult q = ops_->event_query(lane->events[s]);
     if (q == CUDA_ERROR_NOT_READY) return false;
     if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) r = q;
-    lane->pending[s] = false;
+    if (lane->pending_ev[s] == s) lane->pending[s] = false;
     ++head;
     if (job->h2d) {
       job->slot_gen[s].store(k / S + 2, std::memory_order_release);
@@ -551,21 +611,11 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     }
     return true;
   };
-  // Slots still busy with an earlier copy's DMA.
-  auto reap_old = [&]() {
-    bool any = false;
-    for (uint32_t s = 0; s < S; ++s) {
-      if (job->slot_gen[s].load(std::memory_order_relaxed) == 0 &&
-          ops_->event_query(lane->events[s]) != CUDA_ERROR_NOT_READY) {
-        lane->pending[s] = false;
-        job->slot_gen[s].store(1, std::memory_order_release);
-        any = true;
-      }
-    }
-    return any;
-  };
-  // One piece of the calling thread's own, when one is ready.
+  // One piece of the calling thread's own, when one is ready. With helper
+  // workers it copies nothing: a DMA issued late leaves the bus idle (a
+  // piece takes longer to copy than the DMA of a chunk), so it watches.
   auto help = [&]() {
+    if (job->max_workers != 0) return false;
     uint64_t p = job->next.load(std::memory_order_relaxed);
     while (p < job->total && job->Ready(p)) {
       if (job->next.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) {
@@ -585,8 +635,10 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
         }
         progress = true;
       }
-      progress = reap() || progress;
-      progress = reap_old() || progress;
+      // Asked only when a piece waits for a slot: every query is a driver
+      // call, and they slow the DMAs' submission when made back to back.
+      const uint64_t next = job->next.load(std::memory_order_relaxed);
+      if (!progress && (next >= job->total || !job->Ready(next))) progress = reap();
       if (!progress && !help()) Pause();
     }
   } else {
@@ -607,8 +659,10 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
           progress = true;
         }
       }
-      progress = reap() || progress;
-      progress = reap_old() || progress;
+      {
+        const uint64_t next = job->next.load(std::memory_order_relaxed);
+        if (!progress && (next >= job->total || !job->Ready(next))) progress = reap();
+      }
       while (finished < job->nchunks &&
              job->done[finished].load(std::memory_order_acquire) == job->ppc) {
         ++finished;
@@ -630,9 +684,9 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
       const uint32_t s = inflight[head % S] % S;
       CUresult q = ops_->event_synchronize(lane->events[s]);
       if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) r = q;
-      lane->pending[s] = false;
       ++head;
     }
+    for (uint32_t s = 0; s < S; ++s) lane->pending[s] = false;
   }
   return r;
 }

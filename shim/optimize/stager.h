@@ -6,7 +6,8 @@
 // stream; the calling thread issues the DMAs and helps copying.
 //
 // What the program sees is what the driver documents for pageable memory
-// (bench/RESULTS.md has the measurements): a host-to-device copy returns
+// (invariants 1 and 9, shim/INVARIANTS.md; bench/RESULTS.md has the
+// measurements): a host-to-device copy returns
 // once its source has been read (its last DMAs may still be queued; later
 // work on the stream, or a synchronization, sees them), a device-to-host
 // copy returns with the data in place, and a synchronous copy returns once
@@ -32,6 +33,7 @@
 #include <cstdint>
 
 #include "shim/core/events.h"
+#include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
 #include "shim/optimize/pin_account.h"
 
@@ -47,6 +49,10 @@ struct StagerOptions {
   uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // rings idle this long are given back
   bool load_aware = true;  // use only the cores /proc/stat says are idle
   OwnPinCallback on_own_pin = nullptr;
+  // The program's device allocations as the hooks saw them (kDevice
+  // regions): a copy's device range is checked there first, without a
+  // driver call. Null, or not found there: the driver is asked.
+  const Registry* allocations = nullptr;
 };
 
 // What a staged copy was, for the trace.

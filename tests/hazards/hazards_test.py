@@ -94,7 +94,8 @@ def main():
     for config, env in CONFIGS.items():
         trace_dir = os.path.join(TMP, "traces-" + config.replace("+", "-"))
         shutil.rmtree(trace_dir, ignore_errors=True)
-        proc, got, counters = run(env, trace_dir if config == "optimize" else None)
+        traced = config in ("optimize", "optimize+staged")
+        proc, got, counters = run(env, trace_dir if traced else None)
         if proc.returncode != ref_proc.returncode:
             print("FAIL %s: exit %d (without pinshim %d); stderr ends:\n%s" %
                   (config, proc.returncode, ref_proc.returncode, proc.stderr[-3000:]))
@@ -140,6 +141,9 @@ def main():
                           False))
         if config == "optimize":
             cases.append((config, "trace records the page changes", check_trace(trace_dir), False))
+        if config == "optimize+staged":
+            cases.append((config, "report counts the staged copies", check_staged(trace_dir),
+                          False))
     write_xml(cases)
     failed = [c for c in cases if c[2]]
     xfail = [c for c in cases if c[3]]
@@ -173,6 +177,24 @@ def check_trace(trace_dir):
     text = subprocess.run([REPORT, trace_dir], capture_output=True, text=True, timeout=300)
     if "pages the program changed" not in text.stdout:
         return "the text report has no page-change lines"
+    return None
+
+
+def check_staged(trace_dir):
+    """The report's optimize section counts the staged copies, as the trace
+    recorded them."""
+    out = subprocess.run([REPORT, "--format", "json", trace_dir], capture_output=True, text=True,
+                         timeout=300)
+    if out.returncode != 0:
+        return "report failed: " + out.stderr[-500:]
+    staged = 0
+    for proc in json.loads(out.stdout).get("processes", []):
+        staged += ((proc.get("optimize") or {}).get("staged") or {}).get("copies", 0)
+    if staged < 50:
+        return "the report counts %d staged copies" % staged
+    text = subprocess.run([REPORT, trace_dir], capture_output=True, text=True, timeout=300)
+    if "staged copies" not in text.stdout:
+        return "the text report does not mention the staged copies"
     return None
 
 
