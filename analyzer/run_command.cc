@@ -79,6 +79,10 @@ const RunOption kRunOptions[] = {
     {"--wc-guard", "0|1", "PINSHIM_WC_GUARD", Value::kOptional, "1",
      PathKind::kNone,
      "sample plain CPU loads of write-combined memory (with --trace-dir)."},
+    {"--python-frames", "0|1", "PINSHIM_PYTHON_FRAMES", Value::kOptional, "1",
+     PathKind::kNone,
+     "record Python frames with call sites in Python programs (default 1; "
+     "with --trace-dir)."},
     {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired,
      nullptr, PathKind::kPath,
      "rewrite FILE every 2 seconds and at exit with enforce mode's metrics "

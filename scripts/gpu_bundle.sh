@@ -13,7 +13,8 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //analyzer/report:pinshim-report //tests/trace:rules_driver_test
          //tests/trace:profile_test //tests/trace:optimize_report_test
          //bench/optimize:pool_bench //bench/optimize:arena_bench //bench/optimize:fork_check
-         //tests/hazards:hazard_program)
+         //tests/hazards:hazard_program
+         //bench/trace:recorder_bench //tests/trace:python_frames_test)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
@@ -21,7 +22,8 @@ cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/i
    bazel-bin/tests/interception/linked_client bazel-bin/tests/programs/copy_loop_example \
    bazel-bin/shim/budget/race_test bazel-bin/shim/budget/budget_test .gpu/
 cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench \
-   bazel-bin/bench/optimize/pool_bench bazel-bin/bench/optimize/arena_bench .gpu/bench/
+   bazel-bin/bench/optimize/pool_bench bazel-bin/bench/optimize/arena_bench \
+   bazel-bin/bench/trace/recorder_bench .gpu/bench/
 cp bazel-bin/bench/optimize/fork_check .gpu/
 # The hazard suite on the real driver.
 mkdir -p .gpu/hazards && cp bazel-bin/tests/hazards/hazard_program tests/hazards/hazards_test.py .gpu/hazards/
@@ -31,8 +33,13 @@ mkdir -p .gpu/rules/tests/trace/programs .gpu/rules/analyzer/report .gpu/rules/s
 cp tests/trace/rules_test.py tests/trace/profile_test.py tests/trace/optimize_report_test.py \
    .gpu/rules/tests/trace/
 mkdir -p .gpu/rules/analyzer && cp bazel-bin/analyzer/pinshim .gpu/rules/analyzer/
-cp tests/trace/programs/*.cc .gpu/rules/tests/trace/programs/
-cp bazel-bin/tests/trace/programs/*_driver .gpu/rules/tests/trace/programs/
+cp tests/trace/programs/*.cc tests/trace/programs/*.py .gpu/rules/tests/trace/programs/
+cp bazel-bin/tests/trace/programs/*_driver bazel-bin/tests/trace/programs/native_copier.so \
+   .gpu/rules/tests/trace/programs/
+# Python frames against the real driver, under the GPU machine's Python.
+cp tests/trace/python_frames_test.py .gpu/rules/tests/trace/
+cp bazel-bin/tests/trace/python_line_check bazel-bin/tests/trace/python_layout_dump \
+   .gpu/rules/tests/trace/
 cp bazel-bin/analyzer/report/pinshim-report .gpu/rules/analyzer/report/
 cp bazel-bin/shim/libpinshim.so .gpu/rules/shim/
 # The analyzer's own debug info is not needed there (it reads the programs'),
@@ -40,7 +47,8 @@ cp bazel-bin/shim/libpinshim.so .gpu/rules/shim/
 strip --strip-debug .gpu/pinshim .gpu/rules/analyzer/pinshim .gpu/rules/analyzer/report/pinshim-report
 # Shared libraries from this machine's packages that the GPU machine may lack.
 for bin in .gpu/* .gpu/bench/* .gpu/hazards/hazard_program .gpu/rules/tests/trace/programs/*_driver .gpu/rules/analyzer/report/* \
-           .gpu/rules/analyzer/pinshim; do
+           .gpu/rules/analyzer/pinshim .gpu/rules/tests/trace/python_line_check \
+           .gpu/rules/tests/trace/python_layout_dump; do
   [ -f "$bin" ] || continue
   ldd "$bin" 2>/dev/null | awk '/=> \/usr\/lib|=> \/lib/ {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
@@ -58,5 +66,6 @@ cd rules && env LD_LIBRARY_PATH=../needed TRACE_PROGRAM_SUFFIX=_driver TRACE_PRE
 cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/profile_test.py
 cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/optimize_report_test.py
 cd hazards && env LD_LIBRARY_PATH=../needed python3 hazards_test.py ./hazard_program ../libpinshim.so ../rules/analyzer/report/pinshim-report
+cd rules && env LD_LIBRARY_PATH=../needed PINSHIM_TEST_PYTHONS=/opt/torch/.venv/bin/python3 python3 tests/trace/python_frames_test.py
 TESTS
 du -sh .gpu

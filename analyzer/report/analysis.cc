@@ -217,6 +217,7 @@ Site MakeSite(const SymbolizedStack& s) {
   site.module = f.module;
   site.offset = f.offset;
   site.note = f.note;
+  site.python = s.python;
   return site;
 }
 

@@ -24,17 +24,22 @@ bool ParseSeverity(const std::string& text, Severity* out) {
 
 std::string Site::Short() const {
   if (!known) return "an unknown site";
+  std::string out;
   if (site_index >= 0 && site_index < static_cast<int>(stack.size())) {
-    return stack[site_index].Describe();
+    out = stack[site_index].Describe(true);
+  } else {
+    Frame f;
+    f.function = function;
+    f.file = file;
+    f.line = line;
+    f.module = module;
+    f.offset = offset;
+    f.note = note;
+    out = f.Describe(true);
   }
-  Frame f;
-  f.function = function;
-  f.file = file;
-  f.line = line;
-  f.module = module;
-  f.offset = offset;
-  f.note = note;
-  return f.Describe();
+  const char* why = PythonStatusWords(python);
+  if (why[0] != '\0') out += std::string(" [") + why + "]";
+  return out;
 }
 
 std::string Site::Key() const {

@@ -31,9 +31,18 @@ struct Site {
   std::string note;
   std::vector<Frame> stack;  // the full stack, innermost first
   int site_index = -1;       // index of the site in `stack`
+  // The stack's Python section (kNone: none; see SymbolizedStack).
+  trace::PythonStatus python = trace::PythonStatus::kNone;
 
-  // "function (file:line)" or "module+0x... (why)"; "unknown site" if none.
+  // "function (file:line)" or "module+0x... (why)", C++ names shortened,
+  // with the Python status when it says why there is no Python line;
+  // "unknown site" if none.
   std::string Short() const;
+  // Whether the site is a Python frame.
+  bool IsPython() const {
+    return site_index >= 0 && site_index < static_cast<int>(stack.size()) &&
+           stack[site_index].python;
+  }
   // Identity for merging findings across processes.
   std::string Key() const;
 };
@@ -94,6 +103,11 @@ struct Finding {
   Value evidence = Value::Object();
   double seconds_lost = 0;    // estimate; 0 when the rule cannot estimate
   std::string fix;            // concrete advice; "{site:N}" expands too
+  // The framework the stack shows ("pytorch", "cupy", "jax", "numpy",
+  // "python"; "" none: frameworks.h) and, when `fix` is that framework's,
+  // the rule's generic fix it replaced ("" otherwise).
+  std::string framework;
+  std::string generic_fix;
   std::vector<int> processes; // indices of the processes it was found in
   std::vector<double> seconds_lost_by_process;  // aligned with `processes`
 };

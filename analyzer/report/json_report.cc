@@ -26,6 +26,10 @@ void WriteFrame(const Frame& f, JsonWriter* w) {
   w->Bool(f.inlined);
   w->Key("runtime");
   w->Bool(f.runtime);
+  w->Key("python");
+  w->Bool(f.python);
+  w->Key("library");
+  w->Bool(f.library);
   if (!f.note.empty()) {
     w->Key("note");
     w->String(f.note);
@@ -49,6 +53,12 @@ void WriteSite(const Site& s, JsonWriter* w) {
   w->String(s.module);
   w->Key("offset");
   w->Uint(s.offset);
+  w->Key("python");
+  w->Bool(s.IsPython());
+  if (s.python != trace::PythonStatus::kNone) {
+    w->Key("python_status");
+    w->String(PythonStatusName(s.python));
+  }
   if (!s.note.empty()) {
     w->Key("note");
     w->String(s.note);
@@ -278,6 +288,10 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
   i.rank >= 0 ? w->Int(i.rank) : w->Null();
   w->Key("mode");
   w->String(i.mode);
+  w->Key("python");
+  i.python.empty() ? w->Null() : w->String(i.python);
+  w->Key("python_frames");
+  w->Bool(i.python_frames);
   w->Key("duration_seconds");
   w->Double(ProcessDurationSeconds(p));
   w->Key("events");
@@ -419,6 +433,12 @@ void WriteJsonReport(const MergedReport& r, std::string* out) {
     w.Double(f.seconds_lost);
     w.Key("fix");
     w.String(f.fix);
+    w.Key("framework");
+    f.framework.empty() ? w.Null() : w.String(f.framework);
+    if (!f.generic_fix.empty()) {
+      w.Key("generic_fix");
+      w.String(f.generic_fix);
+    }
     w.Key("processes");
     w.BeginArray();
     for (int p : f.processes) w.Int(p);

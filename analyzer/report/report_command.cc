@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "analyzer/report/analysis.h"
+#include "analyzer/report/frameworks.h"
+#include "analyzer/report/html_report.h"
 #include "analyzer/report/json_report.h"
 #include "analyzer/report/merge.h"
 #include "analyzer/report/perfetto_report.h"
@@ -28,7 +30,7 @@ namespace report {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: pinshim report [--format text|json|perfetto] [--fail-on info|warning|error]\n"
+    "usage: pinshim report [--format text|json|html|perfetto] [--fail-on info|warning|error]\n"
     "                      [--calibration FILE] [--profile-out FILE] PATH...\n"
     "\n"
     "Reads pinshim traces (a file, or a directory of *.pstrace files; several\n"
@@ -37,6 +39,9 @@ constexpr char kUsage[] =
     "\n"
     "  --format text       a report for the terminal (default)\n"
     "  --format json       the same as JSON (schema version 1)\n"
+    "  --format html       one self-contained page: findings with their stacks, charts\n"
+    "                      of pinned memory, RSS and copy throughput over time, and a\n"
+    "                      table per call site (write it to a file: > report.html)\n"
     "  --format perfetto   a timeline for ui.perfetto.dev (Chrome trace JSON)\n"
     "  --fail-on LEVEL     exit with status 1 when a finding of LEVEL or worse exists\n"
     "  --calibration FILE  copy bandwidths measured on your machine (see docs)\n"
@@ -46,7 +51,7 @@ constexpr char kUsage[] =
     "                      measure; copies of memory pinshim pinned count too, so\n"
     "                      traces of observe or optimize mode both work\n";
 
-enum class Format { kText, kJson, kPerfetto };
+enum class Format { kText, kJson, kHtml, kPerfetto };
 
 void Complain(const std::string& line) {
   std::string out = "pinshim report: " + line + "\n";
@@ -114,6 +119,7 @@ void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& options) {
         continue;
       }
       in.report = AnalyzeTrace(*in.reader, options);
+      ApplyFrameworkKnowledge(&in.report);
     }
   };
   size_t threads = std::max<size_t>(1, std::min<size_t>(inputs->size(),
@@ -155,14 +161,15 @@ int RunReportCommand(int argc, char** argv) {
       return 0;
     } else if (a.compare(0, 8, "--format") == 0) {
       if (!value("--format", &v)) {
-        Complain("--format needs a value: text, json or perfetto");
+        Complain("--format needs a value: text, json, html or perfetto");
         return 2;
       }
       if (v == "text") format = Format::kText;
       else if (v == "json") format = Format::kJson;
+      else if (v == "html") format = Format::kHtml;
       else if (v == "perfetto") format = Format::kPerfetto;
       else {
-        Complain("unknown format '" + v + "' (accepted: text, json, perfetto)");
+        Complain("unknown format '" + v + "' (accepted: text, json, html, perfetto)");
         return 2;
       }
     } else if (a.compare(0, 9, "--fail-on") == 0) {
@@ -233,6 +240,7 @@ int RunReportCommand(int argc, char** argv) {
   switch (format) {
     case Format::kText: WriteTextReport(merged, &out); break;
     case Format::kJson: WriteJsonReport(merged, &out); break;
+    case Format::kHtml: WriteHtmlReport(merged, readers, &out); break;
     case Format::kPerfetto:
       if (!WritePerfettoTrace(merged, readers, stdout)) {
         Complain(std::string("cannot write the timeline: ") + strerror(errno));

@@ -6,6 +6,7 @@
 #include <elfutils/libdwfl.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -98,10 +99,157 @@ bool IsRuntimeFrame(const std::string& module, const std::string& function) {
   return false;
 }
 
-std::string Frame::Describe() const {
+namespace {
+
+// libpython, or a python executable (python, python3, python3.12,
+// python3.13t) with the interpreter linked in.
+bool IsInterpreterItself(const std::string& module) {
+  std::string base = Basename(module);
+  if (StartsWith(base, "libpython")) return true;
+  if (!StartsWith(base, "python")) return false;
+  for (size_t i = 6; i < base.size(); ++i) {
+    if (!isdigit(static_cast<unsigned char>(base[i])) && base[i] != '.' &&
+        !(base[i] == 't' && i + 1 == base.size())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsInterpreterModule(const std::string& module) {
+  std::string base = Basename(module);
+  return IsInterpreterItself(module) || StartsWith(base, "libffi.so") ||
+         StartsWith(base, "_ctypes.");
+}
+
+bool IsPythonLibraryFile(const std::string& file) {
+  if (file.find("/site-packages/") != std::string::npos ||
+      file.find("/dist-packages/") != std::string::npos || StartsWith(file, "<frozen ")) {
+    return true;
+  }
+  // The standard library: .../lib/python3.12/..., .../lib64/python3.11/...
+  for (const char* dir : {"/lib/python", "/lib64/python"}) {
+    size_t at = file.find(dir);
+    if (at == std::string::npos) continue;
+    size_t v = at + strlen(dir);
+    if (v < file.size() && isdigit(static_cast<unsigned char>(file[v]))) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// Copies the symbol of an operator whose "operator" was just written
+// (operator<, operator<<=, operator->, operator(), operator[]): it is not a
+// template bracket. Returns the position after it.
+size_t CopyOperatorSymbol(const std::string& name, size_t i, std::string* out) {
+  if (name.compare(i, 2, "()") == 0 || name.compare(i, 2, "[]") == 0) {
+    out->append(name, i, 2);
+    return i + 2;
+  }
+  static const char kSymbolChars[] = "<>=-!+*/%^&|~,";
+  while (i < name.size() && name[i] != '\0' && strchr(kSymbolChars, name[i]) != nullptr) {
+    out->push_back(name[i++]);
+  }
+  return i;
+}
+
+bool EndsWithOperator(const std::string& s) {
+  static const char kOp[] = "operator";
+  size_t n = sizeof(kOp) - 1;
+  if (s.size() < n || s.compare(s.size() - n, n, kOp) != 0) return false;
+  return s.size() == n || !(isalnum(static_cast<unsigned char>(s[s.size() - n - 1])) ||
+                            s[s.size() - n - 1] == '_');
+}
+
+}  // namespace
+
+std::string ShortCxxName(const std::string& name) {
+  std::string out;
+  out.reserve(name.size());
+  int angle = 0;
+  bool had_template = false;
+  for (size_t i = 0; i < name.size();) {
+    char c = name[i];
+    if (angle == 0 && EndsWithOperator(out)) {
+      size_t next = CopyOperatorSymbol(name, i, &out);
+      if (next != i) {
+        i = next;
+        continue;
+      }
+    }
+    if (c == '<') {
+      if (angle == 0) out += "<...>";
+      ++angle;
+      had_template = true;
+    } else if (c == '>' && angle > 0) {
+      --angle;
+    } else if (angle == 0) {
+      out.push_back(c);
+    }
+    ++i;
+  }
+  if (angle != 0) return name;  // unbalanced: not a name this understands
+  if (!had_template) return out;
+  // A function template instantiation reads "RET NAME(ARGS)": the return
+  // type ends at the last space outside brackets before the parameters.
+  const std::string anon = "(anonymous namespace)";
+  int depth = 0;
+  size_t last_space = std::string::npos;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out.compare(i, anon.size(), anon) == 0) {
+      i += anon.size() - 1;
+      continue;
+    }
+    char c = out[i];
+    if (depth == 0 && c == '(') break;
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    else if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+    // "operator< <...>" and "operator new": not the end of a return type.
+    else if (c == ' ' && depth == 0 && out.compare(i + 1, 1, "<") != 0 &&
+             !EndsWithOperator(out.substr(0, i)))
+      last_space = i;
+  }
+  if (last_space != std::string::npos && last_space + 1 < out.size()) {
+    out = out.substr(last_space + 1);
+  }
+  return out;
+}
+
+const char* PythonStatusWords(trace::PythonStatus status) {
+  switch (status) {
+    case trace::PythonStatus::kNone:
+    case trace::PythonStatus::kFrames: return "";
+    case trace::PythonStatus::kNoThreadState: return "thread without a Python state";
+    case trace::PythonStatus::kSubinterpreter: return "in a subinterpreter";
+    case trace::PythonStatus::kFreeThreaded: return "free-threaded Python: frames not read";
+    case trace::PythonStatus::kUnsupported: return "Python version without a known layout: frames not read";
+    case trace::PythonStatus::kFinalizing: return "Python interpreter shutting down: frames not read";
+    case trace::PythonStatus::kInvalid: return "Python frames cut short (a frame failed validation)";
+  }
+  return "unknown Python status";
+}
+
+const char* PythonStatusName(trace::PythonStatus status) {
+  switch (status) {
+    case trace::PythonStatus::kNone: return "";
+    case trace::PythonStatus::kFrames: return "frames";
+    case trace::PythonStatus::kNoThreadState: return "no_thread_state";
+    case trace::PythonStatus::kSubinterpreter: return "subinterpreter";
+    case trace::PythonStatus::kFreeThreaded: return "free_threaded";
+    case trace::PythonStatus::kUnsupported: return "unsupported_version";
+    case trace::PythonStatus::kFinalizing: return "finalizing";
+    case trace::PythonStatus::kInvalid: return "invalid";
+  }
+  return "unknown";
+}
+
+std::string Frame::Describe(bool short_names) const {
   std::string out;
   if (!function.empty()) {
-    out = function;
+    out = short_names && !python ? ShortCxxName(function) : function;
   } else {
     char buf[64];
     snprintf(buf, sizeof(buf), "+0x%llx", static_cast<unsigned long long>(offset));
@@ -265,6 +413,38 @@ void Symbolizer::SymbolizeIp(uint64_t ip, bool exact, uint32_t generation,
   }
 }
 
+void Symbolizer::AddPythonFrames(const Stack& stack, SymbolizedStack* s) const {
+  s->python = stack.python_status;
+  s->python_omitted = stack.python_omitted;
+  for (Frame& f : s->frames) f.library = IsInterpreterModule(f.module);
+  if (stack.python.empty()) return;
+  std::vector<Frame> py;
+  for (const PythonFrameRef& ref : stack.python) {
+    Frame f;
+    f.python = true;
+    if (const PythonCode* code = trace_->FindPythonCode(ref.code)) {
+      f.function = code->function;
+      f.file = code->file;
+      f.line = static_cast<int>(ref.line);
+      f.library = IsPythonLibraryFile(code->file);
+    } else {
+      f.note = "Python code object not in the trace";
+    }
+    py.push_back(std::move(f));
+  }
+  // Where the interpreter's own frames begin (the native frames above are
+  // what the Python code called); at the end when the stack is too short
+  // to reach them.
+  size_t at = s->frames.size();
+  for (size_t i = 0; i < s->frames.size(); ++i) {
+    if (IsInterpreterItself(s->frames[i].module)) {
+      at = i;
+      break;
+    }
+  }
+  s->frames.insert(s->frames.begin() + static_cast<std::ptrdiff_t>(at), py.begin(), py.end());
+}
+
 const SymbolizedStack& Symbolizer::Symbolize(uint32_t id) {
   auto it = cache_.find(id);
   if (it != cache_.end()) return it->second;
@@ -274,6 +454,23 @@ const SymbolizedStack& Symbolizer::Symbolize(uint32_t id) {
   for (size_t i = 0; i < stack->ips.size(); ++i) {
     bool exact = (stack->exact_mask >> i) & 1;
     SymbolizeIp(stack->ips[i], exact, stack->generation, &s.frames);
+  }
+  if (stack->python_status != trace::PythonStatus::kNone) AddPythonFrames(*stack, &s);
+  // A Python program's call site is its own Python line: the first Python
+  // frame outside the libraries, else the first Python frame.
+  int first_python = -1;
+  for (size_t i = 0; i < s.frames.size(); ++i) {
+    const Frame& f = s.frames[i];
+    if (!f.python) continue;
+    if (first_python < 0) first_python = static_cast<int>(i);
+    if (!f.library && !f.function.empty()) {
+      s.site = static_cast<int>(i);
+      return s;
+    }
+  }
+  if (first_python >= 0) {
+    s.site = first_python;
+    return s;
   }
   for (size_t i = 0; i < s.frames.size(); ++i) {
     const Frame& f = s.frames[i];

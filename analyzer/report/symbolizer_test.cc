@@ -182,3 +182,50 @@ TEST(SystemHeaderTest, HeadersAreNotCallSites) {
 }  // namespace
 }  // namespace report
 }  // namespace pinshim
+
+namespace pinshim {
+namespace report {
+namespace {
+
+TEST(ShortCxxName, ElidesTemplateArgumentsAndReturnTypes) {
+  EXPECT_EQ(ShortCxxName("void at::native::copy_kernel_cuda<float, c10::Half>(at::TensorIterator&, bool)"),
+            "at::native::copy_kernel_cuda<...>(at::TensorIterator&, bool)");
+  EXPECT_EQ(ShortCxxName("std::vector<std::pair<int, std::map<int, int> >, std::allocator<x> >::push_back(int const&)"),
+            "std::vector<...>::push_back(int const&)");
+  EXPECT_EQ(ShortCxxName("unsigned long foo<3>(std::function<void (int)>)"),
+            "foo<...>(std::function<...>)");
+  EXPECT_EQ(ShortCxxName("void at::native::(anonymous namespace)::launch<1>(int)"),
+            "at::native::(anonymous namespace)::launch<...>(int)");
+  EXPECT_EQ(ShortCxxName("at::native::gpu_kernel_impl<X>(at::TensorIteratorBase&)::{lambda(int)#1}::operator()(int) const"),
+            "at::native::gpu_kernel_impl<...>(at::TensorIteratorBase&)::{lambda(int)#1}::operator()(int) const");
+  // Operators are not brackets; names without templates stay as they are.
+  EXPECT_EQ(ShortCxxName("bool operator< <int>(Foo<int> const&, Foo<int> const&)"),
+            "operator< <...>(Foo<...> const&, Foo<...> const&)");
+  EXPECT_EQ(ShortCxxName("std::ostream::operator<<(int)"), "std::ostream::operator<<(int)");
+  EXPECT_EQ(ShortCxxName("Iter::operator->() const"), "Iter::operator->() const");
+  EXPECT_EQ(ShortCxxName("copy_kernel(at::TensorIterator&, bool)"),
+            "copy_kernel(at::TensorIterator&, bool)");
+  EXPECT_EQ(ShortCxxName("cudaMemcpy"), "cudaMemcpy");
+  EXPECT_EQ(ShortCxxName("broken<name"), "broken<name");  // unbalanced: left alone
+}
+
+TEST(PythonFiles, LibrariesAndTheUsersCode) {
+  EXPECT_TRUE(IsPythonLibraryFile("/usr/lib/python3/dist-packages/numpy/core/x.py"));
+  EXPECT_TRUE(IsPythonLibraryFile("/opt/torch/.venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py"));
+  EXPECT_TRUE(IsPythonLibraryFile("/usr/lib/python3.11/threading.py"));
+  EXPECT_TRUE(IsPythonLibraryFile("/root/.pyenv/versions/3.13.0/lib/python3.13/asyncio/tasks.py"));
+  EXPECT_TRUE(IsPythonLibraryFile("<frozen importlib._bootstrap>"));
+  EXPECT_FALSE(IsPythonLibraryFile("/home/me/train.py"));
+  EXPECT_FALSE(IsPythonLibraryFile("<string>"));
+  EXPECT_FALSE(IsPythonLibraryFile("/home/me/lib/pythonic/model.py"));
+  EXPECT_TRUE(IsInterpreterModule("/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"));
+  EXPECT_TRUE(IsInterpreterModule("/usr/bin/python3.11"));
+  EXPECT_TRUE(IsInterpreterModule("/opt/py/bin/python3.13t"));
+  EXPECT_TRUE(IsInterpreterModule("/usr/lib/x86_64-linux-gnu/libffi.so.8"));
+  EXPECT_FALSE(IsInterpreterModule("/opt/torch/lib/libtorch_cuda.so"));
+  EXPECT_FALSE(IsInterpreterModule("/usr/bin/pythonista"));
+}
+
+}  // namespace
+}  // namespace report
+}  // namespace pinshim

@@ -88,20 +88,48 @@ void Evidence(const Value& ev, std::string* out) {
 
 void ShortStack(const Site& site, std::string* out) {
   if (!site.known || site.stack.empty()) return;
-  *out += "    stack:\n";
+  const bool python = site.IsPython();
+  // A Python site: its own frame and its callers first, then what it
+  // called into (library Python frames, then native ones).
+  *out += python ? "    python stack:\n" : "    stack:\n";
   int shown = 0, hidden = 0;
   for (size_t i = 0; i < site.stack.size(); ++i) {
     const Frame& f = site.stack[i];
-    if (static_cast<int>(i) < site.site_index || (f.runtime && static_cast<int>(i) != site.site_index)) {
-      ++hidden;
+    if (python && !f.python) continue;
+    if (static_cast<int>(i) < site.site_index ||
+        (f.runtime && static_cast<int>(i) != site.site_index)) {
+      if (!python) ++hidden;
       continue;
     }
     if (shown == kShortStackFrames) {
       *out += "      ...\n";
       break;
     }
-    *out += "      " + f.Describe() + (f.inlined ? " [inlined]" : "") + "\n";
+    *out += "      " + f.Describe(true) + (f.inlined ? " [inlined]" : "") + "\n";
     ++shown;
+  }
+  if (python) {
+    std::string under;
+    int listed = 0;
+    for (int i = 0; i < site.site_index; ++i) {
+      const Frame& f = site.stack[static_cast<size_t>(i)];
+      if (f.runtime || (!f.python && f.library)) {
+        ++hidden;
+        continue;
+      }
+      if (listed == kShortStackFrames) {
+        under += "      ...\n";
+        break;
+      }
+      under += "      " + f.Describe(true) + (f.inlined ? " [inlined]" : "") + "\n";
+      ++listed;
+    }
+    if (!under.empty()) *out += "    under it, innermost first:\n" + under;
+    if (hidden > 0) {
+      *out += "      (" + std::to_string(hidden) +
+              " frames in CUDA, pinshim, the C library and the Python interpreter not shown)\n";
+    }
+    return;
   }
   if (hidden > 0) {
     *out += "      (" + std::to_string(hidden) + " frames in CUDA, pinshim and the C library not shown)\n";
@@ -258,12 +286,24 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
   }
 }
 
+std::string FrameworkTitle(const std::string& name) {
+  if (name == "pytorch") return "PyTorch";
+  if (name == "cupy") return "CuPy";
+  if (name == "jax") return "JAX";
+  if (name == "numpy") return "NumPy";
+  if (name == "python") return "Python";
+  return name;
+}
+
 std::string ProcessTitle(const ProcessReport& p) {
   std::string t = p.info.program.empty() ? std::string("unknown program") : p.info.program;
   t += "  pid " + std::to_string(p.info.pid);
   if (p.info.rank >= 0) t += "  rank " + std::to_string(p.info.rank);
   if (!p.info.hostname.empty()) t += "  on " + p.info.hostname;
   if (p.info.forked_from != 0) t += "  (forked from " + std::to_string(p.info.forked_from) + ")";
+  if (!p.info.python.empty()) {
+    t += "  Python " + p.info.python + (p.info.python_frames ? "" : " (Python frames off)");
+  }
   return t;
 }
 
@@ -339,7 +379,9 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
     *out += "    at " + f.site.Short() + "\n";
     Evidence(f.evidence, out);
     ShortStack(f.site, out);
-    *out += "    fix: " + f.fix + "\n";
+    *out += (f.generic_fix.empty() ? std::string("    fix: ")
+                                   : "    fix (" + FrameworkTitle(f.framework) + "): ") +
+            f.fix + "\n";
   }
 }
 

@@ -177,6 +177,9 @@ void TraceReader::HandleFrame(uint8_t type, const uint8_t* p, const uint8_t* end
     case trace::FrameType::kStack:
       ParseStack(p, end);
       break;
+    case trace::FrameType::kPythonCode:
+      ParsePythonCode(p, end);
+      break;
     case trace::FrameType::kEvents:
       ParseBatch(p, end, offset);
       break;
@@ -244,9 +247,30 @@ void TraceReader::ParseProcess(const uint8_t* p, const uint8_t* end) {
       case trace::ProcessTag::kMode: process_.mode = text; break;
       case trace::ProcessTag::kVersion: process_.version = text; break;
       case trace::ProcessTag::kWcGuard: if (has_u) process_.wc_guard = u != 0; break;
+      case trace::ProcessTag::kPython: process_.python = text; break;
+      case trace::ProcessTag::kPythonFrames: if (has_u) process_.python_frames = u != 0; break;
       default: break;  // a newer writer's field
     }
   }
+}
+
+void TraceReader::ParsePythonCode(const uint8_t* p, const uint8_t* end) {
+  uint64_t id, first_line;
+  PythonCode c;
+  if (!GetVarint(&p, end, &id) || id == 0 || id > UINT32_MAX || !GetString(&p, end, &c.file) ||
+      !GetString(&p, end, &c.function) || !GetVarint(&p, end, &first_line) ||
+      c.file.size() > trace::kMaxPythonTextBytes ||
+      c.function.size() > trace::kMaxPythonTextBytes) {
+    ++damage_.bad_events;
+    return;
+  }
+  c.first_line = static_cast<uint32_t>(first_line > UINT32_MAX ? 0 : first_line);
+  python_codes_[static_cast<uint32_t>(id)] = std::move(c);
+}
+
+const PythonCode* TraceReader::FindPythonCode(uint32_t id) const {
+  auto it = python_codes_.find(id);
+  return it == python_codes_.end() ? nullptr : &it->second;
 }
 
 void TraceReader::ParseApiNames(const uint8_t* p, const uint8_t* end) {
@@ -320,6 +344,29 @@ void TraceReader::ParseStack(const uint8_t* p, const uint8_t* end) {
   if (s.ips.size() != depth) {
     ++damage_.bad_events;
     return;
+  }
+  // The Python section, when the writer appended one; a damaged one costs
+  // the Python frames only.
+  uint64_t status, count;
+  if (p < end && GetVarint(&p, end, &status) && GetVarint(&p, end, &count) && status != 0 &&
+      status <= 255 && count <= static_cast<uint64_t>(trace::kMaxPythonFrames)) {
+    std::vector<PythonFrameRef> frames;
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t code, line;
+      if (!GetVarint(&p, end, &code) || !GetVarint(&p, end, &line) || code > UINT32_MAX ||
+          line > UINT32_MAX) {
+        break;
+      }
+      frames.push_back(PythonFrameRef{static_cast<uint32_t>(code), static_cast<uint32_t>(line)});
+    }
+    uint64_t omitted = 0;
+    if (frames.size() == count && GetVarint(&p, end, &omitted)) {
+      s.python_status = static_cast<trace::PythonStatus>(status);
+      s.python = std::move(frames);
+      s.python_omitted = omitted;
+    } else {
+      ++damage_.bad_events;
+    }
   }
   uint32_t key = static_cast<uint32_t>(id);
   if (key > max_stack_id_) max_stack_id_ = key;

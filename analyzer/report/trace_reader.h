@@ -44,6 +44,8 @@ struct ProcessInfo {
   std::string mode;
   std::string version;
   bool wc_guard = false;
+  std::string python;          // the Python runtime found at start, "" none
+  bool python_frames = false;  // the recorder was set to record Python frames
 };
 
 struct Segment {
@@ -64,10 +66,28 @@ struct ModuleMap {
   std::vector<Module> modules;
 };
 
+// One Python frame of a stack: a kPythonCode id and the line (0: none).
+struct PythonFrameRef {
+  uint32_t code = 0;
+  uint32_t line = 0;
+};
+
 struct Stack {
   uint32_t generation = 0;
   uint64_t exact_mask = 0;
   std::vector<uint64_t> ips;  // [0] innermost
+  // The calling thread's Python frames, innermost first (kNone: the stack
+  // has no Python section).
+  trace::PythonStatus python_status = trace::PythonStatus::kNone;
+  std::vector<PythonFrameRef> python;
+  uint64_t python_omitted = 0;  // deeper Python frames not stored
+};
+
+// A Python code object (kPythonCode).
+struct PythonCode {
+  std::string file;
+  std::string function;
+  uint32_t first_line = 0;
 };
 
 // What the scan could not use.
@@ -195,6 +215,9 @@ class TraceReader {
   const std::vector<ModuleMap>& module_maps() const { return module_maps_; }
   // Null when the stack is not in the trace.
   const Stack* FindStack(uint32_t id) const;
+  // Null when the code object is not in the trace.
+  const PythonCode* FindPythonCode(uint32_t id) const;
+  size_t python_code_count() const { return python_codes_.size(); }
   // The module whose executable segments hold `ip`, as the module map of
   // `generation` (a stack's) lists it, else a later map, else any; null
   // when none does.
@@ -228,6 +251,7 @@ class TraceReader {
   void ParseProcess(const uint8_t* p, const uint8_t* end);
   void ParseModules(const uint8_t* p, const uint8_t* end);
   void ParseStack(const uint8_t* p, const uint8_t* end);
+  void ParsePythonCode(const uint8_t* p, const uint8_t* end);
   void ParseApiNames(const uint8_t* p, const uint8_t* end);
   void ParseBatch(const uint8_t* p, const uint8_t* end, uint64_t offset);
 
@@ -240,6 +264,7 @@ class TraceReader {
   bool has_process_ = false;
   std::vector<ModuleMap> module_maps_;
   std::unordered_map<uint32_t, Stack> stacks_;
+  std::unordered_map<uint32_t, PythonCode> python_codes_;
   uint32_t max_stack_id_ = 0;
   std::unordered_map<uint32_t, std::string> api_names_;
   std::vector<Batch> batches_;  // sorted by first_ns after the scan

@@ -188,6 +188,56 @@ TEST(TraceReader, SkipsUnknownFramesEventsAndTrailingFields) {
   EXPECT_EQ(r->damage().bad_events, 0u);
 }
 
+// Python programs: code objects and the Python section of stacks; stacks
+// without one (older writers, native processes) read as before, and a
+// damaged section costs the Python frames only.
+TEST(TraceReader, PythonCodeAndStackFrames) {
+  TraceBuilder b;
+  b.Process(testing::BuilderProcess{});
+  b.Modules(1, "/usr/bin/python3.12", 0x400000, 0x1000);
+  b.PythonCode(1, "/app/train.py", "train_step", 40);
+  b.PythonCode(2, "/app/train.py", "<module>", 1);
+  b.PythonStack(1, 1, {0x400100, 0x400200}, trace::PythonStatus::kFrames, {{1, 42}, {2, 90}}, 3);
+  b.PythonStack(2, 1, {0x400100}, trace::PythonStatus::kNoThreadState, {});
+  b.Stack(3, 1, {0x400300});
+  // A section cut short: the native frames stay.
+  std::string cut;
+  cut += "\x04\x01\x01\x00";  // id 4, generation 1, depth 1, mask 0
+  cut += "\x80\x82\x10";        // ip 0x40100
+  cut += "\x01\x02\x01";        // kFrames, 2 frames, only half of one
+  b.Frame(trace::FrameType::kStack, cut);
+  b.PythonCode(0, "bad.py", "zero id", 1);  // refused
+  b.End(3000000000ull);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(b.bytes(), &error));
+  ASSERT_NE(r, nullptr) << error;
+  ASSERT_EQ(r->python_code_count(), 2u);
+  const PythonCode* code = r->FindPythonCode(1);
+  ASSERT_NE(code, nullptr);
+  EXPECT_EQ(code->file, "/app/train.py");
+  EXPECT_EQ(code->function, "train_step");
+  EXPECT_EQ(code->first_line, 40u);
+  EXPECT_EQ(r->FindPythonCode(3), nullptr);
+  const Stack* s1 = r->FindStack(1);
+  ASSERT_NE(s1, nullptr);
+  EXPECT_EQ(s1->ips.size(), 2u);
+  EXPECT_EQ(s1->python_status, trace::PythonStatus::kFrames);
+  ASSERT_EQ(s1->python.size(), 2u);
+  EXPECT_EQ(s1->python[0].code, 1u);
+  EXPECT_EQ(s1->python[0].line, 42u);
+  EXPECT_EQ(s1->python[1].line, 90u);
+  EXPECT_EQ(s1->python_omitted, 3u);
+  EXPECT_EQ(r->FindStack(2)->python_status, trace::PythonStatus::kNoThreadState);
+  EXPECT_TRUE(r->FindStack(2)->python.empty());
+  EXPECT_EQ(r->FindStack(3)->python_status, trace::PythonStatus::kNone);
+  const Stack* s4 = r->FindStack(4);
+  ASSERT_NE(s4, nullptr);
+  EXPECT_EQ(s4->ips.size(), 1u);
+  EXPECT_EQ(s4->python_status, trace::PythonStatus::kNone);
+  EXPECT_EQ(r->damage().bad_events, 2u);  // the cut section and the zero id
+  EXPECT_EQ(r->damage().unknown_frames, 0u);
+}
+
 // Optimize mode's own pinning and counters, as the encoder writes them; a
 // counters record a newer writer extended keeps its known fields, and a
 // truncated one is damage, not a crash.

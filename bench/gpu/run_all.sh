@@ -4,8 +4,8 @@
 # scripts/gpu_bundle.sh:
 #   bash bench/gpu/run_all.sh .gpu
 # Logs and tables go to $OUT (or ./gpu-out); the last lines printed are the
-# summary tables. GPU_SKIP (space-separated: bandwidth observe fork_check
-# optimize, or a benchmark binary's name) leaves out benchmarks whose code did not change, to fit a
+# summary tables. GPU_SKIP (space-separated: bandwidth observe python_frames
+# fork_check optimize, or a benchmark binary's name) leaves out benchmarks whose code did not change, to fit a
 # run into a shorter slot; the tier and the misuse programs always run.
 set -uo pipefail
 LIBDIR="$(cd "${1:-.gpu}" && pwd)"
@@ -48,6 +48,10 @@ misuse_rc=$?
     echo "== observe-mode overhead"
     timeout 400 bash bench/gpu/observe_overhead.sh "$LIBDIR" 11
   fi
+  if ! skipped python_frames; then
+    echo "== Python frames in observe mode (PyTorch DataLoader training loop)"
+    timeout 900 bash bench/gpu/python_frames_overhead.sh "$LIBDIR" 7
+  fi
   for b in "$LIBDIR"/bench/*; do
     [ -x "$b" ] || continue
     skipped "$(basename "$b")" && continue
@@ -65,6 +69,6 @@ misuse_rc=$?
 } > "$OUT/bench.txt" 2>&1
 
 tail -n 25 "$OUT/tier.txt"
-grep -E "^(ok|MISSING|FAIL)" "$OUT/misuse.txt"
+grep -E "^(ok|MISSING|WRONG|XFAIL|SKIP|FAIL)" "$OUT/misuse.txt"
 cat "$OUT/bench.txt"
 [ $tier_rc -eq 0 ] && [ $misuse_rc -eq 0 ]

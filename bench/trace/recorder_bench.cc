@@ -1,9 +1,11 @@
 // The cost of recording, per event, on the recording path the hooks call:
 // capture the stack (cached unwind or a full one), deduplicate it, encode,
-// and write batches out. Also the bytes each copy event takes in the trace.
+// and write batches out; the same from Python code, Python frames included.
+// Also the bytes each copy event takes in the trace.
 //
 //   bazel run -c opt //bench/trace:recorder_bench
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 
 #include "shim/trace/call_site.h"
 #include "shim/trace/event_encoder.h"
+#include "shim/trace/python_frames.h"
 #include "shim/trace/recorder.h"
 #include "shim/trace/wc_ranges.h"
 
@@ -133,6 +136,82 @@ void BM_EncodeCopy(benchmark::State& state) {
 }
 BENCHMARK(BM_EncodeCopy);
 
+// --- Recording from Python ----------------------------------------------------
+//
+// The same recording path reached from Python code `state.range(0)` frames
+// deep, through ctypes (which releases the GIL, as frameworks do around
+// their copies): the extra cost of reading the calling thread's Python
+// frames. libpython is loaded at the benchmark's first run (its path from
+// PINSHIM_BENCH_LIBPYTHON, else the usual names); without one the benchmark
+// says so and skips.
+namespace python {
+
+using InitFn = void (*)();
+using RunFn = int (*)(const char*);
+benchmark::State* g_state = nullptr;
+char g_buffer[64];
+
+extern "C" void PinshimBenchLoop() {
+  uint64_t t = Now();
+  for (auto _ : *g_state) {
+    t += 100000;
+    RecordAtDepth(0, MakeCopy(g_buffer, t));
+  }
+}
+
+RunFn Load() {
+  static RunFn run = []() -> RunFn {
+    const char* env = getenv("PINSHIM_BENCH_LIBPYTHON");
+    const char* names[] = {env, "libpython3.so", "libpython3.13.so.1.0", "libpython3.12.so.1.0",
+                           "libpython3.11.so.1.0", "libpython3.10.so.1.0"};
+    for (const char* name : names) {
+      if (name == nullptr) continue;
+      void* h = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
+      if (h == nullptr) continue;
+      auto init = reinterpret_cast<InitFn>(dlsym(h, "Py_Initialize"));
+      auto r = reinterpret_cast<RunFn>(dlsym(h, "PyRun_SimpleString"));
+      if (init == nullptr || r == nullptr) continue;
+      init();
+      trace::DetectPythonRuntime();
+      return r;
+    }
+    return nullptr;
+  }();
+  return run;
+}
+
+void BM_RecordCopyFromPython(benchmark::State& state) {
+  StartOnce();
+  RunFn run = Load();
+  if (run == nullptr) {
+    state.SkipWithError("no libpython found (set PINSHIM_BENCH_LIBPYTHON)");
+    return;
+  }
+  const trace::PythonRuntime* rt = trace::ActivePythonRuntime();
+  if (rt == nullptr || rt->fixed != trace::PythonStatus::kFrames) {
+    state.SkipWithError("this Python's frames are not read");
+    return;
+  }
+  g_state = &state;
+  char code[1024];
+  snprintf(code, sizeof(code),
+           "import ctypes\n"
+           "loop = ctypes.CFUNCTYPE(None)(%llu)\n"
+           "def deep(n):\n"
+           "    if n == 0:\n"
+           "        loop()\n"
+           "    else:\n"
+           "        deep(n - 1)\n"
+           "deep(%d)\n",
+           static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(&PinshimBenchLoop)),
+           static_cast<int>(state.range(0)));
+  if (run(code) != 0) state.SkipWithError("the Python loop failed");
+  state.SetLabel(rt->description);
+}
+BENCHMARK(BM_RecordCopyFromPython)->Arg(0)->Arg(8)->Arg(40);
+
+}  // namespace python
+
 // What every memcpy pays for the wc-read check when the process has no
 // write-combined memory, and when it has some elsewhere.
 void BM_CheckWcRead(benchmark::State& state) {
@@ -161,7 +240,7 @@ int main(int argc, char** argv) {
       fclose(f);
       printf("trace file: %s, %ld bytes\n", g_trace_path.c_str(), size);
     }
-    unlink(g_trace_path.c_str());
+    if (getenv("PINSHIM_BENCH_KEEP_TRACE") == nullptr) unlink(g_trace_path.c_str());
   }
   return 0;
 }

@@ -4,7 +4,7 @@
 #   bash bench/trace/report_big_trace.sh [MEGABYTES]     default 1024
 #
 # Prints the recording rate, the trace size and bytes per event, and the wall
-# time and peak memory of the text and JSON reports.
+# time and peak memory of the text, JSON and HTML reports.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mb="${1:-1024}"
@@ -14,7 +14,7 @@ dir="${TMPDIR:-/tmp}/pinshim_big_trace.$$"
 mkdir -p "$dir"
 trap 'rm -rf "$dir"' EXIT
 "$bin/bench/trace/make_big_trace" "$dir" "$mb"
-for fmt in text json; do
+for fmt in text json html; do
   /usr/bin/time -f "report --format $fmt: %e s wall, %U s user, %M KiB peak RSS" \
     "$bin/analyzer/report/pinshim-report" --format "$fmt" "$dir" >"$dir/out.$fmt"
 done

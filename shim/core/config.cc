@@ -80,6 +80,10 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "an integer from 0 to 32",
      "Optimize mode only: threads that copy staged copies; 0 takes half the cores, at "
      "most 8 (measured on the H200's host); fewer are used while the CPUs are busy."},
+    {ConfigKey::kPythonFrames, "PINSHIM_PYTHON_FRAMES", "python_frames", "1", "0 or 1",
+     "1 records the calling thread's Python frames (file, line, function) "
+     "with every call site in Python programs (CPython 3.10 to 3.13); 0 "
+     "keeps native frames only."},
 };
 
 namespace {
@@ -520,6 +524,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->verify_pages = false;
   config->stage = true;
   config->stage_workers = 0;
+  config->python_frames = true;
   config->forced_observe = false;
   config->sample_ms = kDefaultSampleMs;
   config->idle_trim_s = kDefaultIdleTrimS;
@@ -611,6 +616,8 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
     case ConfigKey::kStageWorkers:
       return ParseBoundedInt(value, 0, kMaxStageWorkers, "; accepted: an integer from 0 to 32",
                              &config->stage_workers, err, err_len);
+    case ConfigKey::kPythonFrames:
+      return ParseFlag(value, &config->python_frames, err, err_len);
     case ConfigKey::kCount:
       break;
   }

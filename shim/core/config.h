@@ -44,6 +44,8 @@
 //       file path
 // | PINSHIM_WC_GUARD        | wc_guard        | 0                  |
 //       0 or 1
+// | PINSHIM_PYTHON_FRAMES   | python_frames   | 1                  |
+//       0 or 1: Python frames in the trace's call sites
 //
 // Sizes: see size.h (integer or decimal, optional binary unit B/K/M/G/T with
 // optional B or iB, any case, 1K = 1024; or P% of physical memory, 0 < P <=
@@ -111,6 +113,7 @@ enum class ConfigKey : uint8_t {
   kVerifyPages,
   kStage,
   kStageWorkers,
+  kPythonFrames,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -142,6 +145,7 @@ struct Config {
   bool verify_pages;    // check pinned-in-place pages before each copy
   bool stage;           // optimize mode stages pageable copies it does not pin
   uint32_t stage_workers;  // 0: the measured default from the core count
+  bool python_frames;   // record Python frames with call sites
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;

@@ -133,6 +133,20 @@ TEST_F(ConfigTest, DefaultsWithEmptyEnvironment) {
   EXPECT_STREQ(config_.config_file, "");
 }
 
+TEST_F(ConfigTest, PythonFramesOnByDefaultAndSwitchable) {
+  Env on({"PATH=/bin"});
+  ASSERT_TRUE(Parse(&on));
+  EXPECT_TRUE(config_.python_frames);
+  Env off({"PINSHIM_PYTHON_FRAMES=0"});
+  ASSERT_TRUE(Parse(&off)) << Error(0);
+  EXPECT_FALSE(config_.python_frames);
+  Env bad({"PINSHIM_PYTHON_FRAMES=no"});
+  EXPECT_FALSE(Parse(&bad));
+  ASSERT_EQ(errors_.count, 1);
+  EXPECT_NE(Error(0).find("PINSHIM_PYTHON_FRAMES"), std::string::npos) << Error(0);
+  EXPECT_TRUE(config_.python_frames);  // a bad value keeps the default
+}
+
 TEST_F(ConfigTest, NullEnvironmentIsEmpty) {
   ConfigInput input = {};
   input.default_file = missing_default_.c_str();

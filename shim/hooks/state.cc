@@ -326,6 +326,7 @@ void StartTracing() {
   options.sample_ms = g_config.sample_ms;
   options.budget_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
   options.wc_guard = g_config.wc_guard;
+  options.python_frames = g_config.python_frames;
   options.api_name = ApiName;
   options.api_count = kApiCountForTrace();
   if (g_optimize) options.optimize_counters = SnapshotOptimizeCounters;

@@ -20,9 +20,12 @@ struct StackTable::Slot {
   std::atomic<uint64_t> hash;  // 0: free; claimed by CAS
   std::atomic<uint32_t> id;    // 0 until the entry is complete
   uint32_t epoch;
-  uint32_t ip_offset;
+  uint32_t ip_offset;  // native frames, then the Python frames' words
   uint32_t depth;
   uint64_t exact_mask;
+  uint8_t py_status;
+  uint8_t py_depth;
+  uint32_t py_omitted;
 };
 
 namespace {
@@ -43,7 +46,18 @@ uint64_t HashStack(const CapturedStack& s, uint32_t epoch) {
   uint64_t h = Mix(0x243f6a8885a308d3ull, (uint64_t{epoch} << 32) | uint32_t(s.depth));
   h = Mix(h, s.exact_mask);
   for (int i = 0; i < s.depth; ++i) h = Mix(h, s.ips[i]);
+  const PythonStack& py = s.python;
+  if (py.status != PythonStatus::kNone) {
+    h = Mix(h, (uint64_t{static_cast<uint8_t>(py.status)} << 40) |
+                   (uint64_t{static_cast<uint32_t>(py.depth)} << 32) | py.omitted);
+    for (int i = 0; i < py.depth; ++i) h = Mix(h, py.frames[i]);
+  }
   return h | 1;  // never 0, which marks a free slot
+}
+
+// The Python frames stored with a stack (none for a native-only one).
+inline int PythonWords(const CapturedStack& s) {
+  return s.python.status == PythonStatus::kNone ? 0 : s.python.depth;
 }
 
 }  // namespace
@@ -84,17 +98,24 @@ uint32_t StackTable::Intern(const CapturedStack& s, uint32_t epoch, bool* is_new
       if (!slot.hash.compare_exchange_strong(seen, h, std::memory_order_acq_rel)) {
         if (seen != h) continue;  // another stack took the slot
       } else {
-        size_t off = ip_used_.fetch_add(static_cast<size_t>(s.depth));
-        if (off + static_cast<size_t>(s.depth) > ip_capacity_) {
+        size_t words = static_cast<size_t>(s.depth + PythonWords(s));
+        size_t off = ip_used_.fetch_add(words);
+        if (off + words > ip_capacity_) {
           // The slot stays claimed without an id: probes skip it.
           overflows_.fetch_add(1, std::memory_order_relaxed);
           return 0;
         }
         memcpy(ips_ + off, s.ips, sizeof(uintptr_t) * static_cast<size_t>(s.depth));
+        static_assert(sizeof(uintptr_t) == sizeof(uint64_t), "Python frames share the ip words");
+        memcpy(ips_ + off + s.depth, s.python.frames,
+               sizeof(uint64_t) * static_cast<size_t>(PythonWords(s)));
         slot.epoch = epoch;
         slot.ip_offset = static_cast<uint32_t>(off);
         slot.depth = static_cast<uint32_t>(s.depth);
         slot.exact_mask = s.exact_mask;
+        slot.py_status = static_cast<uint8_t>(s.python.status);
+        slot.py_depth = static_cast<uint8_t>(PythonWords(s));
+        slot.py_omitted = s.python.omitted;
         uint32_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
         slot.id.store(id, std::memory_order_release);
         *is_new = true;
@@ -109,8 +130,13 @@ uint32_t StackTable::Intern(const CapturedStack& s, uint32_t epoch, bool* is_new
     if (id == 0) continue;
     if (slot.epoch == epoch && slot.depth == static_cast<uint32_t>(s.depth) &&
         slot.exact_mask == s.exact_mask &&
+        slot.py_status == static_cast<uint8_t>(s.python.status) &&
+        slot.py_depth == static_cast<uint8_t>(PythonWords(s)) &&
+        slot.py_omitted == s.python.omitted &&
         memcmp(ips_ + slot.ip_offset, s.ips,
-               sizeof(uintptr_t) * static_cast<size_t>(s.depth)) == 0) {
+               sizeof(uintptr_t) * static_cast<size_t>(s.depth)) == 0 &&
+        memcmp(ips_ + slot.ip_offset + s.depth, s.python.frames,
+               sizeof(uint64_t) * static_cast<size_t>(PythonWords(s))) == 0) {
       return id;
     }
   }
@@ -157,6 +183,20 @@ bool IsSigreturnTrampoline(uintptr_t ip) {
 constexpr uintptr_t kMaxFrameScan = 256 * 1024;
 constexpr uintptr_t kMaxStackScan = 64 * 1024 * 1024;
 
+// Remembers `py` and the id of the whole stack in the entry of its native
+// part. The entry is the calling thread's; a signal handler that interrupts
+// this meets python_id 0 and looks the stack up instead.
+void RememberPython(UnwindCacheEntry* e, const PythonStack& py, uint32_t id) {
+  e->python_id = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  e->python_status = static_cast<uint8_t>(py.status);
+  e->python_depth = static_cast<uint8_t>(py.depth);
+  e->python_omitted = py.omitted;
+  memcpy(e->python_frames, py.frames, sizeof(uint64_t) * static_cast<size_t>(py.depth));
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  e->python_id = id;
+}
+
 inline size_t CacheIndex(uintptr_t sp, uintptr_t ret) {
   uint64_t h = (sp >> 4) * 0x9e3779b97f4a7c15ull ^ ret;
   h ^= h >> 29;
@@ -172,8 +212,23 @@ uintptr_t CurrentThreadStackTop() {
 
 __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_depth,
                                                    uint32_t epoch, StackTable* table,
-                                                   CapturedStack* scratch, bool* is_new) {
+                                                   CapturedStack* scratch, bool* is_new,
+                                                   const PythonStack* python) {
   *is_new = false;
+  const bool with_python = python != nullptr && python->status != PythonStatus::kNone;
+  if (with_python && python == &scratch->python) {
+    // Captured in place.
+  } else if (with_python) {
+    scratch->python.status = python->status;
+    scratch->python.depth = python->depth;
+    scratch->python.omitted = python->omitted;
+    memcpy(scratch->python.frames, python->frames,
+           sizeof(uint64_t) * static_cast<size_t>(python->depth));
+  } else {
+    scratch->python.status = PythonStatus::kNone;
+    scratch->python.depth = 0;
+    scratch->python.omitted = 0;
+  }
   if (max_depth > kMaxStackDepth) max_depth = kMaxStackDepth;
   if (max_depth < 1) max_depth = 1;
   // Forcing a frame pointer here puts this function's return address at
@@ -192,7 +247,23 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
     }
     if (same) {
       ++cache->hits;
-      return e.stack_id;
+      if (!with_python && e.stack_id != 0) return e.stack_id;
+      const PythonStack& py = scratch->python;
+      if (with_python && e.python_id != 0 &&
+          e.python_status == static_cast<uint8_t>(py.status) &&
+          e.python_depth == static_cast<uint8_t>(py.depth) && e.python_omitted == py.omitted &&
+          memcmp(e.python_frames, py.frames, sizeof(uint64_t) * static_cast<size_t>(py.depth)) == 0) {
+        return e.python_id;
+      }
+      // The native part is unchanged; the whole stack (with its Python
+      // frames) is looked up in the table.
+      scratch->depth = static_cast<int>(e.depth);
+      scratch->exact_mask = 0;  // cached stacks have no signal frames
+      memcpy(scratch->ips, e.value, sizeof(uintptr_t) * e.depth);
+      uint32_t id = table->Intern(*scratch, epoch, is_new);
+      if (!with_python && id != 0) e.stack_id = id;
+      if (with_python && id != 0) RememberPython(&e, py, id);
+      return id;
     }
   }
 #endif
@@ -235,7 +306,9 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   std::atomic_signal_fence(std::memory_order_seq_cst);
   e.sp = frame;
   e.ret = ret;
-  e.stack_id = id;
+  e.stack_id = with_python ? 0 : id;
+  e.python_id = 0;
+  if (with_python) RememberPython(&e, scratch->python, id);
   e.depth = static_cast<uint32_t>(scratch->depth);
   memcpy(e.slot, slots, sizeof(uintptr_t) * e.depth);
   memcpy(e.value, scratch->ips, sizeof(uintptr_t) * e.depth);
@@ -249,6 +322,11 @@ int CaptureFromSignalContext(void* ucontext, int max_depth, CapturedStack* out) 
   if (max_depth > kMaxStackDepth) max_depth = kMaxStackDepth;
   out->depth = 0;
   out->exact_mask = 0;
+  // The interrupted thread may be in the middle of changing its Python
+  // frames: none are read here.
+  out->python.status = PythonStatus::kNone;
+  out->python.depth = 0;
+  out->python.omitted = 0;
 #if defined(__x86_64__) || defined(__aarch64__)
   unw_cursor_t cursor;
   if (unw_init_local2(&cursor, static_cast<unw_context_t*>(ucontext),
@@ -271,6 +349,16 @@ size_t EncodeStack(uint32_t id, uint32_t generation, const CapturedStack& s,
   for (int i = 0; i < s.depth; ++i) {
     p = i == 0 ? PutVarint(p, s.ips[0])
                : PutSigned(p, static_cast<int64_t>(s.ips[i] - s.ips[i - 1]));
+  }
+  const PythonStack& py = s.python;
+  if (py.status != PythonStatus::kNone) {
+    p = PutVarint(p, static_cast<uint8_t>(py.status));
+    p = PutVarint(p, static_cast<uint64_t>(py.depth));
+    for (int i = 0; i < py.depth; ++i) {
+      p = PutVarint(p, py.frames[i] >> 32);
+      p = PutVarint(p, py.frames[i] & 0xffffffffu);
+    }
+    p = PutVarint(p, py.omitted);
   }
   return static_cast<size_t>(p - out);
 }

@@ -14,7 +14,11 @@
 //    stack, are not cached.
 // 2. A process-wide table that deduplicates stacks: a stack seen before costs
 //    its id; a new one gets the next id and is handed back for the caller to
-//    write into the trace (one kStack frame each).
+//    write into the trace (one kStack frame each). A stack is its native
+//    frames and, in a Python process, the calling thread's Python frames
+//    (python_frames.h) together: one id names both, so the same native
+//    stack reached from two Python lines is two stacks. The unwind cache
+//    then proves only the native part unchanged; the table does the rest.
 //
 // Everything is allocation-free (mmap), lock-free and async-signal-safe,
 // except that libunwind itself may take the loader lock when it first meets a
@@ -26,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shim/trace/python_frames.h"
 #include "shim/trace/trace_format.h"
 
 namespace pinshim {
@@ -37,10 +42,18 @@ struct UnwindCacheEntry {
   uintptr_t sp;
   uintptr_t ret;
   uint32_t epoch;     // 0: empty
-  uint32_t stack_id;
+  uint32_t stack_id;  // of the native stack alone; 0: not interned alone
   uint32_t depth;
   uintptr_t slot[kMaxStackDepth];   // where frame i's return address lives
   uintptr_t value[kMaxStackDepth];  // and what it was
+  // The last Python frames seen with this native stack and the id of the
+  // two together: a loop that copies from one Python line costs a compare
+  // of its Python frames, not a lookup of the whole stack.
+  uint32_t python_id;  // 0: none remembered
+  uint8_t python_status;
+  uint8_t python_depth;
+  uint32_t python_omitted;
+  uint64_t python_frames[kMaxPythonFrames];
 };
 
 // One per thread, zero-initialised; then set stack_top.
@@ -57,11 +70,13 @@ struct UnwindCache {
 // allocation, no system call.
 uintptr_t CurrentThreadStackTop();
 
-// A stack as captured; `ips[0]` is innermost.
+// A stack as captured; `ips[0]` is innermost. `python` holds the thread's
+// Python frames (status kNone: none, and the stack is native only).
 struct CapturedStack {
   int depth;
   uint64_t exact_mask;  // bit i: ips[i] is a faulting instruction, not a return address
   uintptr_t ips[kMaxStackDepth];
+  PythonStack python;
 };
 
 // The process-wide set of distinct stacks.
@@ -97,19 +112,23 @@ class StackTable {
 };
 
 // Captures the caller's stack (frames of this function excluded), at most
-// `max_depth` frames, answering from `cache` when the stack is unchanged.
+// `max_depth` frames, answering from `cache` when the stack is unchanged,
+// together with the Python frames in `python` (null or status kNone: none).
 // Returns the stack id; when the stack is new, *is_new is set and `scratch`
 // holds it. `cache` and `scratch` belong to the calling thread.
 uint32_t CaptureCallSite(UnwindCache* cache, int max_depth, uint32_t epoch,
-                         StackTable* table, CapturedStack* scratch, bool* is_new);
+                         StackTable* table, CapturedStack* scratch, bool* is_new,
+                         const PythonStack* python = nullptr);
 
 // Captures the stack interrupted by a signal, from the handler's ucontext;
 // frame 0 is the interrupted instruction. No cache. Returns the depth.
 int CaptureFromSignalContext(void* ucontext, int max_depth, CapturedStack* out);
 
 // Encodes `stack` as a kStack payload into `out` (room for
-// kMaxStackPayload bytes) and returns its length.
-constexpr size_t kMaxStackPayload = 4 * kMaxVarint + kMaxStackDepth * kMaxVarint;
+// kMaxStackPayload bytes) and returns its length; the Python section only
+// when the stack has one.
+constexpr size_t kMaxStackPayload = 4 * kMaxVarint + kMaxStackDepth * kMaxVarint +
+                                    3 * kMaxVarint + kMaxPythonFrames * 2 * kMaxVarint;
 size_t EncodeStack(uint32_t id, uint32_t generation, const CapturedStack& stack,
                    uint8_t* out);
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <vector>
 
 namespace pinshim {
 namespace trace {
@@ -135,6 +136,84 @@ TEST(CallSite, EncodesStack) {
   int64_t d;
   ASSERT_TRUE(GetSigned(&p, out + n, &d));
   EXPECT_EQ(d, 0x100);
+}
+
+__attribute__((noinline)) uint32_t SiteWithPython(Fixture* f, const PythonStack* py,
+                                                  bool* is_new) {
+  uint32_t id = CaptureCallSite(&f->cache, 16, 1, &f->table, &f->scratch, is_new, py);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+PythonStack PythonAt(uint32_t code, uint32_t line) {
+  PythonStack py;
+  py.status = PythonStatus::kFrames;
+  py.depth = 2;
+  py.omitted = 0;
+  py.frames[0] = (uint64_t{code} << 32) | line;
+  py.frames[1] = (uint64_t{1} << 32) | 100;
+  return py;
+}
+
+TEST(CallSite, PythonFramesAreThePartOfTheStack) {
+  // One native call site reached from two Python lines (and from a native
+  // thread, and with no Python section at all): a stack each, found again
+  // with the native part from the unwind cache.
+  Fixture f;
+  PythonStack line10 = PythonAt(2, 10), line20 = PythonAt(2, 20);
+  PythonStack native_thread;
+  native_thread.status = PythonStatus::kNoThreadState;
+  native_thread.depth = 0;
+  native_thread.omitted = 0;
+  const PythonStack* variants[] = {&line10, &line20, &native_thread, nullptr};
+  uint32_t ids[2][4];
+  bool news[2][4];
+  volatile int rounds = 2;  // one call site: the loop is not unrolled
+  for (int i = 0; i < rounds * 4; ++i) {
+    ids[i / 4][i % 4] = SiteWithPython(&f, variants[i % 4], &news[i / 4][i % 4]);
+  }
+  for (int v = 0; v < 4; ++v) {
+    EXPECT_NE(ids[0][v], 0u);
+    EXPECT_TRUE(news[0][v]) << v;
+    EXPECT_FALSE(news[1][v]) << v;
+    EXPECT_EQ(ids[1][v], ids[0][v]) << v;
+    for (int w = 0; w < v; ++w) EXPECT_NE(ids[0][v], ids[0][w]) << v << " " << w;
+  }
+  EXPECT_EQ(f.cache.misses, 1u);
+  EXPECT_EQ(f.cache.hits, 7u);
+  // The scratch holds the whole stack for the writer: the last one had no
+  // Python section.
+  EXPECT_EQ(f.scratch.python.status, PythonStatus::kNone);
+  SiteWithPython(&f, &line20, &news[0][0]);
+  EXPECT_EQ(f.scratch.python.status, PythonStatus::kFrames);
+  EXPECT_EQ(f.scratch.python.depth, 2);
+  EXPECT_EQ(f.scratch.python.frames[0] & 0xffffffffu, 20u);
+}
+
+TEST(CallSite, EncodesThePythonSection) {
+  CapturedStack s;
+  s.depth = 1;
+  s.exact_mask = 0;
+  s.ips[0] = 0x400000;
+  s.python = PythonAt(300, 7);
+  s.python.omitted = 5;
+  uint8_t out[kMaxStackPayload];
+  size_t n = EncodeStack(3, 1, s, out);
+  const uint8_t* p = out;
+  const uint8_t* end = out + n;
+  uint64_t v;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(GetVarint(&p, end, &v));  // id .. ip[0]
+  size_t native_bytes = static_cast<size_t>(p - out);
+  std::vector<uint64_t> rest;
+  while (p < end) {
+    ASSERT_TRUE(GetVarint(&p, end, &v));
+    rest.push_back(v);
+  }
+  // status, count, (code, line) x 2, omitted
+  EXPECT_EQ(rest, (std::vector<uint64_t>{1, 2, 300, 7, 1, 100, 5}));
+  // Without Python frames nothing is appended.
+  s.python.status = PythonStatus::kNone;
+  EXPECT_EQ(EncodeStack(3, 1, s, out), native_bytes);
 }
 
 TEST(StackTable, FullTableReturnsZero) {

@@ -27,6 +27,7 @@
 #include "shim/trace/call_site.h"
 #include "shim/trace/frame_writer.h"
 #include "shim/trace/module_map.h"
+#include "shim/trace/python_frames.h"
 #include "shim/trace/wc_guard.h"
 #include "shim/trace/wc_ranges.h"
 
@@ -54,6 +55,11 @@ struct ThreadBuffer {
   BatchEncoder enc;
   CapturedStack scratch;
   UnwindCache cache;
+  // Python frames (python_frames.h): the thread's line cache and scratch.
+  PythonLineCache python_lines;
+  PythonRawFrame python_raw[kMaxPythonFrames];
+  PythonCodeInfo python_code;
+  uint8_t python_payload[kMaxPythonCodePayload];
   alignas(64) uint8_t data[kBatchBytes];
 };
 
@@ -77,6 +83,8 @@ struct Global {
   std::atomic<uint32_t> generation{0};  // latest module map written
   StackTable stacks;
   bool stacks_ready = false;
+  bool python_frames = false;    // record Python frames where there is a runtime
+  PythonCodeTable python_codes;
   std::atomic<ThreadBuffer*> buffers{nullptr};
   std::atomic<int64_t> pinned_program{0};
   std::atomic<int64_t> registered_program{0};
@@ -246,11 +254,42 @@ void WriteStack(uint32_t id, const CapturedStack& stack) {
   WriteFrame(g.fd, FrameType::kStack, &part, 1);
 }
 
+// Writes each code object the first time a stack names it.
+class CodeWriter final : public PythonCodeSink {
+ public:
+  explicit CodeWriter(ThreadBuffer* b) : b_(b) {}
+  void NewCode(uint32_t id, const PythonCodeInfo& info) override {
+    size_t n = EncodePythonCode(id, info, b_->python_payload);
+    struct iovec part = {b_->python_payload, n};
+    WriteFrame(g.fd, FrameType::kPythonCode, &part, 1);
+  }
+
+ private:
+  ThreadBuffer* b_;
+};
+
+// Reads the calling thread's Python frames into the stack scratch. Out of
+// line: only Python processes pay for its code.
+__attribute__((noinline)) void CapturePython(ThreadBuffer* b, const PythonRuntime* rt,
+                                             uint32_t epoch) {
+  CodeWriter writer(b);
+  CapturePythonStack(rt, &b->python_lines, &g.python_codes, epoch, b->python_raw, &b->python_code,
+                     &b->scratch.python, &writer);
+}
+
 // Inlined so that the recorder's own frames above the capture stay few.
 __attribute__((always_inline)) inline uint32_t Capture(ThreadBuffer* b) {
   bool is_new = false;
-  uint32_t id = CaptureCallSite(&b->cache, g.stack_depth, g.epoch.load(std::memory_order_relaxed),
-                                &g.stacks, &b->scratch, &is_new);
+  uint32_t epoch = g.epoch.load(std::memory_order_relaxed);
+  const PythonStack* python = nullptr;
+  if (g.python_frames) {
+    if (const PythonRuntime* rt = ActivePythonRuntime()) {
+      CapturePython(b, rt, epoch);
+      python = &b->scratch.python;
+    }
+  }
+  uint32_t id = CaptureCallSite(&b->cache, g.stack_depth, epoch, &g.stacks, &b->scratch, &is_new,
+                                python);
   if (is_new) WriteStack(id, b->scratch);
   return id;
 }
@@ -385,6 +424,8 @@ void WriteProcessFrame(long forked_from, int64_t rank) {
   w.Text(ProcessTag::kVersion, kVersionText);
   if (forked_from > 0) w.Unsigned(ProcessTag::kForkedFrom, static_cast<uint64_t>(forked_from));
   w.Unsigned(ProcessTag::kWcGuard, g.wc_guard ? 1 : 0);
+  if (const PythonRuntime* rt = ActivePythonRuntime()) w.Text(ProcessTag::kPython, rt->description);
+  w.Unsigned(ProcessTag::kPythonFrames, g.python_frames ? 1 : 0);
   struct iovec part = {buf, static_cast<size_t>(w.p - buf)};
   WriteFrame(g.fd, FrameType::kProcess, &part, 1);
 }
@@ -554,6 +595,12 @@ void RewriteModulesIfLoadsChanged() {
   NoteModulesChanged();
 }
 
+// A program that loads libpython itself (embedding it) gets Python frames
+// from the next module change on.
+void DetectPythonIfNew() {
+  if (g.python_frames && ActivePythonRuntime() == nullptr) DetectPythonRuntime();
+}
+
 void* SamplerMain(void*) {
   prctl(PR_SET_NAME, "pinshim-sample", 0, 0, 0);
   uint32_t tick_ms = g.sample_ms != 0 ? g.sample_ms : 100;
@@ -636,6 +683,7 @@ bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
   g.api_count = options.api_count;
   g.optimize_counters = options.optimize_counters;
   memset(&g.last_counters, 0, sizeof(g.last_counters));
+  g.python_frames = options.python_frames;
   long ps = sysconf(_SC_PAGESIZE);
   g.page_size = ps > 0 ? ps : 4096;
   ssize_t n = readlink("/proc/self/exe", g.exe, sizeof(g.exe) - 1);
@@ -651,7 +699,10 @@ bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
       return false;
     }
     g.key_ok = pthread_key_create(&g.key, OnThreadExit) == 0;
+    // Without it, stacks keep their native frames only.
+    if (!g.python_codes.Init(16)) g.python_frames = false;
   }
+  DetectPythonIfNew();
   if (!OpenTrace(0, err, err_len)) return false;
   OpenProcFiles();
   g.active.store(1, std::memory_order_release);
@@ -769,6 +820,7 @@ void NoteModulesChanged() {
   t_inside = 1;
   WriteModules();
   dl_iterate_phdr(ReadLoadCounts, &g_load_counts);
+  DetectPythonIfNew();
   t_inside = was_inside;
 }
 
@@ -794,6 +846,7 @@ void RecorderAfterForkInChild() {
   t_inside = 0;
   t_dropped = 0;
   g.stacks.Reset();
+  g.python_codes.Reset();  // the child's trace defines its code objects anew
   g.epoch.fetch_add(1);
   g.generation.store(0);
   g.n_keys = 0;

@@ -11,7 +11,9 @@
 // from inside the recorder) is dropped and counted (kDropped).
 //
 // Call sites: each Record* captures the caller's stack (libunwind, bounded
-// depth, cached per thread, deduplicated process-wide; see call_site.h).
+// depth, cached per thread, deduplicated process-wide; see call_site.h)
+// and, in a process with a Python interpreter, the calling thread's Python
+// frames with it (python_frames.h).
 //
 // Lifecycle: StartRecorder once at start (after configuration is read),
 // NoteModulesChanged after every successful dlopen and dlclose,
@@ -38,6 +40,7 @@ struct RecorderOptions {
   int stack_depth = kDefaultStackDepth;  // 1..kMaxStackDepth
   uint64_t budget_bytes = 0;         // the process's pinned budget, 0 none
   bool wc_guard = false;             // arm the write-combined page guard
+  bool python_frames = true;         // PINSHIM_PYTHON_FRAMES: Python frames in stacks
   uint32_t wc_guard_ms = 20;         // how often the guard arms a page
   // Names of entry points for the trace's API table; ids [0, api_count).
   const char* (*api_name)(ApiId) = nullptr;

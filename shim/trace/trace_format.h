@@ -45,6 +45,15 @@
 //              address), u ip[0], then depth-1 times s (ip[i] - ip[i-1]).
 //              Frame 0 is innermost. Written once per distinct stack, before
 //              any batch that refers to it is flushed.
+//              In a process with a Python runtime (see python_frames.h) the
+//              same payload goes on with the calling thread's Python frames,
+//              so that one stack id names both: u python status
+//              (PythonStatus), u count, then count times (u code id of a
+//              kPythonCode frame, u line; 0: no line), innermost first, then
+//              u Python frames not stored (deeper than kMaxPythonFrames).
+//              Stacks of other processes end after the native frames, as in
+//              traces written before Python frames existed; older readers
+//              ignore the appended fields.
 //   kEvents    a batch of events of one thread:
 //              u tid, u first time (ns), u last time (ns), u event count,
 //              then count times: u8 event type (EventType), u length, payload.
@@ -58,6 +67,15 @@
 //   kEnd       u dropped events, u stacks not stored (table full), u time (ns).
 //              Written by a clean shutdown; its absence means the process was
 //              killed or is still running.
+//   kPythonCode
+//              one Python code object (a function, a module's body, a
+//              lambda): u code id (>= 1), str file (co_filename, at most
+//              kMaxPythonTextBytes), str function (co_qualname where the
+//              version has it, else co_name), u first line. Written once per
+//              code object before a stack that names it is written (a stack
+//              may name a code id whose frame a torn tail lost: readers show
+//              it as unknown). Frame type 7; readers that do not know it skip
+//              it, so kTraceVersion stays 1.
 //
 // Event payloads (after the leading s time delta):
 //   kCopy      u duration ns, u api, u bits (CopyBit), u kinds (src | dst << 3),
@@ -166,7 +184,8 @@ enum class FrameType : uint8_t {
   kStack = 4,
   kEvents = 5,
   kEnd = 6,
-  // 7..255: reserved; readers skip frames of types they do not know.
+  kPythonCode = 7,
+  // 8..255: reserved; readers skip frames of types they do not know.
 };
 
 enum class EventType : uint8_t {
@@ -210,7 +229,29 @@ enum class ProcessTag : uint8_t {
   kVersion = 17,        // text: pinshim version that wrote the trace
   kForkedFrom = 18,     // u: parent pid when this trace began in a fork child
   kWcGuard = 19,        // u: 1 when the write-combined page guard was armed
+  kPython = 20,         // text: the Python runtime found at start, e.g. "3.12.3"
+                        // or "3.13.0 free-threaded"; absent: none found
+  kPythonFrames = 21,   // u: 1 when Python frames are recorded (PINSHIM_PYTHON_FRAMES)
 };
+
+// What a stack's Python section says about the calling thread (kStack).
+enum class PythonStatus : uint8_t {
+  kNone = 0,            // no Python section: no Python runtime, or frames off
+  kFrames = 1,          // the thread's frames (none when no Python code runs)
+  kNoThreadState = 2,   // the thread has no Python thread state (a native
+                        // thread, or before the interpreter started)
+  kSubinterpreter = 3,  // the frames belong to a subinterpreter
+  kFreeThreaded = 4,    // a free-threaded build: frames are not read
+  kUnsupported = 5,     // a Python version without a known layout
+  kFinalizing = 6,      // the interpreter was shutting down: not read
+  kInvalid = 7,         // a frame failed validation; the walk stopped there
+                        // (frames before it are kept)
+};
+
+// Python frames kept per stack (the innermost ones), and the longest file
+// or function name stored (longer ones are cut, on a UTF-8 boundary).
+constexpr int kMaxPythonFrames = 48;
+constexpr size_t kMaxPythonTextBytes = 1024;
 
 enum ModuleFlag : uint32_t {
   kModuleMainProgram = 1u << 0,

@@ -101,7 +101,42 @@ void TraceBuilder::Modules(uint32_t generation, const std::vector<BuilderModule>
   Frame(trace::FrameType::kModules, s);
 }
 
-void TraceBuilder::Stack(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips) {
+namespace {
+
+std::string StackPayload(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips);
+
+}  // namespace
+
+void TraceBuilder::PythonStack(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips,
+                               trace::PythonStatus status,
+                               const std::vector<std::pair<uint32_t, uint32_t>>& frames,
+                               uint64_t omitted) {
+  std::string s = StackPayload(id, generation, ips);
+  AddVarint(&s, static_cast<uint8_t>(status));
+  AddVarint(&s, frames.size());
+  for (const auto& f : frames) {
+    AddVarint(&s, f.first);
+    AddVarint(&s, f.second);
+  }
+  AddVarint(&s, omitted);
+  Frame(trace::FrameType::kStack, s);
+}
+
+void TraceBuilder::PythonCode(uint32_t id, const std::string& file, const std::string& function,
+                              uint32_t first_line) {
+  std::string s;
+  AddVarint(&s, id);
+  AddVarint(&s, file.size());
+  s += file;
+  AddVarint(&s, function.size());
+  s += function;
+  AddVarint(&s, first_line);
+  Frame(trace::FrameType::kPythonCode, s);
+}
+
+namespace {
+
+std::string StackPayload(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips) {
   std::string s;
   AddVarint(&s, id);
   AddVarint(&s, generation);
@@ -116,7 +151,13 @@ void TraceBuilder::Stack(uint32_t id, uint32_t generation, const std::vector<uin
                PutSigned(tmp, static_cast<int64_t>(ips[i] - ips[i - 1])) - tmp);
     }
   }
-  Frame(trace::FrameType::kStack, s);
+  return s;
+}
+
+}  // namespace
+
+void TraceBuilder::Stack(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips) {
+  Frame(trace::FrameType::kStack, StackPayload(id, generation, ips));
 }
 
 void TraceBuilder::ApiNames(const std::vector<std::pair<uint32_t, std::string>>& names) {

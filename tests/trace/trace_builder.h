@@ -48,6 +48,13 @@ class TraceBuilder {
   // One module map generation listing `modules` (the first is the program).
   void Modules(uint32_t generation, const std::vector<BuilderModule>& modules);
   void Stack(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips);
+  // A stack with a Python section: (code id, line) pairs innermost first.
+  void PythonStack(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips,
+                   trace::PythonStatus status,
+                   const std::vector<std::pair<uint32_t, uint32_t>>& frames,
+                   uint64_t omitted = 0);
+  void PythonCode(uint32_t id, const std::string& file, const std::string& function,
+                  uint32_t first_line);
   void ApiNames(const std::vector<std::pair<uint32_t, std::string>>& names);
   void End(uint64_t end_ns);
 

@@ -1,7 +1,7 @@
-"""PyTorch misuse pinshim's report must find on a real GPU: non_blocking
-copies from pageable CPU tensors, which the driver performs synchronously.
-check_findings.py accepts the finding at this file and line (when the report
-recovers Python frames) or at the native frame that called the driver."""
+"""PyTorch misuse pinshim's report must find on a real GPU, each at the
+marked line of this file (check_findings.py): the Python line that made the
+copy, read from the calling thread's Python frames, with PyTorch's fix.
+Prints a checksum so runs can be compared."""
 import torch
 
 x = torch.ones(16 << 20, dtype=torch.uint8)  # pageable
@@ -9,5 +9,26 @@ total = 0
 for step in range(20):
     y = x.to("cuda", non_blocking=True)  # MISUSE(async-pageable)
     total += int(y[step].item())
+torch.cuda.synchronize()
+
+
+class Batches(torch.utils.data.Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return torch.full((4 << 20,), i % 251, dtype=torch.uint8)
+
+
+# A DataLoader without pin_memory: every batch is a new pageable tensor.
+loader = torch.utils.data.DataLoader(Batches(), batch_size=2, num_workers=0)
+for batch in loader:
+    gpu = batch.to("cuda")  # MISUSE(pageable-hot)
+    total += int(gpu.sum())
+
+# Scalars read one by one: a small synchronous device-to-host copy each.
+values = torch.arange(256, device="cuda", dtype=torch.float32)
+for i in range(200):
+    total += int(values[i].item())  # MISUSE(small-copies)
 torch.cuda.synchronize()
 print("torch_misuse:", total)

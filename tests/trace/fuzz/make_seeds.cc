@@ -59,6 +59,11 @@ std::string Everything() {
   b.Modules(1, "/nonexistent/app", 0x400000, 0x10000);
   b.Stack(1, 1, {0x400100, 0x400200, 0x400300});
   b.Stack(2, 1, {0x400500});
+  // A Python program's stack and the code objects it names.
+  b.PythonCode(1, "/app/train.py", "step", 10);
+  b.PythonCode(2, "/app/train.py", "<module>", 1);
+  b.PythonStack(3, 1, {0x400100, 0x400200}, pinshim::trace::PythonStatus::kFrames,
+                {{1, 12}, {2, 40}}, 1);
   uint64_t t = 2000000000;
   auto& e = b.batch();
   HostAllocEvent h{1, reinterpret_cast<void*>(0x10000), 1 << 20, false, 0};
