@@ -65,6 +65,10 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
     {ConfigKey::kWcGuard, "PINSHIM_WC_GUARD", "wc_guard", "0", "0 or 1",
      "1 samples plain CPU loads of write-combined pinned memory by briefly "
      "protecting one of its pages at a time (needs a trace)."},
+    {ConfigKey::kCopyGuard, "PINSHIM_COPY_GUARD", "copy_guard", "0", "0 or 1",
+     "1 also catches plain CPU loads and stores of page-locked memory under "
+     "a queued asynchronous copy (copy-race) by protecting its pages until "
+     "the copy is seen waited for (needs a trace)."},
 };
 
 namespace {
@@ -352,7 +356,7 @@ void ParseFileLine(ParseState* state, const char* path, long line_no,
               "; accepted: mode, trace_dir, summary, budget, "
               "node_budget, policy, track_threshold, metrics_file, "
               "sample_ms, pin_cap, idle_trim_s, ledger_shared, profile, "
-              "wc_guard");
+              "wc_guard, copy_guard");
     }
     return;
   }
@@ -504,6 +508,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->has_node_budget = false;
   config->ledger_shared = false;
   config->wc_guard = false;
+  config->copy_guard = false;
   config->forced_observe = false;
   config->sample_ms = kDefaultSampleMs;
   config->idle_trim_s = kDefaultIdleTrimS;
@@ -586,6 +591,8 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
       return CopyPath(value, config->profile, err, err_len);
     case ConfigKey::kWcGuard:
       return ParseFlag(value, &config->wc_guard, err, err_len);
+    case ConfigKey::kCopyGuard:
+      return ParseFlag(value, &config->copy_guard, err, err_len);
     case ConfigKey::kCount:
       break;
   }

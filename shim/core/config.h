@@ -44,6 +44,8 @@
 //       file path
 // | PINSHIM_WC_GUARD        | wc_guard        | 0                  |
 //       0 or 1
+// | PINSHIM_COPY_GUARD      | copy_guard      | 0                  |
+//       0 or 1
 //
 // Sizes: see size.h (integer or decimal, optional binary unit B/K/M/G/T with
 // optional B or iB, any case, 1K = 1024; or P% of physical memory, 0 < P <=
@@ -107,6 +109,7 @@ enum class ConfigKey : uint8_t {
   kLedgerShared,
   kProfile,
   kWcGuard,
+  kCopyGuard,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -133,6 +136,7 @@ struct Config {
   bool ledger_shared;
   bool forced_observe;  // an error reduced mode to observe only
   bool wc_guard;        // sample plain CPU loads of write-combined memory
+  bool copy_guard;      // catch plain CPU accesses to memory under queued copies
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;
