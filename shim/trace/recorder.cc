@@ -736,7 +736,9 @@ void RecordPin(const PinEvent& e, int device) {
       case PinOp::kFree:
         g.pinned_program.fetch_sub(bytes, std::memory_order_relaxed);
         RemoveWcRange(e.ptr);
-        // The driver waited for the device before releasing (measured).
+        // The driver waited for the device before releasing (measured); the
+        // freed range is unmapped already, so nothing is done to its pages.
+        CopyWatchForgetRange(e.ptr, e.bytes, /*still_mapped=*/false);
         CopyWatchAllDone();
         break;
       case PinOp::kRegister:

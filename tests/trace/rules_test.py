@@ -26,6 +26,8 @@ PRELOAD = os.environ.get("TRACE_PRELOAD", "")
 PROGRAMS = {
     "async_pageable": {},
     "clean": {},
+    "copy_race": {},
+    "copy_race_guard": {"PINSHIM_COPY_GUARD": "1"},
     "free_in_flight": {},
     "non_portable": {},
     "over_pinning": {"PINSHIM_BUDGET": str(64 << 20)},
@@ -149,8 +151,25 @@ class RulesTest(unittest.TestCase):
     def test_clean(self):
         self.check_program("clean")
 
+    def test_copy_race(self):
+        self.check_program("copy_race")
+        _, data = self.reports["copy_race"]
+        for f in data["findings"]:
+            self.assertEqual(f["severity"], "error", f["explanation"])
+            self.assertTrue(f["evidence"]["proven"])
+
+    def test_copy_race_guard(self):
+        self.check_program("copy_race_guard")
+        _, data = self.reports["copy_race_guard"]
+        for f in data["findings"]:
+            self.assertEqual(f["severity"], "error", f["explanation"])
+            self.assertEqual(f["evidence"]["via"], ["plain access (copy guard)"])
+
     def test_free_in_flight(self):
         self.check_program("free_in_flight")
+        _, data = self.reports["free_in_flight"]
+        for f in data["findings"]:
+            self.assertEqual(f["severity"], "error", f["explanation"])
 
     def test_non_portable(self):
         self.check_program("non_portable")

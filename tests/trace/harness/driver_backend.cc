@@ -4,6 +4,7 @@
 // hooks, not the harness, record the trace. Failures abort: a test program
 // that cannot make its calls has nothing to show.
 #include <cuda.h>
+#include <sys/mman.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +60,16 @@ void DeviceFree(void* p) { Check(cuMemFree(Dev(p)), "cuMemFree"); }
 
 void* Malloc(size_t bytes) { return malloc(bytes); }
 void Free(void* p) { free(p); }
+
+void* MapPages(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    fprintf(stderr, "harness: mmap failed\n");
+    abort();
+  }
+  return p;
+}
+void UnmapPages(void* p, size_t bytes) { munmap(p, bytes); }
 
 // Enforce mode's deny policy answers over-budget pinning with the driver's
 // out-of-memory error: the program then goes on without the pinned memory,
