@@ -83,9 +83,9 @@ class FreeInFlight : public Rule {
                                "} on " + s.stream;
       if (proven) {
         f.explanation = "Registered host memory is " + s.how + " here, while still registered, "
-                        "and " + copy + " may still be running (" + s.why + "): the allocator "
-                        "can give the memory to something else at once, and the transfer then "
-                        "reads or overwrites that data (" + times + ").";
+                        "and " + copy + " may still be running (" + s.why + "): the memory can "
+                        "go to something else at once, and the transfer then reads or "
+                        "overwrites that data (" + times + ").";
       } else {
         f.explanation = "Registered host memory is " + s.how + " here, while still registered, "
                         "after " + copy + "; whether that copy had finished cannot be told "
