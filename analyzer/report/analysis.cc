@@ -320,6 +320,7 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
   for (auto& r : rules) r->Finish(ctx, &report.findings);
 
   Symbolizer sym(&trace);
+  sym.UseArchive(options.archive);
   SiteResolver resolver(&sym, options.symbolize);
   for (Finding& f : report.findings) {
     if (f.stack != 0) f.site = *resolver.Get(f.stack);

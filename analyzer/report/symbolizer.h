@@ -49,6 +49,8 @@ bool IsRuntimeFrame(const std::string& module, const std::string& function);
 // functions are never the call site).
 bool IsSystemHeader(const std::string& file);
 
+class SymbolArchive;
+
 class Symbolizer {
  public:
   // "trace" must outlive the symbolizer.
@@ -63,12 +65,21 @@ class Symbolizer {
   // One line per module that could not be symbolized, and why.
   std::vector<std::string> Problems() const;
 
+  // Answers from `archive` (pinshim archive; symbol_archive.h) the addresses
+  // it holds, before any file is opened. "archive" must outlive this.
+  void UseArchive(const SymbolArchive* archive) { archive_ = archive; }
+
+  // Why module `m` cannot be symbolized here ("" when it can).
+  std::string ModuleProblem(const Module& m);
+
  private:
   struct ModuleHandle;
   ModuleHandle* HandleFor(const Module& m);
   void SymbolizeIp(uint64_t ip, bool exact, uint32_t generation, std::vector<Frame>* out);
 
   const TraceReader* trace_;
+  const SymbolArchive* archive_ = nullptr;
+  std::map<std::string, std::string> archived_problems_;  // by path+bias, from the archive
   std::map<std::string, std::unique_ptr<ModuleHandle>> modules_;  // by path+bias
   std::unordered_map<uint32_t, SymbolizedStack> cache_;
 };

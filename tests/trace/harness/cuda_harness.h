@@ -35,6 +35,13 @@ constexpr unsigned kHostAllocWriteCombined = 0x04;
 // Makes `device` current for the calling thread (cuCtxSetCurrent).
 void SetDevice(int device);
 
+// Devices the program can use (the recorder backend emulates two).
+int DeviceCount();
+
+// The exit status of a program that cannot run here (too few devices); it
+// says why on stderr, and the tests report it as not run.
+constexpr int kNotRun = 77;
+
 void* DeviceAlloc(size_t bytes);
 void DeviceFree(void* device_ptr);
 

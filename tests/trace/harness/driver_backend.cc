@@ -49,6 +49,14 @@ void SetDevice(int device) {
   Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
+int DeviceCount() {
+  static std::once_flag once;
+  std::call_once(once, [] { Check(cuInit(0), "cuInit"); });
+  int n = 0;
+  Check(cuDeviceGetCount(&n), "cuDeviceGetCount");
+  return n;
+}
+
 void* DeviceAlloc(size_t bytes) {
   EnsureContext();
   CUdeviceptr p;
