@@ -26,7 +26,7 @@ mkdir -p .gpu/tests/interception && cp tests/interception/client.cc .gpu/tests/i
 # The rule programs on the real driver, laid out as the rule test expects.
 mkdir -p .gpu/rules/tests/trace/programs .gpu/rules/analyzer/report .gpu/rules/shim
 cp tests/trace/rules_test.py tests/trace/profile_test.py tests/trace/optimize_report_test.py \
-   .gpu/rules/tests/trace/
+   tests/trace/archive_test.py .gpu/rules/tests/trace/
 mkdir -p .gpu/rules/analyzer && cp bazel-bin/analyzer/pinshim .gpu/rules/analyzer/
 cp tests/trace/programs/*.cc .gpu/rules/tests/trace/programs/
 cp bazel-bin/tests/trace/programs/*_driver .gpu/rules/tests/trace/programs/
@@ -54,5 +54,6 @@ env LD_LIBRARY_PATH=needed ./budget_test
 cd rules && env LD_LIBRARY_PATH=../needed TRACE_PROGRAM_SUFFIX=_driver TRACE_PRELOAD=shim/libpinshim.so python3 tests/trace/rules_test.py
 cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/profile_test.py
 cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/optimize_report_test.py
+cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/archive_test.py
 TESTS
 du -sh .gpu
