@@ -126,12 +126,17 @@ void RecordRun(uint64_t token) {
   trace::RecordSync(e);
 }
 
+// A slot serves one call: it is emptied before it is given back, so that a
+// second call through it (which MayBeCapturing exists to prevent) finds
+// nothing rather than another function's argument.
 void CUDA_CB RunHostFn(void* arg) {
   HostFnSlot* s = static_cast<HostFnSlot*>(arg);
   CUhostFn fn = s->fn;
   void* data = s->data;
   const uint64_t token = s->token;
+  s->fn = nullptr;
   s->busy.store(0, std::memory_order_release);
+  if (fn == nullptr) return;
   RecordRun(token);
   fn(data);
 }
@@ -141,20 +146,45 @@ void CUDA_CB RunStreamCallback(CUstream stream, CUresult status, void* arg) {
   CUstreamCallback callback = s->callback;
   void* data = s->data;
   const uint64_t token = s->token;
+  s->callback = nullptr;
   s->busy.store(0, std::memory_order_release);
+  if (callback == nullptr) return;
   RecordRun(token);
   callback(stream, status, data);
 }
 
+// Whether `stream` may be capturing: a host function queued there becomes a
+// graph node the driver calls at every launch, with the argument it was
+// given, so it must not be a trampoline slot that is freed after one call.
+// Asked of the driver itself; a driver without captures never captures,
+// and a query that fails counts as capturing.
+bool MayBeCapturing(CUstream stream, bool per_thread) {
+  using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  static std::atomic<void*> legacy_fn{nullptr}, per_thread_fn{nullptr};
+  std::atomic<void*>& cache = per_thread ? per_thread_fn : legacy_fn;
+  void* fn = cache.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = DriverLibrarySymbol(per_thread ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
+    if (fn == nullptr) return false;
+    cache.store(fn, std::memory_order_release);
+  }
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (reinterpret_cast<IsCapturing>(fn)(stream, &status) != CUDA_SUCCESS) return true;
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 // Queues a host function through `launch(trampoline_arg)` (or unwrapped,
-// `launch(nullptr)`, without a trace or a free slot) and records it. The
-// queueing is recorded before the driver call: the function may start
-// before the call returns.
+// `launch(nullptr)`, without a trace, on a capturing stream or without a
+// free slot) and records it. The queueing is recorded before the driver
+// call: the function may start before the call returns.
 template <typename Launch>
 CUresult QueueHostFn(ApiId api, CUstream stream, CUhostFn fn, CUstreamCallback callback,
                      void* data, Launch launch) {
   const uint64_t start_ns = StartTime();
-  HostFnSlot* slot = start_ns != 0 && (fn != nullptr || callback != nullptr) ? ClaimSlot() : nullptr;
+  HostFnSlot* slot = start_ns != 0 && (fn != nullptr || callback != nullptr) &&
+                             !MayBeCapturing(stream, kDriverEntries[api].per_thread)
+                         ? ClaimSlot()
+                         : nullptr;
   if (slot == nullptr) {
     CUresult r = launch(nullptr);
     RecordSyncPoint(api, trace::SyncKind::kHostFuncQueued, stream, nullptr, start_ns, r);

@@ -1,9 +1,16 @@
 // A captured graph of copies, launched again and again (the pattern of
 // CUDA-graph training steps): upload, device-side step and download are
 // captured once on a stream, with a second stream forked in and joined
-// through events; each step fills the input, launches the graph and
-// synchronizes before reading the output.
+// through events, and a host function that counts the steps; each step
+// fills the input, launches the graph and synchronizes before reading the
+// output. (The host function is a graph node, called at every launch.)
+#include <atomic>
+
 #include "tests/trace/corpus/corpus.h"
+
+namespace {
+void CUDA_CB CountStep(void* arg) { static_cast<std::atomic<int>*>(arg)->fetch_add(1); }
+}  // namespace
 
 int main() {
   corpus::Init();
@@ -27,6 +34,8 @@ int main() {
   CHECK(cuEventRecord(fork, s));
   CHECK(cuStreamWaitEvent(side, fork, 0));
   CHECK(cuMemcpyDtoDAsync(b, a, kBytes, side));
+  std::atomic<int> steps{0};
+  CHECK(cuLaunchHostFunc(side, CountStep, &steps));
   CHECK(cuEventRecord(join, side));
   CHECK(cuStreamWaitEvent(s, join, 0));
   CHECK(cuMemcpyDtoHAsync(out, b, kBytes, s));
@@ -42,6 +51,7 @@ int main() {
     CHECK(cuStreamSynchronize(s));
     ok = ok && corpus::Holds(out, kBytes, step);
   }
+  ok = ok && steps.load() == 6;
   CHECK(cuGraphExecDestroy(exec));
   CHECK(cuGraphDestroy(graph));
   CHECK(cuEventDestroy(fork));
