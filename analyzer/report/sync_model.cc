@@ -34,17 +34,34 @@ std::string At(uint64_t t_ns, uint64_t start_ns) {
 
 }  // namespace
 
+uint64_t* SyncModel::Clock::Slot(size_t i) {
+  if (i >= n) {
+    const size_t want = i + 1;
+    if (want > kInline) {
+      if (n <= kInline) big.assign(small, small + n);
+      big.resize(want, 0);
+    } else {
+      for (size_t k = n; k < want; ++k) small[k] = 0;
+    }
+    n = static_cast<uint32_t>(want);
+  }
+  return n <= kInline ? &small[i] : &big[i];
+}
+
 void SyncModel::Clock::Set(size_t i, uint64_t x) {
-  if (v.size() <= i) v.resize(i + 1, 0);
-  if (x > v[i]) v[i] = x;
+  uint64_t* slot = Slot(i);
+  if (x > *slot) *slot = x;
 }
 
 bool SyncModel::Clock::Join(const Clock& o) {
   bool grew = false;
-  if (v.size() < o.v.size()) v.resize(o.v.size(), 0);
-  for (size_t i = 0; i < o.v.size(); ++i) {
-    if (o.v[i] > v[i]) {
-      v[i] = o.v[i];
+  if (o.n == 0) return false;
+  Slot(o.n - 1);
+  uint64_t* mine = n <= kInline ? small : big.data();
+  const uint64_t* theirs = o.n <= kInline ? o.small : o.big.data();
+  for (size_t i = 0; i < o.n; ++i) {
+    if (theirs[i] > mine[i]) {
+      mine[i] = theirs[i];
       grew = true;
     }
   }
@@ -138,6 +155,7 @@ void SyncModel::Op(int i) {
   if (blocking) blocking_union_[device].Join(s.sure);
   if (InGroup(s)) {
     group_poss_.Set(i, s.seq);
+    ++group_poss_version_;
   } else {
     s.poss.Set(i, s.seq);
   }
@@ -149,43 +167,106 @@ SyncModel::Clock SyncModel::Issued() const {
   return c;
 }
 
-void SyncModel::Complete(const Clock& sure, const Clock& poss, const std::string& reason) {
-  sure_done_.Join(sure);
-  for (size_t i = 0; i < poss.v.size(); ++i) {
-    if (poss.v[i] > poss_done_.At(i) && i < poss_reason_.size()) poss_reason_[i] = reason;
+void SyncModel::Complete(const Clock& sure, const Clock& poss, const Reason& reason) {
+  const bool grew = sure_done_.Join(sure);
+  for (size_t i = 0; i < poss.size(); ++i) {
+    if (poss.At(i) > poss_done_.At(i) && i < poss_reason_.size()) poss_reason_[i] = reason;
   }
   poss_done_.Join(poss);
   poss_done_.Join(sure);
-  Prune();
+  if (grew) Prune();
 }
 
+// `poss_stream`: the possible completion is that stream's as it stands when
+// the completion applies, not as it stood when scheduled: a possible
+// completion may only grow (it is an upper bound), and this one needs no
+// snapshot.
 void SyncModel::Schedule(uint64_t at, const Clock& sure, const Clock& poss, bool everything,
-                         std::string reason) {
-  Pending p;
-  p.at = at;
-  p.order = pending_order_++;
+                         const Reason& reason, int poss_stream) {
+  // A completion snapshot holds only work queued so far: with no tracked
+  // copy in flight it can complete none (one that may cover later work, an
+  // "everything", is kept).
+  if (inflight_ == 0 && !everything) return;
+  uint32_t slot;
+  if (!free_pending_.empty()) {
+    slot = free_pending_.back();
+    free_pending_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(pending_pool_.size());
+    pending_pool_.emplace_back();
+  }
+  Pending& p = pending_pool_[slot];
   p.sure = sure;
   p.poss = poss;
   p.poss_everything = everything;
-  p.reason = std::move(reason);
-  pending_.push(std::move(p));
+  p.poss_stream = poss_stream;
+  p.reason = reason;
+  pending_.push(PendingKey{at, pending_order_++, slot});
 }
 
 void SyncModel::Advance(uint64_t t) {
   while (!pending_.empty() && pending_.top().at <= t) {
-    Pending p = pending_.top();
+    const uint32_t slot = pending_.top().slot;
     pending_.pop();
+    Pending& p = pending_pool_[slot];
     if (p.poss_everything) p.poss.Join(Issued());
+    if (p.poss_stream >= 0) p.poss.Join(PossOf(p.poss_stream));
     Complete(p.sure, p.poss, p.reason);
+    free_pending_.push_back(slot);
   }
 }
 
 void SyncModel::Prune() {
+  if (inflight_ == 0) return;
   for (size_t i = 0; i < streams_.size(); ++i) {
     std::deque<InFlightCopy>& q = streams_[i].inflight;
     const uint64_t done = sure_done_.At(i);
-    while (!q.empty() && q.front().seq <= done) q.pop_front();
+    while (!q.empty() && q.front().seq <= done) {
+      q.pop_front();
+      --inflight_;
+    }
   }
+}
+
+void SyncModel::Push(int stream, const InFlightCopy& c) {
+  std::deque<InFlightCopy>& q = streams_[stream].inflight;
+  q.push_back(c);
+  ++inflight_;
+  if (q.size() > kMaxInFlightPerStream) {
+    q.pop_front();
+    --inflight_;
+  }
+}
+
+std::string SyncModel::Describe(const Reason& r) const {
+  const std::string when = At(r.time_ns, trace_->process().start_monotonic_ns);
+  const std::string on = r.stream >= 0 ? DescribeStream(r.stream) : std::string("?");
+  switch (r.what) {
+    case Why::kSyncCopy: return "a synchronous copy on " + on + " at " + when;
+    case Why::kPageableCopy:
+      return "an asynchronous copy with pageable memory on " + on + " at " + when +
+             ", which the driver may run synchronously";
+    case Why::kStreamSync: return "a synchronize of " + on + " at " + when;
+    case Why::kStreamQuery: return "a successful query of " + on + " at " + when;
+    case Why::kContextSync: return "a context synchronize at " + when;
+    case Why::kDeviceFree: return "cuMemFree, which waited for the device, at " + when;
+    case Why::kFreeHost: return "cuMemFreeHost, which waited for the device, at " + when;
+    case Why::kUnregister: return "cuMemHostUnregister, which waited for the device, at " + when;
+    case Why::kEventSync: return "a synchronize of event " + Hex(r.handle) + " at " + when;
+    case Why::kEventQuery: return "a successful query of event " + Hex(r.handle) + " at " + when;
+    case Why::kUnrecordedEvent:
+      return "a wait for event " + Hex(r.handle) + " at " + when +
+             ", which the trace never saw recorded outside a capture";
+    case Why::kUnwrappedHostFunc:
+      return "a host function queued on " + on + " at " + when +
+             " (when it ran is not in the trace)";
+    case Why::kHostFunc: return "a host function starting at " + when;
+    case Why::kGraphLaunch:
+      return "a graph launched on " + on + " at " + when +
+             ", whose host nodes (if any) run once the work before them finished";
+    case Why::kNone: break;
+  }
+  return "a wait in the trace";
 }
 
 void SyncModel::OnEvent(const Event& e, bool page_locked) {
@@ -205,8 +286,7 @@ void SyncModel::OnEvent(const Event& e, bool page_locked) {
           if (streams_[i].device == device || !streams_[i].flags_known) sure.Join(streams_[i].sure);
         }
         Schedule(e.time_ns + e.duration_ns, sure, Clock(), true,
-                 std::string(e.op == PinOp::kFree ? "cuMemFreeHost" : "cuMemHostUnregister") +
-                     " waited for the device");
+                 Reason{e.op == PinOp::kFree ? Why::kFreeHost : Why::kUnregister, -1, e.time_ns});
       }
       break;
     case trace::EventType::kDropped: damaged_ = true; break;
@@ -231,9 +311,8 @@ void SyncModel::OnCopy(const Event& e, bool page_locked) {
     if (capture != 0) return;  // refused by the driver while capturing
     // C4: returns after the earlier work on its stream ran.
     Op(i);
-    Schedule(e.time_ns + e.duration_ns, streams_[i].sure, PossOf(i), false,
-             "a synchronous copy on " + DescribeStream(i) + " at " +
-                 At(e.time_ns, trace_->process().start_monotonic_ns));
+    Schedule(e.time_ns + e.duration_ns, streams_[i].sure, Clock(), false,
+             Reason{Why::kSyncCopy, i, e.time_ns}, i);
     return;
   }
   InFlightCopy c;
@@ -254,14 +333,17 @@ void SyncModel::OnCopy(const Event& e, bool page_locked) {
     c.id = next_copy_id_++;
     c.stream = i;
     c.seq = streams_[i].seq;
-    std::deque<InFlightCopy>& q = streams_[i].inflight;
-    q.push_back(c);
-    if (q.size() > kMaxInFlightPerStream) q.pop_front();
+    Push(i, c);
   } else if (c.kind == MemKind::kPageable) {
-    Schedule(e.time_ns + e.duration_ns, Clock(), PossOf(i), false,
-             "an asynchronous copy with pageable memory on " + DescribeStream(i) + " at " +
-                 At(e.time_ns, trace_->process().start_monotonic_ns) +
-                 ", which the driver may run synchronously");
+    const uint64_t at = e.time_ns + e.duration_ns;
+    if (InGroup(streams_[i])) {
+      // Applied at its end as the group stands then: one already waiting
+      // that applies no later, with the group unchanged since, is the same.
+      if (group_poss_version_ == scheduled_group_version_ && scheduled_group_at_ <= at) return;
+      scheduled_group_version_ = group_poss_version_;
+      scheduled_group_at_ = at;
+    }
+    Schedule(at, Clock(), Clock(), false, Reason{Why::kPageableCopy, i, e.time_ns}, i);
   }
 }
 
@@ -272,7 +354,6 @@ void SyncModel::OnSync(const Event& e) {
     if (e.sync == trace::SyncKind::kHostFuncQueued) host_fns_.erase(e.event_handle);
     return;
   }
-  const uint64_t start = trace_->process().start_monotonic_ns;
   const uint64_t end = e.time_ns + e.duration_ns;
   const int device = DeviceOf(e);
   switch (e.sync) {
@@ -280,10 +361,11 @@ void SyncModel::OnSync(const Event& e) {
     case trace::SyncKind::kStreamQueryDone: {
       int i = Resolve(e.stream, e.api, e.tid, device);
       if (streams_[i].capture != 0) return;
-      Schedule(end, streams_[i].sure, PossOf(i), false,
-               std::string(e.sync == trace::SyncKind::kStreamSynchronize ? "a synchronize"
-                                                                          : "a successful query") +
-                   " of " + DescribeStream(i) + " at " + At(e.time_ns, start));
+      Schedule(end, streams_[i].sure, Clock(), false,
+               Reason{e.sync == trace::SyncKind::kStreamSynchronize ? Why::kStreamSync
+                                                                     : Why::kStreamQuery,
+                      i, e.time_ns},
+               i);
       break;
     }
     case trace::SyncKind::kContextSynchronize:
@@ -293,10 +375,9 @@ void SyncModel::OnSync(const Event& e) {
         if (streams_[i].device == device || !streams_[i].flags_known) sure.Join(streams_[i].sure);
       }
       Schedule(end, sure, Clock(), true,
-               std::string(e.sync == trace::SyncKind::kContextSynchronize
-                               ? "a context synchronize"
-                               : "cuMemFree, which waited for the device,") +
-                   " at " + At(e.time_ns, start));
+               Reason{e.sync == trace::SyncKind::kContextSynchronize ? Why::kContextSync
+                                                                      : Why::kDeviceFree,
+                      -1, e.time_ns});
       break;
     }
     case trace::SyncKind::kEventRecord: {
@@ -316,15 +397,14 @@ void SyncModel::OnSync(const Event& e) {
     case trace::SyncKind::kEventSynchronize:
     case trace::SyncKind::kEventQueryDone: {
       auto it = events_.find(e.event_handle);
-      std::string what = std::string(e.sync == trace::SyncKind::kEventSynchronize
-                                         ? "a synchronize"
-                                         : "a successful query") +
-                         " of event " + Hex(e.event_handle) + " at " + At(e.time_ns, start);
       if (it != events_.end() && it->second.valid) {
-        Schedule(end, it->second.sure, it->second.poss, false, what);
+        Schedule(end, it->second.sure, it->second.poss, false,
+                 Reason{e.sync == trace::SyncKind::kEventSynchronize ? Why::kEventSync
+                                                                      : Why::kEventQuery,
+                        -1, e.time_ns, e.event_handle});
       } else {
         Schedule(end, Clock(), Clock(), true,
-                 what + ", which the trace never saw recorded outside a capture");
+                 Reason{Why::kUnrecordedEvent, -1, e.time_ns, e.event_handle});
       }
       break;
     }
@@ -347,6 +427,7 @@ void SyncModel::OnSync(const Event& e) {
       } else {
         (InGroup(s) ? group_poss_ : s.poss).Join(Issued());
       }
+      if (InGroup(s)) ++group_poss_version_;
       break;
     }
     case trace::SyncKind::kHostFuncQueued: {
@@ -357,8 +438,7 @@ void SyncModel::OnSync(const Event& e) {
         // Not wrapped: when it ran is not in the trace, so it may have run
         // at any moment from now on, touching what its stream had done.
         Schedule(e.time_ns, Clock(), PossOf(i), false,
-                 "a host function queued on " + DescribeStream(i) + " at " + At(e.time_ns, start) +
-                     " (when it ran is not in the trace)");
+                 Reason{Why::kUnwrappedHostFunc, i, e.time_ns});
         return;
       }
       Mark& m = host_fns_[e.event_handle];
@@ -371,7 +451,7 @@ void SyncModel::OnSync(const Event& e) {
       auto it = host_fns_.find(e.event_handle);
       if (it == host_fns_.end()) return;
       Schedule(e.time_ns, it->second.sure, it->second.poss, false,
-               "a host function starting at " + At(e.time_ns, start));
+               Reason{Why::kHostFunc, -1, e.time_ns});
       host_fns_.erase(it);
       break;
     }
@@ -407,15 +487,10 @@ void SyncModel::OnGraph(const Event& e) {
           c.stream = i;
           c.seq = streams_[i].seq;
           c.from_graph = true;
-          std::deque<InFlightCopy>& q = streams_[i].inflight;
-          q.push_back(c);
-          if (q.size() > kMaxInFlightPerStream) q.pop_front();
+          Push(i, c);
         }
       }
-      Schedule(e.time_ns, Clock(), PossOf(i), false,
-               "a graph launched on " + DescribeStream(i) + " at " +
-                   At(e.time_ns, trace_->process().start_monotonic_ns) +
-                   ", whose host nodes (if any) run once the work before them finished");
+      Schedule(e.time_ns, Clock(), PossOf(i), false, Reason{Why::kGraphLaunch, i, e.time_ns});
       break;
     }
   }
@@ -429,7 +504,7 @@ CopyState SyncModel::StateOf(const InFlightCopy& c, std::string* why) const {
     return CopyState::kUnknown;
   }
   if (poss_done_.At(c.stream) >= c.seq) {
-    *why = "it may have been completed by " + poss_reason_[c.stream] +
+    *why = "it may have been completed by " + Describe(poss_reason_[c.stream]) +
            ", through work the trace does not show (kernels, memsets, graph nodes) or a "
            "synchronous-looking copy the driver need not run synchronously";
     return CopyState::kUnknown;

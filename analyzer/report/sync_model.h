@@ -132,12 +132,22 @@ class SyncModel {
   uint64_t sync_events() const { return sync_events_; }
 
  private:
+  // A vector clock: per stream index, the last operation covered. Copied
+  // for every completion snapshot, so the first kInline entries live inline
+  // (no allocation while a trace has that few streams).
   struct Clock {
-    std::vector<uint64_t> v;
-    uint64_t At(size_t i) const { return i < v.size() ? v[i] : 0; }
+    static constexpr size_t kInline = 8;
+    uint32_t n = 0;
+    uint64_t small[kInline];
+    std::vector<uint64_t> big;  // all n entries once n > kInline
+    size_t size() const { return n; }
+    uint64_t At(size_t i) const { return i >= n ? 0 : n <= kInline ? small[i] : big[i]; }
     void Set(size_t i, uint64_t x);
     // Returns true when anything grew.
     bool Join(const Clock& o);
+
+   private:
+    uint64_t* Slot(size_t i);  // grows to i + 1 entries
   };
   enum class Kind { kLegacy, kPerThread, kUser };
   struct StreamState {
@@ -159,14 +169,45 @@ class SyncModel {
     Clock poss;
     int capture = 0;     // recorded inside this capture
   };
+  // What may have completed a copy, formatted only when a finding needs it.
+  enum class Why : uint8_t {
+    kNone,
+    kSyncCopy,
+    kPageableCopy,
+    kStreamSync,
+    kStreamQuery,
+    kContextSync,
+    kDeviceFree,
+    kFreeHost,
+    kUnregister,
+    kEventSync,
+    kEventQuery,
+    kUnrecordedEvent,
+    kUnwrappedHostFunc,
+    kHostFunc,
+    kGraphLaunch,
+  };
+  struct Reason {
+    Why what = Why::kNone;
+    int stream = -1;
+    uint64_t time_ns = 0;
+    uint64_t handle = 0;  // the event
+  };
+  // A completion known from a call that has not returned yet at the time
+  // of the events being replayed; it applies at the call's end. Kept in a
+  // pool, with only small keys in the heap (the clocks are large).
   struct Pending {
-    uint64_t at;
-    uint64_t order;
     Clock sure;
     Clock poss;
-    bool poss_everything;
-    std::string reason;
-    bool operator<(const Pending& o) const {
+    int poss_stream = -1;  // also PossOf this stream at the end (see Schedule)
+    bool poss_everything = false;
+    Reason reason;
+  };
+  struct PendingKey {
+    uint64_t at;
+    uint64_t order;
+    uint32_t slot;
+    bool operator<(const PendingKey& o) const {
       return at != o.at ? at > o.at : order > o.order;  // min-heap
     }
   };
@@ -181,9 +222,11 @@ class SyncModel {
   const Clock& PossOf(int i) const;
   void Op(int i);
   Clock Issued() const;
-  void Complete(const Clock& sure, const Clock& poss, const std::string& reason);
+  void Complete(const Clock& sure, const Clock& poss, const Reason& reason);
   void Schedule(uint64_t at, const Clock& sure, const Clock& poss, bool everything,
-                std::string reason);
+                const Reason& reason, int poss_stream = -1);
+  std::string Describe(const Reason& r) const;
+  void Push(int stream, const InFlightCopy& c);
   void Prune();
   void OnCopy(const Event& e, bool page_locked);
   void OnSync(const Event& e);
@@ -195,19 +238,27 @@ class SyncModel {
   bool damaged_ = false;
   std::vector<bool> per_thread_api_;
   std::vector<StreamState> streams_;
-  std::map<uint64_t, int> user_;                       // handle -> stream
+  std::unordered_map<uint64_t, int> user_;             // handle -> stream
   std::map<int, int> legacy_;                          // device -> stream
   std::map<std::pair<uint32_t, int>, int> per_thread_;  // (tid, device) -> stream
   std::map<int, Clock> blocking_union_;                // device -> join of blocking streams
   Clock group_poss_;
+  // The group's possible completion last scheduled for a pageable copy:
+  // as long as the group clock has not grown, a later one adds nothing.
+  uint64_t group_poss_version_ = 0;
+  uint64_t scheduled_group_version_ = ~uint64_t{0};
+  uint64_t scheduled_group_at_ = 0;
   Clock sure_done_;
   Clock poss_done_;
-  std::vector<std::string> poss_reason_;
+  std::vector<Reason> poss_reason_;
+  size_t inflight_ = 0;  // tracked copies not yet known done, all streams
   std::unordered_map<uint64_t, Mark> events_;
   std::unordered_map<uint64_t, Mark> host_fns_;
   std::map<int, std::vector<InFlightCopy>> captured_;  // capture -> copies
   int next_capture_ = 1;
-  std::priority_queue<Pending> pending_;
+  std::priority_queue<PendingKey> pending_;
+  std::vector<Pending> pending_pool_;
+  std::vector<uint32_t> free_pending_;
   uint64_t pending_order_ = 0;
   uint64_t next_copy_id_ = 1;
   uint64_t sync_events_ = 0;
