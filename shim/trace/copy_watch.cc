@@ -42,6 +42,10 @@ constexpr unsigned kRecent = 16;
 Slot g_slots[kMaxWatchedCopies];
 Mark g_marks[kMarks];
 std::atomic<uint32_t> g_live{0};
+// Every range ever watched lies in [g_lo, g_hi): most accesses (the heap,
+// the stack) fall outside, and skip the scan. Only ever widened.
+std::atomic<uintptr_t> g_lo{UINTPTR_MAX};
+std::atomic<uintptr_t> g_hi{0};
 std::atomic<size_t> g_high_water{0};
 std::atomic<uint64_t> g_ticket{1};
 std::atomic<uint64_t> g_faults{0};
@@ -177,6 +181,12 @@ void WatchCopy(const void* host, uint64_t bytes, bool device_to_host, const void
            s.d2h.load(std::memory_order_relaxed) == d2h;
   }, /*open=*/true);
   const uint64_t ticket = g_ticket.fetch_add(1, std::memory_order_relaxed);
+  uintptr_t lo = g_lo.load(std::memory_order_relaxed);
+  while (begin < lo && !g_lo.compare_exchange_weak(lo, begin)) {
+  }
+  uintptr_t hi = g_hi.load(std::memory_order_relaxed);
+  while (end > hi && !g_hi.compare_exchange_weak(hi, end)) {
+  }
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (size_t i = 0; i < kMaxWatchedCopies; ++i) {
       Slot& s = g_slots[i];
@@ -236,6 +246,9 @@ bool TakeCopyAccess(const void* p, size_t len, bool write) {
   if (g_live.load(std::memory_order_relaxed) == 0) return false;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t z = a + (len == 0 ? 1 : len);
+  if (z <= g_lo.load(std::memory_order_relaxed) || a >= g_hi.load(std::memory_order_relaxed)) {
+    return false;
+  }
   for (size_t i = 0; i < HighWater(); ++i) {
     Slot& s = g_slots[i];
     uint64_t st = s.state.load(std::memory_order_acquire);
