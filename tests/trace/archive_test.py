@@ -29,8 +29,10 @@ class ArchiveTest(unittest.TestCase):
         self.traces = os.path.join(self.root, "traces")
         os.makedirs(self.bin)
         os.makedirs(self.traces)
+        # The simulated driver where there is one (CI); elsewhere the system's.
+        path = os.environ.get("LD_LIBRARY_PATH", "")
         env = dict(os.environ, LD_PRELOAD=PRELOAD, PINSHIM_TRACE_DIR=self.traces,
-                   LD_LIBRARY_PATH=FAKECUDA)
+                   LD_LIBRARY_PATH=FAKECUDA + (":" + path if path else ""))
         for name in PROGRAMS:
             copy = os.path.join(self.bin, name)
             shutil.copy(os.path.join("tests/trace/programs", name), copy)
