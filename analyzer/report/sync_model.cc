@@ -17,6 +17,9 @@ constexpr uint32_t kNonBlocking = 1;      // CU_STREAM_NON_BLOCKING
 // on memory for traces of programs that never wait).
 constexpr size_t kMaxInFlightPerStream = 4096;
 
+// Streams modelled one by one; later ones share one index (see NewStream).
+constexpr size_t kMaxStreams = 1024;
+
 bool EndsWith(const std::string& s, const char* suffix) {
   size_t n = strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -75,6 +78,20 @@ void SyncModel::Begin(const TraceReader& trace) {
 }
 
 int SyncModel::NewStream(Kind kind, int device, uint64_t handle, uint32_t tid) {
+  // Streams made and dropped by the thousand (one per request, say) share
+  // one last index: their completions then complete one another's copies,
+  // which can only hide findings, never make one, and keeps clocks bounded.
+  if (streams_.size() >= kMaxStreams) {
+    if (overflow_ < 0) {
+      overflow_ = static_cast<int>(streams_.size());
+      StreamState s;
+      s.kind = Kind::kUser;
+      s.device = device;
+      streams_.push_back(std::move(s));
+      poss_reason_.emplace_back();
+    }
+    return overflow_;
+  }
   StreamState s;
   s.kind = kind;
   s.device = device;
@@ -104,15 +121,12 @@ int SyncModel::PerThreadOf(uint32_t tid, int device) {
 
 int SyncModel::Resolve(uint64_t handle, uint32_t api, uint32_t tid, int device) {
   if (handle == 0) {
-    if (per_thread_api_.size() <= api) {
-      size_t old = per_thread_api_.size();
-      per_thread_api_.resize(api + 1);
-      for (size_t a = old; a <= api; ++a) {
-        const std::string& name = trace_ ? trace_->ApiName(static_cast<uint32_t>(a)) : "";
-        per_thread_api_[a] = EndsWith(name, "_ptsz") || EndsWith(name, "_ptds");
-      }
+    auto it = per_thread_api_.find(api);
+    if (it == per_thread_api_.end()) {
+      const std::string& name = trace_->ApiName(api);
+      it = per_thread_api_.emplace(api, EndsWith(name, "_ptsz") || EndsWith(name, "_ptds")).first;
     }
-    return per_thread_api_[api] ? PerThreadOf(tid, device) : LegacyOf(device);
+    return it->second ? PerThreadOf(tid, device) : LegacyOf(device);
   }
   if (handle == kLegacyHandle) return LegacyOf(device);
   if (handle == kPerThreadHandle) return PerThreadOf(tid, device);
@@ -298,8 +312,10 @@ void SyncModel::OnStream(const Event& e) {
   if (e.result != 0 || e.stream == 0) return;
   // A handle created again is a new stream: the old one's work is its own.
   int i = NewStream(Kind::kUser, DeviceOf(e), e.stream, 0);
-  streams_[i].flags_known = true;
-  streams_[i].blocking = (e.flags & kNonBlocking) == 0;
+  if (i != overflow_) {
+    streams_[i].flags_known = true;
+    streams_[i].blocking = (e.flags & kNonBlocking) == 0;
+  }
   user_[e.stream] = i;
 }
 
@@ -520,6 +536,10 @@ CopyState SyncModel::StateOf(const InFlightCopy& c, std::string* why) const {
 }
 
 std::string SyncModel::DescribeStream(int index) const {
+  if (index == overflow_) {
+    return "one of the streams beyond the first " + std::to_string(kMaxStreams) +
+           " (modelled together)";
+  }
   const StreamState& s = streams_[index];
   const std::string device = "device " + std::to_string(s.device);
   switch (s.kind) {

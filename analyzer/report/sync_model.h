@@ -236,7 +236,7 @@ class SyncModel {
 
   const TraceReader* trace_ = nullptr;
   bool damaged_ = false;
-  std::vector<bool> per_thread_api_;
+  std::unordered_map<uint32_t, bool> per_thread_api_;  // api -> a _ptsz/_ptds variant
   std::vector<StreamState> streams_;
   std::unordered_map<uint64_t, int> user_;             // handle -> stream
   std::map<int, int> legacy_;                          // device -> stream
@@ -252,6 +252,7 @@ class SyncModel {
   Clock poss_done_;
   std::vector<Reason> poss_reason_;
   size_t inflight_ = 0;  // tracked copies not yet known done, all streams
+  int overflow_ = -1;    // the index streams beyond the first kMaxStreams share
   std::unordered_map<uint64_t, Mark> events_;
   std::unordered_map<uint64_t, Mark> host_fns_;
   std::map<int, std::vector<InFlightCopy>> captured_;  // capture -> copies

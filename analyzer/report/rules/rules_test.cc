@@ -545,6 +545,28 @@ TEST(CopyRace, HostFunctionsAreCompletionPoints) {
   EXPECT_TRUE(t.Findings("copy-race", nullptr, 2).empty());
 }
 
+// Streams made by the thousand share one model index past the first 1024:
+// a race on one of them is still found while nothing waits, and a wait for
+// another of them hides it (never the other way round).
+TEST(CopyRace, ManyStreamsStayBoundedAndNeverInventAFinding) {
+  for (bool wait_other : {false, true}) {
+    Trace t;
+    for (uint64_t s = 0; s < 1100; ++s) t.StreamCreate(kT0 + s, 0x100000 + s * 16, 1);
+    t.Pin(kT0 + 2000, PinOp::kAlloc, 0x10000000, kMiB);
+    t.Copy(kT0 + 2010, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
+           1, 0, 5, 0x100000 + 1050 * 16);
+    if (wait_other) t.Sync(kT0 + 2020, trace::SyncKind::kStreamSynchronize, 0x100000 + 1060 * 16);
+    t.Access(kT0 + 3000, 0x10000000, 64, false);
+    auto f = t.Findings("copy-race");
+    if (wait_other) {
+      EXPECT_TRUE(f.empty()) << Reasons(f);
+    } else {
+      ASSERT_EQ(f.size(), 1u);
+      EXPECT_EQ(f[0].severity, Severity::kError);
+    }
+  }
+}
+
 TEST(NonPortable, PortableFlagOrSameDeviceIsFine) {
   Trace t;
   t.Pin(kT0, PinOp::kAlloc, 0x10000000, kMiB, trace::kPinFlagPortable, 2, 0);
