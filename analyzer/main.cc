@@ -8,6 +8,7 @@
 #include <string>
 
 #include "analyzer/help.h"
+#include "analyzer/report/archive_command.h"
 #include "analyzer/report/report_command.h"
 #include "analyzer/run_command.h"
 #include "analyzer/status/status_command.h"
@@ -25,6 +26,8 @@ struct Command {
 const Command kCommands[] = {
     {"run", "run a program with libpinshim.so preloaded", RunRunCommand},
     {"report", "turn traces into findings: text, JSON or Perfetto", report::RunReportCommand},
+    {"archive", "make a trace directory self-contained: its symbols kept beside it",
+     report::RunArchiveCommand},
     {"status", "show the node's pinned-memory ledger (enforce mode)", RunStatusCommand},
 };
 

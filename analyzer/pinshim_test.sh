@@ -74,10 +74,10 @@ run_pinshim --version
 for help in "--help" "-h" "help"; do
   run_pinshim ${help}
   [[ "${STATUS}" == 0 && -z "${ERR}" ]] || fail "${help}: status ${STATUS}"
-  for word in run PINSHIM_MODE PINSHIM_TRACE_DIR PINSHIM_SUMMARY PINSHIM_BUDGET \
+  for word in run archive PINSHIM_MODE PINSHIM_TRACE_DIR PINSHIM_SUMMARY PINSHIM_BUDGET \
       PINSHIM_NODE_BUDGET PINSHIM_POLICY PINSHIM_TRACK_THRESHOLD PINSHIM_CONFIG \
       PINSHIM_METRICS_FILE PINSHIM_SAMPLE_MS PINSHIM_PIN_CAP \
-      PINSHIM_LEDGER_SHARED PINSHIM_PROFILE PINSHIM_LIBRARY; do
+      PINSHIM_LEDGER_SHARED PINSHIM_PROFILE PINSHIM_COPY_GUARD PINSHIM_LIBRARY; do
     grep -q -- "${word}" "${TMP}/out" || fail "${help} does not mention ${word}"
   done
 done
@@ -87,7 +87,7 @@ for help in "run --help" "run -h" "help run"; do
   [[ "${STATUS}" == 0 ]] || fail "${help}: status ${STATUS}"
   for word in --mode --trace-dir --summary --budget --node-budget --policy \
       --track-threshold --metrics-file --profile --config --pin-cap \
-      --sample-ms --ledger-shared PINSHIM_LIBRARY PINSHIM_PROFILE 127; do
+      --sample-ms --ledger-shared --copy-guard PINSHIM_LIBRARY PINSHIM_PROFILE 127; do
     grep -q -- "${word}" "${TMP}/out" || fail "${help} does not mention ${word}"
   done
 done
@@ -99,8 +99,8 @@ fi
 run_pinshim
 [[ "${STATUS}" == 2 && "${ERR}" == *"usage: pinshim COMMAND"* ]] ||
   fail "no arguments: status ${STATUS}"
-expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, status, help (see pinshim --help)' frobnicate
-expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, status, help (see pinshim --help)' help frobnicate
+expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, archive, status, help (see pinshim --help)' frobnicate
+expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, archive, status, help (see pinshim --help)' help frobnicate
 expect 2 'pinshim: unknown option "--verbose"; accepted before a command: --help, --version' --verbose
 
 # --- bad input to run: exit 2 and one line naming the problem ----------------

@@ -83,6 +83,9 @@ const RunOption kRunOptions[] = {
      PathKind::kNone,
      "record Python frames with call sites in Python programs (default 1; "
      "with --trace-dir)."},
+    {"--copy-guard", "0|1", "PINSHIM_COPY_GUARD", Value::kOptional, "1",
+     PathKind::kNone,
+     "also catch plain CPU accesses to memory under a queued copy (with --trace-dir)."},
     {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired,
      nullptr, PathKind::kPath,
      "rewrite FILE every 2 seconds and at exit with enforce mode's metrics "

@@ -31,7 +31,7 @@ mkdir -p .gpu/tests/interception && cp tests/interception/client.cc .gpu/tests/i
 # The rule programs on the real driver, laid out as the rule test expects.
 mkdir -p .gpu/rules/tests/trace/programs .gpu/rules/analyzer/report .gpu/rules/shim
 cp tests/trace/rules_test.py tests/trace/profile_test.py tests/trace/optimize_report_test.py \
-   .gpu/rules/tests/trace/
+   tests/trace/archive_test.py .gpu/rules/tests/trace/
 mkdir -p .gpu/rules/analyzer && cp bazel-bin/analyzer/pinshim .gpu/rules/analyzer/
 cp tests/trace/programs/*.cc tests/trace/programs/*.py .gpu/rules/tests/trace/programs/
 cp bazel-bin/tests/trace/programs/*_driver bazel-bin/tests/trace/programs/native_copier.so \
@@ -67,5 +67,6 @@ cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/profile_test.py
 cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/optimize_report_test.py
 cd hazards && env LD_LIBRARY_PATH=../needed python3 hazards_test.py ./hazard_program ../libpinshim.so ../rules/analyzer/report/pinshim-report
 cd rules && env LD_LIBRARY_PATH=../needed PINSHIM_TEST_PYTHONS=/opt/torch/.venv/bin/python3 python3 tests/trace/python_frames_test.py
+cd rules && env LD_LIBRARY_PATH=../needed python3 tests/trace/archive_test.py
 TESTS
 du -sh .gpu

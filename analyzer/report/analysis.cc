@@ -14,10 +14,13 @@ namespace {
 
 class Replay : public EventVisitor {
  public:
-  Replay(std::vector<std::unique_ptr<Rule>>* rules, OwnPinningTracker* own)
-      : rules_(*rules), own_(own) {}
+  Replay(std::vector<std::unique_ptr<Rule>>* rules, OwnPinningTracker* own, SyncModel* sync)
+      : rules_(*rules), own_(own), sync_(sync) {}
 
   void OnEvent(const Event& e) override {
+    // The model of what has finished goes first: rules ask it about the
+    // moment of the event they see.
+    sync_->OnEvent(e, e.type == trace::EventType::kCopy && PageLocked(e));
     if (summary_.first_ns == 0 || e.time_ns < summary_.first_ns) summary_.first_ns = e.time_ns;
     uint64_t end = e.time_ns + e.duration_ns;
     if (end > summary_.last_ns) summary_.last_ns = end;
@@ -54,6 +57,17 @@ class Replay : public EventVisitor {
   const ProcessSummary& summary() const { return summary_; }
 
  private:
+  // Whether a copy's host side is the program's page-locked memory: its own
+  // allocations and registrations, and its pinned allocations served from
+  // optimize mode's pool (pinshim's other pinning is waited for by optimize
+  // mode, so the program sees pageable semantics there).
+  bool PageLocked(const Event& e) {
+    if (!e.IsHostDeviceCopy()) return false;
+    MemKind k = e.HostKind();
+    if (k == MemKind::kPinnedByProgram || k == MemKind::kRegisteredByProgram) return true;
+    return k == MemKind::kPinnedByPinshim && PinnedAt(e.host_ptr) != nullptr;
+  }
+
   PinnedAlloc* PinnedAt(uint64_t addr) {
     if (pinned_.empty()) return nullptr;
     auto it = pinned_.upper_bound(addr);
@@ -194,6 +208,7 @@ class Replay : public EventVisitor {
 
   std::vector<std::unique_ptr<Rule>>& rules_;
   OwnPinningTracker* own_;
+  SyncModel* sync_;
   ProcessSummary summary_;
   std::map<uint64_t, PinnedAlloc> pinned_;
   std::unordered_map<uint64_t, HostAlloc> host_;
@@ -287,10 +302,15 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
     hot_sites = collector.get();
     rules.push_back(std::move(collector));
   }
-  for (auto& r : rules) r->Begin(report.info);
+  SyncModel sync;
+  sync.Begin(trace);
+  for (auto& r : rules) {
+    r->UseSyncModel(&sync);
+    r->Begin(report.info);
+  }
   OwnPinningTracker own(&options.model, &options.rules);
   own.Begin(report.info);
-  Replay replay(&rules, &own);
+  Replay replay(&rules, &own, &sync);
   trace.ForEachEvent(&replay);
   replay.End();
   report.own = own.Finish();
@@ -301,6 +321,7 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
   for (auto& r : rules) r->Finish(ctx, &report.findings);
 
   Symbolizer sym(&trace);
+  sym.UseArchive(options.archive);
   SiteResolver resolver(&sym, options.symbolize);
   for (Finding& f : report.findings) {
     if (f.stack != 0) f.site = *resolver.Get(f.stack);

@@ -11,6 +11,7 @@
 #include "analyzer/report/profile.h"
 #include "analyzer/report/own_pinning.h"
 #include "analyzer/report/rules/rule.h"
+#include "analyzer/report/symbol_archive.h"
 #include "analyzer/report/trace_reader.h"
 
 namespace pinshim {
@@ -21,6 +22,9 @@ struct AnalysisOptions {
   BandwidthModel model;
   bool symbolize = true;  // false: sites stay unresolved (benchmarks)
   bool hot_sites = false; // also collect hot allocation sites (--profile-out)
+  // Symbols archived beside the trace (pinshim archive), answered first;
+  // null when there is none. Must outlive the analysis.
+  const SymbolArchive* archive = nullptr;
 };
 
 struct ProcessReport {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "analyzer/report/merge.h"
 #include "analyzer/report/perfetto_report.h"
 #include "analyzer/report/profile.h"
+#include "analyzer/report/symbol_archive.h"
 #include "analyzer/report/text_report.h"
 #include "analyzer/report/trace_reader.h"
 #include "shim/trace/trace_format.h"
@@ -35,7 +37,9 @@ constexpr char kUsage[] =
     "\n"
     "Reads pinshim traces (a file, or a directory of *.pstrace files; several\n"
     "processes are merged and also shown one by one) and reports misuse of\n"
-    "host memory in GPU copies, sorted by the time it costs.\n"
+    "host memory in GPU copies, sorted by the time it costs. Symbols come from\n"
+    "the programs' files, or first from a directory's pinshim-symbols.txt (made\n"
+    "by pinshim archive) when it has one.\n"
     "\n"
     "  --format text       a report for the terminal (default)\n"
     "  --format json       the same as JSON (schema version 1)\n"
@@ -105,8 +109,38 @@ struct Input {
   ProcessReport report;
 };
 
+// The symbol archives (pinshim archive) of the inputs' directories, by
+// directory; a directory without one maps to null. A damaged archive is one
+// complaint, and the report symbolizes from the files instead.
+std::map<std::string, std::unique_ptr<SymbolArchive>> LoadArchives(
+    const std::vector<Input>& inputs, std::vector<std::string>* problems) {
+  std::map<std::string, std::unique_ptr<SymbolArchive>> archives;
+  for (const Input& in : inputs) {
+    size_t slash = in.path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : in.path.substr(0, slash);
+    if (archives.count(dir) != 0) continue;
+    auto archive = std::make_unique<SymbolArchive>();
+    std::string error;
+    bool missing = false;
+    if (!archive->Load(dir + "/" + kArchiveFileName, &error, &missing)) {
+      if (!missing) problems->push_back(error + "; symbols come from the files");
+      archive.reset();
+    }
+    archives[dir] = std::move(archive);
+  }
+  return archives;
+}
+
+const SymbolArchive* ArchiveFor(const std::map<std::string, std::unique_ptr<SymbolArchive>>& a,
+                                const std::string& path) {
+  size_t slash = path.rfind('/');
+  auto it = a.find(slash == std::string::npos ? "." : path.substr(0, slash));
+  return it == a.end() ? nullptr : it->second.get();
+}
+
 // Opens and analyzes every input, a few at a time.
-void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& options) {
+void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& shared,
+                const std::map<std::string, std::unique_ptr<SymbolArchive>>& archives) {
   std::atomic<size_t> next{0};
   auto work = [&]() {
     for (;;) {
@@ -118,6 +152,8 @@ void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& options) {
         in.reader.reset();
         continue;
       }
+      AnalysisOptions options = shared;
+      options.archive = ArchiveFor(archives, in.path);
       in.report = AnalyzeTrace(*in.reader, options);
       ApplyFrameworkKnowledge(&in.report);
     }
@@ -216,7 +252,8 @@ int RunReportCommand(int argc, char** argv) {
   std::vector<std::string> files = CollectInputs(paths, &problems);
   std::vector<Input> inputs(files.size());
   for (size_t i = 0; i < files.size(); ++i) inputs[i].path = files[i];
-  AnalyzeAll(&inputs, options);
+  const auto archives = LoadArchives(inputs, &problems);
+  AnalyzeAll(&inputs, options, archives);
 
   std::vector<ProcessReport> reports;
   std::vector<const TraceReader*> readers;

@@ -1,5 +1,7 @@
 #include "analyzer/report/symbolizer.h"
 
+#include "analyzer/report/symbol_archive.h"
+
 #include <cxxabi.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -338,6 +340,19 @@ void Symbolizer::SymbolizeIp(uint64_t ip, bool exact, uint32_t generation,
   }
   base.module = m->path;
   base.offset = ip - m->bias;
+  if (archive_ != nullptr) {
+    if (const std::vector<Frame>* archived = archive_->Lookup(*m, base.offset, exact)) {
+      for (Frame f : *archived) {
+        f.ip = ip;
+        f.module = m->path;
+        f.offset = base.offset;
+        out->push_back(f);
+      }
+      std::string problem = archive_->Problem(*m);
+      if (!problem.empty()) archived_problems_[m->path + "@" + std::to_string(m->bias)] = problem;
+      return;
+    }
+  }
   ModuleHandle* h = HandleFor(*m);
   if (h->mod == nullptr) {
     base.note = h->problem;
@@ -486,13 +501,22 @@ const SymbolizedStack& Symbolizer::Symbolize(uint32_t id) {
 }
 
 std::vector<std::string> Symbolizer::Problems() const {
-  std::vector<std::string> out;
+  std::map<std::string, std::string> all = archived_problems_;
   for (const auto& kv : modules_) {
-    if (kv.second->problem.empty()) continue;
+    if (!kv.second->problem.empty()) all[kv.first] = kv.second->problem;
+  }
+  std::vector<std::string> out;
+  for (const auto& kv : all) {
     std::string path = kv.first.substr(0, kv.first.rfind('@'));
-    out.push_back(path + ": " + kv.second->problem + "; its frames show as module+offset");
+    out.push_back(path + ": " + kv.second + "; its frames show as module+offset");
   }
   return out;
+}
+
+std::string Symbolizer::ModuleProblem(const Module& m) {
+  // What was archived stands: the file here may be gone or rebuilt.
+  if (archive_ != nullptr && archive_->HasModule(m)) return archive_->Problem(m);
+  return HandleFor(m)->problem;
 }
 
 }  // namespace report

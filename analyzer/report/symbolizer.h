@@ -86,6 +86,8 @@ const char* PythonStatusName(trace::PythonStatus status);
 // functions are never the call site).
 bool IsSystemHeader(const std::string& file);
 
+class SymbolArchive;
+
 class Symbolizer {
  public:
   // "trace" must outlive the symbolizer.
@@ -100,6 +102,13 @@ class Symbolizer {
   // One line per module that could not be symbolized, and why.
   std::vector<std::string> Problems() const;
 
+  // Answers from `archive` (pinshim archive; symbol_archive.h) the addresses
+  // it holds, before any file is opened. "archive" must outlive this.
+  void UseArchive(const SymbolArchive* archive) { archive_ = archive; }
+
+  // Why module `m` cannot be symbolized here ("" when it can).
+  std::string ModuleProblem(const Module& m);
+
  private:
   struct ModuleHandle;
   ModuleHandle* HandleFor(const Module& m);
@@ -108,6 +117,8 @@ class Symbolizer {
   void AddPythonFrames(const Stack& stack, SymbolizedStack* out) const;
 
   const TraceReader* trace_;
+  const SymbolArchive* archive_ = nullptr;
+  std::map<std::string, std::string> archived_problems_;  // by path+bias, from the archive
   std::map<std::string, std::unique_ptr<ModuleHandle>> modules_;  // by path+bias
   std::unordered_map<uint32_t, SymbolizedStack> cache_;
 };

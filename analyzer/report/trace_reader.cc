@@ -601,6 +601,48 @@ class BatchCursor {
         e.stream = prev_sync_stream_;
         e.event_handle = u[3];
         e.result = static_cast<int32_t>(result);
+        int64_t device = -1;
+        // Appended later: older traces end here.
+        if (q < end && !GetSigned(&q, end, &device)) return -1;
+        e.device = static_cast<int32_t>(device);
+        break;
+      }
+      case trace::EventType::kStream: {
+        for (int i = 0; i < 4; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        int64_t priority, result, device;
+        if (!GetSigned(&q, end, &priority) || !GetSigned(&q, end, &result) ||
+            !GetSigned(&q, end, &device)) {
+          return -1;
+        }
+        e.type = trace::EventType::kStream;
+        e.duration_ns = u[0];
+        e.api = static_cast<uint32_t>(u[1]);
+        e.stream = u[2];
+        e.flags = static_cast<uint32_t>(u[3]);
+        e.priority = static_cast<int32_t>(priority);
+        e.result = static_cast<int32_t>(result);
+        e.device = static_cast<int32_t>(device);
+        e.stack = 0;
+        break;
+      }
+      case trace::EventType::kGraph: {
+        for (int i = 0; i < 5; ++i) {
+          if (!GetVarint(&q, end, &u[i])) return -1;
+        }
+        int64_t result, device;
+        if (!GetSigned(&q, end, &result) || !GetSigned(&q, end, &device)) return -1;
+        if (u[2] > 255) return -1;
+        e.type = trace::EventType::kGraph;
+        e.duration_ns = u[0];
+        e.api = static_cast<uint32_t>(u[1]);
+        e.graph_op = static_cast<trace::GraphOp>(u[2]);
+        e.stream = u[3];
+        e.graph_handle = u[4];
+        e.result = static_cast<int32_t>(result);
+        e.device = static_cast<int32_t>(device);
+        e.stack = 0;
         break;
       }
       case trace::EventType::kBudgetDecision: {

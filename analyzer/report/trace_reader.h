@@ -126,16 +126,16 @@ struct Event {
   MemKind dst = MemKind::kPageable;
   bool async = false;
   uint64_t bytes = 0;       // also kPin, kHostAlloc, kMisuse
-  uint64_t stream = 0;      // also kSync
+  uint64_t stream = 0;      // also kSync, kStream, kGraph
   uint64_t host_ptr = 0;
   uint64_t alloc_id = 0;    // also kHostAlloc
   uint32_t host_flags = 0;
-  int32_t result = 0;       // also kPin, kSync
-  int32_t device = -1;      // also kPin
+  int32_t result = 0;       // also kPin, kSync, kStream, kGraph
+  int32_t device = -1;      // also kPin, kSync, kStream, kGraph
   // kPin
   PinOp op = PinOp::kAlloc;
   uint64_t ptr = 0;         // also kHostAlloc, kMisuse
-  uint32_t flags = 0;
+  uint32_t flags = 0;       // also kStream (CU_STREAM_*)
   // kHostAlloc
   bool is_free = false;
   uint8_t source = 0;
@@ -150,9 +150,14 @@ struct Event {
   uint64_t swap_ins = 0;
   uint64_t swap_outs = 0;
   uint64_t budget_bytes = 0;
-  // kSync
+  // kSync (also stream, result, device: -1 when the trace does not say)
   trace::SyncKind sync = trace::SyncKind::kStreamSynchronize;
   uint64_t event_handle = 0;
+  // kStream (also stream, flags, result, device)
+  int32_t priority = 0;
+  // kGraph (also stream, result, device)
+  trace::GraphOp graph_op = trace::GraphOp::kCaptureBegin;
+  uint64_t graph_handle = 0;  // the CUgraph made, or the CUgraphExec launched
   // kDropped
   uint64_t dropped = 0;
   // kBudgetDecision (bytes: what was asked for; stack: the call site)

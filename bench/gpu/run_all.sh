@@ -5,7 +5,7 @@
 #   bash bench/gpu/run_all.sh .gpu
 # Logs and tables go to $OUT (or ./gpu-out); the last lines printed are the
 # summary tables. GPU_SKIP (space-separated: bandwidth observe python_frames
-# fork_check optimize, or a benchmark binary's name) leaves out benchmarks whose code did not change, to fit a
+# fork_check optimize page_facts, or a benchmark binary's name) leaves out benchmarks whose code did not change, to fit a
 # run into a shorter slot; the tier and the misuse programs always run.
 set -uo pipefail
 LIBDIR="$(cd "${1:-.gpu}" && pwd)"
@@ -30,7 +30,7 @@ skipped() { case " ${GPU_SKIP:-} " in *" $1 "*) return 0 ;; esac; return 1; }
 } > "$OUT/machine.txt" 2>&1
 
 # 1. The GPU tier: programs of every kind under the library, counts and results.
-timeout 900 bash tests/gpu/run_gpu_tier.sh "$LIBDIR" > "$OUT/tier.txt" 2>&1
+timeout 1500 bash tests/gpu/run_gpu_tier.sh "$LIBDIR" > "$OUT/tier.txt" 2>&1
 tier_rc=$?
 
 # 2. Misuse programs on the real driver: nvcc static runtime and PyTorch.
@@ -66,9 +66,14 @@ misuse_rc=$?
     echo "== optimize mode"
     timeout 600 bash bench/gpu/optimize_bench.sh "$LIBDIR"
   fi
+  if ! skipped page_facts; then
+    # What the driver synchronizes (bench/RESULTS.md, "driver synchronization facts").
+    echo "== driver facts (page_facts)"
+    nvcc -O2 -o /tmp/page_facts bench/gpu/page_facts.cu && timeout 300 /tmp/page_facts
+  fi
 } > "$OUT/bench.txt" 2>&1
 
-tail -n 25 "$OUT/tier.txt"
+sed -n '/^program /,$p' "$OUT/tier.txt"
 grep -E "^(ok|MISSING|WRONG|XFAIL|SKIP|FAIL)" "$OUT/misuse.txt"
 cat "$OUT/bench.txt"
 [ $tier_rc -eq 0 ] && [ $misuse_rc -eq 0 ]

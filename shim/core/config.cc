@@ -84,6 +84,10 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "1 records the calling thread's Python frames (file, line, function) "
      "with every call site in Python programs (CPython 3.10 to 3.13); 0 "
      "keeps native frames only."},
+    {ConfigKey::kCopyGuard, "PINSHIM_COPY_GUARD", "copy_guard", "0", "0 or 1",
+     "1 also catches plain CPU loads and stores of page-locked memory under "
+     "a queued asynchronous copy (copy-race) by protecting its pages until "
+     "the copy is seen waited for (needs a trace)."},
 };
 
 namespace {
@@ -525,6 +529,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->stage = true;
   config->stage_workers = 0;
   config->python_frames = true;
+  config->copy_guard = false;
   config->forced_observe = false;
   config->sample_ms = kDefaultSampleMs;
   config->idle_trim_s = kDefaultIdleTrimS;
@@ -618,6 +623,8 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
                              &config->stage_workers, err, err_len);
     case ConfigKey::kPythonFrames:
       return ParseFlag(value, &config->python_frames, err, err_len);
+    case ConfigKey::kCopyGuard:
+      return ParseFlag(value, &config->copy_guard, err, err_len);
     case ConfigKey::kCount:
       break;
   }

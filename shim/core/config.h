@@ -46,6 +46,8 @@
 //       0 or 1
 // | PINSHIM_PYTHON_FRAMES   | python_frames   | 1                  |
 //       0 or 1: Python frames in the trace's call sites
+// | PINSHIM_COPY_GUARD      | copy_guard      | 0                  |
+//       0 or 1
 //
 // Sizes: see size.h (integer or decimal, optional binary unit B/K/M/G/T with
 // optional B or iB, any case, 1K = 1024; or P% of physical memory, 0 < P <=
@@ -114,6 +116,7 @@ enum class ConfigKey : uint8_t {
   kStage,
   kStageWorkers,
   kPythonFrames,
+  kCopyGuard,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -146,6 +149,7 @@ struct Config {
   bool stage;           // optimize mode stages pageable copies it does not pin
   uint32_t stage_workers;  // 0: the measured default from the core count
   bool python_frames;   // record Python frames with call sites
+  bool copy_guard;      // catch plain CPU accesses to memory under queued copies
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;

@@ -23,6 +23,7 @@
 #include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 #include "shim/hooks/driver_table.h"
+#include "shim/hooks/hook_support.h"
 #include "shim/hooks/pointer_attributes.h"
 #include "shim/hooks/state.h"
 
@@ -948,8 +949,12 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t n, unsigned int flags) {
 CUresult cuMemFree_v2(CUdeviceptr d) {
   using Fn = CUresult (*)(CUdeviceptr);
   PINSHIM_FORWARD_IF_NESTED(kApi_cuMemFree_v2, Fn, d);
+  const uint64_t start_ns = StartTime();
   CUresult r = real_fn(d);
   if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
+  // The driver waited for the device's queued work first (measured): a
+  // completion point for the trace.
+  hook::RecordDriverWait(kApi_cuMemFree_v2, start_ns, r);
   return r;
 }
 
@@ -983,106 +988,6 @@ DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync)
 DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync_ptsz)
 DEFINE_FREE_ASYNC(cuMemFreeAsync)
 DEFINE_FREE_ASYNC(cuMemFreeAsync_ptsz)
-
-// --- completion points (recorded only while a trace is written) -------------
-
-namespace {
-void RecordSyncPoint(Api api, trace::SyncKind kind, CUstream stream, CUevent event,
-                     uint64_t start_ns, CUresult r) {
-  if (start_ns == 0) return;
-  trace::SyncEvent e;
-  e.api = api;
-  e.kind = kind;
-  e.stream = stream;
-  e.event = event;
-  e.start_ns = start_ns;
-  e.end_ns = NowNs();
-  e.result = r;
-  trace::RecordSync(e);
-}
-}  // namespace
-
-#define PINSHIM_SYNC(api, type, kind, stream, event, ...)                 \
-  PINSHIM_FORWARD_IF_NESTED(api, type, __VA_ARGS__);                      \
-  const uint64_t start_ns = StartTime();                                  \
-  CUresult r = real_fn(__VA_ARGS__);                                      \
-  RecordSyncPoint(api, kind, stream, event, start_ns, r);                 \
-  return r
-
-#define DEFINE_STREAM_SYNC(name)                                                        \
-  CUresult name(CUstream st) {                                                          \
-    using Fn = CUresult (*)(CUstream);                                                  \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamSynchronize, st, nullptr, st); \
-  }
-#define DEFINE_STREAM_QUERY(name)                                                       \
-  CUresult name(CUstream st) {                                                          \
-    using Fn = CUresult (*)(CUstream);                                                  \
-    PINSHIM_FORWARD_IF_NESTED(kApi_##name, Fn, st);                                     \
-    const uint64_t start_ns = StartTime();                                              \
-    CUresult r = real_fn(st);                                                           \
-    /* Only a query that found the stream idle says anything about completion. */      \
-    if (r == CUDA_SUCCESS)                                                              \
-      RecordSyncPoint(kApi_##name, trace::SyncKind::kStreamQueryDone, st, nullptr,      \
-                      start_ns, r);                                                     \
-    return r;                                                                           \
-  }
-#define DEFINE_EVENT_RECORD(name)                                                       \
-  CUresult name(CUevent ev, CUstream st) {                                              \
-    using Fn = CUresult (*)(CUevent, CUstream);                                         \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st);       \
-  }
-#define DEFINE_EVENT_RECORD_FLAGS(name)                                                 \
-  CUresult name(CUevent ev, CUstream st, unsigned int flags) {                          \
-    using Fn = CUresult (*)(CUevent, CUstream, unsigned int);                           \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st, flags); \
-  }
-#define DEFINE_STREAM_WAIT(name)                                                        \
-  CUresult name(CUstream st, CUevent ev, unsigned int flags) {                          \
-    using Fn = CUresult (*)(CUstream, CUevent, unsigned int);                           \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamWaitEvent, st, ev, st, ev, flags); \
-  }
-DEFINE_STREAM_SYNC(cuStreamSynchronize)
-DEFINE_STREAM_SYNC(cuStreamSynchronize_ptsz)
-DEFINE_STREAM_QUERY(cuStreamQuery)
-DEFINE_STREAM_QUERY(cuStreamQuery_ptsz)
-DEFINE_EVENT_RECORD(cuEventRecord)
-DEFINE_EVENT_RECORD(cuEventRecord_ptsz)
-DEFINE_EVENT_RECORD_FLAGS(cuEventRecordWithFlags)
-DEFINE_EVENT_RECORD_FLAGS(cuEventRecordWithFlags_ptsz)
-DEFINE_STREAM_WAIT(cuStreamWaitEvent)
-DEFINE_STREAM_WAIT(cuStreamWaitEvent_ptsz)
-
-CUresult cuCtxSynchronize() {
-  using Fn = CUresult (*)();
-  PINSHIM_FORWARD_IF_NESTED(kApi_cuCtxSynchronize, Fn);
-  const uint64_t start_ns = StartTime();
-  CUresult r = real_fn();
-  RecordSyncPoint(kApi_cuCtxSynchronize, trace::SyncKind::kContextSynchronize, nullptr, nullptr,
-                  start_ns, r);
-  return r;
-}
-
-CUresult cuCtxSynchronize_v2(CUcontext ctx) {
-  using Fn = CUresult (*)(CUcontext);
-  PINSHIM_SYNC(kApi_cuCtxSynchronize_v2, Fn, trace::SyncKind::kContextSynchronize, nullptr,
-               nullptr, ctx);
-}
-
-CUresult cuEventSynchronize(CUevent ev) {
-  using Fn = CUresult (*)(CUevent);
-  PINSHIM_SYNC(kApi_cuEventSynchronize, Fn, trace::SyncKind::kEventSynchronize, nullptr, ev, ev);
-}
-
-CUresult cuEventQuery(CUevent ev) {
-  using Fn = CUresult (*)(CUevent);
-  PINSHIM_FORWARD_IF_NESTED(kApi_cuEventQuery, Fn, ev);
-  const uint64_t start_ns = StartTime();
-  CUresult r = real_fn(ev);
-  if (r == CUDA_SUCCESS) {
-    RecordSyncPoint(kApi_cuEventQuery, trace::SyncKind::kEventQueryDone, nullptr, ev, start_ns, r);
-  }
-  return r;
-}
 
 // --- context teardown ---------------------------------------------------------
 //

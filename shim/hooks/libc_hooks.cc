@@ -425,61 +425,6 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
   return p;
 }
 
-// exec replaces the process without running exit handlers: the trace is
-// flushed first (and stays open, should exec fail).
-int execve(const char* path, char* const argv[], char* const envp[]) {
-  static int (*real)(const char*, char* const[], char* const[]) = nullptr;
-  if (real == nullptr) {
-    real = reinterpret_cast<decltype(real)>(dlsym(RTLD_NEXT, "execve"));
-  }
-  DropTraceIfNoCuda();
-  trace::RecorderBeforeExec();
-  return real(path, argv, envp);
-}
-
-int execv(const char* path, char* const argv[]) {
-  static int (*real)(const char*, char* const[]) = nullptr;
-  if (real == nullptr) real = reinterpret_cast<decltype(real)>(dlsym(RTLD_NEXT, "execv"));
-  DropTraceIfNoCuda();
-  trace::RecorderBeforeExec();
-  return real(path, argv);
-}
-
-int execvp(const char* file, char* const argv[]) {
-  static int (*real)(const char*, char* const[]) = nullptr;
-  if (real == nullptr) real = reinterpret_cast<decltype(real)>(dlsym(RTLD_NEXT, "execvp"));
-  DropTraceIfNoCuda();
-  trace::RecorderBeforeExec();
-  return real(file, argv);
-}
-
-int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  static int (*real)(const char*, char* const[], char* const[]) = nullptr;
-  if (real == nullptr) real = reinterpret_cast<decltype(real)>(dlsym(RTLD_NEXT, "execvpe"));
-  DropTraceIfNoCuda();
-  trace::RecorderBeforeExec();
-  return real(file, argv, envp);
-}
-
-// _exit skips exit handlers and destructors: the trace is finished here (a
-// forked child that never touched CUDA removes its file).
-[[noreturn]] static void ExitNow(const char* name, int status) {
-  static void (*real_exit)(int) = nullptr;
-  if (real_exit == nullptr) real_exit = reinterpret_cast<void (*)(int)>(dlsym(RTLD_NEXT, name));
-  if (t_depth == 0) {
-    DepthGuard guard;
-    DropTraceIfNoCuda();
-    trace::StopRecorder();
-  }
-  if (real_exit != nullptr) real_exit(status);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
-
-void _exit(int status) { ExitNow("_exit", status); }
-
-void _Exit(int status) { ExitNow("_Exit", status); }
-
 pid_t fork() {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<pid_t>(syscall(SYS_fork));
   // pthread_atfork handlers (registered by Init) keep the registries

@@ -327,6 +327,7 @@ void StartTracing() {
   options.budget_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
   options.wc_guard = g_config.wc_guard;
   options.python_frames = g_config.python_frames;
+  options.copy_guard = g_config.copy_guard;
   options.api_name = ApiName;
   options.api_count = kApiCountForTrace();
   if (g_optimize) options.optimize_counters = SnapshotOptimizeCounters;
@@ -427,7 +428,7 @@ void DropTraceIfNoCuda() {
   // Tracing starts with the process, so that buffers allocated before CUDA
   // was first touched keep their allocation sites; a process that never
   // touched CUDA has nothing to report and leaves no file behind.
-  if (g_cuda_seen.load() || !trace::RecorderActive()) return;
+  if (g_cuda_seen.load() || !trace::RecorderActive() || !trace::RecorderOwnedHere()) return;
   char path[kConfigPathMax];
   snprintf(path, sizeof(path), "%s", trace::RecorderTracePath());
   trace::StopRecorder();
@@ -470,6 +471,7 @@ void Init() {
   if (!g_init_state.compare_exchange_strong(expected, 1)) return;  // done or under way
   ++t_depth;
   ResolveRealFunctions();
+  ResolveExecFunctions();
   ConfigInput input;
   memset(&input, 0, sizeof(input));
   input.envp = environ;

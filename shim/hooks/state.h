@@ -54,6 +54,10 @@ extern RealFunctions g_real PINSHIM_HIDDEN;
 // are served from a small static pool.
 void ResolveRealFunctions() PINSHIM_HIDDEN;
 
+// Looks up the real exec* and _exit functions (exec_hooks.cc); Init calls
+// it, so that no hook has to call dlsym in a vfork child.
+void ResolveExecFunctions() PINSHIM_HIDDEN;
+
 // Reads the configuration and sets up the registries (idempotent, thread-safe).
 void Init() PINSHIM_HIDDEN;
 
@@ -65,7 +69,8 @@ extern uint64_t g_track_threshold PINSHIM_HIDDEN;
 extern std::atomic<bool> g_cuda_seen PINSHIM_HIDDEN;
 // Called on the process's contact with the CUDA driver through a hook. A
 // process that never touches CUDA prints nothing and, at exit or exec,
-// removes its trace file.
+// removes its trace file (only the process that owns the trace: see
+// exec_hooks.cc).
 void NoteCudaSeen() PINSHIM_HIDDEN;
 void DropTraceIfNoCuda() PINSHIM_HIDDEN;
 

@@ -45,6 +45,31 @@ struct SyncEvent {
   uint64_t start_ns;
   uint64_t end_ns;
   int result;
+  int device = -1;     // current at the call; -1 unknown
+};
+
+// A stream the program created (kStream).
+struct StreamEvent {
+  ApiId api;
+  const void* stream;  // the handle made; null when the call failed
+  uint32_t flags;      // CU_STREAM_*
+  int priority;
+  uint64_t start_ns;
+  uint64_t end_ns;
+  int result;
+  int device;          // current at the call; -1 unknown
+};
+
+// A stream capture or graph launch (kGraph).
+struct GraphEvent {
+  ApiId api;
+  GraphOp op;
+  const void* stream;
+  const void* graph;   // capture end: the CUgraph; launch: the CUgraphExec
+  uint64_t start_ns;
+  uint64_t end_ns;
+  int result;
+  int device;
 };
 
 // One decision of enforce mode's budget (see kBudgetDecision). Plain
@@ -176,6 +201,31 @@ class BatchEncoder {
     p = PutDelta(p, reinterpret_cast<uintptr_t>(e.stream), &prev_sync_stream_);
     p = PutVarint(p, reinterpret_cast<uintptr_t>(e.event));
     p = PutSigned(p, e.result);
+    p = PutSigned(p, e.device);
+    End(p);
+  }
+
+  void AppendStream(const StreamEvent& e) {
+    uint8_t* p = Begin(EventType::kStream, e.start_ns);
+    p = PutVarint(p, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
+    p = PutVarint(p, e.api);
+    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.stream));
+    p = PutVarint(p, e.flags);
+    p = PutSigned(p, e.priority);
+    p = PutSigned(p, e.result);
+    p = PutSigned(p, e.device);
+    End(p);
+  }
+
+  void AppendGraph(const GraphEvent& e) {
+    uint8_t* p = Begin(EventType::kGraph, e.start_ns);
+    p = PutVarint(p, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
+    p = PutVarint(p, e.api);
+    p = PutVarint(p, static_cast<uint32_t>(e.op));
+    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.stream));
+    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.graph));
+    p = PutSigned(p, e.result);
+    p = PutSigned(p, e.device);
     End(p);
   }
 

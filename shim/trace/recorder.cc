@@ -25,6 +25,7 @@
 #include <new>
 
 #include "shim/trace/call_site.h"
+#include "shim/trace/copy_watch.h"
 #include "shim/trace/frame_writer.h"
 #include "shim/trace/module_map.h"
 #include "shim/trace/python_frames.h"
@@ -43,6 +44,10 @@ constexpr size_t kMaxModules = 4096;
 constexpr int kStackSlotsLog2 = 18;
 constexpr size_t kStackIpWords = size_t{1} << 21;
 constexpr const char kVersionText[] = "pinshim 0.1";
+
+// Host function tokens share the copy watch's marks with events (CUevent
+// handles are pointers, tokens small numbers); the bit keeps them apart.
+constexpr uint64_t kHostFuncMarkBit = uint64_t{1} << 63;
 
 // Who holds a thread buffer's batch right now.
 enum BufferState : uint32_t { kIdle = 0, kOwner = 1, kFlusher = 2 };
@@ -74,6 +79,8 @@ struct Global {
   uint32_t sample_ms = 0;
   uint32_t wc_guard_ms = 0;
   bool wc_guard = false;
+  bool copy_guard = false;
+  long owner_pid = 0;  // the process whose trace this is (see RecorderOwnedHere)
   uint64_t budget = 0;
   const char* (*api_name)(ApiId) = nullptr;
   uint32_t api_count = 0;
@@ -426,6 +433,7 @@ void WriteProcessFrame(long forked_from, int64_t rank) {
   w.Unsigned(ProcessTag::kWcGuard, g.wc_guard ? 1 : 0);
   if (const PythonRuntime* rt = ActivePythonRuntime()) w.Text(ProcessTag::kPython, rt->description);
   w.Unsigned(ProcessTag::kPythonFrames, g.python_frames ? 1 : 0);
+  w.Unsigned(ProcessTag::kCopyGuard, g.copy_guard ? 1 : 0);
   struct iovec part = {buf, static_cast<size_t>(w.p - buf)};
   WriteFrame(g.fd, FrameType::kProcess, &part, 1);
 }
@@ -568,6 +576,34 @@ void OnGuardedRead(void* ucontext, uintptr_t address) {
   Leave();
 }
 
+// A plain load or store the copy guard caught (signal context).
+void OnCopyGuardAccess(void* ucontext, uintptr_t address, bool write) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  CapturedStack& s = b->scratch;
+  uint32_t id = 0;
+  if (CaptureFromSignalContext(ucontext, g.stack_depth, &s) > 0) {
+    bool is_new = false;
+    id = g.stacks.Intern(s, g.epoch.load(std::memory_order_relaxed), &is_new);
+    if (is_new) WriteStack(id, s);
+  }
+  uint64_t now = MonotonicNs();
+  uint32_t detail = static_cast<uint32_t>(WcReadVia::kPageGuard) | (write ? kCopyAccessWrite : 0);
+  AppendEvent(b, now, [&](BatchEncoder& enc) {
+    enc.AppendMisuse(MisuseKind::kCopyRace, reinterpret_cast<const void*>(address), 1, now, id,
+                     detail);
+  });
+  Leave();
+}
+
+// Whether a copy's host side is page-locked memory of the program's, whose
+// asynchronous copies really run after the call returns (pageable memory
+// is staged or copied before it returns; pinshim's own pinning is waited
+// for by optimize mode).
+bool WatchedKind(MemKind k) {
+  return k == MemKind::kPinnedByProgram || k == MemKind::kRegisteredByProgram;
+}
+
 // dlopen is interposed by a tail-jumping thunk (glibc resolves a bare name
 // against the caller's RUNPATH, so pinshim cannot call it on the program's
 // behalf), which leaves no point after the load to rewrite the module map.
@@ -647,6 +683,7 @@ void StartSampler() {
 }
 
 bool OpenTrace(long forked_from, char* err, size_t err_len) {
+  g.owner_pid = static_cast<long>(getpid());
   g.fd = CreateTraceFile(g.trace_dir, g.exe, static_cast<long>(getpid()), g.path,
                          sizeof(g.path), err, err_len);
   if (g.fd < 0) return false;
@@ -678,6 +715,7 @@ bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
                                                         : options.stack_depth;
   g.budget = options.budget_bytes;
   g.wc_guard = options.wc_guard;
+  g.copy_guard = options.copy_guard;
   g.wc_guard_ms = options.wc_guard_ms == 0 ? 20 : options.wc_guard_ms;
   g.api_name = options.api_name;
   g.api_count = options.api_count;
@@ -710,6 +748,10 @@ bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
     char guard_err[256];
     if (!StartWcGuard(OnGuardedRead, guard_err, sizeof(guard_err))) g.wc_guard = false;
   }
+  if (g.copy_guard) {
+    char guard_err[256];
+    if (!StartCopyGuard(OnCopyGuardAccess, guard_err, sizeof(guard_err))) g.copy_guard = false;
+  }
   StartSampler();
   return true;
 }
@@ -724,6 +766,12 @@ void RecordCopy(const CopyEvent& e, int device) {
   uint32_t stack = Capture(b);
   AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendCopy(e, stack, device); });
   Leave();
+  if (e.async && e.result == 0 && e.host_ptr != nullptr && e.bytes != 0) {
+    const bool d2h = e.dir == CopyDir::kDeviceToHost;
+    if ((d2h || e.dir == CopyDir::kHostToDevice) && WatchedKind(d2h ? e.dst_kind : e.src_kind)) {
+      WatchCopy(e.host_ptr, e.bytes, d2h, e.stream, g.copy_guard && GuardHandlerInPlace());
+    }
+  }
 }
 
 void RecordPin(const PinEvent& e, int device) {
@@ -739,12 +787,17 @@ void RecordPin(const PinEvent& e, int device) {
       case PinOp::kFree:
         g.pinned_program.fetch_sub(bytes, std::memory_order_relaxed);
         RemoveWcRange(e.ptr);
+        // The driver waited for the device before releasing (measured); the
+        // freed range is unmapped already, so nothing is done to its pages.
+        CopyWatchForgetRange(e.ptr, e.bytes, /*still_mapped=*/false);
+        CopyWatchAllDone();
         break;
       case PinOp::kRegister:
         g.registered_program.fetch_add(bytes, std::memory_order_relaxed);
         break;
       case PinOp::kUnregister:
         g.registered_program.fetch_sub(bytes, std::memory_order_relaxed);
+        CopyWatchAllDone();
         break;
     }
   }
@@ -758,6 +811,7 @@ void RecordHostAlloc(const HostAllocEvent& e) {
   if (b == nullptr) return;
   // Frees keep their stack too: releasing memory under an async copy is
   // reported where it is released.
+  if (e.is_free) CopyWatchForgetRange(e.ptr, e.bytes, /*still_mapped=*/true);
   uint32_t stack = Capture(b);
   uint64_t now = MonotonicNs();
   AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendHostAlloc(e, now, stack); });
@@ -769,6 +823,63 @@ void RecordSync(const SyncEvent& e) {
   if (b == nullptr) return;
   AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendSync(e); });
   Leave();
+  if (e.result != 0) return;
+  const uint64_t key = reinterpret_cast<uintptr_t>(e.event);
+  switch (e.kind) {
+    case SyncKind::kStreamSynchronize:
+    case SyncKind::kStreamQueryDone:
+      CopyWatchStreamDone(e.stream);
+      break;
+    case SyncKind::kContextSynchronize:
+    case SyncKind::kDeviceFree:
+      CopyWatchAllDone();
+      break;
+    case SyncKind::kEventRecord:
+      CopyWatchMark(key, e.stream);
+      break;
+    case SyncKind::kHostFuncQueued:
+      CopyWatchMark(key | kHostFuncMarkBit, e.stream);
+      break;
+    case SyncKind::kEventSynchronize:
+    case SyncKind::kEventQueryDone:
+      CopyWatchMarkDone(key);
+      break;
+    case SyncKind::kHostFuncRun:
+      CopyWatchMarkDone(key | kHostFuncMarkBit);
+      break;
+    default:
+      break;
+  }
+}
+
+void RecordStream(const StreamEvent& e) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendStream(e); });
+  Leave();
+}
+
+void RecordGraph(const GraphEvent& e) {
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return;
+  AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendGraph(e); });
+  Leave();
+}
+
+bool CheckCopyAccess(const void* p, size_t len, bool write, WcReadVia via) {
+  if (__builtin_expect(!CopyWatchAny(), 1)) return false;
+  if (g.active.load(std::memory_order_relaxed) != 1 || t_inside) return false;
+  if (!TakeCopyAccess(p, len, write)) return false;
+  ThreadBuffer* b = Enter();
+  if (b == nullptr) return true;
+  uint32_t stack = Capture(b);
+  uint64_t now = MonotonicNs();
+  uint32_t detail = static_cast<uint32_t>(via) | (write ? kCopyAccessWrite : 0);
+  AppendEvent(b, now, [&](BatchEncoder& enc) {
+    enc.AppendMisuse(MisuseKind::kCopyRace, p, len, now, stack, detail);
+  });
+  Leave();
+  return true;
 }
 
 void RecordOwnPin(const OwnPinEvent& e) {
@@ -857,6 +968,8 @@ void RecorderAfterForkInChild() {
   g.pinned_pinshim.store(0);
   g.dropped.store(0);
   memset(&g.last_counters, 0, sizeof(g.last_counters));
+  // The parent's copies are not the child's to race with.
+  CopyWatchReset();
   char err[256];
   long parent = static_cast<long>(getppid());
   if (!OpenTrace(parent, err, sizeof(err))) return;
@@ -882,14 +995,22 @@ void WriteEnd() {
 
 }  // namespace
 
+bool RecorderOwnedHere() {
+  return g.owner_pid != 0 && g.owner_pid == static_cast<long>(syscall(SYS_getpid));
+}
+
 void RecorderBeforeExec() {
   if (g.active.load(std::memory_order_acquire) != 1) return;
+  // A vfork child (or a clone without fork's handlers) runs on the parent's
+  // memory: whatever it did here would be done to the parent's trace.
+  if (!RecorderOwnedHere()) return;
   TakeCounters(MonotonicNs(), true);
   FlushIdle(MonotonicNs(), true);
   WriteEnd();
 }
 
 void StopRecorder() {
+  if (g.active.load() != 0 && !RecorderOwnedHere()) return;  // see RecorderBeforeExec
   if (g.active.load() == 1) {
     RewriteModulesIfLoadsChanged();
     TakeCounters(MonotonicNs(), true);  // the last word on optimize mode
@@ -904,6 +1025,7 @@ void StopRecorder() {
     g.sampler_running = false;
   }
   StopWcGuard();
+  CopyWatchReset();
   FlushIdle(MonotonicNs(), true);
   WriteEnd();
   // The descriptor stays open: a thread that saw the recorder active a moment

@@ -41,6 +41,7 @@ struct RecorderOptions {
   uint64_t budget_bytes = 0;         // the process's pinned budget, 0 none
   bool wc_guard = false;             // arm the write-combined page guard
   bool python_frames = true;         // PINSHIM_PYTHON_FRAMES: Python frames in stacks
+  bool copy_guard = false;           // guard the pages of queued copies (copy_watch.h)
   uint32_t wc_guard_ms = 20;         // how often the guard arms a page
   // Names of entry points for the trace's API table; ids [0, api_count).
   const char* (*api_name)(ApiId) = nullptr;
@@ -82,6 +83,12 @@ void RecordHostAlloc(const HostAllocEvent& event);
 // records and stream waits (see SyncKind).
 void RecordSync(const SyncEvent& event);
 
+// A stream the program created, with its flags (kStream).
+void RecordStream(const StreamEvent& event);
+
+// A stream capture beginning or ending, or a graph launch (kGraph).
+void RecordGraph(const GraphEvent& event);
+
 // A decision of enforce mode's pinned-memory budget, every one (granted,
 // denied, fallback), with the caller's stack as its call site. Made from
 // the budget's recorder callback, on the charging thread: event.time_ns 0
@@ -102,6 +109,13 @@ void RecordOwnPin(const OwnPinEvent& event);
 // at the caller's stack and returns true. One load when the process has no
 // write-combined memory.
 bool CheckWcRead(const void* src, size_t len, WcReadVia via);
+
+// The memcpy-family hooks call this for each range they are about to read
+// (`write` false) or write: when it is the first such access to the host
+// side of a queued copy the recorder has not seen waited for
+// (copy_watch.h), records a copy-race misuse at the caller's stack and
+// returns true. One load when no copy is watched.
+bool CheckCopyAccess(const void* p, size_t len, bool write, WcReadVia via);
 
 // A system call is about to read or write [ptr, ptr + len): hooks of such
 // calls (write, read, send, recv, ...) and of copies (before the driver
@@ -124,11 +138,19 @@ void RecorderAfterForkInChild();
 // Before an exec* call: exec replaces the process without running exit
 // handlers, so everything buffered is written now, with an end record. The
 // recorder stays on: when exec fails, recording goes on in the same file.
+// A no-op unless the caller is the process that opened the trace.
 void RecorderBeforeExec();
 
 // Flushes every thread's buffer, writes the end record and stops the sampler.
-// Later records are dropped. Idempotent.
+// Later records are dropped. Idempotent. A no-op unless the caller is the
+// process that opened the trace.
 void StopRecorder();
+
+// True when the calling process is the one whose trace this is. It is not
+// in a vfork child (or a child of clone(2) without fork's handlers), which
+// shares or copies the parent's memory without RecorderAfterForkInChild:
+// exec and _exit hooks there must leave the trace alone. One system call.
+bool RecorderOwnedHere();
 
 // True while the calling thread runs recorder code (its own mmap, open and
 // write calls reach the libc hooks, which must not take them for the

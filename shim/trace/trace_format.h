@@ -92,15 +92,38 @@
 //   kHostAlloc u allocation id, u pointer, u bytes, u bits (bit 0 free,
 //              bits 1.. source), u stack id.
 //   kMisuse    u kind (MisuseKind), u pointer, u bytes, u stack id,
-//              u detail (for wc reads: the WcReadVia path).
+//              u detail (for wc reads: the WcReadVia path; for copy races:
+//              the WcReadVia path in bits 0..3, and kCopyAccessWrite when
+//              the CPU wrote rather than read).
 //   kSample    u pinned by the program, u registered by the program,
 //              u pinned by pinshim, u resident set bytes, u swap-ins (pages,
 //              cumulative, system-wide), u swap-outs (same), u budget bytes
 //              (0 none).
 //   kSync      u duration ns, u api, u kind (SyncKind), s stream (delta),
-//              u event handle, s result.
+//              u event handle, s result; then (appended, absent in older
+//              traces) s device (the device current at the call, -1 unknown).
+//              `stream` is the handle as the program passed it: 0 (or
+//              CU_STREAM_LEGACY, 1) is the legacy default stream, except for
+//              an api whose name ends in _ptsz/_ptds, where 0 is the calling
+//              thread's per-thread default stream (as CU_STREAM_PER_THREAD,
+//              2, is for every api). kCopy streams read the same way.
 //   kDropped   u events dropped on this thread since its previous report
 //              (the recorder was re-entered, e.g. from a signal handler).
+//   kStream    a stream the program created (cuStreamCreate,
+//              cuStreamCreateWithPriority): u duration ns, u api, u stream
+//              handle (0 when the call failed), u flags (CU_STREAM_*; bit 0
+//              CU_STREAM_NON_BLOCKING: the stream does not synchronize with
+//              the legacy default stream), s priority, s result, s device
+//              (current at the call, -1 unknown). A handle created again
+//              names a new stream (the driver reused a destroyed one's).
+//              Event type 8 (older readers skip it; kTraceVersion stays 1).
+//   kGraph     a stream capture or graph launch (GraphOp): u duration ns,
+//              u api, u op, u stream handle (read as kSync's), u graph
+//              handle (capture end: the graph made; launch: the CUgraphExec
+//              launched; 0 otherwise), s result, s device. Copies queued on
+//              a stream while it captures are recorded as kCopy events but do
+//              not run then; they run at the launches of graphs made from
+//              the capture. Event type 9 (skipped by older readers).
 //   kBudgetDecision
 //              one decision of enforce mode's pinned-memory budget (granted
 //              ones included, so that the counts add up):
@@ -196,7 +219,9 @@ enum class EventType : uint8_t {
   kSample = 5,
   kSync = 6,
   kDropped = 7,
-  // 8..31: reserved for this format's own additions.
+  kStream = 8,
+  kGraph = 9,
+  // 10..31: reserved for this format's own additions.
   // 32..127: reserved for the pool, the registration cache and budget
   // decisions; readers skip event types they do not know.
   kBudgetDecision = 48,
@@ -232,6 +257,7 @@ enum class ProcessTag : uint8_t {
   kPython = 20,         // text: the Python runtime found at start, e.g. "3.12.3"
                         // or "3.13.0 free-threaded"; absent: none found
   kPythonFrames = 21,   // u: 1 when Python frames are recorded (PINSHIM_PYTHON_FRAMES)
+  kCopyGuard = 22,      // u: 1 when the copy guard (PINSHIM_COPY_GUARD) was armed
 };
 
 // What a stack's Python section says about the calling thread (kStack).
@@ -269,7 +295,18 @@ enum CopyBit : uint32_t {
 
 enum class MisuseKind : uint8_t {
   kWcRead = 1,  // the CPU read write-combined memory
+  // The CPU touched the host side of an asynchronous copy on page-locked
+  // memory that pinshim had not seen completed: the destination of a
+  // device-to-host copy (read or written) or the source of a host-to-device
+  // copy (written). Recorded once per copy, at the first such access; the
+  // analyzer decides from the synchronization in the trace whether the
+  // copy could still run then (the copy-race rule).
+  kCopyRace = 2,
 };
+
+// kMisuse detail bit of a kCopyRace: the access wrote.
+constexpr uint32_t kCopyAccessWrite = 1u << 4;
+constexpr uint32_t kCopyAccessViaMask = 0xfu;
 
 // How a read of write-combined memory was seen.
 enum class WcReadVia : uint8_t {
@@ -291,7 +328,23 @@ enum class SyncKind : uint8_t {
   kStreamQueryDone = 5,    // a stream query said `stream` is idle
   kEventQueryDone = 6,     // an event query said `event` has completed
   kStreamWaitEvent = 7,    // `stream` waits on the device for `event` (no
-                           // host-side completion; kept for timelines)
+                           // host-side completion by itself; later work on
+                           // `stream` runs after the work `event` marks)
+  kDeviceFree = 8,         // cuMemFree returned (the measured driver waits
+                           // for the device's queued work first)
+  kHostFuncQueued = 9,     // a host function (cuLaunchHostFunc,
+                           // cuStreamAddCallback) queued on `stream`;
+                           // `event` holds its token (0: none)
+  kHostFuncRun = 10,       // the host function of token `event` starts, on a
+                           // driver thread: the work queued before it on its
+                           // stream has finished
+};
+
+// What a kGraph event did.
+enum class GraphOp : uint8_t {
+  kCaptureBegin = 1,  // `stream` starts capturing (cuStreamBeginCapture*)
+  kCaptureEnd = 2,    // `stream`'s capture ended, making graph `graph`
+  kLaunch = 3,        // graph exec `graph` launched on `stream`
 };
 
 // Budget decisions (kBudgetDecision). The values are those of shim/budget's

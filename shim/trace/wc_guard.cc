@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "shim/trace/copy_watch.h"
 #include "shim/trace/wc_ranges.h"
 
 namespace pinshim {
@@ -34,6 +35,7 @@ struct GuardState {
   std::atomic<uint64_t> last_arm_ns{0};
   std::atomic<uint64_t> pick{0};
   WcGuardReadFn on_read = nullptr;
+  std::atomic<CopyGuardAccessFn> on_copy{nullptr};
   uintptr_t page_size = 4096;
   struct sigaction previous = {};
 };
@@ -79,15 +81,21 @@ void ChainToPrevious(int sig, siginfo_t* info, void* uc) {
 void OnSegv(int sig, siginfo_t* info, void* uc) {
   uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
   uintptr_t page = addr & ~(g.page_size - 1);
+  bool write = false;
+#if defined(__x86_64__)
+  // Page-fault error code: bit 1 set for a write access.
+  write = (static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#endif
+  bool record = false;
+  if (info->si_code == SEGV_ACCERR && CopyGuardFault(addr, write, &record)) {
+    CopyGuardAccessFn fn = g.on_copy.load(std::memory_order_acquire);
+    if (record && fn != nullptr) fn(uc, addr, write);
+    return;
+  }
   if (info->si_code == SEGV_ACCERR && page != 0 && InRecent(page)) {
     uintptr_t expected = page;
     bool was_armed = g.armed.compare_exchange_strong(expected, 0);
     if (was_armed) Unprotect(page);
-    bool write = false;
-#if defined(__x86_64__)
-    // Page-fault error code: bit 1 set for a write access.
-    write = (static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
-#endif
     if (was_armed && !write) {
       g.reads.fetch_add(1, std::memory_order_relaxed);
       if (g.on_read != nullptr) g.on_read(uc, addr);
@@ -127,32 +135,44 @@ void Arm(uint64_t now_ns) {
   errno = saved;
 }
 
-}  // namespace
-
-bool StartWcGuard(WcGuardReadFn on_read, char* err, size_t err_len) {
+// Installs OnSegv once, keeping the program's handler to chain to.
+bool InstallHandler(char* err, size_t err_len) {
 #if !defined(__x86_64__)
-  snprintf(err, err_len, "the write-combined page guard needs x86-64");
+  snprintf(err, err_len, "the page guards need x86-64");
   return false;
 #else
-  g.on_read = on_read;
   long ps = sysconf(_SC_PAGESIZE);
   if (ps > 0) g.page_size = static_cast<uintptr_t>(ps);
-  if (!g.installed.load()) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = OnSegv;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &g.previous) != 0) {
-      snprintf(err, err_len, "cannot install the SIGSEGV handler: %s", strerror(errno));
-      return false;
-    }
-    g.installed.store(true);
+  if (g.installed.load()) return true;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = OnSegv;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSEGV, &sa, &g.previous) != 0) {
+    snprintf(err, err_len, "cannot install the SIGSEGV handler: %s", strerror(errno));
+    return false;
   }
-  g.arming.store(true);
+  g.installed.store(true);
   return true;
 #endif
 }
+
+}  // namespace
+
+bool StartWcGuard(WcGuardReadFn on_read, char* err, size_t err_len) {
+  g.on_read = on_read;
+  if (!InstallHandler(err, err_len)) return false;
+  g.arming.store(true);
+  return true;
+}
+
+bool StartCopyGuard(CopyGuardAccessFn on_access, char* err, size_t err_len) {
+  g.on_copy.store(on_access, std::memory_order_release);
+  return InstallHandler(err, err_len);
+}
+
+bool GuardHandlerInPlace() { return g.installed.load() && OurHandlerInstalled(); }
 
 void WcGuardTick(uint64_t now_ns, uint32_t every_ms, uint32_t window_ms) {
   if (!g.arming.load(std::memory_order_relaxed)) return;

@@ -15,7 +15,7 @@
 // opt-in. It does not arm while the program's own SIGSEGV handler has
 // replaced pinshim's.
 //
-// x86-64 only (elsewhere StartWcGuard returns false).
+// x86-64 only (elsewhere StartWcGuard and StartCopyGuard return false).
 #ifndef PINSHIM_SHIM_TRACE_WC_GUARD_H_
 #define PINSHIM_SHIM_TRACE_WC_GUARD_H_
 
@@ -39,6 +39,17 @@ void WcGuardTick(uint64_t now_ns, uint32_t every_ms, uint32_t window_ms);
 // Unprotects the guarded page if it overlaps [ptr, ptr + len).
 // One load when no page is guarded. Async-signal-safe.
 void WcGuardDisarmFor(const void* ptr, size_t len);
+
+// The copy guard (copy_watch.h) shares the SIGSEGV handler: a fault on a
+// page it protects is handed to CopyGuardFault first, and an access to
+// report goes to `on_access` (async-signal-safe). Returns false with a
+// reason in err when the handler cannot be installed.
+using CopyGuardAccessFn = void (*)(void* ucontext, uintptr_t fault_address, bool write);
+bool StartCopyGuard(CopyGuardAccessFn on_access, char* err, size_t err_len);
+
+// True while pinshim's SIGSEGV handler is the one installed (a program that
+// replaced it would get the guard's faults; nothing is protected then).
+bool GuardHandlerInPlace();
 
 // Unprotects any guarded page and stops arming (StopRecorder, fork child).
 // The handler stays installed: a fault already on its way must find it.

@@ -58,7 +58,9 @@ Block MakeBlock(const Span& d, const Span& s, size_t width) {
 void MoveRun(char* dst, const HeldPages* dst_held, const char* src, const HeldPages* src_held,
              size_t n) {
   if (dst_held == nullptr && src_held == nullptr) {
-    LibcMemmove()(dst, src, n);
+    // No held pages (pageable memory, or a range that could not be pinned):
+    // page-locked ranges still move as by DMA, whatever their protection.
+    DmaMove(dst, src, n);
   } else if (dst_held == nullptr) {
     DmaFromHeld(*src_held, reinterpret_cast<uintptr_t>(src), dst, n);
   } else if (src_held == nullptr) {

@@ -79,6 +79,22 @@ struct Context {
   std::shared_ptr<Stream> legacy;
 };
 
+// One node of a graph made by stream capture: work as a stream op would do
+// it, or an event record. Captured work is linearized in the order it was
+// queued, across the streams that joined the capture: a valid (if less
+// concurrent) execution of the graph.
+struct GraphNode {
+  std::function<void()> work;
+  bool delayed = false;          // a copy (fakecuda_set_copy_delay_us applies)
+  std::shared_ptr<Event> marks;  // an event record node
+};
+
+struct Graph {
+  std::vector<GraphNode> nodes;  // Guarded by State::mu while capturing.
+  bool invalidated = false;      // a capture that met an unsupported call
+  bool capturing = true;         // until its capture ends
+};
+
 // One unit of stream work, run by the stream's worker in order.
 struct Op {
   uint64_t seq = 0;
@@ -99,6 +115,10 @@ struct Stream {
   uint64_t enqueued = 0;
   std::shared_ptr<Progress> progress = std::make_shared<Progress>();
   bool retired = false;  // Destroyed by the program; drains, then goes away.
+  // While capturing: the graph work queued here goes to, and whether this
+  // stream began the capture (only it may end it).
+  std::shared_ptr<Graph> capture;
+  bool capture_origin = false;
   bool worker_running = false;
   bool held = false;     // fakecuda_hold_stream: start no further op.
 };
@@ -107,6 +127,7 @@ struct Event {
   unsigned flags = 0;
   // All guarded by State::mu.
   uint64_t recorded = 0;  // Generation of the latest cuEventRecord.
+  std::shared_ptr<Graph> captured_in;  // recorded last inside this capture
   std::shared_ptr<Progress> progress = std::make_shared<Progress>();
   std::chrono::steady_clock::time_point completed_at;
 };
@@ -179,6 +200,10 @@ struct State {
 
   std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;  // Incl. retired, until drained.
   std::unordered_map<Event*, std::shared_ptr<Event>> events;
+  // Graphs made by capture, and their executable instances (a snapshot of
+  // the nodes at instantiation).
+  std::unordered_map<Graph*, std::shared_ptr<Graph>> graphs;
+  std::unordered_map<Graph*, std::shared_ptr<Graph>> execs;
 };
 
 // The live state. Only a fork child handler ever replaces it.
@@ -232,6 +257,12 @@ CUresult ResolveDeviceRange(CUdeviceptr p, size_t len, Span* out);
 // [p, p + len) as a unified address: classified, as CU_MEMORYTYPE_UNIFIED does.
 CUresult ResolveUnifiedRange(CUdeviceptr p, size_t len, Span* out);
 
+// ---- DMA (dma.cc) ------------------------------------------------------------------
+
+// Moves n bytes as the device's DMA does: page-locked host memory is reached
+// whatever its CPU page protection (see dma.cc). The ranges may overlap.
+void DmaMove(void* dst, const void* src, size_t n);
+
 // ---- Streams (streams.cc) -------------------------------------------------------
 
 // Creates and registers a stream of `ctx`. State::mu must be held.
@@ -242,7 +273,12 @@ std::shared_ptr<Stream> NewStreamLocked(Context* ctx, unsigned flags, Stream::Ki
 CUresult ResolveStream(CUstream handle, bool per_thread_api, std::shared_ptr<Stream>* out);
 
 // Queues `work` on `stream` in stream order; with `wait`, returns once it ran.
+// On a capturing stream the work becomes a graph node instead, and a call
+// that must wait is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
 CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work, bool wait);
+
+// Queues a graph's nodes on `stream`, in order (cuGraphLaunch).
+CUresult EnqueueGraph(const std::shared_ptr<Stream>& stream, const Graph& graph);
 
 // Waits for all work queued so far on the streams of `ctx`.
 void SynchronizeContext(Context* ctx);

@@ -1,4 +1,5 @@
-// Streams and events.
+// Streams, events and host functions; work queued while a stream captures
+// (see graphs.cc for capture and launch).
 //
 // Each stream has a worker thread (started on first use) that runs its ops in
 // order. An op may depend on others through Deps, which is how the legacy
@@ -160,6 +161,7 @@ CUresult StreamSynchronize(CUstream handle, bool per_thread_api) {
   if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
   State& s = S();
   std::unique_lock<std::mutex> lock(s.mu);
+  if (stream->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   const uint64_t target = stream->enqueued;
   s.cv.wait(lock, [&] { return stream->progress->done >= target; });
   return CUDA_SUCCESS;
@@ -170,6 +172,7 @@ CUresult StreamQuery(CUstream handle, bool per_thread_api) {
   if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
+  if (stream->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   return stream->progress->done >= stream->enqueued ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -182,6 +185,14 @@ CUresult StreamWaitEvent(CUstream handle, CUevent event, unsigned flags, bool pe
   if (CUresult err = FindEvent(event, &ev)) return err;
   State& s = S();
   std::unique_lock<std::mutex> lock(s.mu);
+  // Waiting for an event recorded inside a capture joins that capture; a
+  // capturing stream's waits are ordering inside its graph, which the
+  // linearized graph keeps anyway.
+  if (stream->capture) return CUDA_SUCCESS;
+  if (ev->captured_in && ev->captured_in->capturing) {
+    stream->capture = ev->captured_in;
+    return CUDA_SUCCESS;
+  }
   if (ev->recorded == 0) return CUDA_SUCCESS;  // Never recorded: nothing to wait for.
   Op op;
   op.deps.push_back({ev->progress, ev->recorded});
@@ -195,6 +206,13 @@ CUresult EventRecord(CUevent event, CUstream handle, bool per_thread_api) {
   if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
   State& s = S();
   std::unique_lock<std::mutex> lock(s.mu);
+  if (stream->capture) {
+    // A record node: the event is recorded when the graph runs.
+    stream->capture->nodes.push_back(GraphNode{nullptr, false, ev});
+    ev->captured_in = stream->capture;
+    return CUDA_SUCCESS;
+  }
+  ev->captured_in.reset();
   Op op;
   op.marks = ev;
   op.mark_generation = ev->recorded + 1;
@@ -218,6 +236,37 @@ CUresult DestroyEvent(CUevent handle) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   s.events.erase(ev.get());  // Ops that still mark it hold their own reference.
+  return CUDA_SUCCESS;
+}
+
+// Queues a call of the host function on the stream's worker, after the work
+// queued before it (on a capturing stream: a graph node).
+CUresult HostFunc(CUstream handle, bool per_thread_api, std::function<void()> call) {
+  if (CUresult err = RequireInit()) return err;
+  std::shared_ptr<Stream> stream;
+  if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
+  State& s = S();
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (stream->retired) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream->capture) {
+    stream->capture->nodes.push_back(GraphNode{std::move(call), false, nullptr});
+    return CUDA_SUCCESS;
+  }
+  Op op;
+  op.work = std::move(call);
+  return Enqueue(lock, stream, std::move(op), /*wait=*/false);
+}
+
+CUresult CreateStream(CUstream* out, unsigned flags) {
+  Context* ctx;
+  if (CUresult err = CurrentContext(&ctx)) return err;
+  if (out == nullptr || (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto stream = NewStreamLocked(ctx, flags, Stream::Kind::kUser);
+  *out = reinterpret_cast<CUstream>(stream.get());
   return CUDA_SUCCESS;
 }
 
@@ -277,10 +326,38 @@ CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> wor
   State& s = S();
   std::unique_lock<std::mutex> lock(s.mu);
   if (stream->retired) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream->capture) {
+    // What must finish before the call returns cannot wait for a launch.
+    if (wait) {
+      stream->capture->invalidated = true;
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    stream->capture->nodes.push_back(GraphNode{std::move(work), true, nullptr});
+    return CUDA_SUCCESS;
+  }
   Op op;
   op.work = std::move(work);
   op.delayed = true;
   return Enqueue(lock, stream, std::move(op), wait);
+}
+
+CUresult EnqueueGraph(const std::shared_ptr<Stream>& stream, const Graph& graph) {
+  State& s = S();
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (stream->retired) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // not simulated
+  for (const GraphNode& node : graph.nodes) {
+    Op op;
+    op.work = node.work;
+    op.delayed = node.delayed;
+    if (node.marks) {
+      op.marks = node.marks;
+      op.mark_generation = ++node.marks->recorded;
+      node.marks->captured_in.reset();
+    }
+    if (CUresult err = Enqueue(lock, stream, std::move(op), /*wait=*/false)) return err;
+  }
+  return CUDA_SUCCESS;
 }
 
 void SynchronizeContext(Context* ctx) { WaitStreams(ctx); }
@@ -330,16 +407,41 @@ CUresult fakecuda_hold_stream(CUstream stream, int held) {
 
 CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) {
   FAKECUDA_ENTER("cuStreamCreate");
-  fakecuda::Context* ctx;
-  if (CUresult err = fakecuda::CurrentContext(&ctx)) return err;
-  if (phStream == nullptr || (Flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  State& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto stream = fakecuda::NewStreamLocked(ctx, Flags, fakecuda::Stream::Kind::kUser);
-  *phStream = reinterpret_cast<CUstream>(stream.get());
-  return CUDA_SUCCESS;
+  return fakecuda::CreateStream(phStream, Flags);
+}
+
+// Priorities change nothing the simulation orders by; any value is taken
+// (the driver clamps out-of-range ones).
+CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
+  FAKECUDA_ENTER("cuStreamCreateWithPriority");
+  (void)priority;
+  return fakecuda::CreateStream(phStream, flags);
+}
+
+CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  FAKECUDA_ENTER("cuLaunchHostFunc");
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return fakecuda::HostFunc(hStream, false, [fn, userData] { fn(userData); });
+}
+
+CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
+  FAKECUDA_ENTER("cuLaunchHostFunc");
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return fakecuda::HostFunc(hStream, true, [fn, userData] { fn(userData); });
+}
+
+CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData,
+                             unsigned int flags) {
+  FAKECUDA_ENTER("cuStreamAddCallback");
+  if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return fakecuda::HostFunc(hStream, false, [=] { callback(hStream, CUDA_SUCCESS, userData); });
+}
+
+CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void* userData,
+                                  unsigned int flags) {
+  FAKECUDA_ENTER("cuStreamAddCallback");
+  if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return fakecuda::HostFunc(hStream, true, [=] { callback(hStream, CUDA_SUCCESS, userData); });
 }
 
 CUresult cuStreamDestroy(CUstream hStream) {
@@ -407,6 +509,18 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
 
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
   FAKECUDA_ENTER("cuEventRecord");
+  return fakecuda::EventRecord(hEvent, hStream, true);
+}
+
+CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  FAKECUDA_ENTER("cuEventRecordWithFlags");
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  return fakecuda::EventRecord(hEvent, hStream, false);
+}
+
+CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  FAKECUDA_ENTER("cuEventRecordWithFlags");
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
   return fakecuda::EventRecord(hEvent, hStream, true);
 }
 

@@ -16,8 +16,16 @@
 #   (a) standard output is identical with and without the library,
 #   (b) the summary's counts equal the program's own "expect:" line,
 #   (c) the exit code is identical.
+# It traces a NumPy <-> CuPy program (cupy_roundtrip.py) under --trace-dir
+# in observe and in optimize mode and checks that a complete trace exists
+# and `pinshim report` reports it (then archives it and prints the archive's
+# size), and it builds the corpus of correct programs (tests/trace/corpus)
+# with nvcc and checks that pinshim reports no copy-race or free-in-flight
+# warning or error for any of them.
 # Then it runs every command listed in LIBDIR/cpu_tests.txt (one a line, run
-# from LIBDIR; blank lines and # comments ignored). It prints a table and
+# from LIBDIR; blank lines and # comments ignored); a line "NOT RUN NAME:
+# WHY" in a command's output becomes a row of its own, SKIP, with the reason
+# (the two-GPU rule check on a one-GPU machine). It prints a table and
 # "N passed, N failed", writes at most five logs under $OUT when $OUT is set,
 # and exits non-zero on any failure.
 #
@@ -413,6 +421,22 @@ run_cpu_tests() {
       >> "$LOGDIR/cpu_tests.log" 2>&1 < /dev/null
     local rc=$?
     echo "-- rc=$rc" >> "$LOGDIR/cpu_tests.log"
+    # Checks a command could not run here, named by the command itself.
+    local marker="==== $line"
+    awk -v m="$marker" '$0 == m { seen = NR } END { print seen + 0 }' "$LOGDIR/cpu_tests.log" \
+      > "$WORK/cpu_start"
+    tail -n +"$(cat "$WORK/cpu_start")" "$LOGDIR/cpu_tests.log" | grep '^NOT RUN ' |
+      while IFS= read -r nr; do
+        local what="${nr#NOT RUN }"
+        echo "${what%%:*}|${what#*: }" >> "$WORK/not_run"
+      done
+    if [ -f "$WORK/not_run" ]; then
+      local entry
+      while IFS= read -r entry; do
+        record "${entry%%|*}" cpu SKIP "not run: ${entry#*|}"
+      done < "$WORK/not_run"
+      rm -f "$WORK/not_run"
+    fi
     if [ "$rc" -eq 0 ]; then
       record "$name" cpu PASS "-"
     elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
@@ -422,6 +446,97 @@ run_cpu_tests() {
     fi
   done < "$list"
   echo "$n CPU test(s) listed in $list"
+}
+
+# ---- traces of CuPy programs, and the corpus of correct programs ------------------
+
+# cupy_traces: the NumPy <-> CuPy program traced in observe and optimize
+# mode: a complete trace that `pinshim report` reads (CuPy's import spawns
+# children through vfork before CUDA is touched, which once cost the whole
+# trace); then `pinshim archive` on it, whose size is printed.
+cupy_traces() {
+  local mode dir
+  for mode in observe optimize; do
+    dir="$WORK/cupy-trace-$mode"
+    rm -rf "$dir" && mkdir -p "$dir"
+    log_runs "" "==== cupy_trace $mode"
+    timeout -k 10 "$TIMEOUT" env PINSHIM_LIBRARY="$LIBDIR/libpinshim.so" \
+      "$LIBDIR/pinshim" run --mode "$mode" --trace-dir "$dir" --summary="$dir/summary.%p.txt" \
+      -- "$PYTHON" "$HERE/cupy_roundtrip.py" > "$dir/out" 2> "$dir/err"
+    local rc=$?
+    log_runs "-- rc=$rc" "$(cat "$dir/out")" "$(tail -n 20 "$dir/err")"
+    if [ "$rc" -ne 0 ]; then
+      record cupy_trace "$mode" FAIL "the program failed (rc $rc; runs.log)"
+      continue
+    fi
+    local n
+    n="$(ls "$dir"/*.pstrace 2> /dev/null | wc -l)"
+    "$LIBDIR/pinshim" report --format json "$dir" > "$dir/report.json" 2> "$dir/report.err"
+    local verdict
+    verdict="$("$PYTHON" - "$dir/report.json" "$(awk '/^copies/ {print $2}' "$dir/out")" <<'PY'
+import json, sys
+try:
+    data = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("FAIL unreadable report: %s" % e); sys.exit()
+want = int(sys.argv[2] or 0)
+procs = [p for p in data["processes"] if p["copies"] > 0]
+if not procs:
+    print("FAIL no traced process with copies"); sys.exit()
+p = max(procs, key=lambda p: p["copies"])
+bad = [f for f in data["findings"] if f["rule"] in ("copy-race", "free-in-flight")
+       and f["severity"] != "info"]
+if not p["trace_complete"]:
+    print("FAIL trace incomplete")
+elif p["copies"] < want:
+    print("FAIL %d copies traced, the program made %d" % (p["copies"], want))
+elif bad:
+    print("FAIL %s" % "; ".join("%s %s" % (f["rule"], f["explanation"][:120]) for f in bad))
+else:
+    print("PASS %d copies traced (program: %d), %d findings" % (p["copies"], want,
+                                                                len(data["findings"])))
+PY
+)"
+    if [ "$n" -eq 0 ]; then
+      record cupy_trace "$mode" FAIL "no trace file written (summary: $(ls "$dir"/summary.* 2> /dev/null | wc -l))"
+    elif [ "${verdict%% *}" = PASS ]; then
+      local archived
+      archived="$("$LIBDIR/pinshim" archive "$dir" 2>&1 | tail -n 1)"
+      record cupy_trace "$mode" PASS "$n trace(s), ${verdict#PASS }; ${archived##*; }"
+      log_runs "-- archive: $archived"
+    else
+      record cupy_trace "$mode" FAIL "${verdict#FAIL }"
+    fi
+  done
+}
+
+# corpus: the correct programs of tests/trace/corpus built with nvcc against
+# the real driver, each run with and without the copy guard under a trace.
+corpus() {
+  local src="$HERE/../trace/corpus" out="$WORK/corpus" nvcc f
+  nvcc="$(find_nvcc)"
+  mkdir -p "$out"
+  local built=0
+  for f in "$src"/*.cc; do
+    local n
+    n="$(basename "$f" .cc)"
+    if build "corpus/$n" "$nvcc" -std=c++17 -O2 -g -I"$HERE/../.." -o "$out/$n" "$f" \
+         -L"$(cd "$(dirname "$nvcc")/.." && pwd)/lib64/stubs" -lcuda -lpthread; then
+      built=$((built + 1))
+    fi
+  done
+  log_runs "" "==== corpus ($built programs)"
+  local misuse="$LIBDIR/rules/tests/trace/programs/copy_race_driver"
+  timeout -k 10 $((TIMEOUT * 4)) env CORPUS_BIN_DIR="$out" PRELOAD="$LIBDIR/libpinshim.so" \
+    REPORT="$LIBDIR/pinshim report" MISUSE_PROGRAM="$misuse" \
+    "$PYTHON" "$src/corpus_test.py" > "$WORK/corpus.log" 2>&1
+  local rc=$?
+  log_runs "$(cat "$WORK/corpus.log")"
+  if [ "$rc" -eq 0 ]; then
+    record corpus "$built progs" PASS "no copy-race/free-in-flight warning or error, with and without the copy guard"
+  else
+    record corpus "$built progs" FAIL "$(grep -m1 -E ' \((trace|guard)\)|Error' "$WORK/corpus.log" | cut -c1-150) (runs.log)"
+  fi
 }
 
 main() {
@@ -450,6 +565,14 @@ main() {
         record torch - SKIP "$PYTHON cannot import torch"
       fi
     fi
+    if wanted cupy_trace; then
+      if "$PYTHON" -c 'import cupy' > /dev/null 2>&1; then
+        cupy_traces
+      else
+        record cupy_trace - SKIP "$PYTHON cannot import cupy"
+      fi
+    fi
+    wanted corpus && corpus
   fi
   run_cpu_tests
   echo
@@ -555,6 +678,7 @@ EOF
 # comment
 true
 false
+echo 'NOT RUN two_gpu_check: needs two GPUs'
 EOF
   (
     LIBDIR="$lib"; WORK="$t/work"; LOGDIR="$t/logs"; TIMEOUT=3
@@ -572,7 +696,9 @@ EOF
   row crash-with run FAIL && grep -q 'exit code 3, without: 0' "$t/table"; check "different exit code fails" 0 $?
   row hang run FAIL && grep -q 'timed out' "$t/table"; check "hang is cut by the timeout" 0 $?
   row true cpu PASS && row false cpu FAIL; check "cpu_tests.txt entries run and counted" 0 $?
-  grep -q "^8 passed, 9 failed" "$t/table"; check "totals line" 0 $?
+  row two_gpu_check cpu SKIP && grep -q 'not run: needs two GPUs' "$t/table"
+  check "a check that cannot run here is a row of its own, not run" 0 $?
+  grep -q "^9 passed, 9 failed, 1 skipped" "$t/table"; check "totals line" 0 $?
   rm -rf "$t"
   echo "selftest: $fails failure(s)"
   [ "$fails" -eq 0 ]

@@ -19,6 +19,7 @@ std::vector<std::unique_ptr<Rule>> MakeAllRules(const BandwidthModel* model,
   rules.push_back(NewPinnedChurnRule());
   rules.push_back(NewPinnedUnusedRule());
   rules.push_back(NewFreeInFlightRule());
+  rules.push_back(NewCopyRaceRule());
   rules.push_back(NewNonPortableRule());
   rules.push_back(NewBudgetRefusedRule());
   for (auto& r : rules) r->Configure(model, options);

@@ -1,21 +1,27 @@
-// free-in-flight (error): host memory freed, unregistered, unmapped or
-// reallocated while an asynchronous copy that uses it may still be running.
+// free-in-flight (error): host memory the program registered, and has not
+// unregistered, is freed, reallocated or unmapped while an asynchronous
+// copy that uses it may still be running. The allocator can hand that
+// memory to something else at once, and the copy then reads or writes the
+// new owner's data.
 //
-// How completion is known: an asynchronous copy from or to pinned memory
-// stays in flight on its stream until the trace shows it finished: a
-// synchronize of its stream, of the context, or of an event recorded on its
-// stream after it; a successful query of either; or a synchronous copy on
-// the legacy default stream (which waits for the other blocking streams).
-// cuMemFreeHost waits for the device itself, so freeing with it is treated
-// as a completion point, not a finding. Copies from pageable memory are not
-// tracked: the driver completes them before returning.
+// Only such releases are races. cuMemFreeHost and cuMemHostUnregister wait
+// for the device's queued work before they return (measured on the H200,
+// driver 580: sync_model.h C5), so releasing pinned memory through the
+// driver with copies queued is not a finding; those calls are completion
+// points instead. Pageable memory is not tracked: the driver is done with
+// it when an asynchronous copy returns.
 //
-// A trace with no synchronization events at all (hooks that do not record
-// them) cannot tell completion, and this rule then reports nothing.
-#include <deque>
+// Whether the copy could still run comes from the model of the driver's
+// synchronization (sync_model.h): an error needs its proof that nothing in
+// the trace could have completed the copy; where completion cannot be told
+// (a wait that may have covered it through work the trace does not show, a
+// graph launch, a damaged trace), the finding says so at info level. A
+// trace with no synchronization events at all cannot tell completion, and
+// the rule then reports nothing.
 #include <map>
 #include <memory>
-#include <unordered_map>
+#include <set>
+#include <tuple>
 
 #include "analyzer/report/format.h"
 #include "analyzer/report/rules/rule.h"
@@ -24,155 +30,107 @@ namespace pinshim {
 namespace report {
 namespace {
 
-// In-flight copies kept per stream; older ones are taken to have finished.
-constexpr size_t kMaxInFlightPerStream = 4096;
-
 class FreeInFlight : public Rule {
  public:
   const char* id() const override { return "free-in-flight"; }
 
-  void OnCopy(const Event& e, const PinnedAlloc*, const HostAlloc*) override {
-    if (!e.IsHostDeviceCopy()) return;
-    if (!e.async) {
-      if (e.stream == 0) CompleteAll(e.time_ns);  // legacy default stream
-      return;
-    }
-    MemKind k = e.HostKind();
-    if (k != MemKind::kPinnedByProgram && k != MemKind::kRegisteredByProgram &&
-        k != MemKind::kPinnedByPinshim) {
-      return;
-    }
-    std::deque<Copy>& q = streams_[e.stream];
-    q.push_back(Copy{e.time_ns, e.host_ptr, e.bytes, e.stack, e.stream});
-    if (q.size() > kMaxInFlightPerStream) q.pop_front();
-  }
-
-  void OnSync(const Event& e) override {
-    ++syncs_;
-    switch (e.sync) {
-      case trace::SyncKind::kStreamSynchronize:
-      case trace::SyncKind::kStreamQueryDone:
-        Complete(e.stream, e.time_ns);
-        break;
-      case trace::SyncKind::kContextSynchronize:
-        CompleteAll(e.time_ns);
-        break;
-      case trace::SyncKind::kEventRecord:
-        events_[e.event_handle] = Mark{e.stream, e.time_ns};
-        break;
-      case trace::SyncKind::kEventSynchronize:
-      case trace::SyncKind::kEventQueryDone: {
-        auto it = events_.find(e.event_handle);
-        if (it != events_.end()) Complete(it->second.stream, it->second.time_ns);
-        break;
-      }
-      default:
-        break;
-    }
+  void OnPin(const Event& e, const PinnedAlloc& a) override {
+    if (a.registered) registered_[a.ptr] = a.bytes;
   }
 
   void OnUnpin(const Event& e, const PinnedAlloc* a) override {
-    if (e.op == PinOp::kFree) {
-      CompleteAll(e.time_ns);
-      return;
-    }
-    uint64_t bytes = a != nullptr ? a->bytes : e.bytes;
-    Check(e, e.ptr, bytes, "unregistered");
+    if (e.op == PinOp::kUnregister) registered_.erase(e.ptr);
   }
 
   void OnHostFree(const Event& e, const HostAlloc* a) override {
-    uint64_t ptr = a != nullptr ? a->ptr : e.ptr;
-    uint64_t bytes = a != nullptr ? a->bytes : e.bytes;
-    Check(e, ptr, bytes, e.source == 1 ? "unmapped" : "freed or reallocated");
+    const uint64_t ptr = a != nullptr ? a->ptr : e.ptr;
+    const uint64_t bytes = std::max<uint64_t>(a != nullptr ? a->bytes : e.bytes, 1);
+    if (!Registered(ptr, bytes)) return;
+    const char* how = e.source == kHostAllocMmap ? "unmapped" : "freed or reallocated";
+    sync_->ForOverlapping(ptr, bytes, [&](const InFlightCopy& c) {
+      if (reported_.count(c.id) != 0 || !Registered(c.ptr, c.bytes)) return;
+      std::string why;
+      CopyState state = sync_->StateOf(c, &why);
+      if (state == CopyState::kDone) return;
+      reported_.insert(c.id);
+      const Severity severity =
+          state == CopyState::kMayRun ? Severity::kError : Severity::kInfo;
+      SiteStats& s = sites_[std::make_tuple(e.stack, severity)];
+      if (s.times++ == 0) {
+        s.how = how;
+        s.copy = c;
+        s.stream = sync_->DescribeStream(c.stream);
+        s.why = why;
+        s.after_ns = e.time_ns - std::min(e.time_ns, c.time_ns);
+      }
+    });
   }
 
   void Finish(const RuleContext&, std::vector<Finding>* out) override {
-    if (syncs_ == 0) return;
+    if (sync_->sync_events() == 0) return;
     for (auto& kv : sites_) {
       const SiteStats& s = kv.second;
+      const Severity severity = std::get<1>(kv.first);
+      const bool proven = severity == Severity::kError;
       Finding f;
       f.rule = id();
-      f.severity = Severity::kError;
-      f.stack = kv.first;
-      f.explanation = "Host memory is " + s.how + " here while an asynchronous copy that uses it, "
-                      "queued at {site:" + std::to_string(s.copy_stack) +
-                      "}, may still be running: the transfer can read freed memory or write "
-                      "into memory that now belongs to something else (" +
-                      FormatCount(s.times) + (s.times == 1 ? " time" : " times") + ").";
-      char stream[32];
-      snprintf(stream, sizeof(stream), "0x%llx", static_cast<unsigned long long>(s.stream));
+      f.severity = severity;
+      f.stack = std::get<0>(kv.first);
+      const std::string times =
+          FormatCount(s.times) + (s.times == 1 ? " time" : " times");
+      const std::string copy = "an asynchronous " + std::string(DirectionWords(s.copy.dir)) +
+                               " copy queued at {site:" + std::to_string(s.copy.stack) +
+                               "} on " + s.stream;
+      if (proven) {
+        f.explanation = "Registered host memory is " + s.how + " here, while still registered, "
+                        "and " + copy + " may still be running (" + s.why + "): the memory can "
+                        "go to something else at once, and the transfer then reads or "
+                        "overwrites that data (" + times + ").";
+      } else {
+        f.explanation = "Registered host memory is " + s.how + " here, while still registered, "
+                        "after " + copy + "; whether that copy had finished cannot be told "
+                        "from the trace: " + s.why + " (" + times + ").";
+      }
       f.evidence.Set("times", Value::Int(static_cast<int64_t>(s.times)))
           .Set("released", Value::String(s.how))
-          .Set("copy_queued_at", Value::SiteOf(s.copy_stack))
-          .Set("copy_bytes", Value::Bytes(s.copy_bytes))
-          .Set("stream", Value::String(s.stream == 0 ? "default" : stream))
+          .Set("copy_queued_at", Value::SiteOf(s.copy.stack))
+          .Set("copy_bytes", Value::Bytes(s.copy.bytes))
+          .Set("copy_direction", Value::String(std::string(DirectionWords(s.copy.dir))))
+          .Set("stream", Value::String(s.stream))
+          .Set("proven", Value::Bool(proven))
+          .Set("why", Value::String(s.why))
           .Set("released_after", Value::Seconds(s.after_ns * 1e-9));
       f.fix = "Wait for the copy before releasing its memory: cudaStreamSynchronize on the "
               "stream it was queued on, or cudaEventSynchronize on an event recorded after it "
-              "(cudaEventRecord), before the free, cudaHostUnregister or munmap.";
+              "(cudaEventRecord); and cudaHostUnregister the memory before free or munmap "
+              "(which also waits for the device's queued work).";
       out->push_back(std::move(f));
     }
   }
 
  private:
-  struct Copy {
-    uint64_t time_ns;
-    uint64_t ptr;
-    uint64_t bytes;
-    uint32_t stack;
-    uint64_t stream;
-  };
-  struct Mark {
-    uint64_t stream;
-    uint64_t time_ns;
-  };
   struct SiteStats {
     uint64_t times = 0;
     std::string how;
-    uint32_t copy_stack = 0;
-    uint64_t copy_bytes = 0;
-    uint64_t stream = 0;
+    InFlightCopy copy;
+    std::string stream;
+    std::string why;
     uint64_t after_ns = 0;
   };
 
-  // Copies queued on `stream` before `t` have finished.
-  void Complete(uint64_t stream, uint64_t t) {
-    auto it = streams_.find(stream);
-    if (it == streams_.end()) return;
-    std::deque<Copy>& q = it->second;
-    while (!q.empty() && q.front().time_ns <= t) q.pop_front();
-  }
-
-  void CompleteAll(uint64_t t) {
-    for (auto& kv : streams_) Complete(kv.first, t);
-  }
-
-  void Check(const Event& e, uint64_t ptr, uint64_t bytes, const char* how) {
+  // Whether [ptr, ptr + bytes) overlaps a live registration.
+  bool Registered(uint64_t ptr, uint64_t bytes) const {
     if (bytes == 0) bytes = 1;
-    for (auto& kv : streams_) {
-      std::deque<Copy>& q = kv.second;
-      for (auto it = q.begin(); it != q.end();) {
-        if (it->ptr < ptr + bytes && ptr < it->ptr + (it->bytes ? it->bytes : 1)) {
-          SiteStats& s = sites_[e.stack];
-          if (s.times++ == 0) {
-            s.how = how;
-            s.copy_stack = it->stack;
-            s.copy_bytes = it->bytes;
-            s.stream = it->stream;
-            s.after_ns = e.time_ns - std::min(e.time_ns, it->time_ns);
-          }
-          it = q.erase(it);  // reported once
-        } else {
-          ++it;
-        }
-      }
-    }
+    auto it = registered_.upper_bound(ptr + bytes - 1);
+    if (it == registered_.begin()) return false;
+    --it;
+    // Registrations do not overlap one another (the driver refuses that).
+    return ptr < it->first + std::max<uint64_t>(it->second, 1);
   }
 
-  std::unordered_map<uint64_t, std::deque<Copy>> streams_;
-  std::unordered_map<uint64_t, Mark> events_;
-  SiteTable<SiteStats> sites_;
-  uint64_t syncs_ = 0;
+  std::map<uint64_t, uint64_t> registered_;  // start -> bytes
+  std::set<uint64_t> reported_;              // copy ids
+  std::map<std::tuple<uint32_t, Severity>, SiteStats> sites_;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "analyzer/report/bandwidth_model.h"
 #include "analyzer/report/finding.h"
+#include "analyzer/report/sync_model.h"
 #include "analyzer/report/trace_reader.h"
 
 namespace pinshim {
@@ -117,6 +118,10 @@ class Rule {
   // The rule id, e.g. "pageable-hot".
   virtual const char* id() const = 0;
 
+  // Before Begin: the model of which queued copies have finished, updated
+  // with each event before the rules see it ("model" outlives the rule).
+  void UseSyncModel(const SyncModel* model) { sync_ = model; }
+
   // Before the first event.
   virtual void Begin(const ProcessInfo& process) {}
   // A successful copy; `pinned` is the live pinned allocation holding its
@@ -151,6 +156,7 @@ class Rule {
  protected:
   const BandwidthModel* model_ = nullptr;
   const RuleOptions* options_ = nullptr;
+  const SyncModel* sync_ = nullptr;
 };
 
 // One factory per rule (rules/<rule>.cc).
@@ -163,6 +169,7 @@ std::unique_ptr<Rule> NewOverPinningRule();
 std::unique_ptr<Rule> NewPinnedChurnRule();
 std::unique_ptr<Rule> NewPinnedUnusedRule();
 std::unique_ptr<Rule> NewFreeInFlightRule();
+std::unique_ptr<Rule> NewCopyRaceRule();
 std::unique_ptr<Rule> NewNonPortableRule();
 std::unique_ptr<Rule> NewBudgetRefusedRule();
 

@@ -29,11 +29,16 @@ class Trace {
     b_.Stack(1, 0, {0x1000});
     b_.Stack(2, 0, {0x2000});
     b_.Stack(3, 0, {0x3000});
+    // Per-thread default stream variants are known by their names.
+    b_.ApiNames({{0, "cuMemcpyHtoDAsync_v2"}, {1, "cuMemcpyHtoDAsync_v2_ptsz"},
+                 {2, "cuStreamSynchronize_ptsz"}, {3, "cuEventRecord_ptsz"}});
   }
 
   void Copy(uint64_t t, CopyDir dir, MemKind host, uint64_t bytes, uint64_t ptr, bool async,
-            uint32_t stack = 1, int device = 0, uint64_t dur = 1000, uint64_t stream = 0x77) {
+            uint32_t stack = 1, int device = 0, uint64_t dur = 1000, uint64_t stream = 0x77,
+            ApiId api = 0) {
     CopyEvent e{};
+    e.api = api;
     e.dir = dir;
     e.src_kind = dir == CopyDir::kHostToDevice ? host : MemKind::kDevice;
     e.dst_kind = dir == CopyDir::kHostToDevice ? MemKind::kDevice : host;
@@ -66,16 +71,55 @@ class Trace {
     b_.batch().AppendSample(s);
   }
 
-  void Sync(uint64_t t, trace::SyncKind kind, uint64_t stream, uint64_t event = 0) {
+  void Sync(uint64_t t, trace::SyncKind kind, uint64_t stream, uint64_t event = 0,
+            uint64_t dur = 10, ApiId api = 0) {
     trace::SyncEvent s{};
+    s.api = api;
     s.kind = kind;
     s.stream = reinterpret_cast<void*>(stream);
     s.event = reinterpret_cast<void*>(event);
     s.start_ns = t;
-    s.end_ns = t + 10;
+    s.end_ns = t + dur;
+    s.device = 0;
     b_.MakeRoom(1);
     b_.batch().AppendSync(s);
   }
+
+  // A stream created with `flags` (CU_STREAM_NON_BLOCKING is 1).
+  void StreamCreate(uint64_t t, uint64_t stream, uint32_t flags, int device = 0) {
+    trace::StreamEvent e{};
+    e.stream = reinterpret_cast<void*>(stream);
+    e.flags = flags;
+    e.start_ns = t;
+    e.end_ns = t + 10;
+    e.device = device;
+    b_.MakeRoom(1);
+    b_.batch().AppendStream(e);
+  }
+
+  void Graph(uint64_t t, trace::GraphOp op, uint64_t stream, uint64_t graph = 0) {
+    trace::GraphEvent e{};
+    e.op = op;
+    e.stream = reinterpret_cast<void*>(stream);
+    e.graph = reinterpret_cast<void*>(graph);
+    e.start_ns = t;
+    e.end_ns = t + 10;
+    e.device = 0;
+    b_.MakeRoom(1);
+    b_.batch().AppendGraph(e);
+  }
+
+  // A CPU access the copy watch recorded (kCopyRace).
+  void Access(uint64_t t, uint64_t ptr, uint64_t bytes, bool write, uint32_t stack = 3) {
+    b_.MakeRoom(1);
+    b_.batch().AppendMisuse(trace::MisuseKind::kCopyRace, reinterpret_cast<void*>(ptr), bytes, t,
+                            stack,
+                            static_cast<uint32_t>(trace::WcReadVia::kMemcpy) |
+                                (write ? trace::kCopyAccessWrite : 0));
+  }
+
+  // Events of another thread go into their own batch.
+  void SwitchThread(uint32_t from_tid) { b_.Flush(from_tid); }
 
   void HostFree(uint64_t t, uint64_t id, uint64_t ptr, uint64_t bytes, uint32_t stack = 3) {
     HostAllocEvent e{id, reinterpret_cast<void*>(ptr), bytes, true, 0};
@@ -102,8 +146,9 @@ class Trace {
   }
 
   // Runs every rule; returns the findings of `rule`.
-  std::vector<Finding> Findings(const std::string& rule, const AnalysisOptions* opts = nullptr) {
-    b_.Flush(1);
+  std::vector<Finding> Findings(const std::string& rule, const AnalysisOptions* opts = nullptr,
+                                uint32_t last_tid = 1) {
+    b_.Flush(last_tid);
     b_.End(kT0 + 100 * 1000000000ull);
     bytes_ = b_.bytes();
     TraceReader r;
@@ -275,6 +320,7 @@ TEST(PinnedChurn, AllocateAllThenFreeAllIsNotChurn) {
 TEST(FreeInFlight, CompletionByEventStreamContextAndLegacyStream) {
   Trace t;
   t.Pin(kT0, PinOp::kRegister, 0x10000000, kMiB);
+  t.StreamCreate(kT0 + 1, 0x77, 0);
   // Event recorded after the copy and waited for: fine.
   t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
   t.Sync(kT0 + 20, trace::SyncKind::kEventRecord, 0x77, 0xe1);
@@ -286,9 +332,11 @@ TEST(FreeInFlight, CompletionByEventStreamContextAndLegacyStream) {
   t.Sync(kT0 + 55, trace::SyncKind::kEventRecord, 0x77, 0xe2);
   t.Copy(kT0 + 60, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
   t.Sync(kT0 + 65, trace::SyncKind::kEventSynchronize, 0, 0xe2);
-  t.Pin(kT0 + 70, PinOp::kUnregister, 0x10000000, kMiB, 0, 3);
+  // Freed while still registered, before the wait above returned.
+  t.HostFree(kT0 + 70, 5, 0x10000000, kMiB);
   auto f = t.Findings("free-in-flight");
   ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kError);
   EXPECT_EQ(f[0].stack, 3u);
   EXPECT_EQ(f[0].evidence.Find("times")->int_value(), 1);
   EXPECT_EQ(f[0].evidence.Find("copy_queued_at")->stack(), 1u);
@@ -300,6 +348,223 @@ TEST(FreeInFlight, SilentWithoutAnySynchronizationEvents) {
   t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
   t.HostFree(kT0 + 20, 5, 0x10000000, kMiB);
   EXPECT_TRUE(t.Findings("free-in-flight").empty());
+}
+
+// The driver waits for queued work before it unregisters or frees pinned
+// memory (measured on the H200): releasing through it is no race.
+TEST(FreeInFlight, DriverReleasesWaitAndAreNotFindings) {
+  Trace t;
+  t.StreamCreate(kT0, 0x77, 0);
+  t.Pin(kT0 + 1, PinOp::kRegister, 0x10000000, kMiB);
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
+  t.Pin(kT0 + 20, PinOp::kUnregister, 0x10000000, kMiB, 0, 3);
+  // Unregistered, then freed: the unregister waited for the copy.
+  t.HostFree(kT0 + 200000, 5, 0x10000000, kMiB);
+  t.Pin(kT0 + 300000, PinOp::kAlloc, 0x20000000, kMiB);
+  t.Copy(kT0 + 300010, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x20000000, true);
+  t.Pin(kT0 + 300020, PinOp::kFree, 0x20000000, kMiB, 0, 3);
+  t.Sync(kT0 + 400000, trace::SyncKind::kStreamSynchronize, 0x77);
+  EXPECT_TRUE(t.Findings("free-in-flight").empty());
+}
+
+// The public sample's pattern: copies on blocking streams, an event
+// recorded on the legacy stream and waited for, then the memory released.
+TEST(FreeInFlight, LegacyStreamEventCoversBlockingStreamsButNotNonBlocking) {
+  for (uint32_t flags : {0u, 1u}) {
+    Trace t;
+    t.StreamCreate(kT0, 0x71, flags);
+    t.StreamCreate(kT0 + 1, 0x72, flags);
+    t.Pin(kT0 + 2, PinOp::kRegister, 0x10000000, 2 * kMiB);
+    t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000,
+           true, 1, 0, 5, 0x71);
+    t.Copy(kT0 + 20, CopyDir::kDeviceToHost, MemKind::kRegisteredByProgram, kMiB,
+           0x10000000 + kMiB, true, 1, 0, 5, 0x72);
+    t.Sync(kT0 + 30, trace::SyncKind::kEventRecord, 0, 0xe1);
+    t.Sync(kT0 + 40, trace::SyncKind::kEventSynchronize, 0, 0xe1);
+    t.HostFree(kT0 + 100, 5, 0x10000000, 2 * kMiB);
+    auto f = t.Findings("free-in-flight");
+    if (flags == 0) {
+      EXPECT_TRUE(f.empty()) << Reasons(f);
+    } else {
+      ASSERT_EQ(f.size(), 1u);
+      EXPECT_EQ(f[0].severity, Severity::kError);
+      EXPECT_EQ(f[0].evidence.Find("times")->int_value(), 2);
+    }
+  }
+}
+
+// A stream the trace never saw created may or may not be blocking: an
+// event on the legacy stream may have covered its copy, so no error, but
+// an info finding saying why.
+TEST(FreeInFlight, UnknownStreamFlagsGiveInfoNotError) {
+  Trace t;
+  t.Pin(kT0, PinOp::kRegister, 0x10000000, kMiB);
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true,
+         1, 0, 5, 0x99);
+  t.Sync(kT0 + 30, trace::SyncKind::kEventRecord, 0, 0xe1);
+  t.Sync(kT0 + 40, trace::SyncKind::kEventSynchronize, 0, 0xe1);
+  t.HostFree(kT0 + 100, 5, 0x10000000, kMiB);
+  auto f = t.Findings("free-in-flight");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kInfo);
+  EXPECT_NE(f[0].explanation.find("cannot be told"), std::string::npos) << f[0].explanation;
+}
+
+// cuStreamWaitEvent chains: A's copy, an event on A that B waits for, an
+// event on B waited for by the host: A's copy is done.
+TEST(FreeInFlight, StreamWaitEventChainsCompose) {
+  Trace t;
+  t.StreamCreate(kT0, 0xa, 1);
+  t.StreamCreate(kT0 + 1, 0xb, 1);
+  t.Pin(kT0 + 2, PinOp::kRegister, 0x10000000, kMiB);
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true,
+         1, 0, 5, 0xa);
+  t.Sync(kT0 + 20, trace::SyncKind::kEventRecord, 0xa, 0xe1);
+  t.Sync(kT0 + 30, trace::SyncKind::kStreamWaitEvent, 0xb, 0xe1);
+  t.Sync(kT0 + 40, trace::SyncKind::kEventRecord, 0xb, 0xe2);
+  t.Sync(kT0 + 50, trace::SyncKind::kEventSynchronize, 0, 0xe2);
+  t.HostFree(kT0 + 100, 5, 0x10000000, kMiB);
+  auto f = t.Findings("free-in-flight");
+  EXPECT_TRUE(f.empty()) << Reasons(f);
+}
+
+// A wait counts once it returned: a free made on another thread while the
+// synchronize is still blocked is a race.
+TEST(FreeInFlight, AWaitCountsWhenItReturns) {
+  Trace t;
+  t.StreamCreate(kT0, 0x77, 1);
+  t.Pin(kT0 + 1, PinOp::kRegister, 0x10000000, kMiB);
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true);
+  t.Sync(kT0 + 20, trace::SyncKind::kStreamSynchronize, 0x77, 0, 1000000);
+  t.SwitchThread(1);
+  t.HostFree(kT0 + 500, 5, 0x10000000, kMiB);
+  auto f = t.Findings("free-in-flight", nullptr, 2);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kError);
+}
+
+// A per-thread default stream is blocking: the legacy stream's event covers
+// it. Its own synchronize covers it only from its own thread.
+TEST(CopyRace, PerThreadDefaultStreams) {
+  {
+    Trace t;
+    t.Pin(kT0, PinOp::kAlloc, 0x10000000, kMiB);
+    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
+           1, 0, 5, 0, /*api=*/1);
+    t.Sync(kT0 + 20, trace::SyncKind::kEventRecord, 0, 0xe1);  // legacy stream
+    t.Sync(kT0 + 30, trace::SyncKind::kEventSynchronize, 0, 0xe1);
+    t.Access(kT0 + 100, 0x10000000, 64, false);
+    EXPECT_TRUE(t.Findings("copy-race").empty());
+  }
+  {
+    Trace t;
+    t.Pin(kT0, PinOp::kAlloc, 0x10000000, kMiB);
+    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
+           1, 0, 5, 0, /*api=*/1);
+    t.SwitchThread(1);
+    // Another thread synchronizes its own per-thread stream: that covers
+    // this one's copy only through legacy-stream work the trace does not
+    // show (both are blocking), so it cannot be told.
+    t.Sync(kT0 + 20, trace::SyncKind::kStreamSynchronize, 0, 0, 10, /*api=*/2);
+    t.SwitchThread(2);
+    t.Access(kT0 + 100, 0x10000000, 64, false);
+    auto f = t.Findings("copy-race");
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].severity, Severity::kInfo);
+  }
+  {
+    // A non-blocking stream's synchronize says nothing about it at all.
+    Trace t;
+    t.StreamCreate(kT0, 0x77, 1);
+    t.Pin(kT0 + 1, PinOp::kAlloc, 0x10000000, kMiB);
+    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
+           1, 0, 5, 0, /*api=*/1);
+    t.Sync(kT0 + 20, trace::SyncKind::kStreamSynchronize, 0x77);
+    t.Access(kT0 + 100, 0x10000000, 64, false);
+    auto f = t.Findings("copy-race");
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].severity, Severity::kError);
+  }
+}
+
+TEST(CopyRace, ReadsOfDestinationsAndWritesOfSourcesBeforeAWait) {
+  Trace t;
+  t.StreamCreate(kT0, 0x77, 1);
+  t.Pin(kT0 + 1, PinOp::kAlloc, 0x10000000, kMiB);
+  t.Pin(kT0 + 2, PinOp::kAlloc, 0x20000000, kMiB);
+  t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true);
+  t.Copy(kT0 + 20, CopyDir::kHostToDevice, MemKind::kPinnedByProgram, kMiB, 0x20000000, true);
+  t.Access(kT0 + 30, 0x20000000 + 10, 16, false, 2);  // reading a source is fine
+  t.Access(kT0 + 40, 0x10000000 + 10, 16, false, 3);  // reading a destination is not
+  t.Access(kT0 + 50, 0x20000000 + 10, 16, true, 3);   // nor writing a source
+  t.Sync(kT0 + 60, trace::SyncKind::kStreamSynchronize, 0x77);
+  t.Copy(kT0 + 100, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true);
+  t.Sync(kT0 + 110, trace::SyncKind::kStreamSynchronize, 0x77);
+  t.Access(kT0 + 200, 0x10000000, 16, false, 2);  // after the wait
+  auto f = t.Findings("copy-race");
+  ASSERT_EQ(f.size(), 2u);
+  for (const Finding& x : f) {
+    EXPECT_EQ(x.severity, Severity::kError);
+    EXPECT_EQ(x.stack, 3u);
+    EXPECT_EQ(x.evidence.Find("copy_queued_at")->stack(), 1u);
+  }
+}
+
+// Copies queued while a stream captures do not run then; at a launch they
+// may, but which graph holds which copy is not in the trace: info only.
+TEST(CopyRace, CapturedCopiesRunAtLaunchesAndAreNeverProven) {
+  Trace t;
+  t.StreamCreate(kT0, 0x77, 1);
+  t.Pin(kT0 + 1, PinOp::kAlloc, 0x10000000, kMiB);
+  t.Graph(kT0 + 10, trace::GraphOp::kCaptureBegin, 0x77);
+  t.Copy(kT0 + 20, CopyDir::kHostToDevice, MemKind::kPinnedByProgram, kMiB, 0x10000000, true);
+  t.Graph(kT0 + 30, trace::GraphOp::kCaptureEnd, 0x77, 0x6000);
+  t.Access(kT0 + 40, 0x10000000, 16, true, 2);  // before any launch: fine
+  t.Graph(kT0 + 50, trace::GraphOp::kLaunch, 0x77, 0x7000);
+  t.Access(kT0 + 60, 0x10000000, 16, true, 3);  // during the launch: cannot tell
+  t.Sync(kT0 + 70, trace::SyncKind::kStreamSynchronize, 0x77);
+  t.Graph(kT0 + 100, trace::GraphOp::kLaunch, 0x77, 0x7000);
+  t.Sync(kT0 + 110, trace::SyncKind::kStreamSynchronize, 0x77);
+  t.Access(kT0 + 200, 0x10000000, 16, true, 2);  // after the wait: fine
+  auto f = t.Findings("copy-race");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kInfo);
+  EXPECT_EQ(f[0].stack, 3u);
+}
+
+// A host function starts after its stream's earlier work finished.
+TEST(CopyRace, HostFunctionsAreCompletionPoints) {
+  Trace t;
+  t.StreamCreate(kT0, 0x77, 1);
+  t.Pin(kT0 + 1, PinOp::kAlloc, 0x10000000, kMiB);
+  t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true);
+  t.Sync(kT0 + 20, trace::SyncKind::kHostFuncQueued, 0x77, 41);
+  t.SwitchThread(1);
+  t.Sync(kT0 + 30, trace::SyncKind::kHostFuncRun, 0, 41);
+  t.Access(kT0 + 40, 0x10000000, 16, false, 3);
+  EXPECT_TRUE(t.Findings("copy-race", nullptr, 2).empty());
+}
+
+// Streams made by the thousand share one model index past the first 1024:
+// a race on one of them is still found while nothing waits, and a wait for
+// another of them hides it (never the other way round).
+TEST(CopyRace, ManyStreamsStayBoundedAndNeverInventAFinding) {
+  for (bool wait_other : {false, true}) {
+    Trace t;
+    for (uint64_t s = 0; s < 1100; ++s) t.StreamCreate(kT0 + s, 0x100000 + s * 16, 1);
+    t.Pin(kT0 + 2000, PinOp::kAlloc, 0x10000000, kMiB);
+    t.Copy(kT0 + 2010, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
+           1, 0, 5, 0x100000 + 1050 * 16);
+    if (wait_other) t.Sync(kT0 + 2020, trace::SyncKind::kStreamSynchronize, 0x100000 + 1060 * 16);
+    t.Access(kT0 + 3000, 0x10000000, 64, false);
+    auto f = t.Findings("copy-race");
+    if (wait_other) {
+      EXPECT_TRUE(f.empty()) << Reasons(f);
+    } else {
+      ASSERT_EQ(f.size(), 1u);
+      EXPECT_EQ(f[0].severity, Severity::kError);
+    }
+  }
 }
 
 TEST(NonPortable, PortableFlagOrSameDeviceIsFine) {

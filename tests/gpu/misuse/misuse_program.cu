@@ -16,6 +16,15 @@
     }                                                                                    \
   } while (0)
 
+// Keeps the stream busy, so that copies queued behind it are still queued
+// when the CPU touches their memory (the report does not depend on it: it
+// reads the synchronization, not the timing).
+__global__ void Spin(long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
 int main() {
   const size_t kBytes = 8 << 20;
   void* dev;
@@ -38,6 +47,28 @@ int main() {
   memcpy(sink, wc, 1 << 20);  // MISUSE(wc-read)
   printf("misuse_program: %d\n", sink[12]);
   CHECK(cudaFreeHost(wc));
+
+  // The CPU reads a download's destination before waiting for it; the same
+  // after a wait is right.
+  char* result;
+  CHECK(cudaMallocHost(&result, 1 << 20));
+  Spin<<<1, 1, 0, stream>>>(50000000);
+  CHECK(cudaMemcpyAsync(result, dev, 1 << 20, cudaMemcpyDeviceToHost, stream));
+  memcpy(sink, result, 1 << 20);  // MISUSE(copy-race)
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaMemcpyAsync(result, dev, 1 << 20, cudaMemcpyDeviceToHost, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  memcpy(sink, result, 1 << 20);
+  CHECK(cudaFreeHost(result));
+
+  // Registered memory given back to the allocator, still registered, under a
+  // queued download (1 MiB: glibc unmaps it; the driver keeps its pages).
+  char* registered = static_cast<char*>(malloc(1 << 20));
+  CHECK(cudaHostRegister(registered, 1 << 20, cudaHostRegisterDefault));
+  Spin<<<1, 1, 0, stream>>>(50000000);
+  CHECK(cudaMemcpyAsync(registered, dev, 1 << 20, cudaMemcpyDeviceToHost, stream));
+  free(registered);  // MISUSE(free-in-flight)
+  CHECK(cudaStreamSynchronize(stream));  // the registration is left behind, as the misuse leaves it
   free(sink);
   free(batch);
   CHECK(cudaStreamDestroy(stream));

@@ -87,6 +87,34 @@ std::string Everything() {
   sync.start_ns = t + 50000;
   sync.end_ns = t + 50010;
   e.AppendSync(sync);
+  // Streams, captures, launches, host functions and CPU accesses under a
+  // queued copy: what the synchronization model and copy-race read.
+  trace::StreamEvent created{};
+  created.stream = reinterpret_cast<void*>(0x50);
+  created.flags = 1;
+  created.start_ns = t + 50020;
+  created.end_ns = t + 50030;
+  e.AppendStream(created);
+  trace::GraphEvent graph{};
+  graph.op = trace::GraphOp::kCaptureBegin;
+  graph.stream = reinterpret_cast<void*>(0x50);
+  graph.start_ns = t + 50040;
+  graph.end_ns = t + 50050;
+  e.AppendGraph(graph);
+  graph.op = trace::GraphOp::kCaptureEnd;
+  graph.graph = reinterpret_cast<void*>(0x70);
+  e.AppendGraph(graph);
+  graph.op = trace::GraphOp::kLaunch;
+  graph.graph = reinterpret_cast<void*>(0x80);
+  e.AppendGraph(graph);
+  sync.kind = trace::SyncKind::kHostFuncQueued;
+  sync.event = reinterpret_cast<void*>(7);
+  sync.device = 0;
+  e.AppendSync(sync);
+  sync.kind = trace::SyncKind::kHostFuncRun;
+  e.AppendSync(sync);
+  e.AppendMisuse(trace::MisuseKind::kCopyRace, reinterpret_cast<void*>(0x900010), 64, t + 50100,
+                 1, static_cast<uint32_t>(trace::WcReadVia::kMemcpy) | trace::kCopyAccessWrite);
   HostAllocEvent f{1, reinterpret_cast<void*>(0x10000), 1 << 20, true, 0};
   e.AppendHostAlloc(f, t + 60000, 2);
   e.AppendPin(Pin(t + 70000, PinOp::kFree, 0x900000, 4 << 20, 0), 2, 0);

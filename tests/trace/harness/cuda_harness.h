@@ -4,8 +4,9 @@
 //   recorder_backend.cc  (what the tests use now) emulates the driver in host
 //       memory and hands each call to the trace recorder exactly as the hooks
 //       do: CopyEvent/PinEvent/HostAllocEvent/SyncEvent, with the caller's
-//       real stack. It also interposes memcpy/memmove/memcmp/strlen/fwrite/
-//       write, as the libc hooks will, for the wc-read rule.
+//       real stack. It also interposes memcpy/memmove/memset/memcmp/strlen/
+//       fwrite/write, as the libc hooks do, for the wc-read and copy-race
+//       rules.
 //   driver_backend.cc  calls the CUDA driver API (the real libcuda, or
 //       tests/fakecuda's), for running the same programs under
 //       LD_PRELOAD=libpinshim.so once the hooks record.
@@ -34,12 +35,23 @@ constexpr unsigned kHostAllocWriteCombined = 0x04;
 // Makes `device` current for the calling thread (cuCtxSetCurrent).
 void SetDevice(int device);
 
+// Devices the program can use (the recorder backend emulates two).
+int DeviceCount();
+
+// The exit status of a program that cannot run here (too few devices); it
+// says why on stderr, and the tests report it as not run.
+constexpr int kNotRun = 77;
+
 void* DeviceAlloc(size_t bytes);
 void DeviceFree(void* device_ptr);
 
 // Ordinary host memory, as malloc/free (tracked when large, like the hooks).
 void* Malloc(size_t bytes);
 void Free(void* p);
+
+// Anonymous pages, as mmap/munmap (tracked when large, like the hooks).
+void* MapPages(size_t bytes);
+void UnmapPages(void* p, size_t bytes);
 
 // Under enforce mode (see recorder_backend.cc) HostAlloc returns null when
 // the budget denies it, and HostRegister registers nothing when refused.

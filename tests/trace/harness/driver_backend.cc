@@ -4,6 +4,7 @@
 // hooks, not the harness, record the trace. Failures abort: a test program
 // that cannot make its calls has nothing to show.
 #include <cuda.h>
+#include <sys/mman.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,14 @@ void SetDevice(int device) {
   Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
+int DeviceCount() {
+  static std::once_flag once;
+  std::call_once(once, [] { Check(cuInit(0), "cuInit"); });
+  int n = 0;
+  Check(cuDeviceGetCount(&n), "cuDeviceGetCount");
+  return n;
+}
+
 void* DeviceAlloc(size_t bytes) {
   EnsureContext();
   CUdeviceptr p;
@@ -59,6 +68,16 @@ void DeviceFree(void* p) { Check(cuMemFree(Dev(p)), "cuMemFree"); }
 
 void* Malloc(size_t bytes) { return malloc(bytes); }
 void Free(void* p) { free(p); }
+
+void* MapPages(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    fprintf(stderr, "harness: mmap failed\n");
+    abort();
+  }
+  return p;
+}
+void UnmapPages(void* p, size_t bytes) { munmap(p, bytes); }
 
 // Enforce mode's deny policy answers over-budget pinning with the driver's
 // out-of-memory error: the program then goes on without the pinned memory,

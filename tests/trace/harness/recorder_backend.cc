@@ -46,6 +46,7 @@ enum HarnessApi : ApiId {
   kCtxSyncApi,
   kEventRecordApi,
   kEventSyncApi,
+  kStreamCreateApi,
   kApiCount,
 };
 
@@ -54,7 +55,8 @@ const char* ApiName(ApiId id) {
       "cuMemcpyHtoD_v2",     "cuMemcpyDtoH_v2",     "cuMemcpyHtoDAsync_v2",
       "cuMemcpyDtoHAsync_v2", "cuMemHostAlloc",      "cuMemFreeHost",
       "cuMemHostRegister_v2", "cuMemHostUnregister", "cuStreamSynchronize",
-      "cuCtxSynchronize",    "cuEventRecord",       "cuEventSynchronize"};
+      "cuCtxSynchronize",    "cuEventRecord",       "cuEventSynchronize",
+      "cuStreamCreate"};
   return id < kApiCount ? kNames[id] : nullptr;
 }
 
@@ -62,6 +64,7 @@ const char* ApiName(ApiId id) {
 struct Real {
   void* (*memcpy)(void*, const void*, size_t);
   void* (*memmove)(void*, const void*, size_t);
+  void* (*memset)(void*, int, size_t);
   int (*memcmp)(const void*, const void*, size_t);
   size_t (*strlen)(const char*);
   size_t (*fwrite)(const void*, size_t, size_t, FILE*);
@@ -107,6 +110,7 @@ void Resolve() {
   Real r{};
   r.memcpy = reinterpret_cast<decltype(r.memcpy)>(dlsym(RTLD_NEXT, "memcpy"));
   r.memmove = reinterpret_cast<decltype(r.memmove)>(dlsym(RTLD_NEXT, "memmove"));
+  r.memset = reinterpret_cast<decltype(r.memset)>(dlsym(RTLD_NEXT, "memset"));
   r.memcmp = reinterpret_cast<decltype(r.memcmp)>(dlsym(RTLD_NEXT, "memcmp"));
   r.strlen = reinterpret_cast<decltype(r.strlen)>(dlsym(RTLD_NEXT, "strlen"));
   r.fwrite = reinterpret_cast<decltype(r.fwrite)>(dlsym(RTLD_NEXT, "fwrite"));
@@ -217,6 +221,7 @@ void Sync(ApiId api, trace::SyncKind kind, void* stream, void* event, uint64_t s
   e.event = event;
   e.start_ns = start;
   e.end_ns = Now();
+  e.device = t_device;
   trace::RecordSync(e);
 }
 
@@ -276,6 +281,7 @@ __attribute__((constructor(101))) void Start() {
   o.sample_ms = static_cast<uint32_t>(EnvNumber("PINSHIM_SAMPLE_MS", 10));
   o.budget_bytes = EnvNumber("PINSHIM_BUDGET", 0);
   o.wc_guard = EnvNumber("PINSHIM_WC_GUARD", 0) != 0;
+  o.copy_guard = EnvNumber("PINSHIM_COPY_GUARD", 0) != 0;
   o.stack_depth = static_cast<int>(EnvNumber("PINSHIM_STACK_DEPTH", trace::kDefaultStackDepth));
   o.api_name = ApiName;
   o.api_count = kApiCount;
@@ -297,34 +303,51 @@ __attribute__((destructor)) void Stop() { trace::StopRecorder(); }
 // function needs an exception region, which rules the tail call out.
 __attribute__((noinline)) void* CheckedMemcpy(void* d, const void* s, size_t n) noexcept {
   trace::CheckWcRead(s, n, trace::WcReadVia::kMemcpy);
+  trace::CheckCopyAccess(s, n, false, trace::WcReadVia::kMemcpy);
+  trace::CheckCopyAccess(d, n, true, trace::WcReadVia::kMemcpy);
   return RealMemcpy(d, s, n);
 }
 __attribute__((noinline)) void* CheckedMemmove(void* d, const void* s, size_t n) noexcept {
   if (g_real.memmove == nullptr) Resolve();
   trace::CheckWcRead(s, n, trace::WcReadVia::kMemmove);
+  trace::CheckCopyAccess(s, n, false, trace::WcReadVia::kMemmove);
+  trace::CheckCopyAccess(d, n, true, trace::WcReadVia::kMemmove);
   return g_real.memmove ? g_real.memmove(d, s, n) : ByteCopy(d, s, n);
+}
+__attribute__((noinline)) void* CheckedMemset(void* d, int c, size_t n) noexcept {
+  if (g_real.memset == nullptr) Resolve();
+  trace::CheckCopyAccess(d, n, true, trace::WcReadVia::kOther);
+  if (g_real.memset != nullptr) return g_real.memset(d, c, n);
+  volatile unsigned char* p = static_cast<volatile unsigned char*>(d);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(c);
+  return d;
 }
 __attribute__((noinline)) int CheckedMemcmp(const void* a, const void* b, size_t n) noexcept {
   if (g_real.memcmp == nullptr) Resolve();
   if (!trace::CheckWcRead(a, n, trace::WcReadVia::kMemcmp)) {
     trace::CheckWcRead(b, n, trace::WcReadVia::kMemcmp);
   }
+  trace::CheckCopyAccess(a, n, false, trace::WcReadVia::kMemcmp);
+  trace::CheckCopyAccess(b, n, false, trace::WcReadVia::kMemcmp);
   return g_real.memcmp ? g_real.memcmp(a, b, n) : ByteCompare(a, b, n);
 }
 __attribute__((noinline)) size_t CheckedStrlen(const char* s) noexcept {
   if (g_real.strlen == nullptr) Resolve();
   size_t n = g_real.strlen ? g_real.strlen(s) : ByteLength(s);
   trace::CheckWcRead(s, n + 1, trace::WcReadVia::kString);
+  trace::CheckCopyAccess(s, n + 1, false, trace::WcReadVia::kString);
   return n;
 }
 __attribute__((noinline)) size_t CheckedFwrite(const void* p, size_t size, size_t n, FILE* f) noexcept {
   if (g_real.fwrite == nullptr) Resolve();
   trace::CheckWcRead(p, size * n, trace::WcReadVia::kStdio);
+  trace::CheckCopyAccess(p, size * n, false, trace::WcReadVia::kStdio);
   return g_real.fwrite(p, size, n, f);
 }
 __attribute__((noinline)) ssize_t CheckedWrite(int fd, const void* p, size_t n) noexcept {
   if (g_real.write == nullptr) Resolve();
   trace::CheckWcRead(p, n, trace::WcReadVia::kStdio);
+  trace::CheckCopyAccess(p, n, false, trace::WcReadVia::kStdio);
   trace::DisarmWcGuardFor(p, n);
   return g_real.write(fd, p, n);
 }
@@ -332,6 +355,8 @@ __attribute__((noinline)) ssize_t CheckedWrite(int fd, const void* p, size_t n) 
 namespace cuda {
 
 void SetDevice(int device) { t_device = device; }
+
+int DeviceCount() { return 2; }
 
 void* DeviceAlloc(size_t bytes) { return malloc(bytes); }
 
@@ -367,6 +392,39 @@ void Free(void* p) {
     trace::RecordHostAlloc(e);
   }
   free(p);
+}
+
+void* MapPages(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) abort();
+  if (bytes < 64 * 1024) return p;
+  uint64_t id = ++g_next_id;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    (*g_ranges)[reinterpret_cast<uintptr_t>(p)] = Range{bytes, MemKind::kPageable, 0, id, false};
+  }
+  HostAllocEvent e{id, p, bytes, false, 1};
+  trace::RecordHostAlloc(e);
+  return p;
+}
+
+void UnmapPages(void* p, size_t bytes) {
+  Range r{};
+  bool tracked = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_ranges->find(reinterpret_cast<uintptr_t>(p));
+    if (it != g_ranges->end() && it->second.alloc_id != 0) {
+      r = it->second;
+      tracked = true;
+      g_ranges->erase(it);
+    }
+  }
+  if (tracked) {
+    HostAllocEvent e{r.alloc_id, p, r.bytes, true, 1};
+    trace::RecordHostAlloc(e);
+  }
+  munmap(p, bytes);
 }
 
 void* HostAlloc(size_t bytes, unsigned flags) {
@@ -462,7 +520,19 @@ void MemcpyDtoHAsync(void* d, const void* s, size_t n, Stream stream) {
   Copy(kCopyDtoHAsync, CopyDir::kDeviceToHost, d, s, n, true, stream);
 }
 
-Stream StreamCreate() { return malloc(16); }
+Stream StreamCreate() {
+  uint64_t start = Now();
+  void* s = malloc(16);
+  trace::StreamEvent e{};
+  e.api = kStreamCreateApi;
+  e.stream = s;
+  e.flags = 0;  // CU_STREAM_DEFAULT, as the driver backend creates them
+  e.start_ns = start;
+  e.end_ns = Now();
+  e.device = t_device;
+  trace::RecordStream(e);
+  return s;
+}
 void StreamDestroy(Stream s) { free(s); }
 void StreamSynchronize(Stream s) {
   Sync(kStreamSyncApi, trace::SyncKind::kStreamSynchronize, s, nullptr, Now());
@@ -491,6 +561,7 @@ void* memcpy(void* d, const void* s, size_t n) noexcept {
 void* memmove(void* d, const void* s, size_t n) noexcept {
   return pinshim::testing::CheckedMemmove(d, s, n);
 }
+void* memset(void* d, int c, size_t n) noexcept { return pinshim::testing::CheckedMemset(d, c, n); }
 int memcmp(const void* a, const void* b, size_t n) noexcept {
   return pinshim::testing::CheckedMemcmp(a, b, n);
 }

@@ -1,5 +1,10 @@
-// Misuse: a registered buffer unregistered (and a pinned copy's source freed)
-// while the asynchronous copy that reads it has not been waited for.
+// Misuse: registered host memory released by the allocator while still
+// registered, with the asynchronous copies that use it not waited for: the
+// allocator may hand it out again at once. (cuMemHostUnregister waits for
+// the device's queued work, measured on the H200: unregistering first, as
+// the first buffer does, is right.)
+#include <cstring>
+
 #include "tests/trace/harness/cuda_harness.h"
 
 namespace cuda = pinshim::testing::cuda;
@@ -11,7 +16,7 @@ int main() {
   char* buf = static_cast<char*>(cuda::Malloc(kBytes));
   cuda::HostRegister(buf, kBytes);
   cuda::MemcpyHtoDAsync(dev, buf, kBytes, stream);
-  cuda::HostUnregister(buf);  // MISUSE(free-in-flight)
+  cuda::HostUnregister(buf);  // waits for the copy: no finding
   cuda::StreamSynchronize(stream);
 
   // Below glibc's mmap threshold, so the freed block stays mapped and the copy
@@ -20,6 +25,12 @@ int main() {
   char* other = static_cast<char*>(cuda::Malloc(kSmall));
   cuda::HostRegister(other, kSmall); cuda::MemcpyHtoDAsync(dev, other, kSmall, stream);
   cuda::Free(other);  // MISUSE(free-in-flight)
+  cuda::StreamSynchronize(stream);
+
+  // Pages unmapped while registered, under a device-to-host copy.
+  char* pages = static_cast<char*>(cuda::MapPages(kBytes));
+  cuda::HostRegister(pages, kBytes); cuda::MemcpyDtoHAsync(pages, dev, kBytes, stream);
+  cuda::UnmapPages(pages, kBytes);  // MISUSE(free-in-flight)
   cuda::StreamSynchronize(stream);
 
   cuda::Free(buf);

@@ -1,0 +1,413 @@
+// Streams, events, captures, graph launches and host functions: the calls
+// that say when queued work runs and when the host knows it finished. While
+// a trace is written each one is recorded (kSync, kStream, kGraph) for the
+// analyzer's model of the driver's synchronization
+// (analyzer/report/sync_model.h); without a trace they forward untouched.
+// They count nothing in the summary, and every return code is the driver's.
+//
+// Host functions (cuLaunchHostFunc, cuStreamAddCallback) are the one place
+// where a wrapper changes an argument: while a trace is written the driver
+// is handed a trampoline that records the moment the function starts (the
+// work queued before it on its stream has then finished), then calls the
+// program's function with the program's argument, on the same driver
+// thread. The trampolines' arguments live in a fixed table; when it is full
+// the program's function is passed through as it was, and the trace says so.
+//
+// cuda.h is read as the driver itself reads it (__CUDA_API_VERSION_INTERNAL),
+// which declares every versioned and per-thread ABI name.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <atomic>
+
+#include "shim/hooks/driver_table.h"
+#include "shim/hooks/hook_support.h"
+#include "shim/hooks/state.h"
+#include "shim/trace/recorder.h"
+
+namespace pinshim {
+namespace hook {
+
+int CurrentDevice() {
+  using GetDevice = CUresult (*)(CUdevice*);
+  static std::atomic<GetDevice> get_device{nullptr};
+  GetDevice fn = get_device.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = reinterpret_cast<GetDevice>(DriverLibrarySymbol("cuCtxGetDevice"));
+    if (fn == nullptr) return -1;
+    get_device.store(fn, std::memory_order_release);
+  }
+  CUdevice dev = -1;
+  return fn(&dev) == CUDA_SUCCESS ? static_cast<int>(dev) : -1;
+}
+
+namespace {
+
+void RecordSyncPoint(ApiId api, trace::SyncKind kind, const void* stream, const void* event,
+                     uint64_t start_ns, CUresult r) {
+  if (start_ns == 0) return;
+  trace::SyncEvent e;
+  e.api = api;
+  e.kind = kind;
+  e.stream = stream;
+  e.event = event;
+  e.start_ns = start_ns;
+  e.end_ns = NowNs();
+  e.result = r;
+  e.device = CurrentDevice();
+  trace::RecordSync(e);
+}
+
+void RecordGraphOp(ApiId api, trace::GraphOp op, const void* stream, const void* graph,
+                   uint64_t start_ns, CUresult r) {
+  if (start_ns == 0) return;
+  trace::GraphEvent e;
+  e.api = api;
+  e.op = op;
+  e.stream = stream;
+  e.graph = graph;
+  e.start_ns = start_ns;
+  e.end_ns = NowNs();
+  e.result = r;
+  e.device = CurrentDevice();
+  trace::RecordGraph(e);
+}
+
+void RecordStreamCreated(ApiId api, CUstream* out, unsigned flags, int priority,
+                         uint64_t start_ns, CUresult r) {
+  if (start_ns == 0) return;
+  trace::StreamEvent e;
+  e.api = api;
+  e.stream = r == CUDA_SUCCESS && out != nullptr ? *out : nullptr;
+  e.flags = flags;
+  e.priority = priority;
+  e.start_ns = start_ns;
+  e.end_ns = NowNs();
+  e.result = r;
+  e.device = CurrentDevice();
+  trace::RecordStream(e);
+}
+
+// --- host function trampolines ---------------------------------------------
+
+constexpr size_t kHostFnSlots = 4096;
+
+struct HostFnSlot {
+  std::atomic<uint32_t> busy{0};
+  CUhostFn fn = nullptr;
+  CUstreamCallback callback = nullptr;
+  void* data = nullptr;
+  uint64_t token = 0;
+};
+HostFnSlot g_host_fns[kHostFnSlots];
+std::atomic<uint64_t> g_next_token{1};
+std::atomic<size_t> g_slot_hint{0};
+
+HostFnSlot* ClaimSlot() {
+  const size_t start = g_slot_hint.fetch_add(1, std::memory_order_relaxed);
+  for (size_t k = 0; k < kHostFnSlots; ++k) {
+    HostFnSlot& s = g_host_fns[(start + k) % kHostFnSlots];
+    uint32_t expected = 0;
+    if (s.busy.compare_exchange_strong(expected, 1, std::memory_order_acquire)) return &s;
+  }
+  return nullptr;
+}
+
+// The host function starts: recorded first, then the program's own runs.
+void RecordRun(uint64_t token) {
+  trace::SyncEvent e;
+  e.api = kApi_cuLaunchHostFunc;
+  e.kind = trace::SyncKind::kHostFuncRun;
+  e.stream = nullptr;
+  e.event = reinterpret_cast<const void*>(static_cast<uintptr_t>(token));
+  e.start_ns = e.end_ns = NowNs();
+  e.result = CUDA_SUCCESS;
+  e.device = -1;
+  trace::RecordSync(e);
+}
+
+// A slot serves one call: it is emptied before it is given back, so that a
+// second call through it (which MayBeCapturing exists to prevent) finds
+// nothing rather than another function's argument.
+void CUDA_CB RunHostFn(void* arg) {
+  HostFnSlot* s = static_cast<HostFnSlot*>(arg);
+  CUhostFn fn = s->fn;
+  void* data = s->data;
+  const uint64_t token = s->token;
+  s->fn = nullptr;
+  s->busy.store(0, std::memory_order_release);
+  if (fn == nullptr) return;
+  RecordRun(token);
+  fn(data);
+}
+
+void CUDA_CB RunStreamCallback(CUstream stream, CUresult status, void* arg) {
+  HostFnSlot* s = static_cast<HostFnSlot*>(arg);
+  CUstreamCallback callback = s->callback;
+  void* data = s->data;
+  const uint64_t token = s->token;
+  s->callback = nullptr;
+  s->busy.store(0, std::memory_order_release);
+  if (callback == nullptr) return;
+  RecordRun(token);
+  callback(stream, status, data);
+}
+
+// Whether `stream` may be capturing: a host function queued there becomes a
+// graph node the driver calls at every launch, with the argument it was
+// given, so it must not be a trampoline slot that is freed after one call.
+// Asked of the driver itself; a driver without captures never captures,
+// and a query that fails counts as capturing.
+bool MayBeCapturing(CUstream stream, bool per_thread) {
+  using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  static std::atomic<void*> legacy_fn{nullptr}, per_thread_fn{nullptr};
+  std::atomic<void*>& cache = per_thread ? per_thread_fn : legacy_fn;
+  void* fn = cache.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = DriverLibrarySymbol(per_thread ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
+    if (fn == nullptr) return false;
+    cache.store(fn, std::memory_order_release);
+  }
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (reinterpret_cast<IsCapturing>(fn)(stream, &status) != CUDA_SUCCESS) return true;
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Queues a host function through `launch(trampoline_arg)` (or unwrapped,
+// `launch(nullptr)`, without a trace, on a capturing stream or without a
+// free slot) and records it. The queueing is recorded before the driver
+// call: the function may start before the call returns.
+template <typename Launch>
+CUresult QueueHostFn(ApiId api, CUstream stream, CUhostFn fn, CUstreamCallback callback,
+                     void* data, Launch launch) {
+  const uint64_t start_ns = StartTime();
+  HostFnSlot* slot = start_ns != 0 && (fn != nullptr || callback != nullptr) &&
+                             !MayBeCapturing(stream, kDriverEntries[api].per_thread)
+                         ? ClaimSlot()
+                         : nullptr;
+  if (slot == nullptr) {
+    CUresult r = launch(nullptr);
+    RecordSyncPoint(api, trace::SyncKind::kHostFuncQueued, stream, nullptr, start_ns, r);
+    return r;
+  }
+  slot->fn = fn;
+  slot->callback = callback;
+  slot->data = data;
+  slot->token = g_next_token.fetch_add(1, std::memory_order_relaxed);
+  const void* token = reinterpret_cast<const void*>(static_cast<uintptr_t>(slot->token));
+  RecordSyncPoint(api, trace::SyncKind::kHostFuncQueued, stream, token, start_ns, CUDA_SUCCESS);
+  CUresult r = launch(slot);
+  if (r != CUDA_SUCCESS) {
+    slot->busy.store(0, std::memory_order_release);
+    // The same token, failed: the analyzer forgets it.
+    RecordSyncPoint(api, trace::SyncKind::kHostFuncQueued, stream, token, start_ns, r);
+  }
+  return r;
+}
+
+}  // namespace
+
+void RecordDriverWait(ApiId api, uint64_t start_ns, int result) {
+  RecordSyncPoint(api, trace::SyncKind::kDeviceFree, nullptr, nullptr, start_ns,
+                  static_cast<CUresult>(result));
+}
+
+}  // namespace hook
+}  // namespace pinshim
+
+using namespace pinshim;        // NOLINT: the wrappers below are extern "C"
+using namespace pinshim::hook;  // NOLINT
+
+// A call whose completion meaning is `kind`, recorded after it returned.
+#define PINSHIM_SYNC(api, type, kind, stream, event, ...)                 \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                             \
+  const uint64_t start_ns = StartTime();                                  \
+  CUresult r = real_fn(__VA_ARGS__);                                      \
+  RecordSyncPoint(api, kind, stream, event, start_ns, r);                 \
+  return r
+
+extern "C" {
+
+// --- synchronization and events ------------------------------------------------
+
+#define DEFINE_STREAM_SYNC(name)                                                        \
+  CUresult name(CUstream st) {                                                          \
+    using Fn = CUresult (*)(CUstream);                                                  \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamSynchronize, st, nullptr, st); \
+  }
+#define DEFINE_STREAM_QUERY(name)                                                       \
+  CUresult name(CUstream st) {                                                          \
+    using Fn = CUresult (*)(CUstream);                                                  \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st);                                            \
+    const uint64_t start_ns = StartTime();                                              \
+    CUresult r = real_fn(st);                                                           \
+    /* Only a query that found the stream idle says anything about completion. */      \
+    if (r == CUDA_SUCCESS)                                                              \
+      RecordSyncPoint(kApi_##name, trace::SyncKind::kStreamQueryDone, st, nullptr,      \
+                      start_ns, r);                                                     \
+    return r;                                                                           \
+  }
+#define DEFINE_EVENT_RECORD(name)                                                       \
+  CUresult name(CUevent ev, CUstream st) {                                              \
+    using Fn = CUresult (*)(CUevent, CUstream);                                         \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st);       \
+  }
+#define DEFINE_EVENT_RECORD_FLAGS(name)                                                 \
+  CUresult name(CUevent ev, CUstream st, unsigned int flags) {                          \
+    using Fn = CUresult (*)(CUevent, CUstream, unsigned int);                           \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st, flags); \
+  }
+#define DEFINE_STREAM_WAIT(name)                                                        \
+  CUresult name(CUstream st, CUevent ev, unsigned int flags) {                          \
+    using Fn = CUresult (*)(CUstream, CUevent, unsigned int);                           \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamWaitEvent, st, ev, st, ev, flags); \
+  }
+DEFINE_STREAM_SYNC(cuStreamSynchronize)
+DEFINE_STREAM_SYNC(cuStreamSynchronize_ptsz)
+DEFINE_STREAM_QUERY(cuStreamQuery)
+DEFINE_STREAM_QUERY(cuStreamQuery_ptsz)
+DEFINE_EVENT_RECORD(cuEventRecord)
+DEFINE_EVENT_RECORD(cuEventRecord_ptsz)
+DEFINE_EVENT_RECORD_FLAGS(cuEventRecordWithFlags)
+DEFINE_EVENT_RECORD_FLAGS(cuEventRecordWithFlags_ptsz)
+DEFINE_STREAM_WAIT(cuStreamWaitEvent)
+DEFINE_STREAM_WAIT(cuStreamWaitEvent_ptsz)
+
+CUresult cuCtxSynchronize() {
+  using Fn = CUresult (*)();
+  PINSHIM_HOOK_ENTER(kApi_cuCtxSynchronize, Fn);
+  const uint64_t start_ns = StartTime();
+  CUresult r = real_fn();
+  RecordSyncPoint(kApi_cuCtxSynchronize, trace::SyncKind::kContextSynchronize, nullptr, nullptr,
+                  start_ns, r);
+  return r;
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  using Fn = CUresult (*)(CUcontext);
+  PINSHIM_SYNC(kApi_cuCtxSynchronize_v2, Fn, trace::SyncKind::kContextSynchronize, nullptr,
+               nullptr, ctx);
+}
+
+CUresult cuEventSynchronize(CUevent ev) {
+  using Fn = CUresult (*)(CUevent);
+  PINSHIM_SYNC(kApi_cuEventSynchronize, Fn, trace::SyncKind::kEventSynchronize, nullptr, ev, ev);
+}
+
+CUresult cuEventQuery(CUevent ev) {
+  using Fn = CUresult (*)(CUevent);
+  PINSHIM_HOOK_ENTER(kApi_cuEventQuery, Fn, ev);
+  const uint64_t start_ns = StartTime();
+  CUresult r = real_fn(ev);
+  if (r == CUDA_SUCCESS) {
+    RecordSyncPoint(kApi_cuEventQuery, trace::SyncKind::kEventQueryDone, nullptr, ev, start_ns, r);
+  }
+  return r;
+}
+
+// --- stream creation: the flags say whether the legacy stream waits for it -----
+
+CUresult cuStreamCreate(CUstream* out, unsigned int flags) {
+  using Fn = CUresult (*)(CUstream*, unsigned int);
+  PINSHIM_HOOK_ENTER(kApi_cuStreamCreate, Fn, out, flags);
+  const uint64_t start_ns = StartTime();
+  CUresult r = real_fn(out, flags);
+  RecordStreamCreated(kApi_cuStreamCreate, out, flags, 0, start_ns, r);
+  return r;
+}
+
+CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int priority) {
+  using Fn = CUresult (*)(CUstream*, unsigned int, int);
+  PINSHIM_HOOK_ENTER(kApi_cuStreamCreateWithPriority, Fn, out, flags, priority);
+  const uint64_t start_ns = StartTime();
+  CUresult r = real_fn(out, flags, priority);
+  RecordStreamCreated(kApi_cuStreamCreateWithPriority, out, flags, priority, start_ns, r);
+  return r;
+}
+
+// --- stream capture and graph launches ----------------------------------------
+
+#define PINSHIM_GRAPH(api, type, op, stream, graph_expr, ...)  \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                  \
+  const uint64_t start_ns = StartTime();                       \
+  CUresult r = real_fn(__VA_ARGS__);                           \
+  RecordGraphOp(api, op, stream, graph_expr, start_ns, r);     \
+  return r
+
+CUresult cuStreamBeginCapture(CUstream st) {
+  using Fn = CUresult (*)(CUstream);
+  PINSHIM_GRAPH(kApi_cuStreamBeginCapture, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st);
+}
+
+CUresult cuStreamBeginCapture_ptsz(CUstream st) {
+  using Fn = CUresult (*)(CUstream);
+  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_ptsz, Fn, trace::GraphOp::kCaptureBegin, st, nullptr,
+                st);
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream st, CUstreamCaptureMode mode) {
+  using Fn = CUresult (*)(CUstream, CUstreamCaptureMode);
+  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_v2, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st,
+                mode);
+}
+
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream st, CUstreamCaptureMode mode) {
+  using Fn = CUresult (*)(CUstream, CUstreamCaptureMode);
+  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_v2_ptsz, Fn, trace::GraphOp::kCaptureBegin, st,
+                nullptr, st, mode);
+}
+
+#define DEFINE_CAPTURE_TO_GRAPH(name)                                                       \
+  CUresult name(CUstream st, CUgraph graph, const CUgraphNode* deps,                        \
+                const CUgraphEdgeData* edges, size_t n, CUstreamCaptureMode mode) {         \
+    using Fn = CUresult (*)(CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*,  \
+                            size_t, CUstreamCaptureMode);                                   \
+    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st, graph,   \
+                  deps, edges, n, mode);                                                    \
+  }
+DEFINE_CAPTURE_TO_GRAPH(cuStreamBeginCaptureToGraph)
+DEFINE_CAPTURE_TO_GRAPH(cuStreamBeginCaptureToGraph_ptsz)
+
+#define DEFINE_END_CAPTURE(name)                                                           \
+  CUresult name(CUstream st, CUgraph* graph) {                                             \
+    using Fn = CUresult (*)(CUstream, CUgraph*);                                           \
+    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kCaptureEnd, st,                        \
+                  r == CUDA_SUCCESS && graph != nullptr ? *graph : nullptr, st, graph);    \
+  }
+DEFINE_END_CAPTURE(cuStreamEndCapture)
+DEFINE_END_CAPTURE(cuStreamEndCapture_ptsz)
+
+#define DEFINE_GRAPH_LAUNCH(name)                                                          \
+  CUresult name(CUgraphExec exec, CUstream st) {                                           \
+    using Fn = CUresult (*)(CUgraphExec, CUstream);                                        \
+    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kLaunch, st, exec, exec, st);           \
+  }
+DEFINE_GRAPH_LAUNCH(cuGraphLaunch)
+DEFINE_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
+
+// --- host functions -----------------------------------------------------------------
+
+#define DEFINE_LAUNCH_HOST_FUNC(name)                                                       \
+  CUresult name(CUstream st, CUhostFn fn, void* data) {                                     \
+    using Fn = CUresult (*)(CUstream, CUhostFn, void*);                                     \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st, fn, data);                                      \
+    return QueueHostFn(kApi_##name, st, fn, nullptr, data, [&](HostFnSlot* slot) {          \
+      return slot != nullptr ? real_fn(st, RunHostFn, slot) : real_fn(st, fn, data);        \
+    });                                                                                     \
+  }
+DEFINE_LAUNCH_HOST_FUNC(cuLaunchHostFunc)
+DEFINE_LAUNCH_HOST_FUNC(cuLaunchHostFunc_ptsz)
+
+#define DEFINE_ADD_CALLBACK(name)                                                           \
+  CUresult name(CUstream st, CUstreamCallback cb, void* data, unsigned int flags) {         \
+    using Fn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);               \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st, cb, data, flags);                               \
+    return QueueHostFn(kApi_##name, st, nullptr, cb, data, [&](HostFnSlot* slot) {          \
+      return slot != nullptr ? real_fn(st, RunStreamCallback, slot, flags)                  \
+                             : real_fn(st, cb, data, flags);                                \
+    });                                                                                     \
+  }
+DEFINE_ADD_CALLBACK(cuStreamAddCallback)
+DEFINE_ADD_CALLBACK(cuStreamAddCallback_ptsz)
+
+}  // extern "C"

@@ -1,0 +1,338 @@
+#include "shim/trace/copy_watch.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+namespace pinshim {
+namespace trace {
+namespace {
+
+// A slot's state word: generation << 2 | phase. The generation changes on
+// every release, so a thread that read a live slot's fields can tell, with
+// one compare-and-swap, that the slot still holds the copy it read.
+enum Phase : uint64_t { kFree = 0, kBusy = 1, kLive = 2 };
+
+struct Slot {
+  std::atomic<uint64_t> state{0};
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};
+  std::atomic<uintptr_t> stream{0};
+  std::atomic<uint64_t> ticket{0};
+  std::atomic<uint32_t> d2h{0};
+  std::atomic<uintptr_t> guard_begin{0};  // protected pages, 0 none
+  std::atomic<uintptr_t> guard_end{0};
+};
+
+// Event (and host function) marks: key -> the stream and ticket when marked.
+struct Mark {
+  std::atomic<uint64_t> key{0};
+  std::atomic<uintptr_t> stream{0};
+  std::atomic<uint64_t> ticket{0};  // 0 while being written
+};
+constexpr size_t kMarks = 512;
+constexpr size_t kMarkProbes = 8;
+
+// Guard ranges opened lately: a fault that lost the race with the opening
+// is still the guard's, and is simply retried.
+constexpr unsigned kRecent = 16;
+
+Slot g_slots[kMaxWatchedCopies];
+Mark g_marks[kMarks];
+std::atomic<uint32_t> g_live{0};
+// Every range ever watched lies in [g_lo, g_hi): most accesses (the heap,
+// the stack) fall outside, and skip the scan. Only ever widened.
+std::atomic<uintptr_t> g_lo{UINTPTR_MAX};
+std::atomic<uintptr_t> g_hi{0};
+std::atomic<size_t> g_high_water{0};
+std::atomic<uint64_t> g_ticket{1};
+std::atomic<uint64_t> g_faults{0};
+std::atomic<uintptr_t> g_page{4096};
+std::atomic<uintptr_t> g_recent_begin[kRecent];
+std::atomic<uintptr_t> g_recent_end[kRecent];
+std::atomic<unsigned> g_recent_next{0};
+
+inline uint64_t PhaseOf(uint64_t state) { return state & 3; }
+
+void Protect(uintptr_t begin, uintptr_t end, int prot) {
+  int saved = errno;
+  mprotect(reinterpret_cast<void*>(begin), end - begin, prot);
+  errno = saved;
+}
+
+void NoteRecent(uintptr_t begin, uintptr_t end) {
+  unsigned i = g_recent_next.fetch_add(1, std::memory_order_relaxed) % kRecent;
+  g_recent_end[i].store(0, std::memory_order_relaxed);
+  g_recent_begin[i].store(begin, std::memory_order_relaxed);
+  g_recent_end[i].store(end, std::memory_order_release);
+}
+
+bool InRecent(uintptr_t address) {
+  for (unsigned i = 0; i < kRecent; ++i) {
+    uintptr_t end = g_recent_end[i].load(std::memory_order_acquire);
+    uintptr_t begin = g_recent_begin[i].load(std::memory_order_relaxed);
+    if (begin <= address && address < end) return true;
+  }
+  return false;
+}
+
+size_t HighWater() { return g_high_water.load(std::memory_order_acquire); }
+
+// The protection live guards other than `self` want on [begin, end), or -1
+// when none overlaps.
+int RemainingProtection(const Slot* self, uintptr_t begin, uintptr_t end) {
+  int prot = -1;
+  for (size_t i = 0; i < HighWater(); ++i) {
+    const Slot& s = g_slots[i];
+    if (&s == self || PhaseOf(s.state.load(std::memory_order_acquire)) != kLive) continue;
+    uintptr_t gb = s.guard_begin.load(std::memory_order_relaxed);
+    uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
+    if (gb == 0 || !(gb < end && begin < ge)) continue;
+    int want = s.d2h.load(std::memory_order_relaxed) ? PROT_NONE : PROT_READ;
+    if (prot == -1 || want == PROT_NONE) prot = want;
+  }
+  return prot;
+}
+
+// Takes the copy `seen` says slot `s` holds; false when another thread
+// took it first. `open`: lift its guard (false when the memory is gone).
+bool TakeSlot(Slot& s, uint64_t seen, bool open) {
+  const uint64_t gen = seen >> 2;
+  if (!s.state.compare_exchange_strong(seen, (gen << 2) | kBusy, std::memory_order_acq_rel)) {
+    return false;
+  }
+  uintptr_t gb = s.guard_begin.load(std::memory_order_relaxed);
+  uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
+  if (gb != 0 && open) {
+    NoteRecent(gb, ge);
+    int rest = RemainingProtection(&s, gb, ge);
+    // Another copy still guards (part of) these pages: keep its protection.
+    Protect(gb, ge, rest == -1 ? PROT_READ | PROT_WRITE : rest);
+  }
+  s.guard_begin.store(0, std::memory_order_relaxed);
+  s.guard_end.store(0, std::memory_order_relaxed);
+  g_live.fetch_sub(1, std::memory_order_relaxed);
+  s.state.store(((gen + 1) << 2) | kFree, std::memory_order_release);
+  return true;
+}
+
+// Takes every live copy `pred` selects.
+template <typename Pred>
+void TakeAll(Pred pred, bool open) {
+  if (g_live.load(std::memory_order_relaxed) == 0) return;
+  for (size_t i = 0; i < HighWater(); ++i) {
+    Slot& s = g_slots[i];
+    uint64_t st = s.state.load(std::memory_order_acquire);
+    if (PhaseOf(st) != kLive || !pred(s)) continue;
+    TakeSlot(s, st, open);
+  }
+}
+
+Mark* FindMark(uint64_t key, bool create) {
+  size_t h = static_cast<size_t>((key * 0x9e3779b97f4a7c15ull) >> 55) % kMarks;
+  for (size_t probe = 0; probe < kMarkProbes; ++probe) {
+    Mark& m = g_marks[(h + probe) % kMarks];
+    uint64_t k = m.key.load(std::memory_order_acquire);
+    if (k == key) return &m;
+    if (k == 0) {
+      if (!create) return nullptr;
+      uint64_t expected = 0;
+      if (m.key.compare_exchange_strong(expected, key) || expected == key) return &m;
+    }
+  }
+  // Full around this key: the first probe is reused (its mark is lost,
+  // which only keeps some copies watched longer).
+  if (!create) return nullptr;
+  Mark& m = g_marks[h];
+  m.ticket.store(0, std::memory_order_release);
+  m.key.store(key, std::memory_order_release);
+  return &m;
+}
+
+// The pages wholly inside [begin, end), as [*first, *last).
+bool WholePages(uintptr_t begin, uintptr_t end, uintptr_t* first, uintptr_t* last) {
+  const uintptr_t page = g_page.load(std::memory_order_relaxed);
+  *first = (begin + page - 1) & ~(page - 1);
+  *last = end & ~(page - 1);
+  return *last > *first;
+}
+
+}  // namespace
+
+bool CopyWatchAny() { return g_live.load(std::memory_order_relaxed) != 0; }
+
+void WatchCopy(const void* host, uint64_t bytes, bool device_to_host, const void* stream,
+               bool guard) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(host);
+  if (begin == 0 || bytes == 0 || begin + bytes < begin) return;
+  const uintptr_t end = begin + bytes;
+  const uint32_t d2h = device_to_host ? 1 : 0;
+  const uintptr_t st = reinterpret_cast<uintptr_t>(stream);
+  if (guard) {
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps > 0) g_page.store(static_cast<uintptr_t>(ps), std::memory_order_relaxed);
+  }
+  // A newer copy of the same range, the same way, stands for the older one.
+  TakeAll([&](Slot& s) {
+    return s.begin.load(std::memory_order_relaxed) == begin &&
+           s.end.load(std::memory_order_relaxed) == end &&
+           s.d2h.load(std::memory_order_relaxed) == d2h;
+  }, /*open=*/true);
+  const uint64_t ticket = g_ticket.fetch_add(1, std::memory_order_relaxed);
+  uintptr_t lo = g_lo.load(std::memory_order_relaxed);
+  while (begin < lo && !g_lo.compare_exchange_weak(lo, begin)) {
+  }
+  uintptr_t hi = g_hi.load(std::memory_order_relaxed);
+  while (end > hi && !g_hi.compare_exchange_weak(hi, end)) {
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (size_t i = 0; i < kMaxWatchedCopies; ++i) {
+      Slot& s = g_slots[i];
+      uint64_t seen = s.state.load(std::memory_order_acquire);
+      if (PhaseOf(seen) != kFree) continue;
+      const uint64_t gen = seen >> 2;
+      if (!s.state.compare_exchange_strong(seen, (gen << 2) | kBusy, std::memory_order_acq_rel)) {
+        continue;
+      }
+      size_t hw = g_high_water.load();
+      while (hw < i + 1 && !g_high_water.compare_exchange_weak(hw, i + 1)) {
+      }
+      s.begin.store(begin, std::memory_order_relaxed);
+      s.end.store(end, std::memory_order_relaxed);
+      s.stream.store(st, std::memory_order_relaxed);
+      s.ticket.store(ticket, std::memory_order_relaxed);
+      s.d2h.store(d2h, std::memory_order_relaxed);
+      uintptr_t first, last;
+      if (guard && WholePages(begin, end, &first, &last)) {
+        // A host-to-device source under a device-to-host guard stays
+        // inaccessible rather than becoming readable.
+        int prot = d2h ? PROT_NONE : PROT_READ;
+        int rest = RemainingProtection(&s, first, last);
+        if (rest == PROT_NONE) prot = PROT_NONE;
+        // The range is set before the pages are protected: a fault on them
+        // while this slot is still busy is retried (CopyGuardFault).
+        s.guard_end.store(last, std::memory_order_relaxed);
+        s.guard_begin.store(first, std::memory_order_release);
+        int saved = errno;
+        if (mprotect(reinterpret_cast<void*>(first), last - first, prot) != 0) {
+          s.guard_begin.store(0, std::memory_order_relaxed);
+          s.guard_end.store(0, std::memory_order_relaxed);
+        }
+        errno = saved;
+      }
+      g_live.fetch_add(1, std::memory_order_relaxed);
+      s.state.store((gen << 2) | kLive, std::memory_order_release);
+      return;
+    }
+    // Full: the oldest copy goes (it is the likeliest to have finished).
+    Slot* oldest = nullptr;
+    uint64_t oldest_state = 0, oldest_ticket = UINT64_MAX;
+    for (size_t i = 0; i < HighWater(); ++i) {
+      uint64_t seen = g_slots[i].state.load(std::memory_order_acquire);
+      uint64_t t = g_slots[i].ticket.load(std::memory_order_relaxed);
+      if (PhaseOf(seen) == kLive && t < oldest_ticket) {
+        oldest = &g_slots[i];
+        oldest_state = seen;
+        oldest_ticket = t;
+      }
+    }
+    if (oldest != nullptr) TakeSlot(*oldest, oldest_state, /*open=*/true);
+  }
+}
+
+bool TakeCopyAccess(const void* p, size_t len, bool write) {
+  if (g_live.load(std::memory_order_relaxed) == 0) return false;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t z = a + (len == 0 ? 1 : len);
+  if (z <= g_lo.load(std::memory_order_relaxed) || a >= g_hi.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  for (size_t i = 0; i < HighWater(); ++i) {
+    Slot& s = g_slots[i];
+    uint64_t st = s.state.load(std::memory_order_acquire);
+    if (PhaseOf(st) != kLive) continue;
+    uintptr_t begin = s.begin.load(std::memory_order_relaxed);
+    uintptr_t end = s.end.load(std::memory_order_relaxed);
+    if (!(a < end && begin < z)) continue;
+    // Reading the source of a host-to-device copy is no race.
+    if (!s.d2h.load(std::memory_order_relaxed) && !write) continue;
+    if (TakeSlot(s, st, /*open=*/true)) return true;
+  }
+  return false;
+}
+
+void CopyWatchStreamDone(const void* stream) {
+  const uintptr_t st = reinterpret_cast<uintptr_t>(stream);
+  TakeAll([&](Slot& s) { return s.stream.load(std::memory_order_relaxed) == st; }, true);
+}
+
+void CopyWatchAllDone() {
+  TakeAll([](Slot&) { return true; }, true);
+}
+
+void CopyWatchMark(uint64_t key, const void* stream) {
+  if (key == 0) return;
+  Mark* m = FindMark(key, /*create=*/true);
+  const uint64_t ticket = g_ticket.fetch_add(1, std::memory_order_relaxed);
+  m->ticket.store(0, std::memory_order_release);
+  m->stream.store(reinterpret_cast<uintptr_t>(stream), std::memory_order_relaxed);
+  m->ticket.store(ticket, std::memory_order_release);
+}
+
+void CopyWatchMarkDone(uint64_t key) {
+  if (key == 0 || g_live.load(std::memory_order_relaxed) == 0) return;
+  Mark* m = FindMark(key, /*create=*/false);
+  if (m == nullptr) return;
+  uint64_t t1 = m->ticket.load(std::memory_order_acquire);
+  uintptr_t st = m->stream.load(std::memory_order_relaxed);
+  uint64_t t2 = m->ticket.load(std::memory_order_acquire);
+  if (t1 == 0 || t1 != t2 || m->key.load(std::memory_order_relaxed) != key) return;
+  TakeAll([&](Slot& s) {
+    return s.stream.load(std::memory_order_relaxed) == st &&
+           s.ticket.load(std::memory_order_relaxed) < t1;
+  }, true);
+}
+
+void CopyWatchForgetRange(const void* p, uint64_t bytes, bool still_mapped) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t z = a + (bytes == 0 ? 1 : bytes);
+  TakeAll([&](Slot& s) {
+    return a < s.end.load(std::memory_order_relaxed) && s.begin.load(std::memory_order_relaxed) < z;
+  }, still_mapped);
+}
+
+void CopyWatchReset() {
+  TakeAll([](Slot&) { return true; }, true);
+  for (Mark& m : g_marks) {
+    m.ticket.store(0);
+    m.key.store(0);
+  }
+}
+
+bool CopyGuardFault(uintptr_t address, bool write, bool* record) {
+  (void)write;  // every guarded byte lies inside its copy's range: any fault is an access
+  *record = false;
+  for (size_t i = 0; i < HighWater(); ++i) {
+    Slot& s = g_slots[i];
+    uint64_t st = s.state.load(std::memory_order_acquire);
+    if (PhaseOf(st) == kFree) continue;
+    uintptr_t gb = s.guard_begin.load(std::memory_order_acquire);
+    uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
+    if (gb == 0 || address < gb || address >= ge) continue;
+    // Being armed or opened by another thread right now: retry the access.
+    if (PhaseOf(st) == kBusy) return true;
+    if (TakeSlot(s, st, /*open=*/true)) {
+      g_faults.fetch_add(1, std::memory_order_relaxed);
+      *record = true;
+      return true;
+    }
+  }
+  return InRecent(address);
+}
+
+uint64_t CopyGuardFaults() { return g_faults.load(); }
+
+}  // namespace trace
+}  // namespace pinshim

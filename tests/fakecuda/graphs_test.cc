@@ -1,0 +1,191 @@
+// Host functions, streams made with a priority, stream capture and graph
+// launch, the per-thread default stream's place among blocking streams, and
+// the device's DMA ignoring CPU page protections. Held streams keep work
+// pending, so "not yet" is asserted deterministically, never by timing.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "tests/fakecuda/test_support.h"
+
+namespace fakecuda_test {
+namespace {
+
+constexpr size_t kSize = 8192;
+
+class GraphsTest : public DriverTest {
+ protected:
+  void SetUp() override {
+    DriverTest::SetUp();
+    ASSERT_EQ(cuMemAlloc(&dev_, kSize), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemHostAlloc(&pinned_, kSize, 0), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    EXPECT_EQ(cuMemFree(dev_), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemFreeHost(pinned_), CUDA_SUCCESS);
+    DriverTest::TearDown();
+  }
+  CUdeviceptr dev_ = 0;
+  void* pinned_ = nullptr;
+};
+
+void CUDA_CB CountCall(void* arg) { static_cast<std::atomic<int>*>(arg)->fetch_add(1); }
+
+struct CallbackSeen {
+  std::atomic<int> calls{0};
+  CUstream stream = nullptr;
+  CUresult status = CUDA_ERROR_UNKNOWN;
+};
+
+void CUDA_CB NoteCallback(CUstream stream, CUresult status, void* arg) {
+  auto* seen = static_cast<CallbackSeen*>(arg);
+  seen->stream = stream;
+  seen->status = status;
+  seen->calls.fetch_add(1);
+}
+
+TEST_F(GraphsTest, HostFunctionsRunAfterEarlierWorkInStreamOrder) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -1), CUDA_SUCCESS);
+  std::atomic<int> calls{0};
+  CallbackSeen seen;
+  ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchHostFunc(s, CountCall, &calls), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamAddCallback(s, NoteCallback, &seen, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(calls.load(), 0);
+  ASSERT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(seen.calls.load(), 1);
+  EXPECT_EQ(seen.stream, s);
+  EXPECT_EQ(seen.status, CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchHostFunc(s, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamAddCallback(s, NoteCallback, &seen, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamCreateWithPriority(&s, 4, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+TEST_F(GraphsTest, CapturedCopiesRunOnlyWhenTheGraphIsLaunched) {
+  CUstream s, other;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent fork, join;
+  ASSERT_EQ(cuEventCreate(&fork, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&join, 0), CUDA_SUCCESS);
+  std::memcpy(pinned_, Pattern(kSize, 1).data(), kSize);
+  std::atomic<int> calls{0};
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUstreamCaptureStatus status;
+  ASSERT_EQ(cuStreamIsCapturing(s, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev_, pinned_, kSize, s), CUDA_SUCCESS);
+  // A second stream joins the capture through an event, and rejoins.
+  ASSERT_EQ(cuEventRecord(fork, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(other, fork, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamIsCapturing(other, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_EQ(cuLaunchHostFunc(other, CountCall, &calls), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(join, other), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(s, join, 0), CUDA_SUCCESS);
+  // What must finish before it returns cannot be captured.
+  std::vector<unsigned char> pageable(kSize);
+  EXPECT_EQ(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph graph;
+  ASSERT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamIsCapturing(other, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  // Nothing ran yet.
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_NE(ReadDevice(dev_, kSize), Pattern(kSize, 1));
+  CUgraphExec exec;
+  ASSERT_EQ(cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+  // Each launch copies what the source holds when it runs.
+  ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(ReadDevice(dev_, kSize), Pattern(kSize, 1));
+  std::memcpy(pinned_, Pattern(kSize, 2).data(), kSize);
+  ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(ReadDevice(dev_, kSize), Pattern(kSize, 2));
+  EXPECT_EQ(calls.load(), 2);
+  // The graph's event record node recorded `join`.
+  EXPECT_EQ(cuEventQuery(join), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(s, &graph), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuEventDestroy(fork), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(join), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(other), CUDA_SUCCESS);
+}
+
+TEST_F(GraphsTest, ACaptureThatMeetsASynchronousCopyIsInvalidated) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  std::vector<unsigned char> pageable(kSize);
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemcpyHtoDAsync(dev_, pageable.data(), kSize, s),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph graph;
+  EXPECT_EQ(cuStreamEndCapture(s, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+// The per-thread default stream is a blocking stream: the legacy stream's
+// work waits for it, and it waits for the legacy stream's.
+TEST_F(GraphsTest, PerThreadDefaultStreamSynchronizesWithTheLegacyStream) {
+  std::memcpy(pinned_, Pattern(kSize, 3).data(), kSize);
+  CUevent legacy_done;
+  ASSERT_EQ(cuEventCreate(&legacy_done, 0), CUDA_SUCCESS);
+  ASSERT_EQ(fakecuda_hold_stream(CU_STREAM_PER_THREAD, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev_, pinned_, kSize, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(legacy_done, CU_STREAM_LEGACY), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(legacy_done), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(fakecuda_hold_stream(CU_STREAM_PER_THREAD, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventSynchronize(legacy_done), CUDA_SUCCESS);
+  EXPECT_EQ(ReadDevice(dev_, kSize), Pattern(kSize, 3));
+  // A non-blocking stream's work is not waited for.
+  CUstream nb;
+  ASSERT_EQ(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(fakecuda_hold_stream(nb, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev_, pinned_, kSize, nb), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(legacy_done, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventSynchronize(legacy_done), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(nb), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(fakecuda_hold_stream(nb, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(nb), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(legacy_done), CUDA_SUCCESS);
+}
+
+// As the hardware's DMA, copies reach page-locked memory whatever its CPU
+// page protection (pinshim's copy guard protects such pages).
+TEST_F(GraphsTest, DmaIgnoresCpuPageProtections) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* host = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(host, MAP_FAILED);
+  ASSERT_EQ(cuMemHostRegister(host, 2 * page, 0), CUDA_SUCCESS);
+  const auto bytes = Pattern(2 * page, 5);
+  ASSERT_EQ(cuMemcpyHtoD(dev_, bytes.data(), 2 * page), CUDA_SUCCESS);
+  ASSERT_EQ(mprotect(host, 2 * page, PROT_NONE), 0);
+  ASSERT_EQ(cuMemcpyDtoH(host, dev_, 2 * page), CUDA_SUCCESS);  // written through
+  ASSERT_EQ(cuMemsetD8(dev_, 0, 2 * page), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyHtoD(dev_, host, 2 * page), CUDA_SUCCESS);  // and read
+  ASSERT_EQ(mprotect(host, 2 * page, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(std::memcmp(host, bytes.data(), 2 * page), 0);
+  EXPECT_EQ(ReadDevice(dev_, 2 * page), bytes);
+  ASSERT_EQ(cuMemHostUnregister(host), CUDA_SUCCESS);
+  munmap(host, 2 * page);
+}
+
+}  // namespace
+}  // namespace fakecuda_test
