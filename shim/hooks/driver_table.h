@@ -50,6 +50,8 @@ void* WrapProcAddressResult(const char* symbol, void* found, int version,
 
 // The name of an entry point, for the summary and the trace.
 const char* ApiName(ApiId api) PINSHIM_HIDDEN;
+// How many entry points there are (the trace header says so).
+uint32_t kApiCountForTrace() PINSHIM_HIDDEN;
 
 }  // namespace pinshim
 

@@ -1,16 +1,20 @@
-// What the driver wrappers of stream_hooks.cc share: the real function of an
-// entry point, timestamps taken only while a trace is written, the current
-// device, and the entry macro that makes a nested call forward uncounted.
+// What the driver wrappers (copy_hooks.cc, memory_hooks.cc,
+// context_hooks.cc, sync_hooks.cc) share: the real function of an entry
+// point, a driver function looked up once by name, timestamps taken only
+// while a trace is written, the current device, the running optimizer, and
+// the entry macro that makes a nested call forward uncounted.
 // Include after cuda.h.
 #ifndef PINSHIM_SHIM_HOOKS_HOOK_SUPPORT_H_
 #define PINSHIM_SHIM_HOOKS_HOOK_SUPPORT_H_
 
 #include <time.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
+#include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 
 namespace pinshim {
@@ -19,6 +23,21 @@ namespace hook {
 template <typename Fn>
 inline Fn RealFn(Api api) {
   return reinterpret_cast<Fn>(RealDriverFunction(api));
+}
+
+// A driver function pinshim calls for itself (not a wrapped entry point),
+// looked up in the driver library on first use and kept in `cache`, a
+// function-local static of the caller; `fallback` is an older name of it.
+template <typename Fn>
+Fn LazyDriverSymbol(std::atomic<void*>* cache, const char* name,
+                    const char* fallback = nullptr) {
+  void* fn = cache->load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = DriverLibrarySymbol(name);
+    if (fn == nullptr && fallback != nullptr) fn = DriverLibrarySymbol(fallback);
+    if (fn != nullptr) cache->store(fn, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(fn);
 }
 
 inline uint64_t NowNs() {
@@ -32,6 +51,13 @@ inline uint64_t StartTime() { return trace::RecorderActive() ? NowNs() : 0; }
 
 // The device of the calling thread's current context, -1 when none.
 int CurrentDevice() PINSHIM_HIDDEN;
+
+// The optimize-mode engine when it is running, else null.
+inline optimize::Optimizer* ActiveOptimizer() {
+  if (PINSHIM_LIKELY(!g_optimize)) return nullptr;
+  optimize::Optimizer& opt = optimize::Optimizer::Process();
+  return opt.active() ? &opt : nullptr;
+}
 
 // Records that a driver call which waits for the device's queued work
 // (cuMemFree, measured) returned; a no-op without a trace (start_ns 0).

@@ -19,18 +19,7 @@
 
 namespace pinshim {
 
-void* BootstrapAlloc(size_t bytes);
-size_t BootstrapSize(const void* p);
-bool Resolving();
-
 namespace {
-
-inline bool EnsureReal() {
-  if (PINSHIM_LIKELY(__atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr)) return true;
-  if (Resolving()) return false;
-  ResolveRealFunctions();
-  return __atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr;
-}
 
 // The address span that has ever held a tracked malloc block. Most frees
 // are of small blocks outside it and skip the size check entirely.
@@ -423,13 +412,6 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
     Track(p, new_len, kSourceMmap, 0, had ? (before.flags & kRegionNotPinnable) : 0);
   }
   return p;
-}
-
-pid_t fork() {
-  if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<pid_t>(syscall(SYS_fork));
-  // pthread_atfork handlers (registered by Init) keep the registries
-  // consistent across the fork and reset the child's counters.
-  return g_real.fork();
 }
 
 }  // extern "C"

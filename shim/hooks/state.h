@@ -54,9 +54,20 @@ extern RealFunctions g_real PINSHIM_HIDDEN;
 // are served from a small static pool.
 void ResolveRealFunctions() PINSHIM_HIDDEN;
 
-// Looks up the real exec* and _exit functions (exec_hooks.cc); Init calls
-// it, so that no hook has to call dlsym in a vfork child.
+// Looks up the real exec* and _exit functions (process_hooks.cc); Init
+// calls it, so that no hook has to call dlsym in a vfork child.
 void ResolveExecFunctions() PINSHIM_HIDDEN;
+// Registers the fork handlers (process_hooks.cc); Init calls it.
+void InstallForkHandlers() PINSHIM_HIDDEN;
+
+// pinshim's own threads (threads.cc). The metrics thread runs in enforce
+// mode with PINSHIM_METRICS_FILE (a fork child starts its own); the trim
+// thread in optimize mode with PINSHIM_IDLE_TRIM_S (false: not started).
+void StartMetricsThread() PINSHIM_HIDDEN;
+bool StartTrimThread() PINSHIM_HIDDEN;
+
+// Writes the summary PINSHIM_SUMMARY asks for, at exit (summary.cc).
+void WriteSummaryAtExit() PINSHIM_HIDDEN;
 
 // Reads the configuration and sets up the registries (idempotent, thread-safe).
 void Init() PINSHIM_HIDDEN;
@@ -70,7 +81,7 @@ extern std::atomic<bool> g_cuda_seen PINSHIM_HIDDEN;
 // Called on the process's contact with the CUDA driver through a hook. A
 // process that never touches CUDA prints nothing and, at exit or exec,
 // removes its trace file (only the process that owns the trace: see
-// exec_hooks.cc).
+// process_hooks.cc).
 void NoteCudaSeen() PINSHIM_HIDDEN;
 void DropTraceIfNoCuda() PINSHIM_HIDDEN;
 
@@ -108,8 +119,21 @@ uint64_t NextAllocId() PINSHIM_HIDDEN;
 // What kind of host memory `p` is, with its flags and owning allocation.
 MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) PINSHIM_HIDDEN;
 
-// The bootstrap pool (see ResolveRealFunctions).
+// The bootstrap pool (see ResolveRealFunctions): allocations made while
+// g_real is being resolved, on the thread resolving it (Resolving()).
 bool InBootstrapPool(const void* p) PINSHIM_HIDDEN;
+void* BootstrapAlloc(size_t bytes) PINSHIM_HIDDEN;
+size_t BootstrapSize(const void* p) PINSHIM_HIDDEN;
+bool Resolving() PINSHIM_HIDDEN;
+
+// Whether g_real is usable, resolving it first if need be; false on the
+// thread that is resolving it (its allocations go to the bootstrap pool).
+inline bool EnsureReal() {
+  if (PINSHIM_LIKELY(__atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr)) return true;
+  if (Resolving()) return false;
+  ResolveRealFunctions();
+  return __atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr;
+}
 
 }  // namespace pinshim
 

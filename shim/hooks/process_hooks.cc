@@ -1,4 +1,4 @@
-// exec and _exit: both end the process image without exit handlers or
+// exec, _exit and fork. Exec and _exit both end the process image without exit handlers or
 // destructors, so the trace is finished here (a process that never touched
 // CUDA removes its file); after a failed exec recording goes on in the same
 // file.
@@ -12,11 +12,17 @@
 // So they touch nothing unless the caller is the process that owns the
 // trace (trace::RecorderOwnedHere), and the real functions are looked up at
 // start-up, never by dlsym inside such a child.
+//
+// fork: handlers registered at start-up keep the registries and optimize
+// mode's engine consistent across the fork; the child counts its own calls.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "shim/core/stats.h"
 #include "shim/hooks/state.h"
+#include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 
 namespace pinshim {
@@ -68,7 +74,32 @@ void BeforeExec() {
   __builtin_unreachable();
 }
 
+void AtForkPrepare() {
+  if (g_optimize) optimize::Optimizer::Process().PrepareFork();
+  g_allocations.LockForFork();
+  g_registrations.LockForFork();
+}
+
+void AtForkParent() {
+  g_registrations.UnlockAfterFork();
+  g_allocations.UnlockAfterFork();
+  if (g_optimize) optimize::Optimizer::Process().AfterForkParent();
+}
+
+void AtForkChild() {
+  g_registrations.UnlockAfterFork();
+  g_allocations.UnlockAfterFork();
+  if (g_optimize) optimize::Optimizer::Process().AfterForkChild();
+  // The child reports its own calls only; the memory layout it inherited
+  // (and so the registries) stays valid.
+  ResetStats();
+  trace::RecorderAfterForkInChild();
+  StartMetricsThread();
+}
+
 }  // namespace
+
+void InstallForkHandlers() { pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild); }
 
 void ResolveExecFunctions() {
   Lookup(&g_exec.execve, "execve");
@@ -112,5 +143,11 @@ int execvpe(const char* file, char* const argv[], char* const envp[]) {
 void _exit(int status) { ExitNow(&g_exec.exit_, "_exit", status); }
 
 void _Exit(int status) { ExitNow(&g_exec.Exit_, "_Exit", status); }
+
+pid_t fork() {
+  if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<pid_t>(syscall(SYS_fork));
+  // The handlers InstallForkHandlers registered run around it.
+  return g_real.fork();
+}
 
 }  // extern "C"

@@ -30,13 +30,9 @@ namespace hook {
 
 int CurrentDevice() {
   using GetDevice = CUresult (*)(CUdevice*);
-  static std::atomic<GetDevice> get_device{nullptr};
-  GetDevice fn = get_device.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    fn = reinterpret_cast<GetDevice>(DriverLibrarySymbol("cuCtxGetDevice"));
-    if (fn == nullptr) return -1;
-    get_device.store(fn, std::memory_order_release);
-  }
+  static std::atomic<void*> get_device{nullptr};
+  auto fn = LazyDriverSymbol<GetDevice>(&get_device, "cuCtxGetDevice");
+  if (fn == nullptr) return -1;
   CUdevice dev = -1;
   return fn(&dev) == CUDA_SUCCESS ? static_cast<int>(dev) : -1;
 }
@@ -161,15 +157,12 @@ void CUDA_CB RunStreamCallback(CUstream stream, CUresult status, void* arg) {
 bool MayBeCapturing(CUstream stream, bool per_thread) {
   using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
   static std::atomic<void*> legacy_fn{nullptr}, per_thread_fn{nullptr};
-  std::atomic<void*>& cache = per_thread ? per_thread_fn : legacy_fn;
-  void* fn = cache.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    fn = DriverLibrarySymbol(per_thread ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
-    if (fn == nullptr) return false;
-    cache.store(fn, std::memory_order_release);
-  }
+  auto fn = per_thread
+                ? LazyDriverSymbol<IsCapturing>(&per_thread_fn, "cuStreamIsCapturing_ptsz")
+                : LazyDriverSymbol<IsCapturing>(&legacy_fn, "cuStreamIsCapturing");
+  if (fn == nullptr) return false;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (reinterpret_cast<IsCapturing>(fn)(stream, &status) != CUDA_SUCCESS) return true;
+  if (fn(stream, &status) != CUDA_SUCCESS) return true;
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 

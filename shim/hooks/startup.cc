@@ -1,0 +1,244 @@
+// Start-up and exit: Init reads the configuration once and starts the modes
+// it names (enforce, optimize, trace), wiring the engines to one another;
+// the library's destructor writes the summary and ends the trace.
+#include <sys/utsname.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "shim/budget/budget.h"
+#include "shim/core/log.h"
+#include "shim/hooks/driver_table.h"
+#include "shim/hooks/state.h"
+#include "shim/optimize/optimizer.h"
+#include "shim/optimize/page_frames.h"
+#include "shim/optimize/site_profile.h"
+#include "shim/trace/recorder.h"
+
+extern char** environ;
+
+namespace pinshim {
+namespace {
+
+std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
+
+// Optimize mode: pinshim's own pinning is charged to the enforce-mode
+// budget too (pool slabs and registrations of hot buffers).
+budget::Owner OwnerOf(optimize::PinUse use) {
+  switch (use) {
+    case optimize::PinUse::kCache: return budget::Owner::kPinshimCache;
+    case optimize::PinUse::kPoolDedicated: return budget::Owner::kProgramAlloc;
+    default: return budget::Owner::kPinshimPool;
+  }
+}
+
+bool ChargeOwnPinning(void*, optimize::PinUse use, uint64_t bytes) {
+  return budget::Budget::Process().Charge(OwnerOf(use), bytes) == budget::Decision::kGranted;
+}
+
+void ReleaseOwnPinning(void*, optimize::PinUse use, uint64_t bytes) {
+  budget::Budget::Process().Release(OwnerOf(use), bytes);
+}
+
+uint64_t EvictOwnPinning(uint64_t bytes_wanted) {
+  return optimize::Optimizer::Process().Evict(bytes_wanted);
+}
+
+// PINSHIM_PROFILE: hot sites known before the program runs.
+optimize::SiteProfile g_profile;
+
+bool ProfileContains(const optimize::SiteFrames& frames) { return g_profile.Contains(frames); }
+
+// What optimize mode pins, unpins and is refused goes into the trace (a
+// no-op without one).
+void RecordOwnPinning(const OwnPinEvent& e) { trace::RecordOwnPin(e); }
+
+// The sampler's (and the exit's) snapshot of optimize mode's counters.
+bool SnapshotOptimizeCounters(OptimizeCountersEvent* out) {
+  const optimize::Optimizer& opt = optimize::Optimizer::Process();
+  if (!opt.active()) return false;  // not started yet, or a fork child
+  *out = optimize::CountersForTrace(opt.Counters());
+  return true;
+}
+
+// In-place pinning keeps a fork's parent correct only where the kernel
+// copies pinned pages for the child at fork (Linux 5.9 on, with a driver
+// that pins with FOLL_PIN, as driver 580 does: bench/RESULTS.md); older
+// kernels leave the parent's pinned pages shared with the child, and the
+// parent's next write moves it to new pages the device does not see.
+bool KernelCopiesPinnedPagesAtFork() {
+  struct utsname u;
+  if (uname(&u) != 0) return false;
+  unsigned major = 0, minor = 0;
+  if (sscanf(u.release, "%u.%u", &major, &minor) != 2) return false;
+  return major > 5 || (major == 5 && minor >= 9);
+}
+
+void StartOptimizing() {
+  optimize::OptimizerOptions options;
+  options.allocations = &g_allocations;
+  options.registrations = &g_registrations;
+  options.next_alloc_id = &NextAllocId;
+  options.pin_cap_bytes = g_config.pin_cap_bytes;
+  options.pool.idle_trim_ns = uint64_t{g_config.idle_trim_s} * 1000000000u;
+  options.arena.idle_trim_ns = options.pool.idle_trim_ns;
+  if (g_config.trace_dir[0] != '\0') options.on_own_pin = RecordOwnPinning;
+  bool in_place = g_config.pin_in_place;
+  if (in_place && !KernelCopiesPinnedPagesAtFork()) {
+    LogLine("this kernel does not copy pinned pages at fork (Linux < 5.9): optimize mode "
+            "will not pin the program's own pages (as with PINSHIM_PIN_IN_PLACE=0)");
+    in_place = false;
+  }
+  // Without in-place pinning: the pool only (the driver's own kind of memory).
+  options.enable_cache = in_place;
+  options.enable_arena = in_place;
+  options.enable_staging = g_config.stage;
+  options.stager.workers = g_config.stage_workers;
+  // A worker count set by hand is used as set, busy CPUs or not.
+  options.stager.load_aware = g_config.stage_workers == 0;
+  options.stager.idle_trim_ns = options.pool.idle_trim_ns;
+  if (in_place && g_config.verify_pages) {
+    if (optimize::PageFrames::Open()) {
+      options.verify_pages = true;
+    } else {
+      LogLine("PINSHIM_VERIFY_PAGES: /proc/self/pagemap gives no page frame numbers here "
+              "(they need CAP_SYS_ADMIN); pinned pages are not verified");
+    }
+  }
+  optimize::InitSiteCapture();
+  if (g_config.profile[0] != '\0') {
+    char err[optimize::kProfileErrorLen];
+    if (g_profile.Load(g_config.profile, err, sizeof(err))) {
+      optimize::Optimizer::Process().hot_sites().SetProfile(&ProfileContains);
+    } else {
+      LogLine("profile not used: %s", err);
+    }
+  }
+  g_redirect_sites = in_place;
+  if (g_enforce) {
+    options.pin_hooks.charge = ChargeOwnPinning;
+    options.pin_hooks.release = ReleaseOwnPinning;
+    budget::Budget::Process().SetEvictor(EvictOwnPinning);
+  }
+  optimize::Optimizer::Process().Configure(options);
+  g_optimize = true;
+}
+
+// Every budget decision goes into the trace (a no-op without one).
+void RecordBudgetDecision(const budget::DecisionRecord* r) {
+  trace::BudgetDecisionEvent e{};
+  e.owner = static_cast<uint8_t>(r->owner);
+  e.decision = static_cast<uint8_t>(r->decision);
+  e.limiter = static_cast<uint8_t>(r->limiter);
+  e.evictor_called = r->evictor_called;
+  e.bytes = r->bytes;
+  e.evicted_bytes = r->evicted_bytes;
+  e.process_pinned = r->process_pinned;
+  e.process_budget = r->process_budget;
+  e.node_pinned = r->node_pinned;
+  e.node_budget = r->node_budget;
+  e.time_ns = 0;
+  trace::RecordBudgetDecision(e);
+}
+
+// Enforce mode: the budgets from the configuration. Without any budget there
+// is nothing to enforce (pinned bytes are still counted by the summary).
+void StartEnforcing() {
+  budget::BudgetOptions options;
+  options.process_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
+  options.node_bytes = g_config.has_node_budget ? g_config.node_budget_bytes : 0;
+  options.policy = g_config.policy;
+  options.shared_ledger = g_config.ledger_shared;
+  options.metrics_path = g_config.metrics_file[0] != '\0' ? g_config.metrics_file : nullptr;
+  if (options.process_bytes == 0 && options.node_bytes == 0) {
+    LogLine("enforce mode without PINSHIM_BUDGET or PINSHIM_NODE_BUDGET: nothing to enforce");
+    return;
+  }
+  budget::BudgetStatus status = budget::Budget::Process().Init(options);
+  budget::Budget::Process().SetRecorder(RecordBudgetDecision);
+  if (status.message[0] != '\0') LogLine("%s", status.message);
+  g_enforce = status.code != budget::BudgetStatus::kInvalid;
+}
+
+void StartTracing() {
+  trace::RecorderOptions options;
+  options.trace_dir = g_config.trace_dir;
+  static char mode[64];
+  FormatMode(g_config.mode, mode, sizeof(mode));
+  options.mode = mode;
+  options.sample_ms = g_config.sample_ms;
+  options.budget_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
+  options.wc_guard = g_config.wc_guard;
+  options.python_frames = g_config.python_frames;
+  options.copy_guard = g_config.copy_guard;
+  options.api_name = ApiName;
+  options.api_count = kApiCountForTrace();
+  if (g_optimize) options.optimize_counters = SnapshotOptimizeCounters;
+  char err[512];
+  if (!trace::StartRecorder(options, err, sizeof(err))) LogLine("no trace: %s", err);
+}
+
+}  // namespace
+
+namespace {
+void* RealDriverSymbol(const char* name, void*) { return DriverLibrarySymbol(name); }
+}  // namespace
+
+bool EnsureOptimizerStarted() {
+  auto& opt = optimize::Optimizer::Process();
+  if (PINSHIM_LIKELY(opt.active())) return true;
+  if (!g_optimize) return false;
+  static std::atomic<bool> tried{false};
+  if (tried.exchange(true)) return opt.active();
+  DepthGuard guard;  // the engine's own driver calls are not the program's
+  optimize::DriverOps ops;
+  const bool ok = optimize::LoadDriverOps(RealDriverSymbol, nullptr, &ops) && opt.AttachDriver(ops);
+  if (ok && g_config.idle_trim_s > 0 && !StartTrimThread()) {
+    LogLine("cannot start the idle-trim thread; idle pinned memory is given back on frees only");
+  }
+  return ok;
+}
+
+void Init() {
+  int expected = 0;
+  if (!g_init_state.compare_exchange_strong(expected, 1)) return;  // done or under way
+  ++t_depth;
+  ResolveRealFunctions();
+  ResolveExecFunctions();
+  ConfigInput input;
+  memset(&input, 0, sizeof(input));
+  input.envp = environ;
+  static ConfigErrors errors;  // static: large, and Init runs once
+  if (!ParseConfig(input, &g_config, &errors)) {
+    char line[kConfigErrorLen + 256];
+    FormatConfigWarning(g_config, errors, line, sizeof(line));
+    const char* text = strncmp(line, "pinshim: ", 9) == 0 ? line + 9 : line;
+    LogLine("%s", text);
+  }
+  InstallForkHandlers();
+  g_track_threshold = g_config.track_threshold_bytes;
+  if ((g_config.mode & kModeEnforce) != 0) {
+    StartEnforcing();
+    StartMetricsThread();
+  }
+  if ((g_config.mode & kModeOptimize) != 0) StartOptimizing();
+  if (g_config.trace_dir[0] != '\0') StartTracing();
+  g_init_state.store(2);
+  g_initialized.store(true, std::memory_order_release);
+  --t_depth;
+}
+
+__attribute__((constructor(101))) static void PinshimConstructor() { Init(); }
+
+__attribute__((destructor)) static void PinshimDestructor() {
+  ++t_depth;  // nothing pinshim does at exit is the program's to count
+  WriteSummaryAtExit();
+  DropTraceIfNoCuda();
+  trace::StopRecorder();
+  // The last word on this process's counters, however short it ran.
+  if (g_enforce && g_config.metrics_file[0] != '\0') {
+    budget::Budget::Process().WriteMetricsFile(g_config.metrics_file);
+  }
+}
+
+}  // namespace pinshim

@@ -1,0 +1,74 @@
+// pinshim's own threads: the metrics writer (enforce mode) and the idle trim
+// (optimize mode). Each starts with every signal blocked and counts nothing.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "shim/budget/budget.h"
+#include "shim/core/log.h"
+#include "shim/hooks/state.h"
+#include "shim/optimize/optimizer.h"
+
+namespace pinshim {
+namespace {
+
+// The metrics file is rewritten every few seconds by a thread of pinshim's
+// own, started only when PINSHIM_METRICS_FILE is set in enforce mode. It takes
+// none of the program's signals. A fork child starts its own.
+constexpr unsigned kMetricsPeriodMs = 2000;
+
+void* MetricsMain(void*) {
+  prctl(PR_SET_NAME, "pinshim-metrics", 0, 0, 0);
+  ++t_depth;
+  for (;;) {
+    budget::Budget::Process().Tick();
+    struct timespec ts = {kMetricsPeriodMs / 1000, (kMetricsPeriodMs % 1000) * 1000000L};
+    nanosleep(&ts, nullptr);
+  }
+  return nullptr;
+}
+
+// Starts a detached thread with every signal blocked (signals are the
+// program's). Returns false when it could not.
+bool StartQuietThread(void* (*main_fn)(void*)) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  const bool ok = pthread_create(&thread, &attr, main_fn, nullptr) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return ok;
+}
+
+// Optimize mode: pinned memory left idle (pool slabs, arena extents) goes
+// back to the driver after PINSHIM_IDLE_TRIM_S even when the program makes
+// no further call.
+void* TrimMain(void*) {
+  prctl(PR_SET_NAME, "pinshim-trim", 0, 0, 0);
+  ++t_depth;
+  const unsigned period_s = g_config.idle_trim_s >= 2 ? g_config.idle_trim_s / 2 : 1;
+  for (;;) {
+    struct timespec ts = {static_cast<time_t>(period_s), 0};
+    nanosleep(&ts, nullptr);
+    optimize::Optimizer::Process().Tick();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void StartMetricsThread() {
+  if (!g_enforce || g_config.metrics_file[0] == '\0') return;
+  if (!StartQuietThread(MetricsMain)) {
+    LogLine("cannot start the metrics thread; %s will not be updated", g_config.metrics_file);
+  }
+}
+
+bool StartTrimThread() { return StartQuietThread(TrimMain); }
+
+}  // namespace pinshim
