@@ -1,14 +1,14 @@
 // Pinned-memory budgets for enforce mode.
 //
-// The hooks ask before pinning and tell after unpinning:
+// The hooks ask before pinning and tell after unpinning. The decision around
+// one pinning the program asked for is ChargeAndPin (below), which the
+// pinned-memory hooks and the test harness both call:
 //
 //   // cuMemHostAlloc hook, enforce mode:
-//   switch (Budget::Process().Charge(Owner::kProgramAlloc, bytes)) {
-//     case Decision::kGranted:  result = real(...);
-//                               if (result != CUDA_SUCCESS)
-//                                 Budget::Process().Release(Owner::kProgramAlloc,
-//                                 bytes);
-//                               break;
+//   CUresult r;
+//   switch (ChargeAndPin(&Budget::Process(), Owner::kProgramAlloc, bytes,
+//                        [&] { return (r = real(...)) == CUDA_SUCCESS; })) {
+//     case Decision::kGranted:  return r;  // pinned, or the driver's error
 //     case Decision::kDenied:   return CUDA_ERROR_OUT_OF_MEMORY;
 //     case Decision::kFallback: serve pageable memory instead;
 //   }
@@ -308,6 +308,25 @@ class Budget {
   char metrics_path_[4096] = {};
   char message_[640] = {};
 };
+
+// The enforce decision around one pinning the program asked for: charges
+// `bytes` to `owner`; denied or fallback, returns that without calling `pin`;
+// granted, calls `pin()` (true: it pinned) and releases the bytes again when
+// it did not, so a failed pinning is never counted. `budget` null (not
+// enforcing, or arguments the driver rejects without pinning): calls `pin`
+// and returns kGranted. The caller acts on a denial (the driver's
+// out-of-memory error) or a fallback (pageable memory in its place).
+template <typename Pin>
+Decision ChargeAndPin(Budget* budget, Owner owner, uint64_t bytes, Pin&& pin) {
+  if (budget == nullptr) {
+    pin();
+    return Decision::kGranted;
+  }
+  const Decision decision = budget->Charge(owner, bytes);
+  if (decision != Decision::kGranted) return decision;
+  if (!pin()) budget->Release(owner, bytes);
+  return decision;
+}
 
 }  // namespace budget
 }  // namespace pinshim

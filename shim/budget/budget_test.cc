@@ -245,6 +245,42 @@ TEST(PolicyTest, DenyAndFallback) {
   EXPECT_EQ(s.pinned, 0u);
 }
 
+// The decision the pinned-memory hooks make (and the test harness with
+// them): a pinning that fails is not counted, a refused one never runs.
+TEST(ChargeAndPinTest, PinsOnlyWhenGrantedAndUncountsAFailedPinning) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(4 * kMiB, Policy::kDeny)).ok());
+  int calls = 0;
+  EXPECT_EQ(ChargeAndPin(&b, Owner::kProgramAlloc, kMiB, [&] { return ++calls, true; }),
+            Decision::kGranted);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(b.Snapshot().pinned, kMiB);
+  // Granted, but the driver failed: the charge is released.
+  EXPECT_EQ(ChargeAndPin(&b, Owner::kProgramRegister, 2 * kMiB, [&] { return ++calls, false; }),
+            Decision::kGranted);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(b.Snapshot().pinned, kMiB);
+  EXPECT_EQ(b.Snapshot().pinned_by_owner[static_cast<int>(Owner::kProgramRegister)], 0u);
+  // Over budget: denied, and the pinning never runs.
+  EXPECT_EQ(ChargeAndPin(&b, Owner::kProgramAlloc, 4 * kMiB, [&] { return ++calls, true; }),
+            Decision::kDenied);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(b.Snapshot().pinned, kMiB);
+}
+
+TEST(ChargeAndPinTest, FallbackNeverPinsAndNoBudgetAlwaysPins) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(kMiB, Policy::kFallback)).ok());
+  int calls = 0;
+  EXPECT_EQ(ChargeAndPin(&b, Owner::kProgramAlloc, 2 * kMiB, [&] { return ++calls, true; }),
+            Decision::kFallback);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(b.Snapshot().pinned, 0u);
+  EXPECT_EQ(ChargeAndPin(nullptr, Owner::kProgramAlloc, 2 * kMiB, [&] { return ++calls, false; }),
+            Decision::kGranted);
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(PolicyTest, EvictFreesRoomThenGrants) {
   TestBudget b;
   ASSERT_TRUE(b.Init(ProcessOnly(10 * kMiB, Policy::kEvict)).ok());

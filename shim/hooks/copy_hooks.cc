@@ -39,7 +39,22 @@ struct CopyShape {
   uint64_t host_alloc = 0;
   uint64_t bytes = 0;
   const void* host_ptr = nullptr;  // the host side, when there is one
+  uint64_t host_span = 0;          // bytes from host_ptr the copy may touch; 0: `bytes`
 };
+
+// The recorder's contract (trace/recorder.h): no page its write-combined
+// read guard protects may meet the driver. One load when none is guarded.
+inline void OpenGuardedPagesForDriver(const CopyShape& s) {
+  if (s.host_ptr != nullptr) {
+    trace::DisarmWcGuardFor(s.host_ptr, s.host_span != 0 ? s.host_span : s.bytes);
+  }
+}
+
+// The span of a pitched host side: every row, at the wider pitch.
+inline uint64_t PitchedSpan(size_t src_pitch, size_t dst_pitch, size_t width, uint64_t rows) {
+  const uint64_t pitch = src_pitch > dst_pitch ? src_pitch : dst_pitch;
+  return pitch * rows + width;
+}
 
 inline CopyDir DirOf(const CopyShape& s) {
   bool src_dev = IsDeviceSide(s.src), dst_dev = IsDeviceSide(s.dst);
@@ -108,6 +123,7 @@ CopyShape Shape2D(const CUDA_MEMCPY2D* c) {
   MemoryTypeSide(c->srcMemoryType, c->srcHost, c->srcDevice, &s.src, &s);
   MemoryTypeSide(c->dstMemoryType, c->dstHost, c->dstDevice, &s.dst, &s);
   s.bytes = uint64_t{c->WidthInBytes} * c->Height;
+  s.host_span = PitchedSpan(c->srcPitch, c->dstPitch, c->WidthInBytes, c->Height);
   return s;
 }
 
@@ -117,6 +133,8 @@ CopyShape Shape3D(const CUDA_MEMCPY3D* c) {
   MemoryTypeSide(c->srcMemoryType, c->srcHost, c->srcDevice, &s.src, &s);
   MemoryTypeSide(c->dstMemoryType, c->dstHost, c->dstDevice, &s.dst, &s);
   s.bytes = uint64_t{c->WidthInBytes} * c->Height * c->Depth;
+  s.host_span = PitchedSpan(c->srcPitch, c->dstPitch, c->WidthInBytes,
+                            uint64_t{c->Height} * c->Depth);
   return s;
 }
 
@@ -130,6 +148,10 @@ CopyShape ShapeBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t
       AnySide(dsts[0], &s.dst, &s);
     }
     s.bytes += sizes[i];
+    // Every operand, not only the first: device addresses never hold a
+    // guarded page, so both sides are simply offered.
+    trace::DisarmWcGuardFor(reinterpret_cast<const void*>(srcs[i]), sizes[i]);
+    trace::DisarmWcGuardFor(reinterpret_cast<const void*>(dsts[i]), sizes[i]);
   }
   return s;
 }
@@ -142,6 +164,17 @@ void OperandSide(const CUmemcpy3DOperand& op, MemKind* kind, CopyShape* s) {
   }
 }
 
+// A pointer operand of a 3D batch, as OpenGuardedPagesForDriver does for a
+// host side: its rows and layers at the widest element (16 bytes), since
+// offering more than the copy touches only opens a page early.
+void OpenOperandForDriver(const CUmemcpy3DOperand& op, const CUextent3D& extent) {
+  if (op.type != CU_MEMCPY_OPERAND_TYPE_POINTER) return;
+  const uint64_t row = op.op.ptr.rowLength != 0 ? op.op.ptr.rowLength : extent.width;
+  const uint64_t rows = op.op.ptr.layerHeight != 0 ? op.op.ptr.layerHeight : extent.height;
+  trace::DisarmWcGuardFor(reinterpret_cast<const void*>(op.op.ptr.ptr),
+                          16 * row * rows * (extent.depth != 0 ? extent.depth : 1));
+}
+
 CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
   CopyShape s;
   if (ops == nullptr) return s;
@@ -152,6 +185,8 @@ CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
     }
     // Elements; bytes when both operands are pointers.
     s.bytes += uint64_t{ops[i].extent.width} * ops[i].extent.height * ops[i].extent.depth;
+    OpenOperandForDriver(ops[i].src, ops[i].extent);
+    OpenOperandForDriver(ops[i].dst, ops[i].extent);
   }
   return s;
 }
@@ -229,6 +264,7 @@ using pinshim::hook::ActiveOptimizer;
 #define PINSHIM_COPY_ON(api, type, shape_expr, async, stream, ...)  \
   PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                \
   CopyShape shape = shape_expr;                                     \
+  OpenGuardedPagesForDriver(shape);                                 \
   const uint64_t start_ns = StartTime();                            \
   optimize::CopyTicket ticket = BeforeCopy(shape);                  \
   CUresult r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE             \
@@ -242,6 +278,7 @@ using pinshim::hook::ActiveOptimizer;
 #define PINSHIM_COPY_STAGEABLE(api, type, shape_expr, async, stream, host, dev, ...)    \
   PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                    \
   CopyShape shape = shape_expr;                                                         \
+  OpenGuardedPagesForDriver(shape);                                                     \
   const uint64_t start_ns = StartTime();                                                \
   optimize::CopyTicket ticket = BeforeCopy(shape);                                      \
   CUresult r;                                                                           \

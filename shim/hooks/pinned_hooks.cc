@@ -74,6 +74,12 @@ void InsertRegion(Registry* reg, void* p, uint64_t n, unsigned int flags, MemKin
   reg->Insert(r);
 }
 
+// The budget a pinning the program asked for is charged to: enforce mode's,
+// unless the arguments are ones the driver rejects without pinning.
+budget::Budget* EnforceBudget(bool valid) {
+  return g_enforce && valid ? &Budget::Process() : nullptr;
+}
+
 // The region pinshim handed out instead of pinning, if `p` starts one.
 bool FindFallback(Registry* reg, void* p, Region* out) {
   return p != nullptr && reg->Lookup(reinterpret_cast<uintptr_t>(p), out) &&
@@ -98,26 +104,19 @@ CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_c
                 pooled);
     return pooled;
   }
-  Decision decision = Decision::kGranted;
-  if (g_enforce && valid) decision = Budget::Process().Charge(Owner::kProgramAlloc, n);
-  CUresult r;
-  if (decision == Decision::kDenied) {
-    r = CUDA_ERROR_OUT_OF_MEMORY;
-  } else if (decision == Decision::kFallback) {
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  const Decision decision = budget::ChargeAndPin(EnforceBudget(valid), Owner::kProgramAlloc, n, [&] {
+    r = real_call();
+    if (r != CUDA_SUCCESS || pp == nullptr || *pp == nullptr) return false;
+    InsertRegion(&g_allocations, *pp, n, flags, MemKind::kPinnedByProgram, kSourceDriver);
+    return true;
+  });
+  if (decision == Decision::kFallback) {
     void* p = g_real.mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      r = CUDA_ERROR_OUT_OF_MEMORY;
-    } else {
+    if (p != MAP_FAILED) {
       *pp = p;
       InsertRegion(&g_allocations, p, n, flags, MemKind::kPageable, kSourceFallback);
       r = CUDA_SUCCESS;
-    }
-  } else {
-    r = real_call();
-    if (r == CUDA_SUCCESS && pp != nullptr && *pp != nullptr) {
-      InsertRegion(&g_allocations, *pp, n, flags, MemKind::kPinnedByProgram, kSourceDriver);
-    } else if (g_enforce && valid) {
-      Budget::Process().Release(Owner::kProgramAlloc, n);
     }
   }
   CountPin(api, PinOp::kAlloc, flags, n, r != CUDA_SUCCESS);
@@ -151,6 +150,10 @@ CUresult cuMemFreeHost(void* p) {
   if (optimize::Optimizer* optp = ActiveOptimizer()) {
     auto& opt = *optp;
     optimize::PoolBlockInfo block{};
+    // A pool block goes back for reuse: no page of it may stay guarded.
+    if (trace::RecorderActive() && opt.PoolBlock(p, &block)) {
+      trace::DisarmWcGuardFor(p, block.requested);
+    }
     CUresult freed;
     if (opt.FreeHost(p, &freed, &block)) {
       const bool in_pool = freed == CUDA_SUCCESS;
@@ -162,6 +165,7 @@ CUresult cuMemFreeHost(void* p) {
     }
   }
   if (FindFallback(&g_allocations, p, &reg)) {
+    trace::DisarmWcGuardFor(p, reg.bytes);  // the page guard must not outlive the mapping
     g_allocations.Remove(reg.start, nullptr);
     g_real.munmap(p, reg.bytes);
     CountPin(kApi_cuMemFreeHost, PinOp::kFree, reg.flags, reg.bytes, false);
@@ -169,6 +173,8 @@ CUresult cuMemFreeHost(void* p) {
   }
   bool known = p != nullptr && g_allocations.Lookup(reinterpret_cast<uintptr_t>(p), &reg) &&
                reg.start == reinterpret_cast<uintptr_t>(p) && reg.kind == MemKind::kPinnedByProgram;
+  // The driver unmaps it: no page of it may stay guarded (recorder.h).
+  if (known) trace::DisarmWcGuardFor(p, reg.bytes);
   CUresult r = real_fn(p);
   if (r == CUDA_SUCCESS && known) {
     g_allocations.Remove(reg.start, nullptr);
@@ -194,22 +200,18 @@ CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
     RecordPinOp(api, PinOp::kRegister, p, n, flags, start_ns, emulated);
     return emulated;
   }
-  Decision decision = Decision::kGranted;
-  if (g_enforce && valid) decision = Budget::Process().Charge(Owner::kProgramRegister, n);
-  CUresult r;
-  if (decision == Decision::kDenied) {
-    r = CUDA_ERROR_OUT_OF_MEMORY;
-  } else if (decision == Decision::kFallback) {
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  const Decision decision =
+      budget::ChargeAndPin(EnforceBudget(valid), Owner::kProgramRegister, n, [&] {
+        r = real_fn(p, n, flags);
+        if (r != CUDA_SUCCESS) return false;
+        InsertRegion(&g_registrations, p, n, flags, MemKind::kRegisteredByProgram, kSourceDriver);
+        return true;
+      });
+  if (decision == Decision::kFallback) {
     // Left pageable: copies still work, at pageable speed.
     InsertRegion(&g_registrations, p, n, flags, MemKind::kPageable, kSourceFallback);
     r = CUDA_SUCCESS;
-  } else {
-    r = real_fn(p, n, flags);
-    if (r == CUDA_SUCCESS) {
-      InsertRegion(&g_registrations, p, n, flags, MemKind::kRegisteredByProgram, kSourceDriver);
-    } else if (g_enforce && valid) {
-      Budget::Process().Release(Owner::kProgramRegister, n);
-    }
   }
   CountPin(api, PinOp::kRegister, flags, n, r != CUDA_SUCCESS);
   if (decision != Decision::kFallback) RecordPinOp(api, PinOp::kRegister, p, n, flags, start_ns, r);

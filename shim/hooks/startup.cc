@@ -144,12 +144,7 @@ void RecordBudgetDecision(const budget::DecisionRecord* r) {
 // Enforce mode: the budgets from the configuration. Without any budget there
 // is nothing to enforce (pinned bytes are still counted by the summary).
 void StartEnforcing() {
-  budget::BudgetOptions options;
-  options.process_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
-  options.node_bytes = g_config.has_node_budget ? g_config.node_budget_bytes : 0;
-  options.policy = g_config.policy;
-  options.shared_ledger = g_config.ledger_shared;
-  options.metrics_path = g_config.metrics_file[0] != '\0' ? g_config.metrics_file : nullptr;
+  const budget::BudgetOptions options = budget::BudgetOptionsFromConfig(g_config);
   if (options.process_bytes == 0 && options.node_bytes == 0) {
     LogLine("enforce mode without PINSHIM_BUDGET or PINSHIM_NODE_BUDGET: nothing to enforce");
     return;
