@@ -18,12 +18,10 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 // a node at its budget refuses often.
 constexpr uint64_t kDenyReclaimIntervalNs = 100 * 1000 * 1000;
 
-// Set while this thread holds (or is taking) the ledger lock, so a signal
-// handler that charges on the same thread is refused instead of deadlocking.
-__attribute__((tls_model("initial-exec"))) thread_local bool t_in_ledger =
-    false;
-// Set while this thread runs the evictor: no eviction from inside eviction.
-__attribute__((tls_model("initial-exec"))) thread_local bool t_evicting = false;
+// This thread holds Reentry::kLedger while it holds (or is taking) the
+// ledger lock, so a signal handler that charges on the same thread is
+// refused instead of deadlocking; Reentry::kEvictor while it runs the
+// evictor: no eviction from inside eviction (shim/core/reentry.h).
 
 Budget g_process_budget;
 
@@ -184,7 +182,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
       ReadSelfIdentity(&self_);
       int slot = -1;
       uint64_t in_force = node_bytes;
-      t_in_ledger = true;
+      ReentryGuard in_ledger(Reentry::kLedger);
       const bool locked = ledger_.Lock();
       if (locked) {
         LedgerHeader& h = ledger_.header();
@@ -209,7 +207,6 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
                                        static_cast<uint8_t>(policy_));
         ledger_.Unlock();
       }
-      t_in_ledger = false;
       if (slot < 0) {
         status.code = BudgetStatus::kProcessOnly;
         snprintf(status.message, sizeof(status.message),
@@ -259,10 +256,11 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
     if (policy == Policy::kEvict) {
       policy = after_evict_;
       Evictor evictor = evictor_.load(std::memory_order_acquire);
-      if (evictor != nullptr && !t_evicting) {
-        t_evicting = true;
-        evicted = evictor(shortfall);
-        t_evicting = false;
+      if (evictor != nullptr && !Reentered(Reentry::kEvictor)) {
+        {
+          ReentryGuard evicting(Reentry::kEvictor);
+          evicted = evictor(shortfall);
+        }
         evictor_called = true;
         Count(&Budget::evictions_, &LedgerSlot::evictions,
               &LedgerHeader::evictions, 1);
@@ -332,27 +330,29 @@ Limiter Budget::LocalCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
 
 Limiter Budget::NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
   *shortfall = bytes;
-  if (t_in_ledger) return Limiter::kLedger;
-  t_in_ledger = true;
   Limiter result = Limiter::kLedger;
   bool local = false;
-  if (ledger_.Lock()) {
-    const int32_t slot = EnsureSlotLocked();
-    if (slot == kSlotOff) {
-      local = true;
-    } else if (slot >= 0) {
-      result = ChargeFromReservationLocked(slot, owner, bytes, shortfall);
-      ledger_.RebuildTotalsLocked();
+  {
+    ReentryGuard in_ledger(Reentry::kLedger, ReentryGuard::kFirstEntry);
+    if (!in_ledger.held()) return Limiter::kLedger;
+    if (ledger_.Lock()) {
+      const int32_t slot = EnsureSlotLocked(in_ledger);
+      if (slot == kSlotOff) {
+        local = true;
+      } else if (slot >= 0) {
+        result = ChargeFromReservationLocked(in_ledger, slot, owner, bytes, shortfall);
+        ledger_.RebuildTotalsLocked();
+      }
+      ledger_.Unlock();
     }
-    ledger_.Unlock();
   }
-  t_in_ledger = false;
   // The ledger just turned out to be full: the process budget alone applies.
   if (local) return LocalCharge(owner, bytes, shortfall);
   return result;
 }
 
-Limiter Budget::ChargeFromReservationLocked(int32_t index, Owner owner,
+Limiter Budget::ChargeFromReservationLocked(const ReentryGuard& /*in_ledger*/, int32_t index,
+                                            Owner owner,
                                             uint64_t bytes,
                                             uint64_t* shortfall) {
   LedgerSlot& slot = ledger_.slot(index);
@@ -412,7 +412,7 @@ Limiter Budget::ChargeFromReservationLocked(int32_t index, Owner owner,
   }
 }
 
-int32_t Budget::EnsureSlotLocked() {
+int32_t Budget::EnsureSlotLocked(const ReentryGuard& /*in_ledger*/) {
   int32_t slot = slot_.load(kRelaxed);
   if (slot >= 0) {
     if (OwnsSlotLocked(slot)) return slot;
@@ -468,8 +468,8 @@ void Budget::Release(Owner owner, uint64_t bytes) {
 void Budget::ReturnExcess() {
   // A release from a signal handler that interrupted this thread inside the
   // lock: the excess waits for a later release.
-  if (t_in_ledger) return;
-  t_in_ledger = true;
+  ReentryGuard in_ledger(Reentry::kLedger, ReentryGuard::kFirstEntry);
+  if (!in_ledger.held()) return;
   if (ledger_.Lock()) {
     const int32_t slot = slot_.load(kRelaxed);
     const uint64_t quantum = quantum_.load(kRelaxed);
@@ -485,7 +485,6 @@ void Budget::ReturnExcess() {
     }
     ledger_.Unlock();
   }
-  t_in_ledger = false;
 }
 
 bool Budget::OwnsSlotLocked(int32_t slot) const {
@@ -535,8 +534,8 @@ void Budget::ResetCounters() {
 void Budget::AfterForkChild() {
   // Only the forking thread exists here, and it was not inside the ledger
   // (fork is not called from within Charge); its flags are stale copies.
-  t_in_ledger = false;
-  t_evicting = false;
+  ReentryGuard::ClearAfterFork(Reentry::kLedger);
+  ReentryGuard::ClearAfterFork(Reentry::kEvictor);
   message_[0] = '\0';
   ResetCounters();
   // The parent's slot and reservation stay the parent's; the child reserves
@@ -548,8 +547,9 @@ void Budget::AfterForkChild() {
 void Budget::Shutdown() {
   if (!enabled_.load(std::memory_order_acquire)) return;
   const int32_t seen = slot_.load(kRelaxed);
-  if (seen == kSlotOff || seen == kSlotClosed || t_in_ledger) return;
-  t_in_ledger = true;
+  if (seen == kSlotOff || seen == kSlotClosed) return;
+  ReentryGuard in_ledger(Reentry::kLedger, ReentryGuard::kFirstEntry);
+  if (!in_ledger.held()) return;
   if (ledger_.Lock()) {
     const int32_t slot = slot_.load(kRelaxed);
     if (slot >= 0 && OwnsSlotLocked(slot)) {
@@ -573,19 +573,17 @@ void Budget::Shutdown() {
     if (slot != kSlotOff) slot_.store(kSlotClosed, kRelaxed);
     ledger_.Unlock();
   }
-  t_in_ledger = false;
 }
 
 uint32_t Budget::ReclaimDead() {
-  if (!ledger_.is_open() || slot_.load(kRelaxed) == kSlotOff || t_in_ledger)
-    return 0;
+  if (!ledger_.is_open() || slot_.load(kRelaxed) == kSlotOff) return 0;
+  ReentryGuard in_ledger(Reentry::kLedger, ReentryGuard::kFirstEntry);
+  if (!in_ledger.held()) return 0;
   uint32_t reclaimed = 0;
-  t_in_ledger = true;
   if (ledger_.Lock()) {
     reclaimed = ledger_.ReclaimDeadLocked();
     ledger_.Unlock();
   }
-  t_in_ledger = false;
   return reclaimed;
 }
 

@@ -88,6 +88,7 @@
 #include "shim/budget/ledger.h"
 #include "shim/budget/proc.h"
 #include "shim/core/config.h"  // Policy, as PINSHIM_POLICY sets it
+#include "shim/core/reentry.h"
 
 namespace pinshim {
 namespace budget {
@@ -261,11 +262,13 @@ class Budget {
   Limiter LocalCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
   // Takes the ledger lock: the reservation did not cover the charge.
   Limiter NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
-  Limiter ChargeFromReservationLocked(int32_t slot, Owner owner, uint64_t bytes,
-                                      uint64_t* shortfall);
+  // The *Locked functions need the ledger lock, taken under Reentry::kLedger
+  // (the guard is their proof of it).
+  Limiter ChargeFromReservationLocked(const ReentryGuard& in_ledger, int32_t slot, Owner owner,
+                                      uint64_t bytes, uint64_t* shortfall);
   // Gives back the reservation above one quantum, under the lock.
   void ReturnExcess();
-  int32_t EnsureSlotLocked();
+  int32_t EnsureSlotLocked(const ReentryGuard& in_ledger);
   bool OwnsSlotLocked(int32_t slot) const;
   uint64_t ProcessPinned() const;
   using Counter = std::atomic<uint64_t> Budget::*;

@@ -166,7 +166,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
   if (!g_initialized.load(std::memory_order_acquire)) Init();
   if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) NoteCudaSeen();
   CUresult r = real_fn(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && t_depth == 0) {
+  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && !Reentered(Reentry::kHook)) {
     *pfn = WrapProcAddressResult(symbol, *pfn, version, flags);
   }
   return r;
@@ -179,7 +179,7 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_
   if (!g_initialized.load(std::memory_order_acquire)) Init();
   if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) NoteCudaSeen();
   CUresult r = real_fn(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && t_depth == 0) {
+  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && !Reentered(Reentry::kHook)) {
     *pfn = WrapProcAddressResult(symbol, *pfn, version, flags);
   }
   return r;

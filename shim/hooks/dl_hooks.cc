@@ -29,7 +29,7 @@ PINSHIM_HIDDEN void* pinshim_dlsym_driver_symbol(void* handle, const char* name)
   if (fn == nullptr) fn = pinshim_resolve_real_dlsym();
   if (fn == nullptr) return nullptr;
   void* found = reinterpret_cast<RealDlsym>(fn)(handle, name);
-  if (found == nullptr || pinshim::t_depth > 0) return found;
+  if (found == nullptr || pinshim::Reentered(pinshim::Reentry::kHook)) return found;
   return pinshim::WrapDlsymResult(name, found);
 }
 

@@ -34,7 +34,7 @@ void* LibcudaHandle() {
   static std::atomic<void*> handle{nullptr};
   void* h = handle.load(std::memory_order_acquire);
   if (h == nullptr && g_real.dlopen != nullptr) {
-    DepthGuard guard;
+    ReentryGuard guard(Reentry::kHook);
     h = g_real.dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
     if (h != nullptr) handle.store(h, std::memory_order_release);
   }
@@ -78,7 +78,7 @@ int FindForLookup(const char* symbol, int version, bool per_thread) {
 // Asks the real driver for `symbol` at `version`, bypassing every wrapper.
 void* RealLookup(const char* symbol, int version, unsigned long long flags) {
   void* out = nullptr;
-  DepthGuard guard;
+  ReentryGuard guard(Reentry::kHook);
   if (void* v2 = RealDriverFunction(kApi_cuGetProcAddress_v2)) {
     if (reinterpret_cast<GetProcV2>(v2)(symbol, &out, version, flags, nullptr) == 0) return out;
     return nullptr;

@@ -72,11 +72,11 @@ void RecordDriverWait(ApiId api, uint64_t start_ns, int result) PINSHIM_HIDDEN;
 #define PINSHIM_HOOK_ENTER(api, type, ...)                                     \
   auto real_fn = ::pinshim::hook::RealFn<type>(api);                           \
   if (real_fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                   \
-  if (::pinshim::t_depth > 0 ||                                                \
+  if (::pinshim::Reentered(::pinshim::Reentry::kHook) ||                                                \
       !::pinshim::g_initialized.load(std::memory_order_relaxed))               \
     return real_fn(__VA_ARGS__);                                               \
   if (PINSHIM_UNLIKELY(!::pinshim::g_cuda_seen.load(std::memory_order_relaxed))) \
     ::pinshim::NoteCudaSeen();                                                 \
-  ::pinshim::DepthGuard depth_guard
+  ::pinshim::ReentryGuard depth_guard(::pinshim::Reentry::kHook)
 
 #endif  // PINSHIM_SHIM_HOOKS_HOOK_SUPPORT_H_

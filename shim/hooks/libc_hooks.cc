@@ -52,8 +52,8 @@ void RecordRemovedPart(void*, const Region& part) { RecordRelease(part, true); }
 void Track(void* p, size_t bytes, RegionSource source, uint64_t site = 0, uint32_t flags = 0) {
   // Allocations made inside the driver or inside pinshim (the trace recorder
   // included, on any thread) are not the program's.
-  if (p == nullptr || t_depth > 0 || trace::InsideRecorder()) return;
-  DepthGuard guard;
+  if (p == nullptr || Reentered(Reentry::kHook) || trace::InsideRecorder()) return;
+  ReentryGuard guard(Reentry::kHook);
   Region r;
   r.start = reinterpret_cast<uintptr_t>(p);
   r.bytes = bytes;
@@ -86,8 +86,8 @@ bool Untrack(void* p, Region* out) {
 // allocator or the kernel is dropped first (after copies in flight on it
 // finished), so freed memory is never left pinned.
 inline void ReleasePinning(const void* p, uint64_t bytes) {
-  if (g_optimize && t_depth == 0) {
-    DepthGuard guard;
+  if (g_optimize && !Reentered(Reentry::kHook)) {
+    ReentryGuard guard(Reentry::kHook);
     optimize::Optimizer::Process().OnRelease(p, bytes);
   }
 }
@@ -120,10 +120,10 @@ inline bool InArena(const void* p) {
 void* AllocateAtSite(size_t n, size_t align, bool zero, uint64_t* site, uint32_t* flags) {
   *site = 0;
   *flags = 0;
-  if (t_depth > 0 || trace::InsideRecorder()) return nullptr;
+  if (Reentered(Reentry::kHook) || trace::InsideRecorder()) return nullptr;
   void* p = nullptr;
   {
-    DepthGuard guard;
+    ReentryGuard guard(Reentry::kHook);
     optimize::SiteFrames frames;
     optimize::CaptureSite(&frames);
     if (frames.n == 0) return nullptr;
@@ -159,7 +159,7 @@ inline bool PowerOfTwo(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 void FreeArenaBlock(void* p) {
   Region r;
   Untrack(p, &r);
-  DepthGuard guard;
+  ReentryGuard guard(Reentry::kHook);
   Arena().Free(p);
 }
 
@@ -183,8 +183,8 @@ void* MmapHook(void* addr, size_t len, int prot, int flags, int fd, off64_t off,
     p = real_mmap(addr, len, prot, flags, fd, off);
     // What it replaced is gone; the rest of a region it covered in part
     // stays tracked as it was.
-    if (p != MAP_FAILED && t_depth == 0 && g_allocations.size() != 0) {
-      DepthGuard guard;
+    if (p != MAP_FAILED && !Reentered(Reentry::kHook) && g_allocations.size() != 0) {
+      ReentryGuard guard(Reentry::kHook);
       g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(p), len, RecordRemovedPart, nullptr);
     }
   } else {
@@ -259,7 +259,7 @@ void* realloc(void* p, size_t n) {
     const bool had = Untrack(p, &old);
     void* q;
     {
-      DepthGuard guard;
+      ReentryGuard guard(Reentry::kHook);
       q = Arena().Realloc(p, n, g_real.malloc);
     }
     if (q == nullptr) {
@@ -368,8 +368,8 @@ void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
 
 int munmap(void* addr, size_t len) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<int>(syscall(SYS_munmap, addr, len));
-  if (t_depth == 0 && g_allocations.size() != 0) {
-    DepthGuard guard;
+  if (!Reentered(Reentry::kHook) && g_allocations.size() != 0) {
+    ReentryGuard guard(Reentry::kHook);
     g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(addr), len, RecordRemovedPart, nullptr);
   }
   // Whole buffers unmapped are released (the cache records them so); part
@@ -391,8 +391,8 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
   }
   Region before;
   bool had = false;
-  if (t_depth == 0 && g_allocations.size() != 0) {
-    DepthGuard guard;
+  if (!Reentered(Reentry::kHook) && g_allocations.size() != 0) {
+    ReentryGuard guard(Reentry::kHook);
     had = g_allocations.Lookup(reinterpret_cast<uintptr_t>(old), &before);
     g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(old), old_len, RecordRemovedPart, nullptr);
   }

@@ -18,15 +18,15 @@ namespace pinshim {
 class PageChangeScope {
  public:
   PageChangeScope(const void* addr, size_t len, const optimize::PageChange& what) {
-    if (PINSHIM_LIKELY(!g_optimize) || t_depth > 0 || len == 0) return;
+    if (PINSHIM_LIKELY(!g_optimize) || Reentered(Reentry::kHook) || len == 0) return;
     active_ = true;
-    DepthGuard guard;
+    ReentryGuard guard(Reentry::kHook);
     optimize::Optimizer::Process().BeforePageChange(reinterpret_cast<uintptr_t>(addr), len, what,
                                                     &ticket_);
   }
   ~PageChangeScope() {
     if (!active_) return;
-    DepthGuard guard;
+    ReentryGuard guard(Reentry::kHook);
     optimize::Optimizer::Process().AfterPageChange(&ticket_);
   }
   PageChangeScope(const PageChangeScope&) = delete;

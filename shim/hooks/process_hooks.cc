@@ -56,16 +56,16 @@ T Lookup(T* slot, const char* name) {
 
 // Before exec: the trace's end, in the process that owns it only.
 void BeforeExec() {
-  if (t_depth != 0 || !trace::RecorderOwnedHere()) return;
-  DepthGuard guard;
+  if (Reentered(Reentry::kHook) || !trace::RecorderOwnedHere()) return;
+  ReentryGuard guard(Reentry::kHook);
   DropTraceIfNoCuda();
   trace::RecorderBeforeExec();
 }
 
 [[noreturn]] void ExitNow(ExitFn* slot, const char* name, int status) {
   ExitFn real_exit = Lookup(slot, name);
-  if (t_depth == 0 && trace::RecorderOwnedHere()) {
-    ++t_depth;  // never undone: the process ends here
+  if (!Reentered(Reentry::kHook) && trace::RecorderOwnedHere()) {
+    ReentryGuard::HoldForever(Reentry::kHook);  // the process ends here
     DropTraceIfNoCuda();
     trace::StopRecorder();
   }

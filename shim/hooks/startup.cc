@@ -185,7 +185,7 @@ bool EnsureOptimizerStarted() {
   if (!g_optimize) return false;
   static std::atomic<bool> tried{false};
   if (tried.exchange(true)) return opt.active();
-  DepthGuard guard;  // the engine's own driver calls are not the program's
+  ReentryGuard guard(Reentry::kHook);  // the engine's own driver calls are not the program's
   optimize::DriverOps ops;
   const bool ok = optimize::LoadDriverOps(RealDriverSymbol, nullptr, &ops) && opt.AttachDriver(ops);
   if (ok && g_config.idle_trim_s > 0 && !StartTrimThread()) {
@@ -197,7 +197,7 @@ bool EnsureOptimizerStarted() {
 void Init() {
   int expected = 0;
   if (!g_init_state.compare_exchange_strong(expected, 1)) return;  // done or under way
-  ++t_depth;
+  ReentryGuard guard(Reentry::kHook);  // start-up's own calls are not the program's
   ResolveRealFunctions();
   ResolveExecFunctions();
   ConfigInput input;
@@ -220,13 +220,12 @@ void Init() {
   if (g_config.trace_dir[0] != '\0') StartTracing();
   g_init_state.store(2);
   g_initialized.store(true, std::memory_order_release);
-  --t_depth;
 }
 
 __attribute__((constructor(101))) static void PinshimConstructor() { Init(); }
 
 __attribute__((destructor)) static void PinshimDestructor() {
-  ++t_depth;  // nothing pinshim does at exit is the program's to count
+  ReentryGuard::HoldForever(Reentry::kHook);  // nothing pinshim does at exit is the program's
   WriteSummaryAtExit();
   DropTraceIfNoCuda();
   trace::StopRecorder();

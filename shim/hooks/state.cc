@@ -38,12 +38,10 @@ bool g_redirect_sites = false;
 Registry g_allocations;
 Registry g_registrations;
 std::atomic<uint64_t> g_tracked_mallocs{0};
-PINSHIM_TLS int t_depth = 0;
 
 namespace {
 
 std::atomic<uint64_t> g_next_alloc_id{1};
-PINSHIM_TLS bool t_resolving = false;
 
 template <typename T>
 void Next(T* out, const char* name) {
@@ -79,11 +77,11 @@ size_t BootstrapSize(const void* p) {
   return *reinterpret_cast<const size_t*>(static_cast<const char*>(p) - 16);
 }
 
-bool Resolving() { return t_resolving; }
+bool Resolving() { return Reentered(Reentry::kLibcLookup); }
 
 void ResolveRealFunctions() {
-  if (g_real.malloc != nullptr || t_resolving) return;
-  t_resolving = true;
+  if (g_real.malloc != nullptr || Reentered(Reentry::kLibcLookup)) return;
+  ReentryGuard resolving(Reentry::kLibcLookup);
   RealFunctions r;
   Next(&r.free, "free");
   Next(&r.calloc, "calloc");
@@ -115,7 +113,6 @@ void ResolveRealFunctions() {
   r.malloc = nullptr;
   g_real = r;
   __atomic_store_n(&g_real.malloc, malloc_fn, __ATOMIC_RELEASE);
-  t_resolving = false;
 }
 
 void NoteCudaSeen() { g_cuda_seen.store(true, std::memory_order_relaxed); }

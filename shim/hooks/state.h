@@ -17,6 +17,7 @@
 #include "shim/core/config.h"
 #include "shim/core/events.h"
 #include "shim/core/macros.h"
+#include "shim/core/reentry.h"
 #include "shim/core/registry.h"
 
 namespace pinshim {
@@ -104,15 +105,10 @@ extern Registry g_registrations PINSHIM_HIDDEN;
 // Tracked malloc-family allocations alive; free() skips its size check at 0.
 extern std::atomic<uint64_t> g_tracked_mallocs PINSHIM_HIDDEN;
 
-// Depth of hooked calls on this thread. A hook entered at depth > 0 was
-// reached from inside another hook (or the driver, or pinshim itself): it
-// forwards without counting or tracking, so each user-level call counts once.
-extern PINSHIM_TLS int t_depth PINSHIM_HIDDEN;
-
-struct DepthGuard {
-  DepthGuard() { ++t_depth; }
-  ~DepthGuard() { --t_depth; }
-};
+// A hook entered while this thread holds Reentry::kHook (shim/core/reentry.h)
+// was reached from inside another hook, the driver or pinshim itself: it
+// forwards without counting or tracking, so each call of the program counts
+// once.
 
 uint64_t NextAllocId() PINSHIM_HIDDEN;
 

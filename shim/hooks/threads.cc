@@ -20,7 +20,7 @@ constexpr unsigned kMetricsPeriodMs = 2000;
 
 void* MetricsMain(void*) {
   prctl(PR_SET_NAME, "pinshim-metrics", 0, 0, 0);
-  ++t_depth;
+  ReentryGuard::HoldForever(Reentry::kHook);
   for (;;) {
     budget::Budget::Process().Tick();
     struct timespec ts = {kMetricsPeriodMs / 1000, (kMetricsPeriodMs % 1000) * 1000000L};
@@ -50,7 +50,7 @@ bool StartQuietThread(void* (*main_fn)(void*)) {
 // no further call.
 void* TrimMain(void*) {
   prctl(PR_SET_NAME, "pinshim-trim", 0, 0, 0);
-  ++t_depth;
+  ReentryGuard::HoldForever(Reentry::kHook);
   const unsigned period_s = g_config.idle_trim_s >= 2 ? g_config.idle_trim_s / 2 : 1;
   for (;;) {
     struct timespec ts = {static_cast<time_t>(period_s), 0};

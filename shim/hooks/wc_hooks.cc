@@ -38,7 +38,6 @@ struct ReadFunctions {
 };
 ReadFunctions g_fn;
 std::atomic<bool> g_ready{false};
-PINSHIM_TLS bool t_resolving_reads = false;
 
 // Used only while the real functions are being looked up (dlsym may copy).
 // Kept a plain loop: the attribute stops GCC from turning it into a memcpy call.
@@ -62,8 +61,8 @@ void Next(T* out, const char* name) {
 // False while resolving on this thread: the caller then uses a fallback.
 bool EnsureReadFunctions() {
   if (PINSHIM_LIKELY(g_ready.load(std::memory_order_acquire))) return true;
-  if (t_resolving_reads) return false;
-  t_resolving_reads = true;
+  if (Reentered(Reentry::kReadLookup)) return false;
+  ReentryGuard resolving(Reentry::kReadLookup);
   ReadFunctions f;
   Next(&f.memcpy, "memcpy");
   Next(&f.memmove, "memmove");
@@ -77,19 +76,18 @@ bool EnsureReadFunctions() {
   Next(&f.write, "write");
   g_fn = f;
   g_ready.store(true, std::memory_order_release);
-  t_resolving_reads = false;
   return true;
 }
 
 // The copy-race side: pinshim's own copies (depth > 0) are not the
 // program's accesses.
 inline void CopyRead(const void* p, size_t n, WcReadVia via) {
-  if (PINSHIM_UNLIKELY(trace::CopyWatchAny()) && t_depth == 0) {
+  if (PINSHIM_UNLIKELY(trace::CopyWatchAny()) && !Reentered(Reentry::kHook)) {
     trace::CheckCopyAccess(p, n, /*write=*/false, via);
   }
 }
 inline void CopyWrite(const void* p, size_t n, WcReadVia via) {
-  if (PINSHIM_UNLIKELY(trace::CopyWatchAny()) && t_depth == 0) {
+  if (PINSHIM_UNLIKELY(trace::CopyWatchAny()) && !Reentered(Reentry::kHook)) {
     trace::CheckCopyAccess(p, n, /*write=*/true, via);
   }
 }

@@ -29,6 +29,7 @@
 #include "shim/trace/frame_writer.h"
 #include "shim/trace/module_map.h"
 #include "shim/trace/python_frames.h"
+#include "shim/core/reentry.h"
 #include "shim/trace/wc_guard.h"
 #include "shim/trace/wc_ranges.h"
 
@@ -122,9 +123,8 @@ struct Global {
 };
 Global g;
 
-__thread ThreadBuffer* t_buffer __attribute__((tls_model("initial-exec")));
-__thread int t_inside __attribute__((tls_model("initial-exec")));
-__thread uint64_t t_dropped __attribute__((tls_model("initial-exec")));
+PINSHIM_TLS ThreadBuffer* t_buffer;
+PINSHIM_TLS uint64_t t_dropped;
 
 uint64_t MonotonicNs() {
   struct timespec ts;
@@ -238,21 +238,30 @@ ThreadBuffer* AcquireBuffer() {
   return b;
 }
 
-// Returns the calling thread's buffer with the re-entry flag set, or null
-// when nothing may be recorded now (the caller then returns at once).
-ThreadBuffer* Enter() {
-  if (g.active.load(std::memory_order_acquire) != 1) return nullptr;
-  if (t_inside) {
-    ++t_dropped;
-    return nullptr;
+// The calling thread's buffer, held under Reentry::kRecorder while the
+// entry lives; buffer() null when nothing may be recorded now (the caller
+// then returns at once): no trace, or a call from inside the recorder
+// (a signal handler that interrupted it, or pinshim's own calls), counted
+// as dropped.
+class RecorderEntry {
+ public:
+  RecorderEntry() : guard_(Reentry::kRecorder, ReentryGuard::kFirstEntry) {
+    if (g.active.load(std::memory_order_acquire) != 1) return;
+    if (!guard_.held()) {
+      ++t_dropped;
+      return;
+    }
+    buffer_ = t_buffer != nullptr ? t_buffer : AcquireBuffer();
   }
-  t_inside = 1;
-  ThreadBuffer* b = t_buffer != nullptr ? t_buffer : AcquireBuffer();
-  if (b == nullptr) t_inside = 0;
-  return b;
-}
+  RecorderEntry(const RecorderEntry&) = delete;
+  RecorderEntry& operator=(const RecorderEntry&) = delete;
 
-void Leave() { t_inside = 0; }
+  ThreadBuffer* buffer() const { return buffer_; }
+
+ private:
+  ReentryGuard guard_;
+  ThreadBuffer* buffer_ = nullptr;
+};
 
 void WriteStack(uint32_t id, const CapturedStack& stack) {
   uint8_t payload[kMaxStackPayload];
@@ -526,10 +535,12 @@ void TakeSample(uint64_t now) {
     }
   }
   s.budget_bytes = g.budget;
-  ThreadBuffer* b = Enter();
-  if (b == nullptr) return;
-  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendSample(s); });
-  Leave();
+  {
+    RecorderEntry entry;
+    ThreadBuffer* b = entry.buffer();
+    if (b == nullptr) return;
+    AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendSample(s); });
+  }
   g.samples.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -541,17 +552,19 @@ void TakeCounters(uint64_t now, bool force) {
   memset(&c, 0, sizeof(c));
   if (!g.optimize_counters(&c)) return;
   if (!force && memcmp(&c, &g.last_counters, sizeof(c)) == 0) return;
-  ThreadBuffer* b = Enter();
-  if (b == nullptr) return;
-  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendOptimizeCounters(c, now); });
-  Leave();
+  {
+    RecorderEntry entry;
+    ThreadBuffer* b = entry.buffer();
+    if (b == nullptr) return;
+    AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendOptimizeCounters(c, now); });
+  }
   if (!force) g.last_counters = c;
 }
 
 // Writes out batches that have waited too long in threads that went quiet.
 void FlushIdle(uint64_t now, bool all) {
   for (ThreadBuffer* b = g.buffers.load(std::memory_order_acquire); b; b = b->next) {
-    if (b == t_buffer && t_inside) continue;  // held by this very thread
+    if (b == t_buffer && Reentered(Reentry::kRecorder)) continue;  // held by this very thread
     if (!ClaimAsFlusher(b, all)) continue;
     if (b->enc.count() > 0 && (all || now - b->enc.first_time() >= kIdleFlushAgeNs)) Flush(b);
     Release(b);
@@ -559,7 +572,8 @@ void FlushIdle(uint64_t now, bool all) {
 }
 
 void OnGuardedRead(void* ucontext, uintptr_t address) {
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return;
   CapturedStack& s = b->scratch;
   uint32_t id = 0;
@@ -573,12 +587,12 @@ void OnGuardedRead(void* ucontext, uintptr_t address) {
     enc.AppendMisuse(MisuseKind::kWcRead, reinterpret_cast<const void*>(address), 1, now, id,
                      static_cast<uint32_t>(WcReadVia::kPageGuard));
   });
-  Leave();
 }
 
 // A plain load or store the copy guard caught (signal context).
 void OnCopyGuardAccess(void* ucontext, uintptr_t address, bool write) {
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return;
   CapturedStack& s = b->scratch;
   uint32_t id = 0;
@@ -593,7 +607,6 @@ void OnCopyGuardAccess(void* ucontext, uintptr_t address, bool write) {
     enc.AppendMisuse(MisuseKind::kCopyRace, reinterpret_cast<const void*>(address), 1, now, id,
                      detail);
   });
-  Leave();
 }
 
 // Whether a copy's host side is page-locked memory of the program's, whose
@@ -761,11 +774,13 @@ bool RecorderActive() { return g.active.load(std::memory_order_relaxed) == 1; }
 const char* RecorderTracePath() { return g.path; }
 
 void RecordCopy(const CopyEvent& e, int device) {
-  ThreadBuffer* b = Enter();
-  if (b == nullptr) return;
-  uint32_t stack = Capture(b);
-  AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendCopy(e, stack, device); });
-  Leave();
+  {
+    RecorderEntry entry;
+    ThreadBuffer* b = entry.buffer();
+    if (b == nullptr) return;
+    uint32_t stack = Capture(b);
+    AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendCopy(e, stack, device); });
+  }
   if (e.async && e.result == 0 && e.host_ptr != nullptr && e.bytes != 0) {
     const bool d2h = e.dir == CopyDir::kDeviceToHost;
     if ((d2h || e.dir == CopyDir::kHostToDevice) && WatchedKind(d2h ? e.dst_kind : e.src_kind)) {
@@ -775,7 +790,8 @@ void RecordCopy(const CopyEvent& e, int device) {
 }
 
 void RecordPin(const PinEvent& e, int device) {
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return;
   if (e.result == 0) {
     int64_t bytes = static_cast<int64_t>(e.bytes);
@@ -803,11 +819,11 @@ void RecordPin(const PinEvent& e, int device) {
   }
   uint32_t stack = Capture(b);
   AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendPin(e, stack, device); });
-  Leave();
 }
 
 void RecordHostAlloc(const HostAllocEvent& e) {
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return;
   // Frees keep their stack too: releasing memory under an async copy is
   // reported where it is released.
@@ -815,14 +831,15 @@ void RecordHostAlloc(const HostAllocEvent& e) {
   uint32_t stack = Capture(b);
   uint64_t now = MonotonicNs();
   AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendHostAlloc(e, now, stack); });
-  Leave();
 }
 
 void RecordSync(const SyncEvent& e) {
-  ThreadBuffer* b = Enter();
-  if (b == nullptr) return;
-  AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendSync(e); });
-  Leave();
+  {
+    RecorderEntry entry;
+    ThreadBuffer* b = entry.buffer();
+    if (b == nullptr) return;
+    AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendSync(e); });
+  }
   if (e.result != 0) return;
   const uint64_t key = reinterpret_cast<uintptr_t>(e.event);
   switch (e.kind) {
@@ -853,24 +870,25 @@ void RecordSync(const SyncEvent& e) {
 }
 
 void RecordStream(const StreamEvent& e) {
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return;
   AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendStream(e); });
-  Leave();
 }
 
 void RecordGraph(const GraphEvent& e) {
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return;
   AppendEvent(b, e.end_ns, [&](BatchEncoder& enc) { enc.AppendGraph(e); });
-  Leave();
 }
 
 bool CheckCopyAccess(const void* p, size_t len, bool write, WcReadVia via) {
-  if (__builtin_expect(!CopyWatchAny(), 1)) return false;
-  if (g.active.load(std::memory_order_relaxed) != 1 || t_inside) return false;
+  if (PINSHIM_LIKELY(!CopyWatchAny())) return false;
+  if (g.active.load(std::memory_order_relaxed) != 1 || Reentered(Reentry::kRecorder)) return false;
   if (!TakeCopyAccess(p, len, write)) return false;
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return true;
   uint32_t stack = Capture(b);
   uint64_t now = MonotonicNs();
@@ -878,48 +896,47 @@ bool CheckCopyAccess(const void* p, size_t len, bool write, WcReadVia via) {
   AppendEvent(b, now, [&](BatchEncoder& enc) {
     enc.AppendMisuse(MisuseKind::kCopyRace, p, len, now, stack, detail);
   });
-  Leave();
   return true;
 }
 
 void RecordOwnPin(const OwnPinEvent& e) {
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return;
   // A page change is the program's call, made on its thread: its stack is
   // where the program changed the pages.
   const uint32_t stack = IsPageChange(e.reason) ? Capture(b) : 0;
   uint64_t now = MonotonicNs();
   AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendOwnPin(e, now, stack); });
-  Leave();
 }
 
 void RecordBudgetDecision(const BudgetDecisionEvent& e) {
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return;
   // The stack runs through the budget and the hook into the program's
   // pinning call, which the report takes as the call site.
   uint32_t stack = Capture(b);
   uint64_t now = e.time_ns != 0 ? e.time_ns : MonotonicNs();
   AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendBudgetDecision(e, now, stack); });
-  Leave();
 }
 
 bool CheckWcRead(const void* src, size_t len, WcReadVia via) {
   if (g.active.load(std::memory_order_relaxed) != 1 || !OverlapsWc(src, len)) return false;
-  ThreadBuffer* b = Enter();
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
   if (b == nullptr) return true;
   uint32_t stack = Capture(b);
   uint64_t now = MonotonicNs();
   AppendEvent(b, now, [&](BatchEncoder& enc) {
     enc.AppendMisuse(MisuseKind::kWcRead, src, len, now, stack, static_cast<uint32_t>(via));
   });
-  Leave();
   return true;
 }
 
 void DisarmWcGuardFor(const void* ptr, size_t len) { WcGuardDisarmFor(ptr, len); }
 
-bool InsideRecorder() { return t_inside != 0; }
+bool InsideRecorder() { return Reentered(Reentry::kRecorder); }
 
 void NotePinshimPinnedBytes(int64_t delta) {
   g.pinned_pinshim.fetch_add(delta, std::memory_order_relaxed);
@@ -927,12 +944,10 @@ void NotePinshimPinnedBytes(int64_t delta) {
 
 void NoteModulesChanged() {
   if (g.active.load(std::memory_order_acquire) != 1) return;
-  int was_inside = t_inside;
-  t_inside = 1;
+  ReentryGuard inside(Reentry::kRecorder);
   WriteModules();
   dl_iterate_phdr(ReadLoadCounts, &g_load_counts);
   DetectPythonIfNew();
-  t_inside = was_inside;
 }
 
 void RecorderAfterForkInChild() {
@@ -954,7 +969,7 @@ void RecorderAfterForkInChild() {
     if (b != t_buffer) b->in_use.store(0);  // its thread does not exist here
   }
   if (t_buffer != nullptr) t_buffer->tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  t_inside = 0;
+  ReentryGuard::ClearAfterFork(Reentry::kRecorder);
   t_dropped = 0;
   g.stacks.Reset();
   g.python_codes.Reset();  // the child's trace defines its code objects anew
