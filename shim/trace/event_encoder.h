@@ -72,21 +72,17 @@ struct GraphEvent {
   int device;
 };
 
-// One decision of enforce mode's budget (see kBudgetDecision). Plain
-// integers rather than shim/budget's types: the trace does not depend on the
-// budget, whose callback converts its DecisionRecord into this.
+// One decision of enforce mode's budget (see kBudgetDecision): the BUDGET
+// lines of budget_decision.inc. Plain integers rather than shim/budget's
+// types: the trace does not depend on the budget, whose callback converts
+// its DecisionRecord into this.
 struct BudgetDecisionEvent {
-  uint8_t owner;     // BudgetOwner
-  uint8_t decision;  // BudgetDecision
-  uint8_t limiter;   // BudgetLimiter
-  bool evictor_called;
-  uint64_t bytes;
-  uint64_t evicted_bytes;
-  uint64_t process_pinned;  // after the decision
-  uint64_t process_budget;  // 0: none
-  uint64_t node_pinned;     // 0 without a node ledger
-  uint64_t node_budget;     // 0: none
-  uint64_t time_ns;         // CLOCK_MONOTONIC; 0: the recorder takes the time
+#define BUDGET(name, record_type, event_type, layout) event_type name;
+#define RECORDER(name, layout)
+#include "shim/core/budget_decision.inc"
+#undef BUDGET
+#undef RECORDER
+  uint64_t time_ns;  // CLOCK_MONOTONIC; 0: the recorder takes the time
 };
 
 class BatchEncoder {
