@@ -470,15 +470,21 @@ class BatchCursor {
   const Event& event() const { return event_; }
 
  private:
+  // Stack ids beyond kMaxStackId are taken for none.
+  static uint32_t StackId(uint64_t id) {
+    return id > kMaxStackId ? 0 : static_cast<uint32_t>(id);
+  }
+
   // 1: decoded, 0: unknown type, -1: malformed.
   int Decode(uint8_t type, const uint8_t* q, const uint8_t* end) {
     int64_t dt;
     if (!GetSigned(&q, end, &dt)) return -1;
     uint64_t time = prev_time_ + static_cast<uint64_t>(dt);
     Event& e = event_;
-    uint64_t u[12];
     switch (static_cast<trace::EventType>(type)) {
+      // Presence bits make some of its fields optional: decoded by hand.
       case trace::EventType::kCopy: {
+        uint64_t u[6];
         for (int i = 0; i < 6; ++i) {
           if (!GetVarint(&q, end, &u[i])) return -1;
         }
@@ -510,7 +516,7 @@ class BatchCursor {
         e.src = static_cast<MemKind>(src);
         e.dst = static_cast<MemKind>(dst);
         e.bytes = u[4];
-        e.stack = u[5] > kMaxStackId ? 0 : static_cast<uint32_t>(u[5]);
+        e.stack = StackId(u[5]);
         prev_stream_ += static_cast<uint64_t>(ds);
         prev_host_ptr_ += static_cast<uint64_t>(dp);
         prev_alloc_id_ += static_cast<uint64_t>(da);
@@ -526,207 +532,151 @@ class BatchCursor {
         break;
       }
       case trace::EventType::kPin: {
-        for (int i = 0; i < 7; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
-        }
-        int64_t result, device;
-        if (!GetSigned(&q, end, &result) || !GetSigned(&q, end, &device)) return -1;
-        if (u[2] > 3) return -1;
+        trace::PinFields f;
+        if (!trace::GetFields(q, end, &f) || f.op > 3) return -1;
         e.type = trace::EventType::kPin;
-        e.duration_ns = u[0];
-        e.api = static_cast<uint32_t>(u[1]);
-        e.op = static_cast<PinOp>(u[2]);
-        e.ptr = u[3];
-        e.bytes = u[4];
-        e.flags = static_cast<uint32_t>(u[5]);
-        e.stack = u[6] > kMaxStackId ? 0 : static_cast<uint32_t>(u[6]);
-        e.result = static_cast<int32_t>(result);
-        e.device = static_cast<int32_t>(device);
+        e.duration_ns = f.duration_ns;
+        e.api = static_cast<uint32_t>(f.api);
+        e.op = static_cast<PinOp>(f.op);
+        e.ptr = f.ptr;
+        e.bytes = f.bytes;
+        e.flags = static_cast<uint32_t>(f.flags);
+        e.stack = StackId(f.stack);
+        e.result = static_cast<int32_t>(f.result);
+        e.device = static_cast<int32_t>(f.device);
         break;
       }
       case trace::EventType::kHostAlloc: {
-        for (int i = 0; i < 5; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
-        }
+        trace::HostAllocFields f;
+        if (!trace::GetFields(q, end, &f)) return -1;
         e.type = trace::EventType::kHostAlloc;
         e.duration_ns = 0;
-        e.alloc_id = u[0];
-        e.ptr = u[1];
-        e.bytes = u[2];
-        e.is_free = (u[3] & 1) != 0;
-        e.source = static_cast<uint8_t>(u[3] >> 1);
-        e.stack = u[4] > kMaxStackId ? 0 : static_cast<uint32_t>(u[4]);
+        e.alloc_id = f.alloc_id;
+        e.ptr = f.ptr;
+        e.bytes = f.bytes;
+        e.is_free = (f.bits & 1) != 0;
+        e.source = static_cast<uint8_t>(f.bits >> 1);
+        e.stack = StackId(f.stack);
         break;
       }
       case trace::EventType::kMisuse: {
-        for (int i = 0; i < 5; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
-        }
+        trace::MisuseFields f;
+        if (!trace::GetFields(q, end, &f)) return -1;
         e.type = trace::EventType::kMisuse;
         e.duration_ns = 0;
-        e.misuse = static_cast<trace::MisuseKind>(u[0]);
-        e.ptr = u[1];
-        e.bytes = u[2];
-        e.stack = u[3] > kMaxStackId ? 0 : static_cast<uint32_t>(u[3]);
-        e.detail = static_cast<uint32_t>(u[4]);
+        e.misuse = static_cast<trace::MisuseKind>(f.kind);
+        e.ptr = f.ptr;
+        e.bytes = f.bytes;
+        e.stack = StackId(f.stack);
+        e.detail = static_cast<uint32_t>(f.detail);
         break;
       }
       case trace::EventType::kSample: {
-        for (int i = 0; i < 7; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
-        }
+        trace::SampleFields f;
+        if (!trace::GetFields(q, end, &f)) return -1;
         e.type = trace::EventType::kSample;
         e.duration_ns = 0;
-        e.pinned_program = u[0];
-        e.registered_program = u[1];
-        e.pinned_pinshim = u[2];
-        e.rss_bytes = u[3];
-        e.swap_ins = u[4];
-        e.swap_outs = u[5];
-        e.budget_bytes = u[6];
+#define PINSHIM_SAMPLE_FIELD(name, type, layout, absent) e.name = f.name;
+        PINSHIM_SAMPLE_FIELDS(PINSHIM_SAMPLE_FIELD)
+#undef PINSHIM_SAMPLE_FIELD
         break;
       }
       case trace::EventType::kSync: {
-        int64_t ds, result;
-        if (!GetVarint(&q, end, &u[0]) || !GetVarint(&q, end, &u[1]) ||
-            !GetVarint(&q, end, &u[2]) || !GetSigned(&q, end, &ds) ||
-            !GetVarint(&q, end, &u[3]) || !GetSigned(&q, end, &result)) {
-          return -1;
-        }
+        trace::SyncFields f;
+        if (!trace::GetFields(q, end, &f)) return -1;
         e.type = trace::EventType::kSync;
-        e.duration_ns = u[0];
-        e.api = static_cast<uint32_t>(u[1]);
-        e.sync = static_cast<trace::SyncKind>(u[2]);
-        prev_sync_stream_ += static_cast<uint64_t>(ds);
+        e.duration_ns = f.duration_ns;
+        e.api = static_cast<uint32_t>(f.api);
+        e.sync = static_cast<trace::SyncKind>(f.kind);
+        prev_sync_stream_ += static_cast<uint64_t>(f.stream);
         e.stream = prev_sync_stream_;
-        e.event_handle = u[3];
-        e.result = static_cast<int32_t>(result);
-        int64_t device = -1;
-        // Appended later: older traces end here.
-        if (q < end && !GetSigned(&q, end, &device)) return -1;
-        e.device = static_cast<int32_t>(device);
+        e.event_handle = f.event;
+        e.result = static_cast<int32_t>(f.result);
+        e.device = static_cast<int32_t>(f.device);  // -1 in traces older than the field
         break;
       }
       case trace::EventType::kStream: {
-        for (int i = 0; i < 4; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
-        }
-        int64_t priority, result, device;
-        if (!GetSigned(&q, end, &priority) || !GetSigned(&q, end, &result) ||
-            !GetSigned(&q, end, &device)) {
-          return -1;
-        }
+        trace::StreamFields f;
+        if (!trace::GetFields(q, end, &f)) return -1;
         e.type = trace::EventType::kStream;
-        e.duration_ns = u[0];
-        e.api = static_cast<uint32_t>(u[1]);
-        e.stream = u[2];
-        e.flags = static_cast<uint32_t>(u[3]);
-        e.priority = static_cast<int32_t>(priority);
-        e.result = static_cast<int32_t>(result);
-        e.device = static_cast<int32_t>(device);
+        e.duration_ns = f.duration_ns;
+        e.api = static_cast<uint32_t>(f.api);
+        e.stream = f.stream;
+        e.flags = static_cast<uint32_t>(f.flags);
+        e.priority = static_cast<int32_t>(f.priority);
+        e.result = static_cast<int32_t>(f.result);
+        e.device = static_cast<int32_t>(f.device);
         e.stack = 0;
         break;
       }
       case trace::EventType::kGraph: {
-        for (int i = 0; i < 5; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
-        }
-        int64_t result, device;
-        if (!GetSigned(&q, end, &result) || !GetSigned(&q, end, &device)) return -1;
-        if (u[2] > 255) return -1;
+        trace::GraphFields f;
+        if (!trace::GetFields(q, end, &f) || f.op > 255) return -1;
         e.type = trace::EventType::kGraph;
-        e.duration_ns = u[0];
-        e.api = static_cast<uint32_t>(u[1]);
-        e.graph_op = static_cast<trace::GraphOp>(u[2]);
-        e.stream = u[3];
-        e.graph_handle = u[4];
-        e.result = static_cast<int32_t>(result);
-        e.device = static_cast<int32_t>(device);
+        e.duration_ns = f.duration_ns;
+        e.api = static_cast<uint32_t>(f.api);
+        e.graph_op = static_cast<trace::GraphOp>(f.op);
+        e.stream = f.stream;
+        e.graph_handle = f.graph;
+        e.result = static_cast<int32_t>(f.result);
+        e.device = static_cast<int32_t>(f.device);
         e.stack = 0;
         break;
       }
       case trace::EventType::kBudgetDecision: {
-        for (int i = 0; i < 11; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
-        }
+        trace::BudgetDecisionFields f;
+        if (!trace::GetFields(q, end, &f)) return -1;
         // Owners, decisions and limiters this reader cannot name are kept
         // (a newer writer may add some); the report calls them "unknown".
-        if (u[0] > 255 || u[1] > 255 || u[2] > 255) return -1;
+        if (f.owner > 255 || f.decision > 255 || f.limiter > 255) return -1;
         e.type = trace::EventType::kBudgetDecision;
         e.duration_ns = 0;
-        e.budget_owner = static_cast<trace::BudgetOwner>(u[0]);
-        e.budget_decision = static_cast<trace::BudgetDecision>(u[1]);
-        e.budget_limiter = static_cast<trace::BudgetLimiter>(u[2]);
-        e.evictor_called = (u[3] & trace::kBudgetEvictorCalled) != 0;
-        e.bytes = u[4];
-        e.evicted_bytes = u[5];
-        e.process_pinned = u[6];
-        e.process_budget = u[7];
-        e.node_pinned = u[8];
-        e.node_budget = u[9];
-        e.stack = u[10] > kMaxStackId ? 0 : static_cast<uint32_t>(u[10]);
+        e.budget_owner = static_cast<trace::BudgetOwner>(f.owner);
+        e.budget_decision = static_cast<trace::BudgetDecision>(f.decision);
+        e.budget_limiter = static_cast<trace::BudgetLimiter>(f.limiter);
+        e.evictor_called = (f.evictor_called & trace::kBudgetEvictorCalled) != 0;
+        e.bytes = f.bytes;
+        e.evicted_bytes = f.evicted_bytes;
+        e.process_pinned = f.process_pinned;
+        e.process_budget = f.process_budget;
+        e.node_pinned = f.node_pinned;
+        e.node_budget = f.node_budget;
+        e.stack = StackId(f.stack);
         break;
       }
       case trace::EventType::kOwnPin: {
-        for (int i = 0; i < 6; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
+        trace::OwnPinFields f;  // stack and detail: 0 in traces older than them
+        if (!trace::GetFields(q, end, &f) || f.action > 255 || f.part > 255 || f.reason > 255) {
+          return -1;
         }
-        int64_t result;
-        if (!GetSigned(&q, end, &result)) return -1;
-        if (u[0] > 255 || u[1] > 255 || u[2] > 255) return -1;
         e.type = trace::EventType::kOwnPin;
         e.duration_ns = 0;
-        e.stack = 0;
-        e.own_action = static_cast<OwnPinAction>(u[0]);
-        e.own_part = static_cast<OwnPinPart>(u[1]);
-        e.own_reason = static_cast<OwnPinReason>(u[2]);
-        e.ptr = u[3];
-        e.bytes = u[4];
-        e.alloc_id = u[5];
-        e.result = static_cast<int32_t>(result);
-        // Appended later: the page change's call site and advice or flags.
-        uint64_t stack = 0, detail = 0;
-        if (q < end && GetVarint(&q, end, &stack) && q < end) GetVarint(&q, end, &detail);
-        e.stack = stack > kMaxStackId ? 0 : static_cast<uint32_t>(stack);
-        e.own_detail = static_cast<uint32_t>(detail);
+        e.own_action = static_cast<OwnPinAction>(f.action);
+        e.own_part = static_cast<OwnPinPart>(f.part);
+        e.own_reason = static_cast<OwnPinReason>(f.reason);
+        e.ptr = f.ptr;
+        e.bytes = f.bytes;
+        e.alloc_id = f.alloc_id;
+        e.result = static_cast<int32_t>(f.result);
+        e.stack = StackId(f.stack);
+        e.own_detail = static_cast<uint32_t>(f.detail);
         break;
       }
       case trace::EventType::kOptimizeCounters: {
-        uint64_t v[trace::kOptimizeCounterFields];
-        for (size_t i = 0; i < trace::kOptimizeCounterFields; ++i) {
-          if (!GetVarint(&q, end, &v[i])) return -1;
-        }
+        OptimizeCountersEvent c{};
+        if (!trace::GetFields(q, end, &c)) return -1;
         e.type = trace::EventType::kOptimizeCounters;
         e.duration_ns = 0;
         e.stack = 0;
-        OptimizeCountersEvent& c = e.counters;
-        c.pinned_bytes_now = v[0];
-        c.pinned_bytes_peak = v[1];
-        c.pin_cap_bytes = v[2];
-        c.pin_refusals = v[3];
-        c.evicted_bytes = v[4];
-        c.pool_hits = v[5];
-        c.pool_misses = v[6];
-        c.pool_dedicated = v[7];
-        c.cache_registrations = v[8];
-        c.cache_hits = v[9];
-        c.cache_evictions = v[10];
-        c.cache_releases = v[11];
-        c.cache_declined_untracked = v[12];
-        c.cache_declined_source = v[13];
-        c.cache_declined_sub_allocation = v[14];
-        c.cache_declined_too_large = v[15];
-        c.arena_allocs = v[16];
-        c.arena_copies = v[17];
-        c.saved_copy_ns = v[18];
-        c.saved_alloc_ns = v[19];
+        e.counters = c;
         break;
       }
       case trace::EventType::kDropped: {
-        if (!GetVarint(&q, end, &u[0])) return -1;
+        trace::DroppedFields f;
+        if (!trace::GetFields(q, end, &f)) return -1;
         e.type = trace::EventType::kDropped;
         e.duration_ns = 0;
-        e.dropped = u[0];
+        e.dropped = f.count;
         break;
       }
       default:

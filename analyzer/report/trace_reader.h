@@ -4,7 +4,10 @@
 // small ones (process, modules, stacks, API names) are decoded, and batches of
 // events are indexed. Damage does not stop the scan: a bad frame is skipped up
 // to the next frame whose checksum holds, and Damage says how much was lost.
-// Events are then decoded on demand, merged across threads in time order.
+// Events are then decoded on demand, merged across threads in time order;
+// each event's fields are read by name through the format's field tables
+// (kCopy's by hand), so older and newer writers' records read as
+// trace_format.h says.
 #ifndef PINSHIM_ANALYZER_REPORT_TRACE_READER_H_
 #define PINSHIM_ANALYZER_REPORT_TRACE_READER_H_
 

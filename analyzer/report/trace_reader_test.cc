@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/trace/trace_builder.h"
@@ -308,6 +310,223 @@ TEST(TraceReader, OwnPinningAndCountersRecords) {
   EXPECT_EQ(memcmp(&counters.counters, &c, sizeof(c)), 0);
   EXPECT_EQ(r->damage().bad_events, 1u);
   EXPECT_EQ(r->damage().unknown_events, 0u);
+}
+
+// Event payloads built by hand, field by field.
+class Fields {
+ public:
+  Fields& U(uint64_t v) {
+    uint8_t b[trace::kMaxVarint];
+    bytes_.append(reinterpret_cast<const char*>(b), static_cast<size_t>(trace::PutVarint(b, v) - b));
+    return *this;
+  }
+  Fields& S(int64_t v) { return U(trace::ZigZag(v)); }
+  Fields& Raw(const uint8_t* begin, const uint8_t* end) {
+    bytes_.append(reinterpret_cast<const char*>(begin), static_cast<size_t>(end - begin));
+    return *this;
+  }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+constexpr uint64_t kHandTime = 1000000000;
+
+// The payload of a kEvents frame of thread `tid` holding `events` (type and
+// fields after the time delta), every one at kHandTime.
+std::string HandBatch(uint32_t tid, const std::vector<std::pair<trace::EventType, Fields>>& events) {
+  std::string out = Fields().U(tid).U(kHandTime).U(kHandTime).U(events.size()).bytes();
+  for (const auto& ev : events) {
+    const std::string payload = Fields().S(0).bytes() + ev.second.bytes();
+    out += static_cast<char>(ev.first);
+    out += Fields().U(payload.size()).bytes();
+    out += payload;
+  }
+  return out;
+}
+
+std::vector<Event> ReadHandBatch(const std::string& batch, Damage* damage) {
+  TraceBuilder b;
+  b.Process(testing::BuilderProcess{});
+  b.Frame(trace::FrameType::kEvents, batch);
+  b.End(2000000000ull);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(b.bytes(), &error));
+  EXPECT_NE(r, nullptr) << error;
+  if (r == nullptr) return {};
+  Collect c;
+  r->ForEachEvent(&c);
+  *damage = r->damage();
+  return c.events;
+}
+
+// A record of a writer older than its appended fields ends before them: they
+// read as absent (0, or -1 for an unknown device), not as what the previous
+// event of the batch left, and the fields before them are where they were.
+// A record that ends inside its first layout is damage.
+TEST(TraceReader, OlderRecordsReadTheFieldsAppendedSinceAsAbsent) {
+  std::vector<std::pair<trace::EventType, Fields>> events;
+  // kOwnPin as written today, then as before its stack and detail existed.
+  events.push_back({trace::EventType::kOwnPin,
+                    Fields().U(1).U(2).U(11).U(0x7000).U(4096).U(9).S(0).U(3).U(4)});
+  events.push_back({trace::EventType::kOwnPin,
+                    Fields().U(1).U(2).U(1).U(0x9000).U(8192).U(5).S(-2)});
+  // kSync as written today, then as before its device existed.
+  events.push_back({trace::EventType::kSync, Fields().U(100).U(5).U(1).S(0x10).U(0).S(0).S(2)});
+  events.push_back({trace::EventType::kSync, Fields().U(200).U(6).U(2).S(0x10).U(0x77).S(1)});
+  // kOwnPin without its result: no writer ever ended there.
+  events.push_back({trace::EventType::kOwnPin, Fields().U(1).U(2).U(1).U(0x9000).U(8192).U(5)});
+  Damage damage;
+  std::vector<Event> got = ReadHandBatch(HandBatch(3, events), &damage);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].stack, 3u);
+  EXPECT_EQ(got[0].own_detail, 4u);
+  const Event& own = got[1];
+  ASSERT_EQ(own.type, trace::EventType::kOwnPin);
+  EXPECT_EQ(own.own_action, OwnPinAction::kUnpinned);
+  EXPECT_EQ(own.own_part, OwnPinPart::kCache);
+  EXPECT_EQ(own.own_reason, OwnPinReason::kProgramReleased);
+  EXPECT_EQ(own.ptr, 0x9000u);
+  EXPECT_EQ(own.bytes, 8192u);
+  EXPECT_EQ(own.alloc_id, 5u);
+  EXPECT_EQ(own.result, -2);
+  EXPECT_EQ(own.stack, 0u);
+  EXPECT_EQ(own.own_detail, 0u);
+  EXPECT_EQ(got[2].device, 2);
+  const Event& sync = got[3];
+  ASSERT_EQ(sync.type, trace::EventType::kSync);
+  EXPECT_EQ(sync.duration_ns, 200u);
+  EXPECT_EQ(sync.api, 6u);
+  EXPECT_EQ(sync.sync, trace::SyncKind::kContextSynchronize);
+  EXPECT_EQ(sync.stream, 0x20u);  // deltas add up
+  EXPECT_EQ(sync.event_handle, 0x77u);
+  EXPECT_EQ(sync.result, 1);
+  EXPECT_EQ(sync.device, -1);
+  EXPECT_EQ(damage.bad_events, 1u);
+  EXPECT_EQ(damage.unknown_events, 0u);
+}
+
+// A newer writer's fields after those this reader knows are skipped: the
+// known ones read as they are, and so do the events after them.
+TEST(TraceReader, NewerRecordsSkipTheFieldsTheyAppended) {
+  std::vector<std::pair<trace::EventType, Fields>> events;
+  events.push_back({trace::EventType::kBudgetDecision,
+                    Fields().U(1).U(2).U(2).U(1).U(4096).U(8192).U(11).U(12).U(13).U(14).U(0)
+                        .U(77).U(uint64_t{1} << 40)});
+  events.push_back({trace::EventType::kSample, Fields().U(1).U(2).U(3).U(4).U(5).U(6).U(7).U(8)});
+  events.push_back({trace::EventType::kSync, Fields().U(100).U(5).U(1).S(0x10).U(0).S(0).S(2).S(-3)});
+  events.push_back({trace::EventType::kOwnPin,
+                    Fields().U(0).U(3).U(0).U(0x7000).U(4096).U(0).S(0).U(0).U(0).U(1)});
+  events.push_back({trace::EventType::kDropped, Fields().U(6).U(9)});
+  events.push_back({trace::EventType::kHostAlloc, Fields().U(4).U(0x5000).U(65536).U(3).U(0)});
+  Damage damage;
+  std::vector<Event> got = ReadHandBatch(HandBatch(3, events), &damage);
+  ASSERT_EQ(got.size(), 6u);
+  const Event& d = got[0];
+  ASSERT_EQ(d.type, trace::EventType::kBudgetDecision);
+  EXPECT_EQ(d.budget_owner, trace::BudgetOwner::kProgramRegister);
+  EXPECT_EQ(d.budget_decision, trace::BudgetDecision::kFallback);
+  EXPECT_EQ(d.budget_limiter, trace::BudgetLimiter::kNode);
+  EXPECT_TRUE(d.evictor_called);
+  EXPECT_EQ(d.bytes, 4096u);
+  EXPECT_EQ(d.evicted_bytes, 8192u);
+  EXPECT_EQ(d.process_pinned, 11u);
+  EXPECT_EQ(d.process_budget, 12u);
+  EXPECT_EQ(d.node_pinned, 13u);
+  EXPECT_EQ(d.node_budget, 14u);
+  EXPECT_EQ(got[1].pinned_program, 1u);
+  EXPECT_EQ(got[1].budget_bytes, 7u);
+  EXPECT_EQ(got[2].device, 2);
+  EXPECT_EQ(got[3].own_part, OwnPinPart::kArena);
+  EXPECT_EQ(got[4].dropped, 6u);
+  const Event& alloc = got[5];
+  ASSERT_EQ(alloc.type, trace::EventType::kHostAlloc);
+  EXPECT_EQ(alloc.alloc_id, 4u);
+  EXPECT_EQ(alloc.bytes, 65536u);
+  EXPECT_TRUE(alloc.is_free);
+  EXPECT_EQ(alloc.source, 1u);
+  EXPECT_EQ(damage.bad_events, 0u);
+  EXPECT_EQ(damage.unknown_events, 0u);
+  EXPECT_EQ(damage.dropped_events, 6u);
+}
+
+// Optimize mode's counters with one appended to optimize_counters.inc, as a
+// later version would have them.
+struct LaterCounters {
+#define TRACE(name, layout, source, summary_key) uint64_t name = 0;
+#define SUMMARY(source, summary_key)
+#include "shim/core/optimize_counters.inc"
+#undef TRACE
+#undef SUMMARY
+  uint64_t added_later = 0;
+};
+
+}  // namespace
+}  // namespace report
+
+namespace trace {
+template <>
+struct FieldTable<report::LaterCounters> {
+  using R = report::LaterCounters;
+  static constexpr Field<R> kFields[] = {
+#define TRACE(name, layout, source, summary_key) PINSHIM_FIELD_ROW(name, uint64_t, layout, 0)
+#define SUMMARY(source, summary_key)
+#include "shim/core/optimize_counters.inc"
+#undef TRACE
+#undef SUMMARY
+      PINSHIM_FIELD_ROW(added_later, uint64_t, kAppended, 0)};
+};
+}  // namespace trace
+
+namespace report {
+namespace {
+
+// Appending a counter to the list keeps both directions readable: today's
+// records read with the appended counter 0, and a record with it reads
+// today's counters where they were, by name.
+TEST(TraceReader, AnAppendedCounterKeepsOldAndNewTracesReadable) {
+  using Today = trace::FieldTable<OptimizeCountersEvent>;
+  using Later = trace::FieldTable<LaterCounters>;
+  ASSERT_EQ(trace::FieldCount<LaterCounters>(), trace::kOptimizeCounterFields + 1);
+  OptimizeCountersEvent today{};
+  LaterCounters later;
+  for (size_t i = 0; i < trace::kOptimizeCounterFields; ++i) {
+    ASSERT_STREQ(Today::kFields[i].name, Later::kFields[i].name);
+    today.*Today::kFields[i].u = 1000 + i;
+    later.*Later::kFields[i].u = 1000 + i;
+  }
+  later.added_later = 999;
+
+  // Today's writer, the later reader.
+  uint8_t buf[1024];
+  trace::BatchEncoder enc;
+  enc.Init(buf, sizeof(buf));
+  enc.AppendOptimizeCounters(today, kHandTime);
+  const uint8_t* p = enc.data() + 1;  // after the type
+  uint64_t len;
+  int64_t dt;
+  ASSERT_TRUE(trace::GetVarint(&p, enc.data() + enc.size(), &len));
+  const uint8_t* end = p + len;
+  ASSERT_TRUE(trace::GetSigned(&p, end, &dt));
+  LaterCounters read;
+  ASSERT_TRUE(trace::GetFields(p, end, &read));
+  for (size_t i = 0; i < trace::kOptimizeCounterFields; ++i) {
+    EXPECT_EQ(read.*Later::kFields[i].u, today.*Today::kFields[i].u) << Today::kFields[i].name;
+  }
+  EXPECT_EQ(read.added_later, 0u);
+
+  // The later writer, today's reader.
+  uint8_t fields[trace::kMaxVarint * (trace::kOptimizeCounterFields + 1)];
+  const uint8_t* fields_end = trace::PutFields(fields, later);
+  Fields record;
+  record.Raw(fields, fields_end);
+  Damage damage;
+  std::vector<Event> got =
+      ReadHandBatch(HandBatch(3, {{trace::EventType::kOptimizeCounters, record}}), &damage);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(memcmp(&got[0].counters, &today, sizeof(today)), 0);
+  EXPECT_EQ(damage.bad_events, 0u);
 }
 
 }  // namespace

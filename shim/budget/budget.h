@@ -146,18 +146,14 @@ struct BudgetStatus {
   bool ok() const { return code == kOk; }
 };
 
-// One decision, for the trace. Plain data; valid only during the callback.
+// One decision, for the trace: the BUDGET lines of budget_decision.inc.
+// Plain data; valid only during the callback.
 struct DecisionRecord {
-  Owner owner;
-  Decision decision;
-  Limiter limiter;  // what refused the first attempt
-  bool evictor_called;
-  uint64_t bytes;
-  uint64_t evicted_bytes;   // what the evictor reported freeing
-  uint64_t process_pinned;  // after the decision
-  uint64_t process_budget;  // 0: none
-  uint64_t node_pinned;     // as of the ledger's last refresh; 0 without one
-  uint64_t node_budget;     // 0: none
+#define BUDGET(name, record_type, event_type, layout) record_type name;
+#define RECORDER(name, layout)
+#include "shim/core/budget_decision.inc"
+#undef BUDGET
+#undef RECORDER
 };
 
 // Called on the charging thread after every decision, outside every lock.

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shim/core/optimize_counters.h"  // OptimizeCountersEvent
+
 namespace pinshim {
 
 // What kind of memory one side of a copy, or a pointer, is.
@@ -163,31 +165,6 @@ struct OwnPinEvent {
   // shmat flags), 0 otherwise. The recorder also captures the call site of
   // page changes (the program's thread makes them).
   uint32_t detail = 0;
-};
-
-// A snapshot of optimize mode's counters (Optimizer::Counters()), for the
-// trace. Plain integers; only ever add fields at the end.
-struct OptimizeCountersEvent {
-  uint64_t pinned_bytes_now;   // by pinshim: pool slabs and allocations, cache, arena
-  uint64_t pinned_bytes_peak;
-  uint64_t pin_cap_bytes;      // UINT64_MAX: no cap
-  uint64_t pin_refusals;       // charges the cap or the budget refused
-  uint64_t evicted_bytes;      // freed by evictions when a charge was refused
-  uint64_t pool_hits;          // program pinned allocations served from a free block
-  uint64_t pool_misses;        // ... that needed a new slab or allocation
-  uint64_t pool_dedicated;     // exact-size allocations made
-  uint64_t cache_registrations;
-  uint64_t cache_hits;         // copies that ran on cached memory
-  uint64_t cache_evictions;
-  uint64_t cache_releases;
-  uint64_t cache_declined_untracked;  // copies of memory that is no tracked allocation
-  uint64_t cache_declined_source;     // ... owned by the driver or pinshim
-  uint64_t cache_declined_sub_allocation;  // ... inside an mmap region not used as one buffer
-  uint64_t cache_declined_too_large;  // ... of allocations larger than the cap
-  uint64_t arena_allocs;
-  uint64_t arena_copies;
-  uint64_t saved_copy_ns;      // estimated (cost model)
-  uint64_t saved_alloc_ns;
 };
 
 }  // namespace pinshim

@@ -127,16 +127,11 @@ void StartOptimizing() {
 // Every budget decision goes into the trace (a no-op without one).
 void RecordBudgetDecision(const budget::DecisionRecord* r) {
   trace::BudgetDecisionEvent e{};
-  e.owner = static_cast<uint8_t>(r->owner);
-  e.decision = static_cast<uint8_t>(r->decision);
-  e.limiter = static_cast<uint8_t>(r->limiter);
-  e.evictor_called = r->evictor_called;
-  e.bytes = r->bytes;
-  e.evicted_bytes = r->evicted_bytes;
-  e.process_pinned = r->process_pinned;
-  e.process_budget = r->process_budget;
-  e.node_pinned = r->node_pinned;
-  e.node_budget = r->node_budget;
+#define BUDGET(name, record_type, event_type, layout) e.name = static_cast<event_type>(r->name);
+#define RECORDER(name, layout)
+#include "shim/core/budget_decision.inc"
+#undef BUDGET
+#undef RECORDER
   e.time_ns = 0;
   trace::RecordBudgetDecision(e);
 }

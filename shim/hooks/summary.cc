@@ -18,25 +18,27 @@ extern "C" char* program_invocation_short_name;
 namespace pinshim {
 namespace {
 
-// Optimize mode's line of the summary: what pinshim pinned and reused.
+// Optimize mode's line of the summary: what pinshim pinned and reused, as
+// "pinshim: optimize key=value ..." with the keys of optimize_counters.inc.
 void WriteOptimizeSummary(int fd) {
   if (!g_optimize || !optimize::Optimizer::Process().active()) return;
   const optimize::OptimizeCounters c = optimize::Optimizer::Process().Counters();
   char line[512];
-  int n = snprintf(line, sizeof(line),
-                   "pinshim: optimize pinned_now=%llu pinned_peak=%llu pool_hits=%llu "
-                   "pool_misses=%llu cache_registrations=%llu cache_hits=%llu arena_allocs=%llu "
-                   "hot_sites=%llu profile_sites=%llu saved_copy_ns=%llu saved_alloc_ns=%llu "
-                   "page_change_drops=%llu staged_copies=%llu staged_bytes=%llu\n",
-                   (unsigned long long)c.pinned_bytes_now,
-                   (unsigned long long)c.pinned_bytes_peak, (unsigned long long)c.pool.hits,
-                   (unsigned long long)c.pool.misses, (unsigned long long)c.cache.registrations,
-                   (unsigned long long)c.cache.hits, (unsigned long long)c.arena.allocs,
-                   (unsigned long long)c.hot_sites, (unsigned long long)c.hot_sites_from_profile,
-                   (unsigned long long)c.saved_copy_ns, (unsigned long long)c.saved_alloc_ns,
-                   (unsigned long long)c.page_change_drops, (unsigned long long)c.stager.copies,
-                   (unsigned long long)c.stager.bytes);
-  if (n > 0) WriteAll(fd, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
+  size_t n = 0;
+  auto add = [&](const char* key, uint64_t value) {
+    if (key[0] == '\0') return;  // a counter only the trace records
+    int k = snprintf(line + n, sizeof(line) - n, " %s=%llu", key,
+                     static_cast<unsigned long long>(value));
+    if (k > 0) n += static_cast<size_t>(k) < sizeof(line) - n ? k : sizeof(line) - 1 - n;
+  };
+  n = static_cast<size_t>(snprintf(line, sizeof(line), "pinshim: optimize"));
+#define TRACE(name, layout, source, summary_key) add(summary_key, c.source);
+#define SUMMARY(source, summary_key) add(summary_key, c.source);
+#include "shim/core/optimize_counters.inc"
+#undef TRACE
+#undef SUMMARY
+  if (n < sizeof(line) - 1) line[n++] = '\n';
+  WriteAll(fd, line, n);
 }
 
 }  // namespace

@@ -440,27 +440,11 @@ void Optimizer::AfterForkChild() {
 OptimizeCountersEvent CountersForTrace(const OptimizeCounters& c) {
   OptimizeCountersEvent e;
   memset(&e, 0, sizeof(e));
-  e.pinned_bytes_now = c.pinned_bytes_now;
-  e.pinned_bytes_peak = c.pinned_bytes_peak;
-  e.pin_cap_bytes = c.pin_cap_bytes;
-  e.pin_refusals = c.pin_refusals;
-  e.evicted_bytes = c.evicted_bytes;
-  e.pool_hits = c.pool.hits;
-  e.pool_misses = c.pool.misses;
-  e.pool_dedicated = c.pool.dedicated;
-  e.cache_registrations = c.cache.registrations;
-  e.cache_hits = c.cache.hits;
-  e.cache_evictions = c.cache.evictions;
-  e.cache_releases = c.cache.releases;
-  e.cache_declined_untracked = c.cache.declined[static_cast<int>(CacheDecline::kUntracked)];
-  e.cache_declined_source = c.cache.declined[static_cast<int>(CacheDecline::kSource)];
-  e.cache_declined_sub_allocation =
-      c.cache.declined[static_cast<int>(CacheDecline::kSubAllocation)];
-  e.cache_declined_too_large = c.cache.declined[static_cast<int>(CacheDecline::kTooLarge)];
-  e.arena_allocs = c.arena.allocs;
-  e.arena_copies = c.arena_copies;
-  e.saved_copy_ns = c.saved_copy_ns;
-  e.saved_alloc_ns = c.saved_alloc_ns;
+#define TRACE(name, layout, source, summary_key) e.name = c.source;
+#define SUMMARY(source, summary_key)
+#include "shim/core/optimize_counters.inc"
+#undef TRACE
+#undef SUMMARY
   return e;
 }
 

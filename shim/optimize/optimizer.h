@@ -98,7 +98,8 @@ struct CopyTicket {
   bool refuse = false;
 };
 
-// Every counter, for the summary and the trace. Plain data.
+// Every counter. Those that leave the engine, for the summary line and the
+// trace, are listed in shim/core/optimize_counters.inc. Plain data.
 struct OptimizeCounters {
   uint64_t pinned_bytes_now;  // by pinshim: pool slabs and allocations, cache, arena
   uint64_t pinned_bytes_peak;
@@ -128,7 +129,8 @@ struct OptimizeCounters {
   StagerStats stager;
 };
 
-// The subset of the counters the trace records (kOptimizeCounters).
+// The subset of the counters the trace records (kOptimizeCounters): the
+// TRACE lines of optimize_counters.inc.
 OptimizeCountersEvent CountersForTrace(const OptimizeCounters& c);
 
 class Optimizer {

@@ -16,24 +16,25 @@ namespace pinshim {
 namespace trace {
 
 // Upper bound of one encoded event, type and length included: the largest,
-// kOptimizeCounters, is a time delta and 20 varints (1 + 2 + 21 * 10).
+// kOptimizeCounters, is a time delta and 20 varints (1 + 2 + 21 * 10);
+// FitsOneEvent checks every record of a field list.
 constexpr size_t kMaxEventBytes = 256;
-static_assert(sizeof(OptimizeCountersEvent) == kOptimizeCounterFields * sizeof(uint64_t),
-              "every counter is recorded");
+
+// Whether a record of R's fields, with its type, length and time delta,
+// always fits kMaxEventBytes.
+template <typename R>
+constexpr bool FitsOneEvent() {
+  return 3 + (1 + FieldCount<R>()) * kMaxVarint <= kMaxEventBytes;
+}
 
 // Upper bound of the batch header (tid, first time, last time, count).
 constexpr size_t kMaxBatchHeaderBytes = 4 * kMaxVarint;
 
-// A periodic sample, as the sampler thread takes it.
+// A periodic sample, as the sampler thread takes it: its time and the
+// fields of kSample (PINSHIM_SAMPLE_FIELDS).
 struct SampleEvent {
   uint64_t time_ns;
-  uint64_t pinned_program;
-  uint64_t registered_program;
-  uint64_t pinned_pinshim;
-  uint64_t rss_bytes;
-  uint64_t swap_ins;
-  uint64_t swap_outs;
-  uint64_t budget_bytes;
+  PINSHIM_SAMPLE_FIELDS(PINSHIM_FIELD_MEMBER)
 };
 
 // A completion or ordering point on a stream or event (see SyncKind).
@@ -72,21 +73,17 @@ struct GraphEvent {
   int device;
 };
 
-// One decision of enforce mode's budget (see kBudgetDecision). Plain
-// integers rather than shim/budget's types: the trace does not depend on the
-// budget, whose callback converts its DecisionRecord into this.
+// One decision of enforce mode's budget (see kBudgetDecision): the BUDGET
+// lines of budget_decision.inc. Plain integers rather than shim/budget's
+// types: the trace does not depend on the budget, whose callback converts
+// its DecisionRecord into this.
 struct BudgetDecisionEvent {
-  uint8_t owner;     // BudgetOwner
-  uint8_t decision;  // BudgetDecision
-  uint8_t limiter;   // BudgetLimiter
-  bool evictor_called;
-  uint64_t bytes;
-  uint64_t evicted_bytes;
-  uint64_t process_pinned;  // after the decision
-  uint64_t process_budget;  // 0: none
-  uint64_t node_pinned;     // 0 without a node ledger
-  uint64_t node_budget;     // 0: none
-  uint64_t time_ns;         // CLOCK_MONOTONIC; 0: the recorder takes the time
+#define BUDGET(name, record_type, event_type, layout) event_type name;
+#define RECORDER(name, layout)
+#include "shim/core/budget_decision.inc"
+#undef BUDGET
+#undef RECORDER
+  uint64_t time_ns;  // CLOCK_MONOTONIC; 0: the recorder takes the time
 };
 
 class BatchEncoder {
@@ -123,7 +120,7 @@ class BatchEncoder {
     if (e.result != 0) bits |= kCopyHasResult;
     if (device != prev_device_) bits |= kCopyHasDevice;
     if (e.staged_workers != 0) bits |= kCopyStaged;
-    p = PutVarint(p, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
+    p = PutVarint(p, Duration(e.start_ns, e.end_ns));
     p = PutVarint(p, e.api);
     p = PutVarint(p, bits);
     p = PutVarint(p, static_cast<uint32_t>(e.src_kind) |
@@ -147,152 +144,118 @@ class BatchEncoder {
   }
 
   void AppendPin(const PinEvent& e, uint32_t stack, int device) {
-    uint8_t* p = Begin(EventType::kPin, e.start_ns);
-    p = PutVarint(p, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
-    p = PutVarint(p, e.api);
-    p = PutVarint(p, static_cast<uint32_t>(e.op));
-    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.ptr));
-    p = PutVarint(p, e.bytes);
-    p = PutVarint(p, e.flags);
-    p = PutVarint(p, stack);
-    p = PutSigned(p, e.result);
-    p = PutSigned(p, device);
-    End(p);
+    PinFields f;
+    f.duration_ns = Duration(e.start_ns, e.end_ns);
+    f.api = e.api;
+    f.op = static_cast<uint32_t>(e.op);
+    f.ptr = reinterpret_cast<uintptr_t>(e.ptr);
+    f.bytes = e.bytes;
+    f.flags = e.flags;
+    f.stack = stack;
+    f.result = e.result;
+    f.device = device;
+    AppendFields(EventType::kPin, e.start_ns, f);
   }
 
   void AppendHostAlloc(const HostAllocEvent& e, uint64_t time_ns, uint32_t stack) {
-    uint8_t* p = Begin(EventType::kHostAlloc, time_ns);
-    p = PutVarint(p, e.alloc_id);
-    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.ptr));
-    p = PutVarint(p, e.bytes);
-    p = PutVarint(p, (e.is_free ? 1u : 0u) | (static_cast<uint32_t>(e.source) << 1));
-    p = PutVarint(p, stack);
-    End(p);
+    HostAllocFields f;
+    f.alloc_id = e.alloc_id;
+    f.ptr = reinterpret_cast<uintptr_t>(e.ptr);
+    f.bytes = e.bytes;
+    f.bits = (e.is_free ? 1u : 0u) | (static_cast<uint32_t>(e.source) << 1);
+    f.stack = stack;
+    AppendFields(EventType::kHostAlloc, time_ns, f);
   }
 
   void AppendMisuse(MisuseKind kind, const void* ptr, uint64_t bytes,
                     uint64_t time_ns, uint32_t stack, uint32_t detail) {
-    uint8_t* p = Begin(EventType::kMisuse, time_ns);
-    p = PutVarint(p, static_cast<uint32_t>(kind));
-    p = PutVarint(p, reinterpret_cast<uintptr_t>(ptr));
-    p = PutVarint(p, bytes);
-    p = PutVarint(p, stack);
-    p = PutVarint(p, detail);
-    End(p);
+    MisuseFields f;
+    f.kind = static_cast<uint32_t>(kind);
+    f.ptr = reinterpret_cast<uintptr_t>(ptr);
+    f.bytes = bytes;
+    f.stack = stack;
+    f.detail = detail;
+    AppendFields(EventType::kMisuse, time_ns, f);
   }
 
   void AppendSample(const SampleEvent& s) {
-    uint8_t* p = Begin(EventType::kSample, s.time_ns);
-    p = PutVarint(p, s.pinned_program);
-    p = PutVarint(p, s.registered_program);
-    p = PutVarint(p, s.pinned_pinshim);
-    p = PutVarint(p, s.rss_bytes);
-    p = PutVarint(p, s.swap_ins);
-    p = PutVarint(p, s.swap_outs);
-    p = PutVarint(p, s.budget_bytes);
-    End(p);
+    SampleFields f;
+#define PINSHIM_SAMPLE_FIELD(name, type, layout, absent) f.name = s.name;
+    PINSHIM_SAMPLE_FIELDS(PINSHIM_SAMPLE_FIELD)
+#undef PINSHIM_SAMPLE_FIELD
+    AppendFields(EventType::kSample, s.time_ns, f);
   }
 
   void AppendSync(const SyncEvent& e) {
-    uint8_t* p = Begin(EventType::kSync, e.start_ns);
-    p = PutVarint(p, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
-    p = PutVarint(p, e.api);
-    p = PutVarint(p, static_cast<uint32_t>(e.kind));
-    p = PutDelta(p, reinterpret_cast<uintptr_t>(e.stream), &prev_sync_stream_);
-    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.event));
-    p = PutSigned(p, e.result);
-    p = PutSigned(p, e.device);
-    End(p);
+    SyncFields f;
+    f.duration_ns = Duration(e.start_ns, e.end_ns);
+    f.api = e.api;
+    f.kind = static_cast<uint32_t>(e.kind);
+    f.stream = Delta(reinterpret_cast<uintptr_t>(e.stream), &prev_sync_stream_);
+    f.event = reinterpret_cast<uintptr_t>(e.event);
+    f.result = e.result;
+    f.device = e.device;
+    AppendFields(EventType::kSync, e.start_ns, f);
   }
 
   void AppendStream(const StreamEvent& e) {
-    uint8_t* p = Begin(EventType::kStream, e.start_ns);
-    p = PutVarint(p, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
-    p = PutVarint(p, e.api);
-    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.stream));
-    p = PutVarint(p, e.flags);
-    p = PutSigned(p, e.priority);
-    p = PutSigned(p, e.result);
-    p = PutSigned(p, e.device);
-    End(p);
+    StreamFields f;
+    f.duration_ns = Duration(e.start_ns, e.end_ns);
+    f.api = e.api;
+    f.stream = reinterpret_cast<uintptr_t>(e.stream);
+    f.flags = e.flags;
+    f.priority = e.priority;
+    f.result = e.result;
+    f.device = e.device;
+    AppendFields(EventType::kStream, e.start_ns, f);
   }
 
   void AppendGraph(const GraphEvent& e) {
-    uint8_t* p = Begin(EventType::kGraph, e.start_ns);
-    p = PutVarint(p, e.end_ns >= e.start_ns ? e.end_ns - e.start_ns : 0);
-    p = PutVarint(p, e.api);
-    p = PutVarint(p, static_cast<uint32_t>(e.op));
-    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.stream));
-    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.graph));
-    p = PutSigned(p, e.result);
-    p = PutSigned(p, e.device);
-    End(p);
+    GraphFields f;
+    f.duration_ns = Duration(e.start_ns, e.end_ns);
+    f.api = e.api;
+    f.op = static_cast<uint32_t>(e.op);
+    f.stream = reinterpret_cast<uintptr_t>(e.stream);
+    f.graph = reinterpret_cast<uintptr_t>(e.graph);
+    f.result = e.result;
+    f.device = e.device;
+    AppendFields(EventType::kGraph, e.start_ns, f);
   }
 
   void AppendBudgetDecision(const BudgetDecisionEvent& e, uint64_t time_ns, uint32_t stack) {
-    uint8_t* p = Begin(EventType::kBudgetDecision, time_ns);
-    p = PutVarint(p, e.owner);
-    p = PutVarint(p, e.decision);
-    p = PutVarint(p, e.limiter);
-    p = PutVarint(p, e.evictor_called ? uint32_t{kBudgetEvictorCalled} : 0u);
-    p = PutVarint(p, e.bytes);
-    p = PutVarint(p, e.evicted_bytes);
-    p = PutVarint(p, e.process_pinned);
-    p = PutVarint(p, e.process_budget);
-    p = PutVarint(p, e.node_pinned);
-    p = PutVarint(p, e.node_budget);
-    p = PutVarint(p, stack);
-    End(p);
+    static_assert(kBudgetEvictorCalled == 1u, "evictor_called is written as its BudgetBit");
+    BudgetDecisionFields f;
+#define BUDGET(name, record_type, event_type, layout) f.name = e.name;
+#define RECORDER(name, layout)
+#include "shim/core/budget_decision.inc"
+#undef BUDGET
+#undef RECORDER
+    f.stack = stack;
+    AppendFields(EventType::kBudgetDecision, time_ns, f);
   }
 
   void AppendOwnPin(const OwnPinEvent& e, uint64_t time_ns, uint32_t stack = 0) {
-    uint8_t* p = Begin(EventType::kOwnPin, time_ns);
-    p = PutVarint(p, static_cast<uint32_t>(e.action));
-    p = PutVarint(p, static_cast<uint32_t>(e.part));
-    p = PutVarint(p, static_cast<uint32_t>(e.reason));
-    p = PutVarint(p, reinterpret_cast<uintptr_t>(e.ptr));
-    p = PutVarint(p, e.bytes);
-    p = PutVarint(p, e.alloc_id);
-    p = PutSigned(p, e.result);
-    p = PutVarint(p, stack);
-    p = PutVarint(p, e.detail);
-    End(p);
+    OwnPinFields f;
+    f.action = static_cast<uint32_t>(e.action);
+    f.part = static_cast<uint32_t>(e.part);
+    f.reason = static_cast<uint32_t>(e.reason);
+    f.ptr = reinterpret_cast<uintptr_t>(e.ptr);
+    f.bytes = e.bytes;
+    f.alloc_id = e.alloc_id;
+    f.result = e.result;
+    f.stack = stack;
+    f.detail = e.detail;
+    AppendFields(EventType::kOwnPin, time_ns, f);
   }
 
   void AppendOptimizeCounters(const OptimizeCountersEvent& c, uint64_t time_ns) {
-    uint8_t* p = Begin(EventType::kOptimizeCounters, time_ns);
-    const uint64_t fields[] = {c.pinned_bytes_now,
-                               c.pinned_bytes_peak,
-                               c.pin_cap_bytes,
-                               c.pin_refusals,
-                               c.evicted_bytes,
-                               c.pool_hits,
-                               c.pool_misses,
-                               c.pool_dedicated,
-                               c.cache_registrations,
-                               c.cache_hits,
-                               c.cache_evictions,
-                               c.cache_releases,
-                               c.cache_declined_untracked,
-                               c.cache_declined_source,
-                               c.cache_declined_sub_allocation,
-                               c.cache_declined_too_large,
-                               c.arena_allocs,
-                               c.arena_copies,
-                               c.saved_copy_ns,
-                               c.saved_alloc_ns};
-    static_assert(sizeof(fields) / sizeof(fields[0]) == kOptimizeCounterFields,
-                  "the counters record's layout");
-    static_assert(3 + (1 + kOptimizeCounterFields) * kMaxVarint <= kMaxEventBytes,
-                  "a counters record must fit kMaxEventBytes");
-    for (uint64_t v : fields) p = PutVarint(p, v);
-    End(p);
+    AppendFields(EventType::kOptimizeCounters, time_ns, c);
   }
 
   void AppendDropped(uint64_t count, uint64_t time_ns) {
-    uint8_t* p = Begin(EventType::kDropped, time_ns);
-    p = PutVarint(p, count);
-    End(p);
+    DroppedFields f;
+    f.count = count;
+    AppendFields(EventType::kDropped, time_ns, f);
   }
 
   // Writes the batch header into `out` (kMaxBatchHeaderBytes of room) and
@@ -338,9 +301,24 @@ class BatchEncoder {
   }
 
   static uint8_t* PutDelta(uint8_t* p, uint64_t value, uint64_t* prev) {
-    p = PutSigned(p, static_cast<int64_t>(value - *prev));
+    return PutSigned(p, Delta(value, prev));
+  }
+
+  static int64_t Delta(uint64_t value, uint64_t* prev) {
+    const int64_t d = static_cast<int64_t>(value - *prev);
     *prev = value;
-    return p;
+    return d;
+  }
+
+  static uint64_t Duration(uint64_t start_ns, uint64_t end_ns) {
+    return end_ns >= start_ns ? end_ns - start_ns : 0;
+  }
+
+  // One event whose payload is record f (trace_format.h's field lists).
+  template <typename R>
+  void AppendFields(EventType type, uint64_t time_ns, const R& f) {
+    static_assert(FitsOneEvent<R>(), "a record must fit kMaxEventBytes");
+    End(PutFields(Begin(type, time_ns), f));
   }
 
   uint8_t* data_ = nullptr;

@@ -77,7 +77,9 @@
 //              it as unknown). Frame type 7; readers that do not know it skip
 //              it, so kTraceVersion stays 1.
 //
-// Event payloads (after the leading s time delta):
+// Event payloads (after the leading s time delta). Their layouts, kCopy's
+// aside, are defined by the field lists at the end of this header, which the
+// encoder and the reader both go by; the fields are described here.
 //   kCopy      u duration ns, u api, u bits (CopyBit), u kinds (src | dst << 3),
 //              u bytes, u stack id, s stream (delta), s host pointer (delta),
 //              s host allocation id (delta);
@@ -126,15 +128,11 @@
 //              the capture. Event type 9 (skipped by older readers).
 //   kBudgetDecision
 //              one decision of enforce mode's pinned-memory budget (granted
-//              ones included, so that the counts add up):
-//              u owner (BudgetOwner), u decision (BudgetDecision),
-//              u limiter (BudgetLimiter: what refused the first attempt),
-//              u bits (BudgetBit), u bytes asked for, u bytes the evictor
-//              freed, u process pinned bytes after the decision, u process
-//              budget (0 none), u node pinned bytes (as the node ledger last
-//              knew them, 0 without one), u node budget (0 none), u stack id.
-//              Event type 48, in the range older readers skip, so adding it
-//              left kTraceVersion at 1.
+//              ones included, so that the counts add up): the lines of
+//              shim/core/budget_decision.inc, in its order, each u (owner,
+//              decision, limiter, bits, the bytes and budgets, the stack id;
+//              the list says what each holds). Event type 48, in the range
+//              older readers skip, so adding it left kTraceVersion at 1.
 //   kOwnPin    one pinning action of optimize mode's own (not the
 //              program's): u action (OwnPinAction: 0 pinned, 1 unpinned,
 //              2 refused), u part (OwnPinPart: 0 pool slab, 1 dedicated pool
@@ -168,23 +166,18 @@
 //   kOptimizeCounters
 //              a snapshot of optimize mode's counters, written by the
 //              sampler at each sample when they changed and once at exit
-//              (and before exec): u pinshim's pinned bytes now, u peak,
-//              u pin cap (UINT64_MAX: none), u charges refused, u bytes
-//              evicted after refused charges, u pool hits, u pool misses,
-//              u dedicated pool allocations, u cache registrations, u cache
-//              hits (copies run on cached memory), u cache evictions,
-//              u cache releases (by the program), u copies the cache
-//              declined as: untracked memory, memory of the driver or
-//              pinshim, sub-allocations of mmap regions, allocations larger
-//              than the cap (four fields), u arena allocations, u copies on
-//              arena memory, u estimated copy time saved (ns), u estimated
-//              allocation time saved (ns). Cumulative since the process
+//              (and before exec): the TRACE lines of
+//              shim/core/optimize_counters.inc, in its order, each u (the
+//              list says what each counts). Cumulative since the process
 //              started. Event type 50 (skipped by older readers).
 #ifndef PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_
 #define PINSHIM_SHIM_TRACE_TRACE_FORMAT_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+
+#include "shim/core/optimize_counters.h"
 
 namespace pinshim {
 namespace trace {
@@ -228,9 +221,6 @@ enum class EventType : uint8_t {
   kOwnPin = 49,
   kOptimizeCounters = 50,
 };
-
-// Fields of a kOptimizeCounters record, as this format version lists them.
-constexpr size_t kOptimizeCounterFields = 20;
 
 // kProcess tags. "u", "s" and "text" say how the value bytes are encoded.
 enum class ProcessTag : uint8_t {
@@ -455,6 +445,275 @@ inline bool GetSigned(const uint8_t** p, const uint8_t* end, int64_t* v) {
   *v = UnZigZag(u);
   return true;
 }
+
+// --- Event payloads as field lists ---------------------------------------
+// Every event payload but kCopy's (whose presence bits make fields optional)
+// is a flat list of fields after the leading time delta. The lists below
+// (and, for the payloads that cross other boundaries,
+// shim/core/optimize_counters.inc and shim/core/budget_decision.inc) are the
+// only definition of those layouts: each one makes a record struct, one
+// member per field, and a table of its fields in order, by which the encoder
+// writes the record and the reader reads it back into the same members. A
+// field is found by its name, so adding one cannot shift another.
+//   X(name, type, layout, value when absent)
+// type: uint64_t (written u) or int64_t (written s). layout: kFirst, in the
+// event's first layout (a record that ends before it is damage), or
+// kAppended, added since: a record of an older writer ends before it, and it
+// reads as the value when absent. Fields are only ever appended, after those
+// of the first layout; a reader skips fields after the last it knows (a
+// newer writer's).
+
+enum class FieldLayout : uint8_t { kFirst, kAppended };
+
+// One field of record struct R: exactly one of u and s is set.
+template <typename R>
+struct Field {
+  const char* name;
+  FieldLayout layout;
+  uint64_t R::*u;  // written u
+  int64_t R::*s;   // written s
+};
+
+template <typename R>
+constexpr Field<R> MakeField(const char* name, FieldLayout layout, uint64_t R::*member) {
+  return Field<R>{name, layout, member, nullptr};
+}
+template <typename R>
+constexpr Field<R> MakeField(const char* name, FieldLayout layout, int64_t R::*member) {
+  return Field<R>{name, layout, nullptr, member};
+}
+
+// FieldTable<R>::kFields: R's fields in the order they are written.
+template <typename R>
+struct FieldTable;
+
+template <typename R>
+constexpr size_t FieldCount() {
+  return sizeof(FieldTable<R>::kFields) / sizeof(FieldTable<R>::kFields[0]);
+}
+
+// Whether no field of the first layout follows an appended one.
+template <typename R>
+constexpr bool AppendedLast() {
+  bool appended = false;
+  for (const Field<R>& f : FieldTable<R>::kFields) {
+    if (f.layout == FieldLayout::kAppended) {
+      appended = true;
+    } else if (appended) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One field of R, written or read; the table entry is a constant, so each
+// compiles to a plain member access.
+template <typename R, size_t I>
+inline uint8_t* PutField(uint8_t* p, const R& r) {
+  constexpr Field<R> f = FieldTable<R>::kFields[I];
+  if constexpr (f.s != nullptr) {
+    return PutSigned(p, r.*f.s);
+  } else {
+    return PutVarint(p, r.*f.u);
+  }
+}
+
+// True: go on. False: stop, with *ok false for damage (the record ends
+// before a field of the first layout, or inside a field).
+template <typename R, size_t I>
+inline bool GetField(const uint8_t** p, const uint8_t* end, R* r, bool* ok) {
+  constexpr Field<R> f = FieldTable<R>::kFields[I];
+  if (*p == end) {
+    *ok = f.layout == FieldLayout::kAppended;
+    return false;
+  }
+  bool got;
+  if constexpr (f.s != nullptr) {
+    got = GetSigned(p, end, &(r->*f.s));
+  } else {
+    got = GetVarint(p, end, &(r->*f.u));
+  }
+  if (!got) *ok = false;
+  return got;
+}
+
+template <typename R, size_t... I>
+inline uint8_t* PutFieldsIn(uint8_t* p, const R& r, std::index_sequence<I...>) {
+  ((p = PutField<R, I>(p, r)), ...);
+  return p;
+}
+
+template <typename R, size_t... I>
+inline bool GetFieldsIn(const uint8_t* p, const uint8_t* end, R* r, std::index_sequence<I...>) {
+  bool ok = true;
+  (void)(GetField<R, I>(&p, end, r, &ok) && ...);
+  return ok;
+}
+
+// Writes every field of r in table order (at most FieldCount<R>() *
+// kMaxVarint bytes) and returns the position after them.
+template <typename R>
+inline uint8_t* PutFields(uint8_t* p, const R& r) {
+  return PutFieldsIn(p, r, std::make_index_sequence<FieldCount<R>()>());
+}
+
+// Reads the fields of one record from [p, end) into *r, by name. Fields of
+// an older writer's record that ends before them keep *r's values; bytes
+// after the last field of the table are skipped. False (damage) when the
+// record ends before a field of the first layout or inside a field.
+template <typename R>
+inline bool GetFields(const uint8_t* p, const uint8_t* end, R* r) {
+  return GetFieldsIn(p, end, r, std::make_index_sequence<FieldCount<R>()>());
+}
+
+#define PINSHIM_FIELD_MEMBER(name, type, layout, absent) type name = absent;
+#define PINSHIM_FIELD_ROW(name, type, layout, absent) \
+  MakeField(#name, FieldLayout::layout, &R::name),
+// struct Record, one member per field of FIELDS, and its FieldTable.
+#define PINSHIM_TRACE_RECORD(Record, FIELDS)                               \
+  struct Record {                                                          \
+    FIELDS(PINSHIM_FIELD_MEMBER)                                           \
+  };                                                                       \
+  template <>                                                              \
+  struct FieldTable<Record> {                                              \
+    using R = Record;                                                      \
+    static constexpr Field<R> kFields[] = {FIELDS(PINSHIM_FIELD_ROW)};     \
+  };                                                                       \
+  static_assert(AppendedLast<Record>(), #Record ": fields are only appended")
+
+// kPin
+#define PINSHIM_PIN_FIELDS(X)            \
+  X(duration_ns, uint64_t, kFirst, 0)    \
+  X(api, uint64_t, kFirst, 0)            \
+  X(op, uint64_t, kFirst, 0)             \
+  X(ptr, uint64_t, kFirst, 0)            \
+  X(bytes, uint64_t, kFirst, 0)          \
+  X(flags, uint64_t, kFirst, 0)          \
+  X(stack, uint64_t, kFirst, 0)          \
+  X(result, int64_t, kFirst, 0)          \
+  X(device, int64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(PinFields, PINSHIM_PIN_FIELDS);
+
+// kHostAlloc (bits: bit 0 free, bits 1.. source)
+#define PINSHIM_HOST_ALLOC_FIELDS(X)     \
+  X(alloc_id, uint64_t, kFirst, 0)       \
+  X(ptr, uint64_t, kFirst, 0)            \
+  X(bytes, uint64_t, kFirst, 0)          \
+  X(bits, uint64_t, kFirst, 0)           \
+  X(stack, uint64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(HostAllocFields, PINSHIM_HOST_ALLOC_FIELDS);
+
+// kMisuse
+#define PINSHIM_MISUSE_FIELDS(X)         \
+  X(kind, uint64_t, kFirst, 0)           \
+  X(ptr, uint64_t, kFirst, 0)            \
+  X(bytes, uint64_t, kFirst, 0)          \
+  X(stack, uint64_t, kFirst, 0)          \
+  X(detail, uint64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(MisuseFields, PINSHIM_MISUSE_FIELDS);
+
+// kSample
+#define PINSHIM_SAMPLE_FIELDS(X)             \
+  X(pinned_program, uint64_t, kFirst, 0)     \
+  X(registered_program, uint64_t, kFirst, 0) \
+  X(pinned_pinshim, uint64_t, kFirst, 0)     \
+  X(rss_bytes, uint64_t, kFirst, 0)          \
+  X(swap_ins, uint64_t, kFirst, 0)           \
+  X(swap_outs, uint64_t, kFirst, 0)          \
+  X(budget_bytes, uint64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(SampleFields, PINSHIM_SAMPLE_FIELDS);
+
+// kSync (stream: the delta; device: -1 unknown)
+#define PINSHIM_SYNC_FIELDS(X)           \
+  X(duration_ns, uint64_t, kFirst, 0)    \
+  X(api, uint64_t, kFirst, 0)            \
+  X(kind, uint64_t, kFirst, 0)           \
+  X(stream, int64_t, kFirst, 0)          \
+  X(event, uint64_t, kFirst, 0)          \
+  X(result, int64_t, kFirst, 0)          \
+  X(device, int64_t, kAppended, -1)
+PINSHIM_TRACE_RECORD(SyncFields, PINSHIM_SYNC_FIELDS);
+
+// kDropped
+#define PINSHIM_DROPPED_FIELDS(X) X(count, uint64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(DroppedFields, PINSHIM_DROPPED_FIELDS);
+
+// kStream
+#define PINSHIM_STREAM_FIELDS(X)         \
+  X(duration_ns, uint64_t, kFirst, 0)    \
+  X(api, uint64_t, kFirst, 0)            \
+  X(stream, uint64_t, kFirst, 0)         \
+  X(flags, uint64_t, kFirst, 0)          \
+  X(priority, int64_t, kFirst, 0)        \
+  X(result, int64_t, kFirst, 0)          \
+  X(device, int64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(StreamFields, PINSHIM_STREAM_FIELDS);
+
+// kGraph
+#define PINSHIM_GRAPH_FIELDS(X)          \
+  X(duration_ns, uint64_t, kFirst, 0)    \
+  X(api, uint64_t, kFirst, 0)            \
+  X(op, uint64_t, kFirst, 0)             \
+  X(stream, uint64_t, kFirst, 0)         \
+  X(graph, uint64_t, kFirst, 0)          \
+  X(result, int64_t, kFirst, 0)          \
+  X(device, int64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(GraphFields, PINSHIM_GRAPH_FIELDS);
+
+// kOwnPin
+#define PINSHIM_OWN_PIN_FIELDS(X)        \
+  X(action, uint64_t, kFirst, 0)         \
+  X(part, uint64_t, kFirst, 0)           \
+  X(reason, uint64_t, kFirst, 0)         \
+  X(ptr, uint64_t, kFirst, 0)            \
+  X(bytes, uint64_t, kFirst, 0)          \
+  X(alloc_id, uint64_t, kFirst, 0)       \
+  X(result, int64_t, kFirst, 0)          \
+  X(stack, uint64_t, kAppended, 0)       \
+  X(detail, uint64_t, kAppended, 0)
+PINSHIM_TRACE_RECORD(OwnPinFields, PINSHIM_OWN_PIN_FIELDS);
+
+// kBudgetDecision: the lines of shim/core/budget_decision.inc, each u.
+struct BudgetDecisionFields {
+#define BUDGET(name, record_type, event_type, layout) uint64_t name = 0;
+#define RECORDER(name, layout) uint64_t name = 0;
+#include "shim/core/budget_decision.inc"
+#undef BUDGET
+#undef RECORDER
+};
+template <>
+struct FieldTable<BudgetDecisionFields> {
+  using R = BudgetDecisionFields;
+  static constexpr Field<R> kFields[] = {
+#define BUDGET(name, record_type, event_type, layout) PINSHIM_FIELD_ROW(name, uint64_t, layout, 0)
+#define RECORDER(name, layout) PINSHIM_FIELD_ROW(name, uint64_t, layout, 0)
+#include "shim/core/budget_decision.inc"
+#undef BUDGET
+#undef RECORDER
+  };
+};
+static_assert(AppendedLast<BudgetDecisionFields>(), "budget decision fields are only appended");
+
+// kOptimizeCounters: the TRACE lines of shim/core/optimize_counters.inc, each
+// u, in OptimizeCountersEvent (absent ones read as 0).
+template <>
+struct FieldTable<OptimizeCountersEvent> {
+  using R = OptimizeCountersEvent;
+  static constexpr Field<R> kFields[] = {
+#define TRACE(name, layout, source, summary_key) PINSHIM_FIELD_ROW(name, uint64_t, layout, 0)
+#define SUMMARY(source, summary_key)
+#include "shim/core/optimize_counters.inc"
+#undef TRACE
+#undef SUMMARY
+  };
+};
+static_assert(AppendedLast<OptimizeCountersEvent>(), "counters are only appended");
+static_assert(sizeof(OptimizeCountersEvent) ==
+                  FieldCount<OptimizeCountersEvent>() * sizeof(uint64_t),
+              "every counter of OptimizeCountersEvent is recorded");
+
+// Fields of a kOptimizeCounters record, as this format version lists them.
+constexpr size_t kOptimizeCounterFields = FieldCount<OptimizeCountersEvent>();
 
 }  // namespace trace
 }  // namespace pinshim
