@@ -204,8 +204,13 @@ void OwnPinningTracker::NotePageChange(const Event& e, const char* action) {
 }
 
 void OwnPinningTracker::OnCounters(const Event& e) {
+  // The latest snapshot wins, whatever order the threads' batches were
+  // written in: the sampler's last one can reach the file after the record
+  // the process took at its end.
+  if (s_.has_counters && e.time_ns < counters_time_ns_) return;
   s_.has_counters = true;
   s_.counters = e.counters;
+  counters_time_ns_ = e.time_ns;
 }
 
 void OwnPinningTracker::Classify(Buffer* b) const {

@@ -103,6 +103,8 @@ class OwnPinningTracker {
   OwnPinningSummary Finish();
 
  private:
+  uint64_t counters_time_ns_ = 0;  // of the snapshot in s_.counters
+
   struct Range {
     uint64_t end;
     OwnPinPart part;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -99,6 +100,40 @@ TEST(TraceReader, RoundTripsAndMergesThreadsInTimeOrder) {
   EXPECT_EQ(e.HostKind(), MemKind::kPageable);
   EXPECT_EQ(c.events[0].tid, 10u);
   EXPECT_EQ(c.events[0].device, 0);
+}
+
+// A call that began before the batch's first event and is recorded after it
+// (a sync stamped with its start) has a negative delta; every event of the
+// batch, and those after it, still read at the times they were written with.
+TEST(TraceReader, AnEventStampedBeforeTheBatchsFirstKeepsEveryTime) {
+  TraceBuilder b;
+  b.Process(testing::BuilderProcess{});
+  b.ApiNames({{3, "cuMemcpyHtoD_v2"}});
+  const uint64_t t0 = 2000000000ull;
+  b.batch().AppendCopy(Copy(t0, 4096, reinterpret_cast<void*>(0x7000), 1), 0, 0);  // at t0
+  trace::SyncEvent early{};
+  early.api = 3;
+  early.kind = trace::SyncKind::kStreamSynchronize;
+  early.start_ns = t0 - 15000000;  // began 15 ms before the first event
+  early.end_ns = t0 + 1000;
+  b.batch().AppendSync(early);
+  OptimizeCountersEvent counters{};
+  counters.pinned_bytes_now = 7;
+  b.batch().AppendOptimizeCounters(counters, t0 + 30000000);
+  b.Flush(10);
+  b.End(t0 + 40000000);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(b.bytes(), &error));
+  ASSERT_NE(r, nullptr) << error;
+  Collect c;
+  r->ForEachEvent(&c);
+  ASSERT_EQ(c.events.size(), 3u);
+  std::vector<uint64_t> times;
+  for (const Event& e : c.events) times.push_back(e.time_ns);
+  std::sort(times.begin(), times.end());
+  EXPECT_EQ(times[0], early.start_ns);
+  EXPECT_EQ(times[1], t0);
+  EXPECT_EQ(times[2], t0 + 30000000);
 }
 
 TEST(TraceReader, TornTailKeepsWhatCameBefore) {

@@ -13,6 +13,7 @@
 #include "shim/optimize/optimizer.h"
 #include "shim/optimize/page_frames.h"
 #include "shim/optimize/site_profile.h"
+#include "shim/trace/budget_decisions.h"
 #include "shim/trace/recorder.h"
 
 extern char** environ;
@@ -124,18 +125,6 @@ void StartOptimizing() {
   g_optimize = true;
 }
 
-// Every budget decision goes into the trace (a no-op without one).
-void RecordBudgetDecision(const budget::DecisionRecord* r) {
-  trace::BudgetDecisionEvent e{};
-#define BUDGET(name, record_type, event_type, layout) e.name = static_cast<event_type>(r->name);
-#define RECORDER(name, layout)
-#include "shim/core/budget_decision.inc"
-#undef BUDGET
-#undef RECORDER
-  e.time_ns = 0;
-  trace::RecordBudgetDecision(e);
-}
-
 // Enforce mode: the budgets from the configuration. Without any budget there
 // is nothing to enforce (pinned bytes are still counted by the summary).
 void StartEnforcing() {
@@ -145,7 +134,8 @@ void StartEnforcing() {
     return;
   }
   budget::BudgetStatus status = budget::Budget::Process().Init(options);
-  budget::Budget::Process().SetRecorder(RecordBudgetDecision);
+  // Every decision goes into the trace (a no-op without one).
+  budget::Budget::Process().SetRecorder(trace::RecordBudgetDecisionRecord);
   if (status.message[0] != '\0') LogLine("%s", status.message);
   g_enforce = status.code != budget::BudgetStatus::kInvalid;
 }

@@ -274,11 +274,14 @@ class BatchEncoder {
   uint8_t* Begin(EventType type, uint64_t time_ns) {
     event_start_ = data_ + len_;
     event_start_[0] = static_cast<uint8_t>(type);
+    // The header's first time is the base of the first event's delta (the
+    // format says so), so it is the first event's time, not the earliest:
+    // an event stamped before the first (a call that began earlier and was
+    // recorded later) has a negative delta, and must not move the base.
     if (count_ == 0) {
       t_first_ = t_last_ = prev_time_ = time_ns;
-    } else {
-      if (time_ns < t_first_) t_first_ = time_ns;
-      if (time_ns > t_last_) t_last_ = time_ns;
+    } else if (time_ns > t_last_) {
+      t_last_ = time_ns;
     }
     uint8_t* p = PutSigned(event_start_ + 2, static_cast<int64_t>(time_ns - prev_time_));
     prev_time_ = time_ns;

@@ -55,7 +55,8 @@
 //              traces written before Python frames existed; older readers
 //              ignore the appended fields.
 //   kEvents    a batch of events of one thread:
-//              u tid, u first time (ns), u last time (ns), u event count,
+//              u tid, u first time (ns: the first event's), u last time
+//              (ns: the latest event's), u event count,
 //              then count times: u8 event type (EventType), u length, payload.
 //              Times are CLOCK_MONOTONIC nanoseconds. Every event payload
 //              begins with s (time - previous time in this batch), the first

@@ -7,11 +7,12 @@
 //
 // With PINSHIM_MODE containing "enforce" and a PINSHIM_BUDGET, the program's
 // pinned allocations and registrations are charged against that process
-// budget as enforce mode charges them, and every decision is recorded as the
-// budget's recorder callback records it. A charge that does not fit is
-// refused by the limiter "process" under PINSHIM_POLICY: "deny" (the
-// default) makes HostAlloc return null and HostRegister register nothing;
-// "fallback" serves pageable memory and leaves registrations unpinned.
+// budget by enforce mode's own code: a budget::Budget, the decision the
+// pinned-memory hooks make (budget::ChargeAndPin) and the recorder callback
+// the library installs (trace::RecordBudgetDecisionRecord). A charge that
+// does not fit is refused under PINSHIM_POLICY: "deny" (the default) makes
+// HostAlloc return null and HostRegister register nothing; "fallback"
+// serves pageable memory and leaves registrations unpinned.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -25,6 +26,8 @@
 #include <map>
 #include <mutex>
 
+#include "shim/budget/budget.h"
+#include "shim/trace/budget_decisions.h"
 #include "shim/trace/recorder.h"
 #include "shim/trace/wc_guard.h"
 #include "tests/trace/harness/cuda_harness.h"
@@ -137,14 +140,12 @@ std::map<uintptr_t, Range>* g_ranges;  // pinned, registered and tracked malloc 
 std::atomic<uint64_t> g_next_id{0};
 thread_local int t_device = 0;
 
-// Enforce mode's process budget, emulated (see the top of this file).
-struct Enforce {
-  bool on = false;
-  bool fallback = false;  // PINSHIM_POLICY=fallback; otherwise deny
-  uint64_t budget = 0;
-  uint64_t pinned = 0;    // charged and not released; under g_mu
-};
-Enforce g_enforce;
+// Enforce mode's process budget (see the top of this file).
+budget::Budget g_budget;
+bool g_enforce = false;
+
+// The budget a pinning is charged to; null outside enforce mode.
+budget::Budget* EnforceBudget() { return g_enforce ? &g_budget : nullptr; }
 
 uint64_t Now() {
   timespec ts;
@@ -225,38 +226,6 @@ void Sync(ApiId api, trace::SyncKind kind, void* stream, void* event, uint64_t s
   trace::RecordSync(e);
 }
 
-// Charges `bytes` for `owner` and records the decision, the way the budget
-// and its recorder callback do: granted while the budget holds, otherwise
-// refused by the process budget under the configured policy.
-trace::BudgetDecision Charge(trace::BudgetOwner owner, uint64_t bytes) {
-  if (!g_enforce.on) return trace::BudgetDecision::kGranted;
-  trace::BudgetDecisionEvent e{};
-  e.owner = static_cast<uint8_t>(owner);
-  e.bytes = bytes;
-  e.process_budget = g_enforce.budget;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_enforce.pinned + bytes <= g_enforce.budget) {
-      g_enforce.pinned += bytes;
-      e.decision = static_cast<uint8_t>(trace::BudgetDecision::kGranted);
-      e.limiter = static_cast<uint8_t>(trace::BudgetLimiter::kNone);
-    } else {
-      e.decision = static_cast<uint8_t>(g_enforce.fallback ? trace::BudgetDecision::kFallback
-                                                           : trace::BudgetDecision::kDenied);
-      e.limiter = static_cast<uint8_t>(trace::BudgetLimiter::kProcess);
-    }
-    e.process_pinned = g_enforce.pinned;
-  }
-  trace::RecordBudgetDecision(e);
-  return static_cast<trace::BudgetDecision>(e.decision);
-}
-
-void Uncharge(uint64_t bytes) {
-  if (!g_enforce.on) return;
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_enforce.pinned -= bytes < g_enforce.pinned ? bytes : g_enforce.pinned;
-}
-
 uint64_t EnvNumber(const char* name, uint64_t fallback) {
   const char* v = getenv(name);
   return v != nullptr && *v != '\0' ? strtoull(v, nullptr, 10) : fallback;
@@ -270,9 +239,15 @@ __attribute__((constructor(101))) void Start() {
   g_ranges = new std::map<uintptr_t, Range>;
   const char* mode = getenv("PINSHIM_MODE");
   const char* policy = getenv("PINSHIM_POLICY");
-  g_enforce.budget = EnvNumber("PINSHIM_BUDGET", 0);
-  g_enforce.on = mode != nullptr && strstr(mode, "enforce") != nullptr && g_enforce.budget != 0;
-  g_enforce.fallback = policy != nullptr && strcmp(policy, "fallback") == 0;
+  const uint64_t budget_bytes = EnvNumber("PINSHIM_BUDGET", 0);
+  if (mode != nullptr && strstr(mode, "enforce") != nullptr && budget_bytes != 0) {
+    budget::BudgetOptions options;
+    options.process_bytes = budget_bytes;
+    const bool fallback = policy != nullptr && strcmp(policy, "fallback") == 0;
+    options.policy = fallback ? Policy::kFallback : Policy::kDeny;
+    g_enforce = g_budget.Init(options).ok();
+    g_budget.SetRecorder(trace::RecordBudgetDecisionRecord);
+  }
   const char* dir = getenv("PINSHIM_TRACE_DIR");
   if (dir == nullptr || *dir == '\0') return;
   trace::RecorderOptions o;
@@ -429,16 +404,21 @@ void UnmapPages(void* p, size_t bytes) {
 
 void* HostAlloc(size_t bytes, unsigned flags) {
   uint64_t start = Now();
-  trace::BudgetDecision decision = Charge(trace::BudgetOwner::kProgramAlloc, bytes);
-  if (decision == trace::BudgetDecision::kDenied) return nullptr;
-  bool pinned = decision == trace::BudgetDecision::kGranted;
   size_t len = (bytes + 4095) & ~size_t{4095};
-  void* p = mmap(nullptr, len == 0 ? 4096 : len, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    if (pinned) Uncharge(bytes);
-    return nullptr;
-  }
+  auto map = [len] {
+    return mmap(nullptr, len == 0 ? 4096 : len, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  };
+  void* p = MAP_FAILED;
+  const budget::Decision decision =
+      budget::ChargeAndPin(EnforceBudget(), budget::Owner::kProgramAlloc, bytes, [&] {
+        p = map();
+        return p != MAP_FAILED;
+      });
+  if (decision == budget::Decision::kDenied) return nullptr;
+  const bool pinned = decision == budget::Decision::kGranted;
+  if (!pinned) p = map();  // pageable memory in its place
+  if (p == MAP_FAILED) return nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     (*g_ranges)[reinterpret_cast<uintptr_t>(p)] =
@@ -464,7 +444,7 @@ void FreeHost(void* p) {
   trace::DisarmWcGuardFor(p, r.bytes);
   munmap(p, (r.bytes + 4095) & ~size_t{4095});
   if (r.kind != MemKind::kPinnedByProgram) return;  // served pageable: never pinned
-  Uncharge(r.bytes);
+  if (g_enforce) g_budget.Release(budget::Owner::kProgramAlloc, r.bytes);
   Pin(kFreeHostApi, PinOp::kFree, p, r.bytes, r.flags, start);
 }
 
@@ -472,19 +452,19 @@ void HostRegister(void* p, size_t bytes, unsigned flags) {
   uint64_t start = Now();
   // Refused either way the program's memory stays as it was: denied, the
   // call fails; fallback, it succeeds without pinning.
-  if (Charge(trace::BudgetOwner::kProgramRegister, bytes) != trace::BudgetDecision::kGranted) {
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    // Registering a tracked allocation in place: one entry serves both, the
-    // kind from the registration, the owner from the allocation.
-    uint64_t owner = 0;
-    auto it = g_ranges->find(reinterpret_cast<uintptr_t>(p));
-    if (it != g_ranges->end()) owner = it->second.alloc_id;
-    (*g_ranges)[reinterpret_cast<uintptr_t>(p)] =
-        Range{bytes, MemKind::kRegisteredByProgram, flags, owner, false};
-  }
+  const budget::Decision decision =
+      budget::ChargeAndPin(EnforceBudget(), budget::Owner::kProgramRegister, bytes, [&] {
+        std::lock_guard<std::mutex> lock(g_mu);
+        // Registering a tracked allocation in place: one entry serves both, the
+        // kind from the registration, the owner from the allocation.
+        uint64_t owner = 0;
+        auto it = g_ranges->find(reinterpret_cast<uintptr_t>(p));
+        if (it != g_ranges->end()) owner = it->second.alloc_id;
+        (*g_ranges)[reinterpret_cast<uintptr_t>(p)] =
+            Range{bytes, MemKind::kRegisteredByProgram, flags, owner, false};
+        return true;
+      });
+  if (decision != budget::Decision::kGranted) return;
   Pin(kRegisterApi, PinOp::kRegister, p, bytes, flags, start);
 }
 
@@ -503,7 +483,7 @@ void HostUnregister(void* p) {
       g_ranges->erase(it);
     }
   }
-  Uncharge(r.bytes);
+  if (g_enforce) g_budget.Release(budget::Owner::kProgramRegister, r.bytes);
   Pin(kUnregisterApi, PinOp::kUnregister, p, r.bytes, r.flags, start);
 }
 
