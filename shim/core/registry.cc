@@ -275,6 +275,55 @@ bool Registry::SearchUnsynchronized(uintptr_t addr, Region* out) const {
   return addr - out->start < out->bytes;
 }
 
+// The range at or before `start` (does it reach past start?) and the one
+// after it (does it begin before end?): no other range can overlap.
+bool Registry::OverlapUnsynchronized(uintptr_t start, uintptr_t end) const {
+  const Index* idx = index_.load(std::memory_order_acquire);
+  if (idx == nullptr) return false;
+  size_t n = idx->count;
+  if (n > idx->capacity) n = idx->capacity;
+  if (n == 0) return false;
+  long pos = FloorIndex(idx->firsts, n, start);
+  long slot = -1;
+  if (pos >= 0) {
+    const Chunk* c = idx->chunks[pos];
+    if (c == nullptr) return true;  // torn: let the caller look properly
+    size_t m = c->count;
+    if (m > kChunkCap) m = kChunkCap;
+    slot = FloorIndex(c->starts, m, start);
+    if (slot >= 0) {
+      const Region& r = c->regions[slot];
+      if (start - r.start < r.bytes) return true;
+    }
+    if (static_cast<size_t>(slot + 1) < m) return c->starts[slot + 1] < end;
+  }
+  // The successor is the first range of the next chunk.
+  const size_t next = static_cast<size_t>(pos + 1);
+  if (next >= n) return false;
+  const Chunk* c = idx->chunks[next];
+  if (c == nullptr) return true;
+  return c->count != 0 && c->starts[0] < end;
+}
+
+bool Registry::AnyOverlapping(uintptr_t start, uint64_t bytes) const {
+  if (bytes == 0) return false;
+  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
+  for (int tries = 0; tries < 64; ++tries) {
+    uint64_t s1 = seq_.load(std::memory_order_acquire);
+    if (s1 & 1) {
+      CpuRelax();
+      continue;
+    }
+    bool found = OverlapUnsynchronized(start, end);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq_.load(std::memory_order_relaxed) == s1) return found;
+  }
+  pthread_mutex_lock(&mu_);
+  bool found = OverlapUnsynchronized(start, end);
+  pthread_mutex_unlock(&mu_);
+  return found;
+}
+
 bool Registry::Lookup(uintptr_t addr, Region* out) const {
   Region r;
   // Optimistic reads first: they never write shared memory, so readers on

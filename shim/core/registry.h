@@ -78,6 +78,11 @@ class Registry {
   // Finds the range containing `addr`. Lock-free.
   bool Lookup(uintptr_t addr, Region* out) const;
 
+  // Whether any range overlaps [start, start + bytes). Lock-free; what a
+  // writer does at the same time may or may not be seen (as with Lookup).
+  // Lets a caller skip RemoveSpan, and its writer lock, when nothing is there.
+  bool AnyOverlapping(uintptr_t start, uint64_t bytes) const;
+
   // Number of ranges held.
   size_t size() const { return count_.load(std::memory_order_relaxed); }
 
@@ -99,6 +104,7 @@ class Registry {
   bool RemoveAtLocked(size_t chunk_pos, size_t slot, Region* out);
   size_t FindChunkLocked(uintptr_t addr) const;
   bool SearchUnsynchronized(uintptr_t addr, Region* out) const;
+  bool OverlapUnsynchronized(uintptr_t start, uintptr_t end) const;
   size_t RemoveSpanLocked(uintptr_t start, uint64_t bytes,
                           void (*on_removed)(void*, const Region&), void* arg);
   bool GrowIndexLocked();

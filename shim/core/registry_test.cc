@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <iterator>
 #include <map>
 #include <random>
 #include <thread>
@@ -131,6 +132,35 @@ TEST(RegistryTest, MatchesModelUnderRandomOperations) {
       if (found) EXPECT_EQ(r.id, it->second.id);
     }
     ASSERT_EQ(reg.size(), model.size());
+  }
+}
+
+// AnyOverlapping agrees with a model on random spans, across chunk edges
+// (thousands of ranges fill many chunks).
+TEST(RegistryTest, AnyOverlappingMatchesModel) {
+  Registry reg;
+  std::map<uintptr_t, Region> model;
+  std::mt19937_64 rng(7);
+  const uintptr_t kSlotBytes = 0x1000;
+  for (int i = 0; i < 3000; ++i) {
+    uintptr_t slot = 0x1000000 + (rng() % 6000) * kSlotBytes;
+    if (model.count(slot) != 0) continue;
+    Region r = Make(slot, 1 + rng() % (kSlotBytes - 1), i + 1);
+    ASSERT_TRUE(reg.Insert(r));
+    model[slot] = r;
+  }
+  EXPECT_FALSE(reg.AnyOverlapping(0x1000000, 0));
+  for (int probe = 0; probe < 100000; ++probe) {
+    uintptr_t start = 0xff0000 + rng() % (6100 * kSlotBytes);
+    uint64_t bytes = 1 + rng() % (3 * kSlotBytes);
+    bool expect = false;
+    auto it = model.upper_bound(start);
+    if (it != model.end() && it->first < start + bytes) expect = true;
+    if (it != model.begin()) {
+      auto prev = std::prev(it);
+      if (start < prev->first + prev->second.bytes) expect = true;
+    }
+    ASSERT_EQ(reg.AnyOverlapping(start, bytes), expect) << std::hex << start << " " << bytes;
   }
 }
 

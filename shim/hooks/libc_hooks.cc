@@ -183,7 +183,8 @@ void* MmapHook(void* addr, size_t len, int prot, int flags, int fd, off64_t off,
     p = real_mmap(addr, len, prot, flags, fd, off);
     // What it replaced is gone; the rest of a region it covered in part
     // stays tracked as it was.
-    if (p != MAP_FAILED && !Reentered(Reentry::kHook) && g_allocations.size() != 0) {
+    if (p != MAP_FAILED && !Reentered(Reentry::kHook) && g_allocations.size() != 0 &&
+        g_allocations.AnyOverlapping(reinterpret_cast<uintptr_t>(p), len)) {
       ReentryGuard guard(Reentry::kHook);
       g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(p), len, RecordRemovedPart, nullptr);
     }
@@ -368,7 +369,8 @@ void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
 
 int munmap(void* addr, size_t len) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<int>(syscall(SYS_munmap, addr, len));
-  if (!Reentered(Reentry::kHook) && g_allocations.size() != 0) {
+  if (!Reentered(Reentry::kHook) && g_allocations.size() != 0 &&
+      g_allocations.AnyOverlapping(reinterpret_cast<uintptr_t>(addr), len)) {
     ReentryGuard guard(Reentry::kHook);
     g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(addr), len, RecordRemovedPart, nullptr);
   }
