@@ -133,7 +133,9 @@ class Stager {
   StagerOptions options_;
   std::atomic<bool> active_{false};
   Lane* lanes_ = nullptr;  // kMaxLanes
-  uint32_t nworkers_ = 0;
+  // Set at Init, lowered once by StartWorkers when fewer threads started;
+  // read by every staging call meanwhile.
+  std::atomic<uint32_t> nworkers_{0};
   std::atomic<int> workers_started_{0};  // 0 no, 1 starting, 2 yes
   std::atomic<uint32_t> work_gen_{0};    // futex: bumped when a job is published
   std::atomic<uint64_t> idle_sample_ns_{0};
