@@ -306,14 +306,27 @@ bool Ledger::Lock() {
   // would sleep forever. Each round that times out looks at the lock again
   // and finds the dead owner itself.
   while (rc == EBUSY || rc == ETIMEDOUT) {
+#if defined(__SANITIZE_THREAD__)
+    // ThreadSanitizer does not intercept pthread_mutex_clocklock: it would
+    // not see the lock taken, and would report the unlock and every access
+    // made under the lock. Its builds wait on the realtime clock instead,
+    // through pthread_mutex_timedlock, which it does intercept.
+    constexpr clockid_t kClock = CLOCK_REALTIME;
+#else
+    constexpr clockid_t kClock = CLOCK_MONOTONIC;
+#endif
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
+    clock_gettime(kClock, &until);
     until.tv_nsec += kLockWaitRoundNs;
     if (until.tv_nsec >= 1000000000) {
       until.tv_sec += 1;
       until.tv_nsec -= 1000000000;
     }
-    rc = pthread_mutex_clocklock(&header_->mutex, CLOCK_MONOTONIC, &until);
+#if defined(__SANITIZE_THREAD__)
+    rc = pthread_mutex_timedlock(&header_->mutex, &until);
+#else
+    rc = pthread_mutex_clocklock(&header_->mutex, kClock, &until);
+#endif
   }
   if (rc == 0) {
     LockTaken();
