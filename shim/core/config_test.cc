@@ -17,11 +17,9 @@
 // Counts heap allocations while g_counting is set, by interposing malloc in
 // the test binary and forwarding to glibc, to check that parsing allocates
 // nothing (the preloaded library parses inside someone else's process).
-extern "C" void* __libc_malloc(size_t size);
-extern "C" void* __libc_calloc(size_t n, size_t size);
-extern "C" void* __libc_realloc(void* p, size_t size);
-extern "C" void __libc_free(void* p);
-
+// Under AddressSanitizer the allocator is the sanitizer's, which calls
+// malloc before it can run instrumented code: the count comes from its
+// allocation hook instead.
 namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<int> g_allocations{0};
@@ -29,6 +27,19 @@ void Count() {
   if (g_counting.load(std::memory_order_relaxed)) ++g_allocations;
 }
 }  // namespace
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/allocator_interface.h>
+
+namespace {
+void CountHook(const volatile void*, size_t) { Count(); }
+[[maybe_unused]] const int g_hooks_installed = __sanitizer_install_malloc_and_free_hooks(&CountHook, nullptr);
+}  // namespace
+#else
+extern "C" void* __libc_malloc(size_t size);
+extern "C" void* __libc_calloc(size_t n, size_t size);
+extern "C" void* __libc_realloc(void* p, size_t size);
+extern "C" void __libc_free(void* p);
 
 extern "C" void* malloc(size_t size) {
   Count();
@@ -43,6 +54,7 @@ extern "C" void* realloc(void* p, size_t size) {
   return __libc_realloc(p, size);
 }
 extern "C" void free(void* p) { __libc_free(p); }
+#endif
 
 namespace pinshim {
 namespace {
