@@ -52,6 +52,7 @@ class PoolTest : public ::testing::Test {
     pool_->ReleaseAllForTesting();
     EXPECT_EQ(pool_->Stats().slab_bytes, 0u);
     EXPECT_EQ(fakecuda_live_host_allocations(), baseline_allocs_);
+    ExpectInvariants(account_);
   }
 
   void* Alloc(size_t n, unsigned flags = 0) {
@@ -604,6 +605,19 @@ TEST_F(PoolTest, InvariantWalkerReportsEachCorruption) {
     EXPECT_TRUE(pool.CheckInvariants().ok()) << pool.CheckInvariants().text();
   }
   for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
+}
+
+// The pin account's walker too: its total apart from its parts is reported.
+TEST_F(PoolTest, AccountWalkerReportsItsCorruption) {
+  StartPool();
+  void* p = Alloc(64 * kKiB);
+  ASSERT_TRUE(account_.CheckInvariants().ok()) << account_.CheckInvariants().text();
+  account_.CorruptForTesting();
+  const InvariantReport broken = account_.CheckInvariants();
+  EXPECT_NE(strstr(broken.text(), "PA1 "), nullptr) << broken.text();
+  account_.CorruptForTesting();  // undone
+  EXPECT_TRUE(account_.CheckInvariants().ok()) << account_.CheckInvariants().text();
+  EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
 }
 
 }  // namespace

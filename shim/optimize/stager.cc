@@ -774,5 +774,77 @@ StagerStats Stager::Stats() const {
   return s;
 }
 
+#ifdef PINSHIM_DEBUG_INVARIANTS
+
+InvariantReport Stager::CheckInvariants() const {
+  InvariantReport r;
+  if (!active() || lanes_ == nullptr) return r;  // off: nothing is staged
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t ring_bytes = 0;
+  for (int i = 0; i < kMaxLanes; ++i) {
+    const Lane& l = lanes_[i];
+    const int state = l.state.load(std::memory_order_acquire);
+    const CUcontext ctx = l.ctx.load(std::memory_order_relaxed);
+    r.Expect(state == kLaneEmpty || state == kLaneFree, "S1 every lane is empty or free", i,
+             state);
+    if (state == kLaneEmpty) {
+      r.Expect(l.ring == nullptr && ctx == nullptr,
+               "S2 an empty lane holds no ring and no context", i);
+    } else if (state == kLaneFree) {
+      r.Expect(l.ring != nullptr && ctx != nullptr && l.slots >= 2 && l.slots <= kMaxSlots &&
+                   l.chunk_bytes != 0 && l.chunk_bytes % page == 0 &&
+                   l.ring_bytes == l.chunk_bytes * l.slots,
+               "S2 a free lane holds a ring of chunk_bytes x slots in a context", i,
+               l.ring_bytes);
+      ring_bytes += l.ring_bytes;
+      const auto lo = reinterpret_cast<uintptr_t>(l.ring);
+      for (int j = 0; j < i; ++j) {
+        const Lane& o = lanes_[j];
+        if (o.state.load(std::memory_order_acquire) != kLaneFree || o.ring == nullptr) continue;
+        const auto olo = reinterpret_cast<uintptr_t>(o.ring);
+        r.Expect(lo + l.ring_bytes <= olo || olo + o.ring_bytes <= lo, "S4 no two rings overlap",
+                 j, i);
+      }
+    }
+    for (uint32_t s = 0; s < l.slots && s < kMaxSlots; ++s) {
+      if (l.pending[s]) {
+        r.Expect(l.pending_ev[s] < l.slots,
+                 "S6 a slot whose DMA may still run names one of the lane's events", i, s);
+      }
+    }
+    const Job* job = l.job;
+    r.Expect(job != nullptr && job->live.load(std::memory_order_acquire) == 0 &&
+                 job->next.load(std::memory_order_acquire) >= job->total,
+             "S5 every lane's job is over: not live, every piece taken", i);
+  }
+  r.Expect(ring_bytes_.load(std::memory_order_relaxed) == ring_bytes,
+           "S3 ring_bytes_ is the free lanes' ring bytes",
+           ring_bytes_.load(std::memory_order_relaxed), ring_bytes);
+  r.Expect(account_->pinned_for(PinUse::kStaging) == ring_bytes,
+           "S3 the account's staging bytes are the rings'", account_->pinned_for(PinUse::kStaging),
+           ring_bytes);
+  const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
+  const int started = workers_started_.load(std::memory_order_acquire);
+  r.Expect(workers <= kMaxWorkers && started != 1,
+           "S7 nworkers_ <= kMaxWorkers and the workers are started or not", workers, started);
+  return r;
+}
+
+bool Stager::CorruptForTesting(Corruption what) {
+  if (!active() || lanes_ == nullptr) return false;
+  switch (what) {
+    case Corruption::kRingBytes:
+      ring_bytes_.fetch_xor(static_cast<uint64_t>(sysconf(_SC_PAGESIZE)),
+                            std::memory_order_relaxed);
+      return true;
+    case Corruption::kJobLive:
+      lanes_[0].job->live.fetch_xor(1, std::memory_order_relaxed);
+      return true;
+  }
+  return false;
+}
+
+#endif  // PINSHIM_DEBUG_INVARIANTS
+
 }  // namespace optimize
 }  // namespace pinshim
