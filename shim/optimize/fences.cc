@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "shim/core/internal_alloc.h"
+#include "shim/optimize/invariants.h"
 
 namespace pinshim {
 namespace optimize {
@@ -53,7 +54,7 @@ int FenceSet::TakeAll(Fence out[kSlots]) {
 }
 
 #ifdef PINSHIM_DEBUG_INVARIANTS
-bool FenceSet::WellFormed() const {
+PINSHIM_INVARIANT_WALKER bool FenceSet::WellFormed() const {
   if (count_ < 0 || count_ > kSlots) return false;
   for (int i = 0; i < count_; ++i) {
     if (slots_[i].id == 0 || slots_[i].event == nullptr) return false;

@@ -979,13 +979,13 @@ ArenaStats HostArena::Stats() const {
 
 #ifdef PINSHIM_DEBUG_INVARIANTS
 
-InvariantReport HostArena::CheckInvariants() const {
+PINSHIM_INVARIANT_WALKER InvariantReport HostArena::CheckInvariants() const {
   InvariantReport r;
   if (!active() || size_ == 0) return r;  // off: nothing is served
   MutexLock lock(&mu_);
   // The extents in use, sorted by start: A5, A7 and the lookups below.
   int32_t used[kMaxExtents];
-  uint64_t run_pages[kMaxExtents] = {};
+  uint64_t run_pages[kMaxExtents];  // set for the extents in use only
   uint32_t nused = 0, nfree = 0, nregistered = 0, nlost = 0;
   uint64_t registered_bytes = 0;
   for (int32_t i = 0; i < static_cast<int32_t>(kMaxExtents); ++i) {
@@ -998,6 +998,7 @@ InvariantReport HostArena::CheckInvariants() const {
       ++nfree;
     } else {
       used[nused++] = i;
+      run_pages[i] = 0;
     }
     if (x.state == kExtentLost) ++nlost;
     const uintptr_t addr = PageAddr(x.start);
@@ -1080,7 +1081,7 @@ InvariantReport HostArena::CheckInvariants() const {
                    run.start >= x->start && run.start + run.pages <= x->start + x->pages,
                "A3 a run of an extent lies in it, and it is registered or unpinned", run.start,
                run.ext);
-      if (valid) run_pages[run.ext] += run.pages;
+      if (valid && x->state != kExtentFree) run_pages[run.ext] += run.pages;
     } else {
       unregistered_pages += run.pages;
       // The first extent in use ending past the run's start must start past its end.

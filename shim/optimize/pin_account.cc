@@ -124,7 +124,7 @@ void PinAccount::ResetInChild() {
 
 #ifdef PINSHIM_DEBUG_INVARIANTS
 
-InvariantReport PinAccount::CheckInvariants() const {
+PINSHIM_INVARIANT_WALKER InvariantReport PinAccount::CheckInvariants() const {
   InvariantReport r;
   uint64_t parts = 0;
   for (const auto& held : by_use_) parts += held.load(std::memory_order_relaxed);

@@ -1091,7 +1091,7 @@ namespace {
 constexpr uint64_t kMaxListWalk = uint64_t{1} << 24;
 }  // namespace
 
-InvariantReport PinnedPool::CheckInvariants() const {
+PINSHIM_INVARIANT_WALKER InvariantReport PinnedPool::CheckInvariants() const {
   InvariantReport r;
   if (!active()) return r;  // off (not started, or a fork child): nothing is pooled
   MutexLock lock(&mu_);

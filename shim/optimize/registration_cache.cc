@@ -715,7 +715,7 @@ CacheStats RegistrationCache::Stats() const {
 
 #ifdef PINSHIM_DEBUG_INVARIANTS
 
-InvariantReport RegistrationCache::CheckInvariants() const {
+PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() const {
   InvariantReport r;
   if (!active()) return r;  // off (not started, or a fork child): nothing is cached
   MutexLock lock(&mu_);

@@ -776,7 +776,7 @@ StagerStats Stager::Stats() const {
 
 #ifdef PINSHIM_DEBUG_INVARIANTS
 
-InvariantReport Stager::CheckInvariants() const {
+PINSHIM_INVARIANT_WALKER InvariantReport Stager::CheckInvariants() const {
   InvariantReport r;
   if (!active() || lanes_ == nullptr) return r;  // off: nothing is staged
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
