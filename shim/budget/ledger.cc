@@ -305,29 +305,28 @@ bool Ledger::Lock() {
   // moment (its sibling, say) the wake-up is lost and every other waiter
   // would sleep forever. Each round that times out looks at the lock again
   // and finds the dead owner itself.
-  while (rc == EBUSY || rc == ETIMEDOUT) {
 #if defined(__SANITIZE_THREAD__)
-    // ThreadSanitizer does not intercept pthread_mutex_clocklock: it would
-    // not see the lock taken, and would report the unlock and every access
-    // made under the lock. Its builds wait on the realtime clock instead,
-    // through pthread_mutex_timedlock, which it does intercept.
-    constexpr clockid_t kClock = CLOCK_REALTIME;
+  // ThreadSanitizer intercepts neither pthread_mutex_clocklock nor a dead
+  // owner's EOWNERDEAD from pthread_mutex_timedlock: it would not see the
+  // lock taken, and would report the unlock and every access made under
+  // it. Its builds poll with trylock instead, which it follows in full.
+  while (rc == EBUSY) {
+    struct timespec pause = {0, 50000};
+    nanosleep(&pause, nullptr);
+    rc = pthread_mutex_trylock(&header_->mutex);
+  }
 #else
-    constexpr clockid_t kClock = CLOCK_MONOTONIC;
-#endif
+  while (rc == EBUSY || rc == ETIMEDOUT) {
     struct timespec until;
-    clock_gettime(kClock, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_nsec += kLockWaitRoundNs;
     if (until.tv_nsec >= 1000000000) {
       until.tv_sec += 1;
       until.tv_nsec -= 1000000000;
     }
-#if defined(__SANITIZE_THREAD__)
-    rc = pthread_mutex_timedlock(&header_->mutex, &until);
-#else
-    rc = pthread_mutex_clocklock(&header_->mutex, kClock, &until);
-#endif
+    rc = pthread_mutex_clocklock(&header_->mutex, CLOCK_MONOTONIC, &until);
   }
+#endif
   if (rc == 0) {
     LockTaken();
     return true;
