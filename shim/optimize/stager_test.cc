@@ -31,6 +31,14 @@ using testing::MakeContextCurrent;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
+// Every stager the tests made, kept (and reachable, for LeakSanitizer):
+// see StagerTest::stager_.
+Checked<Stager>& NewStager() {
+  static auto* all = new std::vector<Checked<Stager>*>();
+  all->push_back(new Checked<Stager>());
+  return *all->back();
+}
+
 class StagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -76,7 +84,7 @@ class StagerTest : public ::testing::Test {
   // Every call walks the stager's invariants. Never destroyed: its workers
   // are detached and keep looking at it for as long as the process lives,
   // as they do at the library's (static) stager.
-  Checked<Stager>& stager_ = *new Checked<Stager>();
+  Checked<Stager>& stager_ = NewStager();
   CUdeviceptr dev_ = 0;
 };
 
