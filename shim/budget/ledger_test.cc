@@ -468,6 +468,10 @@ char ProcessState(pid_t pid) {
 // bounded rounds must still get them the lock. The test makes that state
 // directly: a waiter sleeps, the bit is cleared, the holder unlocks.
 TEST(LedgerTest, WaiterWhoseWakeUpWasLostStillGetsTheLock) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "under ThreadSanitizer the ledger waits for its lock by polling trylock "
+                  "(ledger.cc): there is no futex wait whose wake-up could be lost";
+#endif
   const std::string path = UniqueLedgerPath("lost-wake");
   Ledger ledger;
   ASSERT_TRUE(OpenLedger(path, &ledger, true));

@@ -140,9 +140,14 @@ int ObserverMain(Shared* shared, const std::string& path) {
   while (!OpenLedger(path, &ledger)) SleepMs(1);
   const LedgerHeader& h = ledger.header();
   for (uint64_t i = 0; shared->observer_done.load() == 0; ++i) {
+    // The budget is read after the totals: it is 0 until the first worker
+    // joined and never drops in this race, so a value read later is the one
+    // the totals were held to (read first, a 0 from before anyone joined
+    // would be compared with totals from after).
+    const uint64_t pinned_now = h.pinned.load();
+    const uint64_t reserved_now = h.reserved.load();
     const uint64_t budget = h.node_budget.load();
-    if (h.pinned.load() > budget || h.reserved.load() > budget)
-      shared->over_budget.fetch_add(1);
+    if (pinned_now > budget || reserved_now > budget) shared->over_budget.fetch_add(1);
     shared->observations.fetch_add(1);
     if (i % 64 != 0) continue;
     if (!ledger.Lock()) return 1;

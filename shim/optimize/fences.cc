@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "shim/core/internal_alloc.h"
+#include "shim/optimize/invariants.h"
 
 namespace pinshim {
 namespace optimize {
@@ -51,6 +52,20 @@ int FenceSet::TakeAll(Fence out[kSlots]) {
   count_ = 0;
   return n;
 }
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+PINSHIM_INVARIANT_WALKER bool FenceSet::WellFormed() const {
+  if (count_ < 0 || count_ > kSlots) return false;
+  for (int i = 0; i < count_; ++i) {
+    if (slots_[i].id == 0 || slots_[i].event == nullptr) return false;
+    for (int j = i + 1; j < count_; ++j) {
+      if (slots_[j].id == slots_[i].id) return false;
+      if (slots_[j].ctx == slots_[i].ctx && slots_[j].stream == slots_[i].stream) return false;
+    }
+  }
+  return true;
+}
+#endif
 
 bool FenceManager::Init(const DriverOps* ops) {
   if (ops == nullptr || !DriverOpsComplete(*ops)) return false;

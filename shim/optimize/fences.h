@@ -53,6 +53,13 @@ class FenceSet {
   // Moves every entry to out and empties the set; returns how many.
   int TakeAll(Fence out[kSlots]);
 
+#ifdef PINSHIM_DEBUG_INVARIANTS
+  // Debug builds (invariants.h): at most kSlots entries, every one recorded
+  // (id != 0, an event), ids distinct, at most one per context and stream
+  // (Add supersedes the older).
+  bool WellFormed() const;
+#endif
+
  private:
   Fence slots_[kSlots];
   int count_ = 0;

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <initializer_list>
@@ -975,6 +976,240 @@ ArenaStats HostArena::Stats() const {
   s.lost = lost_.load();
   return s;
 }
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+
+PINSHIM_INVARIANT_WALKER InvariantReport HostArena::CheckInvariants() const {
+  InvariantReport r;
+  if (!active() || size_ == 0) return r;  // off: nothing is served
+  MutexLock lock(&mu_);
+  // The extents in use, sorted by start: A5, A7 and the lookups below.
+  int32_t used[kMaxExtents];
+  uint64_t run_pages[kMaxExtents];  // set for the extents in use only
+  uint32_t nused = 0, nfree = 0, nregistered = 0, nlost = 0;
+  uint64_t registered_bytes = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(kMaxExtents); ++i) {
+    const Extent& x = extents_[i];
+    r.Expect(x.state <= kExtentLost, "A9 an extent's state is one of ExtentState", i, x.state);
+    r.Expect(x.state != kExtentRegistering && x.state != kExtentReleasing &&
+                 x.state != kExtentRepinning,
+             "A9 no extent is registering, releasing or repinning", i, x.state);
+    if (x.state == kExtentFree) {
+      ++nfree;
+    } else {
+      used[nused++] = i;
+      run_pages[i] = 0;
+    }
+    if (x.state == kExtentLost) ++nlost;
+    const uintptr_t addr = PageAddr(x.start);
+    if (x.state == kExtentRegistered) {
+      ++nregistered;
+      registered_bytes += x.pages * page_;
+      r.Expect(x.ctx != nullptr, "A12 a registered extent has a context", i);
+      if (options_.registrations != nullptr) {
+        Region reg;
+        const bool found = options_.registrations->Lookup(addr, &reg);
+        r.Expect(found && reg.start == addr && reg.bytes == x.pages * page_ &&
+                     reg.kind == MemKind::kPinnedByPinshim && reg.source == kSourcePinshim &&
+                     reg.id == static_cast<uint64_t>(i) + 1,
+                 "A11 a registered extent is in the registrations registry as pinshim's pinning",
+                 i, addr);
+      }
+    } else {
+      r.Expect(x.frames == nullptr, "A12 an extent not registered holds no frames", i);
+      if (options_.registrations != nullptr &&
+          (x.state == kExtentUnpinned || x.state == kExtentLost)) {
+        Region reg;
+        const bool pinned = options_.registrations->Lookup(addr, &reg) && reg.start == addr &&
+                            reg.kind == MemKind::kPinnedByPinshim &&
+                            reg.id == static_cast<uint64_t>(i) + 1;
+        r.Expect(!pinned, "A11 an unpinned or lost extent is not in the registrations registry",
+                 i, addr);
+      }
+    }
+  }
+  std::sort(used, used + nused, [this](int32_t a, int32_t b) {
+    return extents_[a].start < extents_[b].start;
+  });
+  // The extent in use holding page p, or -1.
+  auto holding = [&](uint64_t p) -> int32_t {
+    uint32_t lo = 0, hi = nused;
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (extents_[used[mid]].start <= p) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo == 0) return -1;
+    const Extent& x = extents_[used[lo - 1]];
+    return p - x.start < x.pages ? used[lo - 1] : -1;
+  };
+  r.Expect(top_ <= npages_, "A1 top_ <= npages_", top_, npages_);
+  uint64_t in_use_pages = 0;
+  for (uint32_t k = 0; k < nused; ++k) {
+    const Extent& x = extents_[used[k]];
+    r.Expect(x.pages > 0 && x.start + x.pages <= top_ && x.live_pages <= x.pages,
+             "A5 an extent in use holds pages below top_, live_pages <= pages", used[k],
+             x.live_pages);
+    if (k > 0) {
+      const Extent& before = extents_[used[k - 1]];
+      r.Expect(before.start + before.pages <= x.start, "A5 extents in use do not overlap",
+               used[k - 1], used[k]);
+    }
+    in_use_pages += x.pages;
+  }
+  r.Expect(nruns_ <= kMaxRuns, "A1 at most kMaxRuns runs", nruns_);
+  uint64_t unregistered_pages = 0;
+  for (uint32_t k = 0; k < nruns_ && k < kMaxRuns; ++k) {
+    const Run& run = runs_[k];
+    r.Expect(run.pages > 0 && run.start + run.pages <= top_,
+             "A1 a free run holds pages below top_", run.start, run.pages);
+    if (k > 0) {
+      const Run& before = runs_[k - 1];
+      r.Expect(before.start + before.pages <= run.start,
+               "A1 free runs are sorted and do not overlap", before.start, run.start);
+      r.Expect(before.start + before.pages != run.start || before.ext != run.ext,
+               "A2 touching runs never share a registration", run.start, run.ext);
+    }
+    if (run.ext >= 0) {
+      const bool valid = static_cast<uint32_t>(run.ext) < kMaxExtents;
+      const Extent* x = valid ? &extents_[run.ext] : nullptr;
+      r.Expect(x != nullptr &&
+                   (x->state == kExtentRegistered || x->state == kExtentUnpinned) &&
+                   run.start >= x->start && run.start + run.pages <= x->start + x->pages,
+               "A3 a run of an extent lies in it, and it is registered or unpinned", run.start,
+               run.ext);
+      if (valid && x->state != kExtentFree) run_pages[run.ext] += run.pages;
+    } else {
+      unregistered_pages += run.pages;
+      // The first extent in use ending past the run's start must start past its end.
+      uint32_t lo = 0, hi = nused;
+      while (lo < hi) {
+        const uint32_t mid = (lo + hi) / 2;
+        const Extent& x = extents_[used[mid]];
+        if (x.start + x.pages <= run.start) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      r.Expect(lo == nused || extents_[used[lo]].start >= run.start + run.pages,
+               "A4 an unregistered run overlaps no extent in use", run.start, run.pages);
+    }
+  }
+  for (uint32_t k = 0; k < nused; ++k) {
+    const Extent& x = extents_[used[k]];
+    if (x.state != kExtentRegistered && x.state != kExtentUnpinned) continue;
+    r.Expect(run_pages[used[k]] + x.live_pages == x.pages,
+             "A6 an extent's free runs and live pages add up to its pages", used[k],
+             run_pages[used[k]] + x.live_pages);
+  }
+  r.Expect(unregistered_pages + in_use_pages == top_,
+           "A7 the pages below top_ are the unregistered runs and the extents in use",
+           unregistered_pages + in_use_pages, top_);
+  uint32_t listed = 0;
+  for (int32_t f = free_extent_; f >= 0;) {
+    if (++listed > kMaxExtents || static_cast<uint32_t>(f) >= kMaxExtents) {
+      r.Fail("A8 the extent free list runs in a circle or out of the table", listed, f);
+      break;
+    }
+    r.Expect(extents_[f].state == kExtentFree, "A8 the extent free list holds free extents", f,
+             extents_[f].state);
+    f = extents_[f].next_free;
+  }
+  r.Expect(listed == nfree, "A8 the extent free list holds exactly the free extents", listed,
+           nfree);
+  r.Expect(extents_live_.load(std::memory_order_relaxed) == nregistered,
+           "A10 extents_live_ counts the registered extents",
+           extents_live_.load(std::memory_order_relaxed), nregistered);
+  r.Expect(registered_bytes_.load(std::memory_order_relaxed) == registered_bytes,
+           "A10 registered_bytes_ is the registered extents' bytes",
+           registered_bytes_.load(std::memory_order_relaxed), registered_bytes);
+  r.Expect(account_->pinned_for(PinUse::kArena) == registered_bytes,
+           "A10 the account's arena bytes are the registered extents'",
+           account_->pinned_for(PinUse::kArena), registered_bytes);
+  r.Expect(nlost_ == nlost, "A10 nlost_ counts the lost extents", nlost_, nlost);
+  // A block of a small class lies in an extent in use and not lost.
+  auto usable = [&](uintptr_t a) {
+    if (a < base_ || a - base_ >= size_) return false;
+    const int32_t e = holding((a - base_) / page_);
+    return e >= 0 && extents_[e].state != kExtentLost;
+  };
+  for (uint32_t c = 0; c < nclasses_; ++c) {
+    const SmallClass& k = classes_[c];
+    r.Expect(!k.refilling, "A13 no small class is being refilled", c);
+    r.Expect(k.cursor <= k.end, "A13 a small class's cursor lies within its span", c, k.cursor);
+    if (k.cursor != 0 && k.cursor < k.end) {
+      // (A span used up hands out nothing more: where it was matters no longer.)
+      const bool one = usable(k.cursor) && usable(k.end - 1) &&
+                       holding((k.cursor - base_) / page_) == holding((k.end - 1 - base_) / page_);
+      r.Expect(one, "A13 a small class's span lies in one extent in use and not lost", c,
+               k.cursor);
+    }
+    const uint64_t cb = ArenaClassBytes(c);
+    uint64_t n = 0;
+    for (uintptr_t b = k.free_head; b != 0; b = *reinterpret_cast<const uintptr_t*>(b)) {
+      if (++n > size_ / cb + 1) {
+        r.Fail("A13 a small class's free list runs in a circle", c);
+        break;
+      }
+      if (!usable(b)) {
+        r.Fail("A13 a free small block lies in an extent in use and not lost", c, b);
+        break;  // not followed: its link may be anything
+      }
+    }
+  }
+  uint32_t pending = 0;
+  for (uint32_t i = 0; i < kMaxPending; ++i) {
+    const Pending& p = pending_[i];
+    if (p.start == 0) continue;
+    ++pending;
+    r.Expect(p.start < p.end && !p.fences.empty() && p.fences.WellFormed(),
+             "A14 a pending copy range has well-formed fences", p.start, p.end);
+  }
+  r.Expect(npending_.load(std::memory_order_relaxed) == pending,
+           "A14 npending_ counts the pending copy ranges",
+           npending_.load(std::memory_order_relaxed), pending);
+  r.Expect(ndeferred_locked_ <= kMaxPending &&
+               ndeferred_.load(std::memory_order_relaxed) == ndeferred_locked_,
+           "A15 ndeferred_ is the deferred frees' count", ndeferred_locked_,
+           ndeferred_.load(std::memory_order_relaxed));
+  for (uint32_t i = 0; i < ndeferred_locked_ && i < kMaxPending; ++i) {
+    r.Expect(Owns(reinterpret_cast<const void*>(deferred_[i])),
+             "A15 a deferred free points into the arena", deferred_[i]);
+    for (uint32_t j = 0; j < i; ++j) {
+      r.Expect(deferred_[j] != deferred_[i], "A15 deferred frees are distinct", i, j);
+    }
+  }
+  return r;
+}
+
+bool HostArena::CorruptForTesting(Corruption what) {
+  if (!active() || size_ == 0) return false;
+  MutexLock lock(&mu_);
+  switch (what) {
+    case Corruption::kRuns:
+      if (nruns_ == 0) return false;
+      runs_[0].pages ^= uint64_t{1} << 40;  // far past top_
+      return true;
+    case Corruption::kExtentLive:
+      for (uint32_t i = 0; i < kMaxExtents; ++i) {
+        if (extents_[i].state == kExtentRegistered) {
+          extents_[i].live_pages ^= 1;
+          return true;
+        }
+      }
+      return false;
+    case Corruption::kRegisteredBytes:
+      registered_bytes_.fetch_xor(page_, std::memory_order_relaxed);
+      return true;
+  }
+  return false;
+}
+
+#endif  // PINSHIM_DEBUG_INVARIANTS
 
 }  // namespace optimize
 }  // namespace pinshim

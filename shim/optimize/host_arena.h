@@ -42,6 +42,7 @@
 #include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
 #include "shim/optimize/fences.h"
+#include "shim/optimize/invariants.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/pin_account.h"
 
@@ -180,6 +181,47 @@ class HostArena {
 
   ArenaStats Stats() const;
   bool active() const { return active_.load(std::memory_order_acquire); }
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+  // Debug builds (invariants.h): walks the arena under its lock. Checks,
+  // with shim/INVARIANTS.md's numbers in brackets ("in use": not free):
+  //  A1 the free runs are sorted, hold pages, do not overlap, lie below
+  //     top_ <= npages_, and number at most kMaxRuns
+  //  A2 touching runs never share a registration (they would have merged),
+  //     so a block carved from a run lies inside one registration [1]
+  //  A3 a run of an extent lies inside it, and the extent is registered or
+  //     unpinned (free and lost extents have no runs: lost memory is never
+  //     handed out again) [8]
+  //  A4 an unregistered run overlaps no extent in use
+  //  A5 extents in use hold pages, lie below top_, do not overlap, and have
+  //     live_pages <= pages
+  //  A6 a registered or unpinned extent's free runs and live pages add up
+  //     to its pages
+  //  A7 the pages below top_ are exactly the unregistered runs and the
+  //     extents in use
+  //  A8 the extent free list holds exactly the free extents, without a cycle
+  //  A9 no extent is registering, releasing or repinning (states inside a call)
+  //  A10 extents_live_ counts the registered extents, registered_bytes_ is
+  //      their bytes and so are the account's arena bytes; nlost_ counts the
+  //      lost extents
+  //  A11 a registered extent is in the registrations registry as pinshim's
+  //      pinning of its range, under its id; an unpinned or lost one is not [8]
+  //  A12 a registered extent has a context; one not registered holds no frames
+  //  A13 a small class's cursor lies within its span, a span with room left
+  //      in one extent in use and not lost, no refill under way; its free
+  //      blocks lie in such extents, the list without a cycle
+  //  A14 npending_ counts the pending copy ranges, each a range with fences,
+  //      its fence set well formed [4]
+  //  A15 ndeferred_ is the deferred frees' count (<= kMaxPending), each a
+  //      distinct pointer into the arena
+  InvariantReport CheckInvariants() const;
+
+  // Breaks one invariant on purpose, so a test sees the walker report it;
+  // the same call again restores it. kRuns needs a free run, kExtentLive a
+  // registered extent.
+  enum class Corruption { kRuns, kExtentLive, kRegisteredBytes };
+  bool CorruptForTesting(Corruption what);
+#endif
 
  private:
   struct Run {

@@ -6,6 +6,8 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include "shim/core/backtrace.h"
+
 namespace pinshim {
 namespace optimize {
 namespace {
@@ -108,7 +110,7 @@ void InitSiteCapture() {
 void CaptureSite(SiteFrames* frames) {
   constexpr int kMax = kSiteFrames + 16;  // room for this library's frames
   void* ips[kMax];
-  const int n = unw_backtrace(ips, kMax);
+  const int n = Backtrace(ips, kMax);
   const uintptr_t hi = g_self_hi.load(std::memory_order_acquire);
   const uintptr_t lo = g_self_lo.load(std::memory_order_relaxed);
   frames->n = 0;

@@ -23,6 +23,7 @@ namespace pinshim {
 namespace optimize {
 namespace {
 
+using testing::ExpectInvariants;
 using testing::FakeDriverOps;
 using testing::Fill;
 using testing::HasPattern;
@@ -54,6 +55,16 @@ class OptimizerTest : public ::testing::Test {
     fakecuda_set_copy_delay_us(0);
     cuStreamSynchronize(stream_);
     cuStreamDestroy(stream_);
+    ExpectEngineInvariants();
+  }
+
+  // Every structure of the engine walked (invariants.h); no call in flight.
+  void ExpectEngineInvariants() {
+    ExpectInvariants(opt_->pool(), " (pool)");
+    ExpectInvariants(opt_->cache(), " (registration cache)");
+    ExpectInvariants(opt_->arena(), " (arena)");
+    ExpectInvariants(opt_->stager(), " (stager)");
+    ExpectInvariants(opt_->account(), " (pin account)");
   }
 
   // What ClassifyHost answers: registrations first, then allocations.
@@ -521,6 +532,7 @@ TEST_F(OptimizerTest, SixteenThreadsMixEverything) {
     });
   }
   for (auto& th : threads) th.join();
+  ExpectEngineInvariants();
   EXPECT_EQ(bad.load(), 0);
   const OptimizeCounters c = opt_->Counters();
   EXPECT_EQ(c.pool.live_blocks, 0u);

@@ -122,5 +122,26 @@ void PinAccount::ResetInChild() {
   for (auto& b : by_use_) b.store(0);
 }
 
+#ifdef PINSHIM_DEBUG_INVARIANTS
+
+PINSHIM_INVARIANT_WALKER InvariantReport PinAccount::CheckInvariants() const {
+  InvariantReport r;
+  uint64_t parts = 0;
+  for (const auto& held : by_use_) parts += held.load(std::memory_order_relaxed);
+  const uint64_t total = pinned();
+  r.Expect(total == parts, "PA1 pinned() is the sum of what each use holds", total, parts);
+  r.Expect(peak() >= total, "PA2 peak() >= pinned()", peak(), total);
+  const int n = evictor_count_.load(std::memory_order_acquire);
+  r.Expect(n >= 0 && n <= kMaxEvictors, "PA3 at most kMaxEvictors evictors", n);
+  for (int i = 0; i < n && i < kMaxEvictors; ++i) {
+    r.Expect(evictors_[i] != nullptr, "PA3 every evictor added is set", i);
+  }
+  return r;
+}
+
+void PinAccount::CorruptForTesting() { pinned_.fetch_xor(1, std::memory_order_relaxed); }
+
+#endif  // PINSHIM_DEBUG_INVARIANTS
+
 }  // namespace optimize
 }  // namespace pinshim

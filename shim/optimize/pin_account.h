@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "shim/core/events.h"
+#include "shim/optimize/invariants.h"
 
 namespace pinshim {
 namespace optimize {
@@ -132,6 +133,18 @@ class PinAccount {
 
   // Forgets everything (fork child: nothing is pinned there).
   void ResetInChild();
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+  // Debug builds (invariants.h). Checks (no charge or release in flight):
+  //  PA1 pinned() is the sum of what each use holds
+  //  PA2 peak() >= pinned()
+  //  PA3 at most kMaxEvictors evictors, each of them set
+  // (What each use holds is checked against the structures that charge it
+  // by their own walkers: pool, cache, arena, stager.)
+  InvariantReport CheckInvariants() const;
+  // Breaks PA1 on purpose; the same call again restores it.
+  void CorruptForTesting();
+#endif
 
  private:
   // kNone when charged, else who refused.

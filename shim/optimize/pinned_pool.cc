@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <initializer_list>
 
 #include "shim/core/internal_alloc.h"
 #include "shim/optimize/cost_model.h"
@@ -1081,6 +1082,248 @@ PoolStats PinnedPool::Stats() const {
 void PinnedPool::ReleaseAllForTesting() {
   TrimImpl(UINT64_MAX, false, OwnPinReason::kEvictedForCap);
 }
+
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+
+namespace {
+// Walks longer than these mean a list runs in a circle.
+constexpr uint64_t kMaxListWalk = uint64_t{1} << 24;
+}  // namespace
+
+PINSHIM_INVARIANT_WALKER InvariantReport PinnedPool::CheckInvariants() const {
+  InvariantReport r;
+  if (!active()) return r;  // off (not started, or a fork child): nothing is pooled
+  MutexLock lock(&mu_);
+  const uintptr_t lo = lo_.load(std::memory_order_relaxed);
+  const uintptr_t hi = hi_.load(std::memory_order_relaxed);
+  uint64_t live = 0, live_requested = 0, live_bytes = 0, slab_bytes = 0, fenced = 0;
+  uint64_t batched = 0;
+  uint64_t charged[kPinUseCount] = {};
+  // With every sub-pool slot taken, a slab may serve its one block on no
+  // list (NewSlab): the totals then only bound what the lists show.
+  bool all_used = true;
+  for (int i = 0; i < kMaxSubPools; ++i) {
+    const SubPool& sub = subs_[i];
+    if (!sub.used) {
+      all_used = false;
+      continue;
+    }
+    r.Expect((sub.flags & ~kKnownFlags) == 0 && sub.ctx != nullptr,
+             "P1 a used sub-pool has known flags and a context", sub.flags);
+    for (int j = i + 1; j < kMaxSubPools; ++j) {
+      r.Expect(!(subs_[j].used && subs_[j].flags == sub.flags && subs_[j].ctx == sub.ctx),
+               "P1 no two sub-pools share flags and context", i, j);
+    }
+    uint64_t free_blocks = 0;
+    uint64_t walked = 0;
+    const Slab* prev = nullptr;
+    for (const Slab* s = sub.slabs; s != nullptr; prev = s, s = s->next) {
+      if (++walked > kMaxListWalk) {
+        r.Fail("P2 a slab list runs in a circle");
+        break;
+      }
+      r.Expect(s->prev == prev, "P2 a slab list is doubly linked");
+      r.Expect(s->state == kSlabActive && s->sub == &sub,
+               "P2 a slab on a sub-pool's list is active and names it", s->state);
+      r.Expect(s->nblocks >= 1 && s->nblocks <= options_.max_blocks_per_slab,
+               "P3 1 <= nblocks <= max_blocks_per_slab", s->nblocks);
+      r.Expect(s->bytes == s->block_bytes * s->nblocks, "P3 a slab's blocks tile it", s->bytes,
+               s->block_bytes * s->nblocks);
+      r.Expect(s->base % page_ == 0, "P3 a slab is page-aligned", s->base);
+      if (s->dedicated) {
+        r.Expect(s->cls == kDedicatedClass && s->nblocks == 1 && s->use == PinUse::kPoolDedicated,
+                 "P4 a dedicated slab is one block of its own", s->nblocks);
+        r.Expect(s->keep_on_free == (s->bytes > options_.max_pooled_bytes),
+                 "P4 a dedicated slab is kept for reuse only above max_pooled_bytes", s->bytes);
+      } else {
+        r.Expect(s->cls < num_classes_ && s->block_bytes == PoolClassPages(s->cls) * page_ &&
+                     s->use == PinUse::kPoolSlab && !s->keep_on_free,
+                 "P4 a pooled slab's block size is its class's", s->block_bytes, s->cls);
+      }
+      const uint64_t span = s->bytes == 0 ? 1 : s->bytes;
+      Region first, last;
+      const bool found = slabs_.Lookup(s->base, &first) && slabs_.Lookup(s->base + span - 1, &last);
+      r.Expect(found && first.id == reinterpret_cast<uint64_t>(s) && first.start == s->base &&
+                   first.bytes == span && last.id == first.id,
+               "P5 an active slab is in the slab registry under its own id and range", s->base);
+      r.Expect(s->base >= lo && s->base + span <= hi, "P6 every slab lies inside [lo_, hi_)",
+               s->base, lo);
+      uint32_t nlive = 0, nbatched = 0;
+      for (uint32_t j = 0; j < s->nblocks && j < kMaxBlocksPerSlab; ++j) {
+        const Block& b = s->blocks[j];
+        r.Expect(b.base == s->base + j * s->block_bytes && b.bytes == s->block_bytes && b.slab == s,
+                 "P3 block i of a slab starts at base + i * block_bytes and names it", j);
+        r.Expect(b.state <= kBlockRetired && b.state != kBlockGone && b.state != kBlockFreeing,
+                 "P7 no block of an active slab is gone or being freed", b.state);
+        r.Expect(s->retired ? b.state != kBlockFree : b.state != kBlockRetired,
+                 "P9 a retired slab has no free block, one not retired no retired block",
+                 b.state, s->retired);
+        r.Expect(b.fences.WellFormed(), "P14 a block's fence set is well formed", j);
+        if (b.state == kBlockLive || b.state == kBlockFreeing || b.state == kBlockBatched) ++nlive;
+        if (b.state == kBlockBatched) ++nbatched;
+        if (b.state == kBlockFree) {
+          ++free_blocks;
+          if (!b.fences.empty()) fenced += b.bytes;
+        }
+        if (b.state == kBlockLive) {
+          ++live;
+          live_requested += b.requested;
+          live_bytes += b.bytes;
+          const bool fits = !s->dedicated ? b.requested <= b.bytes
+                            : s->keep_on_free
+                                ? b.requested <= b.bytes && b.bytes - b.requested <= b.bytes / 8
+                                : b.requested == b.bytes;
+          r.Expect(fits && b.alloc_id != 0,
+                   "P15 a live block holds what was asked and has an allocation id", b.requested,
+                   b.bytes);
+        }
+      }
+      r.Expect(s->nlive == nlive, "P8 nlive counts a slab's live, freeing and batched blocks",
+               s->nlive, nlive);
+      r.Expect(s->nbatched == nbatched, "P8 nbatched counts a slab's batched blocks", s->nbatched,
+               nbatched);
+      batched += nbatched;
+      slab_bytes += s->bytes;
+      charged[static_cast<int>(s->use)] += s->charged;
+    }
+    uint64_t listed = 0;
+    auto walk_free_list = [&](const BlockList& l, bool large, uint32_t cls) {
+      const Block* before = nullptr;
+      uint64_t n = 0;
+      for (const Block* b = l.head; b != nullptr; before = b, b = b->next) {
+        if (++n > kMaxListWalk) {
+          r.Fail("P10 a free list runs in a circle");
+          break;
+        }
+        r.Expect(b->prev == before, "P10 a free list is doubly linked");
+        r.Expect(b->state == kBlockFree, "P10 a block on a free list is free", b->state);
+        const Slab* s = b->slab;
+        r.Expect(s->sub == &sub && s->state == kSlabActive &&
+                     (large ? s->dedicated && s->keep_on_free : !s->dedicated && s->cls == cls),
+                 "P10 a free block is on the list of its sub-pool and class", cls);
+      }
+      r.Expect(l.tail == before, "P10 a free list's tail is its last block");
+      listed += n;
+    };
+    for (uint32_t c = 0; c < num_classes_; ++c) walk_free_list(sub.free[c], false, c);
+    walk_free_list(sub.large, true, 0);
+    r.Expect(listed == free_blocks, "P10 the free lists hold exactly the free blocks", listed,
+             free_blocks);
+  }
+  // Batches.
+  uint64_t in_batches = 0, batch_bytes = 0;
+  auto walk_batch = [&](const Batch& bt) {
+    uint64_t n = 0, bytes = 0;
+    const Block* before = nullptr;
+    for (const Block* b = bt.blocks.head; b != nullptr; before = b, b = b->next) {
+      if (++n > kMaxListWalk) {
+        r.Fail("P11 a batch list runs in a circle");
+        break;
+      }
+      r.Expect(b->prev == before, "P11 a batch list is doubly linked");
+      r.Expect(b->state == kBlockBatched && b->slab->state == kSlabActive,
+               "P11 a block on a batch list is batched, of an active slab", b->state);
+      bytes += b->bytes;
+    }
+    r.Expect(bt.blocks.tail == before, "P11 a batch list's tail is its last block");
+    r.Expect(bt.bytes == bytes, "P11 a batch's bytes are its blocks'", bt.bytes, bytes);
+    in_batches += n;
+    batch_bytes += bt.bytes;
+    return n;
+  };
+  r.Expect(open_.fence.id == 0, "P12 the open batch carries no fence", open_.fence.id);
+  const uint64_t open_blocks = walk_batch(open_);
+  r.Expect(open_count_ == open_blocks, "P11 open_count_ counts the open batch's blocks",
+           open_count_, open_blocks);
+  int sealed = 0;
+  for (int i = 0; i < kMaxBatches; ++i) {
+    const Batch& bt = batches_[i];
+    if (bt.fence.id == 0) {
+      r.Expect(bt.blocks.head == nullptr && bt.blocks.tail == nullptr && bt.bytes == 0,
+               "P11 an unused batch slot is empty", i);
+      continue;
+    }
+    ++sealed;
+    r.Expect(bt.fence.event != nullptr, "P12 a sealed batch holds a recorded fence", i);
+    walk_batch(bt);
+  }
+  r.Expect(sealed == nbatches_, "P11 nbatches_ counts the sealed batches", sealed, nbatches_);
+  r.Expect(in_batches == batched, "P11 every batched block is on exactly one batch list",
+           in_batches, batched);
+  r.Expect(batched_bytes_ == batch_bytes, "P11 batched_bytes_ is the batches' bytes",
+           batched_bytes_, batch_bytes);
+  r.Expect(batched_blocks_.load(std::memory_order_relaxed) == batched,
+           "P11 batched_blocks_ counts the batched blocks",
+           batched_blocks_.load(std::memory_order_relaxed), batched);
+  r.Expect(fenced_bytes_ == fenced, "P13 fenced_bytes_ is the free blocks' fenced bytes",
+           fenced_bytes_, fenced);
+  auto same = [all_used](uint64_t counter, uint64_t walked_total) {
+    return all_used ? counter >= walked_total : counter == walked_total;
+  };
+  r.Expect(same(live_blocks_.load(std::memory_order_relaxed), live),
+           "P16 live_blocks_ counts the live blocks", live_blocks_.load(), live);
+  r.Expect(same(live_requested_.load(std::memory_order_relaxed), live_requested),
+           "P16 live_requested_ is the live blocks' requested bytes", live_requested_.load(),
+           live_requested);
+  r.Expect(same(live_block_bytes_.load(std::memory_order_relaxed), live_bytes),
+           "P16 live_block_bytes_ is the live blocks' bytes", live_block_bytes_.load(),
+           live_bytes);
+  r.Expect(same(slab_bytes_.load(std::memory_order_relaxed), slab_bytes),
+           "P16 slab_bytes_ is the slabs' bytes", slab_bytes_.load(), slab_bytes);
+  for (PinUse use : {PinUse::kPoolSlab, PinUse::kPoolDedicated}) {
+    const uint64_t held = account_->pinned_for(use);
+    r.Expect(same(held, charged[static_cast<int>(use)]),
+             "P17 the account holds what the pool's slabs were charged", held,
+             charged[static_cast<int>(use)]);
+  }
+  uint64_t spares = 0;
+  for (const Slab* s = spare_slabs_; s != nullptr; s = s->next) {
+    if (++spares > kMaxListWalk) {
+      r.Fail("P18 the spare list runs in a circle");
+      break;
+    }
+    r.Expect(s->state == kSlabSpare, "P18 a spare slab struct is marked spare", s->state);
+  }
+  return r;
+}
+
+bool PinnedPool::CorruptForTesting(Corruption what) {
+  if (!active()) return false;
+  MutexLock lock(&mu_);
+  switch (what) {
+    case Corruption::kBounds:
+      // Above every user-space address: slabs fall below lo_.
+      lo_.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
+      return true;
+    case Corruption::kLiveCounter:
+      live_requested_.fetch_xor(1, std::memory_order_relaxed);
+      return true;
+    case Corruption::kSlabLiveCount:
+    case Corruption::kFreeListState:
+      break;
+  }
+  for (int i = 0; i < kMaxSubPools; ++i) {
+    SubPool& sub = subs_[i];
+    if (!sub.used) continue;
+    if (what == Corruption::kSlabLiveCount && sub.slabs != nullptr) {
+      sub.slabs->nlive ^= 1u << 30;
+      return true;
+    }
+    if (what == Corruption::kFreeListState) {
+      for (uint32_t c = 0; c < num_classes_; ++c) {
+        if (sub.free[c].head != nullptr) {
+          // Free <-> live: a block the lists would hand out again.
+          sub.free[c].head->state ^= kBlockLive;
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+#endif  // PINSHIM_DEBUG_INVARIANTS
 
 }  // namespace optimize
 }  // namespace pinshim

@@ -54,6 +54,7 @@
 #include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
 #include "shim/optimize/fences.h"
+#include "shim/optimize/invariants.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/pin_account.h"
 
@@ -205,6 +206,44 @@ class PinnedPool {
 
   // Frees every slab (tests; only when no block is in use by the program).
   void ReleaseAllForTesting();
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+  // Debug builds (invariants.h): walks the pool under its lock. Checks, with
+  // shim/INVARIANTS.md's numbers in brackets:
+  //  P1 a used sub-pool has known flags and a context, and no two share both [6]
+  //  P2 a sub-pool's slab list is doubly linked, acyclic, of active slabs naming it
+  //  P3 a slab's blocks tile it (block i at base + i * block_bytes, naming it),
+  //     1 <= nblocks <= max_blocks_per_slab, base page-aligned
+  //  P4 a pooled slab's block size is its class's; a dedicated one has one block,
+  //     kept for reuse only above max_pooled_bytes
+  //  P5 every active slab is in the slab registry under its own id and range
+  //  P6 every slab lies inside [lo_, hi_), the bounds MayOverlap reads [8]
+  //  P7 no block of an active slab is gone or being freed (states inside a call)
+  //  P8 a slab's nlive counts its live, freeing and batched blocks, nbatched its batched
+  //  P9 a retired slab has no free block, one not retired no retired block [8]
+  //  P10 the free lists hold exactly the free blocks, each on the list of its
+  //      sub-pool and class (dedicated: the large list), lists doubly linked, acyclic
+  //  P11 every batched block is on exactly one batch list; a batch's bytes and
+  //      the open batch's count are its blocks'; batched_bytes_, nbatches_ and
+  //      batched_blocks_ are their sums; an unused batch slot is empty
+  //  P12 a sealed batch holds a recorded fence, which its blocks wait for [4]
+  //  P13 fenced_bytes_ is the bytes of free blocks that still carry fences
+  //  P14 every block's fence set is well formed (FenceSet::WellFormed) [4]
+  //  P15 a live block holds what was asked (a kept large block within 1/8) and
+  //      has an allocation id
+  //  P16 live_blocks_, live_requested_, live_block_bytes_ and slab_bytes_ are
+  //      the live blocks' count, requested and block bytes, and the slabs' bytes
+  //  P17 the account's pool-slab and dedicated bytes are what the slabs were
+  //      charged (the pool is their only charger)
+  //  P18 spare slab structs are marked spare, and their list is acyclic
+  InvariantReport CheckInvariants() const;
+
+  // Breaks one invariant on purpose, so a test sees the walker report it;
+  // the same call again restores it. Needs the structure it breaks (a slab,
+  // a free block) to exist; returns false when it does not.
+  enum class Corruption { kSlabLiveCount, kFreeListState, kBounds, kLiveCounter };
+  bool CorruptForTesting(Corruption what);
+#endif
 
  private:
   struct Block;

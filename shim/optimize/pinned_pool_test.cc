@@ -17,6 +17,8 @@ namespace pinshim {
 namespace optimize {
 namespace {
 
+using testing::Checked;
+using testing::ExpectInvariants;
 using testing::FakeDriverOps;
 using testing::Fill;
 using testing::HasPattern;
@@ -41,26 +43,27 @@ class PoolTest : public ::testing::Test {
   void StartPool(PoolOptions options = PoolOptions()) {
     options.now_ns = &ManualClock::Now;
     options.allocations = &allocations_;
-    ASSERT_TRUE(pool_.Init(&ops_, &fences_, &account_, options));
+    ASSERT_TRUE(pool_->Init(&ops_, &fences_, &account_, options));
   }
 
   void TearDown() override {
     fakecuda_set_copy_delay_us(0);
     cuCtxSynchronize();
-    pool_.ReleaseAllForTesting();
-    EXPECT_EQ(pool_.Stats().slab_bytes, 0u);
+    pool_->ReleaseAllForTesting();
+    EXPECT_EQ(pool_->Stats().slab_bytes, 0u);
     EXPECT_EQ(fakecuda_live_host_allocations(), baseline_allocs_);
+    ExpectInvariants(account_);
   }
 
   void* Alloc(size_t n, unsigned flags = 0) {
     void* p = nullptr;
-    EXPECT_EQ(pool_.Allocate(&p, n, flags), CUDA_SUCCESS);
+    EXPECT_EQ(pool_->Allocate(&p, n, flags), CUDA_SUCCESS);
     return p;
   }
 
   CUresult FreeResult(void* p) {
     CUresult r = CUDA_ERROR_UNKNOWN;
-    EXPECT_TRUE(pool_.Free(p, &r));
+    EXPECT_TRUE(pool_->Free(p, &r));
     return r;
   }
 
@@ -69,7 +72,7 @@ class PoolTest : public ::testing::Test {
   FenceManager fences_;
   PinAccount account_;
   Registry allocations_;
-  PinnedPool pool_;
+  Checked<PinnedPool> pool_;  // every call walks the pool's invariants
   size_t baseline_allocs_ = 0;
 };
 
@@ -83,7 +86,7 @@ TEST_F(PoolTest, WasteStaysUnderOneEighthOverRandomSizes) {
   StartPool();
   std::mt19937_64 rng(42);
   std::uniform_real_distribution<double> log_size(0, std::log2(32.0 * kMiB));
-  const uint64_t page = pool_.page_bytes();
+  const uint64_t page = pool_->page_bytes();
   double worst = 0, total_req = 0, total_block = 0;
   std::vector<void*> live;
   for (int i = 0; i < 3000; ++i) {
@@ -91,7 +94,7 @@ TEST_F(PoolTest, WasteStaysUnderOneEighthOverRandomSizes) {
     void* p = Alloc(n);
     ASSERT_NE(p, nullptr);
     PoolBlockInfo info;
-    ASSERT_TRUE(pool_.Lookup(p, &info));
+    ASSERT_TRUE(pool_->Lookup(p, &info));
     EXPECT_EQ(info.base, reinterpret_cast<uintptr_t>(p));
     EXPECT_EQ(info.requested, n);
     const double ratio = static_cast<double>(info.block_bytes) / PageRounded(n, page);
@@ -118,7 +121,7 @@ TEST_F(PoolTest, BlocksArePageAlignedDisjointAndReused) {
   std::vector<void*> blocks;
   for (int i = 0; i < 40; ++i) {
     void* p = Alloc(10 * kKiB);
-    ASSERT_EQ(reinterpret_cast<uintptr_t>(p) % pool_.page_bytes(), 0u);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(p) % pool_->page_bytes(), 0u);
     Fill(p, 10 * kKiB, static_cast<uint8_t>(i));
     blocks.push_back(p);
   }
@@ -128,10 +131,10 @@ TEST_F(PoolTest, BlocksArePageAlignedDisjointAndReused) {
   for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
   // The frees wait in a batch for their shared fence; Trim settles them
   // (and, asked for 0 bytes, gives nothing back).
-  EXPECT_EQ(pool_.Trim(0), 0u);
-  const PoolStats before = pool_.Stats();
+  EXPECT_EQ(pool_->Trim(0), 0u);
+  const PoolStats before = pool_->Stats();
   for (int i = 0; i < 40; ++i) blocks[i] = Alloc(10 * kKiB);
-  EXPECT_EQ(pool_.Stats().hits - before.hits, 40u);
+  EXPECT_EQ(pool_->Stats().hits - before.hits, 40u);
   EXPECT_EQ(fakecuda_live_host_allocations(), baseline_allocs_ + 1);
   for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
 }
@@ -153,37 +156,37 @@ TEST_F(PoolTest, FlagsAndDevicePointersMatchDedicatedAllocations) {
       unsigned pf = 0xdead, df = 0xdead;
       char* bp = static_cast<char*>(blk) + off;
       char* dp = static_cast<char*>(ded) + off;
-      EXPECT_EQ(pool_.GetFlags(&pf, bp), cuMemHostGetFlags(&df, dp)) << off;
+      EXPECT_EQ(pool_->GetFlags(&pf, bp), cuMemHostGetFlags(&df, dp)) << off;
       EXPECT_EQ(pf, df) << off;
       CUdeviceptr pd = 1, dd = 1;
-      CUresult pr = pool_.GetDevicePointer(&pd, bp, 0);
+      CUresult pr = pool_->GetDevicePointer(&pd, bp, 0);
       CUresult dr = cuMemHostGetDevicePointer(&dd, dp, 0);
       EXPECT_EQ(pr, dr) << off;
       if (pr == CUDA_SUCCESS) {
         // Same relation to the host pointer as the dedicated allocation's.
         EXPECT_EQ(pd - reinterpret_cast<CUdeviceptr>(bp), dd - reinterpret_cast<CUdeviceptr>(dp));
       }
-      EXPECT_EQ(pool_.GetDevicePointer(&pd, bp, 1), cuMemHostGetDevicePointer(&dd, dp, 1));
+      EXPECT_EQ(pool_->GetDevicePointer(&pd, bp, 1), cuMemHostGetDevicePointer(&dd, dp, 1));
     }
     unsigned expected = 0;
     ASSERT_EQ(cuMemHostGetFlags(&expected, ded), CUDA_SUCCESS);
     EXPECT_EQ(expected & kAllFlags, flags | CU_MEMHOSTALLOC_DEVICEMAP);
-    EXPECT_EQ(pool_.GetFlags(nullptr, blk), cuMemHostGetFlags(nullptr, ded));
+    EXPECT_EQ(pool_->GetFlags(nullptr, blk), cuMemHostGetFlags(nullptr, ded));
     // Frees: interior pointer, then the block, then a double free.
     EXPECT_EQ(FreeResult(static_cast<char*>(blk) + 8), cuMemFreeHost(static_cast<char*>(ded) + 8));
     EXPECT_EQ(FreeResult(blk), CUDA_SUCCESS);
     ASSERT_EQ(cuMemFreeHost(ded), CUDA_SUCCESS);
     EXPECT_EQ(FreeResult(blk), cuMemFreeHost(ded));
     unsigned pf = 0, df = 0;
-    EXPECT_EQ(pool_.GetFlags(&pf, blk), cuMemHostGetFlags(&df, ded));
+    EXPECT_EQ(pool_->GetFlags(&pf, blk), cuMemHostGetFlags(&df, ded));
     EXPECT_EQ(FreeResult(other), CUDA_SUCCESS);
   }
   // Blocks of different flags never share a slab.
   void* a = Alloc(4 * kKiB, 0);
   void* b = Alloc(4 * kKiB, CU_MEMHOSTALLOC_WRITECOMBINED);
   unsigned fa = 0, fb = 0;
-  ASSERT_EQ(pool_.GetFlags(&fa, a), CUDA_SUCCESS);
-  ASSERT_EQ(pool_.GetFlags(&fb, b), CUDA_SUCCESS);
+  ASSERT_EQ(pool_->GetFlags(&fa, a), CUDA_SUCCESS);
+  ASSERT_EQ(pool_->GetFlags(&fb, b), CUDA_SUCCESS);
   EXPECT_NE(fa, fb);
   EXPECT_EQ(FreeResult(a), CUDA_SUCCESS);
   EXPECT_EQ(FreeResult(b), CUDA_SUCCESS);
@@ -193,17 +196,17 @@ TEST_F(PoolTest, BadArgumentsGetTheDriversAnswer) {
   StartPool();
   void* p = nullptr;
   void* q = nullptr;
-  EXPECT_EQ(pool_.Allocate(&p, 4096, 0x100), cuMemHostAlloc(&q, 4096, 0x100));
-  EXPECT_EQ(pool_.Allocate(nullptr, 4096, 0), cuMemHostAlloc(nullptr, 4096, 0));
+  EXPECT_EQ(pool_->Allocate(&p, 4096, 0x100), cuMemHostAlloc(&q, 4096, 0x100));
+  EXPECT_EQ(pool_->Allocate(nullptr, 4096, 0), cuMemHostAlloc(nullptr, 4096, 0));
   // Zero bytes succeeds, as the driver's does, and is a real block.
-  ASSERT_EQ(pool_.Allocate(&p, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(pool_->Allocate(&p, 0, 0), CUDA_SUCCESS);
   unsigned f = 0;
-  EXPECT_EQ(pool_.GetFlags(&f, p), CUDA_SUCCESS);
+  EXPECT_EQ(pool_->GetFlags(&f, p), CUDA_SUCCESS);
   EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
   // Pointers the pool never handed out are not its business.
   int local;
   CUresult r;
-  EXPECT_FALSE(pool_.Free(&local, &r));
+  EXPECT_FALSE(pool_->Free(&local, &r));
 }
 
 TEST_F(PoolTest, NoCurrentContextGetsTheDriversAnswer) {
@@ -212,9 +215,9 @@ TEST_F(PoolTest, NoCurrentContextGetsTheDriversAnswer) {
   std::thread([&] {
     void* q = nullptr;
     void* d = nullptr;
-    EXPECT_EQ(pool_.Allocate(&q, 4096, 0), cuMemHostAlloc(&d, 4096, 0));
+    EXPECT_EQ(pool_->Allocate(&q, 4096, 0), cuMemHostAlloc(&d, 4096, 0));
     CUresult r = CUDA_SUCCESS;
-    EXPECT_TRUE(pool_.Free(p, &r));
+    EXPECT_TRUE(pool_->Free(p, &r));
     EXPECT_EQ(r, cuMemFreeHost(p));
   }).join();
   EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
@@ -250,7 +253,7 @@ TEST_F(PoolTest, FreedBlockWaitsForQueuedCopy) {
   Fill(a, n, 1);
   ASSERT_EQ(fakecuda_hold_stream(stream, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyHtoDAsync(dev, a, n, stream), CUDA_SUCCESS);
-  pool_.NoteAsyncUse(a, stream);
+  pool_->NoteAsyncUse(a, stream);
   ASSERT_EQ(FreeResult(a), CUDA_SUCCESS);
   ASSERT_GT(fakecuda_pending_ops(), 0u);
   std::vector<void*> others;
@@ -262,7 +265,7 @@ TEST_F(PoolTest, FreedBlockWaitsForQueuedCopy) {
   }
   // Held back either on the free list by its own fence, or in the batch of
   // frees whose shared fence the allocations had to record and poll.
-  EXPECT_GT(pool_.Stats().deferred_reuse + pool_.Stats().free_batches, 0u);
+  EXPECT_GT(pool_->Stats().deferred_reuse + pool_->Stats().free_batches, 0u);
   ASSERT_EQ(fakecuda_hold_stream(stream, 0), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
   std::vector<char> back(n);
@@ -270,7 +273,7 @@ TEST_F(PoolTest, FreedBlockWaitsForQueuedCopy) {
   EXPECT_TRUE(HasPattern(back.data(), n, 1));
   // Once the copy is done the block is reused (after the free blocks ahead
   // of it on the list: the waits above may have grown the pool).
-  EXPECT_EQ(pool_.Trim(0), 0u);  // settles the batched frees
+  EXPECT_EQ(pool_->Trim(0), 0u);  // settles the batched frees
   bool reused = false;
   for (int i = 0; i < 1024 && !reused; ++i) {
     void* b = Alloc(n);
@@ -303,17 +306,17 @@ TEST_F(PoolTest, FreesShareOneFencePerBatch) {
   const uint64_t records_before = fences_.records();
   for (int i = 0; i < 3; ++i) ASSERT_EQ(FreeResult(freed[i]), CUDA_SUCCESS);
   EXPECT_EQ(fences_.records(), records_before);
-  EXPECT_EQ(pool_.Stats().batched_blocks, 3u);
+  EXPECT_EQ(pool_->Stats().batched_blocks, 3u);
   ASSERT_EQ(FreeResult(freed[3]), CUDA_SUCCESS);
   EXPECT_EQ(fences_.records(), records_before + 1);
-  EXPECT_EQ(pool_.Stats().free_batches, 1u);
+  EXPECT_EQ(pool_->Stats().free_batches, 1u);
   std::vector<void*> others;
   for (int i = 0; i < 40; ++i) {
     void* b = Alloc(n);
     for (void* f : freed) ASSERT_NE(b, f) << i;
     others.push_back(b);
   }
-  EXPECT_EQ(pool_.Stats().batched_blocks, 4u);
+  EXPECT_EQ(pool_->Stats().batched_blocks, 4u);
   ASSERT_EQ(fakecuda_hold_stream(stream, 0), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
   for (void* b : others) ASSERT_EQ(FreeResult(b), CUDA_SUCCESS);
@@ -350,18 +353,18 @@ TEST_F(PoolTest, RepeatedWaitsForBatchesGrowThePoolByABatch) {
   uint64_t biggest_step = 0;
   int first_growth = -1;
   for (int i = 0; i < 48; ++i) {
-    const uint64_t before = pool_.Stats().slab_bytes;
+    const uint64_t before = pool_->Stats().slab_bytes;
     void* p = Alloc(64 * kKiB);
-    const uint64_t step = pool_.Stats().slab_bytes - before;
+    const uint64_t step = pool_->Stats().slab_bytes - before;
     if (step > biggest_step) biggest_step = step;
-    if (first_growth < 0 && pool_.Stats().batch_growths > 0) first_growth = i;
+    if (first_growth < 0 && pool_->Stats().batch_growths > 0) first_growth = i;
     ASSERT_EQ(FreeResult(p), CUDA_SUCCESS);
   }
   // Ordinary slabs of one block while the waits were few; then one slab
   // holding a batch (8 blocks), after kWaitsBeforeGrowth waits.
   EXPECT_EQ(biggest_step, 8 * 64 * kKiB);
   EXPECT_GE(first_growth, static_cast<int>(PinnedPool::kWaitsBeforeGrowth));
-  EXPECT_GE(pool_.Stats().batch_growths, 1u);
+  EXPECT_GE(pool_->Stats().batch_growths, 1u);
   ASSERT_EQ(fakecuda_hold_stream(stream, 0), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
   cuMemFree(dev);
@@ -382,7 +385,7 @@ TEST_F(PoolTest, SlowCopiesDeliverTheOriginalContent) {
     void* a = Alloc(n);
     Fill(a, n, static_cast<uint8_t>(10 + i));
     ASSERT_EQ(cuMemcpyHtoDAsync(devs[i], a, n, stream), CUDA_SUCCESS);
-    pool_.NoteAsyncUse(a, stream);
+    pool_->NoteAsyncUse(a, stream);
     ASSERT_EQ(FreeResult(a), CUDA_SUCCESS);
     void* b = Alloc(n);
     Fill(b, n, 200);
@@ -414,7 +417,7 @@ TEST_F(PoolTest, QueuedWriteIntoFreedBlockNeverReachesTheNextOwner) {
   void* a = Alloc(n);
   ASSERT_EQ(fakecuda_hold_stream(stream, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyDtoHAsync(a, dev, n, stream), CUDA_SUCCESS);
-  pool_.NoteAsyncUse(a, stream);
+  pool_->NoteAsyncUse(a, stream);
   ASSERT_EQ(FreeResult(a), CUDA_SUCCESS);
   std::vector<void*> next;
   for (int i = 0; i < 20; ++i) {
@@ -439,15 +442,15 @@ TEST_F(PoolTest, IdleSlabsAreTrimmedAfterTheIdleTime) {
   StartPool(options);
   std::vector<void*> blocks;
   for (int i = 0; i < 10; ++i) blocks.push_back(Alloc(300 * kKiB));
-  EXPECT_GT(pool_.Stats().slab_bytes, 0u);
+  EXPECT_GT(pool_->Stats().slab_bytes, 0u);
   EXPECT_GT(fakecuda_live_host_allocations(), baseline_allocs_);
   for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
-  EXPECT_EQ(pool_.Trim(0), 0u);     // waits for the frees' shared fence
-  EXPECT_EQ(pool_.TrimIdle(), 0u);  // not idle long enough yet
+  EXPECT_EQ(pool_->Trim(0), 0u);     // waits for the frees' shared fence
+  EXPECT_EQ(pool_->TrimIdle(), 0u);  // not idle long enough yet
   ManualClock::Advance(6 * 1000000000ull);
-  const uint64_t slab_bytes = pool_.Stats().slab_bytes;
-  EXPECT_EQ(pool_.TrimIdle(), slab_bytes);
-  EXPECT_EQ(pool_.Stats().slab_bytes, 0u);
+  const uint64_t slab_bytes = pool_->Stats().slab_bytes;
+  EXPECT_EQ(pool_->TrimIdle(), slab_bytes);
+  EXPECT_EQ(pool_->Stats().slab_bytes, 0u);
   EXPECT_EQ(account_.pinned(), 0u);
   EXPECT_EQ(fakecuda_live_host_allocations(), baseline_allocs_);
 }
@@ -458,9 +461,9 @@ TEST_F(PoolTest, TrimOnRequestSparesBusySlabs) {
   void* idle = Alloc(5 * kMiB);  // a slab of its own, freed
   EXPECT_EQ(FreeResult(idle), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);  // the free's fence
-  EXPECT_EQ(pool_.Trim(UINT64_MAX), 5 * kMiB);
+  EXPECT_EQ(pool_->Trim(UINT64_MAX), 5 * kMiB);
   PoolBlockInfo info;
-  EXPECT_TRUE(pool_.Lookup(busy, &info));
+  EXPECT_TRUE(pool_->Lookup(busy, &info));
   EXPECT_EQ(FreeResult(busy), CUDA_SUCCESS);
 }
 
@@ -475,14 +478,14 @@ TEST_F(PoolTest, TrimOnRequestWaitsForPendingFences) {
   ASSERT_EQ(cuMemAlloc(&dev, 4096), CUDA_SUCCESS);
   ASSERT_EQ(fakecuda_hold_stream(stream, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyHtoDAsync(dev, fenced, 4096, stream), CUDA_SUCCESS);
-  pool_.NoteAsyncUse(fenced, stream);
+  pool_->NoteAsyncUse(fenced, stream);
   EXPECT_EQ(FreeResult(fenced), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);
-  EXPECT_EQ(pool_.Trim(UINT64_MAX), 0u);
+  EXPECT_EQ(pool_->Trim(UINT64_MAX), 0u);
   EXPECT_GT(fakecuda_pending_ops(), 0u);
   ASSERT_EQ(fakecuda_hold_stream(stream, 0), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
-  EXPECT_EQ(pool_.Trim(UINT64_MAX), 9 * kMiB);
+  EXPECT_EQ(pool_->Trim(UINT64_MAX), 9 * kMiB);
   cuMemFree(dev);
   cuStreamDestroy(stream);
 }
@@ -491,19 +494,19 @@ TEST_F(PoolTest, LargeRequestsGetExactAllocationsKeptForCloseSizes) {
   StartPool();
   void* p = Alloc(48 * kMiB);
   PoolBlockInfo info;
-  ASSERT_TRUE(pool_.Lookup(p, &info));
+  ASSERT_TRUE(pool_->Lookup(p, &info));
   EXPECT_TRUE(info.dedicated);
   EXPECT_EQ(info.block_bytes, 48 * kMiB);
   EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
-  EXPECT_EQ(pool_.Trim(0), 0u);  // waits for the free's fence
-  const uint64_t hits = pool_.Stats().hits;
+  EXPECT_EQ(pool_->Trim(0), 0u);  // waits for the free's fence
+  const uint64_t hits = pool_->Stats().hits;
   void* q = Alloc(44 * kMiB);  // within 1/8 of 48 MiB: reused
   EXPECT_EQ(q, p);
-  EXPECT_EQ(pool_.Stats().hits, hits + 1);
+  EXPECT_EQ(pool_->Stats().hits, hits + 1);
   EXPECT_EQ(FreeResult(q), CUDA_SUCCESS);
   void* r = Alloc(40 * kMiB);  // would waste more than 1/8: its own
   EXPECT_NE(r, p);
-  ASSERT_TRUE(pool_.Lookup(r, &info));
+  ASSERT_TRUE(pool_->Lookup(r, &info));
   EXPECT_EQ(info.block_bytes, 40 * kMiB);
   EXPECT_EQ(FreeResult(r), CUDA_SUCCESS);
 }
@@ -518,13 +521,16 @@ TEST_F(PoolTest, CapTurnsSlabsIntoExactAllocations) {
     blocks.push_back(p);
   }
   EXPECT_LE(account_.pinned_for(PinUse::kPoolSlab), 1 * kMiB);
-  EXPECT_GT(pool_.Stats().dedicated, 0u);
+  EXPECT_GT(pool_->Stats().dedicated, 0u);
   for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
   EXPECT_EQ(account_.pinned_for(PinUse::kPoolDedicated), 0u);
 }
 
 TEST_F(PoolTest, SixteenThreadsKeepTheirBlocksApart) {
   StartPool();
+  // The threads call the pool at once: the walk waits for a quiescent
+  // point, after they joined.
+  PinnedPool& pool = pool_.raw();
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 16; ++t) {
@@ -537,7 +543,7 @@ TEST_F(PoolTest, SixteenThreadsKeepTheirBlocksApart) {
           size_t n = 1 + rng() % (600 * kKiB);
           unsigned flags = (rng() % 4 == 0) ? CU_MEMHOSTALLOC_PORTABLE : 0;
           void* p = nullptr;
-          if (pool_.Allocate(&p, n, flags) != CUDA_SUCCESS) {
+          if (pool.Allocate(&p, n, flags) != CUDA_SUCCESS) {
             failures++;
             continue;
           }
@@ -554,18 +560,64 @@ TEST_F(PoolTest, SixteenThreadsKeepTheirBlocksApart) {
             failures++;
           }
           CUresult r;
-          if (!pool_.Free(p, &r) || r != CUDA_SUCCESS) failures++;
+          if (!pool.Free(p, &r) || r != CUDA_SUCCESS) failures++;
         }
       }
       for (auto& [p, packed] : mine) {
         CUresult r;
-        if (!pool_.Free(p, &r) || r != CUDA_SUCCESS) failures++;
+        if (!pool.Free(p, &r) || r != CUDA_SUCCESS) failures++;
       }
     });
   }
   for (auto& t : threads) t.join();
+  ExpectInvariants(pool);
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(pool_.Stats().live_blocks, 0u);
+  EXPECT_EQ(pool_->Stats().live_blocks, 0u);
+}
+
+// The walker proves its power: each corruption breaks one invariant, the
+// walk names it, and undoing the corruption makes the pool whole again.
+TEST_F(PoolTest, InvariantWalkerReportsEachCorruption) {
+  StartPool();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(Alloc(64 * kKiB));
+  ASSERT_EQ(FreeResult(blocks.back()), CUDA_SUCCESS);
+  blocks.pop_back();
+  EXPECT_EQ(pool_->Trim(0), 0u);  // the freed block is back on its free list
+  const struct {
+    PinnedPool::Corruption what;
+    const char* invariant;
+  } cases[] = {
+      {PinnedPool::Corruption::kSlabLiveCount, "P8 "},
+      {PinnedPool::Corruption::kFreeListState, "P10 "},
+      {PinnedPool::Corruption::kBounds, "P6 "},
+      {PinnedPool::Corruption::kLiveCounter, "P16 "},
+  };
+  PinnedPool& pool = pool_.raw();
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.invariant);
+    ASSERT_TRUE(pool.CheckInvariants().ok()) << pool.CheckInvariants().text();
+    ASSERT_TRUE(pool.CorruptForTesting(c.what));
+    const InvariantReport broken = pool.CheckInvariants();
+    EXPECT_FALSE(broken.ok());
+    EXPECT_NE(strstr(broken.text(), c.invariant), nullptr) << broken.text();
+    ASSERT_TRUE(pool.CorruptForTesting(c.what));  // undone
+    EXPECT_TRUE(pool.CheckInvariants().ok()) << pool.CheckInvariants().text();
+  }
+  for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
+}
+
+// The pin account's walker too: its total apart from its parts is reported.
+TEST_F(PoolTest, AccountWalkerReportsItsCorruption) {
+  StartPool();
+  void* p = Alloc(64 * kKiB);
+  ASSERT_TRUE(account_.CheckInvariants().ok()) << account_.CheckInvariants().text();
+  account_.CorruptForTesting();
+  const InvariantReport broken = account_.CheckInvariants();
+  EXPECT_NE(strstr(broken.text(), "PA1 "), nullptr) << broken.text();
+  account_.CorruptForTesting();  // undone
+  EXPECT_TRUE(account_.CheckInvariants().ok()) << account_.CheckInvariants().text();
+  EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
 }
 
 }  // namespace

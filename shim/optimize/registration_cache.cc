@@ -27,6 +27,12 @@ enum EntryState : uint8_t {
 
 constexpr int kCandidateProbes = 8;
 
+// The first slot an allocation's candidate may take (the probes follow it).
+inline uint32_t CandidateHome(uint64_t alloc_id, uint32_t slots) {
+  uint64_t h = alloc_id * 0x9E3779B97F4A7C15ull;
+  return static_cast<uint32_t>(h >> 40) & (slots - 1);
+}
+
 }  // namespace
 
 const char* CacheFailureName(CacheFailure failure) {
@@ -120,8 +126,7 @@ uint64_t RegistrationCache::Now() const {
 
 RegistrationCache::Candidate* RegistrationCache::FindCandidateLocked(uint64_t alloc_id,
                                                                      uint64_t now, bool create) {
-  uint64_t h = alloc_id * 0x9E3779B97F4A7C15ull;
-  uint32_t base = static_cast<uint32_t>(h >> 40) & (kCandidateSlots - 1);
+  const uint32_t base = CandidateHome(alloc_id, kCandidateSlots);
   Candidate* victim = nullptr;
   for (int i = 0; i < kCandidateProbes; ++i) {
     Candidate* c = &candidates_[(base + i) & (kCandidateSlots - 1)];
@@ -707,6 +712,124 @@ CacheStats RegistrationCache::Stats() const {
   s.saved_ns = saved_ns_.load();
   return s;
 }
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+
+PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() const {
+  InvariantReport r;
+  if (!active()) return r;  // off (not started, or a fork child): nothing is cached
+  MutexLock lock(&mu_);
+  const uint32_t n = options_.max_entries;
+  const uint64_t live = live_entries_.load(std::memory_order_relaxed);
+  r.Expect(norder_ <= n && norder_ == live, "C1 norder_ is live_entries_", norder_, live);
+  bool listed[kMaxEntries] = {};
+  const uintptr_t lo = lo_.load(std::memory_order_relaxed);
+  const uintptr_t hi = hi_.load(std::memory_order_relaxed);
+  uint64_t registered = 0;
+  const Entry* prev = nullptr;
+  for (uint32_t pos = 0; pos < norder_ && pos < kMaxEntries; ++pos) {
+    const int32_t idx = order_[pos];
+    const bool valid = idx >= 0 && static_cast<uint32_t>(idx) < n;
+    r.Expect(valid && !listed[idx] && entries_[idx].state != kEntryFree,
+             "C1 order_ holds distinct indices of entries in use", pos, valid ? idx : 0);
+    if (!valid || listed[idx]) continue;
+    listed[idx] = true;
+    const Entry& e = entries_[idx];
+    r.Expect(e.bytes > 0, "C2 an entry holds bytes", idx);
+    if (prev != nullptr) {
+      r.Expect(prev->start < e.start && prev->start + prev->bytes <= e.start,
+               "C2 entries are sorted by start and do not overlap", prev->start, e.start);
+    }
+    prev = &e;
+    r.Expect(e.start >= lo && e.start + e.bytes <= hi, "C4 every entry lies inside [lo_, hi_)",
+             e.start, lo);
+    r.Expect(e.state == kEntryRegistered, "C5 no entry is registering or releasing", idx,
+             e.state);
+    r.Expect((e.frames != nullptr) == (e.nframes != 0),
+             "C8 an entry holds frames exactly when it records some", idx, e.nframes);
+    r.Expect(e.fences.WellFormed(), "C9 an entry's fence set is well formed", idx);
+    if (e.state != kEntryRegistered) continue;
+    r.Expect(e.ctx != nullptr && e.users >= 0,
+             "C5 a registered entry has a context and no negative user count", idx);
+    registered += e.bytes;
+    if (options_.registrations != nullptr) {
+      Region reg;
+      const bool found = options_.registrations->Lookup(e.start, &reg);
+      r.Expect(found && reg.start == e.start && reg.bytes == e.bytes &&
+                   reg.kind == MemKind::kPinnedByPinshim && reg.source == kSourcePinshim &&
+                   reg.id == e.alloc_id,
+               "C7 a registered entry is in the registrations registry as pinshim's pinning",
+               e.start, e.bytes);
+    }
+  }
+  if (norder_ == 0) {
+    r.Expect(lo == UINTPTR_MAX && hi == 0, "C4 with no entry, lo_ = UINTPTR_MAX and hi_ = 0",
+             lo, hi);
+  }
+  uint32_t free_count = 0;
+  for (int32_t f = free_entry_; f >= 0;) {
+    if (++free_count > n || static_cast<uint32_t>(f) >= n) {
+      r.Fail("C3 the free list runs in a circle or out of the table", free_count, f);
+      break;
+    }
+    r.Expect(entries_[f].state == kEntryFree && !listed[f], "C3 the free list holds free entries",
+             f, entries_[f].state);
+    f = entries_[f].next_free;
+  }
+  r.Expect(free_count + norder_ == n, "C3 the free list holds exactly the free entries",
+           free_count, n - norder_);
+  const uint64_t bytes = bytes_.load(std::memory_order_relaxed);
+  r.Expect(bytes == registered, "C6 bytes_ is the registered entries' bytes", bytes, registered);
+  r.Expect(account_->pinned_for(PinUse::kCache) == registered,
+           "C6 the account's cache bytes are the registered entries'",
+           account_->pinned_for(PinUse::kCache), registered);
+  for (uint32_t i = 0; i < kCandidateSlots; ++i) {
+    const Candidate& c = candidates_[i];
+    if (c.alloc_id == 0) {
+      r.Expect(c.last_ns == 0 && c.accumulated_ns == 0 && c.copies == 0 && c.failed == 0 &&
+                   !c.busy,
+               "C10 an empty candidate slot is all zero", i);
+      continue;
+    }
+    const uint32_t home = CandidateHome(c.alloc_id, kCandidateSlots);
+    const uint32_t dist = (i - home) & (kCandidateSlots - 1);
+    r.Expect(dist < static_cast<uint32_t>(kCandidateProbes),
+             "C10 a candidate lies within its id's probe window", i, dist);
+    for (int k = 0; k < kCandidateProbes; ++k) {
+      const uint32_t j = (home + k) & (kCandidateSlots - 1);
+      r.Expect(j == i || candidates_[j].alloc_id != c.alloc_id,
+               "C10 no other slot of a candidate's window holds its id", i, j);
+    }
+    r.Expect(!c.busy, "C10 no candidate is busy (a registration under way)", i);
+    r.Expect(c.failed <= kCacheFailureCount, "C10 a remembered failure is a CacheFailure", i,
+             c.failed);
+  }
+  return r;
+}
+
+bool RegistrationCache::CorruptForTesting(Corruption what) {
+  if (!active()) return false;
+  MutexLock lock(&mu_);
+  switch (what) {
+    case Corruption::kOrder: {
+      if (norder_ < 2) return false;
+      const int32_t first = order_[0];
+      order_[0] = order_[1];
+      order_[1] = first;
+      return true;
+    }
+    case Corruption::kBounds:
+      // Above every user-space address: entries fall below lo_.
+      lo_.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
+      return true;
+    case Corruption::kBytes:
+      bytes_.fetch_xor(4096, std::memory_order_relaxed);
+      return true;
+  }
+  return false;
+}
+
+#endif  // PINSHIM_DEBUG_INVARIANTS
 
 }  // namespace optimize
 }  // namespace pinshim

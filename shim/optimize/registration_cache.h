@@ -58,6 +58,7 @@
 #include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
 #include "shim/optimize/fences.h"
+#include "shim/optimize/invariants.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/pin_account.h"
 
@@ -207,6 +208,34 @@ class RegistrationCache {
   bool active() const { return active_.load(std::memory_order_acquire); }
   // The flags registrations are made with (as the program sees them in copies).
   unsigned int register_flags() const { return options_.register_flags; }
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+  // Debug builds (invariants.h): walks the cache under its lock. Checks,
+  // with shim/INVARIANTS.md's numbers in brackets:
+  //  C1 order_ holds norder_ distinct indices of entries in use, and norder_
+  //     is live_entries_
+  //  C2 those entries are sorted by start, do not overlap, and hold bytes
+  //  C3 the free list holds exactly the free entries, without a cycle
+  //  C4 every entry lies inside [lo_, hi_), the bounds MayOverlap reads;
+  //     with none, lo_ = UINTPTR_MAX and hi_ = 0 [8]
+  //  C5 no entry is registering or releasing (states inside a call); a
+  //     registered one has a context and no negative user count
+  //  C6 bytes_ is the registered entries' bytes, and the account's cache
+  //     bytes equal it (the cache is their only charger) [3]
+  //  C7 every registered entry is in the registrations registry as
+  //     pinshim's pinning of its range, under its allocation's id [1]
+  //  C8 an entry holds a frame array exactly when it records frames
+  //  C9 every entry's fence set is well formed (FenceSet::WellFormed) [3]
+  //  C10 a candidate slot is empty (all zero) or lies within its id's probe
+  //      window, first of that id there; none is busy (a registration under
+  //      way); a remembered failure is a CacheFailure
+  InvariantReport CheckInvariants() const;
+
+  // Breaks one invariant on purpose, so a test sees the walker report it;
+  // the same call again restores it. kOrder needs two entries.
+  enum class Corruption { kOrder, kBounds, kBytes };
+  bool CorruptForTesting(Corruption what);
+#endif
 
  private:
   struct Entry;

@@ -20,6 +20,8 @@ namespace pinshim {
 namespace optimize {
 namespace {
 
+using testing::Checked;
+using testing::ExpectInvariants;
 using testing::FakeDriverOps;
 using testing::Fill;
 using testing::HasPattern;
@@ -60,17 +62,18 @@ class CacheTest : public ::testing::Test {
         [](void* arg, uint64_t want, OwnPinReason why) {
           return static_cast<RegistrationCache*>(arg)->Evict(want, why);
         },
-        &cache_);
+        &cache_.raw());  // the account calls it inside an operation: no walk there
     options.registrations = &registrations_;
     options.now_ns = &ManualClock::Now;
-    ASSERT_TRUE(cache_.Init(&ops_, &fences_, &account_, options));
+    ASSERT_TRUE(cache_->Init(&ops_, &fences_, &account_, options));
   }
 
   void TearDown() override {
     fakecuda_set_copy_delay_us(0);
-    cache_.Evict(UINT64_MAX);
+    cache_->Evict(UINT64_MAX);
     EXPECT_EQ(fakecuda_live_registrations(), baseline_);
     EXPECT_EQ(account_.pinned(), 0u);
+    ExpectInvariants(account_);
   }
 
   // One synchronous copy as a hook makes it: before, the copy, after.
@@ -78,18 +81,18 @@ class CacheTest : public ::testing::Test {
     Region r;
     CacheTicket t;
     if (registrations_.Lookup(b.region.start, &r)) {
-      t = cache_.OnCachedCopy(b.data, bytes, dir);
+      t = cache_->OnCachedCopy(b.data, bytes, dir);
     } else {
-      t = cache_.OnPageableCopy(b.region, b.data, bytes, dir);
+      t = cache_->OnPageableCopy(b.region, b.data, bytes, dir);
     }
-    cache_.AfterCopy(t, CUDA_SUCCESS, false, nullptr);
+    cache_->AfterCopy(t, CUDA_SUCCESS, false, nullptr);
     return t;
   }
 
   bool Registered(const Buffer& b) {
     Region r;
     return registrations_.Lookup(b.region.start, &r) && r.kind == MemKind::kPinnedByPinshim &&
-           cache_.Contains(b.data, nullptr, nullptr);
+           cache_->Contains(b.data, nullptr, nullptr);
   }
 
   CUcontext ctx_ = nullptr;
@@ -97,7 +100,7 @@ class CacheTest : public ::testing::Test {
   FenceManager fences_;
   PinAccount account_;
   Registry registrations_;
-  RegistrationCache cache_;
+  Checked<RegistrationCache> cache_;  // every call walks the cache's invariants
   size_t baseline_ = 0;
 };
 
@@ -107,7 +110,7 @@ TEST_F(CacheTest, ColdBufferIsNotRegistered) {
   EXPECT_FALSE(Copy(b, b.bytes, CopyDir::kHostToDevice).pinned());
   EXPECT_FALSE(Registered(b));
   EXPECT_EQ(fakecuda_live_registrations(), baseline_);
-  EXPECT_EQ(cache_.Stats().registrations, 0u);
+  EXPECT_EQ(cache_->Stats().registrations, 0u);
 }
 
 // The copy that gets the allocation registered is the one the cost model
@@ -138,11 +141,11 @@ TEST_F(CacheTest, HotBufferIsRegisteredAfterTheModelsCount) {
     EXPECT_TRUE(Copy(b, c.copy, c.dir).pinned());
     EXPECT_TRUE(Registered(b));
     EXPECT_TRUE(Copy(b, c.copy, c.dir).pinned());  // and stays
-    cache_.OnRelease(b.data, b.bytes);
+    cache_->OnRelease(b.data, b.bytes);
     EXPECT_FALSE(Registered(b));
   }
-  EXPECT_EQ(cache_.Stats().registrations, 5u);
-  EXPECT_EQ(cache_.Stats().releases, 5u);
+  EXPECT_EQ(cache_->Stats().registrations, 5u);
+  EXPECT_EQ(cache_->Stats().releases, 5u);
 }
 
 // The same count of copies, spread out over a long time, never pays: the
@@ -174,13 +177,13 @@ TEST_F(CacheTest, UntrackedAndSubAllocatedMemoryIsDeclined) {
   Region driver = b.region;
   driver.source = kSourceDriver;
   for (int i = 0; i < 10; ++i) {
-    EXPECT_FALSE(cache_.OnPageableCopy(untracked, b.data, b.bytes, CopyDir::kHostToDevice).pinned());
+    EXPECT_FALSE(cache_->OnPageableCopy(untracked, b.data, b.bytes, CopyDir::kHostToDevice).pinned());
     // A slice deep inside an mmap region: a custom allocator's sub-allocation.
-    EXPECT_FALSE(cache_.OnPageableCopy(mmapped, b.data + 8 * kMiB, 1 * kMiB,
+    EXPECT_FALSE(cache_->OnPageableCopy(mmapped, b.data + 8 * kMiB, 1 * kMiB,
                                        CopyDir::kHostToDevice).pinned());
-    EXPECT_FALSE(cache_.OnPageableCopy(driver, b.data, b.bytes, CopyDir::kHostToDevice).pinned());
+    EXPECT_FALSE(cache_->OnPageableCopy(driver, b.data, b.bytes, CopyDir::kHostToDevice).pinned());
   }
-  const CacheStats s = cache_.Stats();
+  const CacheStats s = cache_->Stats();
   EXPECT_EQ(s.declined[static_cast<int>(CacheDecline::kUntracked)], 10u);
   EXPECT_EQ(s.declined[static_cast<int>(CacheDecline::kSubAllocation)], 10u);
   EXPECT_EQ(s.declined[static_cast<int>(CacheDecline::kSource)], 10u);
@@ -188,12 +191,12 @@ TEST_F(CacheTest, UntrackedAndSubAllocatedMemoryIsDeclined) {
   // An mmap region used as one buffer is cached.
   bool pinned = false;
   for (int i = 0; i < 3 && !pinned; ++i) {
-    CacheTicket t = cache_.OnPageableCopy(mmapped, b.data, b.bytes, CopyDir::kHostToDevice);
-    cache_.AfterCopy(t, CUDA_SUCCESS, false, nullptr);
+    CacheTicket t = cache_->OnPageableCopy(mmapped, b.data, b.bytes, CopyDir::kHostToDevice);
+    cache_->AfterCopy(t, CUDA_SUCCESS, false, nullptr);
     pinned = t.pinned();
   }
   EXPECT_TRUE(pinned);
-  cache_.OnRelease(b.data, b.bytes);
+  cache_->OnRelease(b.data, b.bytes);
 }
 
 // Once cached, an asynchronous copy really is asynchronous in the driver;
@@ -210,18 +213,18 @@ TEST_F(CacheTest, AsyncCopyOnCachedMemoryIsWaitedFor) {
   ASSERT_EQ(cuMemAlloc(&dev, b.bytes), CUDA_SUCCESS);
   Fill(b.data, b.bytes, 3);
   fakecuda_set_copy_delay_us(50000);
-  CacheTicket t = cache_.OnCachedCopy(b.data, b.bytes, CopyDir::kHostToDevice);
+  CacheTicket t = cache_->OnCachedCopy(b.data, b.bytes, CopyDir::kHostToDevice);
   ASSERT_TRUE(t.pinned());
   ASSERT_EQ(cuMemcpyHtoDAsync(dev, b.data, b.bytes, stream), CUDA_SUCCESS);
-  cache_.AfterCopy(t, CUDA_SUCCESS, true, RecordableStream(stream, false));
+  cache_->AfterCopy(t, CUDA_SUCCESS, true, RecordableStream(stream, false));
   EXPECT_EQ(fakecuda_pending_ops(), 0u);
   memset(b.data, 0, b.bytes);  // the program reuses its buffer at once
   fakecuda_set_copy_delay_us(0);
   std::vector<char> back(b.bytes);
   ASSERT_EQ(cuMemcpyDtoH(back.data(), dev, b.bytes), CUDA_SUCCESS);
   EXPECT_TRUE(HasPattern(back.data(), b.bytes, 3));
-  EXPECT_EQ(cache_.Stats().async_waits, 1u);
-  cache_.OnRelease(b.data, b.bytes);
+  EXPECT_EQ(cache_->Stats().async_waits, 1u);
+  cache_->OnRelease(b.data, b.bytes);
   cuMemFree(dev);
   cuStreamDestroy(stream);
 }
@@ -239,10 +242,10 @@ TEST_F(CacheTest, ReleaseWaitsForInFlightCopy) {
   Fill(b.data, b.bytes, 4);
   ASSERT_EQ(fakecuda_hold_stream(stream, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyHtoDAsync(dev, b.data, b.bytes, stream), CUDA_SUCCESS);
-  cache_.NoteAsyncUse(b.data, stream);
+  cache_->NoteAsyncUse(b.data, stream);
   std::atomic<bool> released{false};
   std::thread releaser([&] {
-    cache_.OnRelease(b.data, b.bytes);
+    cache_->OnRelease(b.data, b.bytes);
     released = true;
     memset(b.data, 0xee, b.bytes);  // the allocator reuses the memory
   });
@@ -265,10 +268,10 @@ TEST_F(CacheTest, ReleaseOfAnyPartUnpinsTheWholeRegistration) {
   Buffer b(8 * kMiB, 13);
   while (!Copy(b, b.bytes, CopyDir::kDeviceToHost).pinned()) {
   }
-  cache_.OnRelease(b.data + 5 * kMiB, 4096);  // munmap of one page inside
+  cache_->OnRelease(b.data + 5 * kMiB, 4096);  // munmap of one page inside
   EXPECT_FALSE(Registered(b));
   EXPECT_EQ(fakecuda_live_registrations(), baseline_);
-  cache_.OnRelease(b.data, b.bytes);  // nothing left: harmless
+  cache_->OnRelease(b.data, b.bytes);  // nothing left: harmless
 }
 
 // Memory the program registered itself is left alone, and not retried.
@@ -280,7 +283,7 @@ TEST_F(CacheTest, ProgramRegisteredMemoryIsLeftAlone) {
   const uint64_t calls = fakecuda_call_count("cuMemHostRegister");
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(Copy(b, b.bytes, CopyDir::kHostToDevice).pinned());
   EXPECT_EQ(fakecuda_call_count("cuMemHostRegister"), calls);
-  const CacheStats s = cache_.Stats();
+  const CacheStats s = cache_->Stats();
   EXPECT_EQ(s.failures[static_cast<int>(CacheFailure::kAlreadyRegistered)], 1u);
   EXPECT_EQ(account_.pinned(), 0u);
   EXPECT_EQ(cuMemHostUnregister(b.data + 4096), CUDA_SUCCESS);  // still the program's
@@ -291,7 +294,7 @@ TEST_F(CacheTest, DriverOutOfMemoryIsRememberedAndCounted) {
   Buffer b(4 * kMiB, 15);
   fakecuda_fail_next("cuMemHostRegister", CUDA_ERROR_OUT_OF_MEMORY);
   for (int i = 0; i < 10; ++i) EXPECT_FALSE(Copy(b, b.bytes, CopyDir::kHostToDevice).pinned());
-  const CacheStats s = cache_.Stats();
+  const CacheStats s = cache_->Stats();
   EXPECT_EQ(s.failures[static_cast<int>(CacheFailure::kOutOfMemory)] +
                 s.failures[static_cast<int>(CacheFailure::kMemlockLimit)],
             1u);
@@ -358,21 +361,23 @@ TEST_F(CacheTest, CapEvictsLeastRecentlyUsed) {
   EXPECT_FALSE(Registered(b));
   EXPECT_TRUE(Registered(c));
   EXPECT_TRUE(Registered(d));
-  EXPECT_EQ(cache_.Stats().evictions, 1u);
+  EXPECT_EQ(cache_->Stats().evictions, 1u);
   EXPECT_LE(account_.pinned(), 3 * kMiB);
   EXPECT_EQ(account_.peak(), 3 * kMiB);
-  for (Buffer* x : {&a, &b, &c, &d}) cache_.OnRelease(x->data, x->bytes);
+  for (Buffer* x : {&a, &b, &c, &d}) cache_->OnRelease(x->data, x->bytes);
 }
 
 TEST_F(CacheTest, AllocationLargerThanTheCapIsDeclined) {
   Start(2 * kMiB);
   Buffer b(4 * kMiB, 31);
   for (int i = 0; i < 5; ++i) EXPECT_FALSE(Copy(b, b.bytes, CopyDir::kHostToDevice).pinned());
-  EXPECT_EQ(cache_.Stats().declined[static_cast<int>(CacheDecline::kTooLarge)], 5u);
+  EXPECT_EQ(cache_->Stats().declined[static_cast<int>(CacheDecline::kTooLarge)], 5u);
 }
 
 TEST_F(CacheTest, SixteenThreadsCopyReleaseAndEvict) {
   Start(24 * kMiB);
+  // The threads call the cache at once: the walk waits until they joined.
+  RegistrationCache& cache = cache_.raw();
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 16; ++t) {
@@ -386,23 +391,55 @@ TEST_F(CacheTest, SixteenThreadsCopyReleaseAndEvict) {
         for (int i = 0; i < copies; ++i) {
           Region r;
           CacheTicket tk = registrations_.Lookup(b.region.start, &r)
-                               ? cache_.OnCachedCopy(b.data, b.bytes, CopyDir::kHostToDevice)
-                               : cache_.OnPageableCopy(b.region, b.data, b.bytes,
+                               ? cache.OnCachedCopy(b.data, b.bytes, CopyDir::kHostToDevice)
+                               : cache.OnPageableCopy(b.region, b.data, b.bytes,
                                                        CopyDir::kHostToDevice);
-          cache_.AfterCopy(tk, CUDA_SUCCESS, false, nullptr);
+          cache.AfterCopy(tk, CUDA_SUCCESS, false, nullptr);
         }
         if (!HasPattern(b.data, 4096, static_cast<uint8_t>(t))) bad++;
-        cache_.OnRelease(b.data, b.bytes);
-        if (cache_.Contains(b.data, nullptr, nullptr)) bad++;
+        cache.OnRelease(b.data, b.bytes);
+        if (cache.Contains(b.data, nullptr, nullptr)) bad++;
       }
     });
   }
   for (auto& th : threads) th.join();
+  ExpectInvariants(cache);
   EXPECT_EQ(bad.load(), 0);
-  EXPECT_EQ(cache_.Stats().entries, 0u);
+  EXPECT_EQ(cache_->Stats().entries, 0u);
   EXPECT_EQ(fakecuda_live_registrations(), baseline_);
   EXPECT_LE(account_.peak(), 24 * kMiB);
-  EXPECT_GT(cache_.Stats().registrations, 0u);
+  EXPECT_GT(cache_->Stats().registrations, 0u);
+}
+
+// The walker proves its power: each corruption breaks one invariant, the
+// walk names it, and undoing it makes the cache whole again.
+TEST_F(CacheTest, InvariantWalkerReportsEachCorruption) {
+  Start();
+  Buffer a(1 * kMiB, 41), b(1 * kMiB, 42);
+  for (Buffer* x : {&a, &b}) {
+    while (!Copy(*x, x->bytes, CopyDir::kHostToDevice).pinned()) {
+    }
+  }
+  const struct {
+    RegistrationCache::Corruption what;
+    const char* invariant;
+  } cases[] = {
+      {RegistrationCache::Corruption::kOrder, "C2 "},
+      {RegistrationCache::Corruption::kBounds, "C4 "},
+      {RegistrationCache::Corruption::kBytes, "C6 "},
+  };
+  RegistrationCache& cache = cache_.raw();
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.invariant);
+    ASSERT_TRUE(cache.CheckInvariants().ok()) << cache.CheckInvariants().text();
+    ASSERT_TRUE(cache.CorruptForTesting(c.what));
+    const InvariantReport broken = cache.CheckInvariants();
+    EXPECT_FALSE(broken.ok());
+    EXPECT_NE(strstr(broken.text(), c.invariant), nullptr) << broken.text();
+    ASSERT_TRUE(cache.CorruptForTesting(c.what));  // undone
+    EXPECT_TRUE(cache.CheckInvariants().ok()) << cache.CheckInvariants().text();
+  }
+  for (Buffer* x : {&a, &b}) cache_->OnRelease(x->data, x->bytes);
 }
 
 }  // namespace

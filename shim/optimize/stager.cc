@@ -200,7 +200,9 @@ struct Stager::Job {
 
 struct Stager::Lane {
   std::atomic<int> state{kLaneEmpty};
-  CUcontext ctx = nullptr;
+  // Written only by the thread that holds the lane (busy or binding), but
+  // read before taking it, to pick a lane of the caller's context.
+  std::atomic<CUcontext> ctx{nullptr};
   char* ring = nullptr;
   uint64_t ring_bytes = 0;
   uint64_t chunk_bytes = 0;
@@ -232,8 +234,9 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (options_.chunk_bytes < page) options_.chunk_bytes = page;
   options_.chunk_bytes = options_.chunk_bytes / page * page;
-  nworkers_ = options_.workers != 0 ? options_.workers : DefaultWorkers(OnlineCores());
-  if (nworkers_ > kMaxWorkers) nworkers_ = kMaxWorkers;
+  uint32_t workers = options_.workers != 0 ? options_.workers : DefaultWorkers(OnlineCores());
+  if (workers > kMaxWorkers) workers = kMaxWorkers;
+  nworkers_.store(workers, std::memory_order_relaxed);
   if (lanes_ == nullptr) {
     lanes_ = static_cast<Lane*>(InternalAlloc(sizeof(Lane) * kMaxLanes));
     if (lanes_ == nullptr) return false;
@@ -254,7 +257,8 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
 }
 
 uint32_t Stager::UsableWorkers() {
-  if (!options_.load_aware) return nworkers_;
+  const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
+  if (!options_.load_aware) return workers;
   const uint64_t now = NowNs();
   uint64_t last = idle_sample_ns_.load(std::memory_order_relaxed);
   if (now - last >= kSampleNs && !sampling_.exchange(true, std::memory_order_acquire)) {
@@ -280,7 +284,7 @@ uint32_t Stager::UsableWorkers() {
   // The calling thread copies too: helpers only for idle cores beyond it.
   const uint32_t idle = idle_cores_x16_.load(std::memory_order_relaxed) / 16;
   if (idle < 2) return 0;
-  return idle - 1 < nworkers_ ? idle - 1 : nworkers_;
+  return idle - 1 < workers ? idle - 1 : workers;
 }
 
 void* Stager::WorkerMain(void* arg) {
@@ -301,13 +305,14 @@ void Stager::StartWorkers() {
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, 64 << 10);
   uint32_t started = 0;
-  for (uint32_t i = 0; i < nworkers_; ++i) {
+  const uint32_t wanted = nworkers_.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < wanted; ++i) {
     pthread_t t;
     if (pthread_create(&t, &attr, &Stager::WorkerMain, this) == 0) ++started;
   }
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  nworkers_ = started;
+  nworkers_.store(started, std::memory_order_relaxed);
   workers_started_.store(2, std::memory_order_release);
 }
 
@@ -319,9 +324,12 @@ void Stager::WorkerLoop() {
     for (int i = 0; i < kMaxLanes && active(); ++i) {
       Job* j = lanes_[i].job;
       if (j->live.load(std::memory_order_acquire) == 0) continue;
-      if (j->joined.fetch_add(1, std::memory_order_acq_rel) >= j->max_workers) continue;
-      j->inside.fetch_add(1, std::memory_order_acq_rel);
-      if (j->live.load(std::memory_order_acquire) != 0) {
+      // Inside first, then the job's fields: the owner rewrites them for its
+      // next job only once no worker is inside, and publishes them with
+      // live, so a worker reads them only after seeing live again.
+      j->inside.fetch_add(1, std::memory_order_seq_cst);
+      if (j->live.load(std::memory_order_seq_cst) != 0 &&
+          j->joined.fetch_add(1, std::memory_order_acq_rel) < j->max_workers) {
         for (;;) {
           const uint64_t p = j->next.fetch_add(1, std::memory_order_acq_rel);
           if (p >= j->total) break;
@@ -374,7 +382,7 @@ bool Stager::PinRing(Lane* lane, CUcontext ctx) {
     account_->Release(PinUse::kStaging, bytes);
     return false;
   }
-  lane->ctx = ctx;
+  lane->ctx.store(ctx, std::memory_order_relaxed);
   lane->ring = static_cast<char*>(ring);
   lane->ring_bytes = bytes;
   lane->chunk_bytes = options_.chunk_bytes;
@@ -388,7 +396,7 @@ bool Stager::PinRing(Lane* lane, CUcontext ctx) {
 void Stager::UnpinRing(Lane* lane, OwnPinReason why) {
   CUresult r;
   {
-    ScopedContext scope(ops_, lane->ctx);
+    ScopedContext scope(ops_, lane->ctx.load(std::memory_order_relaxed));
     for (uint32_t i = 0; i < lane->slots; ++i) {
       if (lane->pending[i]) ops_->event_synchronize(lane->events[i]);
       ops_->event_destroy(lane->events[i]);
@@ -400,7 +408,7 @@ void Stager::UnpinRing(Lane* lane, OwnPinReason why) {
   ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kStaging, why,
                reinterpret_cast<uintptr_t>(lane->ring), lane->ring_bytes, 0, r);
   lane->ring = nullptr;
-  lane->ctx = nullptr;
+  lane->ctx.store(nullptr, std::memory_order_relaxed);
 }
 
 Stager::Lane* Stager::TakeLane(CUcontext ctx, uint64_t) {
@@ -408,9 +416,10 @@ Stager::Lane* Stager::TakeLane(CUcontext ctx, uint64_t) {
   for (int i = 0; i < kMaxLanes; ++i) {
     Lane& l = lanes_[i];
     int free_state = kLaneFree;
-    if (l.ctx == ctx && l.state.load(std::memory_order_relaxed) == kLaneFree &&
+    if (l.ctx.load(std::memory_order_relaxed) == ctx &&
+        l.state.load(std::memory_order_relaxed) == kLaneFree &&
         l.state.compare_exchange_strong(free_state, kLaneBusy, std::memory_order_acquire)) {
-      if (l.ctx == ctx) return &l;
+      if (l.ctx.load(std::memory_order_relaxed) == ctx) return &l;
       l.state.store(kLaneFree, std::memory_order_release);
     }
   }
@@ -506,7 +515,8 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
   }
   if (chunk > lane->chunk_bytes) chunk = lane->chunk_bytes;
   chunk = chunk / page * page;
-  const uint32_t threads = (helpers < nworkers_ ? helpers : nworkers_) + 1;
+  const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
+  const uint32_t threads = (helpers < workers ? helpers : workers) + 1;
   // Pieces of 256 KiB (the staging probe's), smaller for short copies so
   // every thread gets several.
   uint64_t piece = chunk < kMaxPiece ? chunk : kMaxPiece;
@@ -674,9 +684,13 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   if (r != CUDA_SUCCESS) job->abort.store(1, std::memory_order_release);
   // Every piece taken by then is finished before the host buffer is the
   // program's again.
-  job->live.store(0, std::memory_order_release);
-  job->next.store(job->total, std::memory_order_release);
-  while (job->inside.load(std::memory_order_acquire) != 0) Pause();
+  // Sequentially consistent, with the worker's inside-then-live: a store
+  // followed by a load of another variable may otherwise pass each other
+  // (x86's store buffer does), and a worker joining at that moment would
+  // see the job live while this thread sees it outside.
+  job->live.store(0, std::memory_order_seq_cst);
+  job->next.store(job->total, std::memory_order_seq_cst);
+  while (job->inside.load(std::memory_order_seq_cst) != 0) Pause();
   if (r == CUDA_SUCCESS && (sync || !job->h2d)) {
     // Synchronous copies return once their DMAs completed (device to host
     // ones have by now).
@@ -727,7 +741,7 @@ void Stager::OnContextDestroyed(CUcontext ctx) {
   for (int i = 0; i < kMaxLanes; ++i) {
     Lane& l = lanes_[i];
     int expected = kLaneFree;
-    if (l.ctx != ctx ||
+    if (l.ctx.load(std::memory_order_relaxed) != ctx ||
         !l.state.compare_exchange_strong(expected, kLaneBinding, std::memory_order_acquire)) {
       continue;
     }
@@ -738,7 +752,7 @@ void Stager::OnContextDestroyed(CUcontext ctx) {
                  OwnPinReason::kContextDestroyed, reinterpret_cast<uintptr_t>(l.ring),
                  l.ring_bytes, 0, CUDA_SUCCESS);
     l.ring = nullptr;
-    l.ctx = nullptr;
+    l.ctx.store(nullptr, std::memory_order_relaxed);
     l.state.store(kLaneEmpty, std::memory_order_release);
   }
 }
@@ -756,9 +770,81 @@ StagerStats Stager::Stats() const {
   s.busy_cpus = busy_.load();
   s.no_lane = no_lane_.load();
   s.ring_bytes = ring_bytes_.load();
-  s.workers = nworkers_;
+  s.workers = nworkers_.load(std::memory_order_relaxed);
   return s;
 }
+
+#ifdef PINSHIM_DEBUG_INVARIANTS
+
+PINSHIM_INVARIANT_WALKER InvariantReport Stager::CheckInvariants() const {
+  InvariantReport r;
+  if (!active() || lanes_ == nullptr) return r;  // off: nothing is staged
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t ring_bytes = 0;
+  for (int i = 0; i < kMaxLanes; ++i) {
+    const Lane& l = lanes_[i];
+    const int state = l.state.load(std::memory_order_acquire);
+    const CUcontext ctx = l.ctx.load(std::memory_order_relaxed);
+    r.Expect(state == kLaneEmpty || state == kLaneFree, "S1 every lane is empty or free", i,
+             state);
+    if (state == kLaneEmpty) {
+      r.Expect(l.ring == nullptr && ctx == nullptr,
+               "S2 an empty lane holds no ring and no context", i);
+    } else if (state == kLaneFree) {
+      r.Expect(l.ring != nullptr && ctx != nullptr && l.slots >= 2 && l.slots <= kMaxSlots &&
+                   l.chunk_bytes != 0 && l.chunk_bytes % page == 0 &&
+                   l.ring_bytes == l.chunk_bytes * l.slots,
+               "S2 a free lane holds a ring of chunk_bytes x slots in a context", i,
+               l.ring_bytes);
+      ring_bytes += l.ring_bytes;
+      const auto lo = reinterpret_cast<uintptr_t>(l.ring);
+      for (int j = 0; j < i; ++j) {
+        const Lane& o = lanes_[j];
+        if (o.state.load(std::memory_order_acquire) != kLaneFree || o.ring == nullptr) continue;
+        const auto olo = reinterpret_cast<uintptr_t>(o.ring);
+        r.Expect(lo + l.ring_bytes <= olo || olo + o.ring_bytes <= lo, "S4 no two rings overlap",
+                 j, i);
+      }
+    }
+    for (uint32_t s = 0; s < l.slots && s < kMaxSlots; ++s) {
+      if (l.pending[s]) {
+        r.Expect(l.pending_ev[s] < l.slots,
+                 "S6 a slot whose DMA may still run names one of the lane's events", i, s);
+      }
+    }
+    const Job* job = l.job;
+    r.Expect(job != nullptr && job->live.load(std::memory_order_acquire) == 0 &&
+                 job->next.load(std::memory_order_acquire) >= job->total,
+             "S5 every lane's job is over: not live, every piece taken", i);
+  }
+  r.Expect(ring_bytes_.load(std::memory_order_relaxed) == ring_bytes,
+           "S3 ring_bytes_ is the free lanes' ring bytes",
+           ring_bytes_.load(std::memory_order_relaxed), ring_bytes);
+  r.Expect(account_->pinned_for(PinUse::kStaging) == ring_bytes,
+           "S3 the account's staging bytes are the rings'", account_->pinned_for(PinUse::kStaging),
+           ring_bytes);
+  const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
+  const int started = workers_started_.load(std::memory_order_acquire);
+  r.Expect(workers <= kMaxWorkers && started != 1,
+           "S7 nworkers_ <= kMaxWorkers and the workers are started or not", workers, started);
+  return r;
+}
+
+bool Stager::CorruptForTesting(Corruption what) {
+  if (!active() || lanes_ == nullptr) return false;
+  switch (what) {
+    case Corruption::kRingBytes:
+      ring_bytes_.fetch_xor(static_cast<uint64_t>(sysconf(_SC_PAGESIZE)),
+                            std::memory_order_relaxed);
+      return true;
+    case Corruption::kJobLive:
+      lanes_[0].job->live.fetch_xor(1, std::memory_order_relaxed);
+      return true;
+  }
+  return false;
+}
+
+#endif  // PINSHIM_DEBUG_INVARIANTS
 
 }  // namespace optimize
 }  // namespace pinshim

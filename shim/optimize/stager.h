@@ -35,6 +35,7 @@
 #include "shim/core/events.h"
 #include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
+#include "shim/optimize/invariants.h"
 #include "shim/optimize/pin_account.h"
 
 namespace pinshim {
@@ -113,6 +114,29 @@ class Stager {
 
   StagerStats Stats() const;
 
+#ifdef PINSHIM_DEBUG_INVARIANTS
+  // Debug builds (invariants.h): walks the lanes (lock-free; no staging
+  // call in flight). Checks, with shim/INVARIANTS.md's numbers in brackets:
+  //  S1 every lane is empty or free (busy and binding exist only inside a call)
+  //  S2 an empty lane holds no ring and no context; a free one a ring of
+  //     chunk_bytes x slots in a context, with 2 <= slots <= kMaxSlots and
+  //     page-multiple chunks
+  //  S3 ring_bytes_ is the free lanes' ring bytes, and the account's staging
+  //     bytes equal it (the stager is their only charger)
+  //  S4 no two rings overlap
+  //  S5 every lane's job is over: not live, every piece taken, so no worker
+  //     copies to or from the program's memory any more [9]
+  //  S6 a ring slot whose DMA may still run names one of the lane's events
+  //  S7 nworkers_ <= kMaxWorkers; workers are started or not, never starting
+  InvariantReport CheckInvariants() const;
+
+  // Breaks one invariant on purpose, so a test sees the walker report it;
+  // the same call again restores it. False when nothing to break exists
+  // (kRingBytes needs no ring; kJobLive needs none either).
+  enum class Corruption { kRingBytes, kJobLive };
+  bool CorruptForTesting(Corruption what);
+#endif
+
  private:
   struct Lane;
   struct Job;
@@ -133,7 +157,9 @@ class Stager {
   StagerOptions options_;
   std::atomic<bool> active_{false};
   Lane* lanes_ = nullptr;  // kMaxLanes
-  uint32_t nworkers_ = 0;
+  // Set at Init, lowered once by StartWorkers when fewer threads started;
+  // read by every staging call meanwhile.
+  std::atomic<uint32_t> nworkers_{0};
   std::atomic<int> workers_started_{0};  // 0 no, 1 starting, 2 yes
   std::atomic<uint32_t> work_gen_{0};    // futex: bumped when a job is published
   std::atomic<uint64_t> idle_sample_ns_{0};

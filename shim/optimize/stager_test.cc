@@ -22,12 +22,22 @@ namespace pinshim {
 namespace optimize {
 namespace {
 
+using testing::Checked;
+using testing::ExpectInvariants;
 using testing::FakeDriverOps;
 using testing::Fill;
 using testing::HasPattern;
 using testing::MakeContextCurrent;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// Every stager the tests made, kept (and reachable, for LeakSanitizer):
+// see StagerTest::stager_.
+Checked<Stager>& NewStager() {
+  static auto* all = new std::vector<Checked<Stager>*>();
+  all->push_back(new Checked<Stager>());
+  return *all->back();
+}
 
 class StagerTest : public ::testing::Test {
  protected:
@@ -42,13 +52,14 @@ class StagerTest : public ::testing::Test {
     o.slots = 4;
     o.min_h2d_bytes = 64 << 10;
     o.min_d2h_bytes = 64 << 10;
-    ASSERT_TRUE(stager_.Init(&ops_, &account_, o));
+    ASSERT_TRUE(stager_->Init(&ops_, &account_, o));
     ASSERT_EQ(cuMemAlloc(&dev_, kDevBytes), CUDA_SUCCESS);
   }
   void TearDown() override {
     EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
     EXPECT_EQ(cuMemFree(dev_), CUDA_SUCCESS);
     fakecuda_set_copy_delay_us(0);
+    ExpectInvariants(account_);
   }
 
   // A staged round trip of n bytes through device offset `at`.
@@ -57,11 +68,11 @@ class StagerTest : public ::testing::Test {
     Fill(src.data(), n, seed);
     CUresult r = CUDA_ERROR_UNKNOWN;
     StagedInfo info;
-    ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev_ + at, n, stream, sync, &r,
+    ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_ + at, n, stream, sync, &r,
                               &info));
     ASSERT_EQ(r, CUDA_SUCCESS);
     EXPECT_GE(info.workers, 1u);
-    ASSERT_TRUE(stager_.Stage(CopyDir::kDeviceToHost, back.data(), dev_ + at, n, stream, sync, &r,
+    ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev_ + at, n, stream, sync, &r,
                               &info));
     ASSERT_EQ(r, CUDA_SUCCESS);
     EXPECT_TRUE(HasPattern(back.data(), n, seed)) << n << " bytes at " << at;
@@ -70,7 +81,10 @@ class StagerTest : public ::testing::Test {
   static constexpr uint64_t kDevBytes = 64 * kMiB;
   DriverOps ops_;
   PinAccount account_;
-  Stager stager_;
+  // Every call walks the stager's invariants. Never destroyed: its workers
+  // are detached and keep looking at it for as long as the process lives,
+  // as they do at the library's (static) stager.
+  Checked<Stager>& stager_ = NewStager();
   CUdeviceptr dev_ = 0;
 };
 
@@ -83,7 +97,7 @@ TEST_F(StagerTest, EverySizeArrivesWhole) {
     RoundTrip(n, 4096 + 3, nullptr, true, static_cast<uint8_t>(n + 1));
   }
   EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
-  EXPECT_GE(stager_.Stats().copies, 36u);
+  EXPECT_GE(stager_->Stats().copies, 36u);
 }
 
 // More chunks than one pass holds (kMaxChunks): the copy takes several.
@@ -95,9 +109,9 @@ TEST_F(StagerTest, CopiesLargerThanOnePass) {
   Fill(src.data(), n, 9);
   CUresult r;
   StagedInfo info;
-  ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, src.data(), big, n, nullptr, true, &r, &info));
+  ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, src.data(), big, n, nullptr, true, &r, &info));
   ASSERT_EQ(r, CUDA_SUCCESS);
-  ASSERT_TRUE(stager_.Stage(CopyDir::kDeviceToHost, back.data(), big, n, nullptr, true, &r, &info));
+  ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), big, n, nullptr, true, &r, &info));
   ASSERT_EQ(r, CUDA_SUCCESS);
   EXPECT_TRUE(HasPattern(back.data(), n, 9));
   EXPECT_EQ(cuMemFree(big), CUDA_SUCCESS);
@@ -114,7 +128,7 @@ TEST_F(StagerTest, AsyncHostToDeviceReadsItsSourceBeforeReturning) {
   Fill(src.data(), n, 41);
   CUresult r;
   StagedInfo info;
-  ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev_, n, s, false, &r, &info));
+  ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, n, s, false, &r, &info));
   ASSERT_EQ(r, CUDA_SUCCESS);
   EXPECT_GT(fakecuda_pending_ops(), 0u);  // really still queued
   Fill(src.data(), n, 42);                // the program reuses its buffer
@@ -146,10 +160,10 @@ TEST_F(StagerTest, KeepsStreamOrder) {
   });
   CUresult r;
   StagedInfo info;
-  ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, b.data(), dev_, n, s, false, &r, &info));
+  ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, b.data(), dev_, n, s, false, &r, &info));
   release.join();
   ASSERT_EQ(r, CUDA_SUCCESS);
-  ASSERT_TRUE(stager_.Stage(CopyDir::kDeviceToHost, back.data(), dev_, n, s, false, &r, &info));
+  ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev_, n, s, false, &r, &info));
   EXPECT_TRUE(HasPattern(back.data(), n, 2));
   EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
@@ -161,21 +175,23 @@ TEST_F(StagerTest, DeclinesBadDeviceRanges) {
   std::vector<uint8_t> src(4 * kMiB, 1);
   CUresult r = CUDA_SUCCESS;
   StagedInfo info;
-  EXPECT_FALSE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev_ + kDevBytes - kMiB,
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_ + kDevBytes - kMiB,
                              src.size(), nullptr, true, &r, &info));
-  EXPECT_FALSE(stager_.Stage(CopyDir::kHostToDevice, src.data(), 0x1000, src.size(), nullptr, true,
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), 0x1000, src.size(), nullptr, true,
                              &r, &info));
   // Host memory that is not mapped: the driver answers.
   void* gone = mmap(nullptr, 4 * kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   munmap(gone, 4 * kMiB);
-  EXPECT_FALSE(stager_.Stage(CopyDir::kHostToDevice, gone, dev_, 4 * kMiB, nullptr, true, &r,
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, gone, dev_, 4 * kMiB, nullptr, true, &r,
                              &info));
   // Below the direction's threshold.
-  EXPECT_FALSE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev_, 1000, nullptr, true, &r,
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, 1000, nullptr, true, &r,
                              &info));
 }
 
 TEST_F(StagerTest, ManyThreadsAtOnce) {
+  // The threads stage at once: the walk waits until they joined.
+  Stager& stager = stager_.raw();
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 12; ++t) {
@@ -194,9 +210,9 @@ TEST_F(StagerTest, ManyThreadsAtOnce) {
         CUresult r = CUDA_SUCCESS;
         StagedInfo info;
         const CUdeviceptr at = dev_ + uint64_t(t) * 4 * kMiB;
-        bool staged = stager_.Stage(CopyDir::kHostToDevice, src.data(), at, n, s, false, &r, &info);
+        bool staged = stager.Stage(CopyDir::kHostToDevice, src.data(), at, n, s, false, &r, &info);
         if (!staged) r = cuMemcpyHtoDAsync(at, src.data(), n, s);  // every lane busy
-        staged = stager_.Stage(CopyDir::kDeviceToHost, back.data(), at, n, s, false, &r, &info);
+        staged = stager.Stage(CopyDir::kDeviceToHost, back.data(), at, n, s, false, &r, &info);
         if (!staged) r = cuMemcpyDtoH(back.data(), at, n);
         if (r != CUDA_SUCCESS || !HasPattern(back.data(), n, seed)) wrong++;
       }
@@ -204,8 +220,9 @@ TEST_F(StagerTest, ManyThreadsAtOnce) {
     });
   }
   for (auto& th : threads) th.join();
+  ExpectInvariants(stager);
   EXPECT_EQ(wrong.load(), 0);
-  EXPECT_LE(stager_.Stats().ring_bytes, uint64_t{Stager::kMaxLanes} * 4 * kMiB);
+  EXPECT_LE(stager_->Stats().ring_bytes, uint64_t{Stager::kMaxLanes} * 4 * kMiB);
 }
 
 // Each context stages through rings and events of its own.
@@ -221,30 +238,54 @@ TEST_F(StagerTest, TwoDevices) {
   Fill(src.data(), src.size(), 5);
   CUresult r;
   StagedInfo info;
-  ASSERT_TRUE(stager_.Stage(CopyDir::kHostToDevice, src.data(), dev1, src.size(), nullptr, true,
+  ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev1, src.size(), nullptr, true,
                             &r, &info));
-  ASSERT_TRUE(stager_.Stage(CopyDir::kDeviceToHost, back.data(), dev1, back.size(), nullptr, true,
+  ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev1, back.size(), nullptr, true,
                             &r, &info));
   EXPECT_TRUE(HasPattern(back.data(), back.size(), 5));
   EXPECT_EQ(cuMemFree(dev1), CUDA_SUCCESS);
   ASSERT_EQ(cuCtxSetCurrent(MakeContextCurrent()), CUDA_SUCCESS);
   RoundTrip(8 * kMiB, 0, nullptr, true, 6);
   // The other device's context goes: its ring goes with it.
-  const uint64_t before = stager_.Stats().ring_bytes;
+  const uint64_t before = stager_->Stats().ring_bytes;
   ASSERT_EQ(cuDevicePrimaryCtxReset(d1), CUDA_SUCCESS);
-  stager_.OnContextDestroyed(c1);
-  EXPECT_LT(stager_.Stats().ring_bytes, before);
+  stager_->OnContextDestroyed(c1);
+  EXPECT_LT(stager_->Stats().ring_bytes, before);
   RoundTrip(8 * kMiB, 0, nullptr, true, 7);
 }
 
 TEST_F(StagerTest, IdleRingsAreGivenBack) {
   RoundTrip(4 * kMiB, 0, nullptr, true, 3);
-  EXPECT_GT(stager_.Stats().ring_bytes, 0u);
-  EXPECT_GT(stager_.IdleBytes(), 0u);
-  EXPECT_GT(stager_.TrimIdle(/*all=*/true), 0u);
-  EXPECT_EQ(stager_.Stats().ring_bytes, 0u);
+  EXPECT_GT(stager_->Stats().ring_bytes, 0u);
+  EXPECT_GT(stager_->IdleBytes(), 0u);
+  EXPECT_GT(stager_->TrimIdle(/*all=*/true), 0u);
+  EXPECT_EQ(stager_->Stats().ring_bytes, 0u);
   EXPECT_EQ(account_.pinned(), 0u);
   RoundTrip(4 * kMiB, 0, nullptr, true, 4);  // and pinned again when needed
+}
+
+// The walker proves its power: each corruption breaks one invariant, the
+// walk names it, and undoing it makes the stager whole again.
+TEST_F(StagerTest, InvariantWalkerReportsEachCorruption) {
+  RoundTrip(4 * kMiB, 0, nullptr, true, 8);  // a ring, workers, a finished job
+  const struct {
+    Stager::Corruption what;
+    const char* invariant;
+  } cases[] = {
+      {Stager::Corruption::kRingBytes, "S3 "},
+      {Stager::Corruption::kJobLive, "S5 "},
+  };
+  Stager& stager = stager_.raw();
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.invariant);
+    ASSERT_TRUE(stager.CheckInvariants().ok()) << stager.CheckInvariants().text();
+    ASSERT_TRUE(stager.CorruptForTesting(c.what));
+    const InvariantReport broken = stager.CheckInvariants();
+    EXPECT_FALSE(broken.ok());
+    EXPECT_NE(strstr(broken.text(), c.invariant), nullptr) << broken.text();
+    ASSERT_TRUE(stager.CorruptForTesting(c.what));  // undone
+    EXPECT_TRUE(stager.CheckInvariants().ok()) << stager.CheckInvariants().text();
+  }
 }
 
 }  // namespace

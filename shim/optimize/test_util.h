@@ -1,5 +1,6 @@
 // Test helpers: the simulated driver (tests/fakecuda) behind a DriverOps
-// table, a current context, and device buffers to copy through.
+// table, a current context, device buffers to copy through, and the
+// invariant walkers (invariants.h) run after every operation.
 #ifndef PINSHIM_SHIM_OPTIMIZE_TEST_UTIL_H_
 #define PINSHIM_SHIM_OPTIMIZE_TEST_UTIL_H_
 
@@ -8,8 +9,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "shim/optimize/driver_ops.h"
+#include "shim/optimize/invariants.h"
 #include "tests/fakecuda/fakecuda_control.h"
 
 namespace pinshim {
@@ -79,6 +82,47 @@ inline bool HasPattern(const void* p, size_t n, uint8_t seed) {
   }
   return true;
 }
+
+// Expects every invariant of `x` (a pool, cache, arena, stager or pin
+// account) to hold; the failure names those that do not.
+template <typename T>
+void ExpectInvariants(const T& x, const char* after = "") {
+  const InvariantReport r = x.CheckInvariants();
+  EXPECT_TRUE(r.ok()) << r.text() << after;
+}
+
+// Holds a T and walks its invariants after every call made through ->: the
+// Access temporary lives until the end of the call's full expression, and
+// its destructor walks. raw() reaches the T without walking: for threads
+// running at once (the walk needs a quiescent structure; walk after they
+// joined) and for callbacks the T calls itself (its evictors), which run
+// in the middle of an operation.
+template <typename T>
+class Checked {
+ public:
+  class Access {
+   public:
+    Access(T* t, uint64_t n) : t_(t), n_(n) {}
+    ~Access() {
+      const std::string after = " (after operation " + std::to_string(n_) + ")";
+      ExpectInvariants(*t_, after.c_str());
+    }
+    Access(const Access&) = delete;
+    Access& operator=(const Access&) = delete;
+    T* operator->() const { return t_; }
+
+   private:
+    T* t_;
+    uint64_t n_;
+  };
+
+  Access operator->() { return Access(&t_, ++operations_); }
+  T& raw() { return t_; }
+
+ private:
+  T t_;
+  uint64_t operations_ = 0;
+};
 
 }  // namespace testing
 }  // namespace optimize

@@ -10,6 +10,8 @@
 
 #include <cstring>
 
+#include "shim/core/backtrace.h"
+
 // glibc's: an address near the top of the main thread's stack.
 extern "C" void* __libc_stack_end;
 
@@ -197,6 +199,14 @@ void RememberPython(UnwindCacheEntry* e, const PythonStack& py, uint32_t id) {
   e->python_id = id;
 }
 
+// A word of this thread's stack above the capturing frame: the cache reads
+// return addresses where the callers' frames hold them, between locals no
+// code here owns. AddressSanitizer puts redzones around those locals; the
+// read is meant, so it is not checked.
+__attribute__((no_sanitize_address)) inline uintptr_t StackWord(uintptr_t p) {
+  return *reinterpret_cast<const volatile uintptr_t*>(p);
+}
+
 inline size_t CacheIndex(uintptr_t sp, uintptr_t ret) {
   uint64_t h = (sp >> 4) * 0x9e3779b97f4a7c15ull ^ ret;
   h ^= h >> 29;
@@ -240,7 +250,7 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   if (e.epoch == epoch && e.sp == frame && e.ret == ret) {
     bool same = true;
     for (uint32_t i = 0; i < e.depth; ++i) {
-      if (*reinterpret_cast<const volatile uintptr_t*>(e.slot[i]) != e.value[i]) {
+      if (StackWord(e.slot[i]) != e.value[i]) {
         same = false;
         break;
       }
@@ -269,7 +279,7 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
 #endif
   ++cache->misses;
   void* raw[kMaxStackDepth + 1];
-  int n = unw_backtrace(raw, max_depth + 1);  // raw[0] is this function
+  int n = Backtrace(raw, max_depth + 1);  // raw[0] is this function
   scratch->depth = n > 1 ? n - 1 : 0;
   scratch->exact_mask = 0;
   bool cacheable = scratch->depth > 0;
@@ -290,13 +300,12 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   if (sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_ONSTACK)) return id;
   uintptr_t slots[kMaxStackDepth];
   slots[0] = frame + sizeof(uintptr_t);
-  if (*reinterpret_cast<const uintptr_t*>(slots[0]) != scratch->ips[0]) return id;
+  if (StackWord(slots[0]) != scratch->ips[0]) return id;
   for (int i = 1; i < scratch->depth; ++i) {
     uintptr_t p = slots[i - 1] + sizeof(uintptr_t);
     uintptr_t limit = slots[i - 1] + kMaxFrameScan;
     if (limit > top) limit = top;
-    while (p + sizeof(uintptr_t) <= limit &&
-           *reinterpret_cast<const uintptr_t*>(p) != scratch->ips[i]) {
+    while (p + sizeof(uintptr_t) <= limit && StackWord(p) != scratch->ips[i]) {
       p += sizeof(uintptr_t);
     }
     if (p + sizeof(uintptr_t) > limit) return id;  // not found: do not cache
