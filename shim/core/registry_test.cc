@@ -129,7 +129,9 @@ TEST(RegistryTest, MatchesModelUnderRandomOperations) {
       auto it = model.find(slot);
       bool expect = it != model.end() && probe < it->second.start + it->second.bytes;
       ASSERT_EQ(found, expect) << step;
-      if (found) EXPECT_EQ(r.id, it->second.id);
+      if (found) {
+        EXPECT_EQ(r.id, it->second.id);
+      }
     }
     ASSERT_EQ(reg.size(), model.size());
   }

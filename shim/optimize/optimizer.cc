@@ -73,7 +73,6 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
       // and a remove per pair cost about as much as the rest of the pool):
       // the pool answers for its own memory (Optimizer::PoolBlock), which
       // the hooks' classification asks when the registries know nothing.
-      po.allocations = nullptr;
       po.next_alloc_id = options_.next_alloc_id;
       if (options_.on_own_pin != nullptr) po.on_own_pin = options_.on_own_pin;
       pool_on_.store(pool_.Init(&ops_, &fences_, &account_, po));

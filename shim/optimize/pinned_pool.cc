@@ -362,20 +362,10 @@ CUresult PinnedPool::NewBlock(SubPool* sub, unsigned int flags, CUcontext ctx, u
   return r;
 }
 
-void PinnedPool::FinishAllocation(Block* b, uint64_t requested, unsigned int flags) {
+void PinnedPool::FinishAllocation(Block* b, uint64_t requested) {
   live_blocks_.fetch_add(1, std::memory_order_relaxed);
   live_requested_.fetch_add(requested, std::memory_order_relaxed);
   live_block_bytes_.fetch_add(b->bytes, std::memory_order_relaxed);
-  if (options_.allocations != nullptr) {
-    Region reg;
-    reg.start = b->base;
-    reg.bytes = requested == 0 ? 1 : requested;
-    reg.id = b->alloc_id;
-    reg.flags = flags;
-    reg.kind = MemKind::kPinnedByPinshim;
-    reg.source = kSourcePinshim;
-    options_.allocations->Insert(reg);
-  }
 }
 
 CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
@@ -485,7 +475,7 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
                       ? options_.next_alloc_id()
                       : next_id_.fetch_add(1, std::memory_order_relaxed);
   }
-  FinishAllocation(b, bytes, flags);
+  FinishAllocation(b, bytes);
   *pp = reinterpret_cast<void*>(b->base);
   return CUDA_SUCCESS;
 }
@@ -572,7 +562,6 @@ bool PinnedPool::Free(void* p, CUresult* result, PoolBlockInfo* freed) {
       b->state = kBlockFreeing;
     }
   }
-  if (options_.allocations != nullptr) options_.allocations->Remove(base, nullptr);
   live_blocks_.fetch_sub(1, std::memory_order_relaxed);
   live_requested_.fetch_sub(requested, std::memory_order_relaxed);
   live_block_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
@@ -984,7 +973,6 @@ void PinnedPool::OnContextDestroyed(CUcontext ctx) {
     for (uint32_t j = 0; j < s->nblocks; ++j) {
       Block& b = s->blocks[j];
       if (b.state == kBlockLive || b.state == kBlockFreeing) {
-        if (options_.allocations != nullptr) options_.allocations->Remove(b.base, nullptr);
         live_blocks_.fetch_sub(1, std::memory_order_relaxed);
         live_requested_.fetch_sub(b.requested, std::memory_order_relaxed);
         live_block_bytes_.fetch_sub(b.bytes, std::memory_order_relaxed);

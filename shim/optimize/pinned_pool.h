@@ -76,10 +76,7 @@ struct PoolOptions {
   // have waited for the device at every free).
   uint64_t max_fenced_bytes = uint64_t{64} << 20;
   bool trim_on_free = true;  // run the idle trim from Free, at most every idle_trim_ns / 2
-  // When set, live blocks are entered as kPinnedByPinshim (source
-  // kSourcePinshim, flags as requested) so copies see them as pinned.
-  Registry* allocations = nullptr;
-  uint64_t (*next_alloc_id)() = nullptr;  // ids for those entries; null: the pool's own
+  uint64_t (*next_alloc_id)() = nullptr;  // ids for live blocks; null: the pool's own
   uint64_t (*now_ns)() = nullptr;         // null: MonotonicNs
   // Told about every slab and dedicated allocation pinned, unpinned or
   // refused (cap, budget, driver error: the request then falls back to a
@@ -278,7 +275,7 @@ class PinnedPool {
   CUresult NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, uint64_t block_bytes,
                    uint32_t nblocks, bool dedicated, PinUse use, uint64_t charge, Block** out);
   Slab* NewSlabStructLocked();
-  void FinishAllocation(Block* b, uint64_t requested, unsigned int flags);
+  void FinishAllocation(Block* b, uint64_t requested);
   void ReleaseSlabMemory(Slab* s, OwnPinReason why);
   void ReportSlab(OwnPinAction action, const Slab* s, OwnPinReason why, int result) const;
   uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why);

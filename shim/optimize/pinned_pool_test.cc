@@ -42,7 +42,6 @@ class PoolTest : public ::testing::Test {
 
   void StartPool(PoolOptions options = PoolOptions()) {
     options.now_ns = &ManualClock::Now;
-    options.allocations = &allocations_;
     ASSERT_TRUE(pool_->Init(&ops_, &fences_, &account_, options));
   }
 
@@ -71,7 +70,6 @@ class PoolTest : public ::testing::Test {
   DriverOps ops_;
   FenceManager fences_;
   PinAccount account_;
-  Registry allocations_;
   Checked<PinnedPool> pool_;  // every call walks the pool's invariants
   size_t baseline_allocs_ = 0;
 };
@@ -223,19 +221,24 @@ TEST_F(PoolTest, NoCurrentContextGetsTheDriversAnswer) {
   EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
 }
 
-TEST_F(PoolTest, LiveBlocksAreInTheRegistryAsPinnedByPinshim) {
+// The pool answers for its live blocks itself (Optimizer::PoolBlock asks it
+// when the registries know nothing): any pointer inside the requested bytes
+// finds its block, and nothing does once the block is freed.
+TEST_F(PoolTest, LookupFindsLiveBlocksUntilTheyAreFreed) {
   StartPool();
   void* p = Alloc(100 * kKiB, CU_MEMHOSTALLOC_WRITECOMBINED);
-  Region r;
-  ASSERT_TRUE(allocations_.Lookup(reinterpret_cast<uintptr_t>(p) + 50 * kKiB, &r));
-  EXPECT_EQ(r.start, reinterpret_cast<uintptr_t>(p));
-  EXPECT_EQ(r.bytes, 100 * kKiB);
-  EXPECT_EQ(r.kind, MemKind::kPinnedByPinshim);
-  EXPECT_EQ(r.source, kSourcePinshim);
-  EXPECT_EQ(r.flags, static_cast<uint32_t>(CU_MEMHOSTALLOC_WRITECOMBINED));
-  EXPECT_NE(r.id, 0u);
+  PoolBlockInfo info;
+  ASSERT_TRUE(pool_->Lookup(static_cast<char*>(p) + 50 * kKiB, &info));
+  EXPECT_EQ(info.base, reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(info.requested, 100 * kKiB);
+  EXPECT_GE(info.block_bytes, 100 * kKiB);
+  EXPECT_EQ(info.flags, static_cast<unsigned>(CU_MEMHOSTALLOC_WRITECOMBINED));
+  EXPECT_EQ(info.ctx, ctx_);
+  EXPECT_NE(info.alloc_id, 0u);
+  EXPECT_FALSE(pool_->Lookup(static_cast<char*>(p) + 100 * kKiB, &info));
   EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
-  EXPECT_FALSE(allocations_.Lookup(reinterpret_cast<uintptr_t>(p), &r));
+  EXPECT_FALSE(pool_->Lookup(p, &info));
+  EXPECT_TRUE(pool_->Owns(p));
 }
 
 // Invariant 4, deterministically: the stream is held, so the copy that read

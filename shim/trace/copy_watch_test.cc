@@ -22,7 +22,7 @@ class CopyWatchTest : public ::testing::Test {
 };
 
 TEST_F(CopyWatchTest, ReadsOfSourcesAreNoRaceAndEachCopyIsTakenOnce) {
-  char buf[256];
+  char buf[512] = {};  // copies watch the first 256 bytes
   WatchCopy(buf, 128, /*device_to_host=*/false, S(0x10), false);
   WatchCopy(buf + 128, 128, /*device_to_host=*/true, S(0x10), false);
   EXPECT_TRUE(CopyWatchAny());
@@ -35,7 +35,7 @@ TEST_F(CopyWatchTest, ReadsOfSourcesAreNoRaceAndEachCopyIsTakenOnce) {
 }
 
 TEST_F(CopyWatchTest, WaitsPruneByStreamAndByMark) {
-  char buf[4][64];
+  char buf[4][64] = {};
   WatchCopy(buf[0], 64, true, S(0x10), false);
   WatchCopy(buf[1], 64, true, S(0x20), false);
   CopyWatchStreamDone(S(0x10));
