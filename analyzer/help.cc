@@ -27,8 +27,7 @@ void PrintWrapped(FILE* out, const std::string& text, int indent, int width) {
     const std::string word = text.substr(pos, end - pos);
     pos = end + 1;
     if (word.empty()) continue;
-    if (!line.empty() &&
-        static_cast<int>(indent + line.size() + 1 + word.size()) > width) {
+    if (!line.empty() && static_cast<int>(indent + line.size() + 1 + word.size()) > width) {
       std::fprintf(out, "%s%s\n", pad.c_str(), line.c_str());
       line.clear();
     }
@@ -42,8 +41,7 @@ void PrintVariables(FILE* out) {
                "Environment variables read by libpinshim.so at start-up (the "
                "environment\noverrides the config file):\n");
   for (const ConfigKeyInfo& info : kConfigKeys) {
-    PrintVariable(out, info.variable, info.default_text, info.accepted,
-                  info.meaning);
+    PrintVariable(out, info.variable, info.default_text, info.accepted, info.meaning);
   }
   PrintVariable(out, kConfigFileVariable, "/etc/pinshim.conf when it exists",
                 "a file path, or empty "
@@ -55,8 +53,7 @@ void PrintVariables(FILE* out) {
                 "ledger_shared, profile); '#' starts a comment at the start "
                 "of a line or after a blank. A named file that cannot be "
                 "read is an error.");
-  PrintVariable(out, kLibraryVariable, "the library beside pinshim",
-                "a file path",
+  PrintVariable(out, kLibraryVariable, "the library beside pinshim", "a file path",
                 "Read by pinshim run only: the libpinshim.so to preload.");
   std::fprintf(out, "\n");
   PrintWrapped(out,

@@ -40,20 +40,18 @@ std::string Resolve(const std::string& path) {
 std::vector<std::string> LibraryCandidates(const std::string& exe_path) {
   const std::string dir = DirName(exe_path);
   return {
-      dir + "/../lib/libpinshim.so",
-      exe_path + ".runfiles/pinshim/shim/libpinshim.so",
+      dir + "/../lib/libpinshim.so", exe_path + ".runfiles/pinshim/shim/libpinshim.so",
       dir + "/../shim/libpinshim.so",
       dir + "/libpinshim.so",  // a flat folder holding both files
   };
 }
 
-bool FindLibrary(const std::string& exe_path, const char* override_path,
-                 std::string* library, std::string* error) {
+bool FindLibrary(const std::string& exe_path, const char* override_path, std::string* library,
+                 std::string* error) {
   if (override_path != nullptr && override_path[0] != '\0') {
     const std::string problem = FileProblem(override_path);
     if (!problem.empty()) {
-      *error = std::string(kLibraryVariable) + "=\"" + override_path +
-               "\": " + problem +
+      *error = std::string(kLibraryVariable) + "=\"" + override_path + "\": " + problem +
                "; accepted: the path of libpinshim.so, or unset to use the "
                "one found beside pinshim";
       return false;
@@ -76,8 +74,8 @@ bool FindLibrary(const std::string& exe_path, const char* override_path,
     }
     tried += (tried.empty() ? "" : ", ") + candidate;
   }
-  *error = "cannot find libpinshim.so (looked for " + tried + "); set " +
-           kLibraryVariable + " to the library's path";
+  *error = "cannot find libpinshim.so (looked for " + tried + "); set " + kLibraryVariable +
+           " to the library's path";
   return false;
 }
 

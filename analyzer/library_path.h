@@ -23,8 +23,8 @@ std::vector<std::string> LibraryCandidates(const std::string& exe_path);
 // named by override_path when it is non-null and non-empty, else the first
 // readable regular file among LibraryCandidates(exe_path). On failure
 // returns false and sets *error to one line naming what was tried.
-bool FindLibrary(const std::string& exe_path, const char* override_path,
-                 std::string* library, std::string* error);
+bool FindLibrary(const std::string& exe_path, const char* override_path, std::string* library,
+                 std::string* error);
 
 // The resolved path of the running executable (/proc/self/exe), "" if unknown.
 std::string SelfExecutablePath();

@@ -63,17 +63,14 @@ TEST_F(LibraryPathTest, BazelRunfilesThenBazelBin) {
 
   Touch("bin/analyzer/pinshim.runfiles/pinshim/shim/libpinshim.so");
   ASSERT_TRUE(FindLibrary(exe, nullptr, &library, &error)) << error;
-  EXPECT_EQ(
-      library,
-      root_ + "/bin/analyzer/pinshim.runfiles/pinshim/shim/libpinshim.so");
+  EXPECT_EQ(library, root_ + "/bin/analyzer/pinshim.runfiles/pinshim/shim/libpinshim.so");
 }
 
 TEST_F(LibraryPathTest, SymlinkedLibraryIsResolved) {
   const std::string exe = Touch("prefix/bin/pinshim");
   const std::string real = Touch("store/libpinshim.so.1");
   MakeDir("prefix/lib");
-  ASSERT_EQ(
-      symlink(real.c_str(), (root_ + "/prefix/lib/libpinshim.so").c_str()), 0);
+  ASSERT_EQ(symlink(real.c_str(), (root_ + "/prefix/lib/libpinshim.so").c_str()), 0);
   std::string library, error;
   ASSERT_TRUE(FindLibrary(exe, nullptr, &library, &error)) << error;
   EXPECT_EQ(library, real);
@@ -88,9 +85,7 @@ TEST_F(LibraryPathTest, MissingLibraryNamesEveryPlaceTried) {
                        "/prefix/bin/../lib/libpinshim.so, " + root_ +
                        "/prefix/bin/pinshim.runfiles/pinshim/shim/"
                        "libpinshim.so, " +
-                       root_ +
-                       "/prefix/bin/../shim/libpinshim.so, " +
-                       root_ +
+                       root_ + "/prefix/bin/../shim/libpinshim.so, " + root_ +
                        "/prefix/bin/libpinshim.so); set "
                        "PINSHIM_LIBRARY to the library's path");
   EXPECT_EQ(error.find('\n'), std::string::npos);
@@ -110,14 +105,12 @@ TEST_F(LibraryPathTest, OverrideWinsAndMustExist) {
 
   const std::string absent = root_ + "/absent.so";
   EXPECT_FALSE(FindLibrary(exe, absent.c_str(), &library, &error));
-  EXPECT_EQ(error.rfind("PINSHIM_LIBRARY=\"" + absent +
-                            "\": No such file or directory; accepted:",
-                        0),
-            0u)
+  EXPECT_EQ(
+      error.rfind("PINSHIM_LIBRARY=\"" + absent + "\": No such file or directory; accepted:", 0),
+      0u)
       << error;
   EXPECT_FALSE(FindLibrary(exe, root_.c_str(), &library, &error));
-  EXPECT_NE(error.find("\": not a regular file; accepted:"), std::string::npos)
-      << error;
+  EXPECT_NE(error.find("\": not a regular file; accepted:"), std::string::npos) << error;
 }
 
 TEST(SelfExecutablePathTest, NamesThisTest) {

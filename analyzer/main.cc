@@ -44,8 +44,7 @@ void PrintHelp(FILE* out) {
     std::fprintf(out, "  %-10s %s\n", command.name, command.summary);
   }
   std::fprintf(out, "  %-10s %s\n\n", "help", "show this help, or a command's");
-  std::fprintf(out,
-               "Run 'pinshim COMMAND --help' for a command's options.\n\n");
+  std::fprintf(out, "Run 'pinshim COMMAND --help' for a command's options.\n\n");
   PrintVariables(out);
 }
 

@@ -41,63 +41,48 @@ struct RunOption {
 // Every option sets one variable; the library reads only the variables, so
 // pinshim run and a hand-set environment behave the same.
 const RunOption kRunOptions[] = {
-    {"--mode", "MODE", "PINSHIM_MODE", Value::kRequired, nullptr,
-     PathKind::kNone,
+    {"--mode", "MODE", "PINSHIM_MODE", Value::kRequired, nullptr, PathKind::kNone,
      "observe, optimize, enforce or a comma-separated combination; observe "
      "is always on."},
-    {"--trace-dir", "DIR", "PINSHIM_TRACE_DIR", Value::kRequired, nullptr,
-     PathKind::kPath,
+    {"--trace-dir", "DIR", "PINSHIM_TRACE_DIR", Value::kRequired, nullptr, PathKind::kPath,
      "write traces to DIR, which is created if it does not exist; it must "
      "be writable."},
-    {"--summary", "FILE", "PINSHIM_SUMMARY", Value::kOptional, "1",
-     PathKind::kSummary,
+    {"--summary", "FILE", "PINSHIM_SUMMARY", Value::kOptional, "1", PathKind::kSummary,
      "print a summary at exit: to stderr, or with =FILE to FILE (%p is "
      "replaced by the pid)."},
-    {"--budget", "SIZE", "PINSHIM_BUDGET", Value::kRequired, nullptr,
-     PathKind::kNone,
+    {"--budget", "SIZE", "PINSHIM_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
      "most bytes the process may have pinned, e.g. 8G or 25%."},
-    {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired, nullptr,
-     PathKind::kNone,
+    {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
      "most bytes all processes on this node may have pinned together."},
-    {"--policy", "POLICY", "PINSHIM_POLICY", Value::kRequired, nullptr,
-     PathKind::kNone, "deny, fallback or evict: what happens over budget."},
-    {"--track-threshold", "SIZE", "PINSHIM_TRACK_THRESHOLD", Value::kRequired,
-     nullptr, PathKind::kNone,
-     "track host allocations of at least SIZE (no percentage)."},
-    {"--pin-cap", "SIZE", "PINSHIM_PIN_CAP", Value::kRequired, nullptr,
-     PathKind::kNone, "most bytes pinshim itself pins for optimize mode."},
-    {"--idle-trim-s", "S", "PINSHIM_IDLE_TRIM_S", Value::kRequired, nullptr,
-     PathKind::kNone,
+    {"--policy", "POLICY", "PINSHIM_POLICY", Value::kRequired, nullptr, PathKind::kNone,
+     "deny, fallback or evict: what happens over budget."},
+    {"--track-threshold", "SIZE", "PINSHIM_TRACK_THRESHOLD", Value::kRequired, nullptr,
+     PathKind::kNone, "track host allocations of at least SIZE (no percentage)."},
+    {"--pin-cap", "SIZE", "PINSHIM_PIN_CAP", Value::kRequired, nullptr, PathKind::kNone,
+     "most bytes pinshim itself pins for optimize mode."},
+    {"--idle-trim-s", "S", "PINSHIM_IDLE_TRIM_S", Value::kRequired, nullptr, PathKind::kNone,
      "seconds optimize mode keeps idle pinned memory before giving it back (0: until needed)."},
-    {"--sample-ms", "MS", "PINSHIM_SAMPLE_MS", Value::kRequired, nullptr,
-     PathKind::kNone,
+    {"--sample-ms", "MS", "PINSHIM_SAMPLE_MS", Value::kRequired, nullptr, PathKind::kNone,
      "how often the trace samples pinned bytes, RSS and swap, 1 to 60000 "
      "milliseconds."},
-    {"--ledger-shared", "0|1", "PINSHIM_LEDGER_SHARED", Value::kOptional, "1",
-     PathKind::kNone,
+    {"--ledger-shared", "0|1", "PINSHIM_LEDGER_SHARED", Value::kOptional, "1", PathKind::kNone,
      "one node budget ledger for all users instead of one per user."},
-    {"--wc-guard", "0|1", "PINSHIM_WC_GUARD", Value::kOptional, "1",
-     PathKind::kNone,
+    {"--wc-guard", "0|1", "PINSHIM_WC_GUARD", Value::kOptional, "1", PathKind::kNone,
      "sample plain CPU loads of write-combined memory (with --trace-dir)."},
-    {"--python-frames", "0|1", "PINSHIM_PYTHON_FRAMES", Value::kOptional, "1",
-     PathKind::kNone,
+    {"--python-frames", "0|1", "PINSHIM_PYTHON_FRAMES", Value::kOptional, "1", PathKind::kNone,
      "record Python frames with call sites in Python programs (default 1; "
      "with --trace-dir)."},
-    {"--copy-guard", "0|1", "PINSHIM_COPY_GUARD", Value::kOptional, "1",
-     PathKind::kNone,
+    {"--copy-guard", "0|1", "PINSHIM_COPY_GUARD", Value::kOptional, "1", PathKind::kNone,
      "also catch plain CPU accesses to memory under a queued copy (with --trace-dir)."},
-    {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired,
-     nullptr, PathKind::kPath,
+    {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired, nullptr, PathKind::kPath,
      "rewrite FILE every 2 seconds and at exit with enforce mode's metrics "
      "(Prometheus text)."},
-    {"--profile", "FILE", "PINSHIM_PROFILE", Value::kRequired, nullptr,
-     PathKind::kPath,
+    {"--profile", "FILE", "PINSHIM_PROFILE", Value::kRequired, nullptr, PathKind::kPath,
      "optimize mode only: serve the hot allocation sites listed in FILE (a "
      "profile written by pinshim report --profile-out) from the pinned "
      "arena, from their first allocation on; FILE must be a readable v1 "
      "profile."},
-    {"--config", "FILE", kConfigFileVariable, Value::kRequired, nullptr,
-     PathKind::kPath,
+    {"--config", "FILE", kConfigFileVariable, Value::kRequired, nullptr, PathKind::kPath,
      "read settings from FILE instead of /etc/pinshim.conf; options and "
      "the environment override it."},
 };
@@ -198,16 +183,12 @@ int Execute(char** cmd) {
     return kExitNotFound;
   }
   struct stat st;
-  if (e == EACCES && has_slash && stat(cmd[0], &st) == 0 &&
-      S_ISDIR(st.st_mode)) {
+  if (e == EACCES && has_slash && stat(cmd[0], &st) == 0 && S_ISDIR(st.st_mode)) {
     std::fprintf(stderr, "pinshim run: %s: is a directory\n", cmd[0]);
   } else if (e == EACCES) {
-    std::fprintf(stderr,
-                 "pinshim run: %s: permission denied (not executable)\n",
-                 cmd[0]);
+    std::fprintf(stderr, "pinshim run: %s: permission denied (not executable)\n", cmd[0]);
   } else {
-    std::fprintf(stderr, "pinshim run: %s: cannot execute: %s\n", cmd[0],
-                 std::strerror(e));
+    std::fprintf(stderr, "pinshim run: %s: cannot execute: %s\n", cmd[0], std::strerror(e));
   }
   return kExitCannotExecute;
 }
@@ -227,19 +208,19 @@ void PrintRunHelp(bool to_stdout) {
   std::fprintf(out, "\nOptions (--opt VALUE and --opt=VALUE are the same):\n");
   for (const RunOption& option : kRunOptions) {
     std::string head = std::string("  ") + option.name;
-    head += option.value == Value::kOptional
-                ? std::string("[=") + option.metavar + "]"
-                : std::string(" ") + option.metavar;
+    head += option.value == Value::kOptional ? std::string("[=") + option.metavar + "]"
+                                             : std::string(" ") + option.metavar;
     std::fprintf(out, "%s  (%s)\n", head.c_str(), option.variable);
     PrintWrapped(out, std::string(option.help), 6, 79);
   }
   std::fprintf(out, "  -h, --help\n      show this help.\n\n");
-  PrintWrapped(out,
-               "Exit status: CMD's own; 2 for a bad option or value, a trace "
-               "directory that cannot be created or written, a profile that "
-               "cannot be read, or a missing libpinshim.so; 126 when CMD exists but cannot be executed; "
-               "127 when CMD is not found.",
-               0, 79);
+  PrintWrapped(
+      out,
+      "Exit status: CMD's own; 2 for a bad option or value, a trace "
+      "directory that cannot be created or written, a profile that "
+      "cannot be read, or a missing libpinshim.so; 126 when CMD exists but cannot be executed; "
+      "127 when CMD is not found.",
+      0, 79);
   std::fprintf(out, "\n");
   PrintWrapped(out,
                "libpinshim.so is looked for beside pinshim "
@@ -272,8 +253,7 @@ int RunRunCommand(int argc, char** argv) {
     const std::string name = arg.substr(0, eq);
     const RunOption* option = FindOption(name);
     if (option == nullptr || arg.compare(0, 2, "--") != 0) {
-      return UsageError("unknown option \"" + arg +
-                        "\"; see pinshim run --help");
+      return UsageError("unknown option \"" + arg + "\"; see pinshim run --help");
     }
     std::string value;
     if (eq != std::string::npos) {
@@ -283,8 +263,8 @@ int RunRunCommand(int argc, char** argv) {
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
-      return UsageError(std::string(option->name) + " needs a value (" +
-                        option->metavar + "); see pinshim run --help");
+      return UsageError(std::string(option->name) + " needs a value (" + option->metavar +
+                        "); see pinshim run --help");
     }
     settings.push_back({option, value});
   }
@@ -302,15 +282,12 @@ int RunRunCommand(int argc, char** argv) {
     ConfigKey key;
     if (ConfigKeyFromVariable(option.variable, &key)) {
       char err[kConfigErrorLen];
-      if (!ParseConfigValue(key, setting.value.c_str(), &scratch, err,
-                            sizeof(err))) {
-        return UsageError(std::string(option.name) + " \"" + setting.value +
-                          "\": " + err);
+      if (!ParseConfigValue(key, setting.value.c_str(), &scratch, err, sizeof(err))) {
+        return UsageError(std::string(option.name) + " \"" + setting.value + "\": " + err);
       }
     }
     if (option.path == PathKind::kPath ||
-        (option.path == PathKind::kSummary && setting.value != "0" &&
-         setting.value != "1")) {
+        (option.path == PathKind::kSummary && setting.value != "0" && setting.value != "1")) {
       setting.value = MakeAbsolute(setting.value);
     }
   }
@@ -329,8 +306,7 @@ int RunRunCommand(int argc, char** argv) {
       std::fprintf(stderr, "pinshim run: %s\n", errors.messages[e]);
     }
     if (errors.dropped > 0) {
-      std::fprintf(stderr, "pinshim run: and %d more configuration errors\n",
-                   errors.dropped);
+      std::fprintf(stderr, "pinshim run: and %d more configuration errors\n", errors.dropped);
     }
     return kExitUsage;
   }
@@ -346,15 +322,13 @@ int RunRunCommand(int argc, char** argv) {
   if (config.trace_dir[0] != '\0') {
     const std::string problem = PrepareTraceDirectory(config.trace_dir);
     if (!problem.empty()) {
-      return UsageError(std::string("trace directory \"") + config.trace_dir +
-                        "\": " + problem);
+      return UsageError(std::string("trace directory \"") + config.trace_dir + "\": " + problem);
     }
   }
 
   std::string library;
   std::string error;
-  if (!FindLibrary(SelfExecutablePath(), getenv(kLibraryVariable), &library,
-                   &error)) {
+  if (!FindLibrary(SelfExecutablePath(), getenv(kLibraryVariable), &library, &error)) {
     return UsageError(error);
   }
   if (library.find_first_of(" :") != std::string::npos) {

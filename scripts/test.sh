@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test (unit, interception against the simulated driver, tool and
-# budget tests), fuzzes the trace reader, runs the unit and interception
-# tests again under AddressSanitizer and UndefinedBehaviorSanitizer and the
-# concurrent ones under ThreadSanitizer (scripts/sanitize.sh), and ends with
-# one line: "N passed, N failed[, N skipped]", counting individual test
-# cases from each test's XML report, the sanitizer runs' included.
+# budget tests), fuzzes the trace reader, checks the C++ formatting, runs
+# the unit and interception tests again under AddressSanitizer and
+# UndefinedBehaviorSanitizer and the concurrent ones under ThreadSanitizer
+# (scripts/sanitize.sh), and ends with one line: "N passed, N failed[, N
+# skipped]", counting individual test cases from each test's XML report, the
+# sanitizer runs' included; the fuzzer and the format check count one each.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh || exit 2
@@ -28,6 +29,15 @@ else
   tail -n 20 /tmp/pinshim-fuzz.log
 fi
 
+# Formatting: every tracked C++ file as clang-format-14 and the root
+# .clang-format leave it (scripts/format_check.sh --fix formats them).
+if bash scripts/format_check.sh > "$logs/format.log" 2>&1; then
+  format=pass
+else
+  format=fail
+fi
+tail -n 1 "$logs/format.log"
+
 # The sanitizers, one build each (.bazelrc: --config=asan|ubsan|tsan), on
 # the simulated driver. PINSHIM_SANITIZERS="" skips them.
 sanitizers=(${PINSHIM_SANITIZERS-asan ubsan tsan})
@@ -41,7 +51,7 @@ for san in "${sanitizers[@]}"; do
   echo "$san took $((SECONDS - start))s"
 done
 
-python3 - "$status" "$fuzz" "$logs" "${sanitizers[@]}" <<'PY'
+python3 - "$status" "$fuzz" "$format" "$logs" "${sanitizers[@]}" <<'PY'
 import glob, os, re, sys, xml.etree.ElementTree as ET
 
 # A target bazel reports as failed whose report shows no failed case (its
@@ -97,8 +107,9 @@ def report_path(testlogs, label):
 
 status = int(sys.argv[1])
 fuzz = sys.argv[2]
-logs = sys.argv[3]
-sanitizers = sys.argv[4:]
+format_check = sys.argv[3]
+logs = sys.argv[4]
+sanitizers = sys.argv[5:]
 total = {"passed": 0, "failed": 0, "skipped": 0}
 
 plain = {"passed": 0, "failed": 0, "skipped": 0}
@@ -123,6 +134,12 @@ if fuzz == "pass":
 else:
     total["failed"] += 1
     print("the trace reader fuzzer failed (see /tmp/pinshim-fuzz.log)")
+if format_check == "pass":
+    total["passed"] += 1
+else:
+    total["failed"] += 1
+    with open(os.path.join(logs, "format.log"), errors="replace") as f:
+        print(f.read().rstrip())
 
 ok = total["failed"] == 0 and status == 0
 for san in sanitizers:

@@ -84,7 +84,8 @@ class Replay : public EventVisitor {
       return;
     }
     int dir = static_cast<int>(e.dir) & 3;
-    int kind = static_cast<int>(e.dir == CopyDir::kDeviceToDevice ? MemKind::kDevice : e.HostKind());
+    int kind =
+        static_cast<int>(e.dir == CopyDir::kDeviceToDevice ? MemKind::kDevice : e.HostKind());
     summary_.bytes[dir][kind] += e.bytes;
     ++summary_.copy_count[dir][kind];
     PinnedAlloc* pinned = nullptr;
@@ -316,8 +317,8 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
   report.own = own.Finish();
   report.summary = replay.summary();
   report.events = trace.event_count();
-  RuleContext ctx{&report.info, &options.model, &options.rules, &report.summary, &trace,
-                  report.summary.last_ns};
+  RuleContext ctx{&report.info,    &options.model, &options.rules,
+                  &report.summary, &trace,         report.summary.last_ns};
   for (auto& r : rules) r->Finish(ctx, &report.findings);
 
   Symbolizer sym(&trace);

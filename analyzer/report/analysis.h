@@ -8,8 +8,8 @@
 
 #include "analyzer/report/bandwidth_model.h"
 #include "analyzer/report/finding.h"
-#include "analyzer/report/profile.h"
 #include "analyzer/report/own_pinning.h"
+#include "analyzer/report/profile.h"
 #include "analyzer/report/rules/rule.h"
 #include "analyzer/report/symbol_archive.h"
 #include "analyzer/report/trace_reader.h"
@@ -20,8 +20,8 @@ namespace report {
 struct AnalysisOptions {
   RuleOptions rules;
   BandwidthModel model;
-  bool symbolize = true;  // false: sites stay unresolved (benchmarks)
-  bool hot_sites = false; // also collect hot allocation sites (--profile-out)
+  bool symbolize = true;   // false: sites stay unresolved (benchmarks)
+  bool hot_sites = false;  // also collect hot allocation sites (--profile-out)
   // Symbols archived beside the trace (pinshim archive), answered first;
   // null when there is none. Must outlive the analysis.
   const SymbolArchive* archive = nullptr;
@@ -32,12 +32,12 @@ struct ProcessReport {
   ProcessInfo info;
   ProcessSummary summary;
   uint64_t events = 0;
-  std::string damage;                       // one line, "" when the trace is whole
-  bool complete = true;                     // the trace has its end record
-  std::vector<std::string> symbol_problems; // modules that could not be symbolized
-  std::vector<Finding> findings;            // sorted by estimated loss
-  HotSites hot_sites;                       // when AnalysisOptions::hot_sites
-  OwnPinningSummary own;                    // pinshim's own pinning (optimize mode)
+  std::string damage;                        // one line, "" when the trace is whole
+  bool complete = true;                      // the trace has its end record
+  std::vector<std::string> symbol_problems;  // modules that could not be symbolized
+  std::vector<Finding> findings;             // sorted by estimated loss
+  HotSites hot_sites;                        // when AnalysisOptions::hot_sites
+  OwnPinningSummary own;                     // pinshim's own pinning (optimize mode)
 };
 
 // Analyzes `trace` (opened successfully).

@@ -127,9 +127,9 @@ int ArchiveDirectory(const std::string& dir) {
   }
   struct stat st;
   uint64_t bytes = stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  printf("pinshim archive: %s: %zu trace%s, %zu addresses in %zu modules; %s, %s\n",
-         dir.c_str(), traces, traces == 1 ? "" : "s", archive.addresses(), archive.modules(),
-         path.c_str(), FormatBytes(bytes).c_str());
+  printf("pinshim archive: %s: %zu trace%s, %zu addresses in %zu modules; %s, %s\n", dir.c_str(),
+         traces, traces == 1 ? "" : "s", archive.addresses(), archive.modules(), path.c_str(),
+         FormatBytes(bytes).c_str());
   return 0;
 }
 

@@ -22,11 +22,16 @@ bool ParseSize(const std::string& s, double* out) {
   if (end == s.c_str() || v <= 0) return false;
   std::string unit(end);
   for (char& c : unit) c = static_cast<char>(toupper(c));
-  if (unit == "" || unit == "B") *out = v;
-  else if (unit == "K" || unit == "KB" || unit == "KIB") *out = v * kKiB;
-  else if (unit == "M" || unit == "MB" || unit == "MIB") *out = v * kMiB;
-  else if (unit == "G" || unit == "GB" || unit == "GIB") *out = v * kMiB * 1024.0;
-  else return false;
+  if (unit == "" || unit == "B")
+    *out = v;
+  else if (unit == "K" || unit == "KB" || unit == "KIB")
+    *out = v * kKiB;
+  else if (unit == "M" || unit == "MB" || unit == "MIB")
+    *out = v * kMiB;
+  else if (unit == "G" || unit == "GB" || unit == "GIB")
+    *out = v * kMiB * 1024.0;
+  else
+    return false;
   return true;
 }
 
@@ -39,10 +44,8 @@ BandwidthModel::BandwidthModel() : source_("H200 defaults") {
     double size, h2d_pageable, h2d_pinned, d2h_pageable, d2h_pinned;
   };
   static const Row kRows[] = {
-      {4 * kKiB, 0.60, 0.52, 0.60, 0.52},
-      {64 * kKiB, 2.63, 7.35, 2.63, 7.35},
-      {1 * kMiB, 11.87, 39.06, 7.41, 40.78},
-      {16 * kMiB, 11.55, 53.45, 8.61, 53.38},
+      {4 * kKiB, 0.60, 0.52, 0.60, 0.52},      {64 * kKiB, 2.63, 7.35, 2.63, 7.35},
+      {1 * kMiB, 11.87, 39.06, 7.41, 40.78},   {16 * kMiB, 11.55, 53.45, 8.61, 53.38},
       {256 * kMiB, 5.80, 55.24, 10.36, 54.78},
   };
   for (const Row& r : kRows) {
@@ -84,7 +87,8 @@ bool BandwidthModel::LoadCalibration(const std::string& path, std::string* error
     if (!ParseSize(size, &bytes)) return fail("bad size '" + size + "'");
     char* end = nullptr;
     double g = strtod(gbps.c_str(), &end);
-    if (end == gbps.c_str() || *end != '\0' || !(g > 0)) return fail("bad bandwidth '" + gbps + "'");
+    if (end == gbps.c_str() || *end != '\0' || !(g > 0))
+      return fail("bad bandwidth '" + gbps + "'");
     fresh[d][k].push_back({std::log(bytes), g});
   }
   bool any = false;
@@ -130,8 +134,10 @@ double BandwidthModel::PageableLoss(CopyDir dir, uint64_t bytes) const {
 
 double BandwidthModel::RegisterSeconds(uint64_t bytes) const {
   // cudaHostRegister + cudaHostUnregister medians, microseconds.
-  static const double kPoints[][2] = {
-      {4 * kKiB, 74 + 36}, {1 * kMiB, 107 + 52}, {16 * kMiB, 770 + 322}, {256 * kMiB, 11611 + 4691}};
+  static const double kPoints[][2] = {{4 * kKiB, 74 + 36},
+                                      {1 * kMiB, 107 + 52},
+                                      {16 * kMiB, 770 + 322},
+                                      {256 * kMiB, 11611 + 4691}};
   double b = static_cast<double>(bytes < 1 ? 1 : bytes);
   if (b <= kPoints[0][0]) return kPoints[0][1] * 1e-6;
   for (size_t i = 1; i < 4; ++i) {

@@ -15,10 +15,14 @@ const char* SeverityName(Severity s) {
 }
 
 bool ParseSeverity(const std::string& text, Severity* out) {
-  if (text == "info") *out = Severity::kInfo;
-  else if (text == "warning") *out = Severity::kWarning;
-  else if (text == "error") *out = Severity::kError;
-  else return false;
+  if (text == "info")
+    *out = Severity::kInfo;
+  else if (text == "warning")
+    *out = Severity::kWarning;
+  else if (text == "error")
+    *out = Severity::kError;
+  else
+    return false;
   return true;
 }
 

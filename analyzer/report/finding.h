@@ -22,7 +22,7 @@ bool ParseSeverity(const std::string& text, Severity* out);
 
 // A call site, once symbolized.
 struct Site {
-  bool known = false;        // false: no stack, or a stack with no frames
+  bool known = false;  // false: no stack, or a stack with no frames
   std::string function;
   std::string file;
   int line = 0;
@@ -49,17 +49,27 @@ struct Site {
 
 class Value {
  public:
-  enum class Kind : uint8_t { kNull, kBool, kInt, kDouble, kString, kBytes, kSeconds, kSite,
-                              kArray, kObject };
+  enum class Kind : uint8_t {
+    kNull,
+    kBool,
+    kInt,
+    kDouble,
+    kString,
+    kBytes,
+    kSeconds,
+    kSite,
+    kArray,
+    kObject
+  };
 
   Value() = default;
   static Value Bool(bool b);
   static Value Int(int64_t v);
   static Value Double(double v);
   static Value String(std::string s);
-  static Value Bytes(uint64_t n);      // a byte count: "1.5 MiB" in text, a number in JSON
-  static Value Seconds(double s);      // a duration: "12.3 ms" in text, seconds in JSON
-  static Value SiteOf(uint32_t stack); // a call site, symbolized before output
+  static Value Bytes(uint64_t n);       // a byte count: "1.5 MiB" in text, a number in JSON
+  static Value Seconds(double s);       // a duration: "12.3 ms" in text, seconds in JSON
+  static Value SiteOf(uint32_t stack);  // a call site, symbolized before output
   static Value Array();
   static Value Object();
 
@@ -95,20 +105,20 @@ class Value {
 };
 
 struct Finding {
-  std::string rule;           // "pageable-hot"
+  std::string rule;  // "pageable-hot"
   Severity severity = Severity::kInfo;
-  std::string explanation;    // one sentence; "{site:N}" expands to a short site
-  uint32_t stack = 0;         // the call site's stack id, 0 none
-  Site site;                  // filled by symbolization
+  std::string explanation;  // one sentence; "{site:N}" expands to a short site
+  uint32_t stack = 0;       // the call site's stack id, 0 none
+  Site site;                // filled by symbolization
   Value evidence = Value::Object();
-  double seconds_lost = 0;    // estimate; 0 when the rule cannot estimate
-  std::string fix;            // concrete advice; "{site:N}" expands too
+  double seconds_lost = 0;  // estimate; 0 when the rule cannot estimate
+  std::string fix;          // concrete advice; "{site:N}" expands too
   // The framework the stack shows ("pytorch", "cupy", "jax", "numpy",
   // "python"; "" none: frameworks.h) and, when `fix` is that framework's,
   // the rule's generic fix it replaced ("" otherwise).
   std::string framework;
   std::string generic_fix;
-  std::vector<int> processes; // indices of the processes it was found in
+  std::vector<int> processes;                   // indices of the processes it was found in
   std::vector<double> seconds_lost_by_process;  // aligned with `processes`
 };
 

@@ -26,11 +26,16 @@ std::string FormatBytes(uint64_t bytes) {
 std::string FormatSeconds(double s) {
   char buf[48];
   if (!(s > 0)) return "0 s";
-  if (s < 1e-6) snprintf(buf, sizeof(buf), "%.0f ns", s * 1e9);
-  else if (s < 1e-3) snprintf(buf, sizeof(buf), "%.1f us", s * 1e6);
-  else if (s < 1) snprintf(buf, sizeof(buf), "%.2f ms", s * 1e3);
-  else if (s < 120) snprintf(buf, sizeof(buf), "%.2f s", s);
-  else snprintf(buf, sizeof(buf), "%.0f min %.0f s", std::floor(s / 60), std::fmod(s, 60));
+  if (s < 1e-6)
+    snprintf(buf, sizeof(buf), "%.0f ns", s * 1e9);
+  else if (s < 1e-3)
+    snprintf(buf, sizeof(buf), "%.1f us", s * 1e6);
+  else if (s < 1)
+    snprintf(buf, sizeof(buf), "%.2f ms", s * 1e3);
+  else if (s < 120)
+    snprintf(buf, sizeof(buf), "%.2f s", s);
+  else
+    snprintf(buf, sizeof(buf), "%.0f min %.0f s", std::floor(s / 60), std::fmod(s, 60));
   return buf;
 }
 

@@ -38,7 +38,8 @@ Framework OfFrame(const Frame& f) {
       StartsWith(f.function, "torch::") || StartsWith(f.function, "THP")) {
     return Framework::kPyTorch;
   }
-  if (Has(f.module, "/cupy/") || Has(f.module, "/cupy_backends/") || StartsWith(module, "libcupy")) {
+  if (Has(f.module, "/cupy/") || Has(f.module, "/cupy_backends/") ||
+      StartsWith(module, "libcupy")) {
     return Framework::kCuPy;
   }
   if (Has(f.module, "/jaxlib/") || Has(f.module, "/jax_plugins/") || Has(module, "jax_cuda") ||
@@ -164,7 +165,8 @@ std::string CuPyFix(const Finding& f, bool optimize) {
   const std::string& r = f.rule;
   if (r == "pageable-hot") {
     return "The copies read " + Where(f, "a NumPy array in pageable memory") +
-           " (through cupy.asarray, ndarray.set or cupy.asnumpy). Keep that host data in pinned memory: "
+           " (through cupy.asarray, ndarray.set or cupy.asnumpy). Keep that host data in pinned "
+           "memory: "
            "cupyx.empty_pinned(shape, dtype) (or cupyx.zeros_pinned) makes a NumPy array over "
            "pinned memory, and cupy.cuda.alloc_pinned_memory(nbytes) a pinned buffer to view "
            "with numpy.frombuffer; fill it in place every step (numpy.copyto) and copy from it." +

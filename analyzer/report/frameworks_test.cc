@@ -67,7 +67,8 @@ TEST(Frameworks, TellsThemApartByModulesFilesAndNames) {
   EXPECT_EQ(FrameworkOfStack({Native("/x/app", "at::native::copy_(at::Tensor&)")}),
             Framework::kPyTorch);
   EXPECT_EQ(FrameworkOfStack({Native(std::string(kSitePackages) +
-                                         "cupy/_core/core.cpython-312-x86_64-linux-gnu.so", "f"),
+                                         "cupy/_core/core.cpython-312-x86_64-linux-gnu.so",
+                                     "f"),
                               Py(std::string(kSitePackages) + "numpy/core/numeric.py", "g", 1)}),
             Framework::kCuPy);
   EXPECT_EQ(FrameworkOfStack({Py(std::string(kSitePackages) + "cupyx/_pinned_array.py", "f", 1)}),
@@ -87,10 +88,11 @@ TEST(Frameworks, TellsThemApartByModulesFilesAndNames) {
 }
 
 TEST(Frameworks, PyTorchFixesSpeakPyTorch) {
-  ProcessReport r = Report({Make("pageable-hot", TorchStack()), Make("async-pageable", TorchStack()),
-                            Make("pinned-churn", TorchStack()), Make("sync-copy-loop", TorchStack()),
-                            Make("small-copies", TorchStack()), Make("over-pinning", TorchStack()),
-                            Make("pinned-unused", TorchStack()), Make("free-in-flight", TorchStack())});
+  ProcessReport r =
+      Report({Make("pageable-hot", TorchStack()), Make("async-pageable", TorchStack()),
+              Make("pinned-churn", TorchStack()), Make("sync-copy-loop", TorchStack()),
+              Make("small-copies", TorchStack()), Make("over-pinning", TorchStack()),
+              Make("pinned-unused", TorchStack()), Make("free-in-flight", TorchStack())});
   for (const Finding& f : r.findings) EXPECT_EQ(f.framework, "pytorch") << f.rule;
   const Finding& hot = r.findings[0];
   ExpectAll(hot.fix, {"DataLoader(..., pin_memory=True)", "tensor.pin_memory()",
@@ -124,10 +126,10 @@ TEST(Frameworks, CuPyJaxNumPyAndPlainPython) {
                               Py("/home/me/a.py", "main", 3)};
   std::vector<Frame> plain = {Native("/usr/lib/x86_64-linux-gnu/libffi.so.8", "ffi_call"),
                               Py("/home/me/a.py", "main", 3)};
-  ProcessReport r = Report({Make("pageable-hot", cupy), Make("async-pageable", cupy),
-                            Make("pinned-churn", cupy), Make("pageable-hot", jax),
-                            Make("pageable-hot", numpy), Make("pageable-hot", plain),
-                            Make("wc-read", plain)});
+  ProcessReport r =
+      Report({Make("pageable-hot", cupy), Make("async-pageable", cupy), Make("pinned-churn", cupy),
+              Make("pageable-hot", jax), Make("pageable-hot", numpy), Make("pageable-hot", plain),
+              Make("wc-read", plain)});
   ExpectAll(r.findings[0].fix, {"cupyx.empty_pinned", "cupy.cuda.alloc_pinned_memory"});
   ExpectAll(r.findings[1].fix, {"cupyx.empty_pinned", "stream=s"});
   ExpectAll(r.findings[2].fix, {"cupy.get_default_pinned_memory_pool()"});
@@ -143,8 +145,9 @@ TEST(Frameworks, TheAllocationSiteCanTell) {
   Finding f = Make("pageable-hot", {Py("/home/me/a.py", "main", 3)});
   auto alloc = std::make_shared<Site>();
   alloc->known = true;
-  alloc->stack = {Native(std::string(kSitePackages) + "torch/lib/libc10.so", "c10::alloc_cpu(unsigned long)"),
-                  Py("/home/me/a.py", "load", 9)};
+  alloc->stack = {
+      Native(std::string(kSitePackages) + "torch/lib/libc10.so", "c10::alloc_cpu(unsigned long)"),
+      Py("/home/me/a.py", "load", 9)};
   alloc->site_index = 1;
   Value buffer = Value::Object();
   Value at = Value::SiteOf(7);

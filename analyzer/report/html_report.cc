@@ -56,7 +56,7 @@ struct Series {
   std::string name;
   std::string color;
   std::vector<std::pair<double, double>> points;  // (seconds, value), in time order
-  bool markers = false;  // events, drawn as dots, not a level over time
+  bool markers = false;                           // events, drawn as dots, not a level over time
 };
 
 struct Limit {
@@ -185,8 +185,8 @@ std::string Chart(const std::string& title, const std::string& note, const std::
   }
   out += "</svg><div class=\"legend\">";
   for (const Series& s : series) {
-    out += "<span><i class=\"" + std::string(s.markers ? "dot" : "") + "\" style=\"background:" +
-           s.color + "\"></i>" + Esc(s.name) + "</span>";
+    out += "<span><i class=\"" + std::string(s.markers ? "dot" : "") +
+           "\" style=\"background:" + s.color + "\"></i>" + Esc(s.name) + "</span>";
   }
   for (const Limit& l : limits) {
     out += "<span><i class=\"dash\" style=\"border-color:" + l.color + "\"></i>" +
@@ -330,9 +330,9 @@ class Collector : public EventVisitor {
       }
       bw.push_back(std::move(s));
     }
-    out += Chart("Copy throughput by direction and host memory", "bytes moved per second, in " +
-                     FormatSeconds(bucket_s_) + " buckets",
-                 bw, {}, x_max, Unit::kBytesPerSecond);
+    out += Chart("Copy throughput by direction and host memory",
+                 "bytes moved per second, in " + FormatSeconds(bucket_s_) + " buckets", bw, {},
+                 x_max, Unit::kBytesPerSecond);
     if (p.own.optimize_mode) {
       Series own = own_;
       own.name = "pinned by optimize mode (pool, cache, arena)";
@@ -343,8 +343,8 @@ class Collector : public EventVisitor {
       refused.markers = true;
       std::vector<Limit> own_limits;
       if (cap_ != 0) own_limits.push_back({"pin cap", static_cast<double>(cap_), "#9467bd"});
-      out += Chart("Optimize mode's own pinning", "", {own, refused}, own_limits, x_max,
-                   Unit::kBytes);
+      out +=
+          Chart("Optimize mode's own pinning", "", {own, refused}, own_limits, x_max, Unit::kBytes);
     }
     return out + "</div>";
   }
@@ -409,8 +409,7 @@ std::string FrameLine(const Frame& f, bool site) {
 std::string StackHtml(const Site& site) {
   if (!site.known || site.stack.empty()) return "";
   std::string out = "<details class=\"stack\"><summary>stack, " +
-                    std::to_string(site.stack.size()) +
-                    " frames, innermost first</summary><ol>";
+                    std::to_string(site.stack.size()) + " frames, innermost first</summary><ol>";
   for (size_t i = 0; i < site.stack.size(); ++i) {
     out += FrameLine(site.stack[i], static_cast<int>(i) == site.site_index);
   }
@@ -423,7 +422,8 @@ std::string ScalarText(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kNull: return "-";
     case Value::Kind::kBool: return v.bool_value() ? "yes" : "no";
-    case Value::Kind::kInt: return FormatCount(static_cast<uint64_t>(v.int_value() < 0 ? 0 : v.int_value()));
+    case Value::Kind::kInt:
+      return FormatCount(static_cast<uint64_t>(v.int_value() < 0 ? 0 : v.int_value()));
     case Value::Kind::kDouble: return Num(v.double_value(), 3);
     case Value::Kind::kString: return v.string_value();
     case Value::Kind::kBytes: return FormatBytes(static_cast<uint64_t>(v.int_value()));
@@ -495,8 +495,9 @@ std::string FindingHtml(const Finding& f, size_t index, const MergedReport& r) {
   out += "<p class=\"site\">at <code>" + Esc(f.site.Short()) + "</code></p>";
   out += "<p>" + Esc(f.explanation) + "</p>";
   std::string fw = FrameworkTitle(f.framework);
-  out += "<p class=\"fix\"><b>Fix" + (f.generic_fix.empty() || fw.empty() ? std::string() : " (" + fw + ")") +
-         ":</b> " + Esc(f.fix) + "</p>";
+  out += "<p class=\"fix\"><b>Fix" +
+         (f.generic_fix.empty() || fw.empty() ? std::string() : " (" + fw + ")") + ":</b> " +
+         Esc(f.fix) + "</p>";
   if (!f.generic_fix.empty()) {
     out += "<details><summary>generic fix</summary><p>" + Esc(f.generic_fix) + "</p></details>";
   }
@@ -541,7 +542,8 @@ std::string SiteTable(const Collector& c, const TraceReader& reader, const Proce
   constexpr size_t kMaxStacks = 400;
   std::vector<std::pair<uint32_t, const SiteStats*>> stacks;
   for (const auto& kv : c.sites()) {
-    if (kv.second.copies != 0 || kv.second.pin_allocs != 0) stacks.emplace_back(kv.first, &kv.second);
+    if (kv.second.copies != 0 || kv.second.pin_allocs != 0)
+      stacks.emplace_back(kv.first, &kv.second);
   }
   std::sort(stacks.begin(), stacks.end(), [](const auto& a, const auto& b) {
     uint64_t x = a.second->bytes + a.second->pin_bytes, y = b.second->bytes + b.second->pin_bytes;
@@ -586,8 +588,8 @@ std::string SiteTable(const Collector& c, const TraceReader& reader, const Proce
   for (const Finding& f : p.findings) {
     if (!f.site.known || f.site.site_index < 0) continue;
     auto it = rows.find(f.site.stack[static_cast<size_t>(f.site.site_index)].Describe(false));
-    if (it != rows.end() &&
-        std::find(it->second.rules.begin(), it->second.rules.end(), f.rule) == it->second.rules.end()) {
+    if (it != rows.end() && std::find(it->second.rules.begin(), it->second.rules.end(), f.rule) ==
+                                it->second.rules.end()) {
       it->second.rules.push_back(f.rule);
     }
   }
@@ -616,14 +618,17 @@ std::string SiteTable(const Collector& c, const TraceReader& reader, const Proce
     for (const std::string& rule : r.rules) rules += (rules.empty() ? "" : ", ") + rule;
     out += "<tr><td class=\"name\" title=\"" + Esc(r.title) + "\"><code>" + Esc(r.name) +
            "</code></td>";
-    out += Cell(s.copies, FormatCount(s.copies) + (s.failed ? " (" + FormatCount(s.failed) + " failed)" : ""));
+    out += Cell(s.copies, FormatCount(s.copies) +
+                              (s.failed ? " (" + FormatCount(s.failed) + " failed)" : ""));
     out += Cell(s.bytes, FormatBytes(s.bytes));
     out += Cell(s.by_dir[0], s.by_dir[0] ? FormatBytes(s.by_dir[0]) : "-");
     out += Cell(s.by_dir[1], s.by_dir[1] ? FormatBytes(s.by_dir[1]) : "-");
     out += "<td>" + Esc(kinds.empty() ? "-" : kinds) + "</td>";
     out += Cell(s.call_ns, FormatSeconds(s.call_ns * 1e-9));
     out += Cell(static_cast<uint64_t>(gbps), gbps > 0 ? FormatGbps(gbps) : "-");
-    out += Cell(s.pin_bytes, s.pin_allocs ? FormatCount(s.pin_allocs) + " (" + FormatBytes(s.pin_bytes) + ")" : "-");
+    out += Cell(s.pin_bytes, s.pin_allocs
+                                 ? FormatCount(s.pin_allocs) + " (" + FormatBytes(s.pin_bytes) + ")"
+                                 : "-");
     out += "<td>" + Esc(rules.empty() ? "-" : rules) + "</td></tr>";
   }
   out += "</tbody></table>";
@@ -648,15 +653,17 @@ std::string ProcessHtml(const ProcessReport& p, size_t index, const TraceReader*
          "</span></h2>";
   out += "<p>" + Esc(FormatSeconds(ProcessDurationSeconds(p))) + ", " + FormatCount(s.copies) +
          " copies, " + FormatCount(s.pin_calls) + " pinned-memory calls, " +
-         std::to_string(s.threads) + (s.threads == 1 ? " thread" : " threads") +
-         "; peak pinned " + Esc(FormatBytes(s.peak_pinned)) +
+         std::to_string(s.threads) + (s.threads == 1 ? " thread" : " threads") + "; peak pinned " +
+         Esc(FormatBytes(s.peak_pinned)) +
          (s.peak_rss ? "; peak RSS " + Esc(FormatBytes(s.peak_rss)) : "") + "; " +
          std::to_string(p.findings.size()) + (p.findings.size() == 1 ? " finding" : " findings") +
          ".</p>";
   if (!p.damage.empty()) out += "<p class=\"warn\">" + Esc(p.damage) + "</p>";
-  for (const std::string& sp : p.symbol_problems) out += "<p class=\"note\">symbols: " + Esc(sp) + "</p>";
+  for (const std::string& sp : p.symbol_problems)
+    out += "<p class=\"note\">symbols: " + Esc(sp) + "</p>";
   if (reader == nullptr) return out + "</section>";
-  uint64_t origin = p.info.start_monotonic_ns != 0 ? p.info.start_monotonic_ns : reader->first_event_ns();
+  uint64_t origin =
+      p.info.start_monotonic_ns != 0 ? p.info.start_monotonic_ns : reader->first_event_ns();
   uint64_t end = std::max(reader->last_event_ns(), p.summary.last_ns);
   Collector c(origin, end);
   reader->ForEachEvent(&c);
@@ -764,12 +771,13 @@ void WriteHtmlReport(const MergedReport& r, const std::vector<const TraceReader*
     ++counts[static_cast<int>(f.severity)];
     lost += f.seconds_lost;
   }
-  *out += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-          // Nothing may come from elsewhere, not even by accident.
-          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-          "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
-          "<title>pinshim report</title><style>";
+  *out +=
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+      // Nothing may come from elsewhere, not even by accident.
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+      "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
+      "<title>pinshim report</title><style>";
   *out += kStyle;
   *out += "</style></head><body>";
   *out += "<h1>pinshim report</h1>";
@@ -781,13 +789,16 @@ void WriteHtmlReport(const MergedReport& r, const std::vector<const TraceReader*
           std::to_string(counts[0]) + "</b>errors / warnings / info</div><div><b>" +
           Esc(FormatSeconds(lost)) + "</b>estimated time lost</div></div>";
   *out += "<p class=\"note\">Bandwidth model: " + Esc(r.model_source) + ".</p>";
-  for (const std::string& p : r.problems) *out += "<p class=\"warn\">unreadable: " + Esc(p) + "</p>";
+  for (const std::string& p : r.problems)
+    *out += "<p class=\"warn\">unreadable: " + Esc(p) + "</p>";
   *out += "<h2>Findings, worst first</h2>";
   if (r.findings.empty()) {
     *out += "<p class=\"empty\">No findings.</p>";
   } else {
-    *out += "<p><input id=\"filter\" type=\"search\" placeholder=\"filter findings (rule, file, "
-            "function...)\" aria-label=\"filter findings\"> <span id=\"shown\" class=\"note\"></span></p>";
+    *out +=
+        "<p><input id=\"filter\" type=\"search\" placeholder=\"filter findings (rule, file, "
+        "function...)\" aria-label=\"filter findings\"> <span id=\"shown\" "
+        "class=\"note\"></span></p>";
     for (size_t i = 0; i < r.findings.size(); ++i) *out += FindingHtml(r.findings[i], i, r);
   }
   for (size_t i = 0; i < r.processes.size(); ++i) {

@@ -128,7 +128,7 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Key("final");
   w->Uint(o.final_bytes);
   w->Key("cap");
-  o.cap_known && o.cap_bytes != UINT64_MAX ? w->Uint(o.cap_bytes) : w->Null();
+  o.cap_known&& o.cap_bytes != UINT64_MAX ? w->Uint(o.cap_bytes) : w->Null();
   w->EndObject();
   w->Key("pool");
   w->BeginObject();

@@ -52,9 +52,7 @@ void JsonWriter::Escape(const std::string& s, std::string* out) {
         case '\n': out->append("\\n"); break;
         case '\t': out->append("\\t"); break;
         case '\r': out->append("\\r"); break;
-        default:
-          snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out->append(buf);
+        default: snprintf(buf, sizeof(buf), "\\u%04x", c); out->append(buf);
       }
       ++i;
     } else {

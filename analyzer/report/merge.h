@@ -14,9 +14,9 @@ namespace report {
 
 struct MergedReport {
   std::vector<ProcessReport> processes;
-  std::vector<Finding> findings;       // merged, sorted by estimated loss
-  std::vector<std::string> problems;   // inputs that could not be read, one line each
-  std::string model_source;            // where bandwidth numbers came from
+  std::vector<Finding> findings;      // merged, sorted by estimated loss
+  std::vector<std::string> problems;  // inputs that could not be read, one line each
+  std::string model_source;           // where bandwidth numbers came from
 };
 
 // Takes ownership of the per-process reports and merges their findings.

@@ -184,8 +184,7 @@ void OwnPinningTracker::OnOwnPin(const Event& e) {
       }
       break;
     }
-    default:
-      break;  // a newer writer's action
+    default: break;  // a newer writer's action
   }
 }
 
@@ -221,8 +220,8 @@ void OwnPinningTracker::Classify(Buffer* b) const {
     if (it != ids_.end()) st = &it->second;
   }
   if (st != nullptr) o.refusals = st->refusals;
-  const std::string ran = FormatCount(o.copies_pinned) + " of " + FormatCount(o.copies) +
-                          " copies ran pinned";
+  const std::string ran =
+      FormatCount(o.copies_pinned) + " of " + FormatCount(o.copies) + " copies ran pinned";
   if (b->by_part[kCache] > 0 || (st != nullptr && st->cached)) {
     o.pinned = true;
     o.by = "cache";
@@ -294,8 +293,9 @@ OwnPinningSummary OwnPinningTracker::Finish() {
   }
   s_.page_changes.clear();
   for (const auto& kv : page_changes_) s_.page_changes.push_back(kv.second);
-  std::stable_sort(s_.page_changes.begin(), s_.page_changes.end(),
-                   [](const PageChangeDrop& a, const PageChangeDrop& b) { return a.times > b.times; });
+  std::stable_sort(
+      s_.page_changes.begin(), s_.page_changes.end(),
+      [](const PageChangeDrop& a, const PageChangeDrop& b) { return a.times > b.times; });
   std::vector<Buffer*> hot;
   for (auto& kv : buffers_) {
     Buffer& b = kv.second;
@@ -314,7 +314,8 @@ OwnPinningSummary OwnPinningTracker::Finish() {
     hot.push_back(&b);
   }
   std::sort(hot.begin(), hot.end(), [](const Buffer* a, const Buffer* b) {
-    if (a->out.bytes_copied != b->out.bytes_copied) return a->out.bytes_copied > b->out.bytes_copied;
+    if (a->out.bytes_copied != b->out.bytes_copied)
+      return a->out.bytes_copied > b->out.bytes_copied;
     if (a->out.alloc_id != b->out.alloc_id) return a->out.alloc_id < b->out.alloc_id;
     return a->out.address < b->out.address;
   });

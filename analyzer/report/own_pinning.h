@@ -8,8 +8,8 @@
 
 #include <cstdint>
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -23,50 +23,50 @@ namespace report {
 
 // One buffer the program copied hot.
 struct OwnPinningBuffer {
-  uint64_t alloc_id = 0;      // tracked (or pooled) allocation; 0: untracked memory
-  uint64_t address = 0;      // the allocation's start, or the copied address when untracked
-  uint64_t size = 0;         // the allocation's size; 0 when unknown
-  uint64_t copies = 0;       // host<->device copies of it (pageable or pinned by pinshim)
+  uint64_t alloc_id = 0;  // tracked (or pooled) allocation; 0: untracked memory
+  uint64_t address = 0;   // the allocation's start, or the copied address when untracked
+  uint64_t size = 0;      // the allocation's size; 0 when unknown
+  uint64_t copies = 0;    // host<->device copies of it (pageable or pinned by pinshim)
   uint64_t bytes_copied = 0;
   uint64_t copies_pinned = 0;  // those that ran on memory pinshim pinned
-  uint64_t refusals = 0;     // pinnings of it refused
+  uint64_t refusals = 0;       // pinnings of it refused
   uint32_t alloc_stack = 0;
-  uint32_t copy_stack = 0;   // the site that copied the most bytes of it
-  Site allocated_at;         // filled by symbolization
+  uint32_t copy_stack = 0;  // the site that copied the most bytes of it
+  Site allocated_at;        // filled by symbolization
   Site copied_at;
-  bool pinned = false;       // pinned by pinshim; else left alone
+  bool pinned = false;  // pinned by pinshim; else left alone
   // Pinned: "cache", "pool" or "arena". Left alone: "refused",
   // "untracked", "mmap_region", "larger_than_cap" or "cost_model".
   std::string by;
-  std::string reason;        // refused: the last refusal's reason ("cap", ...)
-  std::string unpinned;      // pinned by the cache: why it was last unpinned, "" if never
-  std::string detail;        // one sentence for the reader
+  std::string reason;    // refused: the last refusal's reason ("cap", ...)
+  std::string unpinned;  // pinned by the cache: why it was last unpinned, "" if never
+  std::string detail;    // one sentence for the reader
 };
 
 // Drops of pinshim's pinning caused by the program changing the pages behind
 // it, grouped by the call, the part of optimize mode and the call site.
 struct PageChangeDrop {
-  std::string call;   // OwnPinReasonName: "page_change_madvise", ...
-  std::string part;   // "pool", "cache", "arena"
-  std::string action; // "unpinned" (cache, arena) or "retired" (pool slabs)
+  std::string call;     // OwnPinReasonName: "page_change_madvise", ...
+  std::string part;     // "pool", "cache", "arena"
+  std::string action;   // "unpinned" (cache, arena) or "retired" (pool slabs)
   uint32_t detail = 0;  // the advice or the call's flags (first seen)
   uint64_t times = 0;
   uint64_t bytes = 0;
   uint32_t stack = 0;
-  Site site;          // filled by symbolization
+  Site site;  // filled by symbolization
 };
 
 struct OwnPinningSummary {
-  bool optimize_mode = false;  // the trace was recorded in optimize mode
-  bool has_counters = false;   // it has a kOptimizeCounters record
+  bool optimize_mode = false;        // the trace was recorded in optimize mode
+  bool has_counters = false;         // it has a kOptimizeCounters record
   OptimizeCountersEvent counters{};  // the last one
-  uint64_t peak_bytes = 0;     // pinned by pinshim
-  uint64_t final_bytes = 0;    // at the end of the trace
+  uint64_t peak_bytes = 0;           // pinned by pinshim
+  uint64_t final_bytes = 0;          // at the end of the trace
   bool cap_known = false;
-  uint64_t cap_bytes = UINT64_MAX;  // UINT64_MAX: no cap
+  uint64_t cap_bytes = UINT64_MAX;        // UINT64_MAX: no cap
   uint64_t cache_buffers_registered = 0;  // distinct allocations the cache pinned
-  uint64_t cache_copies_pinned = 0;   // copies of tracked pageable buffers run on cached memory
-  uint64_t cache_copies_pageable = 0; // ... run on pageable memory
+  uint64_t cache_copies_pinned = 0;       // copies of tracked pageable buffers run on cached memory
+  uint64_t cache_copies_pageable = 0;     // ... run on pageable memory
   // part ("pool", "cache", "arena") -> refusal reason -> times
   std::map<std::string, std::map<std::string, uint64_t>> refusals;
   std::map<std::string, uint64_t> dropped_bytes;  // unpinning reason -> bytes
@@ -74,10 +74,10 @@ struct OwnPinningSummary {
   // Copies of pageable memory run through the staging rings.
   uint64_t staged_copies = 0;
   uint64_t staged_bytes = 0;
-  uint64_t staged_ns = 0;        // their calls' durations
+  uint64_t staged_ns = 0;  // their calls' durations
   uint64_t staged_workers_max = 0;
-  uint64_t hot_buffers = 0;                       // all of them
-  std::vector<OwnPinningBuffer> buffers;          // the largest, by bytes copied
+  uint64_t hot_buffers = 0;               // all of them
+  std::vector<OwnPinningBuffer> buffers;  // the largest, by bytes copied
 
   double PoolHitRate() const;   // -1 when the pool served nothing
   double CacheHitRate() const;  // -1 when no tracked pageable buffer was copied
@@ -138,8 +138,8 @@ class OwnPinningTracker {
   const RuleOptions* options_;
   OwnPinningSummary s_;
   uint64_t page_size_ = 4096;
-  uint64_t pinned_now_ = 0;  // from the events
-  std::map<uint64_t, Range> ranges_;  // live pinnings of pinshim's own, by start
+  uint64_t pinned_now_ = 0;                     // from the events
+  std::map<uint64_t, Range> ranges_;            // live pinnings of pinshim's own, by start
   std::unordered_map<uint64_t, Alloc> allocs_;  // tracked host allocations, freed ones kept
   std::unordered_map<uint64_t, Buffer> buffers_;
   std::unordered_map<uint64_t, IdState> ids_;  // cache actions by allocation id

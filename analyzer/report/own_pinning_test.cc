@@ -77,8 +77,8 @@ class OwnTrace {
     b_.batch().AppendPin(e, 6, 0);
   }
 
-  void Own(OwnPinAction action, OwnPinPart part, OwnPinReason reason, uint64_t ptr,
-           uint64_t bytes, uint64_t alloc_id = 0) {
+  void Own(OwnPinAction action, OwnPinPart part, OwnPinReason reason, uint64_t ptr, uint64_t bytes,
+           uint64_t alloc_id = 0) {
     OwnPinEvent e{};
     e.action = action;
     e.part = part;
@@ -132,12 +132,12 @@ ProcessReport AnalyzeExample(const std::string& mode) {
   t.Copies(2, MemKind::kPageable, kHotAt, 4 * kMiB, kHot);
   t.Own(OwnPinAction::kPinned, OwnPinPart::kCache, OwnPinReason::kNone, kHotAt, 4 * kMiB, kHot);
   t.Copies(8, MemKind::kPinnedByPinshim, kHotAt, 4 * kMiB, kHot);
-  t.Own(OwnPinAction::kUnpinned, OwnPinPart::kCache, OwnPinReason::kEvictedForCap, kHotAt,
-        4 * kMiB, kHot);
+  t.Own(OwnPinAction::kUnpinned, OwnPinPart::kCache, OwnPinReason::kEvictedForCap, kHotAt, 4 * kMiB,
+        kHot);
   t.Copies(10, MemKind::kPageable, kBigAt, 8 * kMiB, kBig);
   for (int i = 0; i < 3; ++i) {
-    t.Own(OwnPinAction::kRefused, OwnPinPart::kCache, OwnPinReason::kRefusedCap, kBigAt,
-          8 * kMiB, kBig);
+    t.Own(OwnPinAction::kRefused, OwnPinPart::kCache, OwnPinReason::kRefusedCap, kBigAt, 8 * kMiB,
+          kBig);
   }
   t.Copies(10, MemKind::kPageable, kUntrackedAt, 2 * kMiB, 0);
   t.Copies(10, MemKind::kPageable, kRegionAt + 4 * kMiB, 5 * kMiB / 2, kRegion);

@@ -23,8 +23,8 @@ class TimelineWriter : public EventVisitor {
   void Begin() {
     const ProcessInfo& p = report_->info;
     std::string name = (p.program.empty() ? std::string("process") : p.program) + " (pid " +
-                       std::to_string(p.pid) + (p.rank >= 0 ? ", rank " + std::to_string(p.rank) : "") +
-                       ")";
+                       std::to_string(p.pid) +
+                       (p.rank >= 0 ? ", rank " + std::to_string(p.rank) : "") + ")";
     Meta("process_name", 0, name);
     if (p.budget_bytes != 0) {
       Budget(p.start_monotonic_ns != 0 ? p.start_monotonic_ns : origin_, p.budget_bytes);
@@ -37,7 +37,8 @@ class TimelineWriter : public EventVisitor {
 
   void OnEvent(const Event& e) override {
     if (e.time_ns > last_ns_) last_ns_ = e.time_ns;
-    if (threads_.insert(e.tid).second) Meta("thread_name", e.tid, "thread " + std::to_string(e.tid));
+    if (threads_.insert(e.tid).second)
+      Meta("thread_name", e.tid, "thread " + std::to_string(e.tid));
     switch (e.type) {
       case trace::EventType::kCopy: Copy(e); break;
       case trace::EventType::kPin: Pin(e); break;
@@ -160,12 +161,11 @@ class TimelineWriter : public EventVisitor {
         e.budget_decision != trace::BudgetDecision::kFallback) {
       return;
     }
-    std::string name = std::string("budget ") + BudgetDecisionName(e.budget_decision) + " " +
-                       FormatBytes(e.bytes);
+    std::string name =
+        std::string("budget ") + BudgetDecisionName(e.budget_decision) + " " + FormatBytes(e.bytes);
     Start("i", name, "budget", e.tid, e.time_ns);
-    *buf_ += ",\"s\":\"t\",\"args\":{\"owner\":\"" +
-             std::string(BudgetOwnerName(e.budget_owner)) + "\",\"decision\":\"" +
-             BudgetDecisionName(e.budget_decision) + "\",\"limiter\":\"" +
+    *buf_ += ",\"s\":\"t\",\"args\":{\"owner\":\"" + std::string(BudgetOwnerName(e.budget_owner)) +
+             "\",\"decision\":\"" + BudgetDecisionName(e.budget_decision) + "\",\"limiter\":\"" +
              BudgetLimiterName(e.budget_limiter) + "\",\"bytes\":" + std::to_string(e.bytes) +
              ",\"evictor_called\":" + (e.evictor_called ? "true" : "false") +
              ",\"evicted_bytes\":" + std::to_string(e.evicted_bytes) +
@@ -177,20 +177,26 @@ class TimelineWriter : public EventVisitor {
   }
 
   void Sync(const Event& e) {
-    static const char* const kKinds[] = {"sync",       "stream synchronize", "context synchronize",
-                                         "event record", "event synchronize", "stream query (done)",
-                                         "event query (done)", "stream wait event"};
+    static const char* const kKinds[] = {"sync",
+                                         "stream synchronize",
+                                         "context synchronize",
+                                         "event record",
+                                         "event synchronize",
+                                         "stream query (done)",
+                                         "event query (done)",
+                                         "stream wait event"};
     int k = static_cast<int>(e.sync);
     const char* name = k >= 1 && k <= 7 ? kKinds[k] : kKinds[0];
     Start("X", name, "sync", e.tid, e.time_ns);
-    *buf_ += ",\"dur\":" + Micros(origin_ + e.duration_ns) + ",\"args\":{\"stream\":" +
-             Hex(e.stream) + ",\"event\":" + Hex(e.event_handle) + "}}";
+    *buf_ += ",\"dur\":" + Micros(origin_ + e.duration_ns) +
+             ",\"args\":{\"stream\":" + Hex(e.stream) + ",\"event\":" + Hex(e.event_handle) + "}}";
   }
 
   void Misuse(const Event& e) {
     Start("i", "wc-read", "misuse", e.tid, e.time_ns);
-    *buf_ += ",\"s\":\"t\",\"args\":{\"ptr\":" + Hex(e.ptr) + ",\"bytes\":" +
-             std::to_string(e.bytes) + ",\"stack\":" + std::to_string(e.stack) + "}}";
+    *buf_ += ",\"s\":\"t\",\"args\":{\"ptr\":" + Hex(e.ptr) +
+             ",\"bytes\":" + std::to_string(e.bytes) + ",\"stack\":" + std::to_string(e.stack) +
+             "}}";
   }
 
   void HostAlloc(const Event& e) {
@@ -237,9 +243,10 @@ bool WritePerfettoTrace(const MergedReport& report, const std::vector<const Trac
     if (start != 0 && start < origin) origin = start;
   }
   if (origin == UINT64_MAX) origin = 0;
-  std::string buf = "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"tool\":\"pinshim report\"},"
-                    "\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"pinshim\",\"pid\":0,\"tid\":0,"
-                    "\"args\":{\"name\":\"pinshim\"}}";
+  std::string buf =
+      "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"tool\":\"pinshim report\"},"
+      "\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"pinshim\",\"pid\":0,\"tid\":0,"
+      "\"args\":{\"name\":\"pinshim\"}}";
   std::set<uint64_t> pids;
   bool ok = true;
   for (size_t i = 0; i < traces.size(); ++i) {

@@ -192,7 +192,8 @@ bool WriteProfile(const std::string& path, const HotSites& sites, size_t traces,
   std::string text = std::string(optimize::kProfileHeader) + "\n";
   text += "# Hot allocation sites from " + Plural(traces, "trace", "traces") +
           ", hottest first, written by pinshim report --profile-out.\n"
-          "# A site is up to " + std::to_string(optimize::kSiteFrames) +
+          "# A site is up to " +
+          std::to_string(optimize::kSiteFrames) +
           " return addresses of the allocating stack outside libpinshim,\n"
           "# innermost first, each <GNU build id>+0x<offset from the module's load bias>.\n"
           "# Under PINSHIM_MODE=optimize, PINSHIM_PROFILE=<this file> serves these sites'\n"

@@ -37,11 +37,11 @@ std::string FormatProfileFrame(const ProfileFrame& frame);
 
 struct HotAllocSite {
   std::vector<ProfileFrame> frames;  // 1 to kSiteFrames, innermost first
-  uint64_t copies = 0;        // host<->device copies of its buffers
-  uint64_t bytes = 0;         // bytes those copies moved
-  uint64_t allocations = 0;   // its buffers that were copied
-  double seconds_lost = 0;    // those copies' loss from pageable memory (model)
-  std::string where;          // its first frame in the program's code, symbolized
+  uint64_t copies = 0;               // host<->device copies of its buffers
+  uint64_t bytes = 0;                // bytes those copies moved
+  uint64_t allocations = 0;          // its buffers that were copied
+  double seconds_lost = 0;           // those copies' loss from pageable memory (model)
+  std::string where;                 // its first frame in the program's code, symbolized
   int processes = 1;
 
   // The site's "site ..." line without "site ": its frames, space-separated.

@@ -84,8 +84,8 @@ class Trace {
     bytes_ = b_.bytes();
     TraceReader r;
     std::string error;
-    EXPECT_TRUE(r.OpenBuffer(reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size(),
-                             &error))
+    EXPECT_TRUE(
+        r.OpenBuffer(reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size(), &error))
         << error;
     AnalysisOptions o;
     o.symbolize = false;
@@ -182,9 +182,9 @@ TEST(HotSites, OnlyHotMallocBuffersCopiedFromPageableOrPinshimMemory) {
 
 TEST(HotSites, FramesWithoutABuildIdOrModuleAreCounted) {
   Trace t;
-  t.Stack(14, {0x21010, 0x41100, 0x11200});       // a library without a build id
-  t.Stack(15, {0x21010, 0x99999999, 0x11200});    // in no module
-  t.Stack(17, {0x21010, 0x21020});                // nothing outside pinshim
+  t.Stack(14, {0x21010, 0x41100, 0x11200});     // a library without a build id
+  t.Stack(15, {0x21010, 0x99999999, 0x11200});  // in no module
+  t.Stack(17, {0x21010, 0x21020});              // nothing outside pinshim
   t.Stack(21, {0x21010, 0x11100, 0x11200, 0x31300, 0x31400, 0x41100});  // past 4th: fine
   t.Buffer(5, 14, 5);
   t.Buffer(6, 15, 5);

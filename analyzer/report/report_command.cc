@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -158,8 +158,8 @@ void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& shared,
       ApplyFrameworkKnowledge(&in.report);
     }
   };
-  size_t threads = std::max<size_t>(1, std::min<size_t>(inputs->size(),
-                                                        std::thread::hardware_concurrency()));
+  size_t threads =
+      std::max<size_t>(1, std::min<size_t>(inputs->size(), std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
@@ -200,10 +200,14 @@ int RunReportCommand(int argc, char** argv) {
         Complain("--format needs a value: text, json, html or perfetto");
         return 2;
       }
-      if (v == "text") format = Format::kText;
-      else if (v == "json") format = Format::kJson;
-      else if (v == "html") format = Format::kHtml;
-      else if (v == "perfetto") format = Format::kPerfetto;
+      if (v == "text")
+        format = Format::kText;
+      else if (v == "json")
+        format = Format::kJson;
+      else if (v == "html")
+        format = Format::kHtml;
+      else if (v == "perfetto")
+        format = Format::kPerfetto;
       else {
         Complain("unknown format '" + v + "' (accepted: text, json, html, perfetto)");
         return 2;
@@ -219,8 +223,7 @@ int RunReportCommand(int argc, char** argv) {
         Complain("--calibration needs a file");
         return 2;
       }
-    } else if (a.compare(0, 13, "--profile-out") == 0 &&
-               (a.size() == 13 || a[13] == '=')) {
+    } else if (a.compare(0, 13, "--profile-out") == 0 && (a.size() == 13 || a[13] == '=')) {
       if (!value("--profile-out", &profile_out) || profile_out.empty()) {
         Complain("--profile-out needs a file");
         return 2;
@@ -300,8 +303,8 @@ int RunReportCommand(int argc, char** argv) {
       return 2;
     }
     std::string line = "pinshim: profile: " + std::to_string(sites.sites.size()) +
-                       (sites.sites.size() == 1 ? " hot site" : " hot sites") +
-                       " written to " + profile_out;
+                       (sites.sites.size() == 1 ? " hot site" : " hot sites") + " written to " +
+                       profile_out;
     if (sites.unwritable > 0) {
       line += "; " + std::to_string(sites.unwritable) +
               " more could not be written (a frame in a module without a GNU build id, "

@@ -82,9 +82,8 @@ bool IsSystemHeader(const std::string& file) {
 
 bool IsRuntimeFrame(const std::string& module, const std::string& function) {
   std::string base = Basename(module);
-  static const char* const kModules[] = {"libcuda.so", "libcudart.so", "libpinshim.so",
-                                         "libc.so",    "libc-",        "ld-linux",
-                                         "libpthread", "libdl.so"};
+  static const char* const kModules[] = {"libcuda.so", "libcudart.so", "libpinshim.so", "libc.so",
+                                         "libc-",      "ld-linux",     "libpthread",    "libdl.so"};
   for (const char* m : kModules) {
     if (StartsWith(base, m)) return true;
   }
@@ -162,8 +161,8 @@ bool EndsWithOperator(const std::string& s) {
   static const char kOp[] = "operator";
   size_t n = sizeof(kOp) - 1;
   if (s.size() < n || s.compare(s.size() - n, n, kOp) != 0) return false;
-  return s.size() == n || !(isalnum(static_cast<unsigned char>(s[s.size() - n - 1])) ||
-                            s[s.size() - n - 1] == '_');
+  return s.size() == n ||
+         !(isalnum(static_cast<unsigned char>(s[s.size() - n - 1])) || s[s.size() - n - 1] == '_');
 }
 
 }  // namespace
@@ -207,8 +206,10 @@ std::string ShortCxxName(const std::string& name) {
     }
     char c = out[i];
     if (depth == 0 && c == '(') break;
-    if (c == '(' || c == '[' || c == '{') ++depth;
-    else if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+    if (c == '(' || c == '[' || c == '{')
+      ++depth;
+    else if ((c == ')' || c == ']' || c == '}') && depth > 0)
+      --depth;
     // "operator< <...>" and "operator new": not the end of a return type.
     else if (c == ' ' && depth == 0 && out.compare(i + 1, 1, "<") != 0 &&
              !EndsWithOperator(out.substr(0, i)))
@@ -227,9 +228,12 @@ const char* PythonStatusWords(trace::PythonStatus status) {
     case trace::PythonStatus::kNoThreadState: return "thread without a Python state";
     case trace::PythonStatus::kSubinterpreter: return "in a subinterpreter";
     case trace::PythonStatus::kFreeThreaded: return "free-threaded Python: frames not read";
-    case trace::PythonStatus::kUnsupported: return "Python version without a known layout: frames not read";
-    case trace::PythonStatus::kFinalizing: return "Python interpreter shutting down: frames not read";
-    case trace::PythonStatus::kInvalid: return "Python frames cut short (a frame failed validation)";
+    case trace::PythonStatus::kUnsupported:
+      return "Python version without a known layout: frames not read";
+    case trace::PythonStatus::kFinalizing:
+      return "Python interpreter shutting down: frames not read";
+    case trace::PythonStatus::kInvalid:
+      return "Python frames cut short (a frame failed validation)";
   }
   return "unknown Python status";
 }
@@ -295,14 +299,14 @@ Symbolizer::ModuleHandle* Symbolizer::HandleFor(const Module& m) {
       h->problem = "file not found (" + std::string(strerror(errno)) + ")";
     } else {
       static char* debuginfo_path = nullptr;
-      static const Dwfl_Callbacks kCallbacks = {
-          dwfl_build_id_find_elf, dwfl_standard_find_debuginfo, dwfl_offline_section_address,
-          &debuginfo_path};
+      static const Dwfl_Callbacks kCallbacks = {dwfl_build_id_find_elf,
+                                                dwfl_standard_find_debuginfo,
+                                                dwfl_offline_section_address, &debuginfo_path};
       h->dwfl = dwfl_begin(&kCallbacks);
       if (h->dwfl != nullptr) {
         dwfl_report_begin(h->dwfl);
-        h->mod = dwfl_report_elf(h->dwfl, Basename(m.path).c_str(), m.path.c_str(), -1, m.bias,
-                                 false);
+        h->mod =
+            dwfl_report_elf(h->dwfl, Basename(m.path).c_str(), m.path.c_str(), -1, m.bias, false);
         dwfl_report_end(h->dwfl, nullptr, nullptr);
       }
       if (h->mod == nullptr) {
@@ -313,9 +317,9 @@ Symbolizer::ModuleHandle* Symbolizer::HandleFor(const Module& m) {
         int n = dwfl_module_build_id(h->mod, &bits, &vaddr);
         if (n > 0 && std::string(reinterpret_cast<const char*>(bits), static_cast<size_t>(n)) !=
                          m.build_id) {
-          h->problem = "the file changed since the trace was taken (build id " +
-                       Hex(m.build_id) + " traced, " +
-                       Hex(std::string(reinterpret_cast<const char*>(bits), n)) + " on disk)";
+          h->problem = "the file changed since the trace was taken (build id " + Hex(m.build_id) +
+                       " traced, " + Hex(std::string(reinterpret_cast<const char*>(bits), n)) +
+                       " on disk)";
           h->mod = nullptr;
         }
       }
@@ -362,8 +366,8 @@ void Symbolizer::SymbolizeIp(uint64_t ip, bool exact, uint32_t generation,
   }
   GElf_Off sym_off = 0;
   GElf_Sym sym;
-  const char* sym_name = dwfl_module_addrinfo(h->mod, addr, &sym_off, &sym, nullptr, nullptr,
-                                              nullptr);
+  const char* sym_name =
+      dwfl_module_addrinfo(h->mod, addr, &sym_off, &sym, nullptr, nullptr, nullptr);
   std::string outer_name = Demangle(sym_name);
   std::string file;
   int line = 0;

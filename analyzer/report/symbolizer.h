@@ -30,17 +30,17 @@ namespace report {
 
 struct Frame {
   uint64_t ip = 0;
-  std::string module;        // path of the module, "" when unknown
-  uint64_t offset = 0;       // ip relative to the module's load bias
-  std::string function;      // demangled; "" when unknown
-  std::string file;          // "" when unknown
+  std::string module;    // path of the module, "" when unknown
+  uint64_t offset = 0;   // ip relative to the module's load bias
+  std::string function;  // demangled; "" when unknown
+  std::string file;      // "" when unknown
   int line = 0;
-  bool inlined = false;      // inlined into the frame after it
-  bool runtime = false;      // CUDA, pinshim or the C library
-  bool python = false;       // a Python frame: the code object's function and file
-  bool library = false;      // Python: site-packages or the standard library;
-                             // native: the Python interpreter, libffi, ctypes
-  std::string note;          // why function or line are missing
+  bool inlined = false;  // inlined into the frame after it
+  bool runtime = false;  // CUDA, pinshim or the C library
+  bool python = false;   // a Python frame: the code object's function and file
+  bool library = false;  // Python: site-packages or the standard library;
+                         // native: the Python interpreter, libffi, ctypes
+  std::string note;      // why function or line are missing
 
   // "function (file:line)", or "module+0xoffset (note)"; with `short_names`,
   // C++ names with their template arguments elided (ShortCxxName).
@@ -118,7 +118,7 @@ class Symbolizer {
 
   const TraceReader* trace_;
   const SymbolArchive* archive_ = nullptr;
-  std::map<std::string, std::string> archived_problems_;  // by path+bias, from the archive
+  std::map<std::string, std::string> archived_problems_;          // by path+bias, from the archive
   std::map<std::string, std::unique_ptr<ModuleHandle>> modules_;  // by path+bias
   std::unordered_map<uint32_t, SymbolizedStack> cache_;
 };

@@ -43,7 +43,8 @@ __attribute__((noinline)) void CallsInlined() {
 
 std::string RecordTrace() {
   const char* tmp = getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp ? tmp : "/tmp") + "/symbolizer_test." + std::to_string(getpid());
+  std::string dir =
+      std::string(tmp ? tmp : "/tmp") + "/symbolizer_test." + std::to_string(getpid());
   trace::RecorderOptions o;
   o.trace_dir = dir.c_str();
   o.sample_ms = 0;
@@ -68,7 +69,8 @@ struct Collect : EventVisitor {
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 TEST(Symbolizer, FindsFunctionFileLineInlinesAndTheCallSite) {
@@ -188,16 +190,20 @@ namespace report {
 namespace {
 
 TEST(ShortCxxName, ElidesTemplateArgumentsAndReturnTypes) {
-  EXPECT_EQ(ShortCxxName("void at::native::copy_kernel_cuda<float, c10::Half>(at::TensorIterator&, bool)"),
+  EXPECT_EQ(ShortCxxName(
+                "void at::native::copy_kernel_cuda<float, c10::Half>(at::TensorIterator&, bool)"),
             "at::native::copy_kernel_cuda<...>(at::TensorIterator&, bool)");
-  EXPECT_EQ(ShortCxxName("std::vector<std::pair<int, std::map<int, int> >, std::allocator<x> >::push_back(int const&)"),
+  EXPECT_EQ(ShortCxxName("std::vector<std::pair<int, std::map<int, int> >, std::allocator<x> "
+                         ">::push_back(int const&)"),
             "std::vector<...>::push_back(int const&)");
   EXPECT_EQ(ShortCxxName("unsigned long foo<3>(std::function<void (int)>)"),
             "foo<...>(std::function<...>)");
   EXPECT_EQ(ShortCxxName("void at::native::(anonymous namespace)::launch<1>(int)"),
             "at::native::(anonymous namespace)::launch<...>(int)");
-  EXPECT_EQ(ShortCxxName("at::native::gpu_kernel_impl<X>(at::TensorIteratorBase&)::{lambda(int)#1}::operator()(int) const"),
-            "at::native::gpu_kernel_impl<...>(at::TensorIteratorBase&)::{lambda(int)#1}::operator()(int) const");
+  EXPECT_EQ(ShortCxxName("at::native::gpu_kernel_impl<X>(at::TensorIteratorBase&)::{lambda(int)#1}:"
+                         ":operator()(int) const"),
+            "at::native::gpu_kernel_impl<...>(at::TensorIteratorBase&)::{lambda(int)#1}::operator()"
+            "(int) const");
   // Operators are not brackets; names without templates stay as they are.
   EXPECT_EQ(ShortCxxName("bool operator< <int>(Foo<int> const&, Foo<int> const&)"),
             "operator< <...>(Foo<...> const&, Foo<...> const&)");
@@ -211,7 +217,8 @@ TEST(ShortCxxName, ElidesTemplateArgumentsAndReturnTypes) {
 
 TEST(PythonFiles, LibrariesAndTheUsersCode) {
   EXPECT_TRUE(IsPythonLibraryFile("/usr/lib/python3/dist-packages/numpy/core/x.py"));
-  EXPECT_TRUE(IsPythonLibraryFile("/opt/torch/.venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py"));
+  EXPECT_TRUE(IsPythonLibraryFile(
+      "/opt/torch/.venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py"));
   EXPECT_TRUE(IsPythonLibraryFile("/usr/lib/python3.11/threading.py"));
   EXPECT_TRUE(IsPythonLibraryFile("/root/.pyenv/versions/3.13.0/lib/python3.13/asyncio/tasks.py"));
   EXPECT_TRUE(IsPythonLibraryFile("<frozen importlib._bootstrap>"));

@@ -379,7 +379,7 @@ void SyncModel::OnSync(const Event& e) {
       if (streams_[i].capture != 0) return;
       Schedule(end, streams_[i].sure, Clock(), false,
                Reason{e.sync == trace::SyncKind::kStreamSynchronize ? Why::kStreamSync
-                                                                     : Why::kStreamQuery,
+                                                                    : Why::kStreamQuery,
                       i, e.time_ns},
                i);
       break;
@@ -392,7 +392,7 @@ void SyncModel::OnSync(const Event& e) {
       }
       Schedule(end, sure, Clock(), true,
                Reason{e.sync == trace::SyncKind::kContextSynchronize ? Why::kContextSync
-                                                                      : Why::kDeviceFree,
+                                                                     : Why::kDeviceFree,
                       -1, e.time_ns});
       break;
     }
@@ -416,7 +416,7 @@ void SyncModel::OnSync(const Event& e) {
       if (it != events_.end() && it->second.valid) {
         Schedule(end, it->second.sure, it->second.poss, false,
                  Reason{e.sync == trace::SyncKind::kEventSynchronize ? Why::kEventSync
-                                                                      : Why::kEventQuery,
+                                                                     : Why::kEventQuery,
                         -1, e.time_ns, e.event_handle});
       } else {
         Schedule(end, Clock(), Clock(), true,
@@ -471,8 +471,7 @@ void SyncModel::OnSync(const Event& e) {
       host_fns_.erase(it);
       break;
     }
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -543,13 +542,11 @@ std::string SyncModel::DescribeStream(int index) const {
   const StreamState& s = streams_[index];
   const std::string device = "device " + std::to_string(s.device);
   switch (s.kind) {
-    case Kind::kLegacy:
-      return "the legacy default stream (" + device + ")";
+    case Kind::kLegacy: return "the legacy default stream (" + device + ")";
     case Kind::kPerThread:
       return "the per-thread default stream of thread " + std::to_string(s.tid) + " (" + device +
              ")";
-    case Kind::kUser:
-      break;
+    case Kind::kUser: break;
   }
   if (!s.flags_known) return "stream " + Hex(s.handle) + " (created outside the trace)";
   return "stream " + Hex(s.handle) + (s.blocking ? " (blocking)" : " (non-blocking)");

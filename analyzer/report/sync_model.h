@@ -87,16 +87,16 @@ enum class CopyState { kDone, kMayRun, kUnknown };
 
 // An asynchronous copy on page-locked host memory not yet known done.
 struct InFlightCopy {
-  uint64_t id = 0;        // unique within the trace
-  uint64_t time_ns = 0;   // when it was queued (a launch, for graph copies)
-  uint64_t ptr = 0;       // host side
+  uint64_t id = 0;       // unique within the trace
+  uint64_t time_ns = 0;  // when it was queued (a launch, for graph copies)
+  uint64_t ptr = 0;      // host side
   uint64_t bytes = 0;
   CopyDir dir = CopyDir::kHostToDevice;
   MemKind kind = MemKind::kPinnedByProgram;
-  uint32_t stack = 0;     // where it was queued (captured, for graph copies)
+  uint32_t stack = 0;  // where it was queued (captured, for graph copies)
   uint64_t stream_handle = 0;
-  int stream = 0;         // the model's stream index
-  uint64_t seq = 0;       // its place on that stream
+  int stream = 0;    // the model's stream index
+  uint64_t seq = 0;  // its place on that stream
   bool from_graph = false;
 };
 
@@ -167,7 +167,7 @@ class SyncModel {
     bool valid = false;  // a real record the trace saw
     Clock sure;
     Clock poss;
-    int capture = 0;     // recorded inside this capture
+    int capture = 0;  // recorded inside this capture
   };
   // What may have completed a copy, formatted only when a finding needs it.
   enum class Why : uint8_t {
@@ -238,10 +238,10 @@ class SyncModel {
   bool damaged_ = false;
   std::unordered_map<uint32_t, bool> per_thread_api_;  // api -> a _ptsz/_ptds variant
   std::vector<StreamState> streams_;
-  std::unordered_map<uint64_t, int> user_;             // handle -> stream
-  std::map<int, int> legacy_;                          // device -> stream
+  std::unordered_map<uint64_t, int> user_;              // handle -> stream
+  std::map<int, int> legacy_;                           // device -> stream
   std::map<std::pair<uint32_t, int>, int> per_thread_;  // (tid, device) -> stream
-  std::map<int, Clock> blocking_union_;                // device -> join of blocking streams
+  std::map<int, Clock> blocking_union_;                 // device -> join of blocking streams
   Clock group_poss_;
   // The group's possible completion last scheduled for a pageable copy:
   // as long as the group clock has not grown, a later one adds nothing.

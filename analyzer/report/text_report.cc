@@ -22,7 +22,8 @@ std::string Scalar(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kNull: return "-";
     case Value::Kind::kBool: return v.bool_value() ? "yes" : "no";
-    case Value::Kind::kInt: return FormatCount(static_cast<uint64_t>(v.int_value() < 0 ? 0 : v.int_value()));
+    case Value::Kind::kInt:
+      return FormatCount(static_cast<uint64_t>(v.int_value() < 0 ? 0 : v.int_value()));
     case Value::Kind::kDouble: {
       char buf[32];
       snprintf(buf, sizeof(buf), "%g", v.double_value());
@@ -132,7 +133,8 @@ void ShortStack(const Site& site, std::string* out) {
     return;
   }
   if (hidden > 0) {
-    *out += "      (" + std::to_string(hidden) + " frames in CUDA, pinshim and the C library not shown)\n";
+    *out += "      (" + std::to_string(hidden) +
+            " frames in CUDA, pinshim and the C library not shown)\n";
   }
 }
 
@@ -164,12 +166,13 @@ std::string Moved(const ProcessSummary& s) {
 // process budget 64.0 MiB, node budget none": one fixed shape, whatever the
 // counts, so that scripts can pick it apart.
 std::string BudgetLine(const BudgetSummary& b) {
-  auto budget = [](uint64_t bytes) { return bytes != 0 ? FormatBytes(bytes) : std::string("none"); };
+  auto budget = [](uint64_t bytes) {
+    return bytes != 0 ? FormatBytes(bytes) : std::string("none");
+  };
   return "budget: " + FormatCount(b.granted) + " granted, " + FormatCount(b.denied) + " denied, " +
          FormatCount(b.fallback) + " fallback, " + FormatCount(b.evictions) + " evictions (" +
-         FormatBytes(b.evicted_bytes) +
-         " evicted); process budget " + budget(b.process_budget) + ", node budget " +
-         budget(b.node_budget);
+         FormatBytes(b.evicted_bytes) + " evicted); process budget " + budget(b.process_budget) +
+         ", node budget " + budget(b.node_budget);
 }
 
 std::string Percent(double share) {
@@ -215,7 +218,7 @@ const char* PartWords(const std::string& by) {
 void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
   const OptimizeCountersEvent& c = o.counters;
   *out += "    pinshim's own pinning (optimize mode):\n";
-  std::string cap = !o.cap_known                  ? "cap unknown"
+  std::string cap = !o.cap_known                ? "cap unknown"
                     : o.cap_bytes == UINT64_MAX ? "no cap"
                                                 : "cap " + FormatBytes(o.cap_bytes);
   *out += "      pinned by pinshim: peak " + FormatBytes(o.peak_bytes) + ", at the end " +
@@ -251,7 +254,8 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
   }
   std::string dropped;
   for (const auto& kv : o.dropped_bytes) {
-    dropped += (dropped.empty() ? "" : ", ") + FormatBytes(kv.second) + " " + OwnDropWords(kv.first);
+    dropped +=
+        (dropped.empty() ? "" : ", ") + FormatBytes(kv.second) + " " + OwnDropWords(kv.first);
   }
   *out += "      dropped: " + (dropped.empty() ? std::string("nothing") : dropped) + "\n";
   if (!o.page_changes.empty()) {
@@ -270,16 +274,15 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
   }
   *out += "      buffers copied hot, by bytes copied:\n";
   for (const OwnPinningBuffer& b : o.buffers) {
-    std::string what = b.alloc_id == 0 ? "untracked memory"
-                       : b.size != 0   ? "the " + FormatBytes(b.size) + " allocation at " +
-                                           b.allocated_at.Short()
-                                       : "allocation " + std::to_string(b.alloc_id);
+    std::string what =
+        b.alloc_id == 0 ? "untracked memory"
+        : b.size != 0   ? "the " + FormatBytes(b.size) + " allocation at " + b.allocated_at.Short()
+                        : "allocation " + std::to_string(b.alloc_id);
     *out += "        - " + FormatBytes(b.bytes_copied) + " in " +
             Counted(b.copies, "copy", "copies") + " of " + what + ", copied at " +
             b.copied_at.Short() + "\n";
     *out += std::string("          ") + (b.pinned ? "pinned by pinshim (" : "left alone (") +
-            PartWords(b.by) + (b.reason.empty() ? "" : ": " + b.reason) + "): " + b.detail +
-            "\n";
+            PartWords(b.by) + (b.reason.empty() ? "" : ": " + b.reason) + "): " + b.detail + "\n";
   }
   if (o.hot_buffers > o.buffers.size()) {
     *out += "        ... and " + FormatCount(o.hot_buffers - o.buffers.size()) + " more\n";
@@ -325,10 +328,9 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
   char head[256];
   snprintf(head, sizeof(head),
            "pinshim report: %zu %s, %zu %s (%d error%s, %d warning%s, %d info), about %s lost\n",
-           r.processes.size(), r.processes.size() == 1 ? "process" : "processes",
-           r.findings.size(), r.findings.size() == 1 ? "finding" : "findings", counts[2],
-           counts[2] == 1 ? "" : "s", counts[1], counts[1] == 1 ? "" : "s", counts[0],
-           FormatSeconds(lost).c_str());
+           r.processes.size(), r.processes.size() == 1 ? "process" : "processes", r.findings.size(),
+           r.findings.size() == 1 ? "finding" : "findings", counts[2], counts[2] == 1 ? "" : "s",
+           counts[1], counts[1] == 1 ? "" : "s", counts[0], FormatSeconds(lost).c_str());
   *out += head;
   for (const std::string& p : r.problems) *out += "  unreadable: " + p + "\n";
   *out += "\n";
@@ -344,7 +346,8 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
             (s.threads == 1 ? " thread\n" : " threads\n");
     *out += "    moved: " + Moved(s) + "\n";
     *out += "    peak pinned " + FormatBytes(s.peak_pinned);
-    if (s.peak_pinned_ns && p.info.start_monotonic_ns && s.peak_pinned_ns >= p.info.start_monotonic_ns) {
+    if (s.peak_pinned_ns && p.info.start_monotonic_ns &&
+        s.peak_pinned_ns >= p.info.start_monotonic_ns) {
       *out += " at " + FormatSeconds((s.peak_pinned_ns - p.info.start_monotonic_ns) * 1e-9);
     }
     if (s.peak_rss) *out += "; peak RSS " + FormatBytes(s.peak_rss);

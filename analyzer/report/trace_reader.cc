@@ -62,9 +62,8 @@ bool TraceReader::Open(const std::string& path, std::string* error) {
   }
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  damage_.seconds_since_modified =
-      static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) +
-      static_cast<double>(now.tv_nsec - st.st_mtim.tv_nsec) * 1e-9;
+  damage_.seconds_since_modified = static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) +
+                                   static_cast<double>(now.tv_nsec - st.st_mtim.tv_nsec) * 1e-9;
   size_t size = static_cast<size_t>(st.st_size);
   if (size > 0) {
     void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -110,8 +109,9 @@ bool TraceReader::Scan(std::string* error) {
   }
   uint16_t version = trace::LoadU16(data_ + 8);
   if (version != trace::kTraceVersion) {
-    *error = "trace format version " + std::to_string(version) + ", but this pinshim reads version " +
-             std::to_string(trace::kTraceVersion) + "; use the pinshim that wrote it";
+    *error = "trace format version " + std::to_string(version) +
+             ", but this pinshim reads version " + std::to_string(trace::kTraceVersion) +
+             "; use the pinshim that wrote it";
     return false;
   }
   uint16_t header_bytes = trace::LoadU16(data_ + 10);
@@ -162,31 +162,17 @@ bool TraceReader::FrameAt(uint64_t pos, bool resync) const {
   return crc == trace::UnmaskCrc(trace::LoadU32(data_ + pos));
 }
 
-void TraceReader::HandleFrame(uint8_t type, const uint8_t* p, const uint8_t* end,
-                              uint64_t offset) {
+void TraceReader::HandleFrame(uint8_t type, const uint8_t* p, const uint8_t* end, uint64_t offset) {
   switch (static_cast<trace::FrameType>(type)) {
-    case trace::FrameType::kProcess:
-      ParseProcess(p, end);
-      break;
-    case trace::FrameType::kApiNames:
-      ParseApiNames(p, end);
-      break;
-    case trace::FrameType::kModules:
-      ParseModules(p, end);
-      break;
-    case trace::FrameType::kStack:
-      ParseStack(p, end);
-      break;
-    case trace::FrameType::kPythonCode:
-      ParsePythonCode(p, end);
-      break;
-    case trace::FrameType::kEvents:
-      ParseBatch(p, end, offset);
-      break;
+    case trace::FrameType::kProcess: ParseProcess(p, end); break;
+    case trace::FrameType::kApiNames: ParseApiNames(p, end); break;
+    case trace::FrameType::kModules: ParseModules(p, end); break;
+    case trace::FrameType::kStack: ParseStack(p, end); break;
+    case trace::FrameType::kPythonCode: ParsePythonCode(p, end); break;
+    case trace::FrameType::kEvents: ParseBatch(p, end, offset); break;
     case trace::FrameType::kEnd: {
       uint64_t dropped = 0, overflow = 0, t = 0;
-      if (GetVarint(&p, end, &dropped) && GetVarint(&p, end, &overflow) &&
-          GetVarint(&p, end, &t)) {
+      if (GetVarint(&p, end, &dropped) && GetVarint(&p, end, &overflow) && GetVarint(&p, end, &t)) {
         damage_.has_end = true;
         damage_.end_ns = t;
         damage_.stacks_not_stored = overflow;
@@ -196,8 +182,7 @@ void TraceReader::HandleFrame(uint8_t type, const uint8_t* p, const uint8_t* end
       }
       break;
     }
-    default:
-      ++damage_.unknown_frames;
+    default: ++damage_.unknown_frames;
   }
 }
 
@@ -218,9 +203,15 @@ void TraceReader::ParseProcess(const uint8_t* p, const uint8_t* end) {
     const uint8_t* q = v;
     bool has_u = GetVarint(&q, vend, &u);
     switch (static_cast<trace::ProcessTag>(tag)) {
-      case trace::ProcessTag::kPid: if (has_u) process_.pid = u; break;
-      case trace::ProcessTag::kParentPid: if (has_u) process_.parent_pid = u; break;
-      case trace::ProcessTag::kForkedFrom: if (has_u) process_.forked_from = u; break;
+      case trace::ProcessTag::kPid:
+        if (has_u) process_.pid = u;
+        break;
+      case trace::ProcessTag::kParentPid:
+        if (has_u) process_.parent_pid = u;
+        break;
+      case trace::ProcessTag::kForkedFrom:
+        if (has_u) process_.forked_from = u;
+        break;
       case trace::ProcessTag::kProgram: process_.program = text; break;
       case trace::ProcessTag::kCommandLine: {
         process_.command_line.clear();
@@ -234,21 +225,45 @@ void TraceReader::ParseProcess(const uint8_t* p, const uint8_t* end) {
         break;
       }
       case trace::ProcessTag::kHostname: process_.hostname = text; break;
-      case trace::ProcessTag::kRank: if (has_u) process_.rank = trace::UnZigZag(u); break;
-      case trace::ProcessTag::kStartMonotonicNs: if (has_u) process_.start_monotonic_ns = u; break;
-      case trace::ProcessTag::kStartRealtimeNs: if (has_u) process_.start_realtime_ns = u; break;
-      case trace::ProcessTag::kPageSize: if (has_u && u) process_.page_size = u; break;
-      case trace::ProcessTag::kPhysicalBytes: if (has_u) process_.physical_bytes = u; break;
-      case trace::ProcessTag::kMemlockLimit: if (has_u) process_.memlock_limit = u; break;
-      case trace::ProcessTag::kSwapTotalBytes: if (has_u) process_.swap_total_bytes = u; break;
-      case trace::ProcessTag::kSampleMs: if (has_u) process_.sample_ms = u; break;
-      case trace::ProcessTag::kStackDepth: if (has_u) process_.stack_depth = u; break;
-      case trace::ProcessTag::kBudgetBytes: if (has_u) process_.budget_bytes = u; break;
+      case trace::ProcessTag::kRank:
+        if (has_u) process_.rank = trace::UnZigZag(u);
+        break;
+      case trace::ProcessTag::kStartMonotonicNs:
+        if (has_u) process_.start_monotonic_ns = u;
+        break;
+      case trace::ProcessTag::kStartRealtimeNs:
+        if (has_u) process_.start_realtime_ns = u;
+        break;
+      case trace::ProcessTag::kPageSize:
+        if (has_u && u) process_.page_size = u;
+        break;
+      case trace::ProcessTag::kPhysicalBytes:
+        if (has_u) process_.physical_bytes = u;
+        break;
+      case trace::ProcessTag::kMemlockLimit:
+        if (has_u) process_.memlock_limit = u;
+        break;
+      case trace::ProcessTag::kSwapTotalBytes:
+        if (has_u) process_.swap_total_bytes = u;
+        break;
+      case trace::ProcessTag::kSampleMs:
+        if (has_u) process_.sample_ms = u;
+        break;
+      case trace::ProcessTag::kStackDepth:
+        if (has_u) process_.stack_depth = u;
+        break;
+      case trace::ProcessTag::kBudgetBytes:
+        if (has_u) process_.budget_bytes = u;
+        break;
       case trace::ProcessTag::kMode: process_.mode = text; break;
       case trace::ProcessTag::kVersion: process_.version = text; break;
-      case trace::ProcessTag::kWcGuard: if (has_u) process_.wc_guard = u != 0; break;
+      case trace::ProcessTag::kWcGuard:
+        if (has_u) process_.wc_guard = u != 0;
+        break;
       case trace::ProcessTag::kPython: process_.python = text; break;
-      case trace::ProcessTag::kPythonFrames: if (has_u) process_.python_frames = u != 0; break;
+      case trace::ProcessTag::kPythonFrames:
+        if (has_u) process_.python_frames = u != 0;
+        break;
       default: break;  // a newer writer's field
     }
   }
@@ -299,8 +314,8 @@ void TraceReader::ParseModules(const uint8_t* p, const uint8_t* end) {
     Module m;
     uint64_t bias, flags, nseg;
     if (!GetString(&p, end, &m.path) || !GetString(&p, end, &m.build_id) ||
-        !GetVarint(&p, end, &bias) || !GetVarint(&p, end, &flags) ||
-        !GetVarint(&p, end, &nseg) || nseg > static_cast<uint64_t>(end - p)) {
+        !GetVarint(&p, end, &bias) || !GetVarint(&p, end, &flags) || !GetVarint(&p, end, &nseg) ||
+        nseg > static_cast<uint64_t>(end - p)) {
       ++damage_.bad_events;
       break;
     }
@@ -439,8 +454,7 @@ namespace {
 // Decodes the events of one batch, keeping the batch's delta state.
 class BatchCursor {
  public:
-  BatchCursor(const uint8_t* p, const uint8_t* end, uint32_t tid, uint32_t count,
-              uint64_t first_ns)
+  BatchCursor(const uint8_t* p, const uint8_t* end, uint32_t tid, uint32_t count, uint64_t first_ns)
       : p_(p), end_(end), remaining_(count), prev_time_(first_ns) {
     event_.tid = tid;
   }
@@ -461,8 +475,10 @@ class BatchCursor {
       p_ = qend;
       int r = Decode(type, q, qend);
       if (r > 0) return true;
-      if (r < 0) ++*bad;
-      else ++*unknown;
+      if (r < 0)
+        ++*bad;
+      else
+        ++*unknown;
     }
     return false;
   }
@@ -471,9 +487,7 @@ class BatchCursor {
 
  private:
   // Stack ids beyond kMaxStackId are taken for none.
-  static uint32_t StackId(uint64_t id) {
-    return id > kMaxStackId ? 0 : static_cast<uint32_t>(id);
-  }
+  static uint32_t StackId(uint64_t id) { return id > kMaxStackId ? 0 : static_cast<uint32_t>(id); }
 
   // 1: decoded, 0: unknown type, -1: malformed.
   int Decode(uint8_t type, const uint8_t* q, const uint8_t* end) {
@@ -679,9 +693,7 @@ class BatchCursor {
         e.dropped = f.count;
         break;
       }
-      default:
-        prev_time_ = time;
-        return 0;
+      default: prev_time_ = time; return 0;
     }
     prev_time_ = time;
     e.time_ns = time;
@@ -723,8 +735,7 @@ void TraceReader::ForEachEvent(EventVisitor* visitor) const {
   };
   while (next < batches_.size() || !heap.empty()) {
     // Open every batch that may hold an event before the earliest open one.
-    while (next < batches_.size() &&
-           (heap.empty() || batches_[next].first_ns <= heap.top().time)) {
+    while (next < batches_.size() && (heap.empty() || batches_[next].first_ns <= heap.top().time)) {
       const Batch& b = batches_[next];
       BatchCursor* c;
       const uint8_t* p = data_ + b.offset;
@@ -733,8 +744,7 @@ void TraceReader::ForEachEvent(EventVisitor* visitor) const {
         spare.pop_back();
         *c = BatchCursor(p, p + b.length, b.tid, b.count, b.first_ns);
       } else {
-        owned.push_back(std::make_unique<BatchCursor>(p, p + b.length, b.tid, b.count,
-                                                      b.first_ns));
+        owned.push_back(std::make_unique<BatchCursor>(p, p + b.length, b.tid, b.count, b.first_ns));
         c = owned.back().get();
       }
       if (c->Next(&bad, &unknown)) {

@@ -60,7 +60,7 @@ struct Module {
   std::string path;
   std::string build_id;  // raw bytes
   uint64_t bias = 0;
-  uint32_t flags = 0;    // trace::ModuleFlag
+  uint32_t flags = 0;  // trace::ModuleFlag
   std::vector<Segment> segments;
 };
 
@@ -96,23 +96,21 @@ struct PythonCode {
 // What the scan could not use.
 struct Damage {
   uint64_t file_bytes = 0;
-  uint64_t skipped_bytes = 0;     // inside damaged regions, tail included
+  uint64_t skipped_bytes = 0;  // inside damaged regions, tail included
   uint32_t skipped_regions = 0;
   uint64_t first_bad_offset = 0;
-  uint64_t torn_tail_bytes = 0;   // an unfinished frame at the end
-  uint64_t bad_events = 0;        // undecodable events inside good frames
-  uint64_t unknown_frames = 0;    // frame types this reader does not know
-  uint64_t unknown_events = 0;    // event types this reader does not know
-  uint64_t dropped_events = 0;    // the recorder's own count (kDropped, kEnd)
-  uint64_t stacks_not_stored = 0; // the recorder's stack table was full
+  uint64_t torn_tail_bytes = 0;    // an unfinished frame at the end
+  uint64_t bad_events = 0;         // undecodable events inside good frames
+  uint64_t unknown_frames = 0;     // frame types this reader does not know
+  uint64_t unknown_events = 0;     // event types this reader does not know
+  uint64_t dropped_events = 0;     // the recorder's own count (kDropped, kEnd)
+  uint64_t stacks_not_stored = 0;  // the recorder's stack table was full
   bool header_crc_bad = false;
-  bool has_end = false;           // a clean shutdown wrote the end record
+  bool has_end = false;  // a clean shutdown wrote the end record
   uint64_t end_ns = 0;
   double seconds_since_modified = -1;  // of the file, when read from disk
 
-  bool Any() const {
-    return skipped_bytes != 0 || bad_events != 0 || header_crc_bad || !has_end;
-  }
+  bool Any() const { return skipped_bytes != 0 || bad_events != 0 || header_crc_bad || !has_end; }
 };
 
 // One decoded event. Fields not used by an event's type are zero.
@@ -128,17 +126,17 @@ struct Event {
   MemKind src = MemKind::kPageable;
   MemKind dst = MemKind::kPageable;
   bool async = false;
-  uint64_t bytes = 0;       // also kPin, kHostAlloc, kMisuse
-  uint64_t stream = 0;      // also kSync, kStream, kGraph
+  uint64_t bytes = 0;   // also kPin, kHostAlloc, kMisuse
+  uint64_t stream = 0;  // also kSync, kStream, kGraph
   uint64_t host_ptr = 0;
-  uint64_t alloc_id = 0;    // also kHostAlloc
+  uint64_t alloc_id = 0;  // also kHostAlloc
   uint32_t host_flags = 0;
-  int32_t result = 0;       // also kPin, kSync, kStream, kGraph
-  int32_t device = -1;      // also kPin, kSync, kStream, kGraph
+  int32_t result = 0;   // also kPin, kSync, kStream, kGraph
+  int32_t device = -1;  // also kPin, kSync, kStream, kGraph
   // kPin
   PinOp op = PinOp::kAlloc;
-  uint64_t ptr = 0;         // also kHostAlloc, kMisuse
-  uint32_t flags = 0;       // also kStream (CU_STREAM_*)
+  uint64_t ptr = 0;    // also kHostAlloc, kMisuse
+  uint32_t flags = 0;  // also kStream (CU_STREAM_*)
   // kHostAlloc
   bool is_free = false;
   uint8_t source = 0;
@@ -172,7 +170,7 @@ struct Event {
   uint64_t process_pinned = 0;
   uint64_t process_budget = 0;  // 0: none
   uint64_t node_pinned = 0;
-  uint64_t node_budget = 0;     // 0: none
+  uint64_t node_budget = 0;  // 0: none
   // kOwnPin (also ptr, bytes, alloc_id, result). Values a newer writer
   // added are kept as they are.
   OwnPinAction own_action = OwnPinAction::kPinned;

@@ -202,10 +202,10 @@ TEST(TraceReader, SkipsUnknownFramesEventsAndTrailingFields) {
   // An event of unknown type 99 (time delta 0, then 3 bytes), built by hand,
   // and a copy with two extra trailing bytes.
   std::string batch;
-  batch += '\x05';  // tid
+  batch += '\x05';                                  // tid
   batch += std::string("\x80\x94\xeb\xdc\x03", 5);  // first time 1e9
   batch += std::string("\x80\x94\xeb\xdc\x03", 5);  // last time
-  batch += '\x02';  // two events
+  batch += '\x02';                                  // two events
   batch += std::string("\x63\x04\x00\x01\x02\x03", 6);
   // kCopy: dt 0, dur 1, api 2, bits 0, kinds (0 | 5<<3), bytes 64, stack 0,
   // stream 0, ptr 0, alloc 0, then trailing 7, 7.
@@ -240,8 +240,8 @@ TEST(TraceReader, PythonCodeAndStackFrames) {
   // A section cut short: the native frames stay.
   std::string cut;
   cut += "\x04\x01\x01\x00";  // id 4, generation 1, depth 1, mask 0
-  cut += "\x80\x82\x10";        // ip 0x40100
-  cut += "\x01\x02\x01";        // kFrames, 2 frames, only half of one
+  cut += "\x80\x82\x10";      // ip 0x40100
+  cut += "\x01\x02\x01";      // kFrames, 2 frames, only half of one
   b.Frame(trace::FrameType::kStack, cut);
   b.PythonCode(0, "bad.py", "zero id", 1);  // refused
   b.End(3000000000ull);
@@ -302,11 +302,11 @@ TEST(TraceReader, OwnPinningAndCountersRecords) {
   // By hand: a counters record with one field more than this reader knows
   // (kept), then one cut short (bad).
   std::string batch;
-  batch += '\x03';                                     // tid
+  batch += '\x03';                                  // tid
   batch += std::string("\x80\x94\xeb\xdc\x03", 5);  // first time 1e9
   batch += std::string("\x80\x94\xeb\xdc\x03", 5);  // last time
-  batch += '\x02';                                     // two events
-  std::string longer(1, '\x00');                       // time delta 0
+  batch += '\x02';                                  // two events
+  std::string longer(1, '\x00');                    // time delta 0
   for (size_t i = 0; i < trace::kOptimizeCounterFields + 1; ++i) longer += static_cast<char>(i);
   batch += '\x32';
   batch += static_cast<char>(longer.size());
@@ -352,7 +352,8 @@ class Fields {
  public:
   Fields& U(uint64_t v) {
     uint8_t b[trace::kMaxVarint];
-    bytes_.append(reinterpret_cast<const char*>(b), static_cast<size_t>(trace::PutVarint(b, v) - b));
+    bytes_.append(reinterpret_cast<const char*>(b),
+                  static_cast<size_t>(trace::PutVarint(b, v) - b));
     return *this;
   }
   Fields& S(int64_t v) { return U(trace::ZigZag(v)); }
@@ -370,7 +371,8 @@ constexpr uint64_t kHandTime = 1000000000;
 
 // The payload of a kEvents frame of thread `tid` holding `events` (type and
 // fields after the time delta), every one at kHandTime.
-std::string HandBatch(uint32_t tid, const std::vector<std::pair<trace::EventType, Fields>>& events) {
+std::string HandBatch(uint32_t tid,
+                      const std::vector<std::pair<trace::EventType, Fields>>& events) {
   std::string out = Fields().U(tid).U(kHandTime).U(kHandTime).U(events.size()).bytes();
   for (const auto& ev : events) {
     const std::string payload = Fields().S(0).bytes() + ev.second.bytes();
@@ -403,10 +405,10 @@ std::vector<Event> ReadHandBatch(const std::string& batch, Damage* damage) {
 TEST(TraceReader, OlderRecordsReadTheFieldsAppendedSinceAsAbsent) {
   std::vector<std::pair<trace::EventType, Fields>> events;
   // kOwnPin as written today, then as before its stack and detail existed.
-  events.push_back({trace::EventType::kOwnPin,
-                    Fields().U(1).U(2).U(11).U(0x7000).U(4096).U(9).S(0).U(3).U(4)});
-  events.push_back({trace::EventType::kOwnPin,
-                    Fields().U(1).U(2).U(1).U(0x9000).U(8192).U(5).S(-2)});
+  events.push_back(
+      {trace::EventType::kOwnPin, Fields().U(1).U(2).U(11).U(0x7000).U(4096).U(9).S(0).U(3).U(4)});
+  events.push_back(
+      {trace::EventType::kOwnPin, Fields().U(1).U(2).U(1).U(0x9000).U(8192).U(5).S(-2)});
   // kSync as written today, then as before its device existed.
   events.push_back({trace::EventType::kSync, Fields().U(100).U(5).U(1).S(0x10).U(0).S(0).S(2)});
   events.push_back({trace::EventType::kSync, Fields().U(200).U(6).U(2).S(0x10).U(0x77).S(1)});
@@ -446,11 +448,13 @@ TEST(TraceReader, OlderRecordsReadTheFieldsAppendedSinceAsAbsent) {
 // known ones read as they are, and so do the events after them.
 TEST(TraceReader, NewerRecordsSkipTheFieldsTheyAppended) {
   std::vector<std::pair<trace::EventType, Fields>> events;
-  events.push_back({trace::EventType::kBudgetDecision,
-                    Fields().U(1).U(2).U(2).U(1).U(4096).U(8192).U(11).U(12).U(13).U(14).U(0)
-                        .U(77).U(uint64_t{1} << 40)});
+  events.push_back(
+      {trace::EventType::kBudgetDecision,
+       Fields().U(1).U(2).U(2).U(1).U(4096).U(8192).U(11).U(12).U(13).U(14).U(0).U(77).U(uint64_t{1}
+                                                                                         << 40)});
   events.push_back({trace::EventType::kSample, Fields().U(1).U(2).U(3).U(4).U(5).U(6).U(7).U(8)});
-  events.push_back({trace::EventType::kSync, Fields().U(100).U(5).U(1).S(0x10).U(0).S(0).S(2).S(-3)});
+  events.push_back(
+      {trace::EventType::kSync, Fields().U(100).U(5).U(1).S(0x10).U(0).S(0).S(2).S(-3)});
   events.push_back({trace::EventType::kOwnPin,
                     Fields().U(0).U(3).U(0).U(0x7000).U(4096).U(0).S(0).U(0).U(0).U(1)});
   events.push_back({trace::EventType::kDropped, Fields().U(6).U(9)});

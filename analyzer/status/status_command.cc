@@ -53,8 +53,7 @@ struct ProcessRow {
 struct NodeView {
   std::string path;
   bool shared = false;
-  bool reclaimed_now_checked =
-      false;  // false when only read access was granted
+  bool reclaimed_now_checked = false;  // false when only read access was granted
   uint32_t reclaimed_now = 0;
   uint64_t reclaimed_now_bytes = 0;
   uint64_t budget = 0;
@@ -92,8 +91,7 @@ void ReadLedger(Ledger& ledger, NodeView* view) {
   view->shared = (h.flags & budget::kLedgerFlagShared) != 0;
   view->budget = h.node_budget.load();
   view->pinned = h.pinned.load();
-  for (int o = 0; o < kOwnerCount; ++o)
-    view->by_owner[o] = h.pinned_by_owner[o].load();
+  for (int o = 0; o < kOwnerCount; ++o) view->by_owner[o] = h.pinned_by_owner[o].load();
   view->grants = h.grants.load();
   view->denials = h.denials.load();
   view->fallbacks = h.fallbacks.load();
@@ -141,8 +139,7 @@ void PrintText(const NodeView& v, FILE* out) {
     fprintf(out, "Read-only access: dead processes were not reclaimed.\n");
   } else if (v.reclaimed_now > 0) {
     fprintf(out, "Reclaimed %u dead process%s holding %s.\n", v.reclaimed_now,
-            v.reclaimed_now == 1 ? "" : "es",
-            FormatBytes(v.reclaimed_now_bytes).c_str());
+            v.reclaimed_now == 1 ? "" : "es", FormatBytes(v.reclaimed_now_bytes).c_str());
   }
   fprintf(out, "Node budget %s, pinned %s, headroom %s, %zu process%s.\n",
           FormatBytes(v.budget).c_str(), FormatBytes(v.pinned).c_str(),
@@ -150,38 +147,31 @@ void PrintText(const NodeView& v, FILE* out) {
           v.processes.size() == 1 ? "" : "es");
   fprintf(out, "Pinned by owner:");
   for (int o = 0; o < kOwnerCount; ++o) {
-    fprintf(out, "%s %s %s", o == 0 ? "" : ",",
-            budget::OwnerName(static_cast<Owner>(o)),
+    fprintf(out, "%s %s %s", o == 0 ? "" : ",", budget::OwnerName(static_cast<Owner>(o)),
             FormatBytes(v.by_owner[o]).c_str());
   }
   fprintf(out, "\n");
   fprintf(out,
           "Since the ledger was created: grants %" PRIu64 ", denials %" PRIu64
-          ", fallbacks %" PRIu64 ", evictions %" PRIu64
-          " (%s), lock recoveries %" PRIu64
+          ", fallbacks %" PRIu64 ", evictions %" PRIu64 " (%s), lock recoveries %" PRIu64
           ", dead processes reclaimed %" PRIu64 " (%s).\n",
-          v.grants, v.denials, v.fallbacks, v.evictions,
-          FormatBytes(v.evicted_bytes).c_str(), v.recoveries,
-          v.reclaimed_processes, FormatBytes(v.reclaimed_bytes).c_str());
+          v.grants, v.denials, v.fallbacks, v.evictions, FormatBytes(v.evicted_bytes).c_str(),
+          v.recoveries, v.reclaimed_processes, FormatBytes(v.reclaimed_bytes).c_str());
   if (v.processes.empty()) return;
   fprintf(out,
           "\n%8s  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8s  %7s  "
           "%9s  %9s\n",
-          "PID", "COMMAND", "POLICY", "PROG_ALLOC", "PROG_REG", "PIN_POOL",
-          "PIN_CACHE", "TOTAL", "BUDGET", "GRANTS", "DENIALS", "FALLBACKS",
-          "EVICTIONS");
+          "PID", "COMMAND", "POLICY", "PROG_ALLOC", "PROG_REG", "PIN_POOL", "PIN_CACHE", "TOTAL",
+          "BUDGET", "GRANTS", "DENIALS", "FALLBACKS", "EVICTIONS");
   for (const ProcessRow& r : v.processes) {
-    fprintf(
-        out,
-        "%8u  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8" PRIu64
-        "  %7" PRIu64 "  %9" PRIu64 "  %9" PRIu64 "%s\n",
-        r.pid, r.command.c_str(), PolicyText(r.policy),
-        FormatBytes(r.bytes[0]).c_str(), FormatBytes(r.bytes[1]).c_str(),
-        FormatBytes(r.bytes[2]).c_str(), FormatBytes(r.bytes[3]).c_str(),
-        FormatBytes(r.total).c_str(),
-        r.process_budget == 0 ? "none" : FormatBytes(r.process_budget).c_str(),
-        r.grants, r.denials, r.fallbacks, r.evictions,
-        r.same_pid_ns ? "" : "  (other pid namespace)");
+    fprintf(out,
+            "%8u  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8" PRIu64 "  %7" PRIu64
+            "  %9" PRIu64 "  %9" PRIu64 "%s\n",
+            r.pid, r.command.c_str(), PolicyText(r.policy), FormatBytes(r.bytes[0]).c_str(),
+            FormatBytes(r.bytes[1]).c_str(), FormatBytes(r.bytes[2]).c_str(),
+            FormatBytes(r.bytes[3]).c_str(), FormatBytes(r.total).c_str(),
+            r.process_budget == 0 ? "none" : FormatBytes(r.process_budget).c_str(), r.grants,
+            r.denials, r.fallbacks, r.evictions, r.same_pid_ns ? "" : "  (other pid namespace)");
   }
 }
 
@@ -292,38 +282,34 @@ bool SharedFromConfig() {
 
 void PrintStatusHelp(FILE* out) {
   fprintf(out, "usage: pinshim status [--json] [--shared] [--ledger PATH]\n\n");
-  PrintWrapped(
-      out,
-      "Shows the node ledger that enforce mode keeps when a node budget is "
-      "set (PINSHIM_NODE_BUDGET): every process in it with its command, "
-      "its pinned bytes by owner (program_alloc: cuMemHostAlloc and "
-      "cuMemAllocHost; program_register: cuMemHostRegister; pinshim_pool "
-      "and pinshim_cache: pinshim's own pinning), its process budget and "
-      "its counters, then the node budget, the node total and the "
-      "headroom. Processes that died without leaving are reclaimed first.",
-      0, 79);
+  PrintWrapped(out,
+               "Shows the node ledger that enforce mode keeps when a node budget is "
+               "set (PINSHIM_NODE_BUDGET): every process in it with its command, "
+               "its pinned bytes by owner (program_alloc: cuMemHostAlloc and "
+               "cuMemAllocHost; program_register: cuMemHostRegister; pinshim_pool "
+               "and pinshim_cache: pinshim's own pinning), its process budget and "
+               "its counters, then the node budget, the node total and the "
+               "headroom. Processes that died without leaving are reclaimed first.",
+               0, 79);
   fprintf(out, "\nOptions:\n");
   fprintf(out, "  --json\n");
-  PrintWrapped(out, "print JSON instead of a table; byte counts are exact.", 6,
-               79);
+  PrintWrapped(out, "print JSON instead of a table; byte counts are exact.", 6, 79);
   fprintf(out, "  --shared\n");
   PrintWrapped(out,
                "show the ledger shared by all users (the default when "
                "PINSHIM_LEDGER_SHARED=1).",
                6, 79);
   fprintf(out, "  --ledger PATH\n");
-  PrintWrapped(
-      out,
-      "show the ledger at PATH instead of the default "
-      "/dev/shm/pinshim-ledger-<uid> (or /dev/shm/pinshim-ledger-shared).",
-      6, 79);
+  PrintWrapped(out,
+               "show the ledger at PATH instead of the default "
+               "/dev/shm/pinshim-ledger-<uid> (or /dev/shm/pinshim-ledger-shared).",
+               6, 79);
   fprintf(out, "  -h, --help\n      show this help.\n\n");
-  PrintWrapped(
-      out,
-      "Exit status: 0 when the ledger was shown or there is none; 2 for a "
-      "bad option, or a ledger that cannot be read, belongs to another "
-      "user (without --shared) or has another layout.",
-      0, 79);
+  PrintWrapped(out,
+               "Exit status: 0 when the ledger was shown or there is none; 2 for a "
+               "bad option, or a ledger that cannot be read, belongs to another "
+               "user (without --shared) or has another layout.",
+               0, 79);
 }
 
 int ShowStatus(const StatusRequest& request, FILE* out, FILE* err) {
@@ -343,8 +329,7 @@ int ShowStatus(const StatusRequest& request, FILE* out, FILE* err) {
   Ledger ledger;
   char message[640];
   switch (ledger.Open(options, message, sizeof(message))) {
-    case LedgerOpen::kOk:
-      break;
+    case LedgerOpen::kOk: break;
     case LedgerOpen::kMissing:
       if (request.json) {
         std::string text;
@@ -357,16 +342,13 @@ int ShowStatus(const StatusRequest& request, FILE* out, FILE* err) {
         json.EndObject();
         fprintf(out, "%s\n", text.c_str());
       } else {
-        fprintf(
-            out,
-            "No node ledger at %s: no process with a node budget has run here "
-            "since boot.\n",
-            view.path.c_str());
+        fprintf(out,
+                "No node ledger at %s: no process with a node budget has run here "
+                "since boot.\n",
+                view.path.c_str());
       }
       return kExitOk;
-    default:
-      fprintf(err, "pinshim status: %s\n", message);
-      return kExitProblem;
+    default: fprintf(err, "pinshim status: %s\n", message); return kExitProblem;
   }
   ReadLedger(ledger, &view);
   ledger.Close();
@@ -398,15 +380,12 @@ int RunStatusCommand(int argc, char** argv) {
         request.ledger_path = arg.substr(9);
       }
       if (request.ledger_path.empty()) {
-        fprintf(stderr, "pinshim status: --ledger needs a PATH; see %s\n",
-                "pinshim status --help");
+        fprintf(stderr, "pinshim status: --ledger needs a PATH; see %s\n", "pinshim status --help");
         return kExitProblem;
       }
     } else {
-      fprintf(
-          stderr,
-          "pinshim status: unknown option \"%s\"; see pinshim status --help\n",
-          arg.c_str());
+      fprintf(stderr, "pinshim status: unknown option \"%s\"; see pinshim status --help\n",
+              arg.c_str());
       return kExitProblem;
     }
   }

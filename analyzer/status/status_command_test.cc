@@ -29,8 +29,8 @@ class TestBudget : public Budget {
 
 std::string LedgerPath(const std::string& tag) {
   const char* dir = getenv("TEST_TMPDIR");
-  std::string path = std::string(dir != nullptr ? dir : "/tmp") +
-                     "/status-ledger-" + tag + "-" + std::to_string(getpid());
+  std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/status-ledger-" + tag + "-" +
+                     std::to_string(getpid());
   unlink(path.c_str());
   return path;
 }
@@ -93,14 +93,12 @@ TEST(StatusCommandTest, NoLedgerIsNotAnError) {
   const std::string path = LedgerPath("none");
   Result r = Show(Request(path));
   EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out,
-            "No node ledger at " + path +
-                ": no process with a node budget has run here since boot.\n");
+  EXPECT_EQ(r.out, "No node ledger at " + path +
+                       ": no process with a node budget has run here since boot.\n");
   EXPECT_EQ(r.err, "");
   r = Show(Request(path, true));
   EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out,
-            "{\n  \"ledger\": \"" + path + "\",\n  \"exists\": false\n}\n");
+  EXPECT_EQ(r.out, "{\n  \"ledger\": \"" + path + "\",\n  \"exists\": false\n}\n");
 }
 
 TEST(StatusCommandTest, ShowsProcessesAndTheNodeAfterReclaimingTheDead) {
@@ -119,20 +117,15 @@ TEST(StatusCommandTest, ShowsProcessesAndTheNodeAfterReclaimingTheDead) {
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.err, "");
   const std::string& t = r.out;
-  EXPECT_NE(t.find("Node ledger " + path + " (per user)\n"), std::string::npos)
-      << t;
-  EXPECT_NE(t.find("Reclaimed 1 dead process holding 2.00 MiB.\n"),
-            std::string::npos)
-      << t;
+  EXPECT_NE(t.find("Node ledger " + path + " (per user)\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("Reclaimed 1 dead process holding 2.00 MiB.\n"), std::string::npos) << t;
   EXPECT_NE(t.find("Node budget 10.0 MiB, pinned 4.00 MiB, headroom 6.00 MiB, "
                    "2 processes.\n"),
             std::string::npos)
       << t;
-  EXPECT_NE(
-      t.find(
-          "Pinned by owner: program_alloc 3.00 MiB, program_register 1.00 MiB, "
-          "pinshim_pool 0 B, pinshim_cache 0 B\n"),
-      std::string::npos)
+  EXPECT_NE(t.find("Pinned by owner: program_alloc 3.00 MiB, program_register 1.00 MiB, "
+                   "pinshim_pool 0 B, pinshim_cache 0 B\n"),
+            std::string::npos)
       << t;
   EXPECT_NE(t.find("grants 3, denials 1, fallbacks 0"), std::string::npos) << t;
   char comm[budget::kCommBytes];
@@ -140,12 +133,9 @@ TEST(StatusCommandTest, ShowsProcessesAndTheNodeAfterReclaimingTheDead) {
   const std::string pid = std::to_string(getpid());
   size_t first = t.find(pid + "  " + comm);
   ASSERT_NE(first, std::string::npos) << t;
-  EXPECT_NE(t.find(pid + "  " + comm, first + 1), std::string::npos)
-      << "two rows for our pid";
-  EXPECT_NE(t.find("8.00 MiB"), std::string::npos)
-      << "the process budget column";
-  EXPECT_EQ(a.ledger().header().pinned.load(), 4 * kMiB)
-      << "the dead share was reclaimed";
+  EXPECT_NE(t.find(pid + "  " + comm, first + 1), std::string::npos) << "two rows for our pid";
+  EXPECT_NE(t.find("8.00 MiB"), std::string::npos) << "the process budget column";
+  EXPECT_EQ(a.ledger().header().pinned.load(), 4 * kMiB) << "the dead share was reclaimed";
 
   // Nothing left to reclaim the second time.
   r = Show(Request(path));
@@ -168,8 +158,7 @@ TEST(StatusCommandTest, JsonHasExactNumbers) {
   bool in_string = false;
   for (size_t i = 0; i < j.size(); ++i) {
     if (j[i] == '"' && (i == 0 || j[i - 1] != '\\')) in_string = !in_string;
-    if (in_string || !isspace(static_cast<unsigned char>(j[i])))
-      compact += j[i];
+    if (in_string || !isspace(static_cast<unsigned char>(j[i]))) compact += j[i];
   }
   for (const std::string& want : {
            std::string("\"exists\":true"),
@@ -180,8 +169,7 @@ TEST(StatusCommandTest, JsonHasExactNumbers) {
            std::string("\"pinned_bytes\":12345"),
            std::string("\"headroom_bytes\":10473415"),
            std::string("\"pinshim_pool\":12345"),
-           std::string("{\"pid\":" + std::to_string(getpid()) +
-                       ",\"command\":\""),
+           std::string("{\"pid\":" + std::to_string(getpid()) + ",\"command\":\""),
            std::string("\"same_pid_namespace\":true,\"policy\":\"deny\""),
            std::string("\"process_budget_bytes\":5242880,\"grants\":1"),
            std::string("\"reclaimed_processes\":1,\"reclaimed_bytes\":1000"),
@@ -207,10 +195,7 @@ TEST(StatusCommandTest, ForeignLedgerIsOneLineAndExitTwo) {
   Result r = Show(request);
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(
-      r.err.rfind("pinshim status: node ledger " + path + ": it belongs to uid",
-                  0),
-      0u)
+  EXPECT_EQ(r.err.rfind("pinshim status: node ledger " + path + ": it belongs to uid", 0), 0u)
       << r.err;
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line";
   request.shared = true;
@@ -226,8 +211,7 @@ TEST(StatusCommandTest, OtherLayoutIsOneLineAndExitTwo) {
   Result r = Show(Request(path, true));
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "pinshim status: " + path +
-                       " is not a pinshim node ledger (bad magic)\n");
+  EXPECT_EQ(r.err, "pinshim status: " + path + " is not a pinshim node ledger (bad magic)\n");
 }
 
 TEST(StatusCommandTest, Options) {
@@ -261,9 +245,9 @@ TEST(StatusCommandTest, LedgerOptionNamesTheFile) {
   char* args[] = {status, flag.data(), nullptr};
   testing::internal::CaptureStdout();
   EXPECT_EQ(RunStatusCommand(2, args), 0);
-  EXPECT_EQ(testing::internal::GetCapturedStdout(),
-            "No node ledger at " + path +
-                ": no process with a node budget has run here since boot.\n");
+  EXPECT_EQ(
+      testing::internal::GetCapturedStdout(),
+      "No node ledger at " + path + ": no process with a node budget has run here since boot.\n");
 }
 
 }  // namespace

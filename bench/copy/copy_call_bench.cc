@@ -50,11 +50,9 @@ template <typename Fn>
 bool Lookup(GetProcAddressFn get, const char* name, int version, Fn* out) {
   void* fn = nullptr;
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-  if (get(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
-          CUDA_SUCCESS ||
+  if (get(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
       fn == nullptr) {
-    std::fprintf(stderr, "copy_call_bench: cuGetProcAddress(%s) failed\n",
-                 name);
+    std::fprintf(stderr, "copy_call_bench: cuGetProcAddress(%s) failed\n", name);
     return false;
   }
   *out = reinterpret_cast<Fn>(fn);
@@ -63,8 +61,7 @@ bool Lookup(GetProcAddressFn get, const char* name, int version, Fn* out) {
 
 bool Check(CUresult rc, const char* what) {
   if (rc == CUDA_SUCCESS) return true;
-  std::fprintf(stderr, "copy_call_bench: %s returned %d\n", what,
-               static_cast<int>(rc));
+  std::fprintf(stderr, "copy_call_bench: %s returned %d\n", what, static_cast<int>(rc));
   return false;
 }
 
@@ -78,15 +75,13 @@ bool SetUpDriver() {
                  dlerror());
     return false;
   }
-  auto get_v2 =
-      reinterpret_cast<GetProcAddressFn>(dlsym(handle, "cuGetProcAddress_v2"));
+  auto get_v2 = reinterpret_cast<GetProcAddressFn>(dlsym(handle, "cuGetProcAddress_v2"));
   if (get_v2 == nullptr) {
     std::fprintf(stderr, "copy_call_bench: no cuGetProcAddress_v2\n");
     return false;
   }
   GetProcAddressFn get = nullptr;
-  if (!Lookup(get_v2, "cuInit", 2000, &g_driver.init) ||
-      !Check(g_driver.init(0), "cuInit") ||
+  if (!Lookup(get_v2, "cuInit", 2000, &g_driver.init) || !Check(g_driver.init(0), "cuInit") ||
       !Lookup(get_v2, "cuGetProcAddress", 12000, &get)) {
     return false;
   }
@@ -109,8 +104,7 @@ bool SetUpDriver() {
       !Check(d.ctx_set_current(ctx), "cuCtxSetCurrent") ||
       !Check(d.mem_alloc(&g_device, 1 << 20), "cuMemAlloc") ||
       !Check(d.mem_host_alloc(&g_pinned, 1 << 20, 0), "cuMemHostAlloc") ||
-      !Check(d.stream_create(&g_stream, CU_STREAM_NON_BLOCKING),
-             "cuStreamCreate")) {
+      !Check(d.stream_create(&g_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) {
     return false;
   }
   // Large enough to be tracked by pinshim's allocation hooks; the small one
@@ -155,8 +149,7 @@ void BM_MemcpyHtoDAsync(benchmark::State& state) {
   const void* src = HostBuffer(state);
   int queued = 0;
   for (auto _ : state) {
-    if (g_driver.memcpy_htod_async(g_device, src, kBytes, g_stream) !=
-        CUDA_SUCCESS) {
+    if (g_driver.memcpy_htod_async(g_device, src, kBytes, g_stream) != CUDA_SUCCESS) {
       state.SkipWithError("cuMemcpyHtoDAsync failed");
       break;
     }

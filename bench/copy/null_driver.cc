@@ -34,8 +34,7 @@ int g_context_token = 0;
 int g_stream_token = 0;
 
 unsigned char* DeviceBytes(CUdeviceptr p, size_t n) {
-  if (p < kDeviceBase || p - kDeviceBase > kDeviceBytes ||
-      n > kDeviceBytes - (p - kDeviceBase)) {
+  if (p < kDeviceBase || p - kDeviceBase > kDeviceBytes || n > kDeviceBytes - (p - kDeviceBase)) {
     return nullptr;
   }
   return g_device + (p - kDeviceBase);
@@ -116,35 +115,31 @@ NULL_DRIVER_API CUresult cuMemFreeHost(void* p) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
-NULL_DRIVER_API CUresult cuPointerGetAttribute(void* data,
-                                               CUpointer_attribute attribute,
+NULL_DRIVER_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
                                                CUdeviceptr p) {
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const bool device = DeviceBytes(p, 0) != nullptr;
   if (!device && !IsPinned(p)) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned int*>(data) =
-          device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+      *static_cast<unsigned int*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
       *static_cast<unsigned int*>(data) = 0;
       return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
 
-NULL_DRIVER_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src,
-                                         size_t n) {
+NULL_DRIVER_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   unsigned char* d = DeviceBytes(dst, n);
   if (d == nullptr || src == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::memcpy(d, src, n);
   return CUDA_SUCCESS;
 }
 
-NULL_DRIVER_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src,
-                                              size_t n, CUstream) {
+NULL_DRIVER_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n,
+                                              CUstream) {
   return cuMemcpyHtoD_v2(dst, src, n);
 }
 
@@ -157,9 +152,8 @@ NULL_DRIVER_API CUresult cuStreamCreate(CUstream* stream, unsigned int) {
 NULL_DRIVER_API CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
 
 // One ABI per name, whatever version or stream flags are asked for.
-NULL_DRIVER_API CUresult cuGetProcAddress_v2(
-    const char* symbol, void** pfn, int, cuuint64_t,
-    CUdriverProcAddressQueryResult* status) {
+NULL_DRIVER_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t,
+                                             CUdriverProcAddressQueryResult* status) {
   static const struct {
     const char* name;
     void* fn;
@@ -169,14 +163,12 @@ NULL_DRIVER_API CUresult cuGetProcAddress_v2(
       {"cuGetErrorName", reinterpret_cast<void*>(&cuGetErrorName)},
       {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
       {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},
-      {"cuDevicePrimaryCtxRetain",
-       reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
+      {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
       {"cuCtxSetCurrent", reinterpret_cast<void*>(&cuCtxSetCurrent)},
       {"cuMemAlloc", reinterpret_cast<void*>(&cuMemAlloc_v2)},
       {"cuMemHostAlloc", reinterpret_cast<void*>(&cuMemHostAlloc)},
       {"cuMemFreeHost", reinterpret_cast<void*>(&cuMemFreeHost)},
-      {"cuPointerGetAttribute",
-       reinterpret_cast<void*>(&cuPointerGetAttribute)},
+      {"cuPointerGetAttribute", reinterpret_cast<void*>(&cuPointerGetAttribute)},
       {"cuMemcpyHtoD", reinterpret_cast<void*>(&cuMemcpyHtoD_v2)},
       {"cuMemcpyHtoDAsync", reinterpret_cast<void*>(&cuMemcpyHtoDAsync_v2)},
       {"cuStreamCreate", reinterpret_cast<void*>(&cuStreamCreate)},

@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
     void* p;
     CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
     static_cast<char*>(p)[0] = static_cast<char>(i);
-    if (copy) CHECK(cudaMemcpyAsync(dev, p, 4096 < bytes ? 4096 : bytes, cudaMemcpyHostToDevice, s));
+    if (copy)
+      CHECK(cudaMemcpyAsync(dev, p, 4096 < bytes ? 4096 : bytes, cudaMemcpyHostToDevice, s));
     CHECK(cudaFreeHost(p));
   };
   // Warm-up: context set-up, and (with the library) the pool growing to the
@@ -47,8 +48,9 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < pairs; ++i) pair(i);
   CHECK(cudaStreamSynchronize(s));
-  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  printf("alloc_loop bytes=%zu pairs=%d warmup=%d copy=%d us_per_pair=%.3f\n", bytes, pairs,
-         warmup, copy ? 1 : 0, us / pairs);
+  double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  printf("alloc_loop bytes=%zu pairs=%d warmup=%d copy=%d us_per_pair=%.3f\n", bytes, pairs, warmup,
+         copy ? 1 : 0, us / pairs);
   return 0;
 }

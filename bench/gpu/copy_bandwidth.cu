@@ -13,13 +13,13 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                                    \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
+#define CHECK(x)                                                                         \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
       fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                      \
-    }                                                                               \
+      exit(1);                                                                           \
+    }                                                                                    \
   } while (0)
 
 static double MedianGBps(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {

@@ -26,7 +26,8 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s BYTES ITERATIONS [pageable|pinned|hand-pinned] [h2d|d2h]\n", argv[0]);
+    fprintf(stderr, "usage: %s BYTES ITERATIONS [pageable|pinned|hand-pinned] [h2d|d2h]\n",
+            argv[0]);
     return 2;
   }
   const size_t bytes = strtoull(argv[1], nullptr, 0);
@@ -61,7 +62,10 @@ int main(int argc, char** argv) {
   printf("copy_loop bytes=%zu iters=%d kind=%s dir=%s seconds=%.6f GBps=%.3f checksum=%lu\n", bytes,
          iters, kind, h2d ? "h2d" : "d2h", s, double(bytes) * iters / s / 1e9, sum);
   if (strcmp(kind, "hand-pinned") == 0) CHECK(cudaHostUnregister(host));
-  if (strcmp(kind, "pinned") == 0) CHECK(cudaFreeHost(host)); else free(host);
+  if (strcmp(kind, "pinned") == 0)
+    CHECK(cudaFreeHost(host));
+  else
+    free(host);
   CHECK(cudaFree(dev));
   return 0;
 }

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   const bool pinned = argc > 4 && strcmp(argv[4], "pinned") == 0;
   char* dev;
   CHECK(cudaMalloc(reinterpret_cast<void**>(&dev), bytes));
-  if (pinned) CHECK(cudaHostAlloc(reinterpret_cast<void**>(&g_pinned), bytes, cudaHostAllocDefault));
+  if (pinned)
+    CHECK(cudaHostAlloc(reinterpret_cast<void**>(&g_pinned), bytes, cudaHostAllocDefault));
   unsigned long sum = 0;
   auto step = [&](int s) {
     char* b = NewBuffer(bytes, pinned);
@@ -61,7 +62,8 @@ int main(int argc, char** argv) {
   for (int s = 0; s < 4; ++s) step(s);  // warm-up
   auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < steps; ++s) step(s);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   printf("fresh_loop bytes=%zu steps=%d copies=%d kind=%s ms_per_step=%.3f checksum=%lu\n", bytes,
          steps, copies, pinned ? "pinned" : "pageable", ms / steps, sum);
   if (pinned) CHECK(cudaFreeHost(g_pinned));

@@ -50,7 +50,7 @@
 namespace {
 
 constexpr size_t kPage = 4096;
-char* g_dev = nullptr;         // device scratch, 64 MiB
+char* g_dev = nullptr;             // device scratch, 64 MiB
 unsigned char* g_check = nullptr;  // pinned scratch for reading the device back
 
 __global__ void Spin(long long cycles) {
@@ -76,7 +76,12 @@ std::string DeviceGets(const void* p, size_t n, unsigned char want, unsigned cha
   size_t nw = 0, no = 0, other = 0;
   for (size_t i = 0; i < n; i += kPage) {
     unsigned char c = g_check[i];
-    if (c == want) ++nw; else if (c == old) ++no; else ++other;
+    if (c == want)
+      ++nw;
+    else if (c == old)
+      ++no;
+    else
+      ++other;
   }
   char buf[128];
   if (no == 0 && other == 0) return "device=new";
@@ -98,7 +103,9 @@ std::string HostGets(void* p, size_t n, unsigned char v) {
   return buf;
 }
 
-void Fact(const char* name, const std::string& what) { printf("fact %s: %s\n", name, what.c_str()); }
+void Fact(const char* name, const std::string& what) {
+  printf("fact %s: %s\n", name, what.c_str());
+}
 
 std::string Rc(int rc) {
   return rc == 0 ? std::string("rc=0") : std::string("rc=-1 errno=") + strerror(errno);
@@ -237,9 +244,9 @@ void PartlyRegistered() {
   CHECK(cudaHostUnregister(b + n / 2));
   munmap(b, n);
   Fact("copy_partly_registered", std::string("head-registered h2d=") + cudaGetErrorName(h2d) +
-                                     " d2h=" + cudaGetErrorName(d2h) + " h2d_async=" +
-                                     cudaGetErrorName(h2d_async) + "; tail-registered h2d=" +
-                                     cudaGetErrorName(tail));
+                                     " d2h=" + cudaGetErrorName(d2h) +
+                                     " h2d_async=" + cudaGetErrorName(h2d_async) +
+                                     "; tail-registered h2d=" + cudaGetErrorName(tail));
 }
 
 // Copies from cudaHostAlloc memory past the allocation's requested size
@@ -342,7 +349,8 @@ void WipeOnForkPlain(bool registered) {
   const unsigned char* msg = got == 3 ? buf + 1 : buf;
   char text[160];
   snprintf(text, sizeof(text), "madvise rc=%d child %s value=%02x exit=%d sig=%d", rc,
-           msg[0] == 'M' ? "mapped" : "unmapped", msg[1], WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+           msg[0] == 'M' ? "mapped" : "unmapped", msg[1],
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1,
            WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   Fact(registered ? "wipeonfork_registered" : "wipeonfork_plain", text);
   if (registered) CHECK(cudaHostUnregister(b));
@@ -446,7 +454,8 @@ void HostAllocLayout() {
     _exit(0);
   }
   waitpid(pid, nullptr, 0);
-  Fact("fork_parent_hostalloc_after_child_write", b[0] == 1 ? "parent-unchanged" : "parent-changed");
+  Fact("fork_parent_hostalloc_after_child_write",
+       b[0] == 1 ? "parent-unchanged" : "parent-changed");
   CHECK(cudaHostUnregister(r));
   munmap(r, n);
   CHECK(cudaFreeHost(b));
@@ -490,7 +499,9 @@ void FileBacked(const char* dir, int how) {
   Fill(b, n, 0xA1);
   cudaError_t reg = cudaHostRegister(b, n, cudaHostRegisterDefault);
   std::string name = std::string("file_") + (strstr(dir, "shm") ? "tmpfs_" : "disk_") +
-                     (how == 0 ? "truncate" : how == 1 ? "punch_hole" : "private_write");
+                     (how == 0   ? "truncate"
+                      : how == 1 ? "punch_hole"
+                                 : "private_write");
   if (reg != cudaSuccess) {
     Fact(name.c_str(), std::string("register=") + cudaGetErrorName(reg));
     cudaGetLastError();
@@ -510,8 +521,8 @@ void FileBacked(const char* dir, int how) {
   cudaError_t u = cudaHostUnregister(b);
   munmap(b, n);
   close(fd);
-  Fact(name.c_str(), std::string("register=ok ") + rc + " " + got + " unregister=" +
-                         cudaGetErrorName(u));
+  Fact(name.c_str(),
+       std::string("register=ok ") + rc + " " + got + " unregister=" + cudaGetErrorName(u));
 }
 
 void SysvShm() {
@@ -555,8 +566,8 @@ void CalibrateSpin() {
 
 // How long the copy call itself takes when a 200 ms kernel runs first on
 // `kernel_stream`, and the copy goes on `copy_stream`.
-void AsyncTiming(const char* name, cudaStream_t kernel_stream, cudaStream_t copy_stream,
-                 size_t n, bool to_device, bool async, bool pinned) {
+void AsyncTiming(const char* name, cudaStream_t kernel_stream, cudaStream_t copy_stream, size_t n,
+                 bool to_device, bool async, bool pinned) {
   void* host = pinned ? nullptr : malloc(n);
   if (pinned) CHECK(cudaHostAlloc(&host, n, cudaHostAllocDefault));
   memset(host, 1, n);
@@ -565,7 +576,8 @@ void AsyncTiming(const char* name, cudaStream_t kernel_stream, cudaStream_t copy
   const double t0 = NowMs();
   cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
   if (async) {
-    CHECK(cudaMemcpyAsync(to_device ? g_dev : host, to_device ? host : g_dev, n, kind, copy_stream));
+    CHECK(
+        cudaMemcpyAsync(to_device ? g_dev : host, to_device ? host : g_dev, n, kind, copy_stream));
   } else {
     CHECK(cudaMemcpy(to_device ? g_dev : host, to_device ? host : g_dev, n, kind));
   }
@@ -576,7 +588,10 @@ void AsyncTiming(const char* name, cudaStream_t kernel_stream, cudaStream_t copy
   snprintf(buf, sizeof(buf), "call returned after %.1f ms, all done after %.1f ms", t1 - t0,
            t2 - t0);
   Fact(name, buf);
-  if (pinned) CHECK(cudaFreeHost(host)); else free(host);
+  if (pinned)
+    CHECK(cudaFreeHost(host));
+  else
+    free(host);
 }
 
 // Whether work on the legacy stream waits for work on `other` (and back).
@@ -616,8 +631,8 @@ void PagemapCost() {
   const double ms = (NowMs() - t0) / reps;
   close(fd);
   char buf[96];
-  snprintf(buf, sizeof(buf), "%.3f ms per 64 MiB range (%zu entries), pfn[0]=%llx", ms,
-           n / kPage, static_cast<unsigned long long>(entries[0] & ((1ull << 55) - 1)));
+  snprintf(buf, sizeof(buf), "%.3f ms per 64 MiB range (%zu entries), pfn[0]=%llx", ms, n / kPage,
+           static_cast<unsigned long long>(entries[0] & ((1ull << 55) - 1)));
   Fact("pagemap_read_cost", buf);
   munmap(b, n);
 }
@@ -652,8 +667,8 @@ int main() {
   WipeOnForkPlain(false);
   WipeOnForkPlain(true);
   HostAllocLayout();
-  const char* names[] = {"dontneed",  "dontneed_mid", "free",   "remove",      "dontfork",
-                         "pageout",   "map_fixed_mid", "munmap_mid", "mremap_move", "hugepage"};
+  const char* names[] = {"dontneed", "dontneed_mid",  "free",       "remove",      "dontfork",
+                         "pageout",  "map_fixed_mid", "munmap_mid", "mremap_move", "hugepage"};
   for (int i = 0; i < 10; ++i) HostAllocUnder(names[i], i);
   FileBacked("/dev/shm", 0);
   FileBacked("/dev/shm", 1);

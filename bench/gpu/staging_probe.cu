@@ -140,7 +140,7 @@ void Staged(Team& team, Ring& ring, bool h2d, char* host, char* dev, size_t n, c
   std::vector<std::atomic<uint32_t>> done(nchunks);
   for (auto& d : done) d.store(0);
   std::atomic<size_t> next_piece{0};
-  std::atomic<size_t> dma_issued{0};  // chunks whose DMA was queued
+  std::atomic<size_t> dma_issued{0};               // chunks whose DMA was queued
   std::vector<std::atomic<size_t>> slot_ready(R);  // chunk index + 1 whose DMA is known done
   for (auto& s : slot_ready) s.store(0);
   const size_t total_pieces = nchunks * pieces_per_chunk;
@@ -297,7 +297,8 @@ int main(int argc, char** argv) {
         memset(host, 0, size_t{64} << 20);
         Staged(team, ring, false, host, dev, size_t{64} << 20, st, CopyStream);
         size_t bad = 0;
-        for (size_t i = 0; i < (size_t{64} << 20); i += 4096) bad += host[i] != static_cast<char>(i >> 12);
+        for (size_t i = 0; i < (size_t{64} << 20); i += 4096)
+          bad += host[i] != static_cast<char>(i >> 12);
         if (bad != 0) printf("probe-error workers=%d chunk=%zu: %zu bad pages\n", T, C, bad);
         for (int s = 0; s < R; ++s) {
           cudaFreeHost(ring.slots[s]);

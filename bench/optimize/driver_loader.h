@@ -44,8 +44,8 @@ inline bool LoadDriver(LoadedDriver* d) {
   auto retain = reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(
       dlsym(d->handle, "cuDevicePrimaryCtxRetain"));
   d->mem_alloc = reinterpret_cast<decltype(d->mem_alloc)>(dlsym(d->handle, "cuMemAlloc_v2"));
-  d->memcpy_htod_async = reinterpret_cast<decltype(d->memcpy_htod_async)>(
-      dlsym(d->handle, "cuMemcpyHtoDAsync_v2"));
+  d->memcpy_htod_async =
+      reinterpret_cast<decltype(d->memcpy_htod_async)>(dlsym(d->handle, "cuMemcpyHtoDAsync_v2"));
   d->memcpy_dtoh = reinterpret_cast<decltype(d->memcpy_dtoh)>(dlsym(d->handle, "cuMemcpyDtoH_v2"));
   d->stream_create =
       reinterpret_cast<decltype(d->stream_create)>(dlsym(d->handle, "cuStreamCreate"));

@@ -42,14 +42,14 @@ int ChildReads(const unsigned char* p, size_t n, unsigned char seed) {
 const char* ReadResult(int r) { return r == 1 ? "ok" : r == 0 ? "WRONG DATA" : "FAULT"; }
 
 struct Outcome {
-  int child_read;     // ChildReads' answer
-  bool parent_copy;   // the parent's H2D after fork delivered its new bytes
+  int child_read;    // ChildReads' answer
+  bool parent_copy;  // the parent's H2D after fork delivered its new bytes
 };
 
 // Forks while `p` (n bytes, filled with seed) is pinned; the child reads it
 // and stays alive while the parent rewrites it and copies it to the device.
-Outcome ForkAndCopy(pinshim::bench::LoadedDriver& d, unsigned char* p, size_t n,
-                    unsigned char seed, CUdeviceptr dev) {
+Outcome ForkAndCopy(pinshim::bench::LoadedDriver& d, unsigned char* p, size_t n, unsigned char seed,
+                    CUdeviceptr dev) {
   Outcome out = {-2, false};
   int result_pipe[2], go_pipe[2];
   if (pipe(result_pipe) != 0 || pipe(go_pipe) != 0) return out;
@@ -74,7 +74,8 @@ Outcome ForkAndCopy(pinshim::bench::LoadedDriver& d, unsigned char* p, size_t n,
   if (htod != nullptr && back != nullptr && htod(dev, p, n) == CUDA_SUCCESS &&
       d.memcpy_dtoh(back, dev, n) == CUDA_SUCCESS) {
     out.parent_copy = true;
-    for (size_t i = 0; i < n; i += 4096) out.parent_copy &= back[i] == static_cast<unsigned char>(seed + 1);
+    for (size_t i = 0; i < n; i += 4096)
+      out.parent_copy &= back[i] == static_cast<unsigned char>(seed + 1);
   }
   free(back);
   if (write(go_pipe[1], "x", 1) != 1) {
@@ -98,7 +99,8 @@ int main() {
   if (d.mem_alloc(&dev, n) != CUDA_SUCCESS) return 2;
 
   unsigned char* reg = static_cast<unsigned char*>(aligned_alloc(4096, n));
-  if (reg == nullptr || d.ops.mem_host_register(reg, n, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
+  if (reg == nullptr ||
+      d.ops.mem_host_register(reg, n, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
     return 2;
   }
   Outcome a = ForkAndCopy(d, reg, n, 10, dev);

@@ -46,8 +46,8 @@ BENCHMARK(BM_MmapMunmap);
 
 void BM_MmapFixedUnpinned(benchmark::State& state) {
   for (auto _ : state) {
-    void* p = mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                   -1, 0);
+    void* p =
+        mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     benchmark::DoNotOptimize(p);
   }
 }
@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
   // The timed page sits between two PROT_NONE pages, so the kernel's work
   // for a mapping call on it (no merge with either neighbour) is the same
   // whatever pinshim or the driver mapped elsewhere.
-  char* span = static_cast<char*>(
-      mmap(nullptr, 3 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  char* span =
+      static_cast<char*>(mmap(nullptr, 3 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   g_page = span + 4096;
   mprotect(g_page, 4096, PROT_READ | PROT_WRITE);
   MakeRegistration();

@@ -115,7 +115,8 @@ void BM_AnalyzeEvents(benchmark::State& state) {
   for (auto _ : state) {
     TraceReader r;
     std::string error;
-    if (!r.OpenBuffer(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &error)) abort();
+    if (!r.OpenBuffer(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &error))
+      abort();
     report::ProcessReport rep = report::AnalyzeTrace(r, o);
     benchmark::DoNotOptimize(rep.findings.size());
     events += rep.events;

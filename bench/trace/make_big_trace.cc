@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
   double secs = (Now() - start) * 1e-9;
   struct stat st;
   stat(path.c_str(), &st);
-  printf("%s: %llu events, %lld bytes (%.2f bytes/event), recorded in %.2f s (%.0f ns/event/thread)\n",
-         path.c_str(), static_cast<unsigned long long>(events.load()),
-         static_cast<long long>(st.st_size), static_cast<double>(st.st_size) / events.load(), secs,
-         secs * 2e9 / events.load());
+  printf(
+      "%s: %llu events, %lld bytes (%.2f bytes/event), recorded in %.2f s (%.0f ns/event/thread)\n",
+      path.c_str(), static_cast<unsigned long long>(events.load()),
+      static_cast<long long>(st.st_size), static_cast<double>(st.st_size) / events.load(), secs,
+      secs * 2e9 / events.load());
   return 0;
 }

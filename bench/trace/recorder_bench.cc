@@ -162,8 +162,12 @@ extern "C" void PinshimBenchLoop() {
 RunFn Load() {
   static RunFn run = []() -> RunFn {
     const char* env = getenv("PINSHIM_BENCH_LIBPYTHON");
-    const char* names[] = {env, "libpython3.so", "libpython3.13.so.1.0", "libpython3.12.so.1.0",
-                           "libpython3.11.so.1.0", "libpython3.10.so.1.0"};
+    const char* names[] = {env,
+                           "libpython3.so",
+                           "libpython3.13.so.1.0",
+                           "libpython3.12.so.1.0",
+                           "libpython3.11.so.1.0",
+                           "libpython3.10.so.1.0"};
     for (const char* name : names) {
       if (name == nullptr) continue;
       void* h = dlopen(name, RTLD_NOW | RTLD_GLOBAL);

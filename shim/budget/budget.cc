@@ -47,8 +47,7 @@ inline bool TakeAvailable(LedgerSlot& slot, Owner owner, uint64_t bytes) {
   uint64_t word = slot.available.load(kRelaxed);
   while ((word & kAvailableClosed) == 0 && AvailableBytes(word) >= bytes) {
     // Only the low bits change: bytes <= the available bytes.
-    if (slot.available.compare_exchange_weak(word, word - bytes, kRelaxed,
-                                             kRelaxed)) {
+    if (slot.available.compare_exchange_weak(word, word - bytes, kRelaxed, kRelaxed)) {
       // After the take, so the slot's bytes never exceed what its
       // reservation covers.
       slot.bytes[static_cast<int>(owner)].fetch_add(bytes, kRelaxed);
@@ -69,38 +68,28 @@ uint64_t ReservationQuantum(uint64_t node_budget) {
 
 const char* DecisionName(Decision decision) {
   switch (decision) {
-    case Decision::kGranted:
-      return "granted";
-    case Decision::kDenied:
-      return "denied";
-    case Decision::kFallback:
-      return "fallback";
+    case Decision::kGranted: return "granted";
+    case Decision::kDenied: return "denied";
+    case Decision::kFallback: return "fallback";
   }
   return "unknown";
 }
 
 const char* PolicyName(Policy policy) {
   switch (policy) {
-    case Policy::kDeny:
-      return "deny";
-    case Policy::kFallback:
-      return "fallback";
-    case Policy::kEvict:
-      return "evict";
+    case Policy::kDeny: return "deny";
+    case Policy::kFallback: return "fallback";
+    case Policy::kEvict: return "evict";
   }
   return "unknown";
 }
 
 const char* LimiterName(Limiter limiter) {
   switch (limiter) {
-    case Limiter::kNone:
-      return "none";
-    case Limiter::kProcess:
-      return "process";
-    case Limiter::kNode:
-      return "node";
-    case Limiter::kLedger:
-      return "ledger";
+    case Limiter::kNone: return "none";
+    case Limiter::kProcess: return "process";
+    case Limiter::kNode: return "node";
+    case Limiter::kLedger: return "ledger";
   }
   return "unknown";
 }
@@ -121,8 +110,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
   BudgetStatus status;
   if (enabled_.load(std::memory_order_acquire)) {
     status.code = BudgetStatus::kInvalid;
-    snprintf(status.message, sizeof(status.message),
-             "budget already initialised");
+    snprintf(status.message, sizeof(status.message), "budget already initialised");
     return status;
   }
   if (options.policy != Policy::kDeny && options.policy != Policy::kFallback &&
@@ -132,26 +120,21 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
              static_cast<unsigned>(options.policy));
     return status;
   }
-  if (options.after_evict != Policy::kDeny &&
-      options.after_evict != Policy::kFallback) {
+  if (options.after_evict != Policy::kDeny && options.after_evict != Policy::kFallback) {
     status.code = BudgetStatus::kInvalid;
     snprintf(status.message, sizeof(status.message),
              "the policy after eviction must be deny or fallback");
     return status;
   }
-  const size_t path_len =
-      options.metrics_path ? strlen(options.metrics_path) : 0;
+  const size_t path_len = options.metrics_path ? strlen(options.metrics_path) : 0;
   if (path_len >= sizeof(metrics_path_)) {
     status.code = BudgetStatus::kInvalid;
-    snprintf(status.message, sizeof(status.message),
-             "metrics file path too long");
+    snprintf(status.message, sizeof(status.message), "metrics file path too long");
     return status;
   }
-  memcpy(metrics_path_, options.metrics_path ? options.metrics_path : "",
-         path_len + 1);
+  memcpy(metrics_path_, options.metrics_path ? options.metrics_path : "", path_len + 1);
   process_budget_ = options.process_bytes;
-  process_limit_ =
-      options.process_bytes != 0 ? options.process_bytes : UINT64_MAX;
+  process_limit_ = options.process_bytes != 0 ? options.process_bytes : UINT64_MAX;
   policy_ = options.policy;
   after_evict_ = options.after_evict;
   ResetCounters();
@@ -164,8 +147,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
     char default_path[128];
     const char* path = options.ledger_path;
     if (path == nullptr || path[0] == '\0') {
-      DefaultLedgerPath(options.shared_ledger, geteuid(), default_path,
-                        sizeof(default_path));
+      DefaultLedgerPath(options.shared_ledger, geteuid(), default_path, sizeof(default_path));
       path = default_path;
     }
     LedgerOpenOptions open_options;
@@ -190,10 +172,8 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
         // The strictest budget among the live processes wins, so no process
         // sees the node exceed what it was told; with nobody left, the
         // newcomer's budget replaces a stale one.
-        uint64_t stored =
-            Min(h.node_budget.load(kRelaxed), kLedgerMaxNodeBudget);
-        if (stored == 0 || ledger_.LiveSlotsLocked() == 0 ||
-            node_bytes < stored) {
+        uint64_t stored = Min(h.node_budget.load(kRelaxed), kLedgerMaxNodeBudget);
+        if (stored == 0 || ledger_.LiveSlotsLocked() == 0 || node_bytes < stored) {
           h.node_budget.store(node_bytes, kRelaxed);
           // Unused reservations made under the larger budget would let
           // their owners keep charging past the new one; take them all
@@ -203,8 +183,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
         } else {
           in_force = stored;
         }
-        slot = ledger_.ClaimSlotLocked(self_, process_budget_,
-                                       static_cast<uint8_t>(policy_));
+        slot = ledger_.ClaimSlotLocked(self_, process_budget_, static_cast<uint8_t>(policy_));
         ledger_.Unlock();
       }
       if (slot < 0) {
@@ -212,8 +191,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
         snprintf(status.message, sizeof(status.message),
                  "node ledger %.400s %s; node budget off, enforcing the "
                  "process budget only",
-                 path,
-                 locked ? "is full (4096 processes)" : "has a broken lock");
+                 path, locked ? "is full (4096 processes)" : "has a broken lock");
         ledger_.Close();
       } else {
         quantum_.store(ReservationQuantum(in_force), kRelaxed);
@@ -243,8 +221,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
 }
 
 Decision Budget::Charge(Owner owner, uint64_t bytes) {
-  if (!enabled_.load(std::memory_order_acquire) || bytes == 0)
-    return Decision::kGranted;
+  if (!enabled_.load(std::memory_order_acquire) || bytes == 0) return Decision::kGranted;
   uint64_t shortfall = 0;
   const Limiter first = TryCharge(owner, bytes, &shortfall);
   Decision decision = Decision::kGranted;
@@ -262,24 +239,21 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
           evicted = evictor(shortfall);
         }
         evictor_called = true;
-        Count(&Budget::evictions_, &LedgerSlot::evictions,
-              &LedgerHeader::evictions, 1);
-        Count(&Budget::evicted_bytes_, &LedgerSlot::evicted_bytes,
-              &LedgerHeader::evicted_bytes, evicted);
+        Count(&Budget::evictions_, &LedgerSlot::evictions, &LedgerHeader::evictions, 1);
+        Count(&Budget::evicted_bytes_, &LedgerSlot::evicted_bytes, &LedgerHeader::evicted_bytes,
+              evicted);
         uint64_t ignored;
         granted = TryCharge(owner, bytes, &ignored) == Limiter::kNone;
       }
     }
     if (!granted) {
-      decision =
-          policy == Policy::kFallback ? Decision::kFallback : Decision::kDenied;
+      decision = policy == Policy::kFallback ? Decision::kFallback : Decision::kDenied;
     }
   }
   if (decision == Decision::kDenied) {
     Count(&Budget::denials_, &LedgerSlot::denials, &LedgerHeader::denials, 1);
   } else if (decision == Decision::kFallback) {
-    Count(&Budget::fallbacks_, &LedgerSlot::fallbacks, &LedgerHeader::fallbacks,
-          1);
+    Count(&Budget::fallbacks_, &LedgerSlot::fallbacks, &LedgerHeader::fallbacks, 1);
   }
   Recorder recorder = recorder_.load(std::memory_order_acquire);
   if (recorder != nullptr) {
@@ -321,8 +295,7 @@ Limiter Budget::LocalCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
       *shortfall = bytes - (process_limit_ - cur);
       return Limiter::kProcess;
     }
-  } while (
-      !pinned_.compare_exchange_weak(cur, cur + bytes, kRelaxed, kRelaxed));
+  } while (!pinned_.compare_exchange_weak(cur, cur + bytes, kRelaxed, kRelaxed));
   pinned_by_owner_[static_cast<int>(owner)].fetch_add(bytes, kRelaxed);
   grants_.fetch_add(1, kRelaxed);
   return Limiter::kNone;
@@ -352,12 +325,9 @@ Limiter Budget::NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
 }
 
 Limiter Budget::ChargeFromReservationLocked(const ReentryGuard& /*in_ledger*/, int32_t index,
-                                            Owner owner,
-                                            uint64_t bytes,
-                                            uint64_t* shortfall) {
+                                            Owner owner, uint64_t bytes, uint64_t* shortfall) {
   LedgerSlot& slot = ledger_.slot(index);
-  const uint64_t quantum =
-      ReservationQuantum(ledger_.header().node_budget.load(kRelaxed));
+  const uint64_t quantum = ReservationQuantum(ledger_.header().node_budget.load(kRelaxed));
   quantum_.store(quantum, kRelaxed);
   bool reclaimed = false;
   // Each round either grants, refuses, or grows the reservation by at least
@@ -377,8 +347,7 @@ Limiter Budget::ChargeFromReservationLocked(const ReentryGuard& /*in_ledger*/, i
     // available, so the process budget refuses exactly when that plus the
     // request exceeds it.
     const uint64_t reserved = slot.reserved.load(kRelaxed);
-    const uint64_t process_room =
-        process_limit_ > reserved ? process_limit_ - reserved : 0;
+    const uint64_t process_room = process_limit_ > reserved ? process_limit_ - reserved : 0;
     if (need > process_room) {
       *shortfall = need - process_room;
       return Limiter::kProcess;
@@ -424,11 +393,9 @@ int32_t Budget::EnsureSlotLocked(const ReentryGuard& /*in_ledger*/) {
   }
   if (slot != kSlotPending) return slot;
   ReadSelfIdentity(&self_);
-  int claimed = ledger_.ClaimSlotLocked(self_, process_budget_,
-                                        static_cast<uint8_t>(policy_));
+  int claimed = ledger_.ClaimSlotLocked(self_, process_budget_, static_cast<uint8_t>(policy_));
   if (claimed < 0 && ledger_.ReclaimDeadLocked() > 0) {
-    claimed = ledger_.ClaimSlotLocked(self_, process_budget_,
-                                      static_cast<uint8_t>(policy_));
+    claimed = ledger_.ClaimSlotLocked(self_, process_budget_, static_cast<uint8_t>(policy_));
   }
   if (claimed < 0) {
     snprintf(message_, sizeof(message_),
@@ -476,8 +443,7 @@ void Budget::ReturnExcess() {
     // Checked again under the lock: of several threads that crossed the
     // mark together, the first gives back and the rest find nothing to do.
     if (slot >= 0 && OwnsSlotLocked(slot) &&
-        AvailableBytes(ledger_.slot(slot).available.load(kRelaxed)) >
-            2 * quantum) {
+        AvailableBytes(ledger_.slot(slot).available.load(kRelaxed)) > 2 * quantum) {
       // Down to one quantum, not to the mark, so that the next few charges
       // and releases stay off the lock.
       ledger_.UnreserveLocked(static_cast<uint32_t>(slot), quantum);
@@ -489,8 +455,7 @@ void Budget::ReturnExcess() {
 
 bool Budget::OwnsSlotLocked(int32_t slot) const {
   const LedgerSlot& s = ledger_.slot(slot);
-  return s.pid.load(kRelaxed) == self_.pid &&
-         s.start_time.load(kRelaxed) == self_.start_time;
+  return s.pid.load(kRelaxed) == self_.pid && s.start_time.load(kRelaxed) == self_.start_time;
 }
 
 uint64_t Budget::ProcessPinned() const {
@@ -502,8 +467,7 @@ uint64_t Budget::ProcessPinned() const {
   return total;
 }
 
-void Budget::Count(Counter local, SlotCounter in_slot, HeaderCounter in_header,
-                   uint64_t n) {
+void Budget::Count(Counter local, SlotCounter in_slot, HeaderCounter in_header, uint64_t n) {
   // Atomic adds without the lock: these rare counters never decide anything.
   (this->*local).fetch_add(n, kRelaxed);
   const int32_t slot = slot_.load(std::memory_order_acquire);
@@ -513,9 +477,7 @@ void Budget::Count(Counter local, SlotCounter in_slot, HeaderCounter in_header,
   }
 }
 
-void Budget::SetEvictor(Evictor evictor) {
-  evictor_.store(evictor, std::memory_order_release);
-}
+void Budget::SetEvictor(Evictor evictor) { evictor_.store(evictor, std::memory_order_release); }
 
 void Budget::SetRecorder(Recorder recorder) {
   recorder_.store(recorder, std::memory_order_release);
@@ -609,8 +571,7 @@ BudgetSnapshot Budget::Snapshot() const {
     s.available = AvailableBytes(ls.available.load(kRelaxed));
   } else {
     s.pinned = pinned_.load(kRelaxed);
-    for (int o = 0; o < kOwnerCount; ++o)
-      s.pinned_by_owner[o] = pinned_by_owner_[o].load(kRelaxed);
+    for (int o = 0; o < kOwnerCount; ++o) s.pinned_by_owner[o] = pinned_by_owner_[o].load(kRelaxed);
     s.grants = grants_.load(kRelaxed);
   }
   s.process_budget = process_budget_;

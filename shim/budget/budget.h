@@ -110,8 +110,7 @@ enum class Limiter : uint8_t {
 
 const char* DecisionName(Decision decision);  // "granted", "denied", "fallback"
 const char* PolicyName(Policy policy);        // "deny", "fallback", "evict"
-const char* LimiterName(
-    Limiter limiter);  // "none", "process", "node", "ledger"
+const char* LimiterName(Limiter limiter);     // "none", "process", "node", "ledger"
 
 // How much node budget a process reserves at a time for a node budget of
 // node_budget bytes: node_budget / 1024, at least 1 MiB and at most 64 MiB.
@@ -248,10 +247,9 @@ class Budget {
   void CloseForTesting();
 
  private:
-  static constexpr int32_t kSlotPending =
-      -1;  // in the ledger, slot claimed lazily
-  static constexpr int32_t kSlotClosed = -2;  // slot freed at exit
-  static constexpr int32_t kSlotOff = -3;     // no node budget for this process
+  static constexpr int32_t kSlotPending = -1;  // in the ledger, slot claimed lazily
+  static constexpr int32_t kSlotClosed = -2;   // slot freed at exit
+  static constexpr int32_t kSlotOff = -3;      // no node budget for this process
 
   Limiter TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
   // The process budget alone: no ledger slot, none yet, or none any more.
@@ -272,8 +270,7 @@ class Budget {
   using HeaderCounter = std::atomic<uint64_t> LedgerHeader::*;
   // Adds n to a decision counter here, in this process's slot and in the
   // node's totals.
-  void Count(Counter local, SlotCounter in_slot, HeaderCounter in_header,
-             uint64_t n);
+  void Count(Counter local, SlotCounter in_slot, HeaderCounter in_header, uint64_t n);
   void ResetCounters();
 
   // The process's books while it holds no ledger slot (no node budget, or

@@ -36,8 +36,8 @@ BudgetOptions ProcessOnly(uint64_t bytes, Policy policy = Policy::kDeny) {
   return o;
 }
 
-BudgetOptions WithNode(const std::string& path, uint64_t process_bytes,
-                       uint64_t node_bytes, Policy policy = Policy::kDeny) {
+BudgetOptions WithNode(const std::string& path, uint64_t process_bytes, uint64_t node_bytes,
+                       Policy policy = Policy::kDeny) {
   BudgetOptions o;
   o.process_bytes = process_bytes;
   o.node_bytes = node_bytes;
@@ -68,8 +68,7 @@ TEST(ProcessBudgetTest, HugeRequestDoesNotWrapAround) {
   ASSERT_TRUE(b.Init(ProcessOnly(10 * kMiB)).ok());
   ASSERT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
   EXPECT_EQ(b.Charge(Owner::kProgramAlloc, UINT64_MAX), Decision::kDenied);
-  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, UINT64_MAX - kMiB + 1),
-            Decision::kDenied);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, UINT64_MAX - kMiB + 1), Decision::kDenied);
   EXPECT_EQ(b.Snapshot().pinned, kMiB);
 }
 
@@ -161,15 +160,13 @@ TEST(ProcessBudgetTest, SixteenThreadsNeverExceed) {
   observer.join();
   EXPECT_EQ(over.load(), 0u);
   EXPECT_GT(observations.load(), 0u);
-  EXPECT_GT(denied.load(), 0u)
-      << "the budget was never reached; the test proves nothing";
+  EXPECT_GT(denied.load(), 0u) << "the budget was never reached; the test proves nothing";
   BudgetSnapshot s = b.Snapshot();
   uint64_t total = 0;
   for (int o = 0; o < kOwnerCount; ++o) {
     uint64_t owner_total = 0;
     for (int t = 0; t < 16; ++t) owner_total += held[t * kOwnerCount + o];
-    EXPECT_EQ(s.pinned_by_owner[o], owner_total)
-        << OwnerName(static_cast<Owner>(o));
+    EXPECT_EQ(s.pinned_by_owner[o], owner_total) << OwnerName(static_cast<Owner>(o));
     total += owner_total;
   }
   EXPECT_EQ(s.pinned, total);
@@ -227,9 +224,7 @@ uint64_t FakeEvictor(uint64_t wanted) {
 }
 
 std::vector<DecisionRecord> g_records;
-void RecordDecision(const DecisionRecord* record) {
-  g_records.push_back(*record);
-}
+void RecordDecision(const DecisionRecord* record) { g_records.push_back(*record); }
 
 TEST(PolicyTest, DenyAndFallback) {
   TestBudget deny;
@@ -237,8 +232,7 @@ TEST(PolicyTest, DenyAndFallback) {
   EXPECT_EQ(deny.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kDenied);
   TestBudget fallback;
   ASSERT_TRUE(fallback.Init(ProcessOnly(kMiB, Policy::kFallback)).ok());
-  EXPECT_EQ(fallback.Charge(Owner::kProgramAlloc, 2 * kMiB),
-            Decision::kFallback);
+  EXPECT_EQ(fallback.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kFallback);
   BudgetSnapshot s = fallback.Snapshot();
   EXPECT_EQ(s.fallbacks, 1u);
   EXPECT_EQ(s.denials, 0u);
@@ -309,8 +303,7 @@ TEST(PolicyTest, EvictThatFreesTooLittleFallsToSecondaryPolicy) {
     b.SetEvictor(FakeEvictor);
     ASSERT_EQ(b.Charge(Owner::kPinshimCache, 8 * kMiB), Decision::kGranted);
     g_pool.idle = kMiB;  // frees 1 MiB, 2 MiB short of the 11 MiB needed
-    Decision want =
-        after == Policy::kDeny ? Decision::kDenied : Decision::kFallback;
+    Decision want = after == Policy::kDeny ? Decision::kDenied : Decision::kFallback;
     EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 4 * kMiB), want);
     EXPECT_EQ(g_pool.calls, 1u) << "retried once, not looped";
     BudgetSnapshot s = b.Snapshot();
@@ -332,8 +325,7 @@ TEST(PolicyTest, EvictWithoutEvictorUsesSecondaryPolicy) {
 uint64_t ChargingEvictor(uint64_t) {
   // An evictor that itself needs pinned memory must not recurse into eviction.
   ++g_pool.calls;
-  EXPECT_EQ(g_pool.budget->Charge(Owner::kPinshimPool, 100 * kMiB),
-            Decision::kDenied);
+  EXPECT_EQ(g_pool.budget->Charge(Owner::kPinshimPool, 100 * kMiB), Decision::kDenied);
   return 0;
 }
 
@@ -415,8 +407,7 @@ TEST(NodeBudgetTest, StrictestBudgetAmongLiveProcessesWins) {
     TestBudget b;
     BudgetStatus st = b.Init(WithNode(path, 0, 20 * kMiB));
     EXPECT_TRUE(st.ok());
-    EXPECT_NE(std::string(st.message).find("smaller"), std::string::npos)
-        << st.message;
+    EXPECT_NE(std::string(st.message).find("smaller"), std::string::npos) << st.message;
     EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 11 * kMiB), Decision::kDenied);
     TestBudget c;
     ASSERT_TRUE(c.Init(WithNode(path, 0, 4 * kMiB)).ok());
@@ -474,12 +465,10 @@ TEST(NodeBudgetTest, ForkedChildStartsAtZeroWithItsOwnSlot) {
     a.Release(Owner::kProgramAlloc, 3 * kMiB);  // an inherited pointer: ignored
     if (a.ledger().header().pinned.load() != 3 * kMiB) return 2;
     if (a.Charge(Owner::kProgramAlloc, 8 * kMiB) != Decision::kDenied) return 3;
-    if (a.Charge(Owner::kProgramAlloc, 2 * kMiB) != Decision::kGranted)
-      return 4;
+    if (a.Charge(Owner::kProgramAlloc, 2 * kMiB) != Decision::kGranted) return 4;
     s = a.Snapshot();
     if (s.slot < 0 || s.slot == parent_slot) return 5;
-    if (a.ledger().slot(s.slot).pid.load() != static_cast<uint32_t>(getpid()))
-      return 6;
+    if (a.ledger().slot(s.slot).pid.load() != static_cast<uint32_t>(getpid())) return 6;
     if (a.ledger().slot(parent_slot).bytes[0].load() != 3 * kMiB) return 7;
     a.Shutdown();
     return 0;
@@ -500,8 +489,7 @@ TEST(NodeBudgetTest, ProcessInstanceResetsInChildrenAndReleasesAtExit) {
     pid_t grandchild = fork();
     if (grandchild == 0) {
       if (b.Snapshot().pinned != 0) exit(10);
-      if (b.Charge(Owner::kProgramRegister, 2 * kMiB) != Decision::kGranted)
-        exit(11);
+      if (b.Charge(Owner::kProgramRegister, 2 * kMiB) != Decision::kGranted) exit(11);
       if (b.ledger().header().pinned.load() != 3 * kMiB) exit(12);
       exit(0);  // runs the at-exit release
     }
@@ -517,8 +505,7 @@ TEST(NodeBudgetTest, ProcessInstanceResetsInChildrenAndReleasesAtExit) {
   Ledger ledger;
   ASSERT_TRUE(OpenLedger(path, &ledger));
   EXPECT_EQ(ledger.header().pinned.load(), 0u);
-  EXPECT_EQ(ledger.header().reclaimed_processes.load(), 0u)
-      << "released at exit, not reclaimed";
+  EXPECT_EQ(ledger.header().reclaimed_processes.load(), 0u) << "released at exit, not reclaimed";
   ASSERT_TRUE(ledger.Lock());
   EXPECT_EQ(ledger.LiveSlotsLocked(), 0u);
   ledger.Unlock();
@@ -532,15 +519,13 @@ TEST(NodeBudgetTest, FullLedgerFallsBackToProcessBudget) {
   ProcessIdentity self;
   ReadSelfIdentity(&self);  // alive, so never reclaimed
   ASSERT_TRUE(ledger.Lock());
-  for (uint32_t i = 0; i < kLedgerSlotCount; ++i)
-    ASSERT_GE(ledger.ClaimSlotLocked(self, 0, 0), 0);
+  for (uint32_t i = 0; i < kLedgerSlotCount; ++i) ASSERT_GE(ledger.ClaimSlotLocked(self, 0, 0), 0);
   EXPECT_EQ(ledger.ClaimSlotLocked(self, 0, 0), -1);
   ledger.Unlock();
   TestBudget b;
   BudgetStatus st = b.Init(WithNode(path, kMiB, 10 * kMiB));
   EXPECT_EQ(st.code, BudgetStatus::kProcessOnly);
-  EXPECT_NE(std::string(st.message).find("is full (4096 processes)"),
-            std::string::npos)
+  EXPECT_NE(std::string(st.message).find("is full (4096 processes)"), std::string::npos)
       << st.message;
   EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kDenied);
   EXPECT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
@@ -549,14 +534,12 @@ TEST(NodeBudgetTest, FullLedgerFallsBackToProcessBudget) {
 }
 
 void WriteLedgerWithVersion(const std::string& path, uint32_t version) {
-  LedgerPrefix prefix = {kLedgerMagic,       version,
-                         kLedgerHeaderBytes, kLedgerFileBytes,
-                         kLedgerSlotCount,   sizeof(LedgerSlot)};
+  LedgerPrefix prefix = {kLedgerMagic,     version,          kLedgerHeaderBytes,
+                         kLedgerFileBytes, kLedgerSlotCount, sizeof(LedgerSlot)};
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, kLedgerFileBytes), 0);
-  ASSERT_EQ(pwrite(fd, &prefix, sizeof(prefix), 0),
-            static_cast<ssize_t>(sizeof(prefix)));
+  ASSERT_EQ(pwrite(fd, &prefix, sizeof(prefix), 0), static_cast<ssize_t>(sizeof(prefix)));
   close(fd);
 }
 
@@ -632,9 +615,7 @@ TEST(NodeBudgetTest, TickReclaimsProcessesThatDiedWithoutLeaving) {
   int status = RunInChild([&] {
     auto* b = new Budget;
     if (!b->Init(WithNode(path, 0, 10 * kMiB)).ok()) return 1;
-    return b->Charge(Owner::kProgramRegister, 6 * kMiB) == Decision::kGranted
-               ? 0
-               : 2;
+    return b->Charge(Owner::kProgramRegister, 6 * kMiB) == Decision::kGranted ? 0 : 2;
   });
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0);
@@ -652,8 +633,7 @@ TEST(NodeBudgetTest, RefusedChargeReclaimsTheDeadFirst) {
   int status = RunInChild([&] {
     auto* b = new Budget;
     if (!b->Init(WithNode(path, 0, 10 * kMiB)).ok()) return 1;
-    return b->Charge(Owner::kProgramAlloc, 8 * kMiB) == Decision::kGranted ? 0
-                                                                           : 2;
+    return b->Charge(Owner::kProgramAlloc, 8 * kMiB) == Decision::kGranted ? 0 : 2;
   });
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0);
@@ -739,8 +719,7 @@ TEST(ReservationTest, ChargesTheReservationCoversTakeNoLock) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(refused.load(), 0u);
-  EXPECT_EQ(locks.count(), 1u)
-      << "charges and releases the reservation covered took the lock";
+  EXPECT_EQ(locks.count(), 1u) << "charges and releases the reservation covered took the lock";
   BudgetSnapshot s = b.Snapshot();
   EXPECT_EQ(s.pinned, 4096u);
   EXPECT_EQ(s.pinned_by_owner[static_cast<int>(Owner::kPinshimPool)], 4096u);
@@ -820,21 +799,18 @@ TEST(ReservationTest, RequestsSummingToTheNodeBudgetAreAllGranted) {
     int rc = 0;
     if (!b->Init(WithNode(path, 0, kNode)).ok()) {
       rc = 1;
-    } else if (b->Charge(Owner::kProgramRegister, 5 * kMiB) !=
-               Decision::kGranted) {
+    } else if (b->Charge(Owner::kProgramRegister, 5 * kMiB) != Decision::kGranted) {
       rc = 2;
     } else if (b->Charge(Owner::kProgramRegister, 1) != Decision::kGranted) {
       rc = 3;
-    } else if (b->Charge(Owner::kProgramRegister, rest - 5 * kMiB - 1) !=
-               Decision::kGranted) {
+    } else if (b->Charge(Owner::kProgramRegister, rest - 5 * kMiB - 1) != Decision::kGranted) {
       rc = 4;
     } else if (b->Charge(Owner::kProgramRegister, 1) != Decision::kDenied) {
       rc = 5;
     } else if (b->Snapshot().pinned != rest) {
       rc = 6;
     }
-    if (write(to_parent[1], "x", 1) != 1 || read(to_child[0], &go, 1) != 0)
-      rc = 7;
+    if (write(to_parent[1], "x", 1) != 1 || read(to_child[0], &go, 1) != 0) rc = 7;
     b->Shutdown();  // gives back the reservation before exit
     _exit(rc);
   }
@@ -872,8 +848,7 @@ TEST(ReservationTest, ReturnedAtExitAndReclaimedFromAKilledProcess) {
   int status = RunInChild([&] {
     Budget& b = Budget::Process();
     if (!b.Init(WithNode(path, 0, 64 * kMiB)).ok()) return 1;
-    if (b.Charge(Owner::kPinshimCache, kMiB / 2) != Decision::kGranted)
-      return 2;
+    if (b.Charge(Owner::kPinshimCache, kMiB / 2) != Decision::kGranted) return 2;
     b.Release(Owner::kPinshimCache, kMiB / 2);
     if (b.ledger().header().reserved.load() != kMiB) return 3;
     exit(0);
@@ -908,16 +883,14 @@ TEST(ReservationTest, ThreadsOfTwoSlotsAtTheNodeEdgeNeverExceed) {
   constexpr uint64_t kNode = 24 * kMiB;  // quantum 1 MiB
   const std::string path = UniqueLedgerPath("edge-threads");
   TestBudget budgets[2];
-  for (TestBudget& b : budgets)
-    ASSERT_TRUE(b.Init(WithNode(path, 0, kNode)).ok());
+  for (TestBudget& b : budgets) ASSERT_TRUE(b.Init(WithNode(path, 0, kNode)).ok());
   const Ledger& ledger = budgets[0].ledger();
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> over{0};
   std::thread observer([&] {
     while (!stop.load()) {
       const LedgerHeader& h = ledger.header();
-      if (h.reserved.load() > kNode || h.pinned.load() > kNode)
-        over.fetch_add(1);
+      if (h.reserved.load() > kNode || h.pinned.load() > kNode) over.fetch_add(1);
       for (TestBudget& b : budgets) {
         BudgetSnapshot s = b.Snapshot();
         if (s.available > s.reserved) over.fetch_add(1);

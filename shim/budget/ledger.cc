@@ -69,8 +69,7 @@ inline uint64_t SubShared(std::atomic<uint64_t>& field, uint64_t delta) {
 
 inline uint64_t Min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-void Say(char* message, size_t len, const char* fmt, const char* path,
-         const char* detail) {
+void Say(char* message, size_t len, const char* fmt, const char* path, const char* detail) {
   if (message != nullptr && len > 0) snprintf(message, len, fmt, path, detail);
 }
 
@@ -81,8 +80,8 @@ void Say(char* message, size_t len, const char* fmt, const char* path,
 int CreateLedger(const char* path, bool shared, uid_t uid) {
   static std::atomic<uint32_t> sequence{0};
   char tmp[4096];
-  int n = snprintf(tmp, sizeof(tmp), "%s.%d.%u.tmp", path,
-                   static_cast<int>(getpid()), sequence.fetch_add(1, kRelaxed));
+  int n = snprintf(tmp, sizeof(tmp), "%s.%d.%u.tmp", path, static_cast<int>(getpid()),
+                   sequence.fetch_add(1, kRelaxed));
   if (n < 0 || static_cast<size_t>(n) >= sizeof(tmp)) return ENAMETOOLONG;
   int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return errno;
@@ -93,8 +92,7 @@ int CreateLedger(const char* path, bool shared, uid_t uid) {
       ftruncate(fd, static_cast<off_t>(kLedgerFileBytes)) != 0) {
     err = errno;
   } else {
-    map = mmap(nullptr, kLedgerFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-               fd, 0);
+    map = mmap(nullptr, kLedgerFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) err = errno;
   }
   if (err == 0) {
@@ -125,8 +123,7 @@ int CreateLedger(const char* path, bool shared, uid_t uid) {
 
 // Someone else's file under our name could feed us any totals, or be fed
 // ours; only shared mode opts into trusting other users.
-LedgerOpen ForeignLedger(const char* path, uid_t owner, uid_t uid,
-                         char* message, size_t len) {
+LedgerOpen ForeignLedger(const char* path, uid_t owner, uid_t uid, char* message, size_t len) {
   char detail[160];
   snprintf(detail, sizeof(detail),
            "it belongs to uid %u, not to uid %u; refusing it "
@@ -140,14 +137,10 @@ LedgerOpen ForeignLedger(const char* path, uid_t owner, uid_t uid,
 
 const char* OwnerName(Owner owner) {
   switch (owner) {
-    case Owner::kProgramAlloc:
-      return "program_alloc";
-    case Owner::kProgramRegister:
-      return "program_register";
-    case Owner::kPinshimPool:
-      return "pinshim_pool";
-    case Owner::kPinshimCache:
-      return "pinshim_cache";
+    case Owner::kProgramAlloc: return "program_alloc";
+    case Owner::kProgramRegister: return "program_register";
+    case Owner::kPinshimPool: return "pinshim_pool";
+    case Owner::kPinshimCache: return "pinshim_cache";
   }
   return "unknown";
 }
@@ -156,28 +149,23 @@ void SetLedgerCrashHookForTesting(void (*hook)(CrashPoint point)) {
   g_crash_hook.store(hook, kRelaxed);
 }
 
-void SetLedgerLockHookForTesting(void (*hook)()) {
-  g_lock_hook.store(hook, kRelaxed);
-}
+void SetLedgerLockHookForTesting(void (*hook)()) { g_lock_hook.store(hook, kRelaxed); }
 
 uint64_t MonotonicNs() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<uint64_t>(ts.tv_nsec);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 void DefaultLedgerPath(bool shared, uid_t uid, char* out, size_t len) {
   if (shared) {
     snprintf(out, len, "/dev/shm/pinshim-ledger-shared");
   } else {
-    snprintf(out, len, "/dev/shm/pinshim-ledger-%u",
-             static_cast<unsigned>(uid));
+    snprintf(out, len, "/dev/shm/pinshim-ledger-%u", static_cast<unsigned>(uid));
   }
 }
 
-LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message,
-                        size_t message_len) {
+LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message, size_t message_len) {
   if (message != nullptr && message_len > 0) message[0] = '\0';
   Close();
   const char* path = options.path;
@@ -199,25 +187,21 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message,
     }
     if (err == ENOENT && !options.create) return LedgerOpen::kMissing;
     struct stat st;
-    if (err == EACCES && !options.shared && lstat(path, &st) == 0 &&
-        st.st_uid != options.uid) {
+    if (err == EACCES && !options.shared && lstat(path, &st) == 0 && st.st_uid != options.uid) {
       return ForeignLedger(path, st.st_uid, options.uid, message, message_len);
     }
     if (err != ENOENT) {
-      Say(message, message_len, "cannot open the node ledger %s: %s", path,
-          strerror(err));
+      Say(message, message_len, "cannot open the node ledger %s: %s", path, strerror(err));
       return err == ELOOP ? LedgerOpen::kBadLayout : LedgerOpen::kUnreadable;
     }
     err = CreateLedger(path, options.shared, options.uid);
     if (err != 0) {
-      Say(message, message_len, "cannot create the node ledger %s: %s", path,
-          strerror(err));
+      Say(message, message_len, "cannot create the node ledger %s: %s", path, strerror(err));
       return LedgerOpen::kUnreadable;
     }
   }
   if (fd < 0) {
-    Say(message, message_len, "cannot open the node ledger %s: %s", path,
-        "it keeps disappearing");
+    Say(message, message_len, "cannot open the node ledger %s: %s", path, "it keeps disappearing");
     return LedgerOpen::kUnreadable;
   }
 
@@ -226,37 +210,30 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message,
   char detail[160];
   LedgerOpen result = LedgerOpen::kOk;
   if (fstat(fd, &st) != 0) {
-    Say(message, message_len, "cannot stat the node ledger %s: %s", path,
-        strerror(errno));
+    Say(message, message_len, "cannot stat the node ledger %s: %s", path, strerror(errno));
     result = LedgerOpen::kUnreadable;
   } else if (!S_ISREG(st.st_mode)) {
-    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path,
-        "not a regular file");
+    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path, "not a regular file");
     result = LedgerOpen::kBadLayout;
   } else if (!options.shared && st.st_uid != options.uid) {
     result = ForeignLedger(path, st.st_uid, options.uid, message, message_len);
   } else if (static_cast<uint64_t>(st.st_size) < sizeof(prefix) ||
-             pread(fd, &prefix, sizeof(prefix), 0) !=
-                 static_cast<ssize_t>(sizeof(prefix))) {
-    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path,
-        "too short");
+             pread(fd, &prefix, sizeof(prefix), 0) != static_cast<ssize_t>(sizeof(prefix))) {
+    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path, "too short");
     result = LedgerOpen::kBadLayout;
   } else if (prefix.magic != kLedgerMagic) {
-    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path,
-        "bad magic");
+    Say(message, message_len, "%s is not a pinshim node ledger (%s)", path, "bad magic");
     result = LedgerOpen::kBadLayout;
-  } else if (prefix.version != kLedgerVersion ||
-             prefix.header_bytes != kLedgerHeaderBytes ||
-             prefix.file_bytes != kLedgerFileBytes ||
-             prefix.slot_count != kLedgerSlotCount ||
+  } else if (prefix.version != kLedgerVersion || prefix.header_bytes != kLedgerHeaderBytes ||
+             prefix.file_bytes != kLedgerFileBytes || prefix.slot_count != kLedgerSlotCount ||
              prefix.slot_bytes != sizeof(LedgerSlot) ||
              static_cast<uint64_t>(st.st_size) != kLedgerFileBytes) {
     snprintf(detail, sizeof(detail),
              "layout version %u with %u slots of %u bytes in %llu bytes; "
              "this pinshim uses version %u, %u slots of %u bytes in %llu bytes",
              prefix.version, prefix.slot_count, prefix.slot_bytes,
-             static_cast<unsigned long long>(st.st_size), kLedgerVersion,
-             kLedgerSlotCount, static_cast<unsigned>(sizeof(LedgerSlot)),
+             static_cast<unsigned long long>(st.st_size), kLedgerVersion, kLedgerSlotCount,
+             static_cast<unsigned>(sizeof(LedgerSlot)),
              static_cast<unsigned long long>(kLedgerFileBytes));
     Say(message, message_len, "node ledger %s has %s", path, detail);
     result = LedgerOpen::kBadLayout;
@@ -265,13 +242,12 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message,
     close(fd);
     return result;
   }
-  void* map = mmap(nullptr, kLedgerFileBytes,
-                   PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+  void* map =
+      mmap(nullptr, kLedgerFileBytes, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
   int map_err = errno;
   close(fd);  // the mapping keeps the file alive
   if (map == MAP_FAILED) {
-    Say(message, message_len, "cannot map the node ledger %s: %s", path,
-        strerror(map_err));
+    Say(message, message_len, "cannot map the node ledger %s: %s", path, strerror(map_err));
     return LedgerOpen::kUnreadable;
   }
   header_ = static_cast<LedgerHeader*>(map);
@@ -347,8 +323,7 @@ bool Ledger::Lock() {
 
 void Ledger::Unlock() { pthread_mutex_unlock(&header_->mutex); }
 
-int Ledger::ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget,
-                            uint8_t policy) {
+int Ledger::ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget, uint8_t policy) {
   // A slot left by a process of another pid namespace cannot be judged, so
   // it is taken only when nothing else is free: by then its process is long
   // gone.
@@ -362,8 +337,7 @@ int Ledger::ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget,
       chosen = static_cast<int>(i);
     } else if (s.pid_ns.load(kRelaxed) != pid_ns_) {
       if (fallback < 0) fallback = static_cast<int>(i);
-    } else if (CheckProcess(left, s.start_time.load(kRelaxed)) ==
-               Liveness::kDead) {
+    } else if (CheckProcess(left, s.start_time.load(kRelaxed)) == Liveness::kDead) {
       chosen = static_cast<int>(i);
     }
   }
@@ -386,8 +360,7 @@ int Ledger::ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget,
   s.evicted_bytes.store(0, kRelaxed);
   memcpy(s.comm, id.comm, sizeof(s.comm));
   s.pid.store(id.pid, std::memory_order_release);
-  if (header_->slot_high.load(kRelaxed) <= i)
-    header_->slot_high.store(i + 1, kRelaxed);
+  if (header_->slot_high.load(kRelaxed) <= i) header_->slot_high.store(i + 1, kRelaxed);
   return chosen;
 }
 
@@ -428,8 +401,7 @@ uint32_t Ledger::ReclaimDeadLocked() {
     LedgerSlot& s = slot(i);
     uint32_t pid = s.pid.load(kRelaxed);
     if (pid == 0 || s.pid_ns.load(kRelaxed) != pid_ns_) continue;
-    if (CheckProcess(pid, s.start_time.load(kRelaxed)) != Liveness::kDead)
-      continue;
+    if (CheckProcess(pid, s.start_time.load(kRelaxed)) != Liveness::kDead) continue;
     for (auto& b : s.bytes) bytes += b.load(kRelaxed);
     FreeSlotLocked(i);
     ++reclaimed;
@@ -461,11 +433,9 @@ void Ledger::RebuildTotalsLocked() {
     if (take <= kLedgerSlotCount) {
       LedgerSlot& s = slot(take - 1);
       const uint64_t stamp =
-          (s.available.load(kRelaxed) & kAvailableStampMask) >>
-          kAvailableStampShift;
+          (s.available.load(kRelaxed) & kAvailableStampMask) >> kAvailableStampShift;
       const uint64_t before = header_->take_reserved.load(kRelaxed);
-      if (stamp != header_->take_stamp.load(kRelaxed) &&
-          s.reserved.load(kRelaxed) == before) {
+      if (stamp != header_->take_stamp.load(kRelaxed) && s.reserved.load(kRelaxed) == before) {
         const uint64_t bytes = header_->take_bytes.load(kRelaxed);
         s.reserved.store(before - Min(bytes, before), kRelaxed);
       }
@@ -489,14 +459,12 @@ void Ledger::RebuildTotalsLocked() {
     const uint64_t a = AvailableBytes(s.available.load(kRelaxed));
     reserved += r;
     granted += r > a ? r - a : 0;
-    for (int o = 0; o < kOwnerCount; ++o)
-      by_owner[o] += s.bytes[o].load(kRelaxed);
+    for (int o = 0; o < kOwnerCount; ++o) by_owner[o] += s.bytes[o].load(kRelaxed);
     grants += s.grants.load(kRelaxed);
   }
   header_->reserved.store(reserved, kRelaxed);
   header_->pinned.store(granted, kRelaxed);
-  for (int o = 0; o < kOwnerCount; ++o)
-    header_->pinned_by_owner[o].store(by_owner[o], kRelaxed);
+  for (int o = 0; o < kOwnerCount; ++o) header_->pinned_by_owner[o].store(by_owner[o], kRelaxed);
   header_->grants.store(grants, kRelaxed);
 }
 
@@ -541,8 +509,7 @@ uint64_t Ledger::UnreserveLocked(uint32_t index, uint64_t keep) {
     if (have <= keep) return 0;
     give = have - keep;
     // Only the low bits change: give <= have.
-  } while (!s.available.compare_exchange_weak(word, word - give, kRelaxed,
-                                              kRelaxed));
+  } while (!s.available.compare_exchange_weak(word, word - give, kRelaxed, kRelaxed));
   SubLocked(s.reserved, give);
   MaybeCrash(CrashPoint::kReleaseMidUpdate);
   SubLocked(header_->reserved, give);
@@ -582,13 +549,11 @@ uint64_t Ledger::TakeUnusedLocked(uint32_t except, uint64_t want) {
       const uint64_t reserved = s.reserved.load(kRelaxed);
       // The journal is written before the word changes (the exchange below
       // orders it), so a death between the two steps is always recorded.
-      header_->take_stamp.store(
-          static_cast<uint32_t>(stamp >> kAvailableStampShift), kRelaxed);
+      header_->take_stamp.store(static_cast<uint32_t>(stamp >> kAvailableStampShift), kRelaxed);
       header_->take_bytes.store(take, kRelaxed);
       header_->take_reserved.store(reserved, kRelaxed);
       header_->take_slot.store(i + 1, kRelaxed);
-      if (!s.available.compare_exchange_weak(
-              word, desired, std::memory_order_acq_rel, kRelaxed)) {
+      if (!s.available.compare_exchange_weak(word, desired, std::memory_order_acq_rel, kRelaxed)) {
         continue;  // its owner charged or released meanwhile
       }
       MaybeCrash(CrashPoint::kTakeMidUpdate);
@@ -604,8 +569,7 @@ uint64_t Ledger::TakeUnusedLocked(uint32_t except, uint64_t want) {
   return got;
 }
 
-bool Ledger::ChargeLocked(uint32_t index, Owner owner, uint64_t bytes,
-                          uint64_t* shortfall) {
+bool Ledger::ChargeLocked(uint32_t index, Owner owner, uint64_t bytes, uint64_t* shortfall) {
   const uint64_t budget = header_->node_budget.load(kRelaxed);
   const uint64_t reserved = header_->reserved.load(kRelaxed);
   // Reservations can sit above the budget after a process joined with a

@@ -73,8 +73,7 @@ constexpr int kOwnerCount = 4;
 // "program_alloc", "program_register", "pinshim_pool", "pinshim_cache".
 const char* OwnerName(Owner owner);
 
-constexpr uint64_t kLedgerMagic =
-    0x3147444c534e4950ULL;  // "PINSLDG1" in file order
+constexpr uint64_t kLedgerMagic = 0x3147444c534e4950ULL;  // "PINSLDG1" in file order
 // The layout is named by the version and by the sizes in LedgerPrefix
 // together: a ledger whose slot or file size differs is refused as surely as
 // one of another version.
@@ -93,16 +92,13 @@ constexpr uint32_t kLedgerFlagShared = 1u << 0;
 //   from the word.
 constexpr uint64_t kAvailableBytesMask = (uint64_t{1} << 48) - 1;
 constexpr int kAvailableStampShift = 48;
-constexpr uint64_t kAvailableStampMask = uint64_t{0x7fff}
-                                         << kAvailableStampShift;
+constexpr uint64_t kAvailableStampMask = uint64_t{0x7fff} << kAvailableStampShift;
 constexpr uint64_t kAvailableClosed = uint64_t{1} << 63;
 // Reservations must fit the low bits of that word, so no node budget exceeds
 // them: 256 TiB less one byte, far beyond any machine's pinnable memory.
 constexpr uint64_t kLedgerMaxNodeBudget = kAvailableBytesMask;
 
-inline uint64_t AvailableBytes(uint64_t word) {
-  return word & kAvailableBytesMask;
-}
+inline uint64_t AvailableBytes(uint64_t word) { return word & kAvailableBytesMask; }
 
 // The first bytes of every ledger version, checked before anything else is
 // trusted. Never reorder or resize these fields; bump kLedgerVersion instead.
@@ -146,8 +142,7 @@ struct alignas(64) LedgerSlot {
   std::atomic<uint64_t> evictions;
   std::atomic<uint64_t> evicted_bytes;
 };
-static_assert(sizeof(LedgerSlot) == 192,
-              "slot layout is part of the file format");
+static_assert(sizeof(LedgerSlot) == 192, "slot layout is part of the file format");
 
 struct LedgerHeader {
   LedgerPrefix prefix;
@@ -177,7 +172,7 @@ struct LedgerHeader {
   // is made against, so it is kept exact, not refreshed.
   alignas(64) std::atomic<uint64_t> reserved;  // sum of the slots' reserved
   std::atomic<uint64_t> retired_grants;        // grants of freed slots
-  std::atomic<uint64_t> takes;  // unused reservations taken from others
+  std::atomic<uint64_t> takes;                 // unused reservations taken from others
   std::atomic<uint64_t> taken_bytes;
   // The take in progress (TakeUnusedLocked), so that the next locker can
   // finish it should the taker die in the middle.
@@ -186,8 +181,7 @@ struct LedgerHeader {
   std::atomic<uint64_t> take_bytes;
   std::atomic<uint64_t> take_reserved;  // its reservation before the take
 };
-static_assert(sizeof(LedgerHeader) <= kLedgerHeaderBytes,
-              "header outgrew its page");
+static_assert(sizeof(LedgerHeader) <= kLedgerHeaderBytes, "header outgrew its page");
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "shared-memory counters must be address-free");
 
@@ -202,7 +196,7 @@ struct LedgerOpenOptions {
   const char* path = nullptr;
   bool shared = false;  // created for every user; any owner is accepted
   bool create = false;  // create the ledger when it does not exist
-  uid_t uid = 0;  // the user acting; the ledger must be theirs unless shared
+  uid_t uid = 0;        // the user acting; the ledger must be theirs unless shared
 };
 
 enum class LedgerOpen : uint8_t {
@@ -240,8 +234,7 @@ class Ledger {
 
   // Opens and maps the ledger named by options, creating it when asked. On
   // failure the ledger stays closed and message holds one line saying why.
-  LedgerOpen Open(const LedgerOpenOptions& options, char* message,
-                  size_t message_len);
+  LedgerOpen Open(const LedgerOpenOptions& options, char* message, size_t message_len);
 
   // Unmaps the ledger. No thread may use it afterwards.
   void Close();
@@ -263,8 +256,7 @@ class Ledger {
   // Claims a free slot for id; returns its index or -1 when the table is full.
   // A slot left by a process that still runs is not taken (see
   // LedgerSlot::left_pid).
-  int ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget,
-                      uint8_t policy);
+  int ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget, uint8_t policy);
 
   // Frees the slot of a process that is gone: its reservation returns to the
   // node and its bytes leave the totals.
@@ -320,8 +312,7 @@ class Ledger {
   // when the node budget allows it, and returns true; otherwise returns false
   // with the excess in *shortfall. (Budget serves charges from reservations
   // instead; this is the whole-charge-under-the-lock form.)
-  bool ChargeLocked(uint32_t index, Owner owner, uint64_t bytes,
-                    uint64_t* shortfall);
+  bool ChargeLocked(uint32_t index, Owner owner, uint64_t bytes, uint64_t* shortfall);
 
   // Takes up to bytes for owner off slot index (never below zero) together
   // with as much of its reservation; returns what it took.

@@ -26,9 +26,7 @@ LedgerOpenOptions Options(const std::string& path, bool create = true) {
   return o;
 }
 
-std::string Basename(const std::string& path) {
-  return path.substr(path.rfind('/') + 1);
-}
+std::string Basename(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 // Files in the ledger's directory whose names start with the ledger's name.
 int FilesNamedLike(const std::string& path) {
@@ -47,8 +45,7 @@ TEST(LedgerTest, CreatesAVersionedLedger) {
   const std::string path = UniqueLedgerPath("create");
   Ledger ledger;
   char msg[512];
-  EXPECT_EQ(ledger.Open(Options(path, false), msg, sizeof(msg)),
-            LedgerOpen::kMissing);
+  EXPECT_EQ(ledger.Open(Options(path, false), msg, sizeof(msg)), LedgerOpen::kMissing);
   ASSERT_TRUE(OpenLedger(path, &ledger, true));
   const LedgerPrefix& p = ledger.header().prefix;
   EXPECT_EQ(p.magic, kLedgerMagic);
@@ -79,20 +76,17 @@ TEST(LedgerTest, RacingCreatorsAllGetTheSameLedger) {
     if (pids[i] == 0) {
       char go;
       close(pipes[1]);
-      if (read(pipes[0], &go, 1) != 0)
-        _exit(9);  // all start when the pipe closes
+      if (read(pipes[0], &go, 1) != 0) _exit(9);  // all start when the pipe closes
       Ledger ledger;
       char msg[512];
-      if (ledger.Open(Options(path), msg, sizeof(msg)) != LedgerOpen::kOk)
-        _exit(1);
+      if (ledger.Open(Options(path), msg, sizeof(msg)) != LedgerOpen::kOk) _exit(1);
       if (!ledger.Lock()) _exit(2);
       ProcessIdentity self;
       ReadSelfIdentity(&self);
       int slot = ledger.ClaimSlotLocked(self, 0, 0);
       uint64_t shortfall;
       ledger.header().node_budget.store(1 << 20);
-      bool ok = slot >= 0 &&
-                ledger.ChargeLocked(slot, Owner::kProgramAlloc, 10, &shortfall);
+      bool ok = slot >= 0 && ledger.ChargeLocked(slot, Owner::kProgramAlloc, 10, &shortfall);
       ledger.Unlock();
       _exit(ok ? 0 : 3);
     }
@@ -123,11 +117,8 @@ TEST(LedgerTest, RefusesAnotherUsersLedgerUnlessShared) {
   other.uid = geteuid() + 1;  // acting as someone who does not own the file
   EXPECT_EQ(ledger.Open(other, msg, sizeof(msg)), LedgerOpen::kForeign);
   const std::string text = msg;
-  EXPECT_NE(text.find("belongs to uid " + std::to_string(geteuid())),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("not to uid " + std::to_string(geteuid() + 1)),
-            std::string::npos);
+  EXPECT_NE(text.find("belongs to uid " + std::to_string(geteuid())), std::string::npos) << text;
+  EXPECT_NE(text.find("not to uid " + std::to_string(geteuid() + 1)), std::string::npos);
   EXPECT_NE(text.find("PINSHIM_LEDGER_SHARED=1"), std::string::npos);
   EXPECT_EQ(text.find('\n'), std::string::npos);
   EXPECT_FALSE(ledger.is_open());
@@ -136,8 +127,7 @@ TEST(LedgerTest, RefusesAnotherUsersLedgerUnlessShared) {
   ledger.Close();
 }
 
-void WriteFile(const std::string& path, const void* data, size_t len,
-               off_t size) {
+void WriteFile(const std::string& path, const void* data, size_t len, off_t size) {
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, size), 0);
@@ -157,11 +147,9 @@ TEST(LedgerTest, RefusesOtherLayoutsWithOneLine) {
     off_t size;
     const char* expect;
   } cases[] = {
-      {"newer version", good, static_cast<off_t>(kLedgerFileBytes),
-       "layout version 3"},
+      {"newer version", good, static_cast<off_t>(kLedgerFileBytes), "layout version 3"},
       {"bad magic", good, static_cast<off_t>(kLedgerFileBytes), "bad magic"},
-      {"other slot count", good, static_cast<off_t>(kLedgerFileBytes),
-       "with 8 slots"},
+      {"other slot count", good, static_cast<off_t>(kLedgerFileBytes), "with 8 slots"},
       {"truncated file", good, 4096, "in 4096 bytes"},
   };
   cases[0].prefix.version = kLedgerVersion + 1;
@@ -169,23 +157,17 @@ TEST(LedgerTest, RefusesOtherLayoutsWithOneLine) {
   cases[2].prefix.slot_count = 8;
   for (const Case& c : cases) {
     WriteFile(path, &c.prefix, sizeof(c.prefix), c.size);
-    EXPECT_EQ(ledger.Open(Options(path), msg, sizeof(msg)),
-              LedgerOpen::kBadLayout)
-        << c.what;
-    EXPECT_NE(std::string(msg).find(c.expect), std::string::npos)
-        << c.what << ": " << msg;
+    EXPECT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kBadLayout) << c.what;
+    EXPECT_NE(std::string(msg).find(c.expect), std::string::npos) << c.what << ": " << msg;
     EXPECT_NE(std::string(msg).find(path), std::string::npos) << msg;
     EXPECT_EQ(std::string(msg).find('\n'), std::string::npos);
   }
   WriteFile(path, "x", 1, 1);
-  EXPECT_EQ(ledger.Open(Options(path), msg, sizeof(msg)),
-            LedgerOpen::kBadLayout);
+  EXPECT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kBadLayout);
   EXPECT_NE(std::string(msg).find("too short"), std::string::npos) << msg;
   unlink(path.c_str());
   ASSERT_EQ(symlink("/etc/passwd", path.c_str()), 0);
-  EXPECT_EQ(ledger.Open(Options(path), msg, sizeof(msg)),
-            LedgerOpen::kBadLayout)
-      << msg;
+  EXPECT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kBadLayout) << msg;
   unlink(path.c_str());
   EXPECT_FALSE(ledger.is_open());
 }
@@ -195,8 +177,7 @@ int ClaimWithBytes(Ledger& ledger, const ProcessIdentity& id, uint64_t bytes) {
   uint64_t shortfall;
   int slot = ledger.ClaimSlotLocked(id, 0, 0);
   EXPECT_GE(slot, 0);
-  EXPECT_TRUE(
-      ledger.ChargeLocked(slot, Owner::kProgramRegister, bytes, &shortfall));
+  EXPECT_TRUE(ledger.ChargeLocked(slot, Owner::kProgramRegister, bytes, &shortfall));
   return slot;
 }
 
@@ -250,11 +231,9 @@ TEST(LedgerTest, ChargeNeverPassesTheNodeBudget) {
   int slot = ledger.ClaimSlotLocked(self, 0, 0);
   uint64_t shortfall = 0;
   EXPECT_TRUE(ledger.ChargeLocked(slot, Owner::kProgramAlloc, 900, &shortfall));
-  EXPECT_FALSE(
-      ledger.ChargeLocked(slot, Owner::kProgramAlloc, 101, &shortfall));
+  EXPECT_FALSE(ledger.ChargeLocked(slot, Owner::kProgramAlloc, 101, &shortfall));
   EXPECT_EQ(shortfall, 1u);
-  EXPECT_FALSE(
-      ledger.ChargeLocked(slot, Owner::kProgramAlloc, UINT64_MAX, &shortfall));
+  EXPECT_FALSE(ledger.ChargeLocked(slot, Owner::kProgramAlloc, UINT64_MAX, &shortfall));
   EXPECT_TRUE(ledger.ChargeLocked(slot, Owner::kPinshimPool, 100, &shortfall));
   ledger.ReleaseLocked(slot, Owner::kPinshimPool, 500);  // more than it holds
   EXPECT_EQ(ledger.header().pinned.load(), 900u);
@@ -321,8 +300,7 @@ TEST_P(DeathInLockTest, NextLockerRepairsTheLedger) {
   EXPECT_EQ(ledger.LiveSlotsLocked(), 1u);
   EXPECT_EQ(ledger.slot(mine).bytes[1].load(), 1000u);
   uint64_t shortfall;
-  EXPECT_TRUE(
-      ledger.ChargeLocked(mine, Owner::kProgramAlloc, 9000, &shortfall));
+  EXPECT_TRUE(ledger.ChargeLocked(mine, Owner::kProgramAlloc, 9000, &shortfall));
   ledger.Unlock();
   // The lock is healthy again.
   ASSERT_TRUE(ledger.Lock());
@@ -399,8 +377,7 @@ TEST(LedgerTest, TakeJournaledButNotMadeChangesNothing) {
     if (!ledger.Lock()) _exit(1);
     LedgerHeader& h = ledger.header();
     const uint64_t word = ledger.slot(mine).available.load();
-    h.take_stamp.store(static_cast<uint32_t>((word & kAvailableStampMask) >>
-                                             kAvailableStampShift));
+    h.take_stamp.store(static_cast<uint32_t>((word & kAvailableStampMask) >> kAvailableStampShift));
     h.take_bytes.store(2000);
     h.take_reserved.store(ledger.slot(mine).reserved.load());
     h.take_slot.store(mine + 1);

@@ -36,8 +36,7 @@ class FdWriter {
     va_end(ap);
     // Lines are far shorter than kMaxLine; a longer one is cut, not overrun.
     const size_t room = sizeof(buf_) - used_ - 1;
-    if (n > 0)
-      used_ += static_cast<size_t>(n) < room ? static_cast<size_t>(n) : room;
+    if (n > 0) used_ += static_cast<size_t>(n) < room ? static_cast<size_t>(n) : room;
   }
 
   // Returns 0 or the first write error.
@@ -89,8 +88,8 @@ void ForEachProcess(const Budget& budget, Fn fn) {
     row.slot = -1;
     memcpy(row.bytes, self.pinned_by_owner, sizeof(row.bytes));
     row.budget = self.process_budget;
-    const uint64_t counters[5] = {self.grants, self.denials, self.fallbacks,
-                                  self.evictions, self.evicted_bytes};
+    const uint64_t counters[5] = {self.grants, self.denials, self.fallbacks, self.evictions,
+                                  self.evicted_bytes};
     memcpy(row.counters, counters, sizeof(counters));
     fn(row);
     return;
@@ -103,8 +102,7 @@ void ForEachProcess(const Budget& budget, Fn fn) {
     row.pid = s.pid.load(std::memory_order_acquire);
     if (row.pid == 0) continue;
     row.slot = static_cast<int32_t>(i);
-    for (int o = 0; o < kOwnerCount; ++o)
-      row.bytes[o] = s.bytes[o].load(kRelaxed);
+    for (int o = 0; o < kOwnerCount; ++o) row.bytes[o] = s.bytes[o].load(kRelaxed);
     row.reserved = s.reserved.load(kRelaxed);
     row.budget = s.process_budget.load(kRelaxed);
     row.counters[0] = s.grants.load(kRelaxed);
@@ -126,14 +124,12 @@ void Labels(const ProcessRow& row, char (&out)[48]) {
 
 void WriteBody(const Budget& budget, FdWriter& w) {
   char labels[48];
-  Family(w, "pinshim_pinned_bytes", "gauge",
-         "Host memory pinned by a process, by owner.");
+  Family(w, "pinshim_pinned_bytes", "gauge", "Host memory pinned by a process, by owner.");
   ForEachProcess(budget, [&](const ProcessRow& row) {
     Labels(row, labels);
     for (int o = 0; o < kOwnerCount; ++o) {
       w.Printf("pinshim_pinned_bytes{%s,owner=\"%s\"} %llu\n", labels,
-               OwnerName(static_cast<Owner>(o)),
-               static_cast<unsigned long long>(row.bytes[o]));
+               OwnerName(static_cast<Owner>(o)), static_cast<unsigned long long>(row.bytes[o]));
     }
   });
   Family(w, "pinshim_process_budget_bytes", "gauge",
@@ -143,13 +139,11 @@ void WriteBody(const Budget& budget, FdWriter& w) {
     w.Printf("pinshim_process_budget_bytes{%s} %llu\n", labels,
              static_cast<unsigned long long>(row.budget));
   });
-  static const char* const kCounterNames[5] = {
-      "pinshim_grants_total", "pinshim_denials_total",
-      "pinshim_fallbacks_total", "pinshim_evictions_total",
-      "pinshim_evicted_bytes_total"};
+  static const char* const kCounterNames[5] = {"pinshim_grants_total", "pinshim_denials_total",
+                                               "pinshim_fallbacks_total", "pinshim_evictions_total",
+                                               "pinshim_evicted_bytes_total"};
   static const char* const kCounterHelp[5] = {
-      "Pinning requests granted.",
-      "Pinning requests denied with an out-of-memory error.",
+      "Pinning requests granted.", "Pinning requests denied with an out-of-memory error.",
       "Pinning requests served with pageable memory instead.",
       "Times pinshim unpinned its own idle memory to make room.",
       "Bytes pinshim unpinned to make room."};
@@ -176,14 +170,11 @@ void WriteBody(const Budget& budget, FdWriter& w) {
     w.Printf("pinshim_reserved_bytes{%s} %llu\n", labels,
              static_cast<unsigned long long>(row.reserved));
   });
-  Family(
-      w, "pinshim_node_pinned_bytes", "gauge",
-      "Host memory pinned on the node by processes in the ledger, by owner.");
+  Family(w, "pinshim_node_pinned_bytes", "gauge",
+         "Host memory pinned on the node by processes in the ledger, by owner.");
   for (int o = 0; o < kOwnerCount; ++o) {
-    w.Printf(
-        "pinshim_node_pinned_bytes{owner=\"%s\"} %llu\n",
-        OwnerName(static_cast<Owner>(o)),
-        static_cast<unsigned long long>(h.pinned_by_owner[o].load(kRelaxed)));
+    w.Printf("pinshim_node_pinned_bytes{owner=\"%s\"} %llu\n", OwnerName(static_cast<Owner>(o)),
+             static_cast<unsigned long long>(h.pinned_by_owner[o].load(kRelaxed)));
   }
   struct NodeValue {
     const char* name;
@@ -194,39 +185,30 @@ void WriteBody(const Budget& budget, FdWriter& w) {
   uint32_t processes = 0;
   ForEachProcess(budget, [&](const ProcessRow&) { ++processes; });
   const NodeValue values[] = {
-      {"pinshim_node_budget_bytes", "gauge",
-       "Pinned-memory budget of the node.", h.node_budget.load(kRelaxed)},
+      {"pinshim_node_budget_bytes", "gauge", "Pinned-memory budget of the node.",
+       h.node_budget.load(kRelaxed)},
       {"pinshim_node_reserved_bytes", "gauge",
-       "Node budget reserved by the processes in the ledger.",
-       h.reserved.load(kRelaxed)},
-      {"pinshim_node_processes", "gauge", "Processes in the node ledger.",
-       processes},
-      {"pinshim_node_grants_total", "counter",
-       "Pinning requests granted on the node.", h.grants.load(kRelaxed)},
+       "Node budget reserved by the processes in the ledger.", h.reserved.load(kRelaxed)},
+      {"pinshim_node_processes", "gauge", "Processes in the node ledger.", processes},
+      {"pinshim_node_grants_total", "counter", "Pinning requests granted on the node.",
+       h.grants.load(kRelaxed)},
       {"pinshim_node_denials_total", "counter",
        "Pinning requests denied on the node with an out-of-memory error.",
        h.denials.load(kRelaxed)},
       {"pinshim_node_fallbacks_total", "counter",
-       "Pinning requests served with pageable memory on the node.",
-       h.fallbacks.load(kRelaxed)},
+       "Pinning requests served with pageable memory on the node.", h.fallbacks.load(kRelaxed)},
       {"pinshim_node_evictions_total", "counter",
-       "Times pinshim unpinned its own idle memory on the node.",
-       h.evictions.load(kRelaxed)},
+       "Times pinshim unpinned its own idle memory on the node.", h.evictions.load(kRelaxed)},
       {"pinshim_node_evicted_bytes_total", "counter",
-       "Bytes pinshim unpinned on the node to make room.",
-       h.evicted_bytes.load(kRelaxed)},
+       "Bytes pinshim unpinned on the node to make room.", h.evicted_bytes.load(kRelaxed)},
       {"pinshim_node_lock_recoveries_total", "counter",
-       "Times a process died holding the node ledger lock.",
-       h.recoveries.load(kRelaxed)},
+       "Times a process died holding the node ledger lock.", h.recoveries.load(kRelaxed)},
       {"pinshim_node_reclaimed_processes_total", "counter",
-       "Dead processes whose pinned share was reclaimed.",
-       h.reclaimed_processes.load(kRelaxed)},
+       "Dead processes whose pinned share was reclaimed.", h.reclaimed_processes.load(kRelaxed)},
       {"pinshim_node_reclaimed_bytes_total", "counter",
-       "Pinned bytes reclaimed from dead processes.",
-       h.reclaimed_bytes.load(kRelaxed)},
+       "Pinned bytes reclaimed from dead processes.", h.reclaimed_bytes.load(kRelaxed)},
       {"pinshim_node_reservation_takes_total", "counter",
-       "Times a process took back another's unused reservation.",
-       h.takes.load(kRelaxed)},
+       "Times a process took back another's unused reservation.", h.takes.load(kRelaxed)},
   };
   for (const NodeValue& v : values) {
     Family(w, v.name, v.type, v.help);
@@ -239,10 +221,8 @@ void WriteBody(const Budget& budget, FdWriter& w) {
 BudgetStatus Budget::WriteMetricsFile(const char* path) const {
   BudgetStatus status;
   char tmp[4096 + 32];
-  int n =
-      snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, static_cast<int>(getpid()));
-  if (path == nullptr || path[0] == '\0' || n < 0 ||
-      static_cast<size_t>(n) >= sizeof(tmp)) {
+  int n = snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, static_cast<int>(getpid()));
+  if (path == nullptr || path[0] == '\0' || n < 0 || static_cast<size_t>(n) >= sizeof(tmp)) {
     status.code = BudgetStatus::kInvalid;
     snprintf(status.message, sizeof(status.message), "bad metrics file path");
     return status;
@@ -250,12 +230,11 @@ BudgetStatus Budget::WriteMetricsFile(const char* path) const {
   // The temporary name lies in the target's directory (rename is atomic only
   // within one file system) and does not end in .prom, so the collector never
   // reads a half-written file.
-  int fd =
-      open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     status.code = BudgetStatus::kInvalid;
-    snprintf(status.message, sizeof(status.message),
-             "cannot write metrics file %.400s: %s", tmp, strerror(errno));
+    snprintf(status.message, sizeof(status.message), "cannot write metrics file %.400s: %s", tmp,
+             strerror(errno));
     return status;
   }
   FdWriter writer(fd);
@@ -266,8 +245,8 @@ BudgetStatus Budget::WriteMetricsFile(const char* path) const {
   if (err != 0) {
     unlink(tmp);
     status.code = BudgetStatus::kInvalid;
-    snprintf(status.message, sizeof(status.message),
-             "cannot write metrics file %.400s: %s", path, strerror(err));
+    snprintf(status.message, sizeof(status.message), "cannot write metrics file %.400s: %s", path,
+             strerror(err));
   }
   return status;
 }

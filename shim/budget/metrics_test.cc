@@ -55,14 +55,12 @@ Exposition Parse(const std::string& text) {
   std::string help_for;
   std::string family;
   std::set<std::string> families_done;
-  if (text.empty() || text.back() != '\n')
-    e.problems.push_back("does not end in a newline");
+  if (text.empty() || text.back() != '\n') e.problems.push_back("does not end in a newline");
   while (std::getline(in, line)) {
     if (line.rfind("# HELP ", 0) == 0) {
       std::string name = line.substr(7, line.find(' ', 7) - 7);
       if (!family.empty()) families_done.insert(family);
-      if (families_done.count(name))
-        e.problems.push_back("family split: " + name);
+      if (families_done.count(name)) e.problems.push_back("family split: " + name);
       help_for = name;
       family.clear();
       continue;
@@ -72,20 +70,16 @@ Exposition Parse(const std::string& text) {
       std::string name, type;
       t >> name >> type;
       if (name != help_for) e.problems.push_back("TYPE without HELP: " + name);
-      if (type != "gauge" && type != "counter")
-        e.problems.push_back("type " + type);
+      if (type != "gauge" && type != "counter") e.problems.push_back("type " + type);
       family = name;
       continue;
     }
     size_t space = line.rfind(' ');
     std::string series = line.substr(0, space);
     std::string name = series.substr(0, series.find('{'));
-    if (name != family)
-      e.problems.push_back("sample outside its family: " + line);
-    if (name.rfind("pinshim_", 0) != 0)
-      e.problems.push_back("unprefixed: " + name);
-    if (e.values.count(series))
-      e.problems.push_back("duplicate series: " + series);
+    if (name != family) e.problems.push_back("sample outside its family: " + line);
+    if (name.rfind("pinshim_", 0) != 0) e.problems.push_back("unprefixed: " + name);
+    if (e.values.count(series)) e.problems.push_back("duplicate series: " + series);
     e.values[series] = std::stoull(line.substr(space + 1));
   }
   return e;
@@ -106,31 +100,19 @@ TEST(MetricsTest, ProcessOnlyBudget) {
   const std::string text = ReadFile(path);
   Exposition e = Parse(text);
   EXPECT_TRUE(e.problems.empty()) << e.problems[0] << "\n" << text;
-  const std::string me =
-      "pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
-  EXPECT_EQ(
-      e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_alloc\"}"),
-      3 * kMiB);
-  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me +
-                        ",owner=\"program_register\"}"),
-            0u);
-  EXPECT_EQ(
-      e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"pinshim_pool\"}"),
-      0u);
-  EXPECT_EQ(
-      e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"pinshim_cache\"}"),
-      kMiB);
+  const std::string me = "pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_alloc\"}"), 3 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_register\"}"), 0u);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"pinshim_pool\"}"), 0u);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"pinshim_cache\"}"), kMiB);
   EXPECT_EQ(e.values.at("pinshim_process_budget_bytes{" + me + "}"), 8 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_grants_total{" + me + "}"), 2u);
   EXPECT_EQ(e.values.at("pinshim_denials_total{" + me + "}"), 0u);
   EXPECT_EQ(e.values.at("pinshim_fallbacks_total{" + me + "}"), 1u);
   EXPECT_EQ(e.values.at("pinshim_evictions_total{" + me + "}"), 0u);
-  EXPECT_EQ(e.values.count("pinshim_node_budget_bytes"), 0u)
-      << "no ledger, no node metrics";
-  EXPECT_NE(text.find("# TYPE pinshim_denials_total counter\n"),
-            std::string::npos);
-  EXPECT_NE(text.find("# TYPE pinshim_pinned_bytes gauge\n"),
-            std::string::npos);
+  EXPECT_EQ(e.values.count("pinshim_node_budget_bytes"), 0u) << "no ledger, no node metrics";
+  EXPECT_NE(text.find("# TYPE pinshim_denials_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE pinshim_pinned_bytes gauge\n"), std::string::npos);
 }
 
 TEST(MetricsTest, NodeLedgerShowsEveryProcessAndTheNode) {
@@ -151,23 +133,15 @@ TEST(MetricsTest, NodeLedgerShowsEveryProcessAndTheNode) {
   Exposition e = Parse(ReadFile(path));
   EXPECT_TRUE(e.problems.empty()) << e.problems[0];
   const std::string pid = "pid=\"" + std::to_string(getpid()) + "\"";
-  const std::string la =
-      pid + ",slot=\"" + std::to_string(a.Snapshot().slot) + "\"";
-  const std::string lb =
-      pid + ",slot=\"" + std::to_string(b.Snapshot().slot) + "\"";
-  EXPECT_EQ(
-      e.values.at("pinshim_pinned_bytes{" + la + ",owner=\"program_alloc\"}"),
-      6 * kMiB);
-  EXPECT_EQ(
-      e.values.at("pinshim_pinned_bytes{" + lb + ",owner=\"pinshim_pool\"}"),
-      3 * kMiB);
+  const std::string la = pid + ",slot=\"" + std::to_string(a.Snapshot().slot) + "\"";
+  const std::string lb = pid + ",slot=\"" + std::to_string(b.Snapshot().slot) + "\"";
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + la + ",owner=\"program_alloc\"}"), 6 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + lb + ",owner=\"pinshim_pool\"}"), 3 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_process_budget_bytes{" + la + "}"), 0u);
   EXPECT_EQ(e.values.at("pinshim_process_budget_bytes{" + lb + "}"), 4 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_denials_total{" + lb + "}"), 1u);
-  EXPECT_EQ(e.values.at("pinshim_node_pinned_bytes{owner=\"program_alloc\"}"),
-            6 * kMiB);
-  EXPECT_EQ(e.values.at("pinshim_node_pinned_bytes{owner=\"pinshim_pool\"}"),
-            3 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_node_pinned_bytes{owner=\"program_alloc\"}"), 6 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_node_pinned_bytes{owner=\"pinshim_pool\"}"), 3 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_node_budget_bytes"), 10 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_reserved_bytes{" + la + "}"), 6 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_reserved_bytes{" + lb + "}"), 3 * kMiB);
@@ -189,8 +163,7 @@ TEST(MetricsTest, TickWritesTheConfiguredFile) {
   o.metrics_path = path.c_str();
   ASSERT_TRUE(b.Init(o).ok());
   ASSERT_TRUE(b.Tick().ok());
-  EXPECT_NE(ReadFile(path).find("pinshim_process_budget_bytes{"),
-            std::string::npos);
+  EXPECT_NE(ReadFile(path).find("pinshim_process_budget_bytes{"), std::string::npos);
 }
 
 TEST(MetricsTest, UnwritableDirectoryIsReportedAndLeavesNothing) {
@@ -198,10 +171,8 @@ TEST(MetricsTest, UnwritableDirectoryIsReportedAndLeavesNothing) {
   ASSERT_TRUE(b.Init(BudgetOptions()).ok());
   BudgetStatus st = b.WriteMetricsFile(TempPath("no/such/dir.prom").c_str());
   EXPECT_EQ(st.code, BudgetStatus::kInvalid);
-  EXPECT_NE(std::string(st.message).find("cannot write metrics file"),
-            std::string::npos);
-  EXPECT_NE(std::string(st.message).find("No such file or directory"),
-            std::string::npos);
+  EXPECT_NE(std::string(st.message).find("cannot write metrics file"), std::string::npos);
+  EXPECT_NE(std::string(st.message).find("No such file or directory"), std::string::npos);
 }
 
 // Readers see the old file or the new one, never a mixture or a prefix.
@@ -223,12 +194,9 @@ TEST(MetricsTest, ReplacementIsAtomic) {
       Exposition e = Parse(ReadFile(path));
       if (!e.problems.empty() || e.values.size() != lines) torn.fetch_add(1);
       // The grants counter and the pinned bytes move together.
-      const std::string me =
-          "{pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
-      uint64_t grants =
-          e.values[std::string("pinshim_grants_total") + me + "}"];
-      uint64_t pinned =
-          e.values["pinshim_pinned_bytes" + me + ",owner=\"program_alloc\"}"];
+      const std::string me = "{pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
+      uint64_t grants = e.values[std::string("pinshim_grants_total") + me + "}"];
+      uint64_t pinned = e.values["pinshim_pinned_bytes" + me + ",owner=\"program_alloc\"}"];
       if (pinned != grants * 4096) torn.fetch_add(1);
       reads.fetch_add(1);
     }
@@ -249,8 +217,7 @@ TEST(MetricsTest, ReplacementIsAtomic) {
   EXPECT_EQ(torn.load(), 0);
   struct stat after;
   ASSERT_EQ(stat(path.c_str(), &after), 0);
-  EXPECT_NE(before.st_ino, after.st_ino)
-      << "replaced by rename, not rewritten in place";
+  EXPECT_NE(before.st_ino, after.st_ino) << "replaced by rename, not rewritten in place";
   close(first);
   int entries = 0;
   DIR* d = opendir(dir.c_str());

@@ -55,8 +55,7 @@ bool ParseU64(const char* s, const char* end, uint64_t* out) {
 bool ParseProcStat(const char* line, ProcStat* out) {
   // The comm (field 2) is free text in parentheses; the last ')' ends it.
   const char* close_paren = strrchr(line, ')');
-  if (close_paren == nullptr || close_paren[1] != ' ' ||
-      close_paren[2] == '\0') {
+  if (close_paren == nullptr || close_paren[1] != ' ' || close_paren[2] == '\0') {
     return false;
   }
   const char* p = close_paren + 2;
@@ -100,8 +99,7 @@ void ReadSelfIdentity(ProcessIdentity* out) {
   out->pid_ns = SelfPidNamespace();
   char buf[1024];
   ProcStat stat;
-  if (ReadSmallFile("/proc/self/stat", buf, sizeof(buf)) > 0 &&
-      ParseProcStat(buf, &stat)) {
+  if (ReadSmallFile("/proc/self/stat", buf, sizeof(buf)) > 0 && ParseProcStat(buf, &stat)) {
     out->start_time = stat.start_time;
   }
   ReadComm(out->pid, out->comm);
@@ -119,8 +117,7 @@ Liveness CheckProcess(uint32_t pid, uint64_t start_time) {
   ProcStat stat;
   // Unreadable (hidepid=2 hides other users' processes) or malformed: the pid
   // exists, so count it alive rather than risk reclaiming a live share.
-  if (ReadSmallFile(path, buf, sizeof(buf)) <= 0 ||
-      !ParseProcStat(buf, &stat)) {
+  if (ReadSmallFile(path, buf, sizeof(buf)) <= 0 || !ParseProcStat(buf, &stat)) {
     return Liveness::kAlive;
   }
   if (start_time != 0 && stat.start_time != start_time) return Liveness::kDead;

@@ -29,8 +29,7 @@ TEST(ProcStatTest, RejectsMalformedLines) {
   EXPECT_FALSE(ParseProcStat("", &st));
   EXPECT_FALSE(ParseProcStat("12 (x", &st));
   EXPECT_FALSE(ParseProcStat("12 (x) S 1 2 3", &st));  // too short
-  EXPECT_FALSE(ParseProcStat(
-      "12 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 x 18 19", &st));
+  EXPECT_FALSE(ParseProcStat("12 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 x 18 19", &st));
 }
 
 TEST(ProcessTest, SelfIsAliveAndKnown) {

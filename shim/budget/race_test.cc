@@ -58,15 +58,13 @@ struct Shared {
 };
 
 Shared* NewShared() {
-  void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* p =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   EXPECT_NE(p, MAP_FAILED);
   return static_cast<Shared*>(p);  // zero-filled: every field starts at 0
 }
 
-void SleepMs(int ms) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 std::atomic<uint64_t> g_crash_countdown{0};
 void DieAtCountdown(CrashPoint) {
@@ -75,8 +73,7 @@ void DieAtCountdown(CrashPoint) {
 
 // One racing process: kThreads threads charge and release random sizes for
 // random owners until told to stop, then it reports and releases everything.
-int WorkerMain(Shared* shared, int index, const std::string& path,
-               uint64_t crash_after) {
+int WorkerMain(Shared* shared, int index, const std::string& path, uint64_t crash_after) {
   WorkerState& me = shared->workers[index];
   auto* budget = new Budget;
   BudgetOptions options;
@@ -99,8 +96,7 @@ int WorkerMain(Shared* shared, int index, const std::string& path,
       while (shared->phase.load() == kRunning) {
         if (!mine.empty() && rng() % 2 == 0) {
           auto [o, bytes] = mine[rng() % mine.size()];
-          std::swap(mine.back(), *std::find(mine.begin(), mine.end(),
-                                            std::make_pair(o, bytes)));
+          std::swap(mine.back(), *std::find(mine.begin(), mine.end(), std::make_pair(o, bytes)));
           mine.pop_back();
           me.held[o].fetch_sub(bytes);
           budget->Release(static_cast<Owner>(o), bytes);
@@ -108,8 +104,7 @@ int WorkerMain(Shared* shared, int index, const std::string& path,
         }
         const int o = static_cast<int>(rng() % kOwnerCount);
         const uint64_t bytes = 1 + rng() % kMaxCharge;
-        if (budget->Charge(static_cast<Owner>(o), bytes) ==
-            Decision::kGranted) {
+        if (budget->Charge(static_cast<Owner>(o), bytes) == Decision::kGranted) {
           me.held[o].fetch_add(bytes);
           me.grants.fetch_add(1);
           mine.emplace_back(o, bytes);
@@ -197,8 +192,7 @@ uint64_t Grants(Shared* shared, const std::vector<int>& who) {
 
 // Checks the quiesced ledger against what the survivors say they hold.
 void ExpectEveryByteAccountedFor(Shared* shared, const std::string& path,
-                                 const std::vector<int>& survivors,
-                                 const std::vector<int>& dead) {
+                                 const std::vector<int>& survivors, const std::vector<int>& dead) {
   Ledger ledger;
   ASSERT_TRUE(OpenLedger(path, &ledger));
   ASSERT_TRUE(ledger.Lock());
@@ -214,8 +208,7 @@ void ExpectEveryByteAccountedFor(Shared* shared, const std::string& path,
       uint64_t slot_bytes = 0;
       for (int k = 0; k < kOwnerCount; ++k) {
         const uint64_t held = shared->workers[w].held[k].load();
-        EXPECT_EQ(ledger.slot(s).bytes[k].load(), held)
-            << "worker " << w << " owner " << k;
+        EXPECT_EQ(ledger.slot(s).bytes[k].load(), held) << "worker " << w << " owner " << k;
         expect_by_owner[k] += held;
         slot_bytes += held;
       }
@@ -226,16 +219,14 @@ void ExpectEveryByteAccountedFor(Shared* shared, const std::string& path,
       const uint64_t a = AvailableBytes(ledger.slot(s).available.load());
       EXPECT_EQ(r, slot_bytes + a) << "worker " << w;
       EXPECT_EQ(ledger.slot(s).grants.load(), shared->workers[w].grants.load());
-      EXPECT_EQ(ledger.slot(s).denials.load(),
-                shared->workers[w].denials.load());
+      EXPECT_EQ(ledger.slot(s).denials.load(), shared->workers[w].denials.load());
     }
     EXPECT_EQ(found, 1) << "worker " << w;
   }
   for (int w : dead) {
     const uint32_t pid = static_cast<uint32_t>(shared->workers[w].pid.load());
     for (uint32_t s = 0; s < h.slot_high.load(); ++s) {
-      EXPECT_NE(ledger.slot(s).pid.load(), pid)
-          << "dead worker " << w << " kept its slot";
+      EXPECT_NE(ledger.slot(s).pid.load(), pid) << "dead worker " << w << " kept its slot";
     }
   }
   uint64_t total = 0;
@@ -246,8 +237,7 @@ void ExpectEveryByteAccountedFor(Shared* shared, const std::string& path,
   EXPECT_EQ(h.pinned.load(), total);
   uint64_t reserved = 0;
   for (uint32_t s = 0; s < h.slot_high.load(); ++s) {
-    if (ledger.slot(s).pid.load() != 0)
-      reserved += ledger.slot(s).reserved.load();
+    if (ledger.slot(s).pid.load() != 0) reserved += ledger.slot(s).reserved.load();
   }
   EXPECT_EQ(h.reserved.load(), reserved);
   EXPECT_LE(reserved, h.node_budget.load());
@@ -263,8 +253,7 @@ void ExpectEmptyLedger(const std::string& path) {
   ASSERT_TRUE(ledger.Lock());
   EXPECT_EQ(ledger.header().pinned.load(), 0u);
   EXPECT_EQ(ledger.header().reserved.load(), 0u);
-  for (int k = 0; k < kOwnerCount; ++k)
-    EXPECT_EQ(ledger.header().pinned_by_owner[k].load(), 0u);
+  for (int k = 0; k < kOwnerCount; ++k) EXPECT_EQ(ledger.header().pinned_by_owner[k].load(), 0u);
   EXPECT_EQ(ledger.LiveSlotsLocked(), 0u);
   ledger.Unlock();
   ledger.Close();
@@ -273,11 +262,10 @@ void ExpectEmptyLedger(const std::string& path) {
 // Runs the race. victims: workers killed with SIGKILL from outside at random
 // moments; crash_worker (or -1): a worker that kills itself inside the
 // ledger's critical section at its crash_after-th update.
-void RunRace(const std::string& path, std::vector<int> victims,
-             int crash_worker, uint64_t crash_after) {
+void RunRace(const std::string& path, std::vector<int> victims, int crash_worker,
+             uint64_t crash_after) {
   Shared* shared = NewShared();
-  const unsigned seed =
-      static_cast<unsigned>(time(nullptr)) ^ static_cast<unsigned>(getpid());
+  const unsigned seed = static_cast<unsigned>(time(nullptr)) ^ static_cast<unsigned>(getpid());
   std::mt19937 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
 
@@ -285,8 +273,7 @@ void RunRace(const std::string& path, std::vector<int> victims,
   std::vector<pid_t> pids(kWorkers);
   for (int w = 0; w < kWorkers; ++w) {
     const uint64_t crash = w == crash_worker ? crash_after : 0;
-    pids[w] =
-        Spawn([&, w, crash] { return WorkerMain(shared, w, path, crash); });
+    pids[w] = Spawn([&, w, crash] { return WorkerMain(shared, w, path, crash); });
     shared->workers[w].pid.store(pids[w]);
   }
   // Every worker holds its slot before anyone can be killed, so each death
@@ -309,23 +296,20 @@ void RunRace(const std::string& path, std::vector<int> victims,
     EXPECT_EQ(ExitCode(pids[v]), 1000 + SIGKILL);
   }
   if (crash_worker >= 0) {
-    EXPECT_EQ(ExitCode(pids[crash_worker]), 1000 + SIGKILL)
-        << "the crash hook never fired";
+    EXPECT_EQ(ExitCode(pids[crash_worker]), 1000 + SIGKILL) << "the crash hook never fired";
   }
   // Survivors continue, getting their grants from the shares of the dead,
   // while the observer keeps checking. Progress is awaited, not timed: a
   // loaded machine only makes this take longer.
   const uint64_t grants_at_last_death = Grants(shared, survivors);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   const uint64_t locked_before = shared->locked_observations.load();
   while ((Grants(shared, survivors) < grants_at_last_death + 20000 ||
           shared->locked_observations.load() < locked_before + 200) &&
          std::chrono::steady_clock::now() < deadline) {
     SleepMs(10);
   }
-  EXPECT_GE(Grants(shared, survivors), grants_at_last_death + 20000)
-      << "survivors stalled";
+  EXPECT_GE(Grants(shared, survivors), grants_at_last_death + 20000) << "survivors stalled";
 
   shared->phase.store(kQuiesce);
   for (int w : survivors) {
@@ -343,8 +327,7 @@ void RunRace(const std::string& path, std::vector<int> victims,
   EXPECT_GE(shared->locked_observations.load(), 200u);
   uint64_t denials = 0;
   for (auto& w : shared->workers) denials += w.denials.load();
-  EXPECT_GT(denials, 0u)
-      << "the node budget was never reached; the race proves nothing";
+  EXPECT_GT(denials, 0u) << "the node budget was never reached; the race proves nothing";
   {
     Ledger ledger;
     ASSERT_TRUE(OpenLedger(path, &ledger));
@@ -363,8 +346,7 @@ TEST(NodeRaceTest, FourProcessesSixteenThreadsNeverExceedTheNodeBudget) {
 TEST(NodeRaceTest, ProcessesKilledAtRandomMomentsAreReclaimed) {
   std::mt19937 rng(static_cast<unsigned>(time(nullptr)));
   int first = static_cast<int>(rng() % kWorkers);
-  int second =
-      (first + 1 + static_cast<int>(rng() % (kWorkers - 1))) % kWorkers;
+  int second = (first + 1 + static_cast<int>(rng() % (kWorkers - 1))) % kWorkers;
   RunRace(UniqueLedgerPath("kill"), {first, second}, -1, 0);
 }
 

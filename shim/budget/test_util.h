@@ -17,16 +17,14 @@ namespace budget {
 // A ledger path no other test, test run or real pinshim process uses.
 inline std::string UniqueLedgerPath(const std::string& tag) {
   const char* dir = getenv("TEST_TMPDIR");
-  std::string path = std::string(dir != nullptr ? dir : "/tmp") +
-                     "/pinshim-ledger-test-" + tag + "-" +
-                     std::to_string(getpid());
+  std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/pinshim-ledger-test-" + tag +
+                     "-" + std::to_string(getpid());
   unlink(path.c_str());
   return path;
 }
 
 // Opens the ledger at path as the current user, creating it if asked.
-inline ::testing::AssertionResult OpenLedger(const std::string& path,
-                                             Ledger* ledger,
+inline ::testing::AssertionResult OpenLedger(const std::string& path, Ledger* ledger,
                                              bool create = false) {
   LedgerOpenOptions options;
   options.path = path.c_str();

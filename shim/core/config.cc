@@ -15,13 +15,11 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "What pinshim does: observe records transfers and misuse and changes "
      "nothing; optimize makes pageable copies run at pinned speed; enforce "
      "applies the pinned-memory budgets. observe is always on."},
-    {ConfigKey::kTraceDir, "PINSHIM_TRACE_DIR", "trace_dir", "no trace",
-     "a directory path",
+    {ConfigKey::kTraceDir, "PINSHIM_TRACE_DIR", "trace_dir", "no trace", "a directory path",
      "Directory the per-process trace files are written to, for pinshim "
      "report."},
     {ConfigKey::kSummary, "PINSHIM_SUMMARY", "summary", "0",
-     "0 (none), 1 (stderr) or a file path where %p becomes the pid",
-     "Prints a summary at exit."},
+     "0 (none), 1 (stderr) or a file path where %p becomes the pid", "Prints a summary at exit."},
     {ConfigKey::kBudget, "PINSHIM_BUDGET", "budget", "none",
      "a size or a percentage of physical memory",
      "Most bytes the process may have pinned (enforce mode)."},
@@ -29,21 +27,18 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "a size or a percentage of physical memory",
      "Most bytes all processes under pinshim on this node may have pinned "
      "together (enforce mode)."},
-    {ConfigKey::kPolicy, "PINSHIM_POLICY", "policy", "deny",
-     "deny, fallback or evict",
+    {ConfigKey::kPolicy, "PINSHIM_POLICY", "policy", "deny", "deny, fallback or evict",
      "What enforce mode does with a pinned allocation over budget: deny fails "
      "it as out of memory, fallback hands out pageable memory, evict releases "
      "pinshim's own pinned memory first."},
-    {ConfigKey::kTrackThreshold, "PINSHIM_TRACK_THRESHOLD", "track_threshold",
-     "64K", "a size (no percentage)",
+    {ConfigKey::kTrackThreshold, "PINSHIM_TRACK_THRESHOLD", "track_threshold", "64K",
+     "a size (no percentage)",
      "Host allocations of at least this size are tracked; below 64 KiB "
      "pinning does not speed copies up."},
-    {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none",
-     "a file path",
+    {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none", "a file path",
      "File enforce mode's metrics (Prometheus text) are rewritten to every "
      "2 seconds and at exit."},
-    {ConfigKey::kSampleMs, "PINSHIM_SAMPLE_MS", "sample_ms", "10",
-     "an integer from 1 to 60000",
+    {ConfigKey::kSampleMs, "PINSHIM_SAMPLE_MS", "sample_ms", "10", "an integer from 1 to 60000",
      "How often the trace samples pinned bytes, RSS and swap, in "
      "milliseconds."},
     {ConfigKey::kPinCap, "PINSHIM_PIN_CAP", "pin_cap", "25%",
@@ -54,8 +49,7 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "Optimize mode gives its pinned memory (pool slabs, arena extents) back "
      "to the driver once it was idle this many seconds; 0 keeps it until "
      "the cap or a budget needs it."},
-    {ConfigKey::kLedgerShared, "PINSHIM_LEDGER_SHARED", "ledger_shared", "0",
-     "0 or 1",
+    {ConfigKey::kLedgerShared, "PINSHIM_LEDGER_SHARED", "ledger_shared", "0", "0 or 1",
      "1 makes the node's budget ledger one for all users (created "
      "world-writable) instead of one per user."},
     {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none", "a file path",
@@ -93,9 +87,7 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
 namespace {
 
 bool IsBlank(char c) { return c == ' ' || c == '\t'; }
-char Lower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
+char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
 // Case-insensitive match of text[0..n) against a lower-case word.
 bool WordIs(const char* text, size_t n, const char* word) {
@@ -187,8 +179,8 @@ bool ParsePolicy(const char* value, Policy* policy, char* err, size_t err_len) {
 }
 
 // An integer in [lo, hi]; `forms` ("; accepted: ...") ends every error.
-bool ParseBoundedInt(const char* value, uint32_t lo, uint32_t hi, const char* forms,
-                     uint32_t* out, char* err, size_t err_len) {
+bool ParseBoundedInt(const char* value, uint32_t lo, uint32_t hi, const char* forms, uint32_t* out,
+                     char* err, size_t err_len) {
   const char* word = value;
   size_t len = Length(value);
   TrimRange(&word, &len);
@@ -220,14 +212,12 @@ bool ParseFlag(const char* value, bool* flag, char* err, size_t err_len) {
     *flag = word[0] == '1';
     return true;
   }
-  FixedText(err, err_len)
-      .Append(len == 0 ? "empty" : "not 0 or 1")
-      .Append("; accepted: 0 or 1");
+  FixedText(err, err_len).Append(len == 0 ? "empty" : "not 0 or 1").Append("; accepted: 0 or 1");
   return false;
 }
 
-bool ParseSizeValue(const char* value, bool percent_allowed, uint64_t physical,
-                    uint64_t* out, char* err, size_t err_len) {
+bool ParseSizeValue(const char* value, bool percent_allowed, uint64_t physical, uint64_t* out,
+                    char* err, size_t err_len) {
   if (percent_allowed && physical == 0) {
     // Unknown physical memory: say so rather than "not accepted here".
     const char* p = value;
@@ -248,33 +238,16 @@ bool ParseSizeValue(const char* value, bool percent_allowed, uint64_t physical,
 // allocate while loading translations.
 void AppendErrno(FixedText* text, int e) {
   switch (e) {
-    case ENOENT:
-      text->Append("no such file or directory");
-      return;
-    case EACCES:
-      text->Append("permission denied");
-      return;
-    case EISDIR:
-      text->Append("is a directory");
-      return;
-    case ENOTDIR:
-      text->Append("a path component is not a directory");
-      return;
-    case ELOOP:
-      text->Append("too many symbolic links");
-      return;
-    case ENAMETOOLONG:
-      text->Append("file name too long");
-      return;
-    case EIO:
-      text->Append("input/output error");
-      return;
+    case ENOENT: text->Append("no such file or directory"); return;
+    case EACCES: text->Append("permission denied"); return;
+    case EISDIR: text->Append("is a directory"); return;
+    case ENOTDIR: text->Append("a path component is not a directory"); return;
+    case ELOOP: text->Append("too many symbolic links"); return;
+    case ENAMETOOLONG: text->Append("file name too long"); return;
+    case EIO: text->Append("input/output error"); return;
     case EMFILE:
-    case ENFILE:
-      text->Append("too many open files");
-      return;
-    default:
-      text->Append("error ").AppendUint(static_cast<uint64_t>(e));
+    case ENFILE: text->Append("too many open files"); return;
+    default: text->Append("error ").AppendUint(static_cast<uint64_t>(e));
   }
 }
 
@@ -312,8 +285,7 @@ void AppendFileLocation(FixedText* msg, const char* path, long line) {
 
 // Applies one value from the environment (file_path null) or from line
 // "line" of the config file, recording a message when it is rejected.
-void Apply(ParseState* state, ConfigKey key, const char* value,
-           const char* file_path, long line) {
+void Apply(ParseState* state, ConfigKey key, const char* value, const char* file_path, long line) {
   char reason[kConfigErrorLen];
   const int index = static_cast<int>(key);
   if (ParseConfigValue(key, value, state->config, reason, sizeof(reason))) {
@@ -336,8 +308,7 @@ void Apply(ParseState* state, ConfigKey key, const char* value,
 
 // Handles one line of the config file; "line" is modifiable, NUL-free and
 // has room for a terminator after len bytes.
-void ParseFileLine(ParseState* state, const char* path, long line_no,
-                   char* line, size_t len) {
+void ParseFileLine(ParseState* state, const char* path, long line_no, char* line, size_t len) {
   if (len > 0 && line[len - 1] == '\r') --len;
   // A comment starts at '#' at the start of the line or after a blank, so a
   // value may still contain '#' (a path like /data/run#3).
@@ -359,8 +330,7 @@ void ParseFileLine(ParseState* state, const char* path, long line_no,
   size_t key_len = eq;
   TrimRange(&key_text, &key_len);
   ConfigKey key;
-  if (eq == len || key_len == 0 ||
-      !ConfigKeyFromFileKey(key_text, key_len, &key)) {
+  if (eq == len || key_len == 0 || !ConfigKeyFromFileKey(key_text, key_len, &key)) {
     char* slot = NewError(state->errors);
     if (slot == nullptr) return;
     FixedText msg(slot, kConfigErrorLen);
@@ -383,8 +353,8 @@ void ParseFileLine(ParseState* state, const char* path, long line_no,
 
 // Records a problem with the file as a whole; such a file counts as
 // unreadable, so the mode falls back to observe.
-void FileProblem(ParseState* state, const char* path, const char* what,
-                 int err_no, uint64_t limit) {
+void FileProblem(ParseState* state, const char* path, const char* what, int err_no,
+                 uint64_t limit) {
   state->file_unreadable = true;
   char* slot = NewError(state->errors);
   if (slot == nullptr) return;
@@ -426,9 +396,7 @@ void ReadConfigFile(ParseState* state, const char* path, bool named) {
         FixedText msg(slot, kConfigErrorLen);
         AppendFileLocation(&msg, path, line_no);
         if (line_too_long) {
-          msg.Append("line longer than ")
-              .AppendUint(kMaxConfigLineBytes - 1)
-              .Append(" bytes");
+          msg.Append("line longer than ").AppendUint(kMaxConfigLineBytes - 1).Append(" bytes");
         } else {
           msg.Append("line contains a NUL byte");
         }
@@ -452,8 +420,7 @@ void ReadConfigFile(ParseState* state, const char* path, bool named) {
     if (n == 0) break;
     total += static_cast<size_t>(n);
     if (total > kMaxConfigFileBytes) {
-      FileProblem(state, path, "config file larger than the limit of ", 0,
-                  kMaxConfigFileBytes);
+      FileProblem(state, path, "config file larger than the limit of ", 0, kMaxConfigFileBytes);
       ok = false;
       break;
     }
@@ -478,9 +445,7 @@ void ReadConfigFile(ParseState* state, const char* path, bool named) {
 
 }  // namespace
 
-const ConfigKeyInfo& ConfigKeyInfoFor(ConfigKey key) {
-  return kConfigKeys[static_cast<int>(key)];
-}
+const ConfigKeyInfo& ConfigKeyInfoFor(ConfigKey key) { return kConfigKeys[static_cast<int>(key)]; }
 
 bool ConfigKeyFromFileKey(const char* name, size_t len, ConfigKey* key) {
   for (const ConfigKeyInfo& info : kConfigKeys) {
@@ -536,9 +501,8 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->budget_bytes = 0;
   config->node_budget_bytes = 0;
   config->track_threshold_bytes = kDefaultTrackThreshold;
-  config->pin_cap_bytes =
-      static_cast<uint64_t>(static_cast<unsigned __int128>(physical_bytes) *
-                            kDefaultPinCapPercent / 100);
+  config->pin_cap_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(physical_bytes) *
+                                                kDefaultPinCapPercent / 100);
   config->physical_bytes = physical_bytes;
   config->trace_dir[0] = '\0';
   config->summary_path[0] = '\0';
@@ -547,15 +511,12 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->config_file[0] = '\0';
 }
 
-bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
-                      char* err, size_t err_len) {
+bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* err, size_t err_len) {
   if (value == nullptr) value = "";
   const uint64_t physical = config->physical_bytes;
   switch (key) {
-    case ConfigKey::kMode:
-      return ParseMode(value, &config->mode, err, err_len);
-    case ConfigKey::kTraceDir:
-      return CopyPath(value, config->trace_dir, err, err_len);
+    case ConfigKey::kMode: return ParseMode(value, &config->mode, err, err_len);
+    case ConfigKey::kTraceDir: return CopyPath(value, config->trace_dir, err, err_len);
     case ConfigKey::kSummary: {
       const char* word = value;
       size_t len = Length(value);
@@ -575,65 +536,49 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
       return true;
     }
     case ConfigKey::kBudget:
-      if (!ParseSizeValue(value, true, physical, &config->budget_bytes, err,
-                          err_len)) {
+      if (!ParseSizeValue(value, true, physical, &config->budget_bytes, err, err_len)) {
         return false;
       }
       config->has_budget = true;
       return true;
     case ConfigKey::kNodeBudget:
-      if (!ParseSizeValue(value, true, physical, &config->node_budget_bytes,
-                          err, err_len)) {
+      if (!ParseSizeValue(value, true, physical, &config->node_budget_bytes, err, err_len)) {
         return false;
       }
       config->has_node_budget = true;
       return true;
-    case ConfigKey::kPolicy:
-      return ParsePolicy(value, &config->policy, err, err_len);
+    case ConfigKey::kPolicy: return ParsePolicy(value, &config->policy, err, err_len);
     case ConfigKey::kTrackThreshold:
-      return ParseSizeValue(value, false, physical,
-                            &config->track_threshold_bytes, err, err_len);
-    case ConfigKey::kMetricsFile:
-      return CopyPath(value, config->metrics_file, err, err_len);
+      return ParseSizeValue(value, false, physical, &config->track_threshold_bytes, err, err_len);
+    case ConfigKey::kMetricsFile: return CopyPath(value, config->metrics_file, err, err_len);
     case ConfigKey::kSampleMs:
       return ParseBoundedInt(value, 1, kMaxSampleMs,
                              "; accepted: an integer from 1 to 60000 (milliseconds)",
                              &config->sample_ms, err, err_len);
     case ConfigKey::kPinCap:
-      return ParseSizeValue(value, true, physical, &config->pin_cap_bytes, err,
-                            err_len);
+      return ParseSizeValue(value, true, physical, &config->pin_cap_bytes, err, err_len);
     case ConfigKey::kIdleTrimS:
       return ParseBoundedInt(value, 0, kMaxIdleTrimS,
                              "; accepted: an integer from 0 to 86400 (seconds)",
                              &config->idle_trim_s, err, err_len);
-    case ConfigKey::kLedgerShared:
-      return ParseFlag(value, &config->ledger_shared, err, err_len);
-    case ConfigKey::kProfile:
-      return CopyPath(value, config->profile, err, err_len);
-    case ConfigKey::kWcGuard:
-      return ParseFlag(value, &config->wc_guard, err, err_len);
-    case ConfigKey::kPinInPlace:
-      return ParseFlag(value, &config->pin_in_place, err, err_len);
-    case ConfigKey::kVerifyPages:
-      return ParseFlag(value, &config->verify_pages, err, err_len);
-    case ConfigKey::kStage:
-      return ParseFlag(value, &config->stage, err, err_len);
+    case ConfigKey::kLedgerShared: return ParseFlag(value, &config->ledger_shared, err, err_len);
+    case ConfigKey::kProfile: return CopyPath(value, config->profile, err, err_len);
+    case ConfigKey::kWcGuard: return ParseFlag(value, &config->wc_guard, err, err_len);
+    case ConfigKey::kPinInPlace: return ParseFlag(value, &config->pin_in_place, err, err_len);
+    case ConfigKey::kVerifyPages: return ParseFlag(value, &config->verify_pages, err, err_len);
+    case ConfigKey::kStage: return ParseFlag(value, &config->stage, err, err_len);
     case ConfigKey::kStageWorkers:
       return ParseBoundedInt(value, 0, kMaxStageWorkers, "; accepted: an integer from 0 to 32",
                              &config->stage_workers, err, err_len);
-    case ConfigKey::kPythonFrames:
-      return ParseFlag(value, &config->python_frames, err, err_len);
-    case ConfigKey::kCopyGuard:
-      return ParseFlag(value, &config->copy_guard, err, err_len);
-    case ConfigKey::kCount:
-      break;
+    case ConfigKey::kPythonFrames: return ParseFlag(value, &config->python_frames, err, err_len);
+    case ConfigKey::kCopyGuard: return ParseFlag(value, &config->copy_guard, err, err_len);
+    case ConfigKey::kCount: break;
   }
   FixedText(err, err_len).Append("unknown setting");
   return false;
 }
 
-bool ParseConfig(const ConfigInput& input, Config* config,
-                 ConfigErrors* errors) {
+bool ParseConfig(const ConfigInput& input, Config* config, ConfigErrors* errors) {
   const uint64_t physical =
       input.physical_bytes != 0 ? input.physical_bytes : PhysicalMemoryBytes();
   SetConfigDefaults(physical, config);
@@ -652,10 +597,8 @@ bool ParseConfig(const ConfigInput& input, Config* config,
     // An empty PINSHIM_CONFIG turns the default file off.
     if (named[0] != '\0') ReadConfigFile(&state, named, true);
   } else {
-    ReadConfigFile(
-        &state,
-        input.default_file != nullptr ? input.default_file : kDefaultConfigFile,
-        false);
+    ReadConfigFile(&state, input.default_file != nullptr ? input.default_file : kDefaultConfigFile,
+                   false);
   }
 
   for (const ConfigKeyInfo& info : kConfigKeys) {
@@ -665,8 +608,7 @@ bool ParseConfig(const ConfigInput& input, Config* config,
 
   if (state.invalid[static_cast<int>(ConfigKey::kMode)] ||
       state.invalid[static_cast<int>(ConfigKey::kBudget)] ||
-      state.invalid[static_cast<int>(ConfigKey::kNodeBudget)] ||
-      state.file_unreadable) {
+      state.invalid[static_cast<int>(ConfigKey::kNodeBudget)] || state.file_unreadable) {
     config->mode = kModeObserve;
     config->forced_observe = true;
   }
@@ -680,16 +622,14 @@ void FormatMode(uint32_t mode, char* out, size_t out_len) {
   if (mode & kModeEnforce) text.Append(",enforce");
 }
 
-void FormatConfigWarning(const Config& config, const ConfigErrors& errors,
-                         char* out, size_t out_len) {
+void FormatConfigWarning(const Config& config, const ConfigErrors& errors, char* out,
+                         size_t out_len) {
   FixedText text(out, out_len);
   text.Append("pinshim: configuration error: ");
   text.Append(errors.count > 0 ? errors.messages[0] : "unknown");
   const int more = errors.count - 1 + errors.dropped;
   if (more > 0) {
-    text.Append(" (and ")
-        .AppendUint(static_cast<uint64_t>(more))
-        .Append(" more)");
+    text.Append(" (and ").AppendUint(static_cast<uint64_t>(more)).Append(" more)");
   }
   if (config.forced_observe) {
     text.Append("; running in observe mode only");
@@ -700,8 +640,7 @@ void FormatConfigWarning(const Config& config, const ConfigErrors& errors,
   }
 }
 
-bool ExpandPidPattern(const char* pattern, long pid, char* out,
-                      size_t out_len) {
+bool ExpandPidPattern(const char* pattern, long pid, char* out, size_t out_len) {
   if (out == nullptr || out_len == 0) return false;
   char digits[24];
   FixedText pid_text(digits, sizeof(digits));

@@ -142,21 +142,21 @@ struct Config {
   bool has_budget;       // budget_bytes holds a valid PINSHIM_BUDGET
   bool has_node_budget;  // node_budget_bytes holds a valid PINSHIM_NODE_BUDGET
   bool ledger_shared;
-  bool forced_observe;  // an error reduced mode to observe only
-  bool wc_guard;        // sample plain CPU loads of write-combined memory
-  bool pin_in_place;    // optimize mode may pin the program's own pages
-  bool verify_pages;    // check pinned-in-place pages before each copy
-  bool stage;           // optimize mode stages pageable copies it does not pin
+  bool forced_observe;     // an error reduced mode to observe only
+  bool wc_guard;           // sample plain CPU loads of write-combined memory
+  bool pin_in_place;       // optimize mode may pin the program's own pages
+  bool verify_pages;       // check pinned-in-place pages before each copy
+  bool stage;              // optimize mode stages pageable copies it does not pin
   uint32_t stage_workers;  // 0: the measured default from the core count
-  bool python_frames;   // record Python frames with call sites
-  bool copy_guard;      // catch plain CPU accesses to memory under queued copies
+  bool python_frames;      // record Python frames with call sites
+  bool copy_guard;         // catch plain CPU accesses to memory under queued copies
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;
   uint64_t node_budget_bytes;
   uint64_t track_threshold_bytes;
   uint64_t pin_cap_bytes;
-  uint64_t physical_bytes;  // what percentages were taken of; 0 if unknown
+  uint64_t physical_bytes;            // what percentages were taken of; 0 if unknown
   char trace_dir[kConfigPathMax];     // "" = no trace
   char summary_path[kConfigPathMax];  // set when summary == kFile
   char metrics_file[kConfigPathMax];  // "" = none
@@ -204,7 +204,7 @@ using EnvLookupFn = const char* (*)(const char* name, void* ctx);
 
 // Where ParseConfig reads from. Zero-initialise, then set what applies.
 struct ConfigInput {
-  char* const* envp;  // the environment, e.g. environ; used when lookup is null
+  char* const* envp;         // the environment, e.g. environ; used when lookup is null
   EnvLookupFn lookup;        // alternative to envp
   void* lookup_ctx;          // passed to lookup
   const char* default_file;  // read when PINSHIM_CONFIG is unset and it exists;
@@ -218,21 +218,19 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config);
 // Fills *config from defaults, the config file and the environment. Returns
 // true when there was nothing to report; otherwise *errors holds the
 // messages and *config is still complete and usable (see the fallbacks above).
-bool ParseConfig(const ConfigInput& input, Config* config,
-                 ConfigErrors* errors);
+bool ParseConfig(const ConfigInput& input, Config* config, ConfigErrors* errors);
 
 // Parses one value for key into *config, as the environment would set it.
 // On failure returns false, leaves *config unchanged and writes into err the
 // reason and the accepted forms, without naming the variable or the value
 // (the caller knows whether it came from a variable, a file or an option).
-bool ParseConfigValue(ConfigKey key, const char* value, Config* config,
-                      char* err, size_t err_len);
+bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* err, size_t err_len);
 
 // Writes the library's single warning line (without newline) for a parse
 // that returned false: the first message, how many more there were, and the
 // mode that is in force.
-void FormatConfigWarning(const Config& config, const ConfigErrors& errors,
-                         char* out, size_t out_len);
+void FormatConfigWarning(const Config& config, const ConfigErrors& errors, char* out,
+                         size_t out_len);
 
 // Writes the mode as "observe", "observe,enforce", ... into out.
 void FormatMode(uint32_t mode, char* out, size_t out_len);

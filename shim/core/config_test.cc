@@ -30,8 +30,9 @@ void Count() {
 
 #if defined(__SANITIZE_ADDRESS__)
 // The runtime's hook (sanitizer/allocator_interface.h, which GCC does not ship).
-extern "C" int __sanitizer_install_malloc_and_free_hooks(
-    void (*malloc_hook)(const volatile void*, size_t), void (*free_hook)(const volatile void*));
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*,
+                                                                             size_t),
+                                                         void (*free_hook)(const volatile void*));
 
 namespace {
 void CountHook(const volatile void*, size_t) { Count(); }
@@ -102,8 +103,7 @@ class ConfigTest : public ::testing::Test {
     const std::string path = dir_ + "/" + name;
     const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     EXPECT_GE(fd, 0);
-    EXPECT_EQ(write(fd, text.data(), text.size()),
-              static_cast<ssize_t>(text.size()));
+    EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
     close(fd);
     return path;
   }
@@ -112,8 +112,7 @@ class ConfigTest : public ::testing::Test {
   bool Parse(Env* env, const char* default_file = nullptr) {
     ConfigInput input = {};
     input.envp = env->envp();
-    input.default_file =
-        default_file != nullptr ? default_file : missing_default_.c_str();
+    input.default_file = default_file != nullptr ? default_file : missing_default_.c_str();
     input.physical_bytes = kPhysical;
     return ParseConfig(input, &config_, &errors_);
   }
@@ -173,10 +172,9 @@ TEST_F(ConfigTest, NullEnvironmentIsEmpty) {
 
 TEST_F(ConfigTest, AcceptsEveryVariable) {
   Env env({"PINSHIM_MODE=optimize,enforce", "PINSHIM_TRACE_DIR=/data/traces",
-           "PINSHIM_SUMMARY=/tmp/sum.%p.txt", "PINSHIM_BUDGET=8GiB",
-           "PINSHIM_NODE_BUDGET=50%", "PINSHIM_POLICY=evict",
-           "PINSHIM_TRACK_THRESHOLD=1M", "PINSHIM_METRICS_FILE=/tmp/m.jsonl",
-           "PINSHIM_SAMPLE_MS=250", "PINSHIM_PIN_CAP=2G",
+           "PINSHIM_SUMMARY=/tmp/sum.%p.txt", "PINSHIM_BUDGET=8GiB", "PINSHIM_NODE_BUDGET=50%",
+           "PINSHIM_POLICY=evict", "PINSHIM_TRACK_THRESHOLD=1M",
+           "PINSHIM_METRICS_FILE=/tmp/m.jsonl", "PINSHIM_SAMPLE_MS=250", "PINSHIM_PIN_CAP=2G",
            "PINSHIM_LEDGER_SHARED=1", "PINSHIM_PROFILE=/tmp/profile.out"});
   ASSERT_TRUE(Parse(&env)) << Error(0);
   EXPECT_EQ(config_.mode, kModeObserve | kModeOptimize | kModeEnforce);
@@ -231,9 +229,7 @@ TEST_F(ConfigTest, UnknownModeFallsBackToObserve) {
   for (const char* bad : {"", "observe,", ",enforce"}) {
     Env env2({std::string("PINSHIM_MODE=") + bad});
     EXPECT_FALSE(Parse(&env2)) << bad;
-    EXPECT_NE(Error(0).find(": empty mode word; accepted: observe"),
-              std::string::npos)
-        << Error(0);
+    EXPECT_NE(Error(0).find(": empty mode word; accepted: observe"), std::string::npos) << Error(0);
     EXPECT_EQ(config_.mode, kModeObserve);
   }
 }
@@ -243,9 +239,8 @@ TEST_F(ConfigTest, BudgetErrorForcesObserveOnly) {
     Env env({"PINSHIM_MODE=optimize,enforce", std::string(var) + "=12X"});
     EXPECT_FALSE(Parse(&env));
     ASSERT_EQ(errors_.count, 1);
-    EXPECT_EQ(Error(0).rfind(std::string(var) +
-                                 "=\"12X\": unknown unit \"X\"; accepted: an "
-                                 "integer or decimal",
+    EXPECT_EQ(Error(0).rfind(std::string(var) + "=\"12X\": unknown unit \"X\"; accepted: an "
+                                                "integer or decimal",
                              0),
               0u)
         << Error(0);
@@ -308,8 +303,7 @@ TEST_F(ConfigTest, OtherErrorsKeepDefaultsWithoutFallback) {
       {"PINSHIM_SAMPLE_MS=",
        "PINSHIM_SAMPLE_MS=\"\": empty; accepted: an "
        "integer from 1 to 60000 (milliseconds)"},
-      {"PINSHIM_LEDGER_SHARED=yes",
-       "PINSHIM_LEDGER_SHARED=\"yes\": not 0 or 1; accepted: 0 or 1"},
+      {"PINSHIM_LEDGER_SHARED=yes", "PINSHIM_LEDGER_SHARED=\"yes\": not 0 or 1; accepted: 0 or 1"},
       {"PINSHIM_LEDGER_SHARED=",
        "PINSHIM_LEDGER_SHARED=\"\": empty; "
        "accepted: 0 or 1"},
@@ -338,9 +332,8 @@ TEST_F(ConfigTest, OtherErrorsKeepDefaultsWithoutFallback) {
 }
 
 TEST_F(ConfigTest, BoundaryValuesAccepted) {
-  Env env({"PINSHIM_SAMPLE_MS=60000", "PINSHIM_LEDGER_SHARED=0",
-           "PINSHIM_TRACK_THRESHOLD=0", "PINSHIM_PIN_CAP=100%",
-           "PINSHIM_BUDGET=0", "PINSHIM_POLICY=Fallback"});
+  Env env({"PINSHIM_SAMPLE_MS=60000", "PINSHIM_LEDGER_SHARED=0", "PINSHIM_TRACK_THRESHOLD=0",
+           "PINSHIM_PIN_CAP=100%", "PINSHIM_BUDGET=0", "PINSHIM_POLICY=Fallback"});
   ASSERT_TRUE(Parse(&env)) << Error(0);
   EXPECT_EQ(config_.sample_ms, 60000u);
   EXPECT_EQ(config_.track_threshold_bytes, 0u);
@@ -382,8 +375,7 @@ TEST_F(ConfigTest, SummaryForms) {
       {"PINSHIM_SUMMARY=0", SummaryTarget::kNone, ""},
       {"PINSHIM_SUMMARY=1", SummaryTarget::kStderr, ""},
       {"PINSHIM_SUMMARY=summary.txt", SummaryTarget::kFile, "summary.txt"},
-      {"PINSHIM_SUMMARY=/var/log/pinshim-%p.txt", SummaryTarget::kFile,
-       "/var/log/pinshim-%p.txt"},
+      {"PINSHIM_SUMMARY=/var/log/pinshim-%p.txt", SummaryTarget::kFile, "/var/log/pinshim-%p.txt"},
       {"PINSHIM_SUMMARY=10", SummaryTarget::kFile, "10"},
   };
   for (const auto& c : cases) {
@@ -398,9 +390,8 @@ TEST_F(ConfigTest, OverlongPathIsRejected) {
   Env env({"PINSHIM_TRACE_DIR=/" + std::string(kConfigPathMax, 'a')});
   EXPECT_FALSE(Parse(&env));
   ASSERT_EQ(errors_.count, 1);
-  EXPECT_NE(
-      Error(0).find("...\": path longer than 4095 bytes; accepted: a path"),
-      std::string::npos)
+  EXPECT_NE(Error(0).find("...\": path longer than 4095 bytes; accepted: a path"),
+            std::string::npos)
       << Error(0);
   EXPECT_STREQ(config_.trace_dir, "");
 }
@@ -438,21 +429,18 @@ TEST_F(ConfigTest, TooManyErrorsAreCounted) {
   EXPECT_EQ(errors_.dropped, 11 - kMaxConfigErrors);
   char line[1024];
   FormatConfigWarning(config_, errors_, line, sizeof(line));
-  EXPECT_NE(
-      std::string(line).find(":1: expected \"key = value\", got "
-                             "\"nonsense\" (and 10 more); those "
-                             "settings keep their defaults; mode observe"),
-      std::string::npos)
+  EXPECT_NE(std::string(line).find(":1: expected \"key = value\", got "
+                                   "\"nonsense\" (and 10 more); those "
+                                   "settings keep their defaults; mode observe"),
+            std::string::npos)
       << line;
 }
 
 TEST_F(ConfigTest, ParsingDoesNotAllocate) {
-  const std::string path =
-      WriteFile("alloc.conf",
-                "mode = optimize\nbudget = 1G\nsummary = 1\n"
-                "bogus = 1\n");
-  Env env({"PINSHIM_CONFIG=" + path, "PINSHIM_BUDGET=12X",
-           "PINSHIM_TRACE_DIR=/tmp"});
+  const std::string path = WriteFile("alloc.conf",
+                                     "mode = optimize\nbudget = 1G\nsummary = 1\n"
+                                     "bogus = 1\n");
+  Env env({"PINSHIM_CONFIG=" + path, "PINSHIM_BUDGET=12X", "PINSHIM_TRACE_DIR=/tmp"});
   char* const* envp = env.envp();
   ConfigInput input = {};
   input.envp = envp;
@@ -519,8 +507,7 @@ TEST(ConfigKeyTest, TableIsIndexedByKeyAndNamesMatch) {
     ConfigKey key;
     ASSERT_TRUE(ConfigKeyFromVariable(info.variable, &key));
     EXPECT_EQ(key, info.key);
-    ASSERT_TRUE(
-        ConfigKeyFromFileKey(info.file_key, strlen(info.file_key), &key));
+    ASSERT_TRUE(ConfigKeyFromFileKey(info.file_key, strlen(info.file_key), &key));
     EXPECT_EQ(key, info.key);
   }
   ConfigKey key;
@@ -534,23 +521,22 @@ TEST(ConfigKeyTest, TableIsIndexedByKeyAndNamesMatch) {
 // --- Config file -----------------------------------------------------------
 
 TEST_F(ConfigTest, FileSetsEverything) {
-  const std::string path =
-      WriteFile("all.conf",
-                "# pinshim settings\n"
-                "\n"
-                "mode = optimize, enforce\n"
-                "  trace_dir=/data/run#3   # inline comment after a blank\n"
-                "summary = /tmp/sum-%p\r\n"
-                "budget = 4G\n"
-                "node_budget = 10%\n"
-                "\tpolicy\t=\tfallback\t\n"
-                "track_threshold = 128K\n"
-                "metrics_file = /tmp/metrics\n"
-                "sample_ms = 20\n"
-                "pin_cap = 1G\n"
-                "ledger_shared = 1\n"
-                "PROFILE = /tmp/prof\n"
-                "trace_dir = /data/run#4");  // no final newline
+  const std::string path = WriteFile("all.conf",
+                                     "# pinshim settings\n"
+                                     "\n"
+                                     "mode = optimize, enforce\n"
+                                     "  trace_dir=/data/run#3   # inline comment after a blank\n"
+                                     "summary = /tmp/sum-%p\r\n"
+                                     "budget = 4G\n"
+                                     "node_budget = 10%\n"
+                                     "\tpolicy\t=\tfallback\t\n"
+                                     "track_threshold = 128K\n"
+                                     "metrics_file = /tmp/metrics\n"
+                                     "sample_ms = 20\n"
+                                     "pin_cap = 1G\n"
+                                     "ledger_shared = 1\n"
+                                     "PROFILE = /tmp/prof\n"
+                                     "trace_dir = /data/run#4");  // no final newline
   Env env({"PINSHIM_CONFIG=" + path});
   ASSERT_TRUE(Parse(&env)) << Error(0);
   EXPECT_EQ(config_.mode, kModeObserve | kModeOptimize | kModeEnforce);
@@ -578,10 +564,8 @@ TEST_F(ConfigTest, HashInsideValueIsKept) {
 
 TEST_F(ConfigTest, EnvironmentOverridesFile) {
   const std::string path =
-      WriteFile("base.conf",
-                "mode = enforce\nbudget = 4G\npolicy = evict\nsample_ms = 5\n");
-  Env env(
-      {"PINSHIM_CONFIG=" + path, "PINSHIM_BUDGET=1G", "PINSHIM_MODE=optimize"});
+      WriteFile("base.conf", "mode = enforce\nbudget = 4G\npolicy = evict\nsample_ms = 5\n");
+  Env env({"PINSHIM_CONFIG=" + path, "PINSHIM_BUDGET=1G", "PINSHIM_MODE=optimize"});
   ASSERT_TRUE(Parse(&env)) << Error(0);
   EXPECT_EQ(config_.mode, kModeObserve | kModeOptimize);
   EXPECT_EQ(config_.budget_bytes, kGiB);
@@ -614,8 +598,7 @@ TEST_F(ConfigTest, MissingNamedFileIsAnErrorAndFallsBack) {
   Env env({"PINSHIM_CONFIG=" + path, "PINSHIM_MODE=enforce"});
   EXPECT_FALSE(Parse(&env));
   ASSERT_EQ(errors_.count, 1);
-  EXPECT_EQ(Error(0),
-            path + ": cannot open config file: no such file or directory");
+  EXPECT_EQ(Error(0), path + ": cannot open config file: no such file or directory");
   EXPECT_EQ(config_.mode, kModeObserve);
   EXPECT_TRUE(config_.forced_observe);
 }
@@ -654,14 +637,12 @@ TEST_F(ConfigTest, MalformedLinesNameFileAndLine) {
   Env env({"PINSHIM_CONFIG=" + path});
   EXPECT_FALSE(Parse(&env));
   ASSERT_EQ(errors_.count, 6);
-  EXPECT_EQ(Error(0),
-            path + ":3: expected \"key = value\", got \"just words\"");
+  EXPECT_EQ(Error(0), path + ":3: expected \"key = value\", got \"just words\"");
   EXPECT_EQ(Error(1), path + ":4: expected \"key = value\", got \"= 5\"");
-  EXPECT_EQ(
-      Error(2).rfind(path + ":5: unknown key \"budgets\"; accepted: mode, "
-                            "trace_dir, summary, budget,",
-                     0),
-      0u)
+  EXPECT_EQ(Error(2).rfind(path + ":5: unknown key \"budgets\"; accepted: mode, "
+                                  "trace_dir, summary, budget,",
+                           0),
+            0u)
       << Error(2);
   EXPECT_EQ(Error(3).rfind(path + ":6: budget = \"12X\": unknown unit \"X\"; "
                                   "accepted: an integer",
@@ -671,8 +652,7 @@ TEST_F(ConfigTest, MalformedLinesNameFileAndLine) {
   EXPECT_EQ(Error(4), path +
                           ":7: sample_ms = \"0\": out of range; accepted: "
                           "an integer from 1 to 60000 (milliseconds)");
-  EXPECT_EQ(Error(5).rfind(path + ":8: unknown key \"config\";", 0), 0u)
-      << Error(5);
+  EXPECT_EQ(Error(5).rfind(path + ":8: unknown key \"config\";", 0), 0u) << Error(5);
   // The budget error forces observe; valid lines still apply.
   EXPECT_TRUE(config_.forced_observe);
   EXPECT_EQ(config_.mode, kModeObserve);
@@ -680,8 +660,7 @@ TEST_F(ConfigTest, MalformedLinesNameFileAndLine) {
 }
 
 TEST_F(ConfigTest, GoodEnvironmentBudgetClearsFileBudgetFallback) {
-  const std::string path =
-      WriteFile("b.conf", "mode = enforce\nbudget = 12X\n");
+  const std::string path = WriteFile("b.conf", "mode = enforce\nbudget = 12X\n");
   Env env({"PINSHIM_CONFIG=" + path, "PINSHIM_BUDGET=2G"});
   EXPECT_FALSE(Parse(&env));  // the file's error is still reported
   ASSERT_EQ(errors_.count, 1);
@@ -697,8 +676,7 @@ TEST_F(ConfigTest, OversizedFileIsAnError) {
   const std::string path = WriteFile("big.conf", text);
   Env env({"PINSHIM_CONFIG=" + path});
   EXPECT_FALSE(Parse(&env));
-  EXPECT_EQ(Error(errors_.count - 1),
-            path + ": config file larger than the limit of 65536 bytes");
+  EXPECT_EQ(Error(errors_.count - 1), path + ": config file larger than the limit of 65536 bytes");
   EXPECT_TRUE(config_.forced_observe);
   EXPECT_EQ(config_.mode, kModeObserve);
   EXPECT_STREQ(config_.config_file, "");
@@ -706,9 +684,8 @@ TEST_F(ConfigTest, OversizedFileIsAnError) {
 
 TEST_F(ConfigTest, OverlongLineAndNulByteAreErrors) {
   const std::string path = WriteFile(
-      "long.conf",
-      "policy = evict\ntrace_dir = /" + std::string(kMaxConfigLineBytes, 'x') +
-          "\nsample_ms = 7\nmode = opt" + std::string(1, '\0') + "imize\n");
+      "long.conf", "policy = evict\ntrace_dir = /" + std::string(kMaxConfigLineBytes, 'x') +
+                       "\nsample_ms = 7\nmode = opt" + std::string(1, '\0') + "imize\n");
   Env env({"PINSHIM_CONFIG=" + path});
   EXPECT_FALSE(Parse(&env));
   ASSERT_EQ(errors_.count, 2);
@@ -722,15 +699,12 @@ TEST_F(ConfigTest, OverlongLineAndNulByteAreErrors) {
 TEST_F(ConfigTest, ParseConfigValueLeavesConfigOnError) {
   SetConfigDefaults(kPhysical, &config_);
   char err[512];
-  EXPECT_FALSE(
-      ParseConfigValue(ConfigKey::kBudget, "1.5Z", &config_, err, sizeof(err)));
+  EXPECT_FALSE(ParseConfigValue(ConfigKey::kBudget, "1.5Z", &config_, err, sizeof(err)));
   EXPECT_EQ(std::string(err).rfind("unknown unit \"Z\"; accepted:", 0), 0u);
   EXPECT_FALSE(config_.has_budget);
-  EXPECT_TRUE(
-      ParseConfigValue(ConfigKey::kBudget, "1.5G", &config_, err, sizeof(err)));
+  EXPECT_TRUE(ParseConfigValue(ConfigKey::kBudget, "1.5G", &config_, err, sizeof(err)));
   EXPECT_EQ(config_.budget_bytes, 3 * kGiB / 2);
-  EXPECT_FALSE(ParseConfigValue(ConfigKey::kMode, "observe,turbo", &config_,
-                                err, sizeof(err)));
+  EXPECT_FALSE(ParseConfigValue(ConfigKey::kMode, "observe,turbo", &config_, err, sizeof(err)));
   EXPECT_EQ(config_.mode, kModeObserve);
 }
 
@@ -739,12 +713,9 @@ TEST_F(ConfigTest, PercentWithUnknownPhysicalMemory) {
   SetConfigDefaults(0, &config);
   EXPECT_EQ(config.pin_cap_bytes, 0u);
   char err[512];
-  EXPECT_FALSE(
-      ParseConfigValue(ConfigKey::kBudget, "10%", &config, err, sizeof(err)));
+  EXPECT_FALSE(ParseConfigValue(ConfigKey::kBudget, "10%", &config, err, sizeof(err)));
   EXPECT_EQ(
-      std::string(err).rfind(
-          "physical memory size unknown, so a percentage cannot be used", 0),
-      0u)
+      std::string(err).rfind("physical memory size unknown, so a percentage cannot be used", 0), 0u)
       << err;
 }
 

@@ -13,12 +13,12 @@ namespace pinshim {
 
 // What kind of memory one side of a copy, or a pointer, is.
 enum class MemKind : uint8_t {
-  kPageable = 0,        // ordinary host memory (tracked allocation or not)
-  kPinnedByProgram = 1, // cuMemHostAlloc / cuMemAllocHost by the program
+  kPageable = 0,             // ordinary host memory (tracked allocation or not)
+  kPinnedByProgram = 1,      // cuMemHostAlloc / cuMemAllocHost by the program
   kRegisteredByProgram = 2,  // cuMemHostRegister by the program
-  kPinnedByPinshim = 3, // pinshim's pool, arena or registration cache
-  kManaged = 4,         // cuMemAllocManaged
-  kDevice = 5,          // device memory
+  kPinnedByPinshim = 3,      // pinshim's pool, arena or registration cache
+  kManaged = 4,              // cuMemAllocManaged
+  kDevice = 5,               // device memory
   kCount = 6,
 };
 const char* MemKindName(MemKind kind);
@@ -50,7 +50,7 @@ struct CopyEvent {
   void* stream;            // CUstream, null for the default stream
   uint64_t start_ns;       // CLOCK_MONOTONIC
   uint64_t end_ns;
-  int result;              // CUresult the program saw
+  int result;  // CUresult the program saw
   // Optimize mode ran it through its staging rings (0: it did not): the
   // threads that copied, and the ring chunk size.
   uint32_t staged_workers = 0;
@@ -82,7 +82,7 @@ struct HostAllocEvent {
   uint64_t alloc_id;
   void* ptr;
   uint64_t bytes;
-  bool is_free;  // true: released (free, realloc away, munmap)
+  bool is_free;    // true: released (free, realloc away, munmap)
   uint8_t source;  // 0 malloc family, 1 mmap
 };
 
@@ -112,32 +112,32 @@ const char* OwnPinActionName(OwnPinAction action);
 
 // Why memory was unpinned (1..15) or a pinning refused (16..).
 enum class OwnPinReason : uint8_t {
-  kNone = 0,                 // pinned
-  kProgramReleased = 1,      // freed, reallocated or unmapped by the program
-  kEvictedForCap = 2,        // made room under the pin cap (PINSHIM_PIN_CAP)
-  kEvictedForBudget = 3,     // given back for enforce mode's budget
-  kIdleTrim = 4,             // unused for the idle time
-  kContextDestroyed = 5,     // the driver freed it with its context
-  kEvictedForTable = 6,      // made room in the registration cache's table
-  kProgramRegistered = 7,    // the program registered the memory itself
+  kNone = 0,               // pinned
+  kProgramReleased = 1,    // freed, reallocated or unmapped by the program
+  kEvictedForCap = 2,      // made room under the pin cap (PINSHIM_PIN_CAP)
+  kEvictedForBudget = 3,   // given back for enforce mode's budget
+  kIdleTrim = 4,           // unused for the idle time
+  kContextDestroyed = 5,   // the driver freed it with its context
+  kEvictedForTable = 6,    // made room in the registration cache's table
+  kProgramRegistered = 7,  // the program registered the memory itself
   // The pages behind the memory changed, or were about to (page_change.h):
-  kPageChangeMadvise = 8,    // madvise, posix_madvise or process_madvise
-  kPageChangeMapFixed = 9,   // mmap with MAP_FIXED over it
-  kPageChangeMremap = 10,    // mremap of it, or onto it
-  kPageChangeMunmap = 11,    // munmap of part of it
-  kPageChangeShm = 12,       // shmat with SHM_REMAP over it, or shmdt
-  kPageChangeBrk = 13,       // brk / sbrk shrinking the heap over it
-  kPagesVerifiedChanged = 14,  // PINSHIM_VERIFY_PAGES found other pages there
-  kCopyPastRegistration = 15,  // a copy started in it and ran past its end
-  kRefusedCap = 16,          // the pin cap, even after eviction
-  kRefusedBudget = 17,       // enforce mode's budget
-  kRefusedMemlock = 18,      // RLIMIT_MEMLOCK
-  kRefusedOutOfMemory = 19,  // the driver (or the system) ran out of memory
+  kPageChangeMadvise = 8,          // madvise, posix_madvise or process_madvise
+  kPageChangeMapFixed = 9,         // mmap with MAP_FIXED over it
+  kPageChangeMremap = 10,          // mremap of it, or onto it
+  kPageChangeMunmap = 11,          // munmap of part of it
+  kPageChangeShm = 12,             // shmat with SHM_REMAP over it, or shmdt
+  kPageChangeBrk = 13,             // brk / sbrk shrinking the heap over it
+  kPagesVerifiedChanged = 14,      // PINSHIM_VERIFY_PAGES found other pages there
+  kCopyPastRegistration = 15,      // a copy started in it and ran past its end
+  kRefusedCap = 16,                // the pin cap, even after eviction
+  kRefusedBudget = 17,             // enforce mode's budget
+  kRefusedMemlock = 18,            // RLIMIT_MEMLOCK
+  kRefusedOutOfMemory = 19,        // the driver (or the system) ran out of memory
   kRefusedAlreadyRegistered = 20,  // the program registered (part of) it already
-  kRefusedDriverError = 21,  // any other driver error
-  kRefusedNoContext = 22,    // no CUDA context to pin in
-  kRefusedTableFull = 23,    // the registration cache's table is full
-  kRefusedPageChange = 24,   // a call was changing those pages at the time
+  kRefusedDriverError = 21,        // any other driver error
+  kRefusedNoContext = 22,          // no CUDA context to pin in
+  kRefusedTableFull = 23,          // the registration cache's table is full
+  kRefusedPageChange = 24,         // a call was changing those pages at the time
 };
 // "program_released", "evicted_cap", ..., "cap", "budget", ...; "unknown".
 const char* OwnPinReasonName(OwnPinReason reason);

@@ -19,8 +19,7 @@ Block g_block;
 std::atomic<int> g_refill_lock{0};
 
 void* MapZeroed(size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -33,8 +32,7 @@ void* InternalAlloc(size_t bytes) {
     uintptr_t cur = g_block.cursor.load(std::memory_order_acquire);
     uintptr_t end = g_block.end.load(std::memory_order_acquire);
     if (cur != 0 && cur + bytes <= end) {
-      if (g_block.cursor.compare_exchange_weak(cur, cur + bytes,
-                                               std::memory_order_acq_rel)) {
+      if (g_block.cursor.compare_exchange_weak(cur, cur + bytes, std::memory_order_acq_rel)) {
         return reinterpret_cast<void*>(cur);
       }
       continue;

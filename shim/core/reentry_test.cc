@@ -16,7 +16,7 @@ TEST(ReentryGuardTest, NestsAndReleasesInOrder) {
       ReentryGuard inner(Reentry::kHook);
       EXPECT_TRUE(inner.held());
     }
-    EXPECT_TRUE(Reentered(Reentry::kHook));  // the outer one still holds it
+    EXPECT_TRUE(Reentered(Reentry::kHook));       // the outer one still holds it
     EXPECT_FALSE(Reentered(Reentry::kRecorder));  // purposes are separate
   }
   EXPECT_FALSE(Reentered(Reentry::kHook));

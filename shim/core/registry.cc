@@ -50,15 +50,12 @@ inline long FloorIndex(const uintptr_t* a, size_t n, uintptr_t key) {
 
 }  // namespace
 
-
 void Registry::BeginWrite() {
   seq_.fetch_add(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
 }
 
-void Registry::EndWrite() {
-  seq_.fetch_add(1, std::memory_order_release);
-}
+void Registry::EndWrite() { seq_.fetch_add(1, std::memory_order_release); }
 
 Registry::Chunk* Registry::NewChunk() {
   Chunk* c = free_chunks_;
@@ -131,8 +128,7 @@ bool Registry::InsertLocked(const Region& r) {
     upper->count = kChunkCap - half;
     memmove(idx->firsts + pos + 2, idx->firsts + pos + 1,
             (idx->count - pos - 1) * sizeof(uintptr_t));
-    memmove(idx->chunks + pos + 2, idx->chunks + pos + 1,
-            (idx->count - pos - 1) * sizeof(Chunk*));
+    memmove(idx->chunks + pos + 2, idx->chunks + pos + 1, (idx->count - pos - 1) * sizeof(Chunk*));
     idx->firsts[pos + 1] = upper->starts[0];
     idx->chunks[pos + 1] = upper;
     idx->count++;

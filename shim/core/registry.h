@@ -25,11 +25,11 @@ namespace pinshim {
 struct Region {
   uintptr_t start = 0;
   uint64_t bytes = 0;
-  uint64_t id = 0;      // unique per allocation, 0 = none
-  uint32_t flags = 0;   // pinning flags (CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_*)
+  uint64_t id = 0;     // unique per allocation, 0 = none
+  uint32_t flags = 0;  // pinning flags (CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_*)
   MemKind kind = MemKind::kPageable;
-  uint8_t source = 0;   // who created it: see RegionSource
-  uint64_t site = 0;    // call-site id where known, 0 otherwise
+  uint8_t source = 0;  // who created it: see RegionSource
+  uint64_t site = 0;   // call-site id where known, 0 otherwise
 };
 
 // Region::flags bit of a pageable malloc-family allocation made at a hot
@@ -47,7 +47,7 @@ constexpr uint32_t kRegionNotPinnable = 1u << 30;
 enum RegionSource : uint8_t {
   kSourceMalloc = 0,
   kSourceMmap = 1,
-  kSourceDriver = 2,   // cuMemHostAlloc, cuMemAlloc, cuMemHostRegister, ...
+  kSourceDriver = 2,  // cuMemHostAlloc, cuMemAlloc, cuMemHostRegister, ...
   kSourcePinshim = 3,
   kSourceFallback = 4,  // pageable memory handed out in place of pinned (enforce)
 };
@@ -105,8 +105,8 @@ class Registry {
   size_t FindChunkLocked(uintptr_t addr) const;
   bool SearchUnsynchronized(uintptr_t addr, Region* out) const;
   bool OverlapUnsynchronized(uintptr_t start, uintptr_t end) const;
-  size_t RemoveSpanLocked(uintptr_t start, uint64_t bytes,
-                          void (*on_removed)(void*, const Region&), void* arg);
+  size_t RemoveSpanLocked(uintptr_t start, uint64_t bytes, void (*on_removed)(void*, const Region&),
+                          void* arg);
   bool GrowIndexLocked();
   void BeginWrite();
   void EndWrite();

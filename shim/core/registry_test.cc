@@ -66,7 +66,9 @@ TEST(RegistryTest, RemoveSpanTrimsAndReportsParts) {
   std::vector<Region> parts;
   size_t touched = reg.RemoveSpan(
       0x12000, 0x1f000,
-      [](void* arg, const Region& part) { static_cast<std::vector<Region>*>(arg)->push_back(part); },
+      [](void* arg, const Region& part) {
+        static_cast<std::vector<Region>*>(arg)->push_back(part);
+      },
       &parts);
   EXPECT_EQ(touched, 3u);
   ASSERT_EQ(parts.size(), 3u);

@@ -41,12 +41,8 @@ constexpr Unit kUnits[] = {
 
 bool IsBlank(char c) { return c == ' ' || c == '\t'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsAlpha(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-char Lower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
+bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
 // Case-insensitive comparison of text[0..n) with a lower-case name.
 bool UnitMatches(const char* text, size_t n, const char* name) {
@@ -71,18 +67,17 @@ bool Fail(char* err, size_t err_len, bool percent_allowed, const char* reason,
 }  // namespace
 
 const char* SizeFormsText(bool percent_allowed) {
-  return percent_allowed
-             ? "an integer or decimal with an optional unit B, K/KB/KiB, "
-               "M/MB/MiB, G/GB/GiB, T/TB/TiB (any case, 1K = 1024), e.g. "
-               "4096, 512K, 1.5GiB, or a percentage of physical memory above "
-               "0 and at most 100, e.g. 25%"
-             : "an integer or decimal with an optional unit B, K/KB/KiB, "
-               "M/MB/MiB, G/GB/GiB, T/TB/TiB (any case, 1K = 1024), e.g. "
-               "4096, 512K, 1.5GiB";
+  return percent_allowed ? "an integer or decimal with an optional unit B, K/KB/KiB, "
+                           "M/MB/MiB, G/GB/GiB, T/TB/TiB (any case, 1K = 1024), e.g. "
+                           "4096, 512K, 1.5GiB, or a percentage of physical memory above "
+                           "0 and at most 100, e.g. 25%"
+                         : "an integer or decimal with an optional unit B, K/KB/KiB, "
+                           "M/MB/MiB, G/GB/GiB, T/TB/TiB (any case, 1K = 1024), e.g. "
+                           "4096, 512K, 1.5GiB";
 }
 
-bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out,
-               char* err, size_t err_len) {
+bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out, char* err,
+               size_t err_len) {
   const bool percent_allowed = physical_bytes != 0;
   if (text == nullptr) text = "";
   const char* p = text;
@@ -146,8 +141,7 @@ bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out,
     // percent = whole + fraction/scale; must be > 0 and <= 100.
     const u128 scaled = whole_too_big ? kMaxBytes : whole * scale + fraction;
     if (scaled == 0 || scaled > 100 * scale) {
-      return Fail(err, err_len, true,
-                  "percentage must be above 0 and at most 100");
+      return Fail(err, err_len, true, "percentage must be above 0 and at most 100");
     }
     bytes = static_cast<u128>(physical_bytes) * scaled / (100 * scale);
   } else {
@@ -159,17 +153,14 @@ bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out,
       }
     }
     if (multiplier == 0) {
-      return Fail(err, err_len, percent_allowed, "unknown unit", unit,
-                  unit_len);
+      return Fail(err, err_len, percent_allowed, "unknown unit", unit, unit_len);
     }
     if (whole_too_big) {
-      return Fail(err, err_len, percent_allowed,
-                  "too large (over 2^64 - 1 bytes)");
+      return Fail(err, err_len, percent_allowed, "too large (over 2^64 - 1 bytes)");
     }
     bytes = whole * multiplier + fraction * multiplier / scale;
     if (bytes > kMaxBytes) {
-      return Fail(err, err_len, percent_allowed,
-                  "too large (over 2^64 - 1 bytes)");
+      return Fail(err, err_len, percent_allowed, "too large (over 2^64 - 1 bytes)");
     }
   }
   *out = static_cast<uint64_t>(bytes);

@@ -24,8 +24,7 @@ namespace pinshim {
 // 0 means percentages are not accepted here. On failure returns false and
 // writes a one-line reason followed by the accepted forms into err (which may
 // be null); *out is left unchanged.
-bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out,
-               char* err, size_t err_len);
+bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out, char* err, size_t err_len);
 
 // The accepted forms as one clause, for messages and help texts.
 const char* SizeFormsText(bool percent_allowed);

@@ -69,8 +69,7 @@ TEST(ParseSizeTest, AcceptsEveryForm) {
   for (const Accepted& c : cases) {
     uint64_t out = 12345;
     char err[512] = "untouched";
-    EXPECT_TRUE(ParseSize(c.text, kPhysical, &out, err, sizeof(err)))
-        << c.text << ": " << err;
+    EXPECT_TRUE(ParseSize(c.text, kPhysical, &out, err, sizeof(err))) << c.text << ": " << err;
     EXPECT_EQ(out, c.bytes) << c.text;
     EXPECT_STREQ(err, "") << c.text;
   }
@@ -102,8 +101,7 @@ TEST(ParseSizeTest, RejectsEveryErrorFormWithItsReason) {
       {"0.0%", "percentage must be above 0 and at most 100;"},
       {"100.5%", "percentage must be above 0 and at most 100;"},
       {"250%", "percentage must be above 0 and at most 100;"},
-      {"99999999999999999999999%",
-       "percentage must be above 0 and at most 100;"},
+      {"99999999999999999999999%", "percentage must be above 0 and at most 100;"},
       {"18446744073709551616", "too large (over 2^64 - 1 bytes);"},
       {"16777216T", "too large (over 2^64 - 1 bytes);"},
       {"99999999999999999999999999G", "too large (over 2^64 - 1 bytes);"},
@@ -111,15 +109,11 @@ TEST(ParseSizeTest, RejectsEveryErrorFormWithItsReason) {
   for (const Rejected& c : cases) {
     uint64_t out = 12345;
     char err[512] = "";
-    EXPECT_FALSE(ParseSize(c.text, kPhysical, &out, err, sizeof(err)))
-        << c.text;
+    EXPECT_FALSE(ParseSize(c.text, kPhysical, &out, err, sizeof(err))) << c.text;
     EXPECT_EQ(out, 12345u) << c.text;
-    EXPECT_EQ(std::string(err).rfind(c.reason, 0), 0u)
-        << c.text << " gave: " << err;
+    EXPECT_EQ(std::string(err).rfind(c.reason, 0), 0u) << c.text << " gave: " << err;
     // Every message ends with the accepted forms, on one line.
-    EXPECT_NE(std::string(err).find("; accepted: an integer or decimal"),
-              std::string::npos)
-        << err;
+    EXPECT_NE(std::string(err).find("; accepted: an integer or decimal"), std::string::npos) << err;
     EXPECT_NE(std::string(err).find("25%"), std::string::npos) << err;
     EXPECT_EQ(std::string(err).find('\n'), std::string::npos) << err;
   }
@@ -129,8 +123,7 @@ TEST(ParseSizeTest, PercentageRejectedWhereNotAllowed) {
   uint64_t out = 0;
   char err[512];
   EXPECT_FALSE(ParseSize("25%", 0, &out, err, sizeof(err)));
-  EXPECT_EQ(std::string(err).rfind("a percentage is not accepted here;", 0), 0u)
-      << err;
+  EXPECT_EQ(std::string(err).rfind("a percentage is not accepted here;", 0), 0u) << err;
   // The accepted forms then do not offer a percentage.
   EXPECT_EQ(std::string(err).find('%'), std::string::npos) << err;
   EXPECT_TRUE(ParseSize("64K", 0, &out, err, sizeof(err)));
@@ -155,8 +148,7 @@ TEST(PhysicalMemoryTest, ReportsThisMachine) {
 TEST(FixedTextTest, CutsAndQuotes) {
   char buf[16];
   FixedText text(buf, sizeof(buf));
-  text.Append("n=").AppendUint(0).Append(" ").AppendUint(
-      18446744073709551615ull);
+  text.Append("n=").AppendUint(0).Append(" ").AppendUint(18446744073709551615ull);
   EXPECT_STREQ(buf, "n=0 18446744073");  // 15 characters and the NUL
   char quoted[64];
   FixedText(quoted, sizeof(quoted)).AppendQuoted("abcdef\nxyz", 4);

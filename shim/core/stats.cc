@@ -64,7 +64,6 @@ void Add(uint64_t key, uint64_t bytes, bool failed) {
   if (failed) s->failed.fetch_add(1, std::memory_order_relaxed);
 }
 
-
 }  // namespace
 
 void WriteAll(int fd, const char* buf, size_t len) {
@@ -77,10 +76,10 @@ void WriteAll(int fd, const char* buf, size_t len) {
   }
 }
 
-void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags,
-               uint64_t bytes, bool failed) {
-  uint64_t key = kUsed | (uint64_t{api} << 32) | (uint64_t(dir) << 48) |
-                 (uint64_t(src) << 52) | (uint64_t(dst) << 56) | flags;
+void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags, uint64_t bytes,
+               bool failed) {
+  uint64_t key = kUsed | (uint64_t{api} << 32) | (uint64_t(dir) << 48) | (uint64_t(src) << 52) |
+                 (uint64_t(dst) << 56) | flags;
   Add(key, bytes, failed);
 }
 
@@ -96,8 +95,8 @@ void CountNote(Note note) {
 void WriteSummary(int fd, int pid, const char* program, const char* mode,
                   const char* (*api_name)(ApiId)) {
   char line[512];
-  int n = snprintf(line, sizeof(line), "pinshim: summary pid=%d program=%s mode=%s\n", pid,
-                   program, mode);
+  int n = snprintf(line, sizeof(line), "pinshim: summary pid=%d program=%s mode=%s\n", pid, program,
+                   mode);
   WriteAll(fd, line, static_cast<size_t>(n));
   uint64_t copies = 0, copy_bytes = 0, pin_calls = 0;
   // Copies first, then pinned operations, so the output reads top-down.
@@ -119,8 +118,8 @@ void WriteSummary(int fd, int pid, const char* program, const char* mode,
                      "pinshim: copy api=%s dir=%s src=%s dst=%s flags=0x%x calls=%llu "
                      "bytes=%llu failed=%llu\n",
                      api_name(api), CopyDirName(static_cast<CopyDir>(sel)), MemKindName(src),
-                     MemKindName(dst), flags, (unsigned long long)calls,
-                     (unsigned long long)bytes, (unsigned long long)failed);
+                     MemKindName(dst), flags, (unsigned long long)calls, (unsigned long long)bytes,
+                     (unsigned long long)failed);
         copies += calls;
         copy_bytes += bytes;
       } else {

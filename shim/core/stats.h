@@ -13,8 +13,8 @@
 namespace pinshim {
 
 // Adds one copy call (and `bytes`) under its key.
-void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags,
-               uint64_t bytes, bool failed);
+void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags, uint64_t bytes,
+               bool failed);
 
 // Adds one pinned-memory operation under its key.
 void CountPin(ApiId api, PinOp op, uint32_t flags, uint64_t bytes, bool failed);

@@ -88,7 +88,7 @@ CUcontext ActivePrimaryContext(CUdevice dev) {
   static std::atomic<void*> retain_fn{nullptr}, release_fn{nullptr};
   auto retain = hook::LazyDriverSymbol<Retain>(&retain_fn, "cuDevicePrimaryCtxRetain");
   auto release = hook::LazyDriverSymbol<Release>(&release_fn, "cuDevicePrimaryCtxRelease_v2",
-                                         "cuDevicePrimaryCtxRelease");
+                                                 "cuDevicePrimaryCtxRelease");
   if (retain == nullptr || release == nullptr) return nullptr;
   CUcontext ctx = nullptr;
   if (retain(&ctx, dev) != CUDA_SUCCESS) return nullptr;
@@ -166,7 +166,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
   if (!g_initialized.load(std::memory_order_acquire)) Init();
   if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) NoteCudaSeen();
   CUresult r = real_fn(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && !Reentered(Reentry::kHook)) {
+  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr &&
+      !Reentered(Reentry::kHook)) {
     *pfn = WrapProcAddressResult(symbol, *pfn, version, flags);
   }
   return r;
@@ -179,7 +180,8 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_
   if (!g_initialized.load(std::memory_order_acquire)) Init();
   if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) NoteCudaSeen();
   CUresult r = real_fn(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr && !Reentered(Reentry::kHook)) {
+  if (r == CUDA_SUCCESS && symbol != nullptr && pfn != nullptr && *pfn != nullptr &&
+      !Reentered(Reentry::kHook)) {
     *pfn = WrapProcAddressResult(symbol, *pfn, version, flags);
   }
   return r;
@@ -197,4 +199,3 @@ const DriverEntry kDriverEntries[kApiCount] = {
 };
 
 }  // namespace pinshim
-

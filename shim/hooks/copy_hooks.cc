@@ -133,8 +133,8 @@ CopyShape Shape3D(const CUDA_MEMCPY3D* c) {
   MemoryTypeSide(c->srcMemoryType, c->srcHost, c->srcDevice, &s.src, &s);
   MemoryTypeSide(c->dstMemoryType, c->dstHost, c->dstDevice, &s.dst, &s);
   s.bytes = uint64_t{c->WidthInBytes} * c->Height * c->Depth;
-  s.host_span = PitchedSpan(c->srcPitch, c->dstPitch, c->WidthInBytes,
-                            uint64_t{c->Height} * c->Depth);
+  s.host_span =
+      PitchedSpan(c->srcPitch, c->dstPitch, c->WidthInBytes, uint64_t{c->Height} * c->Depth);
   return s;
 }
 
@@ -242,8 +242,7 @@ inline optimize::CopyTicket BeforeCopy(CopyShape& s) {
 inline void AfterCopy(Api api, const optimize::CopyTicket& t, CUresult r, bool async,
                       CUstream stream) {
   if (PINSHIM_LIKELY(!g_optimize) || t.kind == optimize::CopyTicket::kNone) return;
-  optimize::Optimizer::Process().AfterHostCopy(t, r, async, stream,
-                                               kDriverEntries[api].per_thread);
+  optimize::Optimizer::Process().AfterHostCopy(t, r, async, stream, kDriverEntries[api].per_thread);
 }
 
 // Runs a stageable copy through optimize mode's rings; false: the driver.
@@ -261,22 +260,21 @@ using pinshim::hook::ActiveOptimizer;
 
 // A copy whose shape is computed by `shape_expr` before the call; `async`
 // and `stream` say how it was queued (the stream is null for sync copies).
-#define PINSHIM_COPY_ON(api, type, shape_expr, async, stream, ...)  \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                \
-  CopyShape shape = shape_expr;                                     \
-  OpenGuardedPagesForDriver(shape);                                 \
-  const uint64_t start_ns = StartTime();                            \
-  optimize::CopyTicket ticket = BeforeCopy(shape);                  \
-  CUresult r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE             \
-                             : real_fn(__VA_ARGS__);                \
-  AfterCopy(api, ticket, r, async, stream);                         \
-  Finish(api, shape, r, async, stream, start_ns);                   \
+#define PINSHIM_COPY_ON(api, type, shape_expr, async, stream, ...)              \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                   \
+  CopyShape shape = shape_expr;                                                 \
+  OpenGuardedPagesForDriver(shape);                                             \
+  const uint64_t start_ns = StartTime();                                        \
+  optimize::CopyTicket ticket = BeforeCopy(shape);                              \
+  CUresult r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE : real_fn(__VA_ARGS__); \
+  AfterCopy(api, ticket, r, async, stream);                                     \
+  Finish(api, shape, r, async, stream, start_ns);                               \
   return r
 // A 1D copy between one host range and device memory, which optimize mode
 // may run through its staging rings (optimize/stager.h) when the host side
 // is pageable memory it does not pin: `host` and `dev` are the two sides.
 #define PINSHIM_COPY_STAGEABLE(api, type, shape_expr, async, stream, host, dev, ...)    \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                    \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                           \
   CopyShape shape = shape_expr;                                                         \
   OpenGuardedPagesForDriver(shape);                                                     \
   const uint64_t start_ns = StartTime();                                                \
@@ -292,16 +290,15 @@ using pinshim::hook::ActiveOptimizer;
 // Batches: their host operands are many ranges, not one. In optimize mode
 // the call is waited for when it succeeded, so no operand pinshim pinned or
 // pooled is still in use when it returns (as with pageable operands).
-#define PINSHIM_BATCH(api, type, shape_expr, stream, ...)                            \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                 \
-  CopyShape shape = shape_expr;                                                      \
-  const uint64_t start_ns = StartTime();                                             \
-  CUresult r = real_fn(__VA_ARGS__);                                                 \
-  if (r == CUDA_SUCCESS && ActiveOptimizer() != nullptr) {                          \
-    ActiveOptimizer()->AfterAsyncCopyOnCachedMemory(stream,                           \
-                                                    kDriverEntries[api].per_thread); \
-  }                                                                                  \
-  Finish(api, shape, r, true, stream, start_ns);                                     \
+#define PINSHIM_BATCH(api, type, shape_expr, stream, ...)                                    \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                                \
+  CopyShape shape = shape_expr;                                                              \
+  const uint64_t start_ns = StartTime();                                                     \
+  CUresult r = real_fn(__VA_ARGS__);                                                         \
+  if (r == CUDA_SUCCESS && ActiveOptimizer() != nullptr) {                                   \
+    ActiveOptimizer()->AfterAsyncCopyOnCachedMemory(stream, kDriverEntries[api].per_thread); \
+  }                                                                                          \
+  Finish(api, shape, r, true, stream, start_ns);                                             \
   return r
 #define PINSHIM_COPY(api, type, shape_expr, ...) \
   PINSHIM_COPY_ON(api, type, shape_expr, false, nullptr, __VA_ARGS__)
@@ -342,48 +339,44 @@ extern "C" {
                                           : reinterpret_cast<const void*>(dst))
 #define PINSHIM_GENERIC_DEV(shape, dst, src) \
   (DirOf(shape) == CopyDir::kHostToDevice ? (dst) : (src))
-#define DEFINE_GENERIC(name)                                                                 \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                                \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);                               \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, Generic(dst, src, n), false, nullptr,            \
-                           PINSHIM_GENERIC_HOST(shape, dst, src),                            \
-                           PINSHIM_GENERIC_DEV(shape, dst, src), dst, src, n);               \
+#define DEFINE_GENERIC(name)                                                      \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                     \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);                    \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, Generic(dst, src, n), false, nullptr, \
+                           PINSHIM_GENERIC_HOST(shape, dst, src),                 \
+                           PINSHIM_GENERIC_DEV(shape, dst, src), dst, src, n);    \
   }
-#define DEFINE_GENERIC_ASYNC(name)                                                           \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {                   \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);                     \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, Generic(dst, src, n), true, st,                  \
-                           PINSHIM_GENERIC_HOST(shape, dst, src),                            \
-                           PINSHIM_GENERIC_DEV(shape, dst, src), dst, src, n, st);           \
+#define DEFINE_GENERIC_ASYNC(name)                                                 \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {         \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);           \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, Generic(dst, src, n), true, st,        \
+                           PINSHIM_GENERIC_HOST(shape, dst, src),                  \
+                           PINSHIM_GENERIC_DEV(shape, dst, src), dst, src, n, st); \
   }
 DEFINE_GENERIC(cuMemcpy)
 DEFINE_GENERIC(cuMemcpy_ptds)
 DEFINE_GENERIC_ASYNC(cuMemcpyAsync)
 DEFINE_GENERIC_ASYNC(cuMemcpyAsync_ptsz)
 
-#define DEFINE_HTOD(name)                                                                    \
-  CUresult name(CUdeviceptr dst, const void* src, size_t n) {                                \
-    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t);                               \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, HtoD(src, n), false, nullptr, src, dst, dst, src, \
-                           n);                                                               \
+#define DEFINE_HTOD(name)                                                                         \
+  CUresult name(CUdeviceptr dst, const void* src, size_t n) {                                     \
+    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t);                                    \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, HtoD(src, n), false, nullptr, src, dst, dst, src, n); \
   }
-#define DEFINE_HTOD_ASYNC(name)                                                              \
-  CUresult name(CUdeviceptr dst, const void* src, size_t n, CUstream st) {                   \
-    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);                     \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, HtoD(src, n), true, st, src, dst, dst, src, n,   \
-                           st);                                                              \
+#define DEFINE_HTOD_ASYNC(name)                                                                 \
+  CUresult name(CUdeviceptr dst, const void* src, size_t n, CUstream st) {                      \
+    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);                        \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, HtoD(src, n), true, st, src, dst, dst, src, n, st); \
   }
-#define DEFINE_DTOH(name)                                                                    \
-  CUresult name(void* dst, CUdeviceptr src, size_t n) {                                      \
-    using Fn = CUresult (*)(void*, CUdeviceptr, size_t);                                     \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, DtoH(dst, n), false, nullptr, dst, src, dst, src, \
-                           n);                                                               \
+#define DEFINE_DTOH(name)                                                                         \
+  CUresult name(void* dst, CUdeviceptr src, size_t n) {                                           \
+    using Fn = CUresult (*)(void*, CUdeviceptr, size_t);                                          \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, DtoH(dst, n), false, nullptr, dst, src, dst, src, n); \
   }
-#define DEFINE_DTOH_ASYNC(name)                                                              \
-  CUresult name(void* dst, CUdeviceptr src, size_t n, CUstream st) {                         \
-    using Fn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);                           \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, DtoH(dst, n), true, st, dst, src, dst, src, n,   \
-                           st);                                                              \
+#define DEFINE_DTOH_ASYNC(name)                                                                 \
+  CUresult name(void* dst, CUdeviceptr src, size_t n, CUstream st) {                            \
+    using Fn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);                              \
+    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, DtoH(dst, n), true, st, dst, src, dst, src, n, st); \
   }
 DEFINE_HTOD(cuMemcpyHtoD_v2)
 DEFINE_HTOD(cuMemcpyHtoD_v2_ptds)
@@ -404,27 +397,26 @@ inline CopyShape DtoD(size_t n) {
 }
 }  // namespace
 
-#define DEFINE_DTOD(name)                                                          \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                      \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);                     \
-    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, src, n);                           \
+#define DEFINE_DTOD(name)                                      \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {  \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t); \
+    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, src, n);       \
   }
-#define DEFINE_DTOD_ASYNC(name)                                                    \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {         \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);           \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoD(n), st, dst, src, n, st);                       \
+#define DEFINE_DTOD_ASYNC(name)                                            \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) { \
+    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);   \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoD(n), st, dst, src, n, st);     \
   }
 #define DEFINE_PEER(name)                                                                     \
   CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) { \
     using Fn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);          \
     PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, dctx, src, sctx, n);                          \
   }
-#define DEFINE_PEER_ASYNC(name)                                                        \
-  CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,      \
-                size_t n, CUstream st) {                                               \
-    using Fn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t,    \
-                            CUstream);                                                 \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoD(n), st, dst, dctx, src, sctx, n, st);               \
+#define DEFINE_PEER_ASYNC(name)                                                                \
+  CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,    \
+                CUstream st) {                                                                 \
+    using Fn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream); \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoD(n), st, dst, dctx, src, sctx, n, st);             \
   }
 DEFINE_DTOD(cuMemcpyDtoD_v2)
 DEFINE_DTOD(cuMemcpyDtoD_v2_ptds)
@@ -437,25 +429,25 @@ DEFINE_PEER_ASYNC(cuMemcpyPeerAsync_ptsz)
 
 // --- host <-> array ----------------------------------------------------------
 
-#define DEFINE_HTOA(name)                                                            \
-  CUresult name(CUarray a, size_t off, const void* src, size_t n) {                  \
-    using Fn = CUresult (*)(CUarray, size_t, const void*, size_t);                   \
-    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), a, off, src, n);                     \
+#define DEFINE_HTOA(name)                                           \
+  CUresult name(CUarray a, size_t off, const void* src, size_t n) { \
+    using Fn = CUresult (*)(CUarray, size_t, const void*, size_t);  \
+    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), a, off, src, n);    \
   }
-#define DEFINE_HTOA_ASYNC(name)                                                      \
-  CUresult name(CUarray a, size_t off, const void* src, size_t n, CUstream st) {     \
-    using Fn = CUresult (*)(CUarray, size_t, const void*, size_t, CUstream);         \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, HtoD(src, n), st, a, off, src, n, st);                 \
+#define DEFINE_HTOA_ASYNC(name)                                                  \
+  CUresult name(CUarray a, size_t off, const void* src, size_t n, CUstream st) { \
+    using Fn = CUresult (*)(CUarray, size_t, const void*, size_t, CUstream);     \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, HtoD(src, n), st, a, off, src, n, st);   \
   }
-#define DEFINE_ATOH(name)                                                            \
-  CUresult name(void* dst, CUarray a, size_t off, size_t n) {                        \
-    using Fn = CUresult (*)(void*, CUarray, size_t, size_t);                         \
-    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, a, off, n);                     \
+#define DEFINE_ATOH(name)                                        \
+  CUresult name(void* dst, CUarray a, size_t off, size_t n) {    \
+    using Fn = CUresult (*)(void*, CUarray, size_t, size_t);     \
+    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, a, off, n); \
   }
-#define DEFINE_ATOH_ASYNC(name)                                                      \
-  CUresult name(void* dst, CUarray a, size_t off, size_t n, CUstream st) {           \
-    using Fn = CUresult (*)(void*, CUarray, size_t, size_t, CUstream);               \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoH(dst, n), st, dst, a, off, n, st);                 \
+#define DEFINE_ATOH_ASYNC(name)                                                \
+  CUresult name(void* dst, CUarray a, size_t off, size_t n, CUstream st) {     \
+    using Fn = CUresult (*)(void*, CUarray, size_t, size_t, CUstream);         \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoH(dst, n), st, dst, a, off, n, st); \
   }
 DEFINE_HTOA(cuMemcpyHtoA_v2)
 DEFINE_HTOA(cuMemcpyHtoA_v2_ptds)
@@ -468,25 +460,25 @@ DEFINE_ATOH_ASYNC(cuMemcpyAtoHAsync_v2_ptsz)
 
 // --- 2D and 3D ---------------------------------------------------------------
 
-#define DEFINE_2D(name)                                                     \
-  CUresult name(const CUDA_MEMCPY2D* c) {                                   \
-    using Fn = CUresult (*)(const CUDA_MEMCPY2D*);                          \
-    PINSHIM_COPY(kApi_##name, Fn, Shape2D(c), c);                           \
+#define DEFINE_2D(name)                            \
+  CUresult name(const CUDA_MEMCPY2D* c) {          \
+    using Fn = CUresult (*)(const CUDA_MEMCPY2D*); \
+    PINSHIM_COPY(kApi_##name, Fn, Shape2D(c), c);  \
   }
-#define DEFINE_2D_ASYNC(name)                                               \
-  CUresult name(const CUDA_MEMCPY2D* c, CUstream st) {                      \
-    using Fn = CUresult (*)(const CUDA_MEMCPY2D*, CUstream);                \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape2D(c), st, c, st);                       \
+#define DEFINE_2D_ASYNC(name)                                   \
+  CUresult name(const CUDA_MEMCPY2D* c, CUstream st) {          \
+    using Fn = CUresult (*)(const CUDA_MEMCPY2D*, CUstream);    \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape2D(c), st, c, st); \
   }
-#define DEFINE_3D(name)                                                     \
-  CUresult name(const CUDA_MEMCPY3D* c) {                                   \
-    using Fn = CUresult (*)(const CUDA_MEMCPY3D*);                          \
-    PINSHIM_COPY(kApi_##name, Fn, Shape3D(c), c);                           \
+#define DEFINE_3D(name)                            \
+  CUresult name(const CUDA_MEMCPY3D* c) {          \
+    using Fn = CUresult (*)(const CUDA_MEMCPY3D*); \
+    PINSHIM_COPY(kApi_##name, Fn, Shape3D(c), c);  \
   }
-#define DEFINE_3D_ASYNC(name)                                               \
-  CUresult name(const CUDA_MEMCPY3D* c, CUstream st) {                      \
-    using Fn = CUresult (*)(const CUDA_MEMCPY3D*, CUstream);                \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape3D(c), st, c, st);                       \
+#define DEFINE_3D_ASYNC(name)                                   \
+  CUresult name(const CUDA_MEMCPY3D* c, CUstream st) {          \
+    using Fn = CUresult (*)(const CUDA_MEMCPY3D*, CUstream);    \
+    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape3D(c), st, c, st); \
   }
 DEFINE_2D(cuMemcpy2D_v2)
 DEFINE_2D(cuMemcpy2D_v2_ptds)
@@ -501,42 +493,39 @@ DEFINE_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz)
 
 // --- batches -----------------------------------------------------------------
 
-#define DEFINE_BATCH_12080(name)                                                        \
-  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,      \
-                CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs,         \
-                size_t* fail_idx, CUstream st) {                                        \
-    using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,                \
-                            CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream);   \
-    PINSHIM_BATCH(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs,     \
-                 sizes, count, attrs, attr_idxs, num_attrs, fail_idx, st);              \
+#define DEFINE_BATCH_12080(name)                                                                  \
+  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,                \
+                CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs, size_t* fail_idx, \
+                CUstream st) {                                                                    \
+    using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*,     \
+                            size_t*, size_t, size_t*, CUstream);                                  \
+    PINSHIM_BATCH(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs, sizes,   \
+                  count, attrs, attr_idxs, num_attrs, fail_idx, st);                              \
   }
-#define DEFINE_BATCH_13000(name)                                                        \
-  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,      \
-                CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs,         \
-                CUstream st) {                                                          \
-    using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,                \
-                            CUmemcpyAttributes*, size_t*, size_t, CUstream);            \
-    PINSHIM_BATCH(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs,     \
-                 sizes, count, attrs, attr_idxs, num_attrs, st);                        \
+#define DEFINE_BATCH_13000(name)                                                                \
+  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,              \
+                CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs, CUstream st) {  \
+    using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*,   \
+                            size_t*, size_t, CUstream);                                         \
+    PINSHIM_BATCH(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs, sizes, \
+                  count, attrs, attr_idxs, num_attrs, st);                                      \
   }
 DEFINE_BATCH_12080(cuMemcpyBatchAsync)
 DEFINE_BATCH_12080(cuMemcpyBatchAsync_ptsz)
 DEFINE_BATCH_13000(cuMemcpyBatchAsync_v2)
 DEFINE_BATCH_13000(cuMemcpyBatchAsync_v2_ptsz)
 
-#define DEFINE_3DBATCH_12080(name)                                                      \
-  CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_idx,                \
-                unsigned long long flags, CUstream st) {                                \
-    using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*,                   \
-                            unsigned long long, CUstream);                              \
-    PINSHIM_BATCH(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, fail_idx, flags, st);   \
+#define DEFINE_3DBATCH_12080(name)                                                                 \
+  CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_idx, unsigned long long flags, \
+                CUstream st) {                                                                     \
+    using Fn =                                                                                     \
+        CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*, unsigned long long, CUstream);      \
+    PINSHIM_BATCH(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, fail_idx, flags, st);         \
   }
-#define DEFINE_3DBATCH_13000(name)                                                      \
-  CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags,        \
-                CUstream st) {                                                          \
-    using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, unsigned long long,        \
-                            CUstream);                                                  \
-    PINSHIM_BATCH(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, flags, st);             \
+#define DEFINE_3DBATCH_13000(name)                                                              \
+  CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream st) { \
+    using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, unsigned long long, CUstream);     \
+    PINSHIM_BATCH(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, flags, st);                \
   }
 DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync)
 DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync_ptsz)

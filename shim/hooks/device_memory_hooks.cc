@@ -76,29 +76,29 @@ CUresult cuMemFree_v2(CUdeviceptr d) {
   return r;
 }
 
-#define DEFINE_ALLOC_ASYNC(name)                                          \
-  CUresult name(CUdeviceptr* dptr, size_t n, CUstream st) {               \
-    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream);              \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, dptr, n, st);              \
-    CUresult r = real_fn(dptr, n, st);                                    \
-    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);                      \
-    return r;                                                             \
+#define DEFINE_ALLOC_ASYNC(name)                             \
+  CUresult name(CUdeviceptr* dptr, size_t n, CUstream st) {  \
+    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream); \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, dptr, n, st);        \
+    CUresult r = real_fn(dptr, n, st);                       \
+    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);         \
+    return r;                                                \
   }
-#define DEFINE_ALLOC_POOL_ASYNC(name)                                             \
-  CUresult name(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {    \
-    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);        \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, dptr, n, pool, st);                \
-    CUresult r = real_fn(dptr, n, pool, st);                                      \
-    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);                              \
-    return r;                                                                     \
+#define DEFINE_ALLOC_POOL_ASYNC(name)                                          \
+  CUresult name(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) { \
+    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);     \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, dptr, n, pool, st);                    \
+    CUresult r = real_fn(dptr, n, pool, st);                                   \
+    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);                           \
+    return r;                                                                  \
   }
-#define DEFINE_FREE_ASYNC(name)                                           \
-  CUresult name(CUdeviceptr d, CUstream st) {                             \
-    using Fn = CUresult (*)(CUdeviceptr, CUstream);                       \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, d, st);                    \
-    CUresult r = real_fn(d, st);                                          \
-    if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);              \
-    return r;                                                             \
+#define DEFINE_FREE_ASYNC(name)                              \
+  CUresult name(CUdeviceptr d, CUstream st) {                \
+    using Fn = CUresult (*)(CUdeviceptr, CUstream);          \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, d, st);              \
+    CUresult r = real_fn(d, st);                             \
+    if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr); \
+    return r;                                                \
   }
 DEFINE_ALLOC_ASYNC(cuMemAllocAsync)
 DEFINE_ALLOC_ASYNC(cuMemAllocAsync_ptsz)

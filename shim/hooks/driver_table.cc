@@ -99,9 +99,7 @@ void* DriverLibrarySymbol(const char* name) {
   return lib != nullptr && real_dlsym != nullptr ? real_dlsym(lib, name) : nullptr;
 }
 
-const char* ApiName(ApiId api) {
-  return api < kApiCount ? kDriverEntries[api].abi : "unknown";
-}
+const char* ApiName(ApiId api) { return api < kApiCount ? kDriverEntries[api].abi : "unknown"; }
 
 void* RealDriverFunction(ApiId api) {
   void* fn = g_driver_real[api].load(std::memory_order_acquire);

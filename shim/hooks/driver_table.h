@@ -19,11 +19,11 @@ enum Api : ApiId {
 };
 
 struct DriverEntry {
-  const char* base;   // the name cuGetProcAddress is asked for
-  const char* abi;    // the exported symbol with this ABI
-  int version;        // CUDA version that introduced the ABI
-  bool per_thread;    // per-thread default stream variant
-  void* wrapper;      // pinshim's function with this ABI
+  const char* base;  // the name cuGetProcAddress is asked for
+  const char* abi;   // the exported symbol with this ABI
+  int version;       // CUDA version that introduced the ABI
+  bool per_thread;   // per-thread default stream variant
+  void* wrapper;     // pinshim's function with this ABI
 };
 
 extern const DriverEntry kDriverEntries[kApiCount] PINSHIM_HIDDEN;

@@ -29,8 +29,7 @@ inline Fn RealFn(Api api) {
 // looked up in the driver library on first use and kept in `cache`, a
 // function-local static of the caller; `fallback` is an older name of it.
 template <typename Fn>
-Fn LazyDriverSymbol(std::atomic<void*>* cache, const char* name,
-                    const char* fallback = nullptr) {
+Fn LazyDriverSymbol(std::atomic<void*>* cache, const char* name, const char* fallback = nullptr) {
   void* fn = cache->load(std::memory_order_acquire);
   if (fn == nullptr) {
     fn = DriverLibrarySymbol(name);
@@ -69,14 +68,14 @@ void RecordDriverWait(ApiId api, uint64_t start_ns, int result) PINSHIM_HIDDEN;
 // First statement of a wrapper: forwards when nested (count once) or when
 // pinshim is not set up yet; otherwise notes that the driver is in use and
 // holds the depth guard for the rest of the call. Defines `real_fn`.
-#define PINSHIM_HOOK_ENTER(api, type, ...)                                     \
-  auto real_fn = ::pinshim::hook::RealFn<type>(api);                           \
-  if (real_fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                   \
-  if (::pinshim::Reentered(::pinshim::Reentry::kHook) ||                                                \
-      !::pinshim::g_initialized.load(std::memory_order_relaxed))               \
-    return real_fn(__VA_ARGS__);                                               \
+#define PINSHIM_HOOK_ENTER(api, type, ...)                                       \
+  auto real_fn = ::pinshim::hook::RealFn<type>(api);                             \
+  if (real_fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                     \
+  if (::pinshim::Reentered(::pinshim::Reentry::kHook) ||                         \
+      !::pinshim::g_initialized.load(std::memory_order_relaxed))                 \
+    return real_fn(__VA_ARGS__);                                                 \
   if (PINSHIM_UNLIKELY(!::pinshim::g_cuda_seen.load(std::memory_order_relaxed))) \
-    ::pinshim::NoteCudaSeen();                                                 \
+    ::pinshim::NoteCudaSeen();                                                   \
   ::pinshim::ReentryGuard depth_guard(::pinshim::Reentry::kHook)
 
 #endif  // PINSHIM_SHIM_HOOKS_HOOK_SUPPORT_H_

@@ -108,9 +108,7 @@ inline optimize::HostArena& Arena() { return optimize::Optimizer::Process().aren
 
 // Whether p is arena memory (then glibc must never see it). Two loads and
 // two comparisons when redirection is on; one load otherwise.
-inline bool InArena(const void* p) {
-  return PINSHIM_UNLIKELY(g_redirect_sites) && Arena().Owns(p);
-}
+inline bool InArena(const void* p) { return PINSHIM_UNLIKELY(g_redirect_sites) && Arena().Owns(p); }
 
 // A large malloc-family request in optimize mode. Captures the allocation
 // site; when the site is hot, serves the request from the arena (align: 0
@@ -177,9 +175,10 @@ void* MmapHook(void* addr, size_t len, int prot, int flags, int fd, off64_t off,
   if ((flags & MAP_FIXED) != 0) {
     // MAP_FIXED replaces what was mapped there: pinshim's pinning of it goes
     // first. (MAP_FIXED_NOREPLACE fails rather than replace anything.)
-    PageChangeScope scope(addr, len,
-                          PageChangeOf(OwnPinReason::kPageChangeMapFixed,
-                                       static_cast<uint32_t>(flags), PrivateAnonymous(prot, flags)));
+    PageChangeScope scope(
+        addr, len,
+        PageChangeOf(OwnPinReason::kPageChangeMapFixed, static_cast<uint32_t>(flags),
+                     PrivateAnonymous(prot, flags)));
     p = real_mmap(addr, len, prot, flags, fd, off);
     // What it replaced is gone; the rest of a region it covered in part
     // stays tracked as it was.
@@ -291,8 +290,7 @@ int posix_memalign(void** out, size_t align, size_t n) {
     return *out ? 0 : ENOMEM;
   }
   // A bad alignment gets the real function's EINVAL.
-  if (PINSHIM_UNLIKELY(n >= g_track_threshold) && PowerOfTwo(align) &&
-      align % sizeof(void*) == 0) {
+  if (PINSHIM_UNLIKELY(n >= g_track_threshold) && PowerOfTwo(align) && align % sizeof(void*) == 0) {
     int r = 0;
     void* p = AllocateLarge(n, align, false, [&] {
       void* q = nullptr;

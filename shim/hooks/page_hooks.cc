@@ -107,9 +107,9 @@ void* shmat(int shmid, const void* shmaddr, int shmflg) {
   if (shmctl(shmid, IPC_STAT, &ds) == 0) len = ds.shm_segsz;
   uintptr_t at = reinterpret_cast<uintptr_t>(shmaddr);
   if ((shmflg & SHM_RND) != 0) at -= at % SHMLBA;
-  PageChangeScope scope(reinterpret_cast<void*>(at), len,
-                        PageChangeOf(OwnPinReason::kPageChangeShm,
-                                     static_cast<uint32_t>(shmflg), false));
+  PageChangeScope scope(
+      reinterpret_cast<void*>(at), len,
+      PageChangeOf(OwnPinReason::kPageChangeShm, static_cast<uint32_t>(shmflg), false));
   return g_real.shmat(shmid, shmaddr, shmflg);
 }
 
@@ -123,8 +123,7 @@ int brk(void* addr) {
   }
   void* now = PINSHIM_LIKELY(!g_optimize) || g_real.sbrk == nullptr ? nullptr : g_real.sbrk(0);
   if (now == nullptr || addr >= now) return g_real.brk(addr);
-  PageChangeScope scope(addr,
-                        reinterpret_cast<uintptr_t>(now) - reinterpret_cast<uintptr_t>(addr),
+  PageChangeScope scope(addr, reinterpret_cast<uintptr_t>(now) - reinterpret_cast<uintptr_t>(addr),
                         PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false));
   return g_real.brk(addr);
 }

@@ -105,12 +105,13 @@ CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_c
     return pooled;
   }
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-  const Decision decision = budget::ChargeAndPin(EnforceBudget(valid), Owner::kProgramAlloc, n, [&] {
-    r = real_call();
-    if (r != CUDA_SUCCESS || pp == nullptr || *pp == nullptr) return false;
-    InsertRegion(&g_allocations, *pp, n, flags, MemKind::kPinnedByProgram, kSourceDriver);
-    return true;
-  });
+  const Decision decision =
+      budget::ChargeAndPin(EnforceBudget(valid), Owner::kProgramAlloc, n, [&] {
+        r = real_call();
+        if (r != CUDA_SUCCESS || pp == nullptr || *pp == nullptr) return false;
+        InsertRegion(&g_allocations, *pp, n, flags, MemKind::kPinnedByProgram, kSourceDriver);
+        return true;
+      });
   if (decision == Decision::kFallback) {
     void* p = g_real.mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p != MAP_FAILED) {

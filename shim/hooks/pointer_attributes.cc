@@ -25,19 +25,14 @@ Kind KindOf(CUpointer_attribute attribute) {
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-      return Kind::kPointer;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      return Kind::kUnsigned;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: return Kind::kPointer;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: return Kind::kUnsigned;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-      return Kind::kU64;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      return Kind::kOrdinal;
-    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
-      return Kind::kP2PTokens;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: return Kind::kU64;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return Kind::kOrdinal;
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS: return Kind::kP2PTokens;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
@@ -45,8 +40,7 @@ Kind KindOf(CUpointer_attribute attribute) {
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
-      return Kind::kSmall;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: return Kind::kSmall;
   }
   return Kind::kUnknown;
 }
@@ -132,7 +126,8 @@ CUresult PageablePointerGetAttributes(PointerGetAttributesFn real, unsigned int 
     CUresult r = real(m, attributes + done, outs, ptr);
     if (r != CUDA_SUCCESS) return r;
     for (unsigned int i = 0; i < m; ++i) {
-      if (data[done + i] != nullptr) WriteDefault(attributes[done + i], scratch[i], ptr, data[done + i]);
+      if (data[done + i] != nullptr)
+        WriteDefault(attributes[done + i], scratch[i], ptr, data[done + i]);
     }
     done += m;
   }
@@ -147,15 +142,12 @@ void RewriteForBlock(const BlockAttributes& block, CUpointer_attribute attribute
       Put(data, static_cast<CUdeviceptr>(block.base));
       break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-      Put(data, static_cast<size_t>(block.bytes));
-      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: Put(data, static_cast<size_t>(block.bytes)); break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
       Put(data, static_cast<unsigned long long>(block.buffer_id));
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

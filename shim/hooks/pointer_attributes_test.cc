@@ -130,9 +130,9 @@ TEST_F(PointerAttributesTest, SingleAttributeAnswersAsPageable) {
                                           b.registered()),
               cuPointerGetAttribute(pageable.bytes, attribute, b.pageable()));
     EXPECT_EQ(memcmp(hidden.bytes, pageable.bytes, sizeof(Out)), 0);
-    EXPECT_EQ(PageablePointerGetAttribute(&cuPointerGetAttribute, nullptr, attribute,
-                                          b.registered()),
-              cuPointerGetAttribute(nullptr, attribute, b.pageable()));
+    EXPECT_EQ(
+        PageablePointerGetAttribute(&cuPointerGetAttribute, nullptr, attribute, b.registered()),
+        cuPointerGetAttribute(nullptr, attribute, b.pageable()));
   }
 }
 
@@ -160,8 +160,7 @@ TEST_F(PointerAttributesTest, AllAttributesAnswerAsPageable) {
   Answer driver = AskAll(&cuPointerGetAttributes, attrs, b.registered());
   EXPECT_EQ(driver.result, CUDA_SUCCESS);
   unsigned type;
-  memcpy(&type, driver.outs[IndexOf(attrs, CU_POINTER_ATTRIBUTE_MEMORY_TYPE)].bytes,
-         sizeof(type));
+  memcpy(&type, driver.outs[IndexOf(attrs, CU_POINTER_ATTRIBUTE_MEMORY_TYPE)].bytes, sizeof(type));
   EXPECT_EQ(type, CU_MEMORYTYPE_HOST);
   int ordinal;
   memcpy(&ordinal, pageable.outs[IndexOf(attrs, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)].bytes,
@@ -233,8 +232,8 @@ TEST_F(PointerAttributesTest, PoolBlockAnswersAsADedicatedAllocation) {
   std::vector<void*> data;
   for (Out& o : in_block.outs) data.push_back(o.bytes);
   RewriteForBlock(block, static_cast<unsigned>(attrs.size()), attrs.data(), data.data());
-  Answer own = AskAll(&cuPointerGetAttributes, attrs,
-                      reinterpret_cast<CUdeviceptr>(dedicated) + 10);
+  Answer own =
+      AskAll(&cuPointerGetAttributes, attrs, reinterpret_cast<CUdeviceptr>(dedicated) + 10);
   ASSERT_EQ(own.result, CUDA_SUCCESS);
 
   for (size_t i = 0; i < attrs.size(); ++i) {
@@ -260,8 +259,7 @@ TEST_F(PointerAttributesTest, PoolBlockAnswersAsADedicatedAllocation) {
         EXPECT_EQ(id, PoolBufferId(7));
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-      case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        break;  // the pointer itself
+      case CU_POINTER_ATTRIBUTE_HOST_POINTER: break;  // the pointer itself
       default:  // everything else: what the dedicated allocation answers
         EXPECT_EQ(memcmp(in_block.outs[i].bytes, own.outs[i].bytes, sizeof(Out)), 0);
     }

@@ -55,15 +55,13 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
   if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(data, attribute, ptr);
   BlockAttributes block;
   switch (ViewOf(*opt, ptr, &block)) {
-    case PointerView::kPageable:
-      return PageablePointerGetAttribute(real_fn, data, attribute, ptr);
+    case PointerView::kPageable: return PageablePointerGetAttribute(real_fn, data, attribute, ptr);
     case PointerView::kPoolBlock: {
       CUresult r = real_fn(data, attribute, ptr);
       if (r == CUDA_SUCCESS) RewriteForBlock(block, attribute, data);
       return r;
     }
-    case PointerView::kDriver:
-      break;
+    case PointerView::kDriver: break;
   }
   return real_fn(data, attribute, ptr);
 }
@@ -83,8 +81,7 @@ CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attributes,
       if (r == CUDA_SUCCESS) RewriteForBlock(block, n, attributes, data);
       return r;
     }
-    case PointerView::kDriver:
-      break;
+    case PointerView::kDriver: break;
   }
   return real_fn(n, attributes, data, ptr);
 }

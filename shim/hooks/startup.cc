@@ -86,8 +86,9 @@ void StartOptimizing() {
   if (g_config.trace_dir[0] != '\0') options.on_own_pin = RecordOwnPinning;
   bool in_place = g_config.pin_in_place;
   if (in_place && !KernelCopiesPinnedPagesAtFork()) {
-    LogLine("this kernel does not copy pinned pages at fork (Linux < 5.9): optimize mode "
-            "will not pin the program's own pages (as with PINSHIM_PIN_IN_PLACE=0)");
+    LogLine(
+        "this kernel does not copy pinned pages at fork (Linux < 5.9): optimize mode "
+        "will not pin the program's own pages (as with PINSHIM_PIN_IN_PLACE=0)");
     in_place = false;
   }
   // Without in-place pinning: the pool only (the driver's own kind of memory).
@@ -102,8 +103,9 @@ void StartOptimizing() {
     if (optimize::PageFrames::Open()) {
       options.verify_pages = true;
     } else {
-      LogLine("PINSHIM_VERIFY_PAGES: /proc/self/pagemap gives no page frame numbers here "
-              "(they need CAP_SYS_ADMIN); pinned pages are not verified");
+      LogLine(
+          "PINSHIM_VERIFY_PAGES: /proc/self/pagemap gives no page frame numbers here "
+          "(they need CAP_SYS_ADMIN); pinned pages are not verified");
     }
   }
   optimize::InitSiteCapture();

@@ -103,7 +103,8 @@ void ResolveRealFunctions() {
   Next(&r.brk, "brk");
   Next(&r.sbrk, "sbrk");
   Next(&r.fork, "fork");
-  r.dlopen = reinterpret_cast<void* (*)(const char*, int)>(dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.34"));
+  r.dlopen =
+      reinterpret_cast<void* (*)(const char*, int)>(dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.34"));
   if (r.dlopen == nullptr) Next(&r.dlopen, "dlopen");
   r.dlclose = reinterpret_cast<int (*)(void*)>(dlvsym(RTLD_NEXT, "dlclose", "GLIBC_2.34"));
   if (r.dlclose == nullptr) Next(&r.dlclose, "dlclose");
@@ -158,6 +159,5 @@ MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
   }
   return kind;
 }
-
 
 }  // namespace pinshim

@@ -69,8 +69,8 @@ void RecordGraphOp(ApiId api, trace::GraphOp op, const void* stream, const void*
   trace::RecordGraph(e);
 }
 
-void RecordStreamCreated(ApiId api, CUstream* out, unsigned flags, int priority,
-                         uint64_t start_ns, CUresult r) {
+void RecordStreamCreated(ApiId api, CUstream* out, unsigned flags, int priority, uint64_t start_ns,
+                         CUresult r) {
   if (start_ns == 0) return;
   trace::StreamEvent e;
   e.api = api;
@@ -157,9 +157,8 @@ void CUDA_CB RunStreamCallback(CUstream stream, CUresult status, void* arg) {
 bool MayBeCapturing(CUstream stream, bool per_thread) {
   using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
   static std::atomic<void*> legacy_fn{nullptr}, per_thread_fn{nullptr};
-  auto fn = per_thread
-                ? LazyDriverSymbol<IsCapturing>(&per_thread_fn, "cuStreamIsCapturing_ptsz")
-                : LazyDriverSymbol<IsCapturing>(&legacy_fn, "cuStreamIsCapturing");
+  auto fn = per_thread ? LazyDriverSymbol<IsCapturing>(&per_thread_fn, "cuStreamIsCapturing_ptsz")
+                       : LazyDriverSymbol<IsCapturing>(&legacy_fn, "cuStreamIsCapturing");
   if (fn == nullptr) return false;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (fn(stream, &status) != CUDA_SUCCESS) return true;
@@ -171,8 +170,8 @@ bool MayBeCapturing(CUstream stream, bool per_thread) {
 // free slot) and records it. The queueing is recorded before the driver
 // call: the function may start before the call returns.
 template <typename Launch>
-CUresult QueueHostFn(ApiId api, CUstream stream, CUhostFn fn, CUstreamCallback callback,
-                     void* data, Launch launch) {
+CUresult QueueHostFn(ApiId api, CUstream stream, CUhostFn fn, CUstreamCallback callback, void* data,
+                     Launch launch) {
   const uint64_t start_ns = StartTime();
   HostFnSlot* slot = start_ns != 0 && (fn != nullptr || callback != nullptr) &&
                              !MayBeCapturing(stream, kDriverEntries[api].per_thread)
@@ -212,47 +211,46 @@ using namespace pinshim;        // NOLINT: the wrappers below are extern "C"
 using namespace pinshim::hook;  // NOLINT
 
 // A call whose completion meaning is `kind`, recorded after it returned.
-#define PINSHIM_SYNC(api, type, kind, stream, event, ...)                 \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                             \
-  const uint64_t start_ns = StartTime();                                  \
-  CUresult r = real_fn(__VA_ARGS__);                                      \
-  RecordSyncPoint(api, kind, stream, event, start_ns, r);                 \
+#define PINSHIM_SYNC(api, type, kind, stream, event, ...) \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);             \
+  const uint64_t start_ns = StartTime();                  \
+  CUresult r = real_fn(__VA_ARGS__);                      \
+  RecordSyncPoint(api, kind, stream, event, start_ns, r); \
   return r
 
 extern "C" {
 
 // --- synchronization and events ------------------------------------------------
 
-#define DEFINE_STREAM_SYNC(name)                                                        \
-  CUresult name(CUstream st) {                                                          \
-    using Fn = CUresult (*)(CUstream);                                                  \
+#define DEFINE_STREAM_SYNC(name)                                                         \
+  CUresult name(CUstream st) {                                                           \
+    using Fn = CUresult (*)(CUstream);                                                   \
     PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamSynchronize, st, nullptr, st); \
   }
-#define DEFINE_STREAM_QUERY(name)                                                       \
-  CUresult name(CUstream st) {                                                          \
-    using Fn = CUresult (*)(CUstream);                                                  \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st);                                            \
-    const uint64_t start_ns = StartTime();                                              \
-    CUresult r = real_fn(st);                                                           \
-    /* Only a query that found the stream idle says anything about completion. */      \
-    if (r == CUDA_SUCCESS)                                                              \
-      RecordSyncPoint(kApi_##name, trace::SyncKind::kStreamQueryDone, st, nullptr,      \
-                      start_ns, r);                                                     \
-    return r;                                                                           \
+#define DEFINE_STREAM_QUERY(name)                                                                \
+  CUresult name(CUstream st) {                                                                   \
+    using Fn = CUresult (*)(CUstream);                                                           \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st);                                                     \
+    const uint64_t start_ns = StartTime();                                                       \
+    CUresult r = real_fn(st);                                                                    \
+    /* Only a query that found the stream idle says anything about completion. */                \
+    if (r == CUDA_SUCCESS)                                                                       \
+      RecordSyncPoint(kApi_##name, trace::SyncKind::kStreamQueryDone, st, nullptr, start_ns, r); \
+    return r;                                                                                    \
   }
-#define DEFINE_EVENT_RECORD(name)                                                       \
-  CUresult name(CUevent ev, CUstream st) {                                              \
-    using Fn = CUresult (*)(CUevent, CUstream);                                         \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st);       \
+#define DEFINE_EVENT_RECORD(name)                                                 \
+  CUresult name(CUevent ev, CUstream st) {                                        \
+    using Fn = CUresult (*)(CUevent, CUstream);                                   \
+    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st); \
   }
-#define DEFINE_EVENT_RECORD_FLAGS(name)                                                 \
-  CUresult name(CUevent ev, CUstream st, unsigned int flags) {                          \
-    using Fn = CUresult (*)(CUevent, CUstream, unsigned int);                           \
+#define DEFINE_EVENT_RECORD_FLAGS(name)                                                  \
+  CUresult name(CUevent ev, CUstream st, unsigned int flags) {                           \
+    using Fn = CUresult (*)(CUevent, CUstream, unsigned int);                            \
     PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st, flags); \
   }
-#define DEFINE_STREAM_WAIT(name)                                                        \
-  CUresult name(CUstream st, CUevent ev, unsigned int flags) {                          \
-    using Fn = CUresult (*)(CUstream, CUevent, unsigned int);                           \
+#define DEFINE_STREAM_WAIT(name)                                                             \
+  CUresult name(CUstream st, CUevent ev, unsigned int flags) {                               \
+    using Fn = CUresult (*)(CUstream, CUevent, unsigned int);                                \
     PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamWaitEvent, st, ev, st, ev, flags); \
   }
 DEFINE_STREAM_SYNC(cuStreamSynchronize)
@@ -278,8 +276,8 @@ CUresult cuCtxSynchronize() {
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   using Fn = CUresult (*)(CUcontext);
-  PINSHIM_SYNC(kApi_cuCtxSynchronize_v2, Fn, trace::SyncKind::kContextSynchronize, nullptr,
-               nullptr, ctx);
+  PINSHIM_SYNC(kApi_cuCtxSynchronize_v2, Fn, trace::SyncKind::kContextSynchronize, nullptr, nullptr,
+               ctx);
 }
 
 CUresult cuEventSynchronize(CUevent ev) {
@@ -320,11 +318,11 @@ CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int prior
 
 // --- stream capture and graph launches ----------------------------------------
 
-#define PINSHIM_GRAPH(api, type, op, stream, graph_expr, ...)  \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                  \
-  const uint64_t start_ns = StartTime();                       \
-  CUresult r = real_fn(__VA_ARGS__);                           \
-  RecordGraphOp(api, op, stream, graph_expr, start_ns, r);     \
+#define PINSHIM_GRAPH(api, type, op, stream, graph_expr, ...) \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                 \
+  const uint64_t start_ns = StartTime();                      \
+  CUresult r = real_fn(__VA_ARGS__);                          \
+  RecordGraphOp(api, op, stream, graph_expr, start_ns, r);    \
   return r
 
 CUresult cuStreamBeginCapture(CUstream st) {
@@ -334,8 +332,7 @@ CUresult cuStreamBeginCapture(CUstream st) {
 
 CUresult cuStreamBeginCapture_ptsz(CUstream st) {
   using Fn = CUresult (*)(CUstream);
-  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_ptsz, Fn, trace::GraphOp::kCaptureBegin, st, nullptr,
-                st);
+  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_ptsz, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st);
 }
 
 CUresult cuStreamBeginCapture_v2(CUstream st, CUstreamCaptureMode mode) {
@@ -346,59 +343,59 @@ CUresult cuStreamBeginCapture_v2(CUstream st, CUstreamCaptureMode mode) {
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream st, CUstreamCaptureMode mode) {
   using Fn = CUresult (*)(CUstream, CUstreamCaptureMode);
-  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_v2_ptsz, Fn, trace::GraphOp::kCaptureBegin, st,
-                nullptr, st, mode);
+  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_v2_ptsz, Fn, trace::GraphOp::kCaptureBegin, st, nullptr,
+                st, mode);
 }
 
-#define DEFINE_CAPTURE_TO_GRAPH(name)                                                       \
-  CUresult name(CUstream st, CUgraph graph, const CUgraphNode* deps,                        \
-                const CUgraphEdgeData* edges, size_t n, CUstreamCaptureMode mode) {         \
-    using Fn = CUresult (*)(CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*,  \
-                            size_t, CUstreamCaptureMode);                                   \
-    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st, graph,   \
-                  deps, edges, n, mode);                                                    \
+#define DEFINE_CAPTURE_TO_GRAPH(name)                                                              \
+  CUresult name(CUstream st, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges, \
+                size_t n, CUstreamCaptureMode mode) {                                              \
+    using Fn = CUresult (*)(CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t, \
+                            CUstreamCaptureMode);                                                  \
+    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st, graph, deps,    \
+                  edges, n, mode);                                                                 \
   }
 DEFINE_CAPTURE_TO_GRAPH(cuStreamBeginCaptureToGraph)
 DEFINE_CAPTURE_TO_GRAPH(cuStreamBeginCaptureToGraph_ptsz)
 
-#define DEFINE_END_CAPTURE(name)                                                           \
-  CUresult name(CUstream st, CUgraph* graph) {                                             \
-    using Fn = CUresult (*)(CUstream, CUgraph*);                                           \
-    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kCaptureEnd, st,                        \
-                  r == CUDA_SUCCESS && graph != nullptr ? *graph : nullptr, st, graph);    \
+#define DEFINE_END_CAPTURE(name)                                                        \
+  CUresult name(CUstream st, CUgraph* graph) {                                          \
+    using Fn = CUresult (*)(CUstream, CUgraph*);                                        \
+    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kCaptureEnd, st,                     \
+                  r == CUDA_SUCCESS && graph != nullptr ? *graph : nullptr, st, graph); \
   }
 DEFINE_END_CAPTURE(cuStreamEndCapture)
 DEFINE_END_CAPTURE(cuStreamEndCapture_ptsz)
 
-#define DEFINE_GRAPH_LAUNCH(name)                                                          \
-  CUresult name(CUgraphExec exec, CUstream st) {                                           \
-    using Fn = CUresult (*)(CUgraphExec, CUstream);                                        \
-    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kLaunch, st, exec, exec, st);           \
+#define DEFINE_GRAPH_LAUNCH(name)                                                \
+  CUresult name(CUgraphExec exec, CUstream st) {                                 \
+    using Fn = CUresult (*)(CUgraphExec, CUstream);                              \
+    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kLaunch, st, exec, exec, st); \
   }
 DEFINE_GRAPH_LAUNCH(cuGraphLaunch)
 DEFINE_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 
 // --- host functions -----------------------------------------------------------------
 
-#define DEFINE_LAUNCH_HOST_FUNC(name)                                                       \
-  CUresult name(CUstream st, CUhostFn fn, void* data) {                                     \
-    using Fn = CUresult (*)(CUstream, CUhostFn, void*);                                     \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st, fn, data);                                      \
-    return QueueHostFn(kApi_##name, st, fn, nullptr, data, [&](HostFnSlot* slot) {          \
-      return slot != nullptr ? real_fn(st, RunHostFn, slot) : real_fn(st, fn, data);        \
-    });                                                                                     \
+#define DEFINE_LAUNCH_HOST_FUNC(name)                                                \
+  CUresult name(CUstream st, CUhostFn fn, void* data) {                              \
+    using Fn = CUresult (*)(CUstream, CUhostFn, void*);                              \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st, fn, data);                               \
+    return QueueHostFn(kApi_##name, st, fn, nullptr, data, [&](HostFnSlot* slot) {   \
+      return slot != nullptr ? real_fn(st, RunHostFn, slot) : real_fn(st, fn, data); \
+    });                                                                              \
   }
 DEFINE_LAUNCH_HOST_FUNC(cuLaunchHostFunc)
 DEFINE_LAUNCH_HOST_FUNC(cuLaunchHostFunc_ptsz)
 
-#define DEFINE_ADD_CALLBACK(name)                                                           \
-  CUresult name(CUstream st, CUstreamCallback cb, void* data, unsigned int flags) {         \
-    using Fn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);               \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st, cb, data, flags);                               \
-    return QueueHostFn(kApi_##name, st, nullptr, cb, data, [&](HostFnSlot* slot) {          \
-      return slot != nullptr ? real_fn(st, RunStreamCallback, slot, flags)                  \
-                             : real_fn(st, cb, data, flags);                                \
-    });                                                                                     \
+#define DEFINE_ADD_CALLBACK(name)                                                   \
+  CUresult name(CUstream st, CUstreamCallback cb, void* data, unsigned int flags) { \
+    using Fn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);       \
+    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st, cb, data, flags);                       \
+    return QueueHostFn(kApi_##name, st, nullptr, cb, data, [&](HostFnSlot* slot) {  \
+      return slot != nullptr ? real_fn(st, RunStreamCallback, slot, flags)          \
+                             : real_fn(st, cb, data, flags);                        \
+    });                                                                             \
   }
 DEFINE_ADD_CALLBACK(cuStreamAddCallback)
 DEFINE_ADD_CALLBACK(cuStreamAddCallback_ptsz)

@@ -41,8 +41,9 @@ std::atomic<bool> g_ready{false};
 
 // Used only while the real functions are being looked up (dlsym may copy).
 // Kept a plain loop: the attribute stops GCC from turning it into a memcpy call.
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) void* ByteMove(
-    void* dst, const void* src, size_t n) {
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) void* ByteMove(void* dst,
+                                                                             const void* src,
+                                                                             size_t n) {
   auto* d = static_cast<unsigned char*>(dst);
   auto* s = static_cast<const unsigned char*>(src);
   if (d < s) {

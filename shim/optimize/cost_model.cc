@@ -16,13 +16,13 @@ constexpr double kKiB = 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 constexpr BandwidthRow kHostToDevice[] = {
-    {4 * kKiB, 0.60, 0.51},    {64 * kKiB, 2.63, 7.32},    {1 * kMiB, 11.87, 38.80},
+    {4 * kKiB, 0.60, 0.51},    {64 * kKiB, 2.63, 7.32},   {1 * kMiB, 11.87, 38.80},
     {16 * kMiB, 11.55, 53.65}, {256 * kMiB, 5.80, 55.14},
 };
 // Below 1 MiB the H2D figures stand in (D2H was measured from 1 MiB up).
 constexpr BandwidthRow kDeviceToHost[] = {
-    {4 * kKiB, 0.60, 0.51},    {64 * kKiB, 2.63, 7.32},    {1 * kMiB, 7.41, 40.26},
-    {16 * kMiB, 8.61, 54.23},  {256 * kMiB, 10.36, 55.19},
+    {4 * kKiB, 0.60, 0.51},   {64 * kKiB, 2.63, 7.32},    {1 * kMiB, 7.41, 40.26},
+    {16 * kMiB, 8.61, 54.23}, {256 * kMiB, 10.36, 55.19},
 };
 constexpr int kRows = 5;
 

@@ -8,7 +8,8 @@
 namespace pinshim {
 namespace optimize {
 
-#define PINSHIM_OP(abi, field) {abi, offsetof(DriverOps, field)}
+#define PINSHIM_OP(abi, field) \
+  { abi, offsetof(DriverOps, field) }
 const DriverOpSymbol kDriverOpSymbols[] = {
     PINSHIM_OP("cuMemHostAlloc", mem_host_alloc),
     PINSHIM_OP("cuMemFreeHost", mem_free_host),

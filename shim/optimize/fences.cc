@@ -108,8 +108,8 @@ bool FenceManager::Push(CUcontext ctx, CUevent event) {
 bool FenceManager::Record(CUstream stream, Fence* out) {
   *out = Fence();
   CUcontext ctx = nullptr;
-  if (!disabled_.load(std::memory_order_relaxed) &&
-      ops_->ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr) {
+  if (!disabled_.load(std::memory_order_relaxed) && ops_->ctx_get_current(&ctx) == CUDA_SUCCESS &&
+      ctx != nullptr) {
     CUevent ev = Pop(ctx);
     if (ev == nullptr && ops_->event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
       ev = nullptr;

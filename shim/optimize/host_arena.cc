@@ -195,10 +195,10 @@ bool HostArena::InsertRunLocked(uint64_t start, uint64_t pages, int32_t ext) {
   const uint32_t pos = lo;
   // Runs merge only within one registration (or both unregistered), so a
   // block carved from a run always lies inside a single registration.
-  const bool merge_prev = pos > 0 && runs_[pos - 1].start + runs_[pos - 1].pages == start &&
-                          runs_[pos - 1].ext == ext;
-  const bool merge_next = pos < nruns_ && start + pages == runs_[pos].start &&
-                          runs_[pos].ext == ext;
+  const bool merge_prev =
+      pos > 0 && runs_[pos - 1].start + runs_[pos - 1].pages == start && runs_[pos - 1].ext == ext;
+  const bool merge_next =
+      pos < nruns_ && start + pages == runs_[pos].start && runs_[pos].ext == ext;
   if (merge_prev && merge_next) {
     runs_[pos - 1].pages += pages + runs_[pos].pages;
     memmove(&runs_[pos], &runs_[pos + 1], (nruns_ - pos - 1) * sizeof(Run));
@@ -708,8 +708,8 @@ uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason
       MutexLock lock(&mu_);
       for (int32_t i = 0; i < static_cast<int32_t>(kMaxExtents); ++i) {
         const Extent& x = extents_[i];
-        const bool trimmable = x.state == kExtentRegistered || x.state == kExtentUnpinned ||
-                               x.state == kExtentLost;
+        const bool trimmable =
+            x.state == kExtentRegistered || x.state == kExtentUnpinned || x.state == kExtentLost;
         if (!trimmable || x.live_pages != 0) continue;
         if (idle_only && x.state != kExtentLost &&
             (options_.idle_trim_ns == 0 || now - x.idle_since_ns < options_.idle_trim_ns)) {
@@ -794,8 +794,8 @@ void HostArena::LoseExtentLocked(int32_t idx) {
   }
 }
 
-void HostArena::BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why,
-                                uint32_t detail, ArenaChangeTicket* t) {
+void HostArena::BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail,
+                                ArenaChangeTicket* t) {
   t->n = 0;
   if (!active() || bytes == 0 || !MayOverlap(start, bytes)) return;
   const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
@@ -991,9 +991,9 @@ PINSHIM_INVARIANT_WALKER InvariantReport HostArena::CheckInvariants() const {
   for (int32_t i = 0; i < static_cast<int32_t>(kMaxExtents); ++i) {
     const Extent& x = extents_[i];
     r.Expect(x.state <= kExtentLost, "A9 an extent's state is one of ExtentState", i, x.state);
-    r.Expect(x.state != kExtentRegistering && x.state != kExtentReleasing &&
-                 x.state != kExtentRepinning,
-             "A9 no extent is registering, releasing or repinning", i, x.state);
+    r.Expect(
+        x.state != kExtentRegistering && x.state != kExtentReleasing && x.state != kExtentRepinning,
+        "A9 no extent is registering, releasing or repinning", i, x.state);
     if (x.state == kExtentFree) {
       ++nfree;
     } else {
@@ -1012,8 +1012,8 @@ PINSHIM_INVARIANT_WALKER InvariantReport HostArena::CheckInvariants() const {
         r.Expect(found && reg.start == addr && reg.bytes == x.pages * page_ &&
                      reg.kind == MemKind::kPinnedByPinshim && reg.source == kSourcePinshim &&
                      reg.id == static_cast<uint64_t>(i) + 1,
-                 "A11 a registered extent is in the registrations registry as pinshim's pinning",
-                 i, addr);
+                 "A11 a registered extent is in the registrations registry as pinshim's pinning", i,
+                 addr);
       }
     } else {
       r.Expect(x.frames == nullptr, "A12 an extent not registered holds no frames", i);
@@ -1023,14 +1023,13 @@ PINSHIM_INVARIANT_WALKER InvariantReport HostArena::CheckInvariants() const {
         const bool pinned = options_.registrations->Lookup(addr, &reg) && reg.start == addr &&
                             reg.kind == MemKind::kPinnedByPinshim &&
                             reg.id == static_cast<uint64_t>(i) + 1;
-        r.Expect(!pinned, "A11 an unpinned or lost extent is not in the registrations registry",
-                 i, addr);
+        r.Expect(!pinned, "A11 an unpinned or lost extent is not in the registrations registry", i,
+                 addr);
       }
     }
   }
-  std::sort(used, used + nused, [this](int32_t a, int32_t b) {
-    return extents_[a].start < extents_[b].start;
-  });
+  std::sort(used, used + nused,
+            [this](int32_t a, int32_t b) { return extents_[a].start < extents_[b].start; });
   // The extent in use holding page p, or -1.
   auto holding = [&](uint64_t p) -> int32_t {
     uint32_t lo = 0, hi = nused;
@@ -1064,8 +1063,8 @@ PINSHIM_INVARIANT_WALKER InvariantReport HostArena::CheckInvariants() const {
   uint64_t unregistered_pages = 0;
   for (uint32_t k = 0; k < nruns_ && k < kMaxRuns; ++k) {
     const Run& run = runs_[k];
-    r.Expect(run.pages > 0 && run.start + run.pages <= top_,
-             "A1 a free run holds pages below top_", run.start, run.pages);
+    r.Expect(run.pages > 0 && run.start + run.pages <= top_, "A1 a free run holds pages below top_",
+             run.start, run.pages);
     if (k > 0) {
       const Run& before = runs_[k - 1];
       r.Expect(before.start + before.pages <= run.start,
@@ -1076,8 +1075,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport HostArena::CheckInvariants() const {
     if (run.ext >= 0) {
       const bool valid = static_cast<uint32_t>(run.ext) < kMaxExtents;
       const Extent* x = valid ? &extents_[run.ext] : nullptr;
-      r.Expect(x != nullptr &&
-                   (x->state == kExtentRegistered || x->state == kExtentUnpinned) &&
+      r.Expect(x != nullptr && (x->state == kExtentRegistered || x->state == kExtentUnpinned) &&
                    run.start >= x->start && run.start + run.pages <= x->start + x->pages,
                "A3 a run of an extent lies in it, and it is registered or unpinned", run.start,
                run.ext);
@@ -1145,8 +1143,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport HostArena::CheckInvariants() const {
       // (A span used up hands out nothing more: where it was matters no longer.)
       const bool one = usable(k.cursor) && usable(k.end - 1) &&
                        holding((k.cursor - base_) / page_) == holding((k.end - 1 - base_) / page_);
-      r.Expect(one, "A13 a small class's span lies in one extent in use and not lost", c,
-               k.cursor);
+      r.Expect(one, "A13 a small class's span lies in one extent in use and not lost", c, k.cursor);
     }
     const uint64_t cb = ArenaClassBytes(c);
     uint64_t n = 0;

@@ -84,12 +84,12 @@ struct ArenaStats {
   uint64_t deferred_frees;  // frees held back by a pending copy
   uint64_t extents;         // registrations now
   uint64_t registered_bytes;
-  uint64_t registrations;   // made so far
+  uint64_t registrations;  // made so far
   uint64_t trimmed_bytes;
-  uint64_t bad_frees;       // pointers inside the arena without a valid header
+  uint64_t bad_frees;           // pointers inside the arena without a valid header
   uint64_t page_change_unpins;  // extents unpinned because the program changed their pages
-  uint64_t repinned;        // extents pinned again after their pages changed
-  uint64_t lost;            // extents that could not be: their memory is never reused
+  uint64_t repinned;            // extents pinned again after their pages changed
+  uint64_t lost;                // extents that could not be: their memory is never reused
 };
 
 class HostArena {
@@ -114,9 +114,7 @@ class HostArena {
   CUcontext home_context() const { return home_ctx_.load(std::memory_order_acquire); }
 
   // Whether p lies in the arena's address range.
-  bool Owns(const void* p) const {
-    return reinterpret_cast<uintptr_t>(p) - base_ < size_;
-  }
+  bool Owns(const void* p) const { return reinterpret_cast<uintptr_t>(p) - base_ < size_; }
 
   // malloc / calloc / memalign (align: a power of two) semantics; null when
   // not served here (see above). Memalign of a bad alignment returns null.
@@ -227,7 +225,7 @@ class HostArena {
   struct Run {
     uint64_t start;  // page index
     uint64_t pages;
-    int32_t ext;     // registered extent, -1 when not registered
+    int32_t ext;  // registered extent, -1 when not registered
   };
   struct Extent;
   struct SmallClass;
@@ -273,12 +271,12 @@ class HostArena {
   mutable Mutex mu_;
   Run* runs_ = nullptr;  // free runs sorted by start; guarded by mu_
   uint32_t nruns_ = 0;
-  uint64_t top_ = 0;     // pages below were handed out at least once
+  uint64_t top_ = 0;  // pages below were handed out at least once
   Extent* extents_ = nullptr;
   int32_t free_extent_ = -1;
   SmallClass* classes_ = nullptr;
-  Pending* pending_ = nullptr;       // kMaxPending copy ranges with fences
-  uintptr_t* deferred_ = nullptr;    // kMaxPending blocks whose free waits
+  Pending* pending_ = nullptr;     // kMaxPending copy ranges with fences
+  uintptr_t* deferred_ = nullptr;  // kMaxPending blocks whose free waits
   uint32_t ndeferred_locked_ = 0;
   std::atomic<uint32_t> npending_{0};
   std::atomic<uint32_t> ndeferred_{0};

@@ -7,6 +7,7 @@
 #include <libunwind.h>
 
 #include "shim/core/backtrace.h"
+#include "shim/core/phdr.h"
 
 namespace pinshim {
 namespace optimize {
@@ -102,7 +103,7 @@ void HotSites::MarkHot(uint64_t key) {
 
 void InitSiteCapture() {
   SelfSearch s{reinterpret_cast<uintptr_t>(&InitSiteCapture), 0, 0};
-  dl_iterate_phdr(FindSelf, &s);
+  IteratePhdr(FindSelf, &s);
   g_self_lo.store(s.lo, std::memory_order_relaxed);
   g_self_hi.store(s.hi, std::memory_order_release);
 }

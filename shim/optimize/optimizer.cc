@@ -11,10 +11,9 @@ namespace {
 
 enum State : int { kNew = 0, kConfigured = 1, kAttaching = 2, kAttached = 3 };
 
-constexpr unsigned int kKnownRegisterFlags = CU_MEMHOSTREGISTER_PORTABLE |
-                                             CU_MEMHOSTREGISTER_DEVICEMAP |
-                                             CU_MEMHOSTREGISTER_IOMEMORY |
-                                             CU_MEMHOSTREGISTER_READ_ONLY;
+constexpr unsigned int kKnownRegisterFlags =
+    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
+    CU_MEMHOSTREGISTER_READ_ONLY;
 
 Optimizer g_optimizer;
 
@@ -197,11 +196,8 @@ void Optimizer::AfterHostCopy(const CopyTicket& t, CUresult result, bool async, 
         arena_async_waits_.fetch_add(1, std::memory_order_relaxed);
       }
       break;
-    case CopyTicket::kCache:
-      cache_.AfterCopy(t.cache, result, async, s);
-      break;
-    case CopyTicket::kNone:
-      break;
+    case CopyTicket::kCache: cache_.AfterCopy(t.cache, result, async, s); break;
+    case CopyTicket::kNone: break;
   }
 }
 

@@ -110,7 +110,7 @@ struct OptimizeCounters {
   PoolStats pool;
   CacheStats cache;
   ArenaStats arena;
-  uint64_t pool_async_notes;   // async copies on pool blocks fenced
+  uint64_t pool_async_notes;  // async copies on pool blocks fenced
   uint64_t arena_copies;
   uint64_t arena_async_waits;  // async copies on arena memory waited for
   uint64_t fence_records;
@@ -164,8 +164,8 @@ class Optimizer {
   // (host [host, host + bytes), device [dev, ...)); false: the caller makes
   // the driver call. `sync`: a synchronous entry point. The stream as the
   // call named it, with per_thread_api for _ptsz/_ptds entry points.
-  bool Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream,
-             bool per_thread_api, bool sync, CUresult* result, StagedInfo* info);
+  bool Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream, bool per_thread_api,
+             bool sync, CUresult* result, StagedInfo* info);
 
   // For asynchronous calls whose operands are not one host range (batches,
   // 3D batches): when HidesPinning(p) holds for any host operand p, call

@@ -336,8 +336,8 @@ TEST(OptimizerOwnPinning, CapEvictsAndRefusesAndEveryActionIsReported) {
   auto upload = [&](const char* p, size_t n, int times) {
     for (int i = 0; i < times; ++i) {
       Region r;
-      MemKind kind = registrations.Lookup(reinterpret_cast<uintptr_t>(p), &r) ? r.kind
-                                                                              : MemKind::kPageable;
+      MemKind kind =
+          registrations.Lookup(reinterpret_cast<uintptr_t>(p), &r) ? r.kind : MemKind::kPageable;
       CopyTicket t = opt->BeforeHostCopy(p, n, CopyDir::kHostToDevice, kind);
       CUresult res = cuMemcpyHtoD(dev, p, n);
       opt->AfterHostCopy(t, res, false, nullptr, false);
@@ -379,7 +379,7 @@ TEST(OptimizerOwnPinning, CapEvictsAndRefusesAndEveryActionIsReported) {
     OwnPinAction action;
     OwnPinPart part;
     OwnPinReason reason;
-    uint64_t bytes;  // 0: not checked
+    uint64_t bytes;     // 0: not checked
     uint64_t alloc_id;  // UINT64_MAX: nonzero
   };
   const Expect kExpected[] = {
@@ -495,12 +495,8 @@ TEST_F(OptimizerTest, SixteenThreadsMixEverything) {
             opt_->HostAlloc(&pinned, n, 0, &r);
             host = static_cast<char*>(pinned);
             break;
-          case 1:
-            host = static_cast<char*>(opt_->arena().Malloc(n));
-            break;
-          default:
-            host = mine;
-            break;
+          case 1: host = static_cast<char*>(opt_->arena().Malloc(n)); break;
+          default: host = mine; break;
         }
         if (host == nullptr) {
           bad++;

@@ -36,8 +36,7 @@ bool PageChangeOfAdvice(int advice, PageChange* out) {
     case MADV_DOFORK:
     case MADV_KEEPONFORK:
     case MADV_UNMERGEABLE:
-    case MADV_NOHUGEPAGE:
-      return false;
+    case MADV_NOHUGEPAGE: return false;
     case MADV_DONTNEED:
     case MADV_DONTNEED_LOCKED:
     case MADV_FREE:
@@ -80,9 +79,7 @@ PINSHIM_TLS int t_nesting = 0;
 
 pid_t Tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
-bool Alive(pid_t tid) {
-  return syscall(SYS_tgkill, getpid(), tid, 0) == 0 || errno != ESRCH;
-}
+bool Alive(pid_t tid) { return syscall(SYS_tgkill, getpid(), tid, 0) == 0 || errno != ESRCH; }
 
 int ClaimSlot() {
   const pid_t self = Tid();

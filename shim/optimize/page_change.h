@@ -54,7 +54,7 @@ namespace optimize {
 // What one call does to the pages of [start, start + bytes).
 struct PageChange {
   OwnPinReason reason = OwnPinReason::kPageChangeMadvise;  // the call, for the trace
-  uint32_t detail = 0;          // the advice, or the mmap/mremap/shmat flags
+  uint32_t detail = 0;           // the advice, or the mmap/mremap/shmat flags
   bool replaces_private = true;  // private memory (cache, arena) must be unpinned
   bool replaces_shared = false;  // shared memory (pool blocks) gets new pages
   // The range is mapped afterwards by private anonymous memory (the arena

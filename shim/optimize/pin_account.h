@@ -54,8 +54,8 @@ using OwnPinCallback = void (*)(const OwnPinEvent& event);
 
 // Calls `callback` (when set) with one event. Call outside engine locks.
 inline void ReportOwnPin(OwnPinCallback callback, OwnPinAction action, OwnPinPart part,
-                         OwnPinReason reason, uintptr_t start, uint64_t bytes,
-                         uint64_t alloc_id, int result, uint32_t detail = 0) {
+                         OwnPinReason reason, uintptr_t start, uint64_t bytes, uint64_t alloc_id,
+                         int result, uint32_t detail = 0) {
   if (callback == nullptr) return;
   OwnPinEvent e;
   e.action = action;

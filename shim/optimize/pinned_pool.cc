@@ -156,8 +156,7 @@ uint64_t PinnedPool::Now() const {
   return options_.now_ns != nullptr ? options_.now_ns() : MonotonicNs();
 }
 
-PinnedPool::SubPool* PinnedPool::FindSubPoolLocked(unsigned int flags, CUcontext ctx,
-                                                   bool create) {
+PinnedPool::SubPool* PinnedPool::FindSubPoolLocked(unsigned int flags, CUcontext ctx, bool create) {
   SubPool* empty = nullptr;
   for (int i = 0; i < kMaxSubPools; ++i) {
     SubPool& s = subs_[i];
@@ -226,9 +225,9 @@ PinnedPool::Slab* PinnedPool::NewSlabStructLocked() {
   return s;
 }
 
-CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls,
-                             uint64_t block_bytes, uint32_t nblocks, bool dedicated, PinUse use,
-                             uint64_t charge, Block** out) {
+CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, uint64_t block_bytes,
+                             uint32_t nblocks, bool dedicated, PinUse use, uint64_t charge,
+                             Block** out) {
   *out = nullptr;
   const uint64_t bytes = block_bytes * nblocks;
   void* base = nullptr;
@@ -554,7 +553,10 @@ bool PinnedPool::Free(void* p, CUresult* result, PoolBlockInfo* freed) {
       s->nlive = 0;
       s->state = kSlabReleasing;
       if (s->sub != nullptr) {
-        if (s->prev != nullptr) s->prev->next = s->next; else s->sub->slabs = s->next;
+        if (s->prev != nullptr)
+          s->prev->next = s->next;
+        else
+          s->sub->slabs = s->next;
         if (s->next != nullptr) s->next->prev = s->prev;
       }
       ndropped = b->fences.TakeAll(dropped);
@@ -772,8 +774,7 @@ void PinnedPool::NoteAsyncUse(const void* p, CUstream stream) {
 }
 
 bool PinnedPool::Owns(const void* p) const {
-  return active() && slabs_.size() != 0 &&
-         slabs_.Lookup(reinterpret_cast<uintptr_t>(p), nullptr);
+  return active() && slabs_.size() != 0 && slabs_.Lookup(reinterpret_cast<uintptr_t>(p), nullptr);
 }
 
 bool PinnedPool::Lookup(const void* p, PoolBlockInfo* info) const {
@@ -870,10 +871,14 @@ uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReaso
           if (!clean) continue;
           for (uint32_t j = 0; j < s->nblocks; ++j) {
             Block& b = s->blocks[j];
-            if (b.state != kBlockRetired) ListRemove(s->dedicated ? &sub.large : &sub.free[s->cls], &b);
+            if (b.state != kBlockRetired)
+              ListRemove(s->dedicated ? &sub.large : &sub.free[s->cls], &b);
             b.state = kBlockGone;
           }
-          if (s->prev != nullptr) s->prev->next = s->next; else sub.slabs = s->next;
+          if (s->prev != nullptr)
+            s->prev->next = s->next;
+          else
+            sub.slabs = s->next;
           if (s->next != nullptr) s->next->prev = s->prev;
           s->state = kSlabReleasing;
           s->next = victims;
@@ -1071,7 +1076,6 @@ void PinnedPool::ReleaseAllForTesting() {
   TrimImpl(UINT64_MAX, false, OwnPinReason::kEvictedForCap);
 }
 
-
 #ifdef PINSHIM_DEBUG_INVARIANTS
 
 namespace {
@@ -1145,8 +1149,8 @@ PINSHIM_INVARIANT_WALKER InvariantReport PinnedPool::CheckInvariants() const {
         r.Expect(b.state <= kBlockRetired && b.state != kBlockGone && b.state != kBlockFreeing,
                  "P7 no block of an active slab is gone or being freed", b.state);
         r.Expect(s->retired ? b.state != kBlockFree : b.state != kBlockRetired,
-                 "P9 a retired slab has no free block, one not retired no retired block",
-                 b.state, s->retired);
+                 "P9 a retired slab has no free block, one not retired no retired block", b.state,
+                 s->retired);
         r.Expect(b.fences.WellFormed(), "P14 a block's fence set is well formed", j);
         if (b.state == kBlockLive || b.state == kBlockFreeing || b.state == kBlockBatched) ++nlive;
         if (b.state == kBlockBatched) ++nbatched;
@@ -1255,8 +1259,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport PinnedPool::CheckInvariants() const {
            "P16 live_requested_ is the live blocks' requested bytes", live_requested_.load(),
            live_requested);
   r.Expect(same(live_block_bytes_.load(std::memory_order_relaxed), live_bytes),
-           "P16 live_block_bytes_ is the live blocks' bytes", live_block_bytes_.load(),
-           live_bytes);
+           "P16 live_block_bytes_ is the live blocks' bytes", live_block_bytes_.load(), live_bytes);
   r.Expect(same(slab_bytes_.load(std::memory_order_relaxed), slab_bytes),
            "P16 slab_bytes_ is the slabs' bytes", slab_bytes_.load(), slab_bytes);
   for (PinUse use : {PinUse::kPoolSlab, PinUse::kPoolDedicated}) {
@@ -1288,8 +1291,7 @@ bool PinnedPool::CorruptForTesting(Corruption what) {
       live_requested_.fetch_xor(1, std::memory_order_relaxed);
       return true;
     case Corruption::kSlabLiveCount:
-    case Corruption::kFreeListState:
-      break;
+    case Corruption::kFreeListState: break;
   }
   for (int i = 0; i < kMaxSubPools; ++i) {
     SubPool& sub = subs_[i];

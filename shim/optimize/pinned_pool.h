@@ -64,7 +64,7 @@ namespace optimize {
 struct PoolOptions {
   uint64_t max_pooled_bytes = uint64_t{32} << 20;  // larger: exact-size allocation
   uint64_t slab_target_bytes = uint64_t{2} << 20;
-  uint32_t max_blocks_per_slab = 64;                // at most kMaxBlocksPerSlab
+  uint32_t max_blocks_per_slab = 64;                  // at most kMaxBlocksPerSlab
   uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // 0: only on request
   bool fence_on_free = true;
   // One free-time fence covers a batch of at most this many blocks / bytes.
@@ -96,24 +96,24 @@ struct PoolBlockInfo {
 };
 
 struct PoolStats {
-  uint64_t hits;              // served from a free block
-  uint64_t misses;            // needed a new slab or allocation
-  uint64_t dedicated;         // exact-size allocations made
-  uint64_t deferred_reuse;    // free blocks passed over because a fence was pending
-  uint64_t fence_waits;       // allocations that waited for a fence (max_fenced_bytes)
+  uint64_t hits;            // served from a free block
+  uint64_t misses;          // needed a new slab or allocation
+  uint64_t dedicated;       // exact-size allocations made
+  uint64_t deferred_reuse;  // free blocks passed over because a fence was pending
+  uint64_t fence_waits;     // allocations that waited for a fence (max_fenced_bytes)
   uint64_t slabs_created;
   uint64_t slabs_trimmed;
   uint64_t bytes_trimmed;
-  uint64_t slab_bytes;        // pinned by the pool now
+  uint64_t slab_bytes;  // pinned by the pool now
   uint64_t live_blocks;
   uint64_t live_requested_bytes;
   uint64_t live_block_bytes;
-  uint64_t invalid_frees;     // frees the pool answered with an error
-  uint64_t saved_ns;          // cudaHostAlloc + cudaFreeHost time hits skipped (cost model)
-  uint64_t free_batches;      // free-time fences recorded (each covers a batch of frees)
-  uint64_t batched_blocks;    // freed blocks waiting for their batch's fence now
-  uint64_t batch_growths;     // slabs added because allocations kept waiting for batches
-  uint64_t retired_slabs;     // slabs retired because the program changed their pages
+  uint64_t invalid_frees;   // frees the pool answered with an error
+  uint64_t saved_ns;        // cudaHostAlloc + cudaFreeHost time hits skipped (cost model)
+  uint64_t free_batches;    // free-time fences recorded (each covers a batch of frees)
+  uint64_t batched_blocks;  // freed blocks waiting for their batch's fence now
+  uint64_t batch_growths;   // slabs added because allocations kept waiting for batches
+  uint64_t retired_slabs;   // slabs retired because the program changed their pages
 };
 
 class PinnedPool {
@@ -258,7 +258,7 @@ class PinnedPool {
   static constexpr int kMaxBatches = 64;
   // Freed blocks sharing one free-time fence.
   struct Batch {
-    Fence fence;   // id 0: the slot is unused
+    Fence fence;  // id 0: the slot is unused
     BlockList blocks;
     uint64_t bytes;
     uint64_t sealed_ns;  // when the fence was recorded: the blocks were free by then
@@ -266,8 +266,8 @@ class PinnedPool {
 
   uint64_t Now() const;
   SubPool* FindSubPoolLocked(unsigned int flags, CUcontext ctx, bool create);
-  Block* TakeFreeLocked(SubPool* sub, bool large, uint32_t cls, uint64_t bytes,
-                        Candidate* cands, int* ncands);
+  Block* TakeFreeLocked(SubPool* sub, bool large, uint32_t cls, uint64_t bytes, Candidate* cands,
+                        int* ncands);
   int ApplyCompletions(Candidate* cands, int n);  // returns fences seen complete
   // min_blocks: at least this many blocks in a new slab (capped as usual).
   CUresult NewBlock(SubPool* sub_hint, unsigned int flags, CUcontext ctx, uint64_t bytes,
@@ -310,7 +310,7 @@ class PinnedPool {
   uint64_t fenced_bytes_ = 0;  // free blocks that still carry fences; guarded by mu_
   Batch open_ = {};            // freed, no fence yet; guarded by mu_
   uint32_t open_count_ = 0;
-  Batch* batches_ = nullptr;   // kMaxBatches sealed batches; guarded by mu_
+  Batch* batches_ = nullptr;  // kMaxBatches sealed batches; guarded by mu_
   int nbatches_ = 0;
   uint64_t batched_bytes_ = 0;  // open and sealed batches; guarded by mu_
   std::atomic<uint64_t> free_batches_{0}, batched_blocks_{0}, batch_growths_{0};
@@ -318,7 +318,7 @@ class PinnedPool {
   // grew because of it (rent or buy, see Allocate).
   std::atomic<uint64_t> poll_debt_ns_{0};
   std::atomic<uint64_t> poll_waits_{0};  // allocations that waited, since then
-  Registry slabs_;           // slab ranges, id = Slab*; lock-free lookups
+  Registry slabs_;                       // slab ranges, id = Slab*; lock-free lookups
   // Every slab ever made lies inside [lo_, hi_) (widened only).
   std::atomic<uintptr_t> lo_{UINTPTR_MAX}, hi_{0};
   std::atomic<uint64_t> retired_{0};

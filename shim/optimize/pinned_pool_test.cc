@@ -110,7 +110,8 @@ TEST_F(PoolTest, WasteStaysUnderOneEighthOverRandomSizes) {
   }
   for (void* p : live) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
   RecordProperty("worst_block_over_request_pct", std::to_string((worst - 1) * 100));
-  RecordProperty("mean_block_over_request_pct", std::to_string((total_block / total_req - 1) * 100));
+  RecordProperty("mean_block_over_request_pct",
+                 std::to_string((total_block / total_req - 1) * 100));
   EXPECT_LT(total_block / total_req, 1.125);
 }
 
@@ -123,7 +124,8 @@ TEST_F(PoolTest, BlocksArePageAlignedDisjointAndReused) {
     Fill(p, 10 * kKiB, static_cast<uint8_t>(i));
     blocks.push_back(p);
   }
-  for (int i = 0; i < 40; ++i) EXPECT_TRUE(HasPattern(blocks[i], 10 * kKiB, static_cast<uint8_t>(i)));
+  for (int i = 0; i < 40; ++i)
+    EXPECT_TRUE(HasPattern(blocks[i], 10 * kKiB, static_cast<uint8_t>(i)));
   // One slab served them all: a single driver allocation.
   EXPECT_EQ(fakecuda_live_host_allocations(), baseline_allocs_ + 1);
   for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);

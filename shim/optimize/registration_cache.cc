@@ -22,7 +22,7 @@ enum EntryState : uint8_t {
   kEntryFree = 0,
   kEntryRegistering = 1,  // the driver call is under way, outside the lock
   kEntryRegistered = 2,
-  kEntryReleasing = 3,    // being unpinned, outside the lock
+  kEntryReleasing = 3,  // being unpinned, outside the lock
 };
 
 constexpr int kCandidateProbes = 8;
@@ -134,8 +134,8 @@ RegistrationCache::Candidate* RegistrationCache::FindCandidateLocked(uint64_t al
     if (c->busy) continue;
     // Replace an empty slot first, else the one idle longest: ids of freed
     // allocations never come back, so stale entries simply age out.
-    if (victim == nullptr || (victim->alloc_id != 0 &&
-                              (c->alloc_id == 0 || c->last_ns < victim->last_ns))) {
+    if (victim == nullptr ||
+        (victim->alloc_id != 0 && (c->alloc_id == 0 || c->last_ns < victim->last_ns))) {
       victim = c;
     }
   }
@@ -239,8 +239,8 @@ CacheFailure RegistrationCache::ClassifyFailure(CUresult r, uint64_t bytes) cons
 void RegistrationCache::AbortRegistration(int32_t idx, uint64_t alloc_id, CacheFailure why) {
   failures_[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
   const bool remember = why == CacheFailure::kAlreadyRegistered ||
-                        why == CacheFailure::kMemlockLimit ||
-                        why == CacheFailure::kOutOfMemory || why == CacheFailure::kDriverError;
+                        why == CacheFailure::kMemlockLimit || why == CacheFailure::kOutOfMemory ||
+                        why == CacheFailure::kDriverError;
   MutexLock lock(&mu_);
   if (idx >= 0) DropEntryLocked(idx);
   Candidate* c = FindCandidateLocked(alloc_id, 0, false);
@@ -289,7 +289,8 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
   // A copy that runs past the allocation (into a neighbouring mapping)
   // would fail on a registration of it (see OnCachedCopy).
   if (p < alloc.start || bytes > alloc.bytes - (p - alloc.start)) {
-    declined_[static_cast<int>(CacheDecline::kSubAllocation)].fetch_add(1, std::memory_order_relaxed);
+    declined_[static_cast<int>(CacheDecline::kSubAllocation)].fetch_add(1,
+                                                                        std::memory_order_relaxed);
     return ticket;
   }
   if (alloc.bytes > account_->cap()) {
@@ -411,8 +412,8 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
   if (alloc.site != 0 && alloc.source == kSourceMalloc && options_.on_registered != nullptr) {
     options_.on_registered(options_.on_registered_arg, alloc.site);
   }
-  ReportOwnPin(options_.on_own_pin, OwnPinAction::kPinned, OwnPinPart::kCache,
-               OwnPinReason::kNone, alloc.start, alloc.bytes, alloc.id, CUDA_SUCCESS);
+  ReportOwnPin(options_.on_own_pin, OwnPinAction::kPinned, OwnPinPart::kCache, OwnPinReason::kNone,
+               alloc.start, alloc.bytes, alloc.id, CUDA_SUCCESS);
   return ticket;
 }
 
@@ -439,7 +440,7 @@ CacheTicket RegistrationCache::OnCachedCopy(const void* host_ptr, uint64_t bytes
       len = e.bytes;
     } else {
       e.users++;
-    e.last_use = ++tick_;
+      e.last_use = ++tick_;
       ticket.entry = idx;
       ticket.generation = e.generation;
     }
@@ -550,7 +551,8 @@ void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, Own
     if (IsPageChange(why)) page_change_unpins_.fetch_add(1, std::memory_order_relaxed);
     // Not pinned in place again: what changed its pages once may again.
     Candidate* c = FindCandidateLocked(alloc_id, Now(), true);
-    if (c != nullptr) c->failed = static_cast<uint8_t>(static_cast<int>(CacheFailure::kPagesChanged) + 1);
+    if (c != nullptr)
+      c->failed = static_cast<uint8_t>(static_cast<int>(CacheFailure::kPagesChanged) + 1);
   }
   DropEntryLocked(idx);
 }
@@ -569,8 +571,8 @@ void RegistrationCache::OnPageChange(uintptr_t start, uint64_t bytes, OwnPinReas
   ReleaseRange(start, end, why, detail, /*forget=*/true);
 }
 
-void RegistrationCache::ReleaseRange(uintptr_t s, uintptr_t end, OwnPinReason why,
-                                     uint32_t detail, bool forget) {
+void RegistrationCache::ReleaseRange(uintptr_t s, uintptr_t end, OwnPinReason why, uint32_t detail,
+                                     bool forget) {
   for (;;) {
     Fence fences[FenceSet::kSlots];
     int nfences;
@@ -743,8 +745,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() co
     prev = &e;
     r.Expect(e.start >= lo && e.start + e.bytes <= hi, "C4 every entry lies inside [lo_, hi_)",
              e.start, lo);
-    r.Expect(e.state == kEntryRegistered, "C5 no entry is registering or releasing", idx,
-             e.state);
+    r.Expect(e.state == kEntryRegistered, "C5 no entry is registering or releasing", idx, e.state);
     r.Expect((e.frames != nullptr) == (e.nframes != 0),
              "C8 an entry holds frames exactly when it records some", idx, e.nframes);
     r.Expect(e.fences.WellFormed(), "C9 an entry's fence set is well formed", idx);
@@ -763,8 +764,8 @@ PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() co
     }
   }
   if (norder_ == 0) {
-    r.Expect(lo == UINTPTR_MAX && hi == 0, "C4 with no entry, lo_ = UINTPTR_MAX and hi_ = 0",
-             lo, hi);
+    r.Expect(lo == UINTPTR_MAX && hi == 0, "C4 with no entry, lo_ = UINTPTR_MAX and hi_ = 0", lo,
+             hi);
   }
   uint32_t free_count = 0;
   for (int32_t f = free_entry_; f >= 0;) {
@@ -776,8 +777,8 @@ PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() co
              f, entries_[f].state);
     f = entries_[f].next_free;
   }
-  r.Expect(free_count + norder_ == n, "C3 the free list holds exactly the free entries",
-           free_count, n - norder_);
+  r.Expect(free_count + norder_ == n, "C3 the free list holds exactly the free entries", free_count,
+           n - norder_);
   const uint64_t bytes = bytes_.load(std::memory_order_relaxed);
   r.Expect(bytes == registered, "C6 bytes_ is the registered entries' bytes", bytes, registered);
   r.Expect(account_->pinned_for(PinUse::kCache) == registered,
@@ -786,8 +787,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() co
   for (uint32_t i = 0; i < kCandidateSlots; ++i) {
     const Candidate& c = candidates_[i];
     if (c.alloc_id == 0) {
-      r.Expect(c.last_ns == 0 && c.accumulated_ns == 0 && c.copies == 0 && c.failed == 0 &&
-                   !c.busy,
+      r.Expect(c.last_ns == 0 && c.accumulated_ns == 0 && c.copies == 0 && c.failed == 0 && !c.busy,
                "C10 an empty candidate slot is all zero", i);
       continue;
     }
@@ -822,9 +822,7 @@ bool RegistrationCache::CorruptForTesting(Corruption what) {
       // Above every user-space address: entries fall below lo_.
       lo_.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
       return true;
-    case Corruption::kBytes:
-      bytes_.fetch_xor(4096, std::memory_order_relaxed);
-      return true;
+    case Corruption::kBytes: bytes_.fetch_xor(4096, std::memory_order_relaxed); return true;
   }
   return false;
 }

@@ -118,16 +118,16 @@ struct CacheTicket {
 
 struct CacheStats {
   uint64_t registrations;
-  uint64_t hits;        // copies that ran on cached memory (registration copy excluded)
-  uint64_t evictions;   // unpinned for the cap or the budget
-  uint64_t releases;    // unpinned because the program released the memory
+  uint64_t hits;       // copies that ran on cached memory (registration copy excluded)
+  uint64_t evictions;  // unpinned for the cap or the budget
+  uint64_t releases;   // unpinned because the program released the memory
   uint64_t failures[kCacheFailureCount];
   uint64_t declined[kCacheDeclineCount];
-  uint64_t async_waits;  // asynchronous copies on cached memory waited for
+  uint64_t async_waits;         // asynchronous copies on cached memory waited for
   uint64_t page_change_unpins;  // unpinned because the program changed the pages
   uint64_t entries;
-  uint64_t bytes;        // pinned by the cache now
-  uint64_t saved_ns;     // estimated copy time saved (cost model)
+  uint64_t bytes;     // pinned by the cache now
+  uint64_t saved_ns;  // estimated copy time saved (cost model)
 };
 
 class RegistrationCache {
@@ -249,10 +249,8 @@ class RegistrationCache {
   void DropEntryLocked(int32_t idx);
   void AbortRegistration(int32_t idx, uint64_t alloc_id, CacheFailure why);
   void ReportRefusal(const Region& alloc, OwnPinReason why, int result) const;
-  void Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why,
-             uint32_t detail = 0);
-  void ReleaseRange(uintptr_t s, uintptr_t end, OwnPinReason why, uint32_t detail,
-                    bool forget);
+  void Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why, uint32_t detail = 0);
+  void ReleaseRange(uintptr_t s, uintptr_t end, OwnPinReason why, uint32_t detail, bool forget);
   bool FramesStillPinned(int32_t idx, uintptr_t p, uint64_t bytes);
   CacheFailure ClassifyFailure(CUresult r, uint64_t bytes) const;
 
@@ -263,8 +261,8 @@ class RegistrationCache {
   std::atomic<bool> active_{false};
 
   mutable Mutex mu_;
-  Entry* entries_ = nullptr;       // options_.max_entries, guarded by mu_
-  int32_t* order_ = nullptr;       // entry indices sorted by start
+  Entry* entries_ = nullptr;  // options_.max_entries, guarded by mu_
+  int32_t* order_ = nullptr;  // entry indices sorted by start
   uint32_t norder_ = 0;
   int32_t free_entry_ = -1;
   Candidate* candidates_ = nullptr;  // kCandidateSlots

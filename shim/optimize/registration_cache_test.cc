@@ -177,10 +177,12 @@ TEST_F(CacheTest, UntrackedAndSubAllocatedMemoryIsDeclined) {
   Region driver = b.region;
   driver.source = kSourceDriver;
   for (int i = 0; i < 10; ++i) {
-    EXPECT_FALSE(cache_->OnPageableCopy(untracked, b.data, b.bytes, CopyDir::kHostToDevice).pinned());
+    EXPECT_FALSE(
+        cache_->OnPageableCopy(untracked, b.data, b.bytes, CopyDir::kHostToDevice).pinned());
     // A slice deep inside an mmap region: a custom allocator's sub-allocation.
-    EXPECT_FALSE(cache_->OnPageableCopy(mmapped, b.data + 8 * kMiB, 1 * kMiB,
-                                       CopyDir::kHostToDevice).pinned());
+    EXPECT_FALSE(
+        cache_->OnPageableCopy(mmapped, b.data + 8 * kMiB, 1 * kMiB, CopyDir::kHostToDevice)
+            .pinned());
     EXPECT_FALSE(cache_->OnPageableCopy(driver, b.data, b.bytes, CopyDir::kHostToDevice).pinned());
   }
   const CacheStats s = cache_->Stats();
@@ -390,10 +392,10 @@ TEST_F(CacheTest, SixteenThreadsCopyReleaseAndEvict) {
         int copies = 3 + static_cast<int>(rng() % 5);
         for (int i = 0; i < copies; ++i) {
           Region r;
-          CacheTicket tk = registrations_.Lookup(b.region.start, &r)
-                               ? cache.OnCachedCopy(b.data, b.bytes, CopyDir::kHostToDevice)
-                               : cache.OnPageableCopy(b.region, b.data, b.bytes,
-                                                       CopyDir::kHostToDevice);
+          CacheTicket tk =
+              registrations_.Lookup(b.region.start, &r)
+                  ? cache.OnCachedCopy(b.data, b.bytes, CopyDir::kHostToDevice)
+                  : cache.OnPageableCopy(b.region, b.data, b.bytes, CopyDir::kHostToDevice);
           cache.AfterCopy(tk, CUDA_SUCCESS, false, nullptr);
         }
         if (!HasPattern(b.data, 4096, static_cast<uint8_t>(t))) bad++;

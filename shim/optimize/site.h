@@ -22,7 +22,7 @@ namespace optimize {
 constexpr int kSiteFrames = 4;
 
 struct SiteFrames {
-  int n = 0;                     // 0 <= n <= kSiteFrames
+  int n = 0;                        // 0 <= n <= kSiteFrames
   uintptr_t ips[kSiteFrames] = {};  // return addresses, innermost first
 };
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "shim/core/fixed_text.h"
+#include "shim/core/phdr.h"
 
 namespace pinshim {
 namespace optimize {
@@ -192,14 +193,16 @@ bool SiteProfile::Load(const char* path, char* err, size_t err_len) {
       if (too_long || len != header_len || memcmp(line, kProfileHeader, header_len) != 0) {
         AppendLocation(&msg, path, 1);
         const size_t stem = header_len - 1;  // "# pinshim profile v"
-        bool version = !too_long && len > stem && len - stem <= 8 &&
-                       memcmp(line, kProfileHeader, stem) == 0;
+        bool version =
+            !too_long && len > stem && len - stem <= 8 && memcmp(line, kProfileHeader, stem) == 0;
         for (size_t i = stem; version && i < len; ++i) version = line[i] >= '0' && line[i] <= '9';
         if (version) {
-          msg.Append("profile format ").Append(line + stem - 1, len - stem + 1)
+          msg.Append("profile format ")
+              .Append(line + stem - 1, len - stem + 1)
               .Append(" is not supported; this pinshim reads v1");
         } else {
-          msg.Append("not a pinshim profile (line 1 must be \"").Append(kProfileHeader)
+          msg.Append("not a pinshim profile (line 1 must be \"")
+              .Append(kProfileHeader)
               .Append("\")");
         }
         good = false;
@@ -265,8 +268,8 @@ bool SiteProfile::Load(const char* path, char* err, size_t err_len) {
   return true;
 }
 
-bool SiteProfile::ParseLine(const char* path, long line_no, const char* line, size_t len,
-                            char* err, size_t err_len) {
+bool SiteProfile::ParseLine(const char* path, long line_no, const char* line, size_t len, char* err,
+                            size_t err_len) {
   FixedText msg(err, err_len);
   size_t p = 0;
   auto next_word = [&](size_t* start) -> size_t {
@@ -289,7 +292,8 @@ bool SiteProfile::ParseLine(const char* path, long line_no, const char* line, si
   }
   if (n_sites_ >= kMaxProfileSites) {
     AppendLocation(&msg, path, line_no);
-    msg.Append("more than ").AppendUint(kMaxProfileSites)
+    msg.Append("more than ")
+        .AppendUint(kMaxProfileSites)
         .Append(" sites; a profile holds at most that many");
     return false;
   }
@@ -321,7 +325,8 @@ bool SiteProfile::ParseLine(const char* path, long line_no, const char* line, si
     const int module = FindOrAddModule(id, id_len);
     if (module < 0) {
       AppendLocation(&msg, path, line_no);
-      msg.Append("more than ").AppendUint(kMaxProfileModules)
+      msg.Append("more than ")
+          .AppendUint(kMaxProfileModules)
           .Append(" distinct build ids; a profile names at most that many modules");
       return false;
     }
@@ -358,7 +363,7 @@ void SiteProfile::Resolve(Resolution* r) const {
     Resolution* r;
     bool first;
   } walk{this, r, true};
-  dl_iterate_phdr(
+  IteratePhdr(
       [](dl_phdr_info* info, size_t size, void* arg) -> int {
         Walk* w = static_cast<Walk*>(arg);
         if (w->first) {
@@ -417,14 +422,13 @@ bool SiteProfile::Match(const SiteFrames& frames, BiasOf bias_of) const {
 bool SiteProfile::Contains(const SiteFrames& frames) const {
   if (n_sites_ == 0 || frames.n <= 0 || frames.n > kSiteFrames) return false;
   Counters now;
-  dl_iterate_phdr(ReadCounters, &now);
+  IteratePhdr(ReadCounters, &now);
   if (now.known) {
     const uint64_t s1 = seq_.load(std::memory_order_acquire);
     if (s1 != 0 && (s1 & 1) == 0 && adds_.load(std::memory_order_relaxed) == now.adds &&
         subs_.load(std::memory_order_relaxed) == now.subs) {
-      const bool hit = Match(frames, [this](uint16_t m) {
-        return bias_[m].load(std::memory_order_relaxed);
-      });
+      const bool hit =
+          Match(frames, [this](uint16_t m) { return bias_[m].load(std::memory_order_relaxed); });
       std::atomic_thread_fence(std::memory_order_acquire);
       if (seq_.load(std::memory_order_relaxed) == s1) return hit;
     }

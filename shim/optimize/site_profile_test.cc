@@ -214,8 +214,8 @@ TEST_F(SiteProfileTest, AShorterSiteMatchesAsAPrefix) {
 
 TEST_F(SiteProfileTest, OtherFramesDoNotMatch) {
   const uintptr_t a = AllocatingFunction(), b = ItsCaller(), c = AnotherFunction();
-  ASSERT_TRUE(LoadText(kHeader + "site " + FrameOf(a) + " " + FrameOf(b) + "\n" +
-                       "site " + FrameOf(c) + " " + FrameOf(a) + " " + FrameOf(b) + "\n"))
+  ASSERT_TRUE(LoadText(kHeader + "site " + FrameOf(a) + " " + FrameOf(b) + "\n" + "site " +
+                       FrameOf(c) + " " + FrameOf(a) + " " + FrameOf(b) + "\n"))
       << err_;
   EXPECT_EQ(profile_->size(), 2u);
   EXPECT_FALSE(profile_->Contains(Frames({b, a})));
@@ -231,7 +231,7 @@ TEST_F(SiteProfileTest, AnotherBuildIdDoesNotMatch) {
   const std::string frame = FrameOf(a);
   const size_t plus = frame.find('+');
   std::string other = frame;
-  other[0] = other[0] == 'f' ? '0' : 'f';  // one byte of the id differs
+  other[0] = other[0] == 'f' ? '0' : 'f';       // one byte of the id differs
   const std::string shorter = frame.substr(2);  // the id one byte shorter
   ASSERT_TRUE(LoadText(kHeader + "site " + other + "\nsite " + shorter + "\n")) << err_;
   ASSERT_NE(plus, std::string::npos);
@@ -315,9 +315,9 @@ TEST_F(SiteProfileTest, LoadAndContainsDoNotAllocate) {
 
 TEST_F(SiteProfileTest, CommentsBlankLinesAndCrlfAreAccepted) {
   const std::string f = FrameOf(AllocatingFunction());
-  ASSERT_TRUE(LoadText(std::string(kProfileHeader) + "  \r\n" + "# hottest first\n\n" +
-                       "   \t\n" + "site\t" + f + "  \r\n" + "# " + std::string(5000, 'x') +
-                       "\n" + "site " + f + " " + f))  // no final newline
+  ASSERT_TRUE(LoadText(std::string(kProfileHeader) + "  \r\n" + "# hottest first\n\n" + "   \t\n" +
+                       "site\t" + f + "  \r\n" + "# " + std::string(5000, 'x') + "\n" + "site " +
+                       f + " " + f))  // no final newline
       << err_;
   EXPECT_EQ(profile_->size(), 2u);
   ASSERT_TRUE(LoadText(kHeader)) << err_;
@@ -354,8 +354,8 @@ TEST_F(SiteProfileTest, MalformedLinesNameTheirLineNumber) {
       "in hexadecimal)";
   EXPECT_EQ(LoadError(kHeader + "# ok\nsite ab12+0x10 zz+0x10\n"),
             "PROFILE:3: bad frame \"zz+0x10\"" + bad_frame);
-  EXPECT_EQ(LoadError(kHeader + "site abc+0x10\n"), "PROFILE:2: bad frame \"abc+0x10\"" +
-                                                        bad_frame);  // odd digit count
+  EXPECT_EQ(LoadError(kHeader + "site abc+0x10\n"),
+            "PROFILE:2: bad frame \"abc+0x10\"" + bad_frame);  // odd digit count
   EXPECT_EQ(LoadError(kHeader + "site ab+10\n"), "PROFILE:2: bad frame \"ab+10\"" + bad_frame);
   EXPECT_EQ(LoadError(kHeader + "site ab+0x\n"), "PROFILE:2: bad frame \"ab+0x\"" + bad_frame);
   EXPECT_EQ(LoadError(kHeader + "site +0x10\n"), "PROFILE:2: bad frame \"+0x10\"" + bad_frame);
@@ -371,7 +371,7 @@ TEST_F(SiteProfileTest, MalformedLinesNameTheirLineNumber) {
             "PROFILE:3: expected \"site FRAME...\" or a '#' comment, got \"sites 01+0x1\"");
   EXPECT_EQ(LoadError(kHeader + " # indented comment\n"),
             "PROFILE:2: expected \"site FRAME...\" or a '#' comment, got \" # indented "
-                    "comment\"");
+            "comment\"");
   EXPECT_EQ(LoadError(kHeader + "site " + std::string(2000, 'a') + "\n"),
             "PROFILE:2: line longer than 1023 bytes");
 }
@@ -395,8 +395,9 @@ TEST_F(SiteProfileTest, AtMost256BuildIds) {
   }
   ASSERT_TRUE(LoadText(text)) << err_;
   text += "site ffff+0x1\n";
-  EXPECT_EQ(LoadError(text), "PROFILE:258: more than 256 distinct build ids; a profile names at "
-                                 "most that many modules");
+  EXPECT_EQ(LoadError(text),
+            "PROFILE:258: more than 256 distinct build ids; a profile names at "
+            "most that many modules");
 }
 
 TEST_F(SiteProfileTest, AFailedLoadLeavesTheProfileEmpty) {

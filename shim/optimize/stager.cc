@@ -2,8 +2,8 @@
 
 #include <dlfcn.h>
 #include <emmintrin.h>
-#include <immintrin.h>
 #include <fcntl.h>
+#include <immintrin.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
@@ -137,8 +137,8 @@ uint32_t OnlineCores() {
 }  // namespace
 
 struct Stager::Job {
-  std::atomic<int> live{0};     // workers may join
-  std::atomic<int> abort{0};    // stop: a DMA failed
+  std::atomic<int> live{0};   // workers may join
+  std::atomic<int> abort{0};  // stop: a DMA failed
   std::atomic<uint32_t> joined{0};
   std::atomic<uint32_t> inside{0};
   bool h2d = true;
@@ -265,8 +265,8 @@ uint32_t Stager::UsableWorkers() {
     uint64_t busy, total;
     if (ReadCpuTimes(&busy, &total)) {
       if (last_total_ != 0 && total > last_total_) {
-        const double idle = 1.0 - static_cast<double>(busy - last_busy_) /
-                                      static_cast<double>(total - last_total_);
+        const double idle =
+            1.0 - static_cast<double>(busy - last_busy_) / static_cast<double>(total - last_total_);
         const double cores = idle * OnlineCores();
         idle_cores_x16_.store(static_cast<uint32_t>(cores < 0 ? 0 : cores * 16),
                               std::memory_order_relaxed);
@@ -459,8 +459,7 @@ bool Stager::DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const {
     return false;
   }
   unsigned int managed = 0;
-  if (ops_->pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dev) !=
-          CUDA_SUCCESS ||
+  if (ops_->pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dev) != CUDA_SUCCESS ||
       managed != 0) {
     return false;
   }
@@ -658,9 +657,8 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
       // for the first round, its previous DMA completed).
       if (issued < job->nchunks) {
         const uint32_t k = issued;
-        const bool free_slot =
-            k < S ? job->slot_gen[k].load(std::memory_order_acquire) != 0
-                  : job->done[k - S].load(std::memory_order_acquire) == job->ppc;
+        const bool free_slot = k < S ? job->slot_gen[k].load(std::memory_order_acquire) != 0
+                                     : job->done[k - S].load(std::memory_order_acquire) == job->ppc;
         if (free_slot) {
           if (CUresult e = issue(k)) {
             r = e;
@@ -749,8 +747,8 @@ void Stager::OnContextDestroyed(CUcontext ctx) {
     account_->Release(PinUse::kStaging, l.ring_bytes);
     ring_bytes_.fetch_sub(l.ring_bytes, std::memory_order_relaxed);
     ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kStaging,
-                 OwnPinReason::kContextDestroyed, reinterpret_cast<uintptr_t>(l.ring),
-                 l.ring_bytes, 0, CUDA_SUCCESS);
+                 OwnPinReason::kContextDestroyed, reinterpret_cast<uintptr_t>(l.ring), l.ring_bytes,
+                 0, CUDA_SUCCESS);
     l.ring = nullptr;
     l.ctx.store(nullptr, std::memory_order_relaxed);
     l.state.store(kLaneEmpty, std::memory_order_release);
@@ -785,25 +783,23 @@ PINSHIM_INVARIANT_WALKER InvariantReport Stager::CheckInvariants() const {
     const Lane& l = lanes_[i];
     const int state = l.state.load(std::memory_order_acquire);
     const CUcontext ctx = l.ctx.load(std::memory_order_relaxed);
-    r.Expect(state == kLaneEmpty || state == kLaneFree, "S1 every lane is empty or free", i,
-             state);
+    r.Expect(state == kLaneEmpty || state == kLaneFree, "S1 every lane is empty or free", i, state);
     if (state == kLaneEmpty) {
-      r.Expect(l.ring == nullptr && ctx == nullptr,
-               "S2 an empty lane holds no ring and no context", i);
+      r.Expect(l.ring == nullptr && ctx == nullptr, "S2 an empty lane holds no ring and no context",
+               i);
     } else if (state == kLaneFree) {
       r.Expect(l.ring != nullptr && ctx != nullptr && l.slots >= 2 && l.slots <= kMaxSlots &&
                    l.chunk_bytes != 0 && l.chunk_bytes % page == 0 &&
                    l.ring_bytes == l.chunk_bytes * l.slots,
-               "S2 a free lane holds a ring of chunk_bytes x slots in a context", i,
-               l.ring_bytes);
+               "S2 a free lane holds a ring of chunk_bytes x slots in a context", i, l.ring_bytes);
       ring_bytes += l.ring_bytes;
       const auto lo = reinterpret_cast<uintptr_t>(l.ring);
       for (int j = 0; j < i; ++j) {
         const Lane& o = lanes_[j];
         if (o.state.load(std::memory_order_acquire) != kLaneFree || o.ring == nullptr) continue;
         const auto olo = reinterpret_cast<uintptr_t>(o.ring);
-        r.Expect(lo + l.ring_bytes <= olo || olo + o.ring_bytes <= lo, "S4 no two rings overlap",
-                 j, i);
+        r.Expect(lo + l.ring_bytes <= olo || olo + o.ring_bytes <= lo, "S4 no two rings overlap", j,
+                 i);
       }
     }
     for (uint32_t s = 0; s < l.slots && s < kMaxSlots; ++s) {

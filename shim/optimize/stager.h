@@ -43,12 +43,12 @@ namespace optimize {
 
 struct StagerOptions {
   uint32_t workers = 0;  // 0: the measured default, from the core count (DefaultWorkers)
-  uint64_t chunk_bytes = uint64_t{4} << 20;  // a ring slot; copies may use less of it
-  uint32_t slots = 4;                        // ring depth
+  uint64_t chunk_bytes = uint64_t{4} << 20;    // a ring slot; copies may use less of it
+  uint32_t slots = 4;                          // ring depth
   uint64_t min_h2d_bytes = uint64_t{1} << 20;  // smaller copies go to the driver
   uint64_t min_d2h_bytes = uint64_t{256} << 10;
   uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // rings idle this long are given back
-  bool load_aware = true;  // use only the cores /proc/stat says are idle
+  bool load_aware = true;                             // use only the cores /proc/stat says are idle
   OwnPinCallback on_own_pin = nullptr;
   // The program's device allocations as the hooks saw them (kDevice
   // regions): a copy's device range is checked there first, without a
@@ -58,18 +58,18 @@ struct StagerOptions {
 
 // What a staged copy was, for the trace.
 struct StagedInfo {
-  uint32_t workers = 0;      // threads that copied (the calling thread included)
+  uint32_t workers = 0;  // threads that copied (the calling thread included)
   uint64_t chunk_bytes = 0;
 };
 
 struct StagerStats {
-  uint64_t copies;       // staged
+  uint64_t copies;  // staged
   uint64_t bytes;
-  uint64_t declined;     // went to the driver (busy, small copies not counted)
-  uint64_t busy_cpus;    // of those: no idle cores
-  uint64_t no_lane;      // of those: every lane busy, or no ring
-  uint64_t ring_bytes;   // pinned for rings now
-  uint32_t workers;      // the pool's size
+  uint64_t declined;    // went to the driver (busy, small copies not counted)
+  uint64_t busy_cpus;   // of those: no idle cores
+  uint64_t no_lane;     // of those: every lane busy, or no ring
+  uint64_t ring_bytes;  // pinned for rings now
+  uint32_t workers;     // the pool's size
 };
 
 class Stager {
@@ -93,7 +93,7 @@ class Stager {
   // Whether a copy of `bytes` in `dir` is worth staging (size only; one load).
   bool Wants(CopyDir dir, uint64_t bytes) const {
     return active() && (dir == CopyDir::kHostToDevice ? bytes >= options_.min_h2d_bytes
-                                                       : bytes >= options_.min_d2h_bytes);
+                                                      : bytes >= options_.min_d2h_bytes);
   }
 
   // Runs the copy between host [host, host + bytes) and device [dev, dev +
@@ -166,8 +166,7 @@ class Stager {
   std::atomic<uint32_t> idle_cores_x16_{0};  // idle cores seen last, times 16
   uint64_t last_busy_ = 0, last_total_ = 0;  // /proc/stat, guarded by sampling_
   std::atomic<bool> sampling_{false};
-  std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0},
-      ring_bytes_{0};
+  std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
 };
 
 }  // namespace optimize

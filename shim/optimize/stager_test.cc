@@ -68,12 +68,12 @@ class StagerTest : public ::testing::Test {
     Fill(src.data(), n, seed);
     CUresult r = CUDA_ERROR_UNKNOWN;
     StagedInfo info;
-    ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_ + at, n, stream, sync, &r,
-                              &info));
+    ASSERT_TRUE(
+        stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_ + at, n, stream, sync, &r, &info));
     ASSERT_EQ(r, CUDA_SUCCESS);
     EXPECT_GE(info.workers, 1u);
-    ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev_ + at, n, stream, sync, &r,
-                              &info));
+    ASSERT_TRUE(
+        stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev_ + at, n, stream, sync, &r, &info));
     ASSERT_EQ(r, CUDA_SUCCESS);
     EXPECT_TRUE(HasPattern(back.data(), n, seed)) << n << " bytes at " << at;
   }
@@ -111,7 +111,8 @@ TEST_F(StagerTest, CopiesLargerThanOnePass) {
   StagedInfo info;
   ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, src.data(), big, n, nullptr, true, &r, &info));
   ASSERT_EQ(r, CUDA_SUCCESS);
-  ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), big, n, nullptr, true, &r, &info));
+  ASSERT_TRUE(
+      stager_->Stage(CopyDir::kDeviceToHost, back.data(), big, n, nullptr, true, &r, &info));
   ASSERT_EQ(r, CUDA_SUCCESS);
   EXPECT_TRUE(HasPattern(back.data(), n, 9));
   EXPECT_EQ(cuMemFree(big), CUDA_SUCCESS);
@@ -120,9 +121,11 @@ TEST_F(StagerTest, CopiesLargerThanOnePass) {
 // An asynchronous host-to-device copy returns once its source was read: the
 // program may overwrite it at once; its last DMAs run later, in stream order.
 TEST_F(StagerTest, AsyncHostToDeviceReadsItsSourceBeforeReturning) {
-  fakecuda_set_copy_delay_us(2000);  // the DMAs lag behind
   CUstream s;
   ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  // The stream starts nothing until released: every DMA is still queued
+  // when the call returns, however slowly this build runs.
+  ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
   const uint64_t n = 3 * kMiB;  // fits in the ring: returns before the DMAs ran
   std::vector<uint8_t> src(n), back(n);
   Fill(src.data(), n, 41);
@@ -132,6 +135,7 @@ TEST_F(StagerTest, AsyncHostToDeviceReadsItsSourceBeforeReturning) {
   ASSERT_EQ(r, CUDA_SUCCESS);
   EXPECT_GT(fakecuda_pending_ops(), 0u);  // really still queued
   Fill(src.data(), n, 42);                // the program reuses its buffer
+  ASSERT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
   // The next copy on the stream sees the first one's data.
   ASSERT_EQ(cuMemcpyDtoHAsync(back.data(), dev_, n, s), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
@@ -176,17 +180,17 @@ TEST_F(StagerTest, DeclinesBadDeviceRanges) {
   CUresult r = CUDA_SUCCESS;
   StagedInfo info;
   EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_ + kDevBytes - kMiB,
-                             src.size(), nullptr, true, &r, &info));
+                              src.size(), nullptr, true, &r, &info));
   EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), 0x1000, src.size(), nullptr, true,
-                             &r, &info));
+                              &r, &info));
   // Host memory that is not mapped: the driver answers.
   void* gone = mmap(nullptr, 4 * kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   munmap(gone, 4 * kMiB);
-  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, gone, dev_, 4 * kMiB, nullptr, true, &r,
-                             &info));
+  EXPECT_FALSE(
+      stager_->Stage(CopyDir::kHostToDevice, gone, dev_, 4 * kMiB, nullptr, true, &r, &info));
   // Below the direction's threshold.
-  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, 1000, nullptr, true, &r,
-                             &info));
+  EXPECT_FALSE(
+      stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, 1000, nullptr, true, &r, &info));
 }
 
 TEST_F(StagerTest, ManyThreadsAtOnce) {
@@ -239,9 +243,9 @@ TEST_F(StagerTest, TwoDevices) {
   CUresult r;
   StagedInfo info;
   ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev1, src.size(), nullptr, true,
-                            &r, &info));
+                             &r, &info));
   ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev1, back.size(), nullptr, true,
-                            &r, &info));
+                             &r, &info));
   EXPECT_TRUE(HasPattern(back.data(), back.size(), 5));
   EXPECT_EQ(cuMemFree(dev1), CUDA_SUCCESS);
   ASSERT_EQ(cuCtxSetCurrent(MakeContextCurrent()), CUDA_SUCCESS);

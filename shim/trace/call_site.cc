@@ -135,8 +135,8 @@ uint32_t StackTable::Intern(const CapturedStack& s, uint32_t epoch, bool* is_new
         slot.py_status == static_cast<uint8_t>(s.python.status) &&
         slot.py_depth == static_cast<uint8_t>(PythonWords(s)) &&
         slot.py_omitted == s.python.omitted &&
-        memcmp(ips_ + slot.ip_offset, s.ips,
-               sizeof(uintptr_t) * static_cast<size_t>(s.depth)) == 0 &&
+        memcmp(ips_ + slot.ip_offset, s.ips, sizeof(uintptr_t) * static_cast<size_t>(s.depth)) ==
+            0 &&
         memcmp(ips_ + slot.ip_offset + s.depth, s.python.frames,
                sizeof(uint64_t) * static_cast<size_t>(PythonWords(s))) == 0) {
       return id;
@@ -259,10 +259,10 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
       ++cache->hits;
       if (!with_python && e.stack_id != 0) return e.stack_id;
       const PythonStack& py = scratch->python;
-      if (with_python && e.python_id != 0 &&
-          e.python_status == static_cast<uint8_t>(py.status) &&
+      if (with_python && e.python_id != 0 && e.python_status == static_cast<uint8_t>(py.status) &&
           e.python_depth == static_cast<uint8_t>(py.depth) && e.python_omitted == py.omitted &&
-          memcmp(e.python_frames, py.frames, sizeof(uint64_t) * static_cast<size_t>(py.depth)) == 0) {
+          memcmp(e.python_frames, py.frames, sizeof(uint64_t) * static_cast<size_t>(py.depth)) ==
+              0) {
         return e.python_id;
       }
       // The native part is unchanged; the whole stack (with its Python
@@ -338,8 +338,7 @@ int CaptureFromSignalContext(void* ucontext, int max_depth, CapturedStack* out) 
   out->python.omitted = 0;
 #if defined(__x86_64__) || defined(__aarch64__)
   unw_cursor_t cursor;
-  if (unw_init_local2(&cursor, static_cast<unw_context_t*>(ucontext),
-                      UNW_INIT_SIGNAL_FRAME) != 0) {
+  if (unw_init_local2(&cursor, static_cast<unw_context_t*>(ucontext), UNW_INIT_SIGNAL_FRAME) != 0) {
     return 0;
   }
   Walk(&cursor, max_depth, true, out);
@@ -349,8 +348,7 @@ int CaptureFromSignalContext(void* ucontext, int max_depth, CapturedStack* out) 
   return out->depth;
 }
 
-size_t EncodeStack(uint32_t id, uint32_t generation, const CapturedStack& s,
-                   uint8_t* out) {
+size_t EncodeStack(uint32_t id, uint32_t generation, const CapturedStack& s, uint8_t* out) {
   uint8_t* p = PutVarint(out, id);
   p = PutVarint(p, generation);
   p = PutVarint(p, static_cast<uint64_t>(s.depth));

@@ -116,9 +116,8 @@ class StackTable {
 // together with the Python frames in `python` (null or status kNone: none).
 // Returns the stack id; when the stack is new, *is_new is set and `scratch`
 // holds it. `cache` and `scratch` belong to the calling thread.
-uint32_t CaptureCallSite(UnwindCache* cache, int max_depth, uint32_t epoch,
-                         StackTable* table, CapturedStack* scratch, bool* is_new,
-                         const PythonStack* python = nullptr);
+uint32_t CaptureCallSite(UnwindCache* cache, int max_depth, uint32_t epoch, StackTable* table,
+                         CapturedStack* scratch, bool* is_new, const PythonStack* python = nullptr);
 
 // Captures the stack interrupted by a signal, from the handler's ucontext;
 // frame 0 is the interrupted instruction. No cache. Returns the depth.
@@ -127,10 +126,9 @@ int CaptureFromSignalContext(void* ucontext, int max_depth, CapturedStack* out);
 // Encodes `stack` as a kStack payload into `out` (room for
 // kMaxStackPayload bytes) and returns its length; the Python section only
 // when the stack has one.
-constexpr size_t kMaxStackPayload = 4 * kMaxVarint + kMaxStackDepth * kMaxVarint +
-                                    3 * kMaxVarint + kMaxPythonFrames * 2 * kMaxVarint;
-size_t EncodeStack(uint32_t id, uint32_t generation, const CapturedStack& stack,
-                   uint8_t* out);
+constexpr size_t kMaxStackPayload = 4 * kMaxVarint + kMaxStackDepth * kMaxVarint + 3 * kMaxVarint +
+                                    kMaxPythonFrames * 2 * kMaxVarint;
+size_t EncodeStack(uint32_t id, uint32_t generation, const CapturedStack& stack, uint8_t* out);
 
 }  // namespace trace
 }  // namespace pinshim

@@ -138,8 +138,7 @@ TEST(CallSite, EncodesStack) {
   EXPECT_EQ(d, 0x100);
 }
 
-__attribute__((noinline)) uint32_t SiteWithPython(Fixture* f, const PythonStack* py,
-                                                  bool* is_new) {
+__attribute__((noinline)) uint32_t SiteWithPython(Fixture* f, const PythonStack* py, bool* is_new) {
   uint32_t id = CaptureCallSite(&f->cache, 16, 1, &f->table, &f->scratch, is_new, py);
   asm volatile("" ::: "memory");
   return id;

@@ -175,11 +175,13 @@ void WatchCopy(const void* host, uint64_t bytes, bool device_to_host, const void
     if (ps > 0) g_page.store(static_cast<uintptr_t>(ps), std::memory_order_relaxed);
   }
   // A newer copy of the same range, the same way, stands for the older one.
-  TakeAll([&](Slot& s) {
-    return s.begin.load(std::memory_order_relaxed) == begin &&
-           s.end.load(std::memory_order_relaxed) == end &&
-           s.d2h.load(std::memory_order_relaxed) == d2h;
-  }, /*open=*/true);
+  TakeAll(
+      [&](Slot& s) {
+        return s.begin.load(std::memory_order_relaxed) == begin &&
+               s.end.load(std::memory_order_relaxed) == end &&
+               s.d2h.load(std::memory_order_relaxed) == d2h;
+      },
+      /*open=*/true);
   const uint64_t ticket = g_ticket.fetch_add(1, std::memory_order_relaxed);
   uintptr_t lo = g_lo.load(std::memory_order_relaxed);
   while (begin < lo && !g_lo.compare_exchange_weak(lo, begin)) {
@@ -289,18 +291,23 @@ void CopyWatchMarkDone(uint64_t key) {
   uintptr_t st = m->stream.load(std::memory_order_relaxed);
   uint64_t t2 = m->ticket.load(std::memory_order_acquire);
   if (t1 == 0 || t1 != t2 || m->key.load(std::memory_order_relaxed) != key) return;
-  TakeAll([&](Slot& s) {
-    return s.stream.load(std::memory_order_relaxed) == st &&
-           s.ticket.load(std::memory_order_relaxed) < t1;
-  }, true);
+  TakeAll(
+      [&](Slot& s) {
+        return s.stream.load(std::memory_order_relaxed) == st &&
+               s.ticket.load(std::memory_order_relaxed) < t1;
+      },
+      true);
 }
 
 void CopyWatchForgetRange(const void* p, uint64_t bytes, bool still_mapped) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t z = a + (bytes == 0 ? 1 : bytes);
-  TakeAll([&](Slot& s) {
-    return a < s.end.load(std::memory_order_relaxed) && s.begin.load(std::memory_order_relaxed) < z;
-  }, still_mapped);
+  TakeAll(
+      [&](Slot& s) {
+        return a < s.end.load(std::memory_order_relaxed) &&
+               s.begin.load(std::memory_order_relaxed) < z;
+      },
+      still_mapped);
 }
 
 void CopyWatchReset() {

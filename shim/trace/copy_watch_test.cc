@@ -28,8 +28,8 @@ TEST_F(CopyWatchTest, ReadsOfSourcesAreNoRaceAndEachCopyIsTakenOnce) {
   EXPECT_TRUE(CopyWatchAny());
   EXPECT_FALSE(TakeCopyAccess(buf, 16, /*write=*/false));  // reading an upload's source
   EXPECT_TRUE(TakeCopyAccess(buf, 16, /*write=*/true));
-  EXPECT_FALSE(TakeCopyAccess(buf, 16, /*write=*/true));   // reported once
-  EXPECT_FALSE(TakeCopyAccess(buf + 300, 16, false));      // outside
+  EXPECT_FALSE(TakeCopyAccess(buf, 16, /*write=*/true));  // reported once
+  EXPECT_FALSE(TakeCopyAccess(buf + 300, 16, false));     // outside
   EXPECT_TRUE(TakeCopyAccess(buf + 200, 1, /*write=*/false));
   EXPECT_FALSE(CopyWatchAny());
 }
@@ -69,12 +69,12 @@ TEST_F(CopyWatchTest, GuardProtectsWholePagesUntilTheCopyIsTaken) {
   WatchCopy(mem + page - 8, 2 * page + 16, true, S(0x10), /*guard=*/true);
   EXPECT_EQ(write(fds[1], mem + page - 8, 1), 1);  // page 0: open
   errno = 0;
-  EXPECT_EQ(write(fds[1], mem + page, 1), -1);     // page 1: guarded
+  EXPECT_EQ(write(fds[1], mem + page, 1), -1);  // page 1: guarded
   EXPECT_EQ(errno, EFAULT);
   bool record = false;
   EXPECT_TRUE(CopyGuardFault(reinterpret_cast<uintptr_t>(mem + page + 5), false, &record));
   EXPECT_TRUE(record);
-  EXPECT_EQ(write(fds[1], mem + page, 1), 1);      // opened by the fault
+  EXPECT_EQ(write(fds[1], mem + page, 1), 1);  // opened by the fault
   EXPECT_EQ(CopyGuardFaults(), 1u);
   // A fault the guard has nothing to do with is not its.
   EXPECT_FALSE(CopyGuardFault(reinterpret_cast<uintptr_t>(mem + 3 * page + 100), false, &record));
@@ -82,7 +82,7 @@ TEST_F(CopyWatchTest, GuardProtectsWholePagesUntilTheCopyIsTaken) {
   WatchCopy(mem, 4 * page, false, S(0x20), true);
   EXPECT_EQ(write(fds[1], mem + 2 * page, 1), 1);  // readable
   CopyWatchStreamDone(S(0x20));
-  mem[2 * page] = 1;                                 // writable again
+  mem[2 * page] = 1;  // writable again
   close(fds[0]);
   close(fds[1]);
   munmap(mem, 4 * page);

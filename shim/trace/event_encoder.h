@@ -46,7 +46,7 @@ struct SyncEvent {
   uint64_t start_ns;
   uint64_t end_ns;
   int result;
-  int device = -1;     // current at the call; -1 unknown
+  int device = -1;  // current at the call; -1 unknown
 };
 
 // A stream the program created (kStream).
@@ -58,7 +58,7 @@ struct StreamEvent {
   uint64_t start_ns;
   uint64_t end_ns;
   int result;
-  int device;          // current at the call; -1 unknown
+  int device;  // current at the call; -1 unknown
 };
 
 // A stream capture or graph launch (kGraph).
@@ -66,7 +66,7 @@ struct GraphEvent {
   ApiId api;
   GraphOp op;
   const void* stream;
-  const void* graph;   // capture end: the CUgraph; launch: the CUgraphExec
+  const void* graph;  // capture end: the CUgraph; launch: the CUgraphExec
   uint64_t start_ns;
   uint64_t end_ns;
   int result;
@@ -123,8 +123,7 @@ class BatchEncoder {
     p = PutVarint(p, Duration(e.start_ns, e.end_ns));
     p = PutVarint(p, e.api);
     p = PutVarint(p, bits);
-    p = PutVarint(p, static_cast<uint32_t>(e.src_kind) |
-                         (static_cast<uint32_t>(e.dst_kind) << 3));
+    p = PutVarint(p, static_cast<uint32_t>(e.src_kind) | (static_cast<uint32_t>(e.dst_kind) << 3));
     p = PutVarint(p, e.bytes);
     p = PutVarint(p, stack);
     p = PutDelta(p, reinterpret_cast<uintptr_t>(e.stream), &prev_stream_);
@@ -167,8 +166,8 @@ class BatchEncoder {
     AppendFields(EventType::kHostAlloc, time_ns, f);
   }
 
-  void AppendMisuse(MisuseKind kind, const void* ptr, uint64_t bytes,
-                    uint64_t time_ns, uint32_t stack, uint32_t detail) {
+  void AppendMisuse(MisuseKind kind, const void* ptr, uint64_t bytes, uint64_t time_ns,
+                    uint32_t stack, uint32_t detail) {
     MisuseFields f;
     f.kind = static_cast<uint32_t>(kind);
     f.ptr = reinterpret_cast<uintptr_t>(ptr);

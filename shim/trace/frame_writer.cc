@@ -64,10 +64,8 @@ bool WriteFrame(int fd, FrameType type, const struct iovec* parts, int n_parts) 
 namespace {
 
 // snprintf into a fixed buffer; true when it fit.
-bool Format(char* out, size_t len, const char* fmt, const char* a, const char* b,
-            long pid, int n) {
-  int r = n == 0 ? snprintf(out, len, fmt, a, b, pid)
-                 : snprintf(out, len, fmt, a, b, pid, n);
+bool Format(char* out, size_t len, const char* fmt, const char* a, const char* b, long pid, int n) {
+  int r = n == 0 ? snprintf(out, len, fmt, a, b, pid) : snprintf(out, len, fmt, a, b, pid, n);
   return r > 0 && static_cast<size_t>(r) < len;
 }
 
@@ -92,8 +90,8 @@ bool MakeDirs(const char* dir) {
 
 }  // namespace
 
-int CreateTraceFile(const char* dir, const char* program, long pid, char* path,
-                    size_t path_len, char* err, size_t err_len) {
+int CreateTraceFile(const char* dir, const char* program, long pid, char* path, size_t path_len,
+                    char* err, size_t err_len) {
   const char* base = strrchr(program, '/');
   base = base ? base + 1 : program;
   if (*base == '\0') base = "program";

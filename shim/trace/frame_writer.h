@@ -17,8 +17,8 @@ namespace trace {
 // taken), creating `dir` itself if missing, and writes the file header.
 // Returns the descriptor (O_APPEND, close-on-exec) and the path in
 // `path[0, path_len)`, or -1 with a one-line reason in `err`.
-int CreateTraceFile(const char* dir, const char* program, long pid, char* path,
-                    size_t path_len, char* err, size_t err_len);
+int CreateTraceFile(const char* dir, const char* program, long pid, char* path, size_t path_len,
+                    char* err, size_t err_len);
 
 // Fills the 32-byte file header.
 void EncodeFileHeader(uint8_t out[kFileHeaderBytes]);

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "shim/core/phdr.h"
 #include "shim/trace/trace_format.h"
 
 namespace pinshim {
@@ -113,8 +114,8 @@ int OnModule(dl_phdr_info* info, size_t, void* arg) {
 
 }  // namespace
 
-size_t EncodeModuleMap(uint32_t generation, const char* main_path, uint8_t* out,
-                       size_t cap, ModuleKey* keys, size_t max_keys, size_t* n_keys) {
+size_t EncodeModuleMap(uint32_t generation, const char* main_path, uint8_t* out, size_t cap,
+                       ModuleKey* keys, size_t max_keys, size_t* n_keys) {
   // The count precedes the modules but is known only at the end: modules are
   // encoded after a gap wide enough for any count, then moved down.
   constexpr size_t kGap = 2 * kMaxVarint;
@@ -128,7 +129,7 @@ size_t EncodeModuleMap(uint32_t generation, const char* main_path, uint8_t* out,
   s.vdso = getauxval(AT_SYSINFO_EHDR);
   s.keys = keys;
   s.max_keys = max_keys;
-  dl_iterate_phdr(OnModule, &s);
+  IteratePhdr(OnModule, &s);
   *n_keys = s.n_keys;
   if (s.overflow) return 0;
   uint8_t head[kGap];

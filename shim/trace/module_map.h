@@ -22,8 +22,8 @@ struct ModuleKey {
 // `generation` into out[0, cap). `main_path` names the executable, whose
 // loader entry has no name. Fills keys[0, *n_keys) (at most max_keys).
 // Returns the payload length, or 0 when it did not fit in `cap`.
-size_t EncodeModuleMap(uint32_t generation, const char* main_path, uint8_t* out,
-                       size_t cap, ModuleKey* keys, size_t max_keys, size_t* n_keys);
+size_t EncodeModuleMap(uint32_t generation, const char* main_path, uint8_t* out, size_t cap,
+                       ModuleKey* keys, size_t max_keys, size_t* n_keys);
 
 // True when some module of `before` is missing from `after` (unloaded, or
 // loaded again elsewhere): addresses may now mean different code.

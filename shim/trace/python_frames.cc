@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "shim/core/phdr.h"
+
 namespace pinshim {
 namespace trace {
 namespace {
@@ -29,7 +31,7 @@ constexpr PythonLayout Layout310() {
   l.ts_frame = 24;
   l.fr_previous = 24;  // f_back
   l.fr_code = 32;
-  l.fr_instr = 96;     // f_lasti, in code units
+  l.fr_instr = 96;  // f_lasti, in code units
   l.fr_lineno = 100;
   l.co_filename = 104;
   l.co_name = 112;
@@ -123,9 +125,7 @@ inline T Load(uintptr_t address) {
 
 // A pointer the walk may follow: aligned, in the user half of the address
 // space, not in the first page.
-inline bool Plausible(uintptr_t p) {
-  return p >= 4096 && (p & 7) == 0 && p < (uintptr_t{1} << 47);
-}
+inline bool Plausible(uintptr_t p) { return p >= 4096 && (p & 7) == 0 && p < (uintptr_t{1} << 47); }
 
 inline bool HasType(uintptr_t object, int32_t ob_type, uintptr_t type) {
   return type != 0 && Plausible(object) && Load<uintptr_t>(object + ob_type) == type;
@@ -245,8 +245,7 @@ PythonRuntime g_runtime;
 std::atomic<const PythonRuntime*> g_active{nullptr};
 std::atomic<int> g_detecting{0};
 
-void Describe(PythonRuntime* rt, unsigned major, unsigned minor, unsigned micro,
-              const char* what) {
+void Describe(PythonRuntime* rt, unsigned major, unsigned minor, unsigned micro, const char* what) {
   snprintf(rt->description, sizeof(rt->description), "%u.%u.%u%s%s", major, minor, micro,
            what[0] ? " " : "", what);
 }
@@ -281,7 +280,7 @@ bool DetectPythonRuntime() {
     // The reference taken here is never given back: its functions are
     // called from every record on, so it must not be unloaded under them.
     FindLibpython f{};
-    dl_iterate_phdr(FindLibpythonModule, &f);
+    IteratePhdr(FindLibpythonModule, &f);
     if (f.path[0] != '\0') handle = dlopen(f.path, RTLD_NOLOAD | RTLD_LAZY);
     if (handle == nullptr) handle = RTLD_DEFAULT;
     if (handle != RTLD_DEFAULT) gil = dlsym(handle, "PyGILState_GetThisThreadState");
@@ -317,8 +316,8 @@ bool DetectPythonRuntime() {
     uintptr_t type_type = reinterpret_cast<uintptr_t>(sym("PyType_Type"));
     if (minor == 13) {
       const auto* d = static_cast<const PythonDebugOffsets313*>(sym("_PyRuntime"));
-      rt.fixed = d == nullptr ? PythonStatus::kUnsupported
-                              : ClassifyDebugOffsets313(*d, hex, rt.layout);
+      rt.fixed =
+          d == nullptr ? PythonStatus::kUnsupported : ClassifyDebugOffsets313(*d, hex, rt.layout);
       if (rt.fixed == PythonStatus::kFreeThreaded) {
         Describe(&rt, major, minor, micro, "free-threaded");
       } else if (rt.fixed == PythonStatus::kUnsupported) {
@@ -495,8 +494,9 @@ int PythonLineOf(const PythonRuntime& rt, const PythonRawFrame& f) {
   if (!HasType(table, l.ob_type, rt.types.bytes)) return 0;
   int64_t len = Load<int64_t>(table + static_cast<uintptr_t>(l.ob_size));
   if (len < 0 || len > (int64_t{16} << 20)) return 0;
-  int line = PythonLineFromTable(reinterpret_cast<const uint8_t*>(table + static_cast<uintptr_t>(l.bytes_data)),
-                                 static_cast<size_t>(len), first, f.addr, l.location_table);
+  int line = PythonLineFromTable(
+      reinterpret_cast<const uint8_t*>(table + static_cast<uintptr_t>(l.bytes_data)),
+      static_cast<size_t>(len), first, f.addr, l.location_table);
   return line > 0 ? line : 0;
 }
 
@@ -507,7 +507,8 @@ uint64_t PythonCodeFingerprint(const PythonRuntime& rt, uintptr_t code) {
   uint64_t file = Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_filename));
   uint64_t name = Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_name));
   uint64_t table = Load<uintptr_t>(code + static_cast<uintptr_t>(l.co_linetable));
-  uint64_t first = static_cast<uint32_t>(Load<int32_t>(code + static_cast<uintptr_t>(l.co_firstlineno)));
+  uint64_t first =
+      static_cast<uint32_t>(Load<int32_t>(code + static_cast<uintptr_t>(l.co_firstlineno)));
   return file ^ (name << 1) ^ (table << 2) ^ (first << 40) ^ (first >> 24);
 }
 
@@ -569,8 +570,8 @@ uint32_t PythonCodeTable::Intern(uintptr_t code, uint64_t fingerprint, uint32_t 
 }
 
 void CapturePythonStack(const PythonRuntime* rt, PythonLineCache* cache, PythonCodeTable* table,
-                        uint32_t epoch, PythonRawFrame* raw, PythonCodeInfo* info,
-                        PythonStack* out, PythonCodeSink* sink) {
+                        uint32_t epoch, PythonRawFrame* raw, PythonCodeInfo* info, PythonStack* out,
+                        PythonCodeSink* sink) {
   out->depth = 0;
   out->omitted = 0;
   out->status = PythonStatus::kNone;
@@ -596,9 +597,8 @@ void CapturePythonStack(const PythonRuntime* rt, PythonLineCache* cache, PythonC
     out->status = PythonStatus::kNoThreadState;
     return;
   }
-  if (!Plausible(ts) ||
-      Load<uint64_t>(ts + static_cast<uintptr_t>(l.ts_thread_id)) !=
-          static_cast<uint64_t>(pthread_self())) {
+  if (!Plausible(ts) || Load<uint64_t>(ts + static_cast<uintptr_t>(l.ts_thread_id)) !=
+                            static_cast<uint64_t>(pthread_self())) {
     out->status = PythonStatus::kInvalid;  // not this thread's: nothing is read
     return;
   }
@@ -612,8 +612,9 @@ void CapturePythonStack(const PythonRuntime* rt, PythonLineCache* cache, PythonC
   for (int i = 0; i < n; ++i) {
     const PythonRawFrame& f = raw[i];
     uint64_t fp = PythonCodeFingerprint(*rt, f.code);
-    uint64_t key = ((f.code >> 4) ^ static_cast<uint64_t>(static_cast<uint32_t>(f.addr)) *
-                                         0x9e3779b97f4a7c15ull) >> 20;
+    uint64_t key = ((f.code >> 4) ^
+                    static_cast<uint64_t>(static_cast<uint32_t>(f.addr)) * 0x9e3779b97f4a7c15ull) >>
+                   20;
     PythonLineCache::Entry& e = cache->entries[key & (kPythonLineCacheEntries - 1)];
     uint32_t id;
     uint32_t line;

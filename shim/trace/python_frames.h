@@ -51,38 +51,38 @@ constexpr int kMaxPythonHops = 4096;
 // Where the fields pinshim reads live in one CPython version's structures
 // (x86-64 and other LP64 targets). Offsets in bytes; -1: not in this version.
 struct PythonLayout {
-  int minor = 0;                  // 3.<minor>
-  bool frame_objects = false;     // 3.10: the chain is PyFrameObjects (f_back)
-  bool location_table = false;    // 3.11+: co_linetable is the location table
+  int minor = 0;                // 3.<minor>
+  bool frame_objects = false;   // 3.10: the chain is PyFrameObjects (f_back)
+  bool location_table = false;  // 3.11+: co_linetable is the location table
   // Thread state.
   int32_t ts_interp = -1;
   int32_t ts_thread_id = -1;
-  int32_t ts_frame = -1;          // 3.10 frame, 3.11/3.12 cframe, 3.13 current_frame
-  int32_t cframe_current = -1;    // 3.11/3.12: _PyCFrame.current_frame; -1: direct
+  int32_t ts_frame = -1;        // 3.10 frame, 3.11/3.12 cframe, 3.13 current_frame
+  int32_t cframe_current = -1;  // 3.11/3.12: _PyCFrame.current_frame; -1: direct
   // Frame (_PyInterpreterFrame, or PyFrameObject on 3.10).
   int32_t fr_previous = -1;
   int32_t fr_code = -1;
-  int32_t fr_instr = -1;          // pointer to the code unit being run
-                                  // (prev_instr, instr_ptr); 3.10: int f_lasti
-  int32_t fr_owner = -1;          // char
-  int32_t fr_lineno = -1;         // 3.10: int f_lineno (set while tracing)
+  int32_t fr_instr = -1;   // pointer to the code unit being run
+                           // (prev_instr, instr_ptr); 3.10: int f_lasti
+  int32_t fr_owner = -1;   // char
+  int32_t fr_lineno = -1;  // 3.10: int f_lineno (set while tracing)
   int owner_generator = 1;
-  int owner_cstack = -1;          // 3.12+: entry frames the C stack owns
+  int owner_cstack = -1;  // 3.12+: entry frames the C stack owns
   // Code object.
   int32_t co_filename = -1;
-  int32_t co_name = -1;           // co_qualname where the version has it
+  int32_t co_name = -1;  // co_qualname where the version has it
   int32_t co_firstlineno = -1;
   int32_t co_linetable = -1;
-  int32_t co_code_adaptive = -1;  // 3.11+: the code units, inline
-  int32_t co_firsttraceable = -1; // 3.11+: int _co_firsttraceable
+  int32_t co_code_adaptive = -1;   // 3.11+: the code units, inline
+  int32_t co_firsttraceable = -1;  // 3.11+: int _co_firsttraceable
   // Object headers.
   int32_t ob_type = 8;
-  int32_t ob_size = 16;           // PyVarObject
-  int32_t bytes_data = 32;        // PyBytesObject.ob_sval
-  int32_t str_length = 16;        // PyASCIIObject.length
-  int32_t str_state = 32;         // PyASCIIObject.state
-  int32_t ascii_size = -1;        // sizeof(PyASCIIObject): ASCII data follows
-  int32_t compact_size = -1;      // sizeof(PyCompactUnicodeObject)
+  int32_t ob_size = 16;       // PyVarObject
+  int32_t bytes_data = 32;    // PyBytesObject.ob_sval
+  int32_t str_length = 16;    // PyASCIIObject.length
+  int32_t str_state = 32;     // PyASCIIObject.state
+  int32_t ascii_size = -1;    // sizeof(PyASCIIObject): ASCII data follows
+  int32_t compact_size = -1;  // sizeof(PyCompactUnicodeObject)
 };
 
 // The layout CPython 3.<minor> publishes, null for other versions.
@@ -91,7 +91,7 @@ const PythonLayout* PythonLayoutFor(int minor);
 // Type objects the walk checks objects against.
 struct PythonTypes {
   uintptr_t code = 0;
-  uintptr_t frame = 0;    // 3.10's PyFrame_Type
+  uintptr_t frame = 0;  // 3.10's PyFrame_Type
   uintptr_t unicode = 0;
   uintptr_t bytes = 0;
 };
@@ -106,7 +106,7 @@ struct PythonRuntime {
   void* (*current_thread_state)() = nullptr;   // thread-local (3.12+), else null
   int (*is_finalizing)() = nullptr;
   void* (*main_interpreter)() = nullptr;
-  char description[48] = {};                   // "3.12.3", "3.13.0 free-threaded"
+  char description[48] = {};  // "3.12.3", "3.13.0 free-threaded"
 };
 
 // The prefix of CPython 3.13's _Py_DebugOffsets (Include/internal/
@@ -115,22 +115,28 @@ struct PythonDebugOffsets313 {
   char cookie[8];  // "xdebugpy"
   uint64_t version;
   uint64_t free_threaded;
-  struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
+  struct {
+    uint64_t size, finalizing, interpreters_head;
+  } runtime_state;
   struct {
     uint64_t size, id, next, threads_head, gc, imports_modules, sysdict, builtins, ceval_gil,
         gil_runtime_state, gil_runtime_state_enabled, gil_runtime_state_locked,
         gil_runtime_state_holder;
   } interpreter_state;
   struct {
-    uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id,
-        datastack_chunk, status;
+    uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id, datastack_chunk,
+        status;
   } thread_state;
-  struct { uint64_t size, previous, executable, instr_ptr, localsplus, owner; } interpreter_frame;
+  struct {
+    uint64_t size, previous, executable, instr_ptr, localsplus, owner;
+  } interpreter_frame;
   struct {
     uint64_t size, filename, name, qualname, linetable, firstlineno, argcount, localsplusnames,
         localspluskinds, co_code_adaptive;
   } code_object;
-  struct { uint64_t size, ob_type; } pyobject;
+  struct {
+    uint64_t size, ob_type;
+  } pyobject;
 };
 
 // What a 3.13 interpreter's debug offsets say about reading its frames with
@@ -158,8 +164,8 @@ int PythonLineFromTable(const uint8_t* table, size_t len, int first_line, int ad
 // One frame as the walk found it.
 struct PythonRawFrame {
   uintptr_t code;
-  int32_t addr;   // byte offset of the instruction in the code; -1 before the first
-  int32_t line;   // > 0: the frame states its line itself (3.10 while tracing)
+  int32_t addr;  // byte offset of the instruction in the code; -1 before the first
+  int32_t line;  // > 0: the frame states its line itself (3.10 while tracing)
 };
 
 // Walks from frame `frame` (the innermost) outwards, storing at most `max`
@@ -243,8 +249,8 @@ class PythonCodeSink {
 // `rt` is null). `cache`, `raw` (room for kMaxPythonFrames) and `info` are
 // the thread's own scratch.
 void CapturePythonStack(const PythonRuntime* rt, PythonLineCache* cache, PythonCodeTable* table,
-                        uint32_t epoch, PythonRawFrame* raw, PythonCodeInfo* info,
-                        PythonStack* out, PythonCodeSink* sink);
+                        uint32_t epoch, PythonRawFrame* raw, PythonCodeInfo* info, PythonStack* out,
+                        PythonCodeSink* sink);
 
 // Encodes a kPythonCode payload into `out` (room for kMaxPythonCodePayload).
 constexpr size_t kMaxPythonCodePayload = 4 * kMaxVarint + 2 * kMaxPythonTextBytes;

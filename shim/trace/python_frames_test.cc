@@ -79,8 +79,10 @@ class FakePython {
     uintptr_t data = s + static_cast<uintptr_t>(ascii ? layout_.ascii_size : layout_.compact_size);
     for (size_t i = 0; i < text.size(); ++i) {
       if (kind == 1) Put<uint8_t>(data, static_cast<int32_t>(i), static_cast<uint8_t>(text[i]));
-      if (kind == 2) Put<uint16_t>(data, static_cast<int32_t>(2 * i), static_cast<uint16_t>(text[i]));
-      if (kind == 4) Put<uint32_t>(data, static_cast<int32_t>(4 * i), static_cast<uint32_t>(text[i]));
+      if (kind == 2)
+        Put<uint16_t>(data, static_cast<int32_t>(2 * i), static_cast<uint16_t>(text[i]));
+      if (kind == 4)
+        Put<uint32_t>(data, static_cast<int32_t>(4 * i), static_cast<uint32_t>(text[i]));
     }
     return s;
   }
@@ -106,19 +108,21 @@ class FakePython {
         table.push_back(0);  // a column byte, skipped
         table.push_back(1);
       } else {
-        table.push_back(2);                    // 2 bytes
-        table.push_back(i == 0 ? 0 : 1);       // +1 line
+        table.push_back(2);               // 2 bytes
+        table.push_back(i == 0 ? 0 : 1);  // +1 line
       }
     }
-    uintptr_t code = Block(static_cast<size_t>(layout_.co_code_adaptive > 0 ? layout_.co_code_adaptive : 256) +
-                           static_cast<size_t>(2 * units) + 64);
+    uintptr_t code =
+        Block(static_cast<size_t>(layout_.co_code_adaptive > 0 ? layout_.co_code_adaptive : 256) +
+              static_cast<size_t>(2 * units) + 64);
     Put<uintptr_t>(code, layout_.ob_type, rt_.types.code);
     Put<int64_t>(code, layout_.ob_size, units);
     Put<uintptr_t>(code, layout_.co_filename, Str(file));
     Put<uintptr_t>(code, layout_.co_name, Str(name));
     Put<int32_t>(code, layout_.co_firstlineno, first_line);
     Put<uintptr_t>(code, layout_.co_linetable, Bytes(table));
-    if (layout_.co_firsttraceable >= 0) Put<int32_t>(code, layout_.co_firsttraceable, first_traceable);
+    if (layout_.co_firsttraceable >= 0)
+      Put<int32_t>(code, layout_.co_firsttraceable, first_traceable);
     return code;
   }
 
@@ -309,7 +313,8 @@ TEST_P(EachVersion, CyclesAndDeepChainsAreBounded) {
   EXPECT_EQ(c.stack.status, PythonStatus::kFrames);
   EXPECT_EQ(c.stack.depth, kMaxPythonFrames);
   EXPECT_EQ(c.stack.omitted, 10u);
-  EXPECT_EQ(c.stack.frames[0] & 0xffffffffu, static_cast<uint64_t>(1 + (kMaxPythonFrames + 9) % 60));
+  EXPECT_EQ(c.stack.frames[0] & 0xffffffffu,
+            static_cast<uint64_t>(1 + (kMaxPythonFrames + 9) % 60));
 }
 
 INSTANTIATE_TEST_SUITE_P(Python3, EachVersion, ::testing::Values(10, 11, 12, 13),
@@ -336,9 +341,10 @@ TEST(PythonFrames, EntryFramesAndUnstartedFramesAreSkipped) {
     FakePython py(minor);
     uintptr_t code = py.Code(U"a.py", U"f", 1, 64, /*first_traceable=*/4);
     uintptr_t outer = py.Frame(code, 10, 0);
-    uintptr_t entry = py.Frame(py.Code(U"", U"<trampoline>", 0), 0, outer, py.layout().owner_cstack);
-    uintptr_t unstarted = py.Frame(code, 2, entry);          // before its first RESUME
-    uintptr_t generator = py.Frame(code, 1, unstarted, 1);   // a generator's: counted
+    uintptr_t entry =
+        py.Frame(py.Code(U"", U"<trampoline>", 0), 0, outer, py.layout().owner_cstack);
+    uintptr_t unstarted = py.Frame(code, 2, entry);         // before its first RESUME
+    uintptr_t generator = py.Frame(code, 1, unstarted, 1);  // a generator's: counted
     py.SetInnermost(generator);
     Capture c;
     c.Run(&py.rt());
@@ -386,7 +392,9 @@ TEST(PythonFrames, NonAsciiNamesBecomeUtf8) {
   uintptr_t code = py.Code(U"/data/\u00fcber.py", U"\u65e5\u672c_\U0001F600", 3);
   PythonCodeInfo info;
   ASSERT_TRUE(ReadPythonCode(py.rt(), code, &info));
-  EXPECT_EQ(std::string(info.file, info.file_len), "/data/\xc3\xbc" "ber.py");
+  EXPECT_EQ(std::string(info.file, info.file_len),
+            "/data/\xc3\xbc"
+            "ber.py");
   EXPECT_EQ(std::string(info.function, info.function_len),
             "\xe6\x97\xa5\xe6\x9c\xac_\xf0\x9f\x98\x80");
   EXPECT_EQ(info.first_line, 3);
@@ -436,14 +444,16 @@ TEST(PythonLines, LocationTable) {
   // no-column form with delta -3 (3 units); long form +5 (1 unit); none
   // (2 units).
   const uint8_t table[] = {
-      0x80 | (0 << 3) | 1, 0x05,             // short form, 2 units, a column byte
-      0x80 | (12 << 3) | 0, 3, 4,            // +2, 1 unit, two column bytes
-      0x80 | (13 << 3) | 2, 7,               // varint 7: -3, 3 units
-      0x80 | (14 << 3) | 0, 10, 0, 1, 2,     // varint 10: +5, then end line, columns
-      0x80 | (15 << 3) | 1,                  // no location, 2 units
-      0x80 | (13 << 3) | 0, 0x40 | 2, 1,     // varint 2 + (1 << 6) = 66: +33
+      0x80 | (0 << 3) | 1,  0x05,               // short form, 2 units, a column byte
+      0x80 | (12 << 3) | 0, 3,        4,        // +2, 1 unit, two column bytes
+      0x80 | (13 << 3) | 2, 7,                  // varint 7: -3, 3 units
+      0x80 | (14 << 3) | 0, 10,       0, 1, 2,  // varint 10: +5, then end line, columns
+      0x80 | (15 << 3) | 1,                     // no location, 2 units
+      0x80 | (13 << 3) | 0, 0x40 | 2, 1,        // varint 2 + (1 << 6) = 66: +33
   };
-  auto line = [&](int unit) { return PythonLineFromTable(table, sizeof(table), 20, 2 * unit, true); };
+  auto line = [&](int unit) {
+    return PythonLineFromTable(table, sizeof(table), 20, 2 * unit, true);
+  };
   EXPECT_EQ(line(0), 20);
   EXPECT_EQ(line(1), 20);
   EXPECT_EQ(line(2), 22);

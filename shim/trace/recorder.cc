@@ -24,12 +24,13 @@
 #include <cstring>
 #include <new>
 
+#include "shim/core/phdr.h"
+#include "shim/core/reentry.h"
 #include "shim/trace/call_site.h"
 #include "shim/trace/copy_watch.h"
 #include "shim/trace/frame_writer.h"
 #include "shim/trace/module_map.h"
 #include "shim/trace/python_frames.h"
-#include "shim/core/reentry.h"
 #include "shim/trace/wc_guard.h"
 #include "shim/trace/wc_ranges.h"
 
@@ -87,11 +88,11 @@ struct Global {
   uint32_t api_count = 0;
   bool (*optimize_counters)(OptimizeCountersEvent*) = nullptr;
   OptimizeCountersEvent last_counters{};  // the sampler's last record
-  std::atomic<uint32_t> epoch{1};       // bumped when stack ids must not be reused
-  std::atomic<uint32_t> generation{0};  // latest module map written
+  std::atomic<uint32_t> epoch{1};         // bumped when stack ids must not be reused
+  std::atomic<uint32_t> generation{0};    // latest module map written
   StackTable stacks;
   bool stacks_ready = false;
-  bool python_frames = false;    // record Python frames where there is a runtime
+  bool python_frames = false;  // record Python frames where there is a runtime
   PythonCodeTable python_codes;
   std::atomic<ThreadBuffer*> buffers{nullptr};
   std::atomic<int64_t> pinned_program{0};
@@ -304,8 +305,8 @@ __attribute__((always_inline)) inline uint32_t Capture(ThreadBuffer* b) {
       python = &b->scratch.python;
     }
   }
-  uint32_t id = CaptureCallSite(&b->cache, g.stack_depth, epoch, &g.stacks, &b->scratch, &is_new,
-                                python);
+  uint32_t id =
+      CaptureCallSite(&b->cache, g.stack_depth, epoch, &g.stacks, &b->scratch, &is_new, python);
   if (is_new) WriteStack(id, b->scratch);
   return id;
 }
@@ -468,7 +469,8 @@ void WriteApiNames() {
   }
   uint8_t head[kMaxVarint];
   size_t head_len = static_cast<size_t>(PutVarint(head, count) - head);
-  memmove(count_at + head_len, count_at + kMaxVarint, static_cast<size_t>(p - (count_at + kMaxVarint)));
+  memmove(count_at + head_len, count_at + kMaxVarint,
+          static_cast<size_t>(p - (count_at + kMaxVarint)));
   memcpy(count_at, head, head_len);
   p -= kMaxVarint - head_len;
   struct iovec part = {buf, static_cast<size_t>(p - buf)};
@@ -483,8 +485,8 @@ void WriteModules() {
   }
   uint32_t gen = g.generation.load() + 1;
   size_t n_new = 0;
-  size_t len = EncodeModuleMap(gen, g.exe, g.module_buf, kModuleBufBytes, g.new_keys,
-                               kMaxModules, &n_new);
+  size_t len =
+      EncodeModuleMap(gen, g.exe, g.module_buf, kModuleBufBytes, g.new_keys, kMaxModules, &n_new);
   if (len > 0) {
     if (ModulesWentAway(g.keys, g.n_keys, g.new_keys, n_new)) {
       // Addresses may now belong to other code: stacks must be stored anew.
@@ -638,7 +640,7 @@ int ReadLoadCounts(dl_phdr_info* info, size_t, void* data) {
 
 void RewriteModulesIfLoadsChanged() {
   LoadCounts now;
-  dl_iterate_phdr(ReadLoadCounts, &now);
+  IteratePhdr(ReadLoadCounts, &now);
   if (now.adds == g_load_counts.adds && now.subs == g_load_counts.subs) return;
   g_load_counts = now;
   NoteModulesChanged();
@@ -682,6 +684,9 @@ void OpenProcFiles() {
 void StartSampler() {
   g.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (g.wake_fd < 0) return;
+  // Its module checks iterate the loaded modules: from here on a fork
+  // waits until it is not inside (shim/core/phdr.h).
+  InstallPhdrForkGuard();
   // The sampler takes none of the program's signals: its handlers must run
   // in the program's own threads.
   sigset_t all, old;
@@ -697,8 +702,8 @@ void StartSampler() {
 
 bool OpenTrace(long forked_from, char* err, size_t err_len) {
   g.owner_pid = static_cast<long>(getpid());
-  g.fd = CreateTraceFile(g.trace_dir, g.exe, static_cast<long>(getpid()), g.path,
-                         sizeof(g.path), err, err_len);
+  g.fd = CreateTraceFile(g.trace_dir, g.exe, static_cast<long>(getpid()), g.path, sizeof(g.path),
+                         err, err_len);
   if (g.fd < 0) return false;
   WriteProcessFrame(forked_from, JobRank());
   WriteApiNames();
@@ -723,9 +728,9 @@ bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
   CopyText(g.trace_dir, sizeof(g.trace_dir), options.trace_dir);
   CopyText(g.mode, sizeof(g.mode), options.mode ? options.mode : "observe");
   g.sample_ms = options.sample_ms;
-  g.stack_depth = options.stack_depth < 1 ? 1
+  g.stack_depth = options.stack_depth < 1                ? 1
                   : options.stack_depth > kMaxStackDepth ? kMaxStackDepth
-                                                        : options.stack_depth;
+                                                         : options.stack_depth;
   g.budget = options.budget_bytes;
   g.wc_guard = options.wc_guard;
   g.copy_guard = options.copy_guard;
@@ -844,28 +849,15 @@ void RecordSync(const SyncEvent& e) {
   const uint64_t key = reinterpret_cast<uintptr_t>(e.event);
   switch (e.kind) {
     case SyncKind::kStreamSynchronize:
-    case SyncKind::kStreamQueryDone:
-      CopyWatchStreamDone(e.stream);
-      break;
+    case SyncKind::kStreamQueryDone: CopyWatchStreamDone(e.stream); break;
     case SyncKind::kContextSynchronize:
-    case SyncKind::kDeviceFree:
-      CopyWatchAllDone();
-      break;
-    case SyncKind::kEventRecord:
-      CopyWatchMark(key, e.stream);
-      break;
-    case SyncKind::kHostFuncQueued:
-      CopyWatchMark(key | kHostFuncMarkBit, e.stream);
-      break;
+    case SyncKind::kDeviceFree: CopyWatchAllDone(); break;
+    case SyncKind::kEventRecord: CopyWatchMark(key, e.stream); break;
+    case SyncKind::kHostFuncQueued: CopyWatchMark(key | kHostFuncMarkBit, e.stream); break;
     case SyncKind::kEventSynchronize:
-    case SyncKind::kEventQueryDone:
-      CopyWatchMarkDone(key);
-      break;
-    case SyncKind::kHostFuncRun:
-      CopyWatchMarkDone(key | kHostFuncMarkBit);
-      break;
-    default:
-      break;
+    case SyncKind::kEventQueryDone: CopyWatchMarkDone(key); break;
+    case SyncKind::kHostFuncRun: CopyWatchMarkDone(key | kHostFuncMarkBit); break;
+    default: break;
   }
 }
 
@@ -946,7 +938,7 @@ void NoteModulesChanged() {
   if (g.active.load(std::memory_order_acquire) != 1) return;
   ReentryGuard inside(Reentry::kRecorder);
   WriteModules();
-  dl_iterate_phdr(ReadLoadCounts, &g_load_counts);
+  IteratePhdr(ReadLoadCounts, &g_load_counts);
   DetectPythonIfNew();
 }
 

@@ -34,15 +34,15 @@ namespace pinshim {
 namespace trace {
 
 struct RecorderOptions {
-  const char* trace_dir = nullptr;   // required: PINSHIM_TRACE_DIR
-  const char* mode = "observe";      // recorded as is
-  uint32_t sample_ms = 10;           // PINSHIM_SAMPLE_MS; 0 disables sampling
+  const char* trace_dir = nullptr;       // required: PINSHIM_TRACE_DIR
+  const char* mode = "observe";          // recorded as is
+  uint32_t sample_ms = 10;               // PINSHIM_SAMPLE_MS; 0 disables sampling
   int stack_depth = kDefaultStackDepth;  // 1..kMaxStackDepth
-  uint64_t budget_bytes = 0;         // the process's pinned budget, 0 none
-  bool wc_guard = false;             // arm the write-combined page guard
-  bool python_frames = true;         // PINSHIM_PYTHON_FRAMES: Python frames in stacks
-  bool copy_guard = false;           // guard the pages of queued copies (copy_watch.h)
-  uint32_t wc_guard_ms = 20;         // how often the guard arms a page
+  uint64_t budget_bytes = 0;             // the process's pinned budget, 0 none
+  bool wc_guard = false;                 // arm the write-combined page guard
+  bool python_frames = true;             // PINSHIM_PYTHON_FRAMES: Python frames in stacks
+  bool copy_guard = false;               // guard the pages of queued copies (copy_watch.h)
+  uint32_t wc_guard_ms = 20;             // how often the guard arms a page
   // Names of entry points for the trace's API table; ids [0, api_count).
   const char* (*api_name)(ApiId) = nullptr;
   uint32_t api_count = 0;
@@ -159,9 +159,9 @@ bool InsideRecorder();
 
 // Counters for tests and benchmarks.
 struct RecorderStats {
-  uint64_t unwind_cache_hits;   // of the calling thread
-  uint64_t unwind_cache_misses; // of the calling thread
-  uint64_t dropped;             // process-wide
+  uint64_t unwind_cache_hits;    // of the calling thread
+  uint64_t unwind_cache_misses;  // of the calling thread
+  uint64_t dropped;              // process-wide
   uint64_t batches_written;
   uint64_t bytes_written;
   uint64_t samples_taken;

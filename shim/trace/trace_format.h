@@ -225,30 +225,30 @@ enum class EventType : uint8_t {
 
 // kProcess tags. "u", "s" and "text" say how the value bytes are encoded.
 enum class ProcessTag : uint8_t {
-  kPid = 1,             // u
-  kParentPid = 2,       // u
-  kProgram = 3,         // text: path of the executable
-  kCommandLine = 4,     // text: arguments separated by NUL bytes
-  kHostname = 5,        // text
-  kRank = 6,            // s: rank of a parallel job (RANK, OMPI_COMM_WORLD_RANK,
-                        // PMI_RANK, SLURM_PROCID), -1 when none
+  kPid = 1,               // u
+  kParentPid = 2,         // u
+  kProgram = 3,           // text: path of the executable
+  kCommandLine = 4,       // text: arguments separated by NUL bytes
+  kHostname = 5,          // text
+  kRank = 6,              // s: rank of a parallel job (RANK, OMPI_COMM_WORLD_RANK,
+                          // PMI_RANK, SLURM_PROCID), -1 when none
   kStartMonotonicNs = 7,  // u: CLOCK_MONOTONIC when tracing began
   kStartRealtimeNs = 8,   // u: CLOCK_REALTIME at the same moment
-  kPageSize = 9,        // u
-  kPhysicalBytes = 10,  // u
-  kMemlockLimit = 11,   // u: RLIMIT_MEMLOCK soft limit, UINT64_MAX unlimited
-  kSwapTotalBytes = 12, // u
-  kSampleMs = 13,       // u
-  kStackDepth = 14,     // u
-  kBudgetBytes = 15,    // u: pinned-bytes budget of this process, 0 none
-  kMode = 16,           // text: "observe", "observe,enforce", ...
-  kVersion = 17,        // text: pinshim version that wrote the trace
-  kForkedFrom = 18,     // u: parent pid when this trace began in a fork child
-  kWcGuard = 19,        // u: 1 when the write-combined page guard was armed
-  kPython = 20,         // text: the Python runtime found at start, e.g. "3.12.3"
-                        // or "3.13.0 free-threaded"; absent: none found
-  kPythonFrames = 21,   // u: 1 when Python frames are recorded (PINSHIM_PYTHON_FRAMES)
-  kCopyGuard = 22,      // u: 1 when the copy guard (PINSHIM_COPY_GUARD) was armed
+  kPageSize = 9,          // u
+  kPhysicalBytes = 10,    // u
+  kMemlockLimit = 11,     // u: RLIMIT_MEMLOCK soft limit, UINT64_MAX unlimited
+  kSwapTotalBytes = 12,   // u
+  kSampleMs = 13,         // u
+  kStackDepth = 14,       // u
+  kBudgetBytes = 15,      // u: pinned-bytes budget of this process, 0 none
+  kMode = 16,             // text: "observe", "observe,enforce", ...
+  kVersion = 17,          // text: pinshim version that wrote the trace
+  kForkedFrom = 18,       // u: parent pid when this trace began in a fork child
+  kWcGuard = 19,          // u: 1 when the write-combined page guard was armed
+  kPython = 20,           // text: the Python runtime found at start, e.g. "3.12.3"
+                          // or "3.13.0 free-threaded"; absent: none found
+  kPythonFrames = 21,     // u: 1 when Python frames are recorded (PINSHIM_PYTHON_FRAMES)
+  kCopyGuard = 22,        // u: 1 when the copy guard (PINSHIM_COPY_GUARD) was armed
 };
 
 // What a stack's Python section says about the calling thread (kStack).
@@ -276,7 +276,7 @@ enum ModuleFlag : uint32_t {
 };
 
 enum CopyBit : uint32_t {
-  kCopyDirMask = 3u,          // CopyDir
+  kCopyDirMask = 3u,  // CopyDir
   kCopyAsync = 1u << 2,
   kCopyHasFlags = 1u << 3,
   kCopyHasResult = 1u << 4,
@@ -312,23 +312,23 @@ enum class WcReadVia : uint8_t {
 
 // What a kSync event says about completion of queued work.
 enum class SyncKind : uint8_t {
-  kStreamSynchronize = 1,  // every copy queued on `stream` has finished
-  kContextSynchronize = 2, // every copy queued anywhere in the process has
-  kEventRecord = 3,        // `event` now marks the work queued on `stream`
-  kEventSynchronize = 4,   // the work `event` marks has finished
-  kStreamQueryDone = 5,    // a stream query said `stream` is idle
-  kEventQueryDone = 6,     // an event query said `event` has completed
-  kStreamWaitEvent = 7,    // `stream` waits on the device for `event` (no
-                           // host-side completion by itself; later work on
-                           // `stream` runs after the work `event` marks)
-  kDeviceFree = 8,         // cuMemFree returned (the measured driver waits
-                           // for the device's queued work first)
-  kHostFuncQueued = 9,     // a host function (cuLaunchHostFunc,
-                           // cuStreamAddCallback) queued on `stream`;
-                           // `event` holds its token (0: none)
-  kHostFuncRun = 10,       // the host function of token `event` starts, on a
-                           // driver thread: the work queued before it on its
-                           // stream has finished
+  kStreamSynchronize = 1,   // every copy queued on `stream` has finished
+  kContextSynchronize = 2,  // every copy queued anywhere in the process has
+  kEventRecord = 3,         // `event` now marks the work queued on `stream`
+  kEventSynchronize = 4,    // the work `event` marks has finished
+  kStreamQueryDone = 5,     // a stream query said `stream` is idle
+  kEventQueryDone = 6,      // an event query said `event` has completed
+  kStreamWaitEvent = 7,     // `stream` waits on the device for `event` (no
+                            // host-side completion by itself; later work on
+                            // `stream` runs after the work `event` marks)
+  kDeviceFree = 8,          // cuMemFree returned (the measured driver waits
+                            // for the device's queued work first)
+  kHostFuncQueued = 9,      // a host function (cuLaunchHostFunc,
+                            // cuStreamAddCallback) queued on `stream`;
+                            // `event` holds its token (0: none)
+  kHostFuncRun = 10,        // the host function of token `event` starts, on a
+                            // driver thread: the work queued before it on its
+                            // stream has finished
 };
 
 // What a kGraph event did.
@@ -373,9 +373,7 @@ constexpr uint32_t kPinFlagWriteCombined = 0x04;  // allocations only
 // CRC masking (LevelDB's): a checksum stored inside checksummed data would
 // otherwise make CRCs of CRCs degenerate.
 constexpr uint32_t kCrcMaskDelta = 0xa282ead8u;
-inline uint32_t MaskCrc(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + kCrcMaskDelta;
-}
+inline uint32_t MaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + kCrcMaskDelta; }
 inline uint32_t UnmaskCrc(uint32_t masked) {
   uint32_t rot = masked - kCrcMaskDelta;
   return (rot >> 17) | (rot << 15);
@@ -388,9 +386,7 @@ inline void StoreU16(uint8_t* p, uint16_t v) {
 inline void StoreU32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
-inline uint16_t LoadU16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] | (p[1] << 8));
-}
+inline uint16_t LoadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 inline uint32_t LoadU32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
@@ -571,45 +567,45 @@ inline bool GetFields(const uint8_t* p, const uint8_t* end, R* r) {
 #define PINSHIM_FIELD_ROW(name, type, layout, absent) \
   MakeField(#name, FieldLayout::layout, &R::name),
 // struct Record, one member per field of FIELDS, and its FieldTable.
-#define PINSHIM_TRACE_RECORD(Record, FIELDS)                               \
-  struct Record {                                                          \
-    FIELDS(PINSHIM_FIELD_MEMBER)                                           \
-  };                                                                       \
-  template <>                                                              \
-  struct FieldTable<Record> {                                              \
-    using R = Record;                                                      \
-    static constexpr Field<R> kFields[] = {FIELDS(PINSHIM_FIELD_ROW)};     \
-  };                                                                       \
+#define PINSHIM_TRACE_RECORD(Record, FIELDS)                           \
+  struct Record {                                                      \
+    FIELDS(PINSHIM_FIELD_MEMBER)                                       \
+  };                                                                   \
+  template <>                                                          \
+  struct FieldTable<Record> {                                          \
+    using R = Record;                                                  \
+    static constexpr Field<R> kFields[] = {FIELDS(PINSHIM_FIELD_ROW)}; \
+  };                                                                   \
   static_assert(AppendedLast<Record>(), #Record ": fields are only appended")
 
 // kPin
-#define PINSHIM_PIN_FIELDS(X)            \
-  X(duration_ns, uint64_t, kFirst, 0)    \
-  X(api, uint64_t, kFirst, 0)            \
-  X(op, uint64_t, kFirst, 0)             \
-  X(ptr, uint64_t, kFirst, 0)            \
-  X(bytes, uint64_t, kFirst, 0)          \
-  X(flags, uint64_t, kFirst, 0)          \
-  X(stack, uint64_t, kFirst, 0)          \
-  X(result, int64_t, kFirst, 0)          \
+#define PINSHIM_PIN_FIELDS(X)         \
+  X(duration_ns, uint64_t, kFirst, 0) \
+  X(api, uint64_t, kFirst, 0)         \
+  X(op, uint64_t, kFirst, 0)          \
+  X(ptr, uint64_t, kFirst, 0)         \
+  X(bytes, uint64_t, kFirst, 0)       \
+  X(flags, uint64_t, kFirst, 0)       \
+  X(stack, uint64_t, kFirst, 0)       \
+  X(result, int64_t, kFirst, 0)       \
   X(device, int64_t, kFirst, 0)
 PINSHIM_TRACE_RECORD(PinFields, PINSHIM_PIN_FIELDS);
 
 // kHostAlloc (bits: bit 0 free, bits 1.. source)
-#define PINSHIM_HOST_ALLOC_FIELDS(X)     \
-  X(alloc_id, uint64_t, kFirst, 0)       \
-  X(ptr, uint64_t, kFirst, 0)            \
-  X(bytes, uint64_t, kFirst, 0)          \
-  X(bits, uint64_t, kFirst, 0)           \
+#define PINSHIM_HOST_ALLOC_FIELDS(X) \
+  X(alloc_id, uint64_t, kFirst, 0)   \
+  X(ptr, uint64_t, kFirst, 0)        \
+  X(bytes, uint64_t, kFirst, 0)      \
+  X(bits, uint64_t, kFirst, 0)       \
   X(stack, uint64_t, kFirst, 0)
 PINSHIM_TRACE_RECORD(HostAllocFields, PINSHIM_HOST_ALLOC_FIELDS);
 
 // kMisuse
-#define PINSHIM_MISUSE_FIELDS(X)         \
-  X(kind, uint64_t, kFirst, 0)           \
-  X(ptr, uint64_t, kFirst, 0)            \
-  X(bytes, uint64_t, kFirst, 0)          \
-  X(stack, uint64_t, kFirst, 0)          \
+#define PINSHIM_MISUSE_FIELDS(X) \
+  X(kind, uint64_t, kFirst, 0)   \
+  X(ptr, uint64_t, kFirst, 0)    \
+  X(bytes, uint64_t, kFirst, 0)  \
+  X(stack, uint64_t, kFirst, 0)  \
   X(detail, uint64_t, kFirst, 0)
 PINSHIM_TRACE_RECORD(MisuseFields, PINSHIM_MISUSE_FIELDS);
 
@@ -625,13 +621,13 @@ PINSHIM_TRACE_RECORD(MisuseFields, PINSHIM_MISUSE_FIELDS);
 PINSHIM_TRACE_RECORD(SampleFields, PINSHIM_SAMPLE_FIELDS);
 
 // kSync (stream: the delta; device: -1 unknown)
-#define PINSHIM_SYNC_FIELDS(X)           \
-  X(duration_ns, uint64_t, kFirst, 0)    \
-  X(api, uint64_t, kFirst, 0)            \
-  X(kind, uint64_t, kFirst, 0)           \
-  X(stream, int64_t, kFirst, 0)          \
-  X(event, uint64_t, kFirst, 0)          \
-  X(result, int64_t, kFirst, 0)          \
+#define PINSHIM_SYNC_FIELDS(X)        \
+  X(duration_ns, uint64_t, kFirst, 0) \
+  X(api, uint64_t, kFirst, 0)         \
+  X(kind, uint64_t, kFirst, 0)        \
+  X(stream, int64_t, kFirst, 0)       \
+  X(event, uint64_t, kFirst, 0)       \
+  X(result, int64_t, kFirst, 0)       \
   X(device, int64_t, kAppended, -1)
 PINSHIM_TRACE_RECORD(SyncFields, PINSHIM_SYNC_FIELDS);
 
@@ -640,37 +636,37 @@ PINSHIM_TRACE_RECORD(SyncFields, PINSHIM_SYNC_FIELDS);
 PINSHIM_TRACE_RECORD(DroppedFields, PINSHIM_DROPPED_FIELDS);
 
 // kStream
-#define PINSHIM_STREAM_FIELDS(X)         \
-  X(duration_ns, uint64_t, kFirst, 0)    \
-  X(api, uint64_t, kFirst, 0)            \
-  X(stream, uint64_t, kFirst, 0)         \
-  X(flags, uint64_t, kFirst, 0)          \
-  X(priority, int64_t, kFirst, 0)        \
-  X(result, int64_t, kFirst, 0)          \
+#define PINSHIM_STREAM_FIELDS(X)      \
+  X(duration_ns, uint64_t, kFirst, 0) \
+  X(api, uint64_t, kFirst, 0)         \
+  X(stream, uint64_t, kFirst, 0)      \
+  X(flags, uint64_t, kFirst, 0)       \
+  X(priority, int64_t, kFirst, 0)     \
+  X(result, int64_t, kFirst, 0)       \
   X(device, int64_t, kFirst, 0)
 PINSHIM_TRACE_RECORD(StreamFields, PINSHIM_STREAM_FIELDS);
 
 // kGraph
-#define PINSHIM_GRAPH_FIELDS(X)          \
-  X(duration_ns, uint64_t, kFirst, 0)    \
-  X(api, uint64_t, kFirst, 0)            \
-  X(op, uint64_t, kFirst, 0)             \
-  X(stream, uint64_t, kFirst, 0)         \
-  X(graph, uint64_t, kFirst, 0)          \
-  X(result, int64_t, kFirst, 0)          \
+#define PINSHIM_GRAPH_FIELDS(X)       \
+  X(duration_ns, uint64_t, kFirst, 0) \
+  X(api, uint64_t, kFirst, 0)         \
+  X(op, uint64_t, kFirst, 0)          \
+  X(stream, uint64_t, kFirst, 0)      \
+  X(graph, uint64_t, kFirst, 0)       \
+  X(result, int64_t, kFirst, 0)       \
   X(device, int64_t, kFirst, 0)
 PINSHIM_TRACE_RECORD(GraphFields, PINSHIM_GRAPH_FIELDS);
 
 // kOwnPin
-#define PINSHIM_OWN_PIN_FIELDS(X)        \
-  X(action, uint64_t, kFirst, 0)         \
-  X(part, uint64_t, kFirst, 0)           \
-  X(reason, uint64_t, kFirst, 0)         \
-  X(ptr, uint64_t, kFirst, 0)            \
-  X(bytes, uint64_t, kFirst, 0)          \
-  X(alloc_id, uint64_t, kFirst, 0)       \
-  X(result, int64_t, kFirst, 0)          \
-  X(stack, uint64_t, kAppended, 0)       \
+#define PINSHIM_OWN_PIN_FIELDS(X)  \
+  X(action, uint64_t, kFirst, 0)   \
+  X(part, uint64_t, kFirst, 0)     \
+  X(reason, uint64_t, kFirst, 0)   \
+  X(ptr, uint64_t, kFirst, 0)      \
+  X(bytes, uint64_t, kFirst, 0)    \
+  X(alloc_id, uint64_t, kFirst, 0) \
+  X(result, int64_t, kFirst, 0)    \
+  X(stack, uint64_t, kAppended, 0) \
   X(detail, uint64_t, kAppended, 0)
 PINSHIM_TRACE_RECORD(OwnPinFields, PINSHIM_OWN_PIN_FIELDS);
 

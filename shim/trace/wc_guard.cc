@@ -120,7 +120,7 @@ void Arm(uint64_t now_ns) {
   const WcRange& r = ranges[k % n];
   uintptr_t first = (r.begin + g.page_size - 1) & ~(g.page_size - 1);
   uintptr_t last = r.end & ~(g.page_size - 1);  // exclusive
-  if (last <= first) return;  // no whole page inside the range
+  if (last <= first) return;                    // no whole page inside the range
   uint64_t pages = (last - first) / g.page_size;
   uintptr_t page = first + ((k / n) * 7919 % pages) * g.page_size;
   unsigned slot = g.recent_next.fetch_add(1) % kRecent;

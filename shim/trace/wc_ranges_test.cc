@@ -15,10 +15,10 @@ TEST(WcRanges, AnswersOverlap) {
   EXPECT_FALSE(OverlapsWc(buf, sizeof(buf)));
   ASSERT_TRUE(AddWcRange(buf + 1024, 4096));
   EXPECT_TRUE(OverlapsWc(buf + 1024, 1));
-  EXPECT_TRUE(OverlapsWc(buf + 1000, 100));     // straddles the start
-  EXPECT_TRUE(OverlapsWc(buf + 5119, 10));      // last byte
-  EXPECT_FALSE(OverlapsWc(buf + 5120, 10));     // just past the end
-  EXPECT_FALSE(OverlapsWc(buf, 1024));          // just before
+  EXPECT_TRUE(OverlapsWc(buf + 1000, 100));  // straddles the start
+  EXPECT_TRUE(OverlapsWc(buf + 5119, 10));   // last byte
+  EXPECT_FALSE(OverlapsWc(buf + 5120, 10));  // just past the end
+  EXPECT_FALSE(OverlapsWc(buf, 1024));       // just before
   WcRange snap[4];
   ASSERT_EQ(SnapshotWcRanges(snap, 4), 1u);
   EXPECT_EQ(snap[0].begin, reinterpret_cast<uintptr_t>(buf + 1024));
@@ -33,7 +33,8 @@ TEST(WcRanges, FullTableRefusesAndConcurrentUseIsSafe) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([t] {
       for (int i = 0; i < 2000; ++i) {
-        uintptr_t base = 0x100000000ull * static_cast<uintptr_t>(t + 1) + static_cast<uintptr_t>(i) * 8192;
+        uintptr_t base =
+            0x100000000ull * static_cast<uintptr_t>(t + 1) + static_cast<uintptr_t>(i) * 8192;
         void* p = reinterpret_cast<void*>(base);
         if (AddWcRange(p, 4096)) {
           EXPECT_TRUE(OverlapsWc(p, 8));

@@ -101,12 +101,9 @@ enum class Naming { kHost, kDevice, kUnified };
 
 CUresult Resolve(Naming naming, uintptr_t p, size_t len, Span* out) {
   switch (naming) {
-    case Naming::kHost:
-      return ResolveHostRange(reinterpret_cast<const void*>(p), len, out);
-    case Naming::kDevice:
-      return ResolveDeviceRange(p, len, out);
-    case Naming::kUnified:
-      return ResolveUnifiedRange(p, len, out);
+    case Naming::kHost: return ResolveHostRange(reinterpret_cast<const void*>(p), len, out);
+    case Naming::kDevice: return ResolveDeviceRange(p, len, out);
+    case Naming::kUnified: return ResolveUnifiedRange(p, len, out);
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -150,7 +147,8 @@ CUresult ResolveOperand(const Operand& op, size_t width, size_t rows, size_t dep
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (depth > 1 && (op.y > op.height || rows > op.height - op.y)) return CUDA_ERROR_INVALID_VALUE;
-  // offset = (z * height + y) * pitch + x; length = ((depth - 1) * height + rows - 1) * pitch + width.
+  // offset = (z * height + y) * pitch + x; length = ((depth - 1) * height + rows - 1) * pitch +
+  // width.
   size_t offset, length, t;
   if (__builtin_mul_overflow(op.z, op.height, &t) || __builtin_add_overflow(t, op.y, &t) ||
       __builtin_mul_overflow(t, op.pitch, &t) || __builtin_add_overflow(t, op.x, &offset) ||
@@ -188,8 +186,17 @@ CUresult Copy3D(const Operand& src, const Operand& dst, size_t width, size_t row
   Span d, s;
   if (CUresult err = ResolveOperand(dst, width, rows, depth, &d)) return err;
   if (CUresult err = ResolveOperand(src, width, rows, depth, &s)) return err;
-  Block block{d.view, s.view, width, rows, depth, dst.pitch, src.pitch,
-              dst.pitch * dst.height, src.pitch * src.height, d.held, s.held};
+  Block block{d.view,
+              s.view,
+              width,
+              rows,
+              depth,
+              dst.pitch,
+              src.pitch,
+              dst.pitch * dst.height,
+              src.pitch * src.height,
+              d.held,
+              s.held};
   return Launch(handle, per_thread_api, {block}, MustWait(api, d.kind, s.kind));
 }
 
@@ -198,8 +205,10 @@ CUresult Copy2D(const CUDA_MEMCPY2D* p, CUstream handle, Api api, bool per_threa
     if (CUresult err = RequireInit()) return err;
     return CUDA_ERROR_INVALID_VALUE;
   }
-  Operand src{p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0};
-  Operand dst{p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0};
+  Operand src{p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes,
+              p->srcY,          0,          p->srcPitch,  0};
+  Operand dst{p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes,
+              p->dstY,          0,          p->dstPitch,  0};
   return Copy3D(src, dst, p->WidthInBytes, p->Height, 1, handle, api, per_thread_api);
 }
 
@@ -208,10 +217,10 @@ CUresult Copy3DDescriptor(const CUDA_MEMCPY3D* p, CUstream handle, Api api, bool
   if (p == nullptr || p->reserved0 != nullptr || p->reserved1 != nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  Operand src{p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY,
-              p->srcZ,          p->srcPitch, p->srcHeight};
-  Operand dst{p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
-              p->dstZ,          p->dstPitch, p->dstHeight};
+  Operand src{p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes,
+              p->srcY,          p->srcZ,    p->srcPitch,  p->srcHeight};
+  Operand dst{p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes,
+              p->dstY,          p->dstZ,    p->dstPitch,  p->dstHeight};
   return Copy3D(src, dst, p->WidthInBytes, p->Height, p->Depth, handle, api, per_thread_api);
 }
 
@@ -240,7 +249,8 @@ CUresult Batch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count
         (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
          order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
          order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY) ||
-        (attrs[k].flags & ~static_cast<unsigned>(CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE)) != 0) {
+        (attrs[k].flags & ~static_cast<unsigned>(CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE)) !=
+            0) {
       return fail(CUDA_ERROR_INVALID_VALUE, kNoCopy);
     }
   }
@@ -293,19 +303,20 @@ CUresult MemsetD8(CUdeviceptr dst, unsigned char value, size_t n, bool per_threa
   // Documented: asynchronous to the host unless the target is host or managed memory.
   char* view = d.view;
   std::shared_ptr<HeldPages> held = d.held;
-  return Submit(stream,
-                [view, value, n, held] {
-                  if (held == nullptr) {
-                    std::memset(view, value, n);
-                    return;
-                  }
-                  std::vector<char> fill(n < (size_t{1} << 20) ? n : (size_t{1} << 20), value);
-                  for (size_t done = 0; done < n; done += fill.size()) {
-                    const size_t len = n - done < fill.size() ? n - done : fill.size();
-                    DmaToHeld(*held, reinterpret_cast<uintptr_t>(view + done), fill.data(), len);
-                  }
-                },
-                d.kind != MemKind::kDevice);
+  return Submit(
+      stream,
+      [view, value, n, held] {
+        if (held == nullptr) {
+          std::memset(view, value, n);
+          return;
+        }
+        std::vector<char> fill(n < (size_t{1} << 20) ? n : (size_t{1} << 20), value);
+        for (size_t done = 0; done < n; done += fill.size()) {
+          const size_t len = n - done < fill.size() ? n - done : fill.size();
+          DmaToHeld(*held, reinterpret_cast<uintptr_t>(view + done), fill.data(), len);
+        }
+      },
+      d.kind != MemKind::kDevice);
 }
 
 constexpr Naming kH = Naming::kHost;

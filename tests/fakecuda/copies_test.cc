@@ -50,7 +50,8 @@ TEST_F(CopiesTest, LinearCopiesMoveBytes) {
   ASSERT_EQ(cuMemcpy(dev_a_, reinterpret_cast<CUdeviceptr>(other.data()), kSize), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpy(dev_b_, dev_a_, kSize), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpy(pinned_ptr(), dev_b_, kSize), CUDA_SUCCESS);
-  ASSERT_EQ(cuMemcpy(reinterpret_cast<CUdeviceptr>(back.data()), pinned_ptr(), kSize), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpy(reinterpret_cast<CUdeviceptr>(back.data()), pinned_ptr(), kSize),
+            CUDA_SUCCESS);
   EXPECT_EQ(back, other);
 
   // Page-locked memory is device-accessible: it may be named as device memory.

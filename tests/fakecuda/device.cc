@@ -265,108 +265,110 @@ CUresult PrimaryState(CUdevice dev, unsigned* flags, int* active) {
 
 // ---- Error strings ----
 
-#define FAKECUDA_ERRORS(X) \
-    X(CUDA_SUCCESS, "no error") \
-    X(CUDA_ERROR_INVALID_VALUE, "invalid argument") \
-    X(CUDA_ERROR_OUT_OF_MEMORY, "out of memory") \
-    X(CUDA_ERROR_NOT_INITIALIZED, "initialization error") \
-    X(CUDA_ERROR_DEINITIALIZED, "driver shutting down") \
-    X(CUDA_ERROR_PROFILER_DISABLED, nullptr) \
-    X(CUDA_ERROR_PROFILER_NOT_INITIALIZED, nullptr) \
-    X(CUDA_ERROR_PROFILER_ALREADY_STARTED, nullptr) \
-    X(CUDA_ERROR_PROFILER_ALREADY_STOPPED, nullptr) \
-    X(CUDA_ERROR_STUB_LIBRARY, "CUDA driver is a stub library") \
-    X(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, nullptr) \
-    X(CUDA_ERROR_DEVICE_UNAVAILABLE, nullptr) \
-    X(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected") \
-    X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal") \
-    X(CUDA_ERROR_DEVICE_NOT_LICENSED, nullptr) \
-    X(CUDA_ERROR_INVALID_IMAGE, nullptr) \
-    X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context") \
-    X(CUDA_ERROR_CONTEXT_ALREADY_CURRENT, nullptr) \
-    X(CUDA_ERROR_MAP_FAILED, nullptr) \
-    X(CUDA_ERROR_UNMAP_FAILED, nullptr) \
-    X(CUDA_ERROR_ARRAY_IS_MAPPED, nullptr) \
-    X(CUDA_ERROR_ALREADY_MAPPED, nullptr) \
-    X(CUDA_ERROR_NO_BINARY_FOR_GPU, nullptr) \
-    X(CUDA_ERROR_ALREADY_ACQUIRED, nullptr) \
-    X(CUDA_ERROR_NOT_MAPPED, nullptr) \
-    X(CUDA_ERROR_NOT_MAPPED_AS_ARRAY, nullptr) \
-    X(CUDA_ERROR_NOT_MAPPED_AS_POINTER, nullptr) \
-    X(CUDA_ERROR_ECC_UNCORRECTABLE, nullptr) \
-    X(CUDA_ERROR_UNSUPPORTED_LIMIT, nullptr) \
-    X(CUDA_ERROR_CONTEXT_ALREADY_IN_USE, nullptr) \
-    X(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, nullptr) \
-    X(CUDA_ERROR_INVALID_PTX, nullptr) \
-    X(CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, nullptr) \
-    X(CUDA_ERROR_NVLINK_UNCORRECTABLE, nullptr) \
-    X(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, nullptr) \
-    X(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, nullptr) \
-    X(CUDA_ERROR_JIT_COMPILATION_DISABLED, nullptr) \
-    X(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, nullptr) \
-    X(CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, nullptr) \
-    X(CUDA_ERROR_CONTAINED, nullptr) \
-    X(CUDA_ERROR_INVALID_SOURCE, nullptr) \
-    X(CUDA_ERROR_FILE_NOT_FOUND, nullptr) \
-    X(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, nullptr) \
-    X(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, nullptr) \
-    X(CUDA_ERROR_OPERATING_SYSTEM, nullptr) \
-    X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle") \
-    X(CUDA_ERROR_ILLEGAL_STATE, nullptr) \
-    X(CUDA_ERROR_LOSSY_QUERY, nullptr) \
-    X(CUDA_ERROR_NOT_FOUND, "named symbol not found") \
-    X(CUDA_ERROR_NOT_READY, "device not ready") \
-    X(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered") \
-    X(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, nullptr) \
-    X(CUDA_ERROR_LAUNCH_TIMEOUT, nullptr) \
-    X(CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING, nullptr) \
-    X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, nullptr) \
-    X(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, nullptr) \
-    X(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, nullptr) \
-    X(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed") \
-    X(CUDA_ERROR_ASSERT, nullptr) \
-    X(CUDA_ERROR_TOO_MANY_PEERS, nullptr) \
-    X(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "part or all of the requested memory range is already mapped") \
-    X(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region") \
-    X(CUDA_ERROR_HARDWARE_STACK_ERROR, nullptr) \
-    X(CUDA_ERROR_ILLEGAL_INSTRUCTION, nullptr) \
-    X(CUDA_ERROR_MISALIGNED_ADDRESS, nullptr) \
-    X(CUDA_ERROR_INVALID_ADDRESS_SPACE, nullptr) \
-    X(CUDA_ERROR_INVALID_PC, nullptr) \
-    X(CUDA_ERROR_LAUNCH_FAILED, nullptr) \
-    X(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, nullptr) \
-    X(CUDA_ERROR_TENSOR_MEMORY_LEAK, nullptr) \
-    X(CUDA_ERROR_NOT_PERMITTED, "operation not permitted") \
-    X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported") \
-    X(CUDA_ERROR_SYSTEM_NOT_READY, nullptr) \
-    X(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, nullptr) \
-    X(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, nullptr) \
-    X(CUDA_ERROR_MPS_CONNECTION_FAILED, nullptr) \
-    X(CUDA_ERROR_MPS_RPC_FAILURE, nullptr) \
-    X(CUDA_ERROR_MPS_SERVER_NOT_READY, nullptr) \
-    X(CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, nullptr) \
-    X(CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, nullptr) \
-    X(CUDA_ERROR_MPS_CLIENT_TERMINATED, nullptr) \
-    X(CUDA_ERROR_CDP_NOT_SUPPORTED, nullptr) \
-    X(CUDA_ERROR_CDP_VERSION_MISMATCH, nullptr) \
-    X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, nullptr) \
-    X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, nullptr) \
-    X(CUDA_ERROR_STREAM_CAPTURE_MERGE, nullptr) \
-    X(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, nullptr) \
-    X(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, nullptr) \
-    X(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, nullptr) \
-    X(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, nullptr) \
-    X(CUDA_ERROR_CAPTURED_EVENT, nullptr) \
-    X(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, nullptr) \
-    X(CUDA_ERROR_TIMEOUT, nullptr) \
-    X(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, nullptr) \
-    X(CUDA_ERROR_EXTERNAL_DEVICE, nullptr) \
-    X(CUDA_ERROR_INVALID_CLUSTER_SIZE, nullptr) \
-    X(CUDA_ERROR_FUNCTION_NOT_LOADED, nullptr) \
-    X(CUDA_ERROR_INVALID_RESOURCE_TYPE, nullptr) \
-    X(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, nullptr) \
-    X(CUDA_ERROR_KEY_ROTATION, nullptr) \
-    X(CUDA_ERROR_UNKNOWN, "unknown error")
+#define FAKECUDA_ERRORS(X)                                                  \
+  X(CUDA_SUCCESS, "no error")                                               \
+  X(CUDA_ERROR_INVALID_VALUE, "invalid argument")                           \
+  X(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")                              \
+  X(CUDA_ERROR_NOT_INITIALIZED, "initialization error")                     \
+  X(CUDA_ERROR_DEINITIALIZED, "driver shutting down")                       \
+  X(CUDA_ERROR_PROFILER_DISABLED, nullptr)                                  \
+  X(CUDA_ERROR_PROFILER_NOT_INITIALIZED, nullptr)                           \
+  X(CUDA_ERROR_PROFILER_ALREADY_STARTED, nullptr)                           \
+  X(CUDA_ERROR_PROFILER_ALREADY_STOPPED, nullptr)                           \
+  X(CUDA_ERROR_STUB_LIBRARY, "CUDA driver is a stub library")               \
+  X(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, nullptr)                         \
+  X(CUDA_ERROR_DEVICE_UNAVAILABLE, nullptr)                                 \
+  X(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected")             \
+  X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal")                    \
+  X(CUDA_ERROR_DEVICE_NOT_LICENSED, nullptr)                                \
+  X(CUDA_ERROR_INVALID_IMAGE, nullptr)                                      \
+  X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context")                   \
+  X(CUDA_ERROR_CONTEXT_ALREADY_CURRENT, nullptr)                            \
+  X(CUDA_ERROR_MAP_FAILED, nullptr)                                         \
+  X(CUDA_ERROR_UNMAP_FAILED, nullptr)                                       \
+  X(CUDA_ERROR_ARRAY_IS_MAPPED, nullptr)                                    \
+  X(CUDA_ERROR_ALREADY_MAPPED, nullptr)                                     \
+  X(CUDA_ERROR_NO_BINARY_FOR_GPU, nullptr)                                  \
+  X(CUDA_ERROR_ALREADY_ACQUIRED, nullptr)                                   \
+  X(CUDA_ERROR_NOT_MAPPED, nullptr)                                         \
+  X(CUDA_ERROR_NOT_MAPPED_AS_ARRAY, nullptr)                                \
+  X(CUDA_ERROR_NOT_MAPPED_AS_POINTER, nullptr)                              \
+  X(CUDA_ERROR_ECC_UNCORRECTABLE, nullptr)                                  \
+  X(CUDA_ERROR_UNSUPPORTED_LIMIT, nullptr)                                  \
+  X(CUDA_ERROR_CONTEXT_ALREADY_IN_USE, nullptr)                             \
+  X(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, nullptr)                            \
+  X(CUDA_ERROR_INVALID_PTX, nullptr)                                        \
+  X(CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, nullptr)                           \
+  X(CUDA_ERROR_NVLINK_UNCORRECTABLE, nullptr)                               \
+  X(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, nullptr)                             \
+  X(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, nullptr)                            \
+  X(CUDA_ERROR_JIT_COMPILATION_DISABLED, nullptr)                           \
+  X(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, nullptr)                          \
+  X(CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, nullptr)                           \
+  X(CUDA_ERROR_CONTAINED, nullptr)                                          \
+  X(CUDA_ERROR_INVALID_SOURCE, nullptr)                                     \
+  X(CUDA_ERROR_FILE_NOT_FOUND, nullptr)                                     \
+  X(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, nullptr)                     \
+  X(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, nullptr)                          \
+  X(CUDA_ERROR_OPERATING_SYSTEM, nullptr)                                   \
+  X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle")                   \
+  X(CUDA_ERROR_ILLEGAL_STATE, nullptr)                                      \
+  X(CUDA_ERROR_LOSSY_QUERY, nullptr)                                        \
+  X(CUDA_ERROR_NOT_FOUND, "named symbol not found")                         \
+  X(CUDA_ERROR_NOT_READY, "device not ready")                               \
+  X(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered") \
+  X(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, nullptr)                            \
+  X(CUDA_ERROR_LAUNCH_TIMEOUT, nullptr)                                     \
+  X(CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING, nullptr)                      \
+  X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, nullptr)                        \
+  X(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, nullptr)                            \
+  X(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, nullptr)                             \
+  X(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed")                \
+  X(CUDA_ERROR_ASSERT, nullptr)                                             \
+  X(CUDA_ERROR_TOO_MANY_PEERS, nullptr)                                     \
+  X(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,                              \
+    "part or all of the requested memory range is already mapped")          \
+  X(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,                                  \
+    "pointer does not correspond to a registered memory region")            \
+  X(CUDA_ERROR_HARDWARE_STACK_ERROR, nullptr)                               \
+  X(CUDA_ERROR_ILLEGAL_INSTRUCTION, nullptr)                                \
+  X(CUDA_ERROR_MISALIGNED_ADDRESS, nullptr)                                 \
+  X(CUDA_ERROR_INVALID_ADDRESS_SPACE, nullptr)                              \
+  X(CUDA_ERROR_INVALID_PC, nullptr)                                         \
+  X(CUDA_ERROR_LAUNCH_FAILED, nullptr)                                      \
+  X(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, nullptr)                       \
+  X(CUDA_ERROR_TENSOR_MEMORY_LEAK, nullptr)                                 \
+  X(CUDA_ERROR_NOT_PERMITTED, "operation not permitted")                    \
+  X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported")                    \
+  X(CUDA_ERROR_SYSTEM_NOT_READY, nullptr)                                   \
+  X(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, nullptr)                             \
+  X(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, nullptr)                     \
+  X(CUDA_ERROR_MPS_CONNECTION_FAILED, nullptr)                              \
+  X(CUDA_ERROR_MPS_RPC_FAILURE, nullptr)                                    \
+  X(CUDA_ERROR_MPS_SERVER_NOT_READY, nullptr)                               \
+  X(CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, nullptr)                            \
+  X(CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, nullptr)                        \
+  X(CUDA_ERROR_MPS_CLIENT_TERMINATED, nullptr)                              \
+  X(CUDA_ERROR_CDP_NOT_SUPPORTED, nullptr)                                  \
+  X(CUDA_ERROR_CDP_VERSION_MISMATCH, nullptr)                               \
+  X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, nullptr)                         \
+  X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, nullptr)                         \
+  X(CUDA_ERROR_STREAM_CAPTURE_MERGE, nullptr)                               \
+  X(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, nullptr)                           \
+  X(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, nullptr)                            \
+  X(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, nullptr)                           \
+  X(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, nullptr)                            \
+  X(CUDA_ERROR_CAPTURED_EVENT, nullptr)                                     \
+  X(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, nullptr)                        \
+  X(CUDA_ERROR_TIMEOUT, nullptr)                                            \
+  X(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, nullptr)                          \
+  X(CUDA_ERROR_EXTERNAL_DEVICE, nullptr)                                    \
+  X(CUDA_ERROR_INVALID_CLUSTER_SIZE, nullptr)                               \
+  X(CUDA_ERROR_FUNCTION_NOT_LOADED, nullptr)                                \
+  X(CUDA_ERROR_INVALID_RESOURCE_TYPE, nullptr)                              \
+  X(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, nullptr)                     \
+  X(CUDA_ERROR_KEY_ROTATION, nullptr)                                       \
+  X(CUDA_ERROR_UNKNOWN, "unknown error")
 
 struct ErrorInfo {
   CUresult code;
@@ -393,7 +395,8 @@ void BuildDerivedDescriptions() {
     size_t n = 0;
     for (; word[n] != '\0' && n + 1 < sizeof(g_derived[i]); ++n) {
       char c = word[n];
-      g_derived[i][n] = c == '_' ? ' ' : static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+      g_derived[i][n] =
+          c == '_' ? ' ' : static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
     }
     g_derived[i][n] = '\0';
   }

@@ -51,9 +51,9 @@ TEST(DeviceTest, CountNamesAndAttributes) {
   EXPECT_EQ(value, 1);
   EXPECT_EQ(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1), CUDA_SUCCESS);
   EXPECT_EQ(value, 1);
-  EXPECT_EQ(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
-                                 0),
-            CUDA_SUCCESS);
+  EXPECT_EQ(
+      cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0),
+      CUDA_SUCCESS);
   EXPECT_EQ(value, 1);
   EXPECT_EQ(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0),
             CUDA_SUCCESS);

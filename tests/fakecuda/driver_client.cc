@@ -35,7 +35,8 @@ std::string RealPath(const std::string& path) {
 int Run(const char* expected_dir) {
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) return 2;
-  auto get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle, "cuGetProcAddress_v2"));
+  auto get_proc =
+      reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle, "cuGetProcAddress_v2"));
   if (get_proc == nullptr) return 3;
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(get_proc), &info) == 0) return 4;
@@ -57,8 +58,8 @@ int Run(const char* expected_dir) {
   auto host_register = Lookup<PFN_cuMemHostRegister_v6050>("cuMemHostRegister", 6050);
   auto host_unregister = Lookup<PFN_cuMemHostUnregister_v4000>("cuMemHostUnregister", 4000);
   auto htod = Lookup<PFN_cuMemcpyHtoD_v3020>("cuMemcpyHtoD", 3020);
-  auto dtoh = Lookup<PFN_cuMemcpyDtoH_v7000_ptds>(
-      "cuMemcpyDtoH", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+  auto dtoh = Lookup<PFN_cuMemcpyDtoH_v7000_ptds>("cuMemcpyDtoH", 7000,
+                                                  CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   auto htod_async = Lookup<PFN_cuMemcpyHtoDAsync_v7000_ptsz>(
       "cuMemcpyHtoDAsync", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   auto sync = Lookup<PFN_cuStreamSynchronize_v7000_ptsz>(

@@ -42,10 +42,10 @@ CUresult Enter(ApiSite* site);
 
 // First statement of every exported function: counts it and honours
 // fakecuda_fail_next for `base_name` (the name cuGetProcAddress takes).
-#define FAKECUDA_ENTER(base_name)                                      \
-  static ::fakecuda::ApiSite fakecuda_site(base_name);                 \
-  if (CUresult fakecuda_armed = ::fakecuda::Enter(&fakecuda_site)) {   \
-    return fakecuda_armed;                                             \
+#define FAKECUDA_ENTER(base_name)                                    \
+  static ::fakecuda::ApiSite fakecuda_site(base_name);               \
+  if (CUresult fakecuda_armed = ::fakecuda::Enter(&fakecuda_site)) { \
+    return fakecuda_armed;                                           \
   }
 
 // ---- Objects ------------------------------------------------------------------
@@ -99,8 +99,8 @@ struct Graph {
 struct Op {
   uint64_t seq = 0;
   std::vector<Dep> deps;
-  std::function<void()> work;  // Empty for event markers and waits.
-  bool delayed = false;        // Subject to fakecuda_set_copy_delay_us.
+  std::function<void()> work;    // Empty for event markers and waits.
+  bool delayed = false;          // Subject to fakecuda_set_copy_delay_us.
   std::shared_ptr<Event> marks;  // Event completed by this op, if any.
   uint64_t mark_generation = 0;
 };
@@ -120,13 +120,13 @@ struct Stream {
   std::shared_ptr<Graph> capture;
   bool capture_origin = false;
   bool worker_running = false;
-  bool held = false;     // fakecuda_hold_stream: start no further op.
+  bool held = false;  // fakecuda_hold_stream: start no further op.
 };
 
 struct Event {
   unsigned flags = 0;
   // All guarded by State::mu.
-  uint64_t recorded = 0;  // Generation of the latest cuEventRecord.
+  uint64_t recorded = 0;               // Generation of the latest cuEventRecord.
   std::shared_ptr<Graph> captured_in;  // recorded last inside this capture
   std::shared_ptr<Progress> progress = std::make_shared<Progress>();
   std::chrono::steady_clock::time_point completed_at;
@@ -136,10 +136,10 @@ enum class MemKind { kPageable, kPinned, kDevice, kManaged };
 
 struct DeviceAlloc {
   CUdeviceptr base = 0;
-  size_t size = 0;        // As requested.
-  size_t mapped = 0;      // Page-rounded part that is backed.
-  size_t arena_len = 0;   // Plus the guard page.
-  char* view = nullptr;   // Where the bytes live for this library's copies.
+  size_t size = 0;       // As requested.
+  size_t mapped = 0;     // Page-rounded part that is backed.
+  size_t arena_len = 0;  // Plus the guard page.
+  char* view = nullptr;  // Where the bytes live for this library's copies.
   Context* ctx = nullptr;
   bool managed = false;
   uint64_t id = 0;
@@ -179,9 +179,9 @@ struct State {
   // may bring the context back meanwhile. Taken before mu, never while
   // holding it.
   std::mutex lifecycle_mu;
-  std::vector<Context*> primary;         // Per device, created on first retain.
+  std::vector<Context*> primary;          // Per device, created on first retain.
   std::unordered_set<Context*> contexts;  // Live (active) contexts.
-  std::vector<Context*> spare_contexts;  // Destroyed created contexts, reused last-in first.
+  std::vector<Context*> spare_contexts;   // Destroyed created contexts, reused last-in first.
 
   // Device addresses: [dev_base, dev_base + arena_size) stays inaccessible to
   // the host; a device allocation's bytes live at the same offset from
@@ -192,7 +192,7 @@ struct State {
   bool arena_ready = false;
   std::map<size_t, size_t> arena_free;  // Offset -> length.
   std::map<uintptr_t, DeviceAlloc> device_allocs;
-  std::vector<size_t> device_used;      // Bytes, per device.
+  std::vector<size_t> device_used;  // Bytes, per device.
 
   std::map<uintptr_t, HostRange> host_allocs;
   std::map<uintptr_t, HostRange> registrations;

@@ -49,9 +49,7 @@ typename Map::mapped_type* FindContaining(Map& ranges, uintptr_t p) {
 }
 
 // Whether [p, p + len) ends within the range starting at `base` of `size`.
-bool Fits(uintptr_t base, size_t size, uintptr_t p, size_t len) {
-  return len <= size - (p - base);
-}
+bool Fits(uintptr_t base, size_t size, uintptr_t p, size_t len) { return len <= size - (p - base); }
 
 bool Overlaps(const std::map<uintptr_t, HostRange>& ranges, uintptr_t lo, uintptr_t hi) {
   auto it = ranges.upper_bound(lo);
@@ -243,7 +241,8 @@ PointerInfo Describe(State& s, uintptr_t p) {
   }
   HostRange* range = FindContaining(s.host_allocs, p);
   if (range == nullptr) range = FindContaining(s.registrations, p);
-  if (range != nullptr) info = {true, false, false, range->base, range->size, range->ctx, range->id};
+  if (range != nullptr)
+    info = {true, false, false, range->base, range->size, range->ctx, range->id};
   return info;
 }
 
@@ -283,16 +282,12 @@ CUresult WriteAttribute(const PointerInfo& info, CUpointer_attribute attribute, 
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
-      Put(data, Bool{0});
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: Put(data, Bool{0}); return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
       Put(data, static_cast<unsigned long long>(info.id));
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      Put(data, Bool{info.managed});
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: Put(data, Bool{info.managed}); return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
       Put(data, k ? info.ctx->device : -2);
       return CUDA_SUCCESS;
@@ -310,15 +305,9 @@ CUresult WriteAttribute(const PointerInfo& info, CUpointer_attribute attribute, 
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
       Put(data, static_cast<CUdeviceptr>(info.base));
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-      Put(data, info.size);
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-      Put(data, Bool{k});
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-      Put(data, 0ull);
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: Put(data, info.size); return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED: Put(data, Bool{k}); return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: Put(data, 0ull); return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
       Put(data, static_cast<unsigned>(k ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE
                                         : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE));
@@ -326,8 +315,7 @@ CUresult WriteAttribute(const PointerInfo& info, CUpointer_attribute attribute, 
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
       Put(data, static_cast<CUmemoryPool>(nullptr));
       return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
 
@@ -415,7 +403,8 @@ CUresult ResolveDeviceRange(CUdeviceptr p, size_t len, Span* out) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (InArena(s, p)) {
     DeviceAlloc* alloc = FindContaining(s.device_allocs, p);
-    if (alloc == nullptr || !Fits(alloc->base, alloc->size, p, len)) return CUDA_ERROR_INVALID_VALUE;
+    if (alloc == nullptr || !Fits(alloc->base, alloc->size, p, len))
+      return CUDA_ERROR_INVALID_VALUE;
     *out = {alloc->view + (p - alloc->base), alloc->managed ? MemKind::kManaged : MemKind::kDevice};
     return CUDA_SUCCESS;
   }
@@ -628,7 +617,8 @@ CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute*
                                 void** data, CUdeviceptr ptr) {
   FAKECUDA_ENTER("cuPointerGetAttributes");
   if (CUresult err = fakecuda::RequireInit()) return err;
-  if (numAttributes == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (numAttributes == 0 || attributes == nullptr || data == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   fakecuda::PointerInfo info = fakecuda::Describe(s, ptr);

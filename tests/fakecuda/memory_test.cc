@@ -233,7 +233,8 @@ TEST_F(MemoryTest, PointerAttributes) {
   std::vector<char> heap(512);
 
   unsigned type = 0;
-  EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr + 10), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr + 10),
+            CUDA_SUCCESS);
   EXPECT_EQ(type, unsigned{CU_MEMORYTYPE_DEVICE});
   EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                   reinterpret_cast<CUdeviceptr>(pinned)),
@@ -247,7 +248,8 @@ TEST_F(MemoryTest, PointerAttributes) {
   EXPECT_EQ(cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, dptr), CUDA_SUCCESS);
   EXPECT_EQ(ctx, ctx_);
   int ordinal = -1;
-  EXPECT_EQ(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr),
+            CUDA_SUCCESS);
   EXPECT_EQ(ordinal, 0);
   CUdeviceptr device_pointer = 0;
   EXPECT_EQ(cuPointerGetAttribute(&device_pointer, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, dptr + 4),
@@ -261,7 +263,8 @@ TEST_F(MemoryTest, PointerAttributes) {
             CUDA_SUCCESS);
   EXPECT_EQ(host_pointer, pinned);
   unsigned is_managed = 7;
-  EXPECT_EQ(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dptr),
+            CUDA_SUCCESS);
   EXPECT_EQ(is_managed, 0u);
   unsigned long long id_a = 0, id_b = 0;
   EXPECT_EQ(cuPointerGetAttribute(&id_a, CU_POINTER_ATTRIBUTE_BUFFER_ID, dptr), CUDA_SUCCESS);
@@ -273,7 +276,8 @@ TEST_F(MemoryTest, PointerAttributes) {
             CUDA_ERROR_INVALID_VALUE);
 
   // The plural form reports unknown memory instead of failing.
-  CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                  CU_POINTER_ATTRIBUTE_IS_MANAGED};
   unsigned values[2] = {9, 9};
   void* data[2] = {&values[0], &values[1]};
   EXPECT_EQ(cuPointerGetAttributes(2, attrs, data, reinterpret_cast<CUdeviceptr>(heap.data())),

@@ -6,8 +6,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -17,7 +17,7 @@
 namespace fakecuda {
 namespace {
 
-constexpr unsigned kSlots = 1u << 14;        // IORING_MAX_REG_BUFFERS
+constexpr unsigned kSlots = 1u << 14;            // IORING_MAX_REG_BUFFERS
 constexpr size_t kMaxSegment = size_t{1} << 30;  // io_uring's limit per buffer
 constexpr size_t kScratchBytes = size_t{4} << 20;
 
@@ -58,10 +58,10 @@ struct Ring {
     char* sq = static_cast<char*>(RawMmap(nullptr, sq_bytes, PROT_READ | PROT_WRITE,
                                           MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQ_RING));
     if (sq == MAP_FAILED) return false;
-    char* cq = single ? sq
-                      : static_cast<char*>(RawMmap(nullptr, cq_bytes, PROT_READ | PROT_WRITE,
-                                                   MAP_SHARED | MAP_POPULATE, fd,
-                                                   IORING_OFF_CQ_RING));
+    char* cq = single
+                   ? sq
+                   : static_cast<char*>(RawMmap(nullptr, cq_bytes, PROT_READ | PROT_WRITE,
+                                                MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_CQ_RING));
     if (cq == MAP_FAILED) return false;
     void* s = RawMmap(nullptr, p.sq_entries * sizeof(io_uring_sqe), PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQES);

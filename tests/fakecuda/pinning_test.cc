@@ -64,9 +64,9 @@ TEST_F(PinningTest, RegisteredThenMapFixedOverHalf) {
   unsigned char* b = Anonymous(kBytes);
   memset(b, 0xA1, kBytes);
   ASSERT_EQ(cuMemHostRegister(b, kBytes, 0), CUDA_SUCCESS);
-  ASSERT_NE(mmap(b, kBytes / 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                 -1, 0),
-            MAP_FAILED);
+  ASSERT_NE(
+      mmap(b, kBytes / 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      MAP_FAILED);
   memset(b, 0xB2, kBytes);
   unsigned char last = 0;
   EXPECT_EQ(DeviceGets(b, kBytes, &last), 0xA1);  // the replaced half: old pages

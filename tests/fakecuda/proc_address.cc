@@ -15,8 +15,10 @@ struct Entry {
   void* fn;
 };
 
-#define LEGACY(name, version, fn) {name, version, false, reinterpret_cast<void*>(&fn)}
-#define PER_THREAD(name, version, fn) {name, version, true, reinterpret_cast<void*>(&fn)}
+#define LEGACY(name, version, fn) \
+  { name, version, false, reinterpret_cast<void*>(&fn) }
+#define PER_THREAD(name, version, fn) \
+  { name, version, true, reinterpret_cast<void*>(&fn) }
 
 const Entry kEntries[] = {
     LEGACY("cuGetProcAddress", 11030, cuGetProcAddress),
@@ -174,8 +176,8 @@ CUresult LookupProc(const char* symbol, int version, cuuint64_t flags, void** pf
   if (pick == nullptr) {
     *pfn = nullptr;
     if (status != nullptr) {
-      *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                      : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      *status =
+          known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     }
     return behavior::kProcAddressNotFound;
   }

@@ -26,7 +26,8 @@ class ProcAddressTest : public ::testing::Test {
   static void SetUpTestSuite() {
     handle_ = dlopen(DriverLibraryPath().c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle_ != nullptr) {
-      get_proc_ = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle_, "cuGetProcAddress_v2"));
+      get_proc_ =
+          reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle_, "cuGetProcAddress_v2"));
     }
   }
   void SetUp() override {
@@ -184,11 +185,11 @@ TEST_F(ProcAddressTest, WorksEndToEndThroughLookedUpPointers) {
       lookup("cuDevicePrimaryCtxRetain", 7000));
   auto set_current = reinterpret_cast<PFN_cuCtxSetCurrent_v4000>(lookup("cuCtxSetCurrent", 4000));
   auto alloc = reinterpret_cast<PFN_cuMemAlloc_v3020>(lookup("cuMemAlloc", 3020));
-  auto htod = reinterpret_cast<PFN_cuMemcpyHtoD_v7000_ptds>(lookup("cuMemcpyHtoD", 7000, kPerThread));
+  auto htod =
+      reinterpret_cast<PFN_cuMemcpyHtoD_v7000_ptds>(lookup("cuMemcpyHtoD", 7000, kPerThread));
   auto dtoh = reinterpret_cast<PFN_cuMemcpyDtoH_v3020>(lookup("cuMemcpyDtoH", 3020));
   auto free_dev = reinterpret_cast<PFN_cuMemFree_v3020>(lookup("cuMemFree", 3020));
-  auto call_count =
-      reinterpret_cast<uint64_t (*)(const char*)>(Export("fakecuda_call_count"));
+  auto call_count = reinterpret_cast<uint64_t (*)(const char*)>(Export("fakecuda_call_count"));
   ASSERT_NE(call_count, nullptr);
 
   CUcontext ctx;

@@ -29,21 +29,21 @@ TEST_F(PerThreadBuildTest, NullStreamIsThePerThreadStream) {
   ASSERT_EQ(cuMemcpyHtoDAsync(a, pinned, kSize, nullptr), CUDA_SUCCESS);  // _v2_ptsz
   CUevent ev;
   ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
-  ASSERT_EQ(cuEventRecord(ev, nullptr), CUDA_SUCCESS);  // _ptsz
+  ASSERT_EQ(cuEventRecord(ev, nullptr), CUDA_SUCCESS);      // _ptsz
   EXPECT_EQ(cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);  // _ptsz
   EXPECT_EQ(cuStreamQuery(CU_STREAM_LEGACY), CUDA_SUCCESS);
   ASSERT_EQ(fakecuda_hold_stream(CU_STREAM_PER_THREAD, 0), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamWaitEvent(nullptr, ev, 0), CUDA_SUCCESS);  // _ptsz
-  ASSERT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);  // _ptsz
+  ASSERT_EQ(cuStreamSynchronize(nullptr), CUDA_SUCCESS);       // _ptsz
 
   // Every other per-thread export the header maps to.
   std::vector<unsigned char> back(kSize, 0);
-  ASSERT_EQ(cuMemcpyDtoD(b, a, kSize), CUDA_SUCCESS);          // _v2_ptds
-  ASSERT_EQ(cuMemcpy(b, a, kSize), CUDA_SUCCESS);              // _ptds
-  ASSERT_EQ(cuMemcpyAsync(b, a, kSize, nullptr), CUDA_SUCCESS);  // _ptsz
+  ASSERT_EQ(cuMemcpyDtoD(b, a, kSize), CUDA_SUCCESS);                // _v2_ptds
+  ASSERT_EQ(cuMemcpy(b, a, kSize), CUDA_SUCCESS);                    // _ptds
+  ASSERT_EQ(cuMemcpyAsync(b, a, kSize, nullptr), CUDA_SUCCESS);      // _ptsz
   ASSERT_EQ(cuMemcpyDtoDAsync(b, a, kSize, nullptr), CUDA_SUCCESS);  // _v2_ptsz
-  ASSERT_EQ(cuMemsetD8(a, 0, 1), CUDA_SUCCESS);                 // _v2_ptds
-  ASSERT_EQ(cuMemcpyHtoD(a, data.data(), 1), CUDA_SUCCESS);     // _v2_ptds
+  ASSERT_EQ(cuMemsetD8(a, 0, 1), CUDA_SUCCESS);                      // _v2_ptds
+  ASSERT_EQ(cuMemcpyHtoD(a, data.data(), 1), CUDA_SUCCESS);          // _v2_ptds
   CUDA_MEMCPY2D copy2d = {};
   copy2d.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   copy2d.srcDevice = b;
@@ -51,9 +51,9 @@ TEST_F(PerThreadBuildTest, NullStreamIsThePerThreadStream) {
   copy2d.dstHost = back.data();
   copy2d.WidthInBytes = kSize;
   copy2d.Height = 1;
-  ASSERT_EQ(cuMemcpy2D(&copy2d), CUDA_SUCCESS);                   // _v2_ptds
-  ASSERT_EQ(cuMemcpy2DUnaligned(&copy2d), CUDA_SUCCESS);          // _v2_ptds
-  ASSERT_EQ(cuMemcpy2DAsync(&copy2d, nullptr), CUDA_SUCCESS);     // _v2_ptsz
+  ASSERT_EQ(cuMemcpy2D(&copy2d), CUDA_SUCCESS);                // _v2_ptds
+  ASSERT_EQ(cuMemcpy2DUnaligned(&copy2d), CUDA_SUCCESS);       // _v2_ptds
+  ASSERT_EQ(cuMemcpy2DAsync(&copy2d, nullptr), CUDA_SUCCESS);  // _v2_ptsz
   CUDA_MEMCPY3D copy3d = {};
   copy3d.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   copy3d.srcDevice = b;
@@ -62,8 +62,8 @@ TEST_F(PerThreadBuildTest, NullStreamIsThePerThreadStream) {
   copy3d.WidthInBytes = kSize;
   copy3d.Height = 1;
   copy3d.Depth = 1;
-  ASSERT_EQ(cuMemcpy3D(&copy3d), CUDA_SUCCESS);                   // _v2_ptds
-  ASSERT_EQ(cuMemcpy3DAsync(&copy3d, nullptr), CUDA_SUCCESS);     // _v2_ptsz
+  ASSERT_EQ(cuMemcpy3D(&copy3d), CUDA_SUCCESS);                // _v2_ptds
+  ASSERT_EQ(cuMemcpy3DAsync(&copy3d, nullptr), CUDA_SUCCESS);  // _v2_ptsz
   CUdeviceptr dsts[1] = {b};
   CUdeviceptr srcs[1] = {a};
   size_t sizes[1] = {kSize};

@@ -178,7 +178,8 @@ CUresult StreamQuery(CUstream handle, bool per_thread_api) {
 
 CUresult StreamWaitEvent(CUstream handle, CUevent event, unsigned flags, bool per_thread_api) {
   if (CUresult err = RequireInit()) return err;
-  if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Stream> stream;
   if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
   std::shared_ptr<Event> ev;
@@ -281,7 +282,8 @@ CUresult ElapsedTime(float* ms, CUevent start, CUevent end) {
   if (((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) || a->recorded == 0 || b->recorded == 0) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  if (a->progress->done < a->recorded || b->progress->done < b->recorded) return CUDA_ERROR_NOT_READY;
+  if (a->progress->done < a->recorded || b->progress->done < b->recorded)
+    return CUDA_ERROR_NOT_READY;
   *ms = std::chrono::duration<float, std::milli>(b->completed_at - a->completed_at).count();
   return CUDA_SUCCESS;
 }
@@ -301,8 +303,7 @@ CUresult ResolveStream(CUstream handle, bool per_thread_api, std::shared_ptr<Str
   if (IsSpecialHandle(handle)) {
     Context* ctx;
     if (CUresult err = CurrentContext(&ctx)) return err;
-    const bool per_thread =
-        handle == CU_STREAM_PER_THREAD || (handle == nullptr && per_thread_api);
+    const bool per_thread = handle == CU_STREAM_PER_THREAD || (handle == nullptr && per_thread_api);
     if (per_thread) {
       *out = PerThreadStream(ctx);
     } else {
@@ -488,7 +489,8 @@ CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   FAKECUDA_ENTER("cuEventCreate");
   fakecuda::Context* ctx;
   if (CUresult err = fakecuda::CurrentContext(&ctx)) return err;
-  constexpr unsigned kKnown = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+  constexpr unsigned kKnown =
+      CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
   if (phEvent == nullptr || (Flags & ~kKnown) != 0 ||
       ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING))) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -514,13 +516,15 @@ CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
 
 CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
   FAKECUDA_ENTER("cuEventRecordWithFlags");
-  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   return fakecuda::EventRecord(hEvent, hStream, false);
 }
 
 CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
   FAKECUDA_ENTER("cuEventRecordWithFlags");
-  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   return fakecuda::EventRecord(hEvent, hStream, true);
 }
 

@@ -265,8 +265,8 @@ void ExitWithWorkInFlight() {
   constexpr size_t kBig = size_t{64} << 20;
   if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
       cuCtxSetCurrent(ctx) != CUDA_SUCCESS || cuMemAlloc(&dev, kBig) != CUDA_SUCCESS ||
-      cuMemHostAlloc(&pinned, kBig, 0) != CUDA_SUCCESS || cuStreamCreate(&held, 0) != CUDA_SUCCESS ||
-      cuStreamCreate(&busy, 0) != CUDA_SUCCESS) {
+      cuMemHostAlloc(&pinned, kBig, 0) != CUDA_SUCCESS ||
+      cuStreamCreate(&held, 0) != CUDA_SUCCESS || cuStreamCreate(&busy, 0) != CUDA_SUCCESS) {
     std::exit(2);
   }
   fakecuda_hold_stream(held, 1);

@@ -19,11 +19,11 @@ enum class Dir { kH2D, kD2H, kD2D, kH2H };
 
 // The host side of a copy, as the program allocated it.
 enum class Host {
-  kNone,            // device-to-device
-  kPageable,        // malloc, aligned_alloc, new
-  kPinned,          // cudaHostAlloc / cudaMallocHost / cuMemHostAlloc
-  kPinnedWc,        // pinned with the write-combined flag
-  kRegistered,      // malloc memory passed to cudaHostRegister
+  kNone,        // device-to-device
+  kPageable,    // malloc, aligned_alloc, new
+  kPinned,      // cudaHostAlloc / cudaMallocHost / cuMemHostAlloc
+  kPinnedWc,    // pinned with the write-combined flag
+  kRegistered,  // malloc memory passed to cudaHostRegister
 };
 
 // FNV-1a over a buffer; printed so runs with and without the library can be
@@ -64,7 +64,10 @@ class CallLedger {
     switch (host) {
       case Host::kPageable: ++host_pageable_; break;
       case Host::kPinned: ++host_pinned_; break;
-      case Host::kPinnedWc: ++host_pinned_; ++host_wc_; break;
+      case Host::kPinnedWc:
+        ++host_pinned_;
+        ++host_wc_;
+        break;
       case Host::kRegistered: ++host_registered_; break;
       case Host::kNone: break;
     }
@@ -77,9 +80,15 @@ class CallLedger {
     if (reaches_driver) ++failed_copies_min_;
     failed_copy_bytes_ += bytes;
   }
-  void PinAlloc(uint64_t bytes) { ++pin_allocs_; pin_alloc_bytes_ += bytes; }
+  void PinAlloc(uint64_t bytes) {
+    ++pin_allocs_;
+    pin_alloc_bytes_ += bytes;
+  }
   void PinFree() { ++pin_frees_; }
-  void Register(uint64_t bytes) { ++registers_; register_bytes_ += bytes; }
+  void Register(uint64_t bytes) {
+    ++registers_;
+    register_bytes_ += bytes;
+  }
   void Unregister() { ++unregisters_; }
   // One pinned-memory call that returned an error (see FailedCopy).
   void FailedPin(uint64_t bytes_if_register, bool reaches_driver) {
@@ -108,8 +117,7 @@ class CallLedger {
     Add(&s, "unregisters", unregisters_);
     AddRange(&s, "failed_pins", failed_pins_min_, failed_pins_max_);
     Add(&s, "pin_alloc_bytes", pin_alloc_bytes_);
-    AddRange(&s, "register_bytes", register_bytes_,
-             register_bytes_ + failed_register_bytes_);
+    AddRange(&s, "register_bytes", register_bytes_, register_bytes_ + failed_register_bytes_);
     Add(&s, "host_pageable", host_pageable_);
     Add(&s, "host_pinned", host_pinned_);
     Add(&s, "host_registered", host_registered_);
@@ -120,16 +128,13 @@ class CallLedger {
  private:
   static void Add(std::string* s, const char* key, uint64_t v) {
     char buf[96];
-    std::snprintf(buf, sizeof(buf), " %s=%llu", key,
-                  static_cast<unsigned long long>(v));
+    std::snprintf(buf, sizeof(buf), " %s=%llu", key, static_cast<unsigned long long>(v));
     *s += buf;
   }
-  static void AddRange(std::string* s, const char* key, uint64_t lo,
-                       uint64_t hi) {
+  static void AddRange(std::string* s, const char* key, uint64_t lo, uint64_t hi) {
     if (lo == hi) return Add(s, key, lo);
     char buf[128];
-    std::snprintf(buf, sizeof(buf), " %s=%llu..%llu", key,
-                  static_cast<unsigned long long>(lo),
+    std::snprintf(buf, sizeof(buf), " %s=%llu..%llu", key, static_cast<unsigned long long>(lo),
                   static_cast<unsigned long long>(hi));
     *s += buf;
   }

@@ -36,8 +36,8 @@ CallLedger g_ledger;
 
 void Must(cudaError_t rc, const char* what, int line) {
   if (rc == cudaSuccess) return;
-  std::printf("FATAL line %d: %s returned %d %s\n", line, what,
-              static_cast<int>(rc), cudaGetErrorName(rc));
+  std::printf("FATAL line %d: %s returned %d %s\n", line, what, static_cast<int>(rc),
+              cudaGetErrorName(rc));
   std::fflush(stdout);
   std::exit(2);
 }
@@ -46,8 +46,7 @@ void Must(cudaError_t rc, const char* what, int line) {
 // Prints the code of a call that is allowed (or meant) to fail, then clears
 // the runtime's last-error slot so later checks are not confused by it.
 void PrintRc(const char* label, cudaError_t rc) {
-  std::printf("rc %s=%d %s\n", label, static_cast<int>(rc),
-              cudaGetErrorName(rc));
+  std::printf("rc %s=%d %s\n", label, static_cast<int>(rc), cudaGetErrorName(rc));
   cudaGetLastError();
 }
 
@@ -61,8 +60,7 @@ unsigned char* Bytes(void* p) { return static_cast<unsigned char*>(p); }
 
 __global__ void Mix(uint32_t* words, size_t n, uint32_t salt) {
   size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n; i += stride) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     words[i] = (words[i] * 2654435761u) ^ (salt + static_cast<uint32_t>(i));
   }
 }
@@ -73,33 +71,29 @@ void LaunchMix(void* dev, size_t bytes, uint32_t salt, cudaStream_t stream) {
   MUST(cudaGetLastError());
 }
 
-void CopySync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
-              Dir dir, Host host) {
+void CopySync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, Dir dir, Host host) {
   MUST(cudaMemcpy(dst, src, n, kind));
   g_ledger.Copy(dir, host, n);
 }
 
-void CopyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
-               cudaStream_t stream, Dir dir, Host host) {
+void CopyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream,
+               Dir dir, Host host) {
   MUST(cudaMemcpyAsync(dst, src, n, kind, stream));
   g_ledger.Copy(dir, host, n);
 }
 
 // Host -> device, mix, device -> host into `back`, on `stream` (async) or
 // with cudaMemcpy (stream == nullptr and sync == true).
-void RoundTrip(void* dev, const void* host_in, void* back, size_t n,
-               uint32_t salt, Host in_kind, Host back_kind, bool sync,
-               cudaStream_t stream) {
+void RoundTrip(void* dev, const void* host_in, void* back, size_t n, uint32_t salt, Host in_kind,
+               Host back_kind, bool sync, cudaStream_t stream) {
   if (sync) {
     CopySync(dev, host_in, n, cudaMemcpyHostToDevice, Dir::kH2D, in_kind);
     LaunchMix(dev, n, salt, nullptr);
     CopySync(back, dev, n, cudaMemcpyDeviceToHost, Dir::kD2H, back_kind);
   } else {
-    CopyAsync(dev, host_in, n, cudaMemcpyHostToDevice, stream, Dir::kH2D,
-              in_kind);
+    CopyAsync(dev, host_in, n, cudaMemcpyHostToDevice, stream, Dir::kH2D, in_kind);
     LaunchMix(dev, n, salt, stream);
-    CopyAsync(back, dev, n, cudaMemcpyDeviceToHost, stream, Dir::kD2H,
-              back_kind);
+    CopyAsync(back, dev, n, cudaMemcpyDeviceToHost, stream, Dir::kD2H, back_kind);
     MUST(cudaStreamSynchronize(stream));
   }
 }
@@ -144,16 +138,14 @@ void HostAllocSection(const Device& d) {
     g_ledger.PinAlloc(n);
     unsigned got = 0;
     cudaError_t rc = cudaHostGetFlags(&got, p);
-    std::printf("hostalloc flags=0x%x bytes=%zu getflags_rc=%d got=0x%x\n",
-                flags, n, static_cast<int>(rc), rc == cudaSuccess ? got : 0u);
+    std::printf("hostalloc flags=0x%x bytes=%zu getflags_rc=%d got=0x%x\n", flags, n,
+                static_cast<int>(rc), rc == cudaSuccess ? got : 0u);
     void* dp = nullptr;
     rc = cudaHostGetDevicePointer(&dp, p, 0);
-    std::printf("hostalloc flags=0x%x devptr_rc=%d devptr_is_hostptr=%d\n",
-                flags, static_cast<int>(rc),
-                rc == cudaSuccess ? static_cast<int>(dp == p) : -1);
+    std::printf("hostalloc flags=0x%x devptr_rc=%d devptr_is_hostptr=%d\n", flags,
+                static_cast<int>(rc), rc == cudaSuccess ? static_cast<int>(dp == p) : -1);
     cudaGetLastError();
-    const Host kind =
-        (flags & cudaHostAllocWriteCombined) ? Host::kPinnedWc : Host::kPinned;
+    const Host kind = (flags & cudaHostAllocWriteCombined) ? Host::kPinnedWc : Host::kPinned;
     Fill(p, n, 200 + c);
     // Even combinations on the created stream, odd ones on the default one.
     cudaStream_t stream = (c % 2 == 0) ? d.stream : nullptr;
@@ -171,8 +163,7 @@ void HostAllocSection(const Device& d) {
 }
 
 // cudaMallocHost memory with the default stream, 2D, 3D and cudaMemcpyDefault.
-void MallocHostSection(const Device& d, unsigned char* src,
-                       unsigned char* dst) {
+void MallocHostSection(const Device& d, unsigned char* src, unsigned char* dst) {
   void* ph = nullptr;
   MUST(cudaMallocHost(&ph, kBig));
   g_ledger.PinAlloc(kBig);
@@ -193,8 +184,7 @@ void MallocHostSection(const Device& d, unsigned char* src,
   Fill(ph, kMiB, 310);
   CopySync(d.b, ph, kMiB, cudaMemcpyHostToDevice, Dir::kH2D, Host::kPinned);
   LaunchMix(d.b, kMiB, 57, nullptr);
-  CopySync(Bytes(ph) + 5 * kMiB, d.b, kMiB, cudaMemcpyDeviceToHost, Dir::kD2H,
-           Host::kPinned);
+  CopySync(Bytes(ph) + 5 * kMiB, d.b, kMiB, cudaMemcpyDeviceToHost, Dir::kD2H, Host::kPinned);
   PrintChecksum("mallochost/sync-interior/1048576", Bytes(ph) + 5 * kMiB, kMiB);
 
   // 2D: pinned (pitch 1024) -> pitched device -> pageable (pitch 1100).
@@ -204,24 +194,22 @@ void MallocHostSection(const Device& d, unsigned char* src,
     size_t dpitch = 0;
     MUST(cudaMallocPitch(&d2, &dpitch, width, height));
     Fill(ph, hpitch * height, 320);
-    MUST(cudaMemcpy2D(d2, dpitch, ph, hpitch, width, height,
-                      cudaMemcpyHostToDevice));
+    MUST(cudaMemcpy2D(d2, dpitch, ph, hpitch, width, height, cudaMemcpyHostToDevice));
     g_ledger.Copy(Dir::kH2D, Host::kPinned, width * height);
     LaunchMix(d2, dpitch * height, 67, nullptr);
     std::memset(dst, 0, ppitch * height);
-    MUST(cudaMemcpy2D(dst, ppitch, d2, dpitch, width, height,
-                      cudaMemcpyDeviceToHost));
+    MUST(cudaMemcpy2D(dst, ppitch, d2, dpitch, width, height, cudaMemcpyDeviceToHost));
     g_ledger.Copy(Dir::kD2H, Host::kPageable, width * height);
     PrintChecksum("2d/sync/1000x64", dst, ppitch * height);
 
     Fill(src, ppitch * height, 330);
-    MUST(cudaMemcpy2DAsync(d2, dpitch, src, ppitch, width, height,
-                           cudaMemcpyHostToDevice, d.stream));
+    MUST(cudaMemcpy2DAsync(d2, dpitch, src, ppitch, width, height, cudaMemcpyHostToDevice,
+                           d.stream));
     g_ledger.Copy(Dir::kH2D, Host::kPageable, width * height);
     LaunchMix(d2, dpitch * height, 77, d.stream);
     std::memset(ph, 0, hpitch * height);
-    MUST(cudaMemcpy2DAsync(ph, hpitch, d2, dpitch, width, height,
-                           cudaMemcpyDeviceToHost, d.stream));
+    MUST(
+        cudaMemcpy2DAsync(ph, hpitch, d2, dpitch, width, height, cudaMemcpyDeviceToHost, d.stream));
     g_ledger.Copy(Dir::kD2H, Host::kPinned, width * height);
     MUST(cudaStreamSynchronize(d.stream));
     PrintChecksum("2d/async-stream/1000x64", ph, hpitch * height);
@@ -263,11 +251,9 @@ void MallocHostSection(const Device& d, unsigned char* src,
   CopySync(dst, d.b, kMiB, cudaMemcpyDefault, Dir::kD2H, Host::kPageable);
   PrintChecksum("default/sync/1048576", dst, kMiB);
   Fill(src, 64 * kKiB, 360);
-  CopyAsync(d.a, src, 64 * kKiB, cudaMemcpyDefault, d.stream, Dir::kH2D,
-            Host::kPageable);
+  CopyAsync(d.a, src, 64 * kKiB, cudaMemcpyDefault, d.stream, Dir::kH2D, Host::kPageable);
   LaunchMix(d.a, 64 * kKiB, 107, d.stream);
-  CopyAsync(ph, d.a, 64 * kKiB, cudaMemcpyDefault, d.stream, Dir::kD2H,
-            Host::kPinned);
+  CopyAsync(ph, d.a, 64 * kKiB, cudaMemcpyDefault, d.stream, Dir::kD2H, Host::kPinned);
   MUST(cudaStreamSynchronize(d.stream));
   PrintChecksum("default/async-stream/65536", ph, 64 * kKiB);
 
@@ -275,15 +261,14 @@ void MallocHostSection(const Device& d, unsigned char* src,
   g_ledger.PinFree();
 }
 
-void DeviceToDeviceSection(const Device& d, unsigned char* src,
-                           unsigned char* dst) {
+void DeviceToDeviceSection(const Device& d, unsigned char* src, unsigned char* dst) {
   Fill(src, kBig, 400);
   CopySync(d.a, src, kBig, cudaMemcpyHostToDevice, Dir::kH2D, Host::kPageable);
   CopySync(d.b, d.a, kBig, cudaMemcpyDeviceToDevice, Dir::kD2D, Host::kNone);
   LaunchMix(d.b, kBig, 117, nullptr);
   MUST(cudaDeviceSynchronize());
-  CopyAsync(Bytes(d.a) + kMiB, Bytes(d.b) + 3 * kMiB, 4 * kMiB,
-            cudaMemcpyDeviceToDevice, d.stream, Dir::kD2D, Host::kNone);
+  CopyAsync(Bytes(d.a) + kMiB, Bytes(d.b) + 3 * kMiB, 4 * kMiB, cudaMemcpyDeviceToDevice, d.stream,
+            Dir::kD2D, Host::kNone);
   MUST(cudaStreamSynchronize(d.stream));
   CopySync(dst, d.a, kBig, cudaMemcpyDeviceToHost, Dir::kD2H, Host::kPageable);
   PrintChecksum("d2d/16777216", dst, kBig);
@@ -304,14 +289,13 @@ void RegisteredSection(const Device& d) {
     // Interior pointers: the library must find the registration around them.
     const size_t off = (n == kBig) ? 0 : 4096 * (i + 1);
     Fill(Bytes(reg) + off, n, 500 + i);
-    RoundTrip(d.a, Bytes(reg) + off, Bytes(reg) + off, n, 127 + i,
-              Host::kRegistered, Host::kRegistered, /*sync=*/false, d.stream);
-    PrintChecksum(Label("registered/async-stream/%zu+%zu", n, off),
-                  Bytes(reg) + off, n);
+    RoundTrip(d.a, Bytes(reg) + off, Bytes(reg) + off, n, 127 + i, Host::kRegistered,
+              Host::kRegistered, /*sync=*/false, d.stream);
+    PrintChecksum(Label("registered/async-stream/%zu+%zu", n, off), Bytes(reg) + off, n);
   }
   Fill(reg, kMiB, 510);
-  RoundTrip(d.a, reg, Bytes(reg) + 2 * kMiB, kMiB, 137, Host::kRegistered,
-            Host::kRegistered, /*sync=*/true, nullptr);
+  RoundTrip(d.a, reg, Bytes(reg) + 2 * kMiB, kMiB, 137, Host::kRegistered, Host::kRegistered,
+            /*sync=*/true, nullptr);
   PrintChecksum("registered/sync/1048576", Bytes(reg) + 2 * kMiB, kMiB);
 
   // Registering the same range twice must fail and change nothing.
@@ -335,8 +319,8 @@ void RegisteredSection(const Device& d) {
   }
   // The range is ordinary pageable memory again.
   Fill(reg, 64 * kKiB, 520);
-  RoundTrip(d.a, reg, Bytes(reg) + kMiB, 64 * kKiB, 147, Host::kPageable,
-            Host::kPageable, /*sync=*/true, nullptr);
+  RoundTrip(d.a, reg, Bytes(reg) + kMiB, 64 * kKiB, 147, Host::kPageable, Host::kPageable,
+            /*sync=*/true, nullptr);
   PrintChecksum("unregistered/sync/65536", Bytes(reg) + kMiB, 64 * kKiB);
 
   // A mapped registration used by a kernel directly.
@@ -345,8 +329,7 @@ void RegisteredSection(const Device& d) {
   g_ledger.Register(64 * kKiB);
   void* dp = nullptr;
   rc = cudaHostGetDevicePointer(&dp, reg2, 0);
-  std::printf("registered-mapped devptr_rc=%d devptr_is_hostptr=%d\n",
-              static_cast<int>(rc),
+  std::printf("registered-mapped devptr_rc=%d devptr_is_hostptr=%d\n", static_cast<int>(rc),
               rc == cudaSuccess ? static_cast<int>(dp == reg2) : -1);
   cudaGetLastError();
   Fill(reg2, 64 * kKiB, 530);
@@ -395,8 +378,7 @@ int main() {
   int runtime_version = 0, driver_version = 0;
   MUST(cudaRuntimeGetVersion(&runtime_version));
   MUST(cudaDriverGetVersion(&driver_version));
-  std::printf("copy_program runtime=%d driver=%d\n", runtime_version,
-              driver_version);
+  std::printf("copy_program runtime=%d driver=%d\n", runtime_version, driver_version);
   MUST(cudaSetDevice(0));
   MUST(cudaFree(nullptr));  // creates the context
 

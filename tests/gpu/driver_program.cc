@@ -41,41 +41,42 @@ CUresult cuStreamSynchronize_ptsz(CUstream);
 // (the one that introduced that ABI, as the CUDA runtime asks: a newer
 // version may hand back a newer ABI with another signature, e.g.
 // cuCtxSynchronize at 13000), per-thread-default-stream variant.
-#define DRIVER_ENTRY_POINTS(X) \
-  X(DeviceGet, "cuDeviceGet", cuDeviceGet, 2000, false)                                               \
-  X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, false)              \
-  X(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, false)       \
-  X(CtxSetCurrent, "cuCtxSetCurrent", cuCtxSetCurrent, 4000, false)                                   \
-  X(CtxSynchronize, "cuCtxSynchronize", cuCtxSynchronize, 2000, false)                                \
-  X(GetErrorName, "cuGetErrorName", cuGetErrorName, 6000, false)                                      \
-  X(MemAlloc, "cuMemAlloc", cuMemAlloc_v2, 3020, false)                                               \
-  X(MemFree, "cuMemFree", cuMemFree_v2, 3020, false)                                                  \
-  X(MemHostAlloc, "cuMemHostAlloc", cuMemHostAlloc, 2020, false)                                      \
-  X(MemAllocHost, "cuMemAllocHost", cuMemAllocHost_v2, 3020, false)                                   \
-  X(MemFreeHost, "cuMemFreeHost", cuMemFreeHost, 2000, false)                                         \
-  X(MemHostRegister, "cuMemHostRegister", cuMemHostRegister_v2, 6050, false)                          \
-  X(MemHostUnregister, "cuMemHostUnregister", cuMemHostUnregister, 4000, false)                       \
-  X(MemHostGetDevicePointer, "cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020, false)  \
-  X(MemHostGetFlags, "cuMemHostGetFlags", cuMemHostGetFlags, 2030, false)                             \
-  X(MemcpyHtoD, "cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020, false)                                         \
-  X(MemcpyDtoH, "cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020, false)                                         \
-  X(MemcpyDtoD, "cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020, false)                                         \
-  X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, 3020, false)                          \
-  X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, 3020, false)                          \
-  X(Memcpy, "cuMemcpy", cuMemcpy, 4000, false)                                                        \
-  X(MemcpyAsync, "cuMemcpyAsync", cuMemcpyAsync, 4000, false)                                         \
-  X(Memcpy2D, "cuMemcpy2D", cuMemcpy2D_v2, 3020, false)                                               \
-  X(StreamCreate, "cuStreamCreate", cuStreamCreate, 2000, false)                                      \
-  X(StreamSynchronize, "cuStreamSynchronize", cuStreamSynchronize, 2000, false)                       \
-  X(StreamDestroy, "cuStreamDestroy", cuStreamDestroy_v2, 4000, false)                                \
-  X(MemcpyHtoDPtds, "cuMemcpyHtoD", cuMemcpyHtoD_v2_ptds, 7000, true)                                 \
-  X(MemcpyDtoHPtds, "cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, 7000, true)                                 \
-  X(MemcpyDtoDPtds, "cuMemcpyDtoD", cuMemcpyDtoD_v2_ptds, 7000, true)                                 \
-  X(MemcpyHtoDAsyncPtsz, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2_ptsz, 7000, true)                  \
-  X(MemcpyDtoHAsyncPtsz, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2_ptsz, 7000, true)                  \
-  X(MemcpyPtds, "cuMemcpy", cuMemcpy_ptds, 7000, true)                                                \
-  X(MemcpyAsyncPtsz, "cuMemcpyAsync", cuMemcpyAsync_ptsz, 7000, true)                                 \
-  X(Memcpy2DPtds, "cuMemcpy2D", cuMemcpy2D_v2_ptds, 7000, true)                                       \
+#define DRIVER_ENTRY_POINTS(X)                                                                  \
+  X(DeviceGet, "cuDeviceGet", cuDeviceGet, 2000, false)                                         \
+  X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, false)        \
+  X(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, false) \
+  X(CtxSetCurrent, "cuCtxSetCurrent", cuCtxSetCurrent, 4000, false)                             \
+  X(CtxSynchronize, "cuCtxSynchronize", cuCtxSynchronize, 2000, false)                          \
+  X(GetErrorName, "cuGetErrorName", cuGetErrorName, 6000, false)                                \
+  X(MemAlloc, "cuMemAlloc", cuMemAlloc_v2, 3020, false)                                         \
+  X(MemFree, "cuMemFree", cuMemFree_v2, 3020, false)                                            \
+  X(MemHostAlloc, "cuMemHostAlloc", cuMemHostAlloc, 2020, false)                                \
+  X(MemAllocHost, "cuMemAllocHost", cuMemAllocHost_v2, 3020, false)                             \
+  X(MemFreeHost, "cuMemFreeHost", cuMemFreeHost, 2000, false)                                   \
+  X(MemHostRegister, "cuMemHostRegister", cuMemHostRegister_v2, 6050, false)                    \
+  X(MemHostUnregister, "cuMemHostUnregister", cuMemHostUnregister, 4000, false)                 \
+  X(MemHostGetDevicePointer, "cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020,   \
+    false)                                                                                      \
+  X(MemHostGetFlags, "cuMemHostGetFlags", cuMemHostGetFlags, 2030, false)                       \
+  X(MemcpyHtoD, "cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020, false)                                   \
+  X(MemcpyDtoH, "cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020, false)                                   \
+  X(MemcpyDtoD, "cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020, false)                                   \
+  X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, 3020, false)                    \
+  X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, 3020, false)                    \
+  X(Memcpy, "cuMemcpy", cuMemcpy, 4000, false)                                                  \
+  X(MemcpyAsync, "cuMemcpyAsync", cuMemcpyAsync, 4000, false)                                   \
+  X(Memcpy2D, "cuMemcpy2D", cuMemcpy2D_v2, 3020, false)                                         \
+  X(StreamCreate, "cuStreamCreate", cuStreamCreate, 2000, false)                                \
+  X(StreamSynchronize, "cuStreamSynchronize", cuStreamSynchronize, 2000, false)                 \
+  X(StreamDestroy, "cuStreamDestroy", cuStreamDestroy_v2, 4000, false)                          \
+  X(MemcpyHtoDPtds, "cuMemcpyHtoD", cuMemcpyHtoD_v2_ptds, 7000, true)                           \
+  X(MemcpyDtoHPtds, "cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, 7000, true)                           \
+  X(MemcpyDtoDPtds, "cuMemcpyDtoD", cuMemcpyDtoD_v2_ptds, 7000, true)                           \
+  X(MemcpyHtoDAsyncPtsz, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2_ptsz, 7000, true)            \
+  X(MemcpyDtoHAsyncPtsz, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2_ptsz, 7000, true)            \
+  X(MemcpyPtds, "cuMemcpy", cuMemcpy_ptds, 7000, true)                                          \
+  X(MemcpyAsyncPtsz, "cuMemcpyAsync", cuMemcpyAsync_ptsz, 7000, true)                           \
+  X(Memcpy2DPtds, "cuMemcpy2D", cuMemcpy2D_v2_ptds, 7000, true)                                 \
   X(StreamSynchronizePtsz, "cuStreamSynchronize", cuStreamSynchronize_ptsz, 7000, true)
 
 #ifdef DRIVER_PROGRAM_LINKED
@@ -101,8 +102,7 @@ constexpr size_t kSizes[] = {4 * kKiB, 64 * kKiB, 1 * kMiB, 16 * kMiB};
 constexpr size_t kBig = 16 * kMiB;
 
 struct Api {
-#define DECLARE_FIELD(field, name, symbol, version, per_thread) \
-  decltype(&symbol) field = nullptr;
+#define DECLARE_FIELD(field, name, symbol, version, per_thread) decltype(&symbol) field = nullptr;
   DRIVER_ENTRY_POINTS(DECLARE_FIELD)
 #undef DECLARE_FIELD
 };
@@ -112,8 +112,7 @@ CallLedger g_ledger;
 
 const char* ErrorName(CUresult rc) {
   const char* name = nullptr;
-  if (g_api.GetErrorName == nullptr || g_api.GetErrorName(rc, &name) != 0 ||
-      name == nullptr) {
+  if (g_api.GetErrorName == nullptr || g_api.GetErrorName(rc, &name) != 0 || name == nullptr) {
     return "?";
   }
   return name;
@@ -121,8 +120,8 @@ const char* ErrorName(CUresult rc) {
 
 void Must(CUresult rc, const char* what, int line) {
   if (rc == CUDA_SUCCESS) return;
-  std::printf("FATAL line %d: %s returned %d %s\n", line, what,
-              static_cast<int>(rc), ErrorName(rc));
+  std::printf("FATAL line %d: %s returned %d %s\n", line, what, static_cast<int>(rc),
+              ErrorName(rc));
   std::fflush(stdout);
   std::exit(2);
 }
@@ -159,42 +158,37 @@ decltype(&cuInit) Resolve() {
     std::printf("FATAL dlopen libcuda.so.1 failed\n");
     std::exit(3);
   }
-  auto get_v2 =
-      reinterpret_cast<GetProcAddressFn>(dlsym(handle, "cuGetProcAddress_v2"));
+  auto get_v2 = reinterpret_cast<GetProcAddressFn>(dlsym(handle, "cuGetProcAddress_v2"));
   if (get_v2 == nullptr) {
     std::printf("FATAL no cuGetProcAddress_v2\n");
     std::exit(3);
   }
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
   void* init = nullptr;
-  CUresult rc = get_v2("cuInit", &init, 2000, CU_GET_PROC_ADDRESS_DEFAULT,
-                       &status);
-  std::printf("lookup cuInit via cuGetProcAddress_v2 rc=%d status=%d\n",
-              static_cast<int>(rc), static_cast<int>(status));
+  CUresult rc = get_v2("cuInit", &init, 2000, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  std::printf("lookup cuInit via cuGetProcAddress_v2 rc=%d status=%d\n", static_cast<int>(rc),
+              static_cast<int>(status));
   if (rc != CUDA_SUCCESS || init == nullptr) std::exit(3);
   void* get = nullptr;
-  rc = get_v2("cuGetProcAddress", &get, 12000, CU_GET_PROC_ADDRESS_DEFAULT,
-              &status);
-  std::printf("lookup cuGetProcAddress rc=%d status=%d\n",
-              static_cast<int>(rc), static_cast<int>(status));
+  rc = get_v2("cuGetProcAddress", &get, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  std::printf("lookup cuGetProcAddress rc=%d status=%d\n", static_cast<int>(rc),
+              static_cast<int>(status));
   if (rc != CUDA_SUCCESS || get == nullptr) std::exit(3);
   auto get_proc = reinterpret_cast<GetProcAddressFn>(get);
-#define LOOKUP(field, name, symbol, version, per_thread)                     \
-  {                                                                           \
-    void* fn = nullptr;                                                       \
-    status = CU_GET_PROC_ADDRESS_SUCCESS;                                     \
-    CUresult lrc = get_proc(name, &fn, version,                               \
-                            (per_thread)                                      \
-                                ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM \
-                                : CU_GET_PROC_ADDRESS_DEFAULT,                \
-                            &status);                                         \
-    if (lrc == CUDA_SUCCESS && fn != nullptr) {                               \
-      g_api.field = reinterpret_cast<decltype(&symbol)>(fn);                  \
-    } else {                                                                  \
-      std::printf("lookup %s per_thread=%d rc=%d status=%d\n", name,          \
-                  static_cast<int>(per_thread), static_cast<int>(lrc),        \
-                  static_cast<int>(status));                                  \
-    }                                                                         \
+#define LOOKUP(field, name, symbol, version, per_thread)                                           \
+  {                                                                                                \
+    void* fn = nullptr;                                                                            \
+    status = CU_GET_PROC_ADDRESS_SUCCESS;                                                          \
+    CUresult lrc = get_proc(name, &fn, version,                                                    \
+                            (per_thread) ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM           \
+                                         : CU_GET_PROC_ADDRESS_DEFAULT,                            \
+                            &status);                                                              \
+    if (lrc == CUDA_SUCCESS && fn != nullptr) {                                                    \
+      g_api.field = reinterpret_cast<decltype(&symbol)>(fn);                                       \
+    } else {                                                                                       \
+      std::printf("lookup %s per_thread=%d rc=%d status=%d\n", name, static_cast<int>(per_thread), \
+                  static_cast<int>(lrc), static_cast<int>(status));                                \
+    }                                                                                              \
   }
   DRIVER_ENTRY_POINTS(LOOKUP)
 #undef LOOKUP
@@ -245,8 +239,7 @@ void SyncSection(const Buffers& m) {
 }
 
 void AsyncSection(const Buffers& m) {
-  if (!Have("async", {FN(MemcpyHtoDAsync), FN(MemcpyDtoHAsync),
-                      FN(StreamSynchronize)})) {
+  if (!Have("async", {FN(MemcpyHtoDAsync), FN(MemcpyDtoHAsync), FN(StreamSynchronize)})) {
     return;
   }
   for (size_t i = 0; i < 4; ++i) {
@@ -279,8 +272,7 @@ void PerThreadSection(const Buffers& m) {
     PrintChecksum("ptds-sync/1048576", m.dst, kMiB);
   }
   if (Have("per-thread-async",
-           {FN(MemcpyHtoDAsyncPtsz), FN(MemcpyDtoHAsyncPtsz),
-            FN(StreamSynchronizePtsz)})) {
+           {FN(MemcpyHtoDAsyncPtsz), FN(MemcpyDtoHAsyncPtsz), FN(StreamSynchronizePtsz)})) {
     Fill(m.src, 64 * kKiB, 1210);
     std::memset(m.dst, 0, 64 * kKiB);
     // Stream 0 of a per-thread entry point is this thread's default stream.
@@ -319,9 +311,8 @@ void UnifiedSection(const Buffers& m) {
 }
 
 void HostAllocSection(const Buffers& m) {
-  if (!Have("hostalloc", {FN(MemHostAlloc), FN(MemFreeHost),
-                          FN(MemcpyHtoDAsync), FN(MemcpyDtoHAsync),
-                          FN(StreamSynchronize)})) {
+  if (!Have("hostalloc", {FN(MemHostAlloc), FN(MemFreeHost), FN(MemcpyHtoDAsync),
+                          FN(MemcpyDtoHAsync), FN(StreamSynchronize)})) {
     return;
   }
   for (unsigned flags = 0; flags < 8; ++flags) {
@@ -333,18 +324,16 @@ void HostAllocSection(const Buffers& m) {
     if (g_api.MemHostGetFlags != nullptr) {
       unsigned got = 0;
       CUresult rc = g_api.MemHostGetFlags(&got, p);
-      std::printf("hostalloc flags=0x%x getflags_rc=%d got=0x%x\n", flags,
-                  static_cast<int>(rc), rc == CUDA_SUCCESS ? got : 0u);
+      std::printf("hostalloc flags=0x%x getflags_rc=%d got=0x%x\n", flags, static_cast<int>(rc),
+                  rc == CUDA_SUCCESS ? got : 0u);
     }
     if (g_api.MemHostGetDevicePointer != nullptr) {
       CUdeviceptr dp = 0;
       CUresult rc = g_api.MemHostGetDevicePointer(&dp, p, 0);
-      std::printf("hostalloc flags=0x%x devptr_rc=%d devptr_is_hostptr=%d\n",
-                  flags, static_cast<int>(rc),
-                  rc == CUDA_SUCCESS ? static_cast<int>(dp == Addr(p)) : -1);
+      std::printf("hostalloc flags=0x%x devptr_rc=%d devptr_is_hostptr=%d\n", flags,
+                  static_cast<int>(rc), rc == CUDA_SUCCESS ? static_cast<int>(dp == Addr(p)) : -1);
     }
-    const Host kind = (flags & CU_MEMHOSTALLOC_WRITECOMBINED) ? Host::kPinnedWc
-                                                              : Host::kPinned;
+    const Host kind = (flags & CU_MEMHOSTALLOC_WRITECOMBINED) ? Host::kPinnedWc : Host::kPinned;
     Fill(p, n, 1400 + flags);
     MUST(g_api.MemcpyHtoDAsync(m.a, p, n, m.stream));
     MUST(g_api.MemcpyDtoHAsync(p, m.a + n / 2, n / 2, m.stream));
@@ -395,8 +384,7 @@ void AllocHostAnd2DSection(const Buffers& m) {
     c.dstPitch = 1100;
     c.WidthInBytes = width;
     c.Height = height;
-    auto copy_2d = g_api.Memcpy2DPtds != nullptr ? g_api.Memcpy2DPtds
-                                                 : g_api.Memcpy2D;
+    auto copy_2d = g_api.Memcpy2DPtds != nullptr ? g_api.Memcpy2DPtds : g_api.Memcpy2D;
     MUST(copy_2d(&c));
     g_ledger.Copy(Dir::kD2H, Host::kPageable, width * height);
     PrintChecksum("2d/1000x64", m.dst, 1100 * height);
@@ -484,9 +472,8 @@ int main() {
     return 3;
   }
   MUST(init(0));
-  if (!Have("core", {FN(DeviceGet), FN(PrimaryCtxRetain), FN(CtxSetCurrent),
-                     FN(MemAlloc), FN(MemFree), FN(MemcpyHtoD),
-                     FN(MemcpyDtoH)})) {
+  if (!Have("core", {FN(DeviceGet), FN(PrimaryCtxRetain), FN(CtxSetCurrent), FN(MemAlloc),
+                     FN(MemFree), FN(MemcpyHtoD), FN(MemcpyDtoH)})) {
     return 3;
   }
   CUdevice dev = 0;

@@ -155,9 +155,7 @@ unsigned char* Allocate(Kind k, size_t n) {
       void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       return p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
     }
-    case Kind::kHotSite:
-      WarmHotSite();
-      return HotSiteAlloc(n);
+    case Kind::kHotSite: WarmHotSite(); return HotSiteAlloc(n);
     case Kind::kPinned: {
       void* p = nullptr;
       CHECK(cuMemHostAlloc(&p, n, 0));
@@ -417,21 +415,26 @@ std::string ForkChildCuda() {
   return " child-copy-result=" + std::to_string(code);
 }
 
-
-
 struct Case {
   const char* name;
   CaseFn fn;
 };
 
 const Case kCases[] = {
-    {"dontneed_whole", DontneedWhole},     {"dontneed_middle", DontneedMiddle},
-    {"madv_free", MadvFree},               {"madv_remove", MadvRemove},
-    {"posix_dontneed", PosixDontneed},     {"pageout_process_madvise", PageOut},
-    {"map_fixed_whole", MapFixedWhole},    {"map_fixed_half", MapFixedHalf},
-    {"mremap_move", MremapMove},           {"mremap_dontunmap", MremapDontunmap},
-    {"mremap_shrink_grow", MremapShrinkGrow}, {"munmap_part", MunmapPart},
-    {"shm_remap", ShmRemap},               {"malloc_trim", MallocTrim},
+    {"dontneed_whole", DontneedWhole},
+    {"dontneed_middle", DontneedMiddle},
+    {"madv_free", MadvFree},
+    {"madv_remove", MadvRemove},
+    {"posix_dontneed", PosixDontneed},
+    {"pageout_process_madvise", PageOut},
+    {"map_fixed_whole", MapFixedWhole},
+    {"map_fixed_half", MapFixedHalf},
+    {"mremap_move", MremapMove},
+    {"mremap_dontunmap", MremapDontunmap},
+    {"mremap_shrink_grow", MremapShrinkGrow},
+    {"munmap_part", MunmapPart},
+    {"shm_remap", ShmRemap},
+    {"malloc_trim", MallocTrim},
     {"fork_writes", ForkWrites},
 };
 

@@ -63,10 +63,11 @@ struct Driver {
 struct Expect {
   std::atomic<long> h2d{0}, d2h{0}, h2h{0}, d2d{0}, allocs{0}, frees{0}, regs{0}, unregs{0};
   void Print() const {
-    printf("expect: copies=%ld h2d=%ld d2h=%ld h2h=%ld d2d=%ld pin_allocs=%ld pin_frees=%ld "
-           "registers=%ld unregisters=%ld\n",
-           h2d + d2h + h2h + d2d, h2d.load(), d2h.load(), h2h.load(), d2d.load(), allocs.load(),
-           frees.load(), regs.load(), unregs.load());
+    printf(
+        "expect: copies=%ld h2d=%ld d2h=%ld h2h=%ld d2d=%ld pin_allocs=%ld pin_frees=%ld "
+        "registers=%ld unregisters=%ld\n",
+        h2d + d2h + h2h + d2d, h2d.load(), d2h.load(), h2h.load(), d2d.load(), allocs.load(),
+        frees.load(), regs.load(), unregs.load());
   }
 };
 
@@ -75,13 +76,13 @@ Driver d;
 void* g_libcuda = nullptr;  // the driver library, as the program opened it
 GetProc g_get = nullptr;    // the cuGetProcAddress the runtime would use
 
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    CUresult rc_ = (call);                                                     \
-    if (rc_ != CUDA_SUCCESS) {                                                 \
-      fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, rc_);    \
-      exit(3);                                                                 \
-    }                                                                          \
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    CUresult rc_ = (call);                                                  \
+    if (rc_ != CUDA_SUCCESS) {                                              \
+      fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, rc_); \
+      exit(3);                                                              \
+    }                                                                       \
   } while (0)
 
 template <typename T>
@@ -170,9 +171,11 @@ void Basic() {
   char* back = static_cast<char*>(malloc(kMiB));
   for (int i = 0; i < 3; ++i) {
     Fill(pageable, kMiB, i);
-    CHECK(d.MemcpyHtoD(dev, pageable, kMiB)); g_expect.h2d++;
+    CHECK(d.MemcpyHtoD(dev, pageable, kMiB));
+    g_expect.h2d++;
     memset(back, 0, kMiB);
-    CHECK(d.MemcpyDtoH(back, dev, kMiB)); g_expect.d2h++;
+    CHECK(d.MemcpyDtoH(back, dev, kMiB));
+    g_expect.d2h++;
     printf("pageable round %d: %lx\n", i, Checksum(back, kMiB));
   }
 
@@ -181,7 +184,8 @@ void Basic() {
                              CU_MEMHOSTALLOC_WRITECOMBINED};
   for (unsigned flags : kFlags) {
     void* pinned = nullptr;
-    CHECK(d.MemHostAlloc(&pinned, kMiB, flags)); g_expect.allocs++;
+    CHECK(d.MemHostAlloc(&pinned, kMiB, flags));
+    g_expect.allocs++;
     unsigned got = 0;
     CHECK(d.MemHostGetFlags(&got, pinned));
     CUdeviceptr mapped = 0;
@@ -189,31 +193,43 @@ void Basic() {
     printf("pinned flags %u -> getflags %u, devptr rc %d same=%d\n", flags, got, mrc,
            mapped == reinterpret_cast<CUdeviceptr>(pinned));
     Fill(pinned, kMiB, flags);
-    CHECK(d.MemcpyHtoDAsync(dev, pinned, kMiB, stream)); g_expect.h2d++;
+    CHECK(d.MemcpyHtoDAsync(dev, pinned, kMiB, stream));
+    g_expect.h2d++;
     CHECK(d.StreamSynchronize(stream));
-    CHECK(d.MemcpyDtoHAsync(back, dev, kMiB, stream)); g_expect.d2h++;
+    CHECK(d.MemcpyDtoHAsync(back, dev, kMiB, stream));
+    g_expect.d2h++;
     CHECK(d.StreamSynchronize(stream));
     printf("pinned %u: %lx\n", flags, Checksum(back, kMiB));
-    CHECK(d.MemFreeHost(pinned)); g_expect.frees++;
+    CHECK(d.MemFreeHost(pinned));
+    g_expect.frees++;
   }
   void* host2 = nullptr;
-  CHECK(d.MemAllocHost(&host2, 2 * kMiB)); g_expect.allocs++;
+  CHECK(d.MemAllocHost(&host2, 2 * kMiB));
+  g_expect.allocs++;
 
   // Registered by the program.
   char* reg = static_cast<char*>(aligned_alloc(4096, 4 * kMiB));
   Fill(reg, 4 * kMiB, 7);
-  CHECK(d.MemHostRegister(reg, 4 * kMiB, CU_MEMHOSTREGISTER_PORTABLE)); g_expect.regs++;
-  CHECK(d.MemcpyHtoD(dev, reg, 4 * kMiB)); g_expect.h2d++;
-  CHECK(d.MemHostUnregister(reg)); g_expect.unregs++;
+  CHECK(d.MemHostRegister(reg, 4 * kMiB, CU_MEMHOSTREGISTER_PORTABLE));
+  g_expect.regs++;
+  CHECK(d.MemcpyHtoD(dev, reg, 4 * kMiB));
+  g_expect.h2d++;
+  CHECK(d.MemHostUnregister(reg));
+  g_expect.unregs++;
 
   // Generic copies in every direction (unified addressing).
-  CHECK(d.Memcpy(dev, reinterpret_cast<CUdeviceptr>(pageable), kMiB)); g_expect.h2d++;
-  CHECK(d.Memcpy(reinterpret_cast<CUdeviceptr>(host2), dev, kMiB)); g_expect.d2h++;
+  CHECK(d.Memcpy(dev, reinterpret_cast<CUdeviceptr>(pageable), kMiB));
+  g_expect.h2d++;
+  CHECK(d.Memcpy(reinterpret_cast<CUdeviceptr>(host2), dev, kMiB));
+  g_expect.d2h++;
   CHECK(d.Memcpy(reinterpret_cast<CUdeviceptr>(back), reinterpret_cast<CUdeviceptr>(host2), kMiB));
   g_expect.h2h++;
-  CHECK(d.Memcpy(dev + 8 * kMiB, dev, kMiB)); g_expect.d2d++;
-  CHECK(d.MemcpyDtoD(dev + 4 * kMiB, dev, kMiB)); g_expect.d2d++;
-  CHECK(d.MemcpyAsync(dev, reinterpret_cast<CUdeviceptr>(host2), kMiB, stream)); g_expect.h2d++;
+  CHECK(d.Memcpy(dev + 8 * kMiB, dev, kMiB));
+  g_expect.d2d++;
+  CHECK(d.MemcpyDtoD(dev + 4 * kMiB, dev, kMiB));
+  g_expect.d2d++;
+  CHECK(d.MemcpyAsync(dev, reinterpret_cast<CUdeviceptr>(host2), kMiB, stream));
+  g_expect.h2d++;
   CHECK(d.StreamSynchronize(stream));
   printf("generic: %lx\n", Checksum(back, kMiB));
 
@@ -227,7 +243,8 @@ void Basic() {
   c2.dstPitch = 2048;
   c2.WidthInBytes = 1000;
   c2.Height = 256;
-  CHECK(d.Memcpy2D(&c2)); g_expect.h2d++;
+  CHECK(d.Memcpy2D(&c2));
+  g_expect.h2d++;
   CUDA_MEMCPY3D c3{};
   c3.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   c3.srcDevice = dev;
@@ -241,7 +258,8 @@ void Basic() {
   c3.Height = 16;
   c3.Depth = 8;
   memset(back, 0, kMiB);
-  CHECK(d.Memcpy3D(&c3)); g_expect.d2h++;
+  CHECK(d.Memcpy3D(&c3));
+  g_expect.d2h++;
   printf("3d: %lx\n", Checksum(back, kMiB));
 
   // A batch of host-to-device copies counts as one call.
@@ -252,10 +270,12 @@ void Basic() {
   CUmemcpyAttributes attr{};
   attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
   size_t attr_idx = 0;
-  CHECK(d.MemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &attr_idx, 1, stream)); g_expect.h2d++;
+  CHECK(d.MemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &attr_idx, 1, stream));
+  g_expect.h2d++;
   CHECK(d.StreamSynchronize(stream));
 
-  CHECK(d.MemFreeHost(host2)); g_expect.frees++;
+  CHECK(d.MemFreeHost(host2));
+  g_expect.frees++;
   free(reg);
   free(pageable);
   free(back);
@@ -269,17 +289,28 @@ void Invalid() {
   CHECK(d.MemAlloc(&dev, 4096));
   char* p = static_cast<char*>(malloc(1 << 20));
   void* pinned = nullptr;
-  printf("htod null src: %d\n", d.MemcpyHtoD(dev, nullptr, 16)); g_expect.h2d++;
-  printf("htod past end: %d\n", d.MemcpyHtoD(dev, p, 8192)); g_expect.h2d++;
-  printf("freehost of malloc: %d\n", d.MemFreeHost(p)); g_expect.frees++;
-  printf("unregister unregistered: %d\n", d.MemHostUnregister(p)); g_expect.unregs++;
-  printf("register: %d\n", d.MemHostRegister(p, 1 << 20, 0)); g_expect.regs++;
-  printf("register twice: %d\n", d.MemHostRegister(p, 1 << 20, 0)); g_expect.regs++;
-  printf("unregister: %d\n", d.MemHostUnregister(p)); g_expect.unregs++;
-  printf("hostalloc null out: %d\n", d.MemHostAlloc(nullptr, 4096, 0)); g_expect.allocs++;
-  printf("hostalloc: %d\n", d.MemHostAlloc(&pinned, 4096, 0)); g_expect.allocs++;
-  printf("freehost: %d\n", d.MemFreeHost(pinned)); g_expect.frees++;
-  printf("freehost twice: %d\n", d.MemFreeHost(pinned)); g_expect.frees++;
+  printf("htod null src: %d\n", d.MemcpyHtoD(dev, nullptr, 16));
+  g_expect.h2d++;
+  printf("htod past end: %d\n", d.MemcpyHtoD(dev, p, 8192));
+  g_expect.h2d++;
+  printf("freehost of malloc: %d\n", d.MemFreeHost(p));
+  g_expect.frees++;
+  printf("unregister unregistered: %d\n", d.MemHostUnregister(p));
+  g_expect.unregs++;
+  printf("register: %d\n", d.MemHostRegister(p, 1 << 20, 0));
+  g_expect.regs++;
+  printf("register twice: %d\n", d.MemHostRegister(p, 1 << 20, 0));
+  g_expect.regs++;
+  printf("unregister: %d\n", d.MemHostUnregister(p));
+  g_expect.unregs++;
+  printf("hostalloc null out: %d\n", d.MemHostAlloc(nullptr, 4096, 0));
+  g_expect.allocs++;
+  printf("hostalloc: %d\n", d.MemHostAlloc(&pinned, 4096, 0));
+  g_expect.allocs++;
+  printf("freehost: %d\n", d.MemFreeHost(pinned));
+  g_expect.frees++;
+  printf("freehost twice: %d\n", d.MemFreeHost(pinned));
+  g_expect.frees++;
   unsigned flags = 0;
   printf("getflags of malloc: %d\n", d.MemHostGetFlags(&flags, p));
   free(p);
@@ -302,15 +333,19 @@ void Threads() {
         size_t n = (64 + (t * 7 + i) % 192) * 1024;
         char* h = static_cast<char*>(malloc(n));
         Fill(h, n, t + i);
-        CHECK(d.MemcpyHtoD(buf, h, n)); g_expect.h2d++;
+        CHECK(d.MemcpyHtoD(buf, h, n));
+        g_expect.h2d++;
         void* pinned;
-        CHECK(d.MemHostAlloc(&pinned, n, 0)); g_expect.allocs++;
-        CHECK(d.MemcpyDtoH(pinned, buf, n)); g_expect.d2h++;
+        CHECK(d.MemHostAlloc(&pinned, n, 0));
+        g_expect.allocs++;
+        CHECK(d.MemcpyDtoH(pinned, buf, n));
+        g_expect.d2h++;
         if (memcmp(pinned, h, n) != 0) {
           fprintf(stderr, "thread %d: data mismatch\n", t);
           exit(5);
         }
-        CHECK(d.MemFreeHost(pinned)); g_expect.frees++;
+        CHECK(d.MemFreeHost(pinned));
+        g_expect.frees++;
         free(h);
       }
       CHECK(d.MemFree(buf));
@@ -325,9 +360,11 @@ void RoundTrip(const char* label) {
   CHECK(d.MemAlloc(&dev, 1 << 20));
   char* h = static_cast<char*>(malloc(1 << 20));
   Fill(h, 1 << 20, 3);
-  CHECK(d.MemcpyHtoD(dev, h, 1 << 20)); g_expect.h2d++;
+  CHECK(d.MemcpyHtoD(dev, h, 1 << 20));
+  g_expect.h2d++;
   memset(h, 0, 1 << 20);
-  CHECK(d.MemcpyDtoH(h, dev, 1 << 20)); g_expect.d2h++;
+  CHECK(d.MemcpyDtoH(h, dev, 1 << 20));
+  g_expect.d2h++;
   printf("%s: %lx\n", label, Checksum(h, 1 << 20));
   free(h);
   CHECK(d.MemFree(dev));
@@ -340,36 +377,49 @@ void Budget() {
   CUdeviceptr dev;
   CHECK(d.MemAlloc(&dev, 8 * kMiB));
   void* small = nullptr;
-  printf("alloc 1M: %d\n", d.MemHostAlloc(&small, kMiB, 0)); g_expect.allocs++;
+  printf("alloc 1M: %d\n", d.MemHostAlloc(&small, kMiB, 0));
+  g_expect.allocs++;
   void* big = nullptr;
-  CUresult rc = d.MemHostAlloc(&big, 4 * kMiB, CU_MEMHOSTALLOC_PORTABLE); g_expect.allocs++;
+  CUresult rc = d.MemHostAlloc(&big, 4 * kMiB, CU_MEMHOSTALLOC_PORTABLE);
+  g_expect.allocs++;
   printf("alloc 4M: %d\n", rc);
   if (rc == CUDA_SUCCESS) {
     Fill(big, 4 * kMiB, 9);
     unsigned long before = Checksum(big, 4 * kMiB);
-    CHECK(d.MemcpyHtoD(dev, big, 4 * kMiB)); g_expect.h2d++;
+    CHECK(d.MemcpyHtoD(dev, big, 4 * kMiB));
+    g_expect.h2d++;
     memset(big, 0, 4 * kMiB);
-    CHECK(d.MemcpyDtoH(big, dev, 4 * kMiB)); g_expect.d2h++;
+    CHECK(d.MemcpyDtoH(big, dev, 4 * kMiB));
+    g_expect.d2h++;
     printf("4M round trip intact: %d\n", Checksum(big, 4 * kMiB) == before);
     unsigned flags = 0;
     CUdeviceptr mapped = 0;
     printf("4M getflags: %d\n", d.MemHostGetFlags(&flags, big));
     printf("4M devptr: %d\n", d.MemHostGetDevicePointer(&mapped, big, 0));
-    printf("free 4M: %d\n", d.MemFreeHost(big)); g_expect.frees++;
+    printf("free 4M: %d\n", d.MemFreeHost(big));
+    g_expect.frees++;
   }
   char* pageable = static_cast<char*>(aligned_alloc(4096, 4 * kMiB));
-  rc = d.MemHostRegister(pageable, 4 * kMiB, 0); g_expect.regs++;
+  rc = d.MemHostRegister(pageable, 4 * kMiB, 0);
+  g_expect.regs++;
   printf("register 4M: %d\n", rc);
   if (rc == CUDA_SUCCESS) {
     Fill(pageable, 4 * kMiB, 5);
-    CHECK(d.MemcpyHtoD(dev, pageable, 4 * kMiB)); g_expect.h2d++;
-    printf("unregister 4M: %d\n", d.MemHostUnregister(pageable)); g_expect.unregs++;
+    CHECK(d.MemcpyHtoD(dev, pageable, 4 * kMiB));
+    g_expect.h2d++;
+    printf("unregister 4M: %d\n", d.MemHostUnregister(pageable));
+    g_expect.unregs++;
   }
-  printf("free 1M: %d\n", d.MemFreeHost(small)); g_expect.frees++;
+  printf("free 1M: %d\n", d.MemFreeHost(small));
+  g_expect.frees++;
   // With the 1M freed, 2M fits again.
   void* again = nullptr;
-  printf("alloc 2M after free: %d\n", d.MemHostAlloc(&again, 2 * kMiB, 0)); g_expect.allocs++;
-  if (again != nullptr) { CHECK(d.MemFreeHost(again)); g_expect.frees++; }
+  printf("alloc 2M after free: %d\n", d.MemHostAlloc(&again, 2 * kMiB, 0));
+  g_expect.allocs++;
+  if (again != nullptr) {
+    CHECK(d.MemFreeHost(again));
+    g_expect.frees++;
+  }
   free(pageable);
   CHECK(d.MemFree(dev));
 }
@@ -388,12 +438,15 @@ void Hot() {
     char* back = static_cast<char*>(malloc(n));
     for (int i = 0; i < 8; ++i) {
       Fill(buf, n, round * 16 + i);
-      CHECK(d.MemcpyHtoD(dev, buf, n)); g_expect.h2d++;
+      CHECK(d.MemcpyHtoD(dev, buf, n));
+      g_expect.h2d++;
       // Overwritten right after an async copy returns: legal with pageable
       // memory, whose async copies are synchronous.
-      CHECK(d.MemcpyHtoDAsync(dev, buf, n, stream)); g_expect.h2d++;
+      CHECK(d.MemcpyHtoDAsync(dev, buf, n, stream));
+      g_expect.h2d++;
       memset(buf, 0xAB, n);
-      CHECK(d.MemcpyDtoHAsync(back, dev, n, stream)); g_expect.d2h++;
+      CHECK(d.MemcpyDtoHAsync(back, dev, n, stream));
+      g_expect.d2h++;
       // Read right after the async copy returns, without synchronizing.
       printf("hot %d.%d: %lx\n", round, i, Checksum(back, 4096));
     }
@@ -404,17 +457,21 @@ void Hot() {
   // as for a dedicated allocation, and memory is reused only when safe.
   for (int i = 0; i < 20; ++i) {
     void* p = nullptr;
-    CHECK(d.MemHostAlloc(&p, (i % 4 + 1) << 20, i % 2 ? CU_MEMHOSTALLOC_PORTABLE : 0)); g_expect.allocs++;
+    CHECK(d.MemHostAlloc(&p, (i % 4 + 1) << 20, i % 2 ? CU_MEMHOSTALLOC_PORTABLE : 0));
+    g_expect.allocs++;
     unsigned flags = 0;
     CHECK(d.MemHostGetFlags(&flags, p));
     CUdeviceptr mapped = 0;
     CHECK(d.MemHostGetDevicePointer(&mapped, p, 0));
     Fill(p, 1 << 20, i);
-    CHECK(d.MemcpyHtoDAsync(dev, p, 1 << 20, stream)); g_expect.h2d++;
-    CHECK(d.MemFreeHost(p)); g_expect.frees++;
+    CHECK(d.MemcpyHtoDAsync(dev, p, 1 << 20, stream));
+    g_expect.h2d++;
+    CHECK(d.MemFreeHost(p));
+    g_expect.frees++;
     CHECK(d.StreamSynchronize(stream));
     void* check = malloc(1 << 20);
-    CHECK(d.MemcpyDtoH(check, dev, 1 << 20)); g_expect.d2h++;
+    CHECK(d.MemcpyDtoH(check, dev, 1 << 20));
+    g_expect.d2h++;
     printf("pool %d: flags %u mapped-same %d data %lx\n", i, flags,
            mapped == reinterpret_cast<CUdeviceptr>(p), Checksum(check, 1 << 20));
     free(check);
@@ -430,17 +487,21 @@ void Evict() {
   std::vector<void*> blocks;
   for (int i = 0; i < 8; ++i) {
     void* p = nullptr;
-    CHECK(d.MemHostAlloc(&p, 4 << 20, 0)); g_expect.allocs++;
+    CHECK(d.MemHostAlloc(&p, 4 << 20, 0));
+    g_expect.allocs++;
     blocks.push_back(p);
   }
   for (void* p : blocks) {
-    CHECK(d.MemFreeHost(p)); g_expect.frees++;
+    CHECK(d.MemFreeHost(p));
+    g_expect.frees++;
   }
   void* big = nullptr;
-  CUresult rc = d.MemHostAlloc(&big, 16 << 20, 0); g_expect.allocs++;
+  CUresult rc = d.MemHostAlloc(&big, 16 << 20, 0);
+  g_expect.allocs++;
   printf("alloc 16M after freeing 32M: %d\n", rc);
   if (rc == CUDA_SUCCESS) {
-    CHECK(d.MemFreeHost(big)); g_expect.frees++;
+    CHECK(d.MemFreeHost(big));
+    g_expect.frees++;
   }
 }
 
@@ -452,14 +513,18 @@ void WcRead() {
   CHECK(d.MemAlloc(&dev, n));
   char* src = static_cast<char*>(malloc(n));
   Fill(src, n, 11);
-  CHECK(d.MemcpyHtoD(dev, src, n)); g_expect.h2d++;
+  CHECK(d.MemcpyHtoD(dev, src, n));
+  g_expect.h2d++;
   void* wc = nullptr;
-  CHECK(d.MemHostAlloc(&wc, n, CU_MEMHOSTALLOC_WRITECOMBINED)); g_expect.allocs++;
-  CHECK(d.MemcpyDtoH(wc, dev, n)); g_expect.d2h++;
+  CHECK(d.MemHostAlloc(&wc, n, CU_MEMHOSTALLOC_WRITECOMBINED));
+  g_expect.allocs++;
+  CHECK(d.MemcpyDtoH(wc, dev, n));
+  g_expect.d2h++;
   char* sink = static_cast<char*>(malloc(n));
   memcpy(sink, wc, n);  // the misuse: a CPU read of WC memory
   printf("wc read: %lx\n", Checksum(sink, n));
-  CHECK(d.MemFreeHost(wc)); g_expect.frees++;
+  CHECK(d.MemFreeHost(wc));
+  g_expect.frees++;
   free(sink);
   free(src);
   CHECK(d.MemFree(dev));
@@ -472,14 +537,18 @@ void PinnedRoundTrip(const char* label, int i) {
   CUdeviceptr dev;
   CHECK(d.MemAlloc(&dev, n));
   void* p = nullptr;
-  CHECK(d.MemHostAlloc(&p, n, 0)); g_expect.allocs++;
+  CHECK(d.MemHostAlloc(&p, n, 0));
+  g_expect.allocs++;
   Fill(p, n, static_cast<unsigned>(i + 1));
   const unsigned long written = Checksum(p, n);
-  CHECK(d.MemcpyHtoD(dev, p, n)); g_expect.h2d++;
+  CHECK(d.MemcpyHtoD(dev, p, n));
+  g_expect.h2d++;
   memset(p, 0, n);
-  CHECK(d.MemcpyDtoH(p, dev, n)); g_expect.d2h++;
+  CHECK(d.MemcpyDtoH(p, dev, n));
+  g_expect.d2h++;
   printf("%s %d: %lx back intact %d\n", label, i, written, Checksum(p, n) == written);
-  CHECK(d.MemFreeHost(p)); g_expect.frees++;
+  CHECK(d.MemFreeHost(p));
+  g_expect.frees++;
   CHECK(d.MemFree(dev));
 }
 
@@ -543,27 +612,35 @@ void Sites() {
   for (int round = 0; round < 6; ++round) {
     char* buf = AllocBuffer(n);
     char* back = static_cast<char*>(calloc(1, n));
-    printf("sites %d: calloc zero %d usable %d\n", round, Checksum(back, n) == Checksum(back + n / 2, n / 2) && back[0] == 0 && back[n - 1] == 0,
+    printf("sites %d: calloc zero %d usable %d\n", round,
+           Checksum(back, n) == Checksum(back + n / 2, n / 2) && back[0] == 0 && back[n - 1] == 0,
            malloc_usable_size(buf) >= n);
     void* aligned = AllocAligned(4096, 256 << 10);
-    printf("sites %d: aligned %d\n", round, aligned != nullptr && reinterpret_cast<uintptr_t>(aligned) % 4096 == 0);
+    printf("sites %d: aligned %d\n", round,
+           aligned != nullptr && reinterpret_cast<uintptr_t>(aligned) % 4096 == 0);
     for (int i = 0; i < 8; ++i) {
       Fill(buf, n, round * 16 + i);
       Fill(aligned, 256 << 10, round * 16 + i + 1);
-      CHECK(d.MemcpyHtoD(dev, buf, n)); g_expect.h2d++;
-      CHECK(d.MemcpyHtoD(dev + n, aligned, 256 << 10)); g_expect.h2d++;
-      CHECK(d.MemcpyHtoDAsync(dev, buf, n, stream)); g_expect.h2d++;
+      CHECK(d.MemcpyHtoD(dev, buf, n));
+      g_expect.h2d++;
+      CHECK(d.MemcpyHtoD(dev + n, aligned, 256 << 10));
+      g_expect.h2d++;
+      CHECK(d.MemcpyHtoDAsync(dev, buf, n, stream));
+      g_expect.h2d++;
       memset(buf, 0xCD, n);  // legal at once: the async copy was from "pageable" memory
-      CHECK(d.MemcpyDtoHAsync(back, dev, n, stream)); g_expect.d2h++;
+      CHECK(d.MemcpyDtoHAsync(back, dev, n, stream));
+      g_expect.d2h++;
       printf("sites %d.%d: %lx\n", round, i, Checksum(back, n));
     }
     // Grow: the content up to the old size is kept.
     Fill(buf, n, 99 + round);
     const unsigned long before = Checksum(buf, n);
     buf = static_cast<char*>(realloc(buf, 2 * n));
-    printf("sites %d: realloc kept %d usable %d\n", round, buf != nullptr && Checksum(buf, n) == before,
+    printf("sites %d: realloc kept %d usable %d\n", round,
+           buf != nullptr && Checksum(buf, n) == before,
            buf != nullptr && malloc_usable_size(buf) >= 2 * n);
-    CHECK(d.MemcpyHtoD(dev, buf, 2 * n)); g_expect.h2d++;
+    CHECK(d.MemcpyHtoD(dev, buf, 2 * n));
+    g_expect.h2d++;
     // Freed on another thread.
     std::thread t([buf] { free(buf); });
     t.join();
@@ -630,7 +707,8 @@ void RandomSequence() {
     if (s.host == nullptr) return;
     if (s.kind == 3) {
       CHECK(d.StreamSynchronize(stream_of(i)));
-      CHECK(d.MemFreeHost(s.host)); g_expect.frees++;
+      CHECK(d.MemFreeHost(s.host));
+      g_expect.frees++;
     } else {
       free(s.host);
     }
@@ -654,7 +732,8 @@ void RandomSequence() {
         if (s.kind == 2) s.host = RandomAligned(s.n);
         if (s.kind == 3) {
           void* p = nullptr;
-          CHECK(d.MemHostAlloc(&p, s.n, 0)); g_expect.allocs++;
+          CHECK(d.MemHostAlloc(&p, s.n, 0));
+          g_expect.allocs++;
           s.host = static_cast<char*>(p);
         }
         if (s.kind == 1) absorb(s.host, s.n);  // zeroed
@@ -674,36 +753,37 @@ void RandomSequence() {
         break;
       }
       case 2:
-        CHECK(d.MemcpyHtoD(s.dev + off, s.host + off, len)); g_expect.h2d++;
+        CHECK(d.MemcpyHtoD(s.dev + off, s.host + off, len));
+        g_expect.h2d++;
         break;
       case 3:
-        CHECK(d.MemcpyHtoDAsync(s.dev + off, s.host + off, len, st)); g_expect.h2d++;
+        CHECK(d.MemcpyHtoDAsync(s.dev + off, s.host + off, len, st));
+        g_expect.h2d++;
         // Pageable: the source may be reused at once; pinned: only after a sync.
         if (s.kind == 3) CHECK(d.StreamSynchronize(st));
         memset(s.host + off, (step * 7) & 0xff, len);
         break;
       case 4:
-        CHECK(d.MemcpyDtoH(s.host + off, s.dev + off, len)); g_expect.d2h++;
+        CHECK(d.MemcpyDtoH(s.host + off, s.dev + off, len));
+        g_expect.d2h++;
         absorb(s.host + off, len);
         break;
       case 5:
-        CHECK(d.MemcpyDtoHAsync(s.host + off, s.dev + off, len, st)); g_expect.d2h++;
+        CHECK(d.MemcpyDtoHAsync(s.host + off, s.dev + off, len, st));
+        g_expect.d2h++;
         if (s.kind == 3) CHECK(d.StreamSynchronize(st));
         absorb(s.host + off, len);
         break;
-      case 6:
-        Fill(s.host + off, len, static_cast<unsigned>(step * 3));
-        break;
-      default:
-        release(s, i);
-        break;
+      case 6: Fill(s.host + off, len, static_cast<unsigned>(step * 3)); break;
+      default: release(s, i); break;
     }
   }
   for (CUstream st : streams) CHECK(d.StreamSynchronize(st));
   std::vector<char> back(kMax);
   for (int i = 0; i < kSlots; ++i) {
     if (slots[i].host != nullptr) absorb(slots[i].host, slots[i].n);
-    CHECK(d.MemcpyDtoH(back.data(), slots[i].dev, kMax)); g_expect.d2h++;
+    CHECK(d.MemcpyDtoH(back.data(), slots[i].dev, kMax));
+    g_expect.d2h++;
     absorb(back.data(), kMax);
     release(slots[i], i);
     CHECK(d.MemFree(slots[i].dev));
@@ -717,18 +797,22 @@ void Clean() {
   CUdeviceptr dev;
   CHECK(d.MemAlloc(&dev, n));
   void* pinned = nullptr;
-  CHECK(d.MemHostAlloc(&pinned, n, 0)); g_expect.allocs++;
+  CHECK(d.MemHostAlloc(&pinned, n, 0));
+  g_expect.allocs++;
   CUstream stream;
   CHECK(d.StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   for (int i = 0; i < 2; ++i) {
     Fill(pinned, n, i);
-    CHECK(d.MemcpyHtoDAsync(dev, pinned, n, stream)); g_expect.h2d++;
-    CHECK(d.MemcpyDtoHAsync(pinned, dev, n, stream)); g_expect.d2h++;
+    CHECK(d.MemcpyHtoDAsync(dev, pinned, n, stream));
+    g_expect.h2d++;
+    CHECK(d.MemcpyDtoHAsync(pinned, dev, n, stream));
+    g_expect.d2h++;
     CHECK(d.StreamSynchronize(stream));
   }
   printf("clean: %lx\n", Checksum(pinned, n));
   CHECK(d.StreamDestroy(stream));
-  CHECK(d.MemFreeHost(pinned)); g_expect.frees++;
+  CHECK(d.MemFreeHost(pinned));
+  g_expect.frees++;
   CHECK(d.MemFree(dev));
 }
 
@@ -791,26 +875,21 @@ void PrintAttr(CUpointer_attribute a, const AttrValue& v, uintptr_t ptr, uintptr
       d.CtxGetCurrent(&ctx);
       printf(" %d=%s", a, Relation(word, ptr, base, reinterpret_cast<uintptr_t>(ctx)));
       break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      printf(" %d=%s", a, word == 0 ? "0" : "id");
-      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: printf(" %d=%s", a, word == 0 ? "0" : "id"); break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
       printf(" %d=%lu", a, static_cast<unsigned long>(word));
       break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      printf(" %d=%d", a, static_cast<int>(small));
-      break;
-    default:
-      printf(" %d=%u", a, small);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: printf(" %d=%d", a, static_cast<int>(small)); break;
+    default: printf(" %d=%u", a, small);
   }
 }
 
 const CUpointer_attribute kAskedAttrs[] = {
-    CU_POINTER_ATTRIBUTE_CONTEXT,          CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-    CU_POINTER_ATTRIBUTE_DEVICE_POINTER,   CU_POINTER_ATTRIBUTE_HOST_POINTER,
-    CU_POINTER_ATTRIBUTE_BUFFER_ID,        CU_POINTER_ATTRIBUTE_IS_MANAGED,
-    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-    CU_POINTER_ATTRIBUTE_RANGE_SIZE,       CU_POINTER_ATTRIBUTE_MAPPED,
+    CU_POINTER_ATTRIBUTE_CONTEXT,        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+    CU_POINTER_ATTRIBUTE_BUFFER_ID,      CU_POINTER_ATTRIBUTE_IS_MANAGED,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE,     CU_POINTER_ATTRIBUTE_MAPPED,
 };
 constexpr unsigned kAskedCount = sizeof(kAskedAttrs) / sizeof(kAskedAttrs[0]);
 
@@ -893,7 +972,8 @@ void PointerAttributes(const char* probe_path) {
   char* hot = static_cast<char*>(malloc(n));
   for (int i = 0; i < 8; ++i) {
     Fill(hot, n, i);
-    CHECK(d.MemcpyHtoD(dev, hot, n)); g_expect.h2d++;
+    CHECK(d.MemcpyHtoD(dev, hot, n));
+    g_expect.h2d++;
   }
   DescribePointer("hot", hot, hot, sources);
   DescribePointer("hot+1M", hot + (1 << 20), hot, sources);
@@ -903,8 +983,10 @@ void PointerAttributes(const char* probe_path) {
   const size_t small = 100000;
   char* a = nullptr;
   char* b = nullptr;
-  CHECK(d.MemHostAlloc(reinterpret_cast<void**>(&a), small, 0)); g_expect.allocs++;
-  CHECK(d.MemHostAlloc(reinterpret_cast<void**>(&b), small, 0)); g_expect.allocs++;
+  CHECK(d.MemHostAlloc(reinterpret_cast<void**>(&a), small, 0));
+  g_expect.allocs++;
+  CHECK(d.MemHostAlloc(reinterpret_cast<void**>(&b), small, 0));
+  g_expect.allocs++;
   unsigned long long id_a = DescribePointer("pinned-a", a + 10, a, sources);
   unsigned long long id_b = DescribePointer("pinned-b", b + small - 1, b, sources);
   DescribePointer("pinned-a-start", a, a, sources);
@@ -915,8 +997,10 @@ void PointerAttributes(const char* probe_path) {
   Probe(probe, "pinned");
   if (probe != nullptr) fclose(probe);
 
-  CHECK(d.MemFreeHost(a)); g_expect.frees++;
-  CHECK(d.MemFreeHost(b)); g_expect.frees++;
+  CHECK(d.MemFreeHost(a));
+  g_expect.frees++;
+  CHECK(d.MemFreeHost(b));
+  g_expect.frees++;
   free(hot);
   CHECK(d.MemFree(dev));
 }
@@ -927,7 +1011,8 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const char* scenario = argc > 1 ? argv[1] : "basic";
   if (strcmp(scenario, "basic") == 0 || strcmp(scenario, "basic_ptds") == 0) {
-    LoadDriver(strcmp(scenario, "basic_ptds") == 0 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0);
+    LoadDriver(strcmp(scenario, "basic_ptds") == 0 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                                   : 0);
     Basic();
   } else if (strcmp(scenario, "invalid") == 0) {
     LoadDriver(0);
@@ -945,10 +1030,12 @@ int main(int argc, char** argv) {
     // Pinned memory allocated, freed, then left alone for 3.5 seconds.
     LoadDriver(0);
     void* p = nullptr;
-    CHECK(d.MemHostAlloc(&p, 1 << 20, 0)); g_expect.allocs++;
+    CHECK(d.MemHostAlloc(&p, 1 << 20, 0));
+    g_expect.allocs++;
     Fill(p, 1 << 20, 5);
     printf("idle: %lx\n", Checksum(p, 1 << 20));
-    CHECK(d.MemFreeHost(p)); g_expect.frees++;
+    CHECK(d.MemFreeHost(p));
+    g_expect.frees++;
     usleep(3500 * 1000);
   } else if (strcmp(scenario, "random") == 0) {
     LoadDriver(0);
@@ -1009,11 +1096,13 @@ int main(int argc, char** argv) {
     CUdeviceptr dev;
     CHECK(d.MemAlloc(&dev, 16 << 20));
     void* pinned;
-    CHECK(d.MemHostAlloc(&pinned, 16 << 20, 0)); g_expect.allocs++;
+    CHECK(d.MemHostAlloc(&pinned, 16 << 20, 0));
+    g_expect.allocs++;
     CUstream s;
     CHECK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
     for (int i = 0; i < 32; ++i) {
-      CHECK(d.MemcpyHtoDAsync(dev, pinned, 16 << 20, s)); g_expect.h2d++;
+      CHECK(d.MemcpyHtoDAsync(dev, pinned, 16 << 20, s));
+      g_expect.h2d++;
     }
     g_expect.Print();
     exit(0);

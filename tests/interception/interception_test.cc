@@ -5,9 +5,9 @@
 //
 // Arguments (from BUILD): LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR
 // PINSHIM EXAMPLE
-#include <gtest/gtest.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,7 +50,7 @@ std::string MakeTempDir() {
 // Runs `argv` with the simulated driver on the library path; preloads pinshim
 // when `preload`, with a per-process summary in a fresh directory.
 RunResult RunProgram(const std::vector<std::string>& argv, bool preload,
-              const std::vector<std::string>& extra_env = {}) {
+                     const std::vector<std::string>& extra_env = {}) {
   std::string dir = MakeTempDir();
   std::vector<std::string> env;
   std::string inherited_path;  // libraries pinshim itself needs may be there
@@ -58,7 +58,8 @@ RunResult RunProgram(const std::vector<std::string>& argv, bool preload,
     std::string v = *e;
     if (v.rfind("LD_LIBRARY_PATH=", 0) == 0) inherited_path = v.substr(16);
     if (v.rfind("LD_PRELOAD=", 0) == 0 || v.rfind("PINSHIM_", 0) == 0 ||
-        v.rfind("LD_LIBRARY_PATH=", 0) == 0) continue;
+        v.rfind("LD_LIBRARY_PATH=", 0) == 0)
+      continue;
     env.push_back(v);
   }
   env.push_back("LD_LIBRARY_PATH=" + g_fake_dir +
@@ -187,25 +188,39 @@ TEST(InterceptionTest, MemoryKindsAndFlagsAreClassified) {
   ASSERT_EQ(with.summaries.size(), 1u);
   const std::string& s = with.summaries[0];
   EXPECT_NE(s.find("api=cuMemcpyHtoD_v2 dir=H2D src=pageable dst=device flags=0x0 calls=3 "
-                   "bytes=3145728 failed=0"), std::string::npos) << s;
+                   "bytes=3145728 failed=0"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("api=cuMemcpyHtoDAsync_v2 dir=H2D src=pinned dst=device flags=0x4 calls=1"),
-            std::string::npos) << s;
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("api=cuMemcpyHtoD_v2 dir=H2D src=registered dst=device flags=0x1 calls=1"),
-            std::string::npos) << s;
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("api=cuMemcpy dir=H2H src=pinned dst=pageable"), std::string::npos) << s;
   EXPECT_NE(s.find("api=cuMemcpy dir=D2D src=device dst=device"), std::string::npos) << s;
   EXPECT_NE(s.find("api=cuMemcpyDtoD_v2 dir=D2D src=device dst=device flags=0x0 calls=1 "
-                   "bytes=1048576"), std::string::npos) << s;
+                   "bytes=1048576"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("api=cuMemcpy2D_v2 dir=H2D src=pageable dst=device flags=0x0 calls=1 "
-                   "bytes=256000"), std::string::npos) << s;
+                   "bytes=256000"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("api=cuMemcpy3D_v2 dir=D2H src=device dst=pageable flags=0x0 calls=1 "
-                   "bytes=128000"), std::string::npos) << s;
+                   "bytes=128000"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("api=cuMemcpyBatchAsync_v2 dir=H2D src=pinned dst=device flags=0x0 calls=1 "
-                   "bytes=2097152"), std::string::npos) << s;
+                   "bytes=2097152"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("pinshim: pin api=cuMemHostAlloc op=alloc flags=0x4 calls=1 bytes=1048576"),
-            std::string::npos) << s;
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("pinshim: pin api=cuMemAllocHost_v2 op=alloc flags=0x0 calls=1 bytes=2097152"),
-            std::string::npos) << s;
+            std::string::npos)
+      << s;
 }
 
 TEST(InterceptionTest, InvalidCallsKeepTheirErrorCodes) {
@@ -266,8 +281,9 @@ TEST(EnforceTest, DenyReturnsTheDriversOutOfMemoryError) {
 }
 
 TEST(EnforceTest, FallbackServesPageableMemoryThatBehaves) {
-  RunResult r = RunProgram({g_client, "budget"}, true,
-                           {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=2M", "PINSHIM_POLICY=fallback"});
+  RunResult r =
+      RunProgram({g_client, "budget"}, true,
+                 {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=2M", "PINSHIM_POLICY=fallback"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("alloc 4M: 0\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("4M round trip intact: 1\n"), std::string::npos) << r.out;
@@ -281,7 +297,8 @@ TEST(EnforceTest, FallbackServesPageableMemoryThatBehaves) {
   ASSERT_EQ(r.summaries.size(), 1u);
   // The copies from fallback memory ran from pageable memory.
   EXPECT_NE(r.summaries[0].find("api=cuMemcpyHtoD_v2 dir=H2D src=pageable dst=device flags=0x1"),
-            std::string::npos) << r.summaries[0];
+            std::string::npos)
+      << r.summaries[0];
 }
 
 TEST(EnforceTest, MetricsFileAndNodeLedger) {
@@ -301,16 +318,16 @@ TEST(EnforceTest, MetricsFileAndNodeLedger) {
 
 TEST(EnforceTest, WithinBudgetNothingChanges) {
   RunResult without = RunProgram({g_client, "budget"}, false);
-  RunResult with = RunProgram({g_client, "budget"}, true,
-                              {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=64M"});
+  RunResult with =
+      RunProgram({g_client, "budget"}, true, {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=64M"});
   EXPECT_EQ(without.status, with.status);
   EXPECT_EQ(without.out, with.out);
 }
 
 TEST(EnforceTest, BadBudgetFallsBackToObserveWithOneLine) {
   RunResult without = RunProgram({g_client, "budget"}, false);
-  RunResult with = RunProgram({g_client, "budget"}, true,
-                              {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=12Q"});
+  RunResult with =
+      RunProgram({g_client, "budget"}, true, {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=12Q"});
   EXPECT_EQ(without.out, with.out);  // observe mode: nothing enforced
   EXPECT_EQ(std::count(with.err.begin(), with.err.end(), '\n'), 1) << with.err;
   EXPECT_NE(with.err.find("PINSHIM_BUDGET=\"12Q\""), std::string::npos) << with.err;
@@ -357,7 +374,8 @@ TEST(TraceTest, ExampleFindingsNameTheProgramsLines) {
   // Nothing the library does for itself is lost from, or added to, the trace.
   RunResult text = RunProgram({g_pinshim, "report", dir}, false);
   EXPECT_EQ(text.out.find("dropped"), std::string::npos) << text.out;
-  EXPECT_TRUE(HasFinding(json, "async-pageable", "tests/programs/copy_loop_example.cc", 71)) << json;
+  EXPECT_TRUE(HasFinding(json, "async-pageable", "tests/programs/copy_loop_example.cc", 71))
+      << json;
   EXPECT_TRUE(HasFinding(json, "pinned-churn", "tests/programs/copy_loop_example.cc", 73)) << json;
 }
 
@@ -470,8 +488,8 @@ TEST(OptimizeTest, FullCapFallsBackToTheProgramsOwnBehaviour) {
   for (const char* scenario : {"sites", "random"}) {
     SCOPED_TRACE(scenario);
     RunResult without = RunProgram({g_client, scenario}, false);
-    RunResult capped = RunProgram({g_client, scenario}, true,
-                                  {"PINSHIM_MODE=optimize", "PINSHIM_PIN_CAP=64K"});
+    RunResult capped =
+        RunProgram({g_client, scenario}, true, {"PINSHIM_MODE=optimize", "PINSHIM_PIN_CAP=64K"});
     ASSERT_EQ(capped.status, without.status) << capped.err;
     EXPECT_EQ(capped.out, without.out);
     EXPECT_EQ(capped.err, without.err);
@@ -487,13 +505,13 @@ TEST(OptimizeTest, FullCapFallsBackToTheProgramsOwnBehaviour) {
 // Idle pinned memory goes back to the driver after PINSHIM_IDLE_TRIM_S
 // without any further call from the program; 0 keeps it.
 TEST(OptimizeTest, IdlePinnedMemoryIsGivenBack) {
-  RunResult trimmed = RunProgram({g_client, "idle"}, true,
-                                 {"PINSHIM_MODE=optimize", "PINSHIM_IDLE_TRIM_S=1"});
+  RunResult trimmed =
+      RunProgram({g_client, "idle"}, true, {"PINSHIM_MODE=optimize", "PINSHIM_IDLE_TRIM_S=1"});
   ASSERT_EQ(trimmed.status, 0) << trimmed.err;
   ASSERT_EQ(trimmed.summaries.size(), 1u);
   EXPECT_EQ(OptimizeField(trimmed.summaries[0], "pinned_now"), 0) << trimmed.summaries[0];
-  RunResult kept = RunProgram({g_client, "idle"}, true,
-                              {"PINSHIM_MODE=optimize", "PINSHIM_IDLE_TRIM_S=0"});
+  RunResult kept =
+      RunProgram({g_client, "idle"}, true, {"PINSHIM_MODE=optimize", "PINSHIM_IDLE_TRIM_S=0"});
   ASSERT_EQ(kept.summaries.size(), 1u);
   EXPECT_GT(OptimizeField(kept.summaries[0], "pinned_now"), 0) << kept.summaries[0];
   EXPECT_EQ(kept.out, trimmed.out);
@@ -528,8 +546,9 @@ TEST(OptimizeTest, PointerAttributesDoNotSeePinshimsPinning) {
   // While the program asked, pinshim had registered the hot buffer and
   // served both pinned allocations from one slab (the simulated driver's
   // own counts; the real driver has no such probe and reports zeros).
-  if (ReadFile(probe_without) != "hot: host_allocations=0 registrations=0\n"
-                                 "pinned: host_allocations=0 registrations=0\n") {
+  if (ReadFile(probe_without) !=
+      "hot: host_allocations=0 registrations=0\n"
+      "pinned: host_allocations=0 registrations=0\n") {
     EXPECT_EQ(ReadFile(probe_without),
               "hot: host_allocations=0 registrations=0\n"
               "pinned: host_allocations=2 registrations=0\n");
@@ -594,15 +613,16 @@ TEST(OptimizeTest, WithEnforceTheBudgetStillHolds) {
 // Pinshim's own idle pinning (here: the pool's freed blocks) never makes the
 // program's request fail: with the evict policy it is given back first.
 TEST(EnforceTest, EvictGivesBackPinshimsPinningFirst) {
-  RunResult evict = RunProgram({g_client, "evict"}, true,
-                               {"PINSHIM_MODE=optimize,enforce", "PINSHIM_BUDGET=40M",
-                                "PINSHIM_POLICY=evict"});
+  RunResult evict =
+      RunProgram({g_client, "evict"}, true,
+                 {"PINSHIM_MODE=optimize,enforce", "PINSHIM_BUDGET=40M", "PINSHIM_POLICY=evict"});
   ASSERT_EQ(evict.status, 0) << evict.err;
   EXPECT_NE(evict.out.find("alloc 16M after freeing 32M: 0\n"), std::string::npos) << evict.out;
   CheckCounts(evict);
   // The same request without optimize mode (nothing held after the frees).
-  RunResult plain = RunProgram({g_client, "evict"}, true,
-                               {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=40M", "PINSHIM_POLICY=deny"});
+  RunResult plain =
+      RunProgram({g_client, "evict"}, true,
+                 {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=40M", "PINSHIM_POLICY=deny"});
   EXPECT_NE(plain.out.find("alloc 16M after freeing 32M: 0\n"), std::string::npos) << plain.out;
 }
 
@@ -616,8 +636,9 @@ TEST(InterceptionTest, NonCudaProcessesAreUntouched) {
   const std::vector<std::vector<std::string>> commands = {
       {"/bin/ls", "-la", "/usr/include/linux"},
       {"/bin/sh", "-c", "for i in 1 2 3; do echo $i; done | sort -r; echo done >&2; exit 3"},
-      {"/usr/bin/env", "python3", "-c", "import json,sys; print(json.dumps(list(range(5)))); "
-                                        "sys.exit(4)"},
+      {"/usr/bin/env", "python3", "-c",
+       "import json,sys; print(json.dumps(list(range(5)))); "
+       "sys.exit(4)"},
   };
   for (const auto& argv : commands) {
     std::string trace_dir = MakeTempDir();

@@ -64,7 +64,8 @@ int main() {
   CHECK(cuStreamDestroy(s));
   CHECK(cuMemFree(d));
   free(pageable);
-  printf("expect: copies=4 h2d=2 d2h=2 h2h=0 d2d=0 pin_allocs=1 pin_frees=2 registers=0 "
-         "unregisters=0\n");
+  printf(
+      "expect: copies=4 h2d=2 d2h=2 h2h=0 d2d=0 pin_allocs=1 pin_frees=2 registers=0 "
+      "unregisters=0\n");
   return 0;
 }

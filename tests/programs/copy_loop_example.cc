@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
         "cuDevicePrimaryCtxRetain");
   Check(Fn<CUresult (*)(CUcontext)>("cuCtxSetCurrent", 4000)(ctx), "cuCtxSetCurrent");
   auto mem_alloc = Fn<CUresult (*)(CUdeviceptr*, size_t)>("cuMemAlloc", 3020);
-  auto htod_async = Fn<CUresult (*)(CUdeviceptr, const void*, size_t, CUstream)>("cuMemcpyHtoDAsync", 3020);
+  auto htod_async =
+      Fn<CUresult (*)(CUdeviceptr, const void*, size_t, CUstream)>("cuMemcpyHtoDAsync", 3020);
   auto dtoh = Fn<CUresult (*)(void*, CUdeviceptr, size_t)>("cuMemcpyDtoH", 3020);
   auto host_alloc = Fn<CUresult (*)(void**, size_t, unsigned)>("cuMemHostAlloc", 2020);
   auto free_host = Fn<CUresult (*)(void*)>("cuMemFreeHost", 2000);
@@ -76,7 +77,8 @@ int main(int argc, char** argv) {
     Check(free_host(staging), "cuMemFreeHost");
     checksum += static_cast<unsigned char>(h_result[step % result]);
   }
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   printf("example: %d steps of an 8 MiB batch in %.1f ms (checksum %lu)\n", steps, ms, checksum);
   free(h_batch);
   free(h_result);

@@ -6,10 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -314,13 +314,13 @@ TEST(Recorder, OwnPinningAndOptimizeCountersRoundTrip) {
   const OwnPinEvent kEvents[] = {
       OwnPin(OwnPinAction::kPinned, OwnPinPart::kCache, OwnPinReason::kNone, 0x7f0000001000,
              4u << 20, 17, 0),
-      OwnPin(OwnPinAction::kRefused, OwnPinPart::kCache, OwnPinReason::kRefusedCap,
-             0x7f0000800000, 7u << 20, 18, 0),
+      OwnPin(OwnPinAction::kRefused, OwnPinPart::kCache, OwnPinReason::kRefusedCap, 0x7f0000800000,
+             7u << 20, 18, 0),
       OwnPin(OwnPinAction::kUnpinned, OwnPinPart::kPoolDedicated, OwnPinReason::kEvictedForBudget,
              0x7e0000000000, 64ull << 30, 19, 201),
       // A reason this reader does not know (a newer writer's) is kept.
-      OwnPin(OwnPinAction::kRefused, OwnPinPart::kArena, static_cast<OwnPinReason>(99), 0, 4096,
-             0, -5),
+      OwnPin(OwnPinAction::kRefused, OwnPinPart::kArena, static_cast<OwnPinReason>(99), 0, 4096, 0,
+             -5),
   };
   for (const OwnPinEvent& e : kEvents) trace::RecordOwnPin(e);
   g_counters_phase.store(2);

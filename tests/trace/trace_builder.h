@@ -51,8 +51,7 @@ class TraceBuilder {
   // A stack with a Python section: (code id, line) pairs innermost first.
   void PythonStack(uint32_t id, uint32_t generation, const std::vector<uint64_t>& ips,
                    trace::PythonStatus status,
-                   const std::vector<std::pair<uint32_t, uint32_t>>& frames,
-                   uint64_t omitted = 0);
+                   const std::vector<std::pair<uint32_t, uint32_t>>& frames, uint64_t omitted = 0);
   void PythonCode(uint32_t id, const std::string& file, const std::string& function,
                   uint32_t first_line);
   void ApiNames(const std::vector<std::pair<uint32_t, std::string>>& names);

@@ -45,16 +45,18 @@ class AsyncPageable : public Rule {
       f.explanation = api + " (" + DirectionWords(s.dir) + ", " + FormatCount(s.calls) +
                       (s.calls == 1 ? " call" : " calls") +
                       ") uses pageable memory, so the driver runs it synchronously: the calling "
-                      "thread waited " + FormatSeconds(s.call_ns * 1e-9) +
+                      "thread waited " +
+                      FormatSeconds(s.call_ns * 1e-9) +
                       " in it instead of overlapping the transfer with other work.";
       f.evidence.Set("api", Value::String(api))
           .Set("direction", Value::String(CopyDirName(s.dir)))
           .Set("calls", Value::Int(static_cast<int64_t>(s.calls)))
           .Set("bytes", Value::Bytes(s.bytes))
           .Set("time_in_calls", Value::Seconds(s.call_ns * 1e-9));
-      f.fix = "Make the host buffer pinned (cudaMallocHost/cudaHostAlloc, or cudaHostRegister "
-              "once) so the copy is really asynchronous and returns at once; if no overlap is "
-              "intended, call the synchronous cudaMemcpy and say so.";
+      f.fix =
+          "Make the host buffer pinned (cudaMallocHost/cudaHostAlloc, or cudaHostRegister "
+          "once) so the copy is really asynchronous and returns at once; if no overlap is "
+          "intended, call the synchronous cudaMemcpy and say so.";
       out->push_back(std::move(f));
     }
   }

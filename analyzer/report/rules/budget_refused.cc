@@ -73,7 +73,8 @@ class BudgetRefused : public Rule {
       const SiteStats& s = kv.second;
       uint64_t refused = s.denied + s.fallback;
       std::string what;
-      if (s.allocations != 0) what = Plural(s.allocations, "pinned allocation", "pinned allocations");
+      if (s.allocations != 0)
+        what = Plural(s.allocations, "pinned allocation", "pinned allocations");
       if (s.registrations != 0) {
         what += (what.empty() ? "" : " and ") +
                 Plural(s.registrations, "registration", "registrations");
@@ -122,9 +123,10 @@ class BudgetRefused : public Rule {
         f.evidence.Set("evictions", Value::Int(static_cast<int64_t>(s.evictions)))
             .Set("evicted_bytes", Value::Bytes(s.evicted_bytes));
       }
-      f.fix = "Raise PINSHIM_BUDGET/PINSHIM_NODE_BUDGET if the machine can spare the memory, "
-              "or pin less: reuse pinned buffers (a bounded set of staging buffers) instead of "
-              "pinning per batch, and free or unregister pinned memory as soon as it is done.";
+      f.fix =
+          "Raise PINSHIM_BUDGET/PINSHIM_NODE_BUDGET if the machine can spare the memory, "
+          "or pin less: reuse pinned buffers (a bounded set of staging buffers) instead of "
+          "pinning per batch, and free or unregister pinned memory as soon as it is done.";
       out->push_back(std::move(f));
     }
   }

@@ -51,8 +51,7 @@ class CopyRace : public Rule {
       CopyState state = sync_->StateOf(c, &why);
       if (state == CopyState::kDone) return;
       reported_.insert(c.id);
-      const Severity severity =
-          state == CopyState::kMayRun ? Severity::kError : Severity::kInfo;
+      const Severity severity = state == CopyState::kMayRun ? Severity::kError : Severity::kInfo;
       SiteStats& s = sites_[std::make_tuple(e.stack, severity, write)];
       if (s.times++ == 0) {
         s.copy = c;
@@ -83,20 +82,22 @@ class CopyRace : public Rule {
                                  " queued at {site:" + std::to_string(s.copy.stack) + "} on " +
                                  s.stream;
       const std::string times = FormatCount(s.times) + (s.times == 1 ? " copy" : " copies");
-      const std::string harm =
-          !write ? "it may read bytes the copy has not written yet"
-          : d2h  ? "the copy may overwrite what the CPU writes"
-                 : "the device may get the old bytes, the new ones, or a mix";
+      const std::string harm = !write ? "it may read bytes the copy has not written yet"
+                               : d2h  ? "the copy may overwrite what the CPU writes"
+                                      : "the device may get the old bytes, the new ones, or a mix";
       Finding f;
       f.rule = id();
       f.severity = severity;
       f.stack = std::get<0>(kv.first);
       if (proven) {
-        f.explanation = "The CPU " + access + " (via " + vias + ") before the copy is known done: " +
-                        s.why + "; " + harm + " (" + times + ").";
+        f.explanation = "The CPU " + access + " (via " + vias +
+                        ") before the copy is known done: " + s.why + "; " + harm + " (" + times +
+                        ").";
       } else {
-        f.explanation = "The CPU " + access + " (via " + vias + "); whether the copy had "
-                        "finished cannot be told from the trace: " + s.why + " (" + times + ").";
+        f.explanation = "The CPU " + access + " (via " + vias +
+                        "); whether the copy had "
+                        "finished cannot be told from the trace: " +
+                        s.why + " (" + times + ").";
       }
       f.evidence.Set("copies", Value::Int(static_cast<int64_t>(s.times)))
           .Set("access", Value::String(write ? "write" : "read"))

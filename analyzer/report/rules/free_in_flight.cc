@@ -53,8 +53,7 @@ class FreeInFlight : public Rule {
       CopyState state = sync_->StateOf(c, &why);
       if (state == CopyState::kDone) return;
       reported_.insert(c.id);
-      const Severity severity =
-          state == CopyState::kMayRun ? Severity::kError : Severity::kInfo;
+      const Severity severity = state == CopyState::kMayRun ? Severity::kError : Severity::kInfo;
       SiteStats& s = sites_[std::make_tuple(e.stack, severity)];
       if (s.times++ == 0) {
         s.how = how;
@@ -76,20 +75,27 @@ class FreeInFlight : public Rule {
       f.rule = id();
       f.severity = severity;
       f.stack = std::get<0>(kv.first);
-      const std::string times =
-          FormatCount(s.times) + (s.times == 1 ? " time" : " times");
+      const std::string times = FormatCount(s.times) + (s.times == 1 ? " time" : " times");
       const std::string copy = "an asynchronous " + std::string(DirectionWords(s.copy.dir)) +
-                               " copy queued at {site:" + std::to_string(s.copy.stack) +
-                               "} on " + s.stream;
+                               " copy queued at {site:" + std::to_string(s.copy.stack) + "} on " +
+                               s.stream;
       if (proven) {
-        f.explanation = "Registered host memory is " + s.how + " here, while still registered, "
-                        "and " + copy + " may still be running (" + s.why + "): the memory can "
+        f.explanation = "Registered host memory is " + s.how +
+                        " here, while still registered, "
+                        "and " +
+                        copy + " may still be running (" + s.why +
+                        "): the memory can "
                         "go to something else at once, and the transfer then reads or "
-                        "overwrites that data (" + times + ").";
+                        "overwrites that data (" +
+                        times + ").";
       } else {
-        f.explanation = "Registered host memory is " + s.how + " here, while still registered, "
-                        "after " + copy + "; whether that copy had finished cannot be told "
-                        "from the trace: " + s.why + " (" + times + ").";
+        f.explanation = "Registered host memory is " + s.how +
+                        " here, while still registered, "
+                        "after " +
+                        copy +
+                        "; whether that copy had finished cannot be told "
+                        "from the trace: " +
+                        s.why + " (" + times + ").";
       }
       f.evidence.Set("times", Value::Int(static_cast<int64_t>(s.times)))
           .Set("released", Value::String(s.how))
@@ -100,10 +106,11 @@ class FreeInFlight : public Rule {
           .Set("proven", Value::Bool(proven))
           .Set("why", Value::String(s.why))
           .Set("released_after", Value::Seconds(s.after_ns * 1e-9));
-      f.fix = "Wait for the copy before releasing its memory: cudaStreamSynchronize on the "
-              "stream it was queued on, or cudaEventSynchronize on an event recorded after it "
-              "(cudaEventRecord); and cudaHostUnregister the memory before free or munmap "
-              "(which also waits for the device's queued work).";
+      f.fix =
+          "Wait for the copy before releasing its memory: cudaStreamSynchronize on the "
+          "stream it was queued on, or cudaEventSynchronize on an event recorded after it "
+          "(cudaEventRecord); and cudaHostUnregister the memory before free or munmap "
+          "(which also waits for the device's queued work).";
       out->push_back(std::move(f));
     }
   }

@@ -47,8 +47,7 @@ class NonPortable : public Rule {
       f.rule = id();
       f.severity = Severity::kWarning;
       f.stack = kv.first;
-      f.explanation = std::string("Pinned memory ") +
-                      (s.registered ? "registered" : "allocated") +
+      f.explanation = std::string("Pinned memory ") + (s.registered ? "registered" : "allocated") +
                       " here under device " + std::to_string(s.alloc_device) +
                       " without the portable flag is copied under device " + devices + " (" +
                       FormatCount(s.copies) + (s.copies == 1 ? " copy" : " copies") +

@@ -107,13 +107,12 @@ class OverPinning : public Rule {
     }
     if (phys > 0 && peak > share * phys) {
       reasons.push_back("pinned memory peaked at " + FormatBytes(peak) + ", " +
-                        Percent(static_cast<double>(peak), phys) + " of physical memory (more than " +
-                        Percent(share, 1) + ")");
+                        Percent(static_cast<double>(peak), phys) +
+                        " of physical memory (more than " + Percent(share, 1) + ")");
     }
     if (phys > 0 && largest_bytes_ > share * phys) {
       reasons.push_back("a single pinned allocation of " + FormatBytes(largest_bytes_) + " is " +
-                        Percent(static_cast<double>(largest_bytes_), phys) +
-                        " of physical memory");
+                        Percent(static_cast<double>(largest_bytes_), phys) + " of physical memory");
       evidence.Set("largest_allocation", Value::Bytes(largest_bytes_));
     }
     if (p.memlock_limit != UINT64_MAX && p.memlock_limit >= ctx.options->memlock_configured &&
@@ -147,9 +146,10 @@ class OverPinning : public Rule {
     f.explanation = "Too much memory is pinned: " + text +
                     ". Pinned pages cannot be paged out, so the rest of the system runs short.";
     f.evidence = std::move(evidence);
-    f.fix = "Pin less at a time: copy through a bounded set of reused pinned staging buffers "
-            "instead of pinning whole datasets, free pinned buffers when done, or cap pinning "
-            "with pinshim's enforce mode (PINSHIM_MODE=enforce PINSHIM_BUDGET=...).";
+    f.fix =
+        "Pin less at a time: copy through a bounded set of reused pinned staging buffers "
+        "instead of pinning whole datasets, free pinned buffers when done, or cap pinning "
+        "with pinshim's enforce mode (PINSHIM_MODE=enforce PINSHIM_BUDGET=...).";
     out->push_back(std::move(f));
   }
 
@@ -182,8 +182,8 @@ class OverPinning : public Rule {
     top_at_peak_.resize(keep);
   }
 
-  std::unordered_map<uint64_t, Live> live_;       // by address
-  std::unordered_map<uint32_t, Live> by_site_;    // live bytes per allocation site
+  std::unordered_map<uint64_t, Live> live_;     // by address
+  std::unordered_map<uint32_t, Live> by_site_;  // live bytes per allocation site
   std::vector<Live> top_at_peak_;
   uint64_t snapshot_peak_ = 0;
   uint64_t pinned_ = 0;

@@ -66,8 +66,8 @@ class PageableHot : public Rule {
       f.severity = Severity::kWarning;
       f.stack = kv.first;
       f.seconds_lost = s.lost;
-      const char* words = s.by_dir[0] && s.by_dir[1] ? "between host and device"
-                                                      : DirectionWords(dir);
+      const char* words =
+          s.by_dir[0] && s.by_dir[1] ? "between host and device" : DirectionWords(dir);
       f.explanation = "Pageable memory is copied " + std::string(words) + " " +
                       FormatCount(s.copies) + " times (" + FormatBytes(s.bytes) +
                       ") from this site, at about " + FormatGbps(pageable_bw) +
@@ -89,8 +89,9 @@ class PageableHot : public Rule {
         v.Set("bytes_copied", Value::Bytes(b.bytes));
         list.Push(std::move(v));
       }
-      f.evidence.Set("direction", Value::String(s.by_dir[0] && s.by_dir[1] ? "H2D+D2H"
-                                                                           : CopyDirName(dir)))
+      f.evidence
+          .Set("direction",
+               Value::String(s.by_dir[0] && s.by_dir[1] ? "H2D+D2H" : CopyDirName(dir)))
           .Set("copies", Value::Int(static_cast<int64_t>(s.copies)))
           .Set("bytes", Value::Bytes(s.bytes))
           .Set("typical_copy", Value::Bytes(typical))
@@ -100,10 +101,10 @@ class PageableHot : public Rule {
           .Set("model", Value::String(m.source()))
           .Set("distinct_buffers", Value::Int(static_cast<int64_t>(s.buffers.size())))
           .Set("buffers", std::move(list));
-      std::string where = top_tracked != nullptr && top_tracked->alloc_stack != 0
-                              ? "the buffer allocated at {site:" +
-                                    std::to_string(top_tracked->alloc_stack) + "}"
-                              : "this buffer";
+      std::string where =
+          top_tracked != nullptr && top_tracked->alloc_stack != 0
+              ? "the buffer allocated at {site:" + std::to_string(top_tracked->alloc_stack) + "}"
+              : "this buffer";
       char payoff_text[64];
       snprintf(payoff_text, sizeof(payoff_text), "%.0f", std::ceil(payoff < 1 ? 1 : payoff));
       f.fix = "Allocate " + where +
@@ -119,7 +120,6 @@ class PageableHot : public Rule {
       out->push_back(std::move(f));
     }
   }
-
 
  private:
   struct Buffer {

@@ -38,14 +38,14 @@ class PinnedChurn : public Rule {
   void Finish(const RuleContext& ctx, std::vector<Finding>* out) override {
     for (auto& kv : sites_) {
       const SiteStats& s = kv.second;
-      if (s.repins + 1 < ctx.options->churn_min_cycles || s.cycles < ctx.options->churn_min_cycles ||
-          kv.first == 0) {
+      if (s.repins + 1 < ctx.options->churn_min_cycles ||
+          s.cycles < ctx.options->churn_min_cycles || kv.first == 0) {
         continue;
       }
       double total = s.call_ns * 1e-9;
       const char* pair = s.registered ? "registered and unregistered" : "allocated and freed";
-      const char* calls = s.registered ? "cudaHostRegister/cudaHostUnregister"
-                                       : "cudaHostAlloc/cudaFreeHost";
+      const char* calls =
+          s.registered ? "cudaHostRegister/cudaHostUnregister" : "cudaHostAlloc/cudaFreeHost";
       Finding f;
       f.rule = id();
       f.severity = Severity::kWarning;
@@ -61,15 +61,15 @@ class PinnedChurn : public Rule {
       f.fix = s.registered
                   ? "Register the buffer once and keep it registered while it is reused, instead "
                     "of registering it for every transfer."
-                  : OptimizeModeWasOn(ctx)
-                        ? "Allocate the pinned buffer once, outside the loop, and reuse it (or "
-                          "keep a small pool of them). In this run optimize mode served these "
-                          "allocations from its pool; the time above is what the calls took "
-                          "with it (see \"pinshim's own pinning\" for the pool's hits)."
-                        : "Allocate the pinned buffer once, outside the loop, and reuse it (or "
-                          "keep a small pool of them); pinshim's optimize mode "
-                          "(PINSHIM_MODE=optimize) serves repeated pinned allocations from a "
-                          "pool without code changes.";
+              : OptimizeModeWasOn(ctx)
+                  ? "Allocate the pinned buffer once, outside the loop, and reuse it (or "
+                    "keep a small pool of them). In this run optimize mode served these "
+                    "allocations from its pool; the time above is what the calls took "
+                    "with it (see \"pinshim's own pinning\" for the pool's hits)."
+                  : "Allocate the pinned buffer once, outside the loop, and reuse it (or "
+                    "keep a small pool of them); pinshim's optimize mode "
+                    "(PINSHIM_MODE=optimize) serves repeated pinned allocations from a "
+                    "pool without code changes.";
       out->push_back(std::move(f));
     }
   }

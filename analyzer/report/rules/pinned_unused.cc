@@ -39,12 +39,12 @@ class PinnedUnused : public Rule {
       std::string use = s.copies == 0 ? "never used by a copy"
                                       : "used by only " + FormatCount(s.copies) +
                                             (s.copies == 1 ? " copy" : " copies");
-      f.explanation = FormatCount(s.allocations) + " pinned " +
-                      (s.allocations == 1 ? "allocation" : "allocations") + " of " +
-                      FormatBytes(s.bytes) + " made here " + (s.allocations == 1 ? "was " : "were ") +
-                      use + " while pinned for " + FormatSeconds(s.lifetime_s) +
-                      (s.live_at_end ? " (some still pinned at the end)" : "") +
-                      "; the pinned pages were kept from the rest of the system for nothing.";
+      f.explanation =
+          FormatCount(s.allocations) + " pinned " +
+          (s.allocations == 1 ? "allocation" : "allocations") + " of " + FormatBytes(s.bytes) +
+          " made here " + (s.allocations == 1 ? "was " : "were ") + use + " while pinned for " +
+          FormatSeconds(s.lifetime_s) + (s.live_at_end ? " (some still pinned at the end)" : "") +
+          "; the pinned pages were kept from the rest of the system for nothing.";
       double gib_seconds = std::round(s.byte_seconds / (1024.0 * 1024.0 * 1024.0) * 1000) / 1000;
       f.evidence.Set("allocations", Value::Int(static_cast<int64_t>(s.allocations)))
           .Set("bytes", Value::Bytes(s.bytes))
@@ -52,9 +52,10 @@ class PinnedUnused : public Rule {
           .Set("pinned_for", Value::Seconds(s.lifetime_s))
           .Set("gib_seconds", Value::Double(gib_seconds))
           .Set("time_pinning", Value::Seconds(s.call_ns * 1e-9));
-      f.fix = "Do not pin memory that no transfer uses: allocate it with malloc, or pin only the "
-              "staging buffer that copies go through. If kernels read it directly (zero-copy), "
-              "allocate it with cudaHostAllocMapped so that intent is visible.";
+      f.fix =
+          "Do not pin memory that no transfer uses: allocate it with malloc, or pin only the "
+          "staging buffer that copies go through. If kernels read it directly (zero-copy), "
+          "allocate it with cudaHostAllocMapped so that intent is visible.";
       out->push_back(std::move(f));
     }
   }

@@ -20,32 +20,32 @@ namespace report {
 
 // Thresholds of the rules; defaults are what the report uses.
 struct RuleOptions {
-  uint32_t pageable_hot_min_copies = 4;       // copies from one site
-  double pageable_hot_min_seconds = 1e-3;     // estimated loss at one site
-  uint32_t sync_loop_min_copies = 64;         // synchronous copies from one site
-  uint64_t small_copy_bytes = 64 * 1024;      // "small" is below this
-  uint32_t small_copies_min = 100;            // small copies from one site
-  double pinned_share_of_memory = 0.25;       // of physical memory
-  double memlock_near = 0.9;                  // share of RLIMIT_MEMLOCK
-  uint64_t memlock_configured = 1ull << 30;   // smaller limits are unconfigured defaults
-  double swap_pinned_share = 0.10;            // pinned share that makes swapping suspect
-  uint32_t churn_min_cycles = 4;              // allocate+free at one site
-  uint64_t unused_min_bytes = 64 * 1024;      // smaller pinned buffers are ignored
-  double rarely_used_min_lifetime_s = 1.0;    // "rarely": <= 2 copies over at least this
+  uint32_t pageable_hot_min_copies = 4;      // copies from one site
+  double pageable_hot_min_seconds = 1e-3;    // estimated loss at one site
+  uint32_t sync_loop_min_copies = 64;        // synchronous copies from one site
+  uint64_t small_copy_bytes = 64 * 1024;     // "small" is below this
+  uint32_t small_copies_min = 100;           // small copies from one site
+  double pinned_share_of_memory = 0.25;      // of physical memory
+  double memlock_near = 0.9;                 // share of RLIMIT_MEMLOCK
+  uint64_t memlock_configured = 1ull << 30;  // smaller limits are unconfigured defaults
+  double swap_pinned_share = 0.10;           // pinned share that makes swapping suspect
+  uint32_t churn_min_cycles = 4;             // allocate+free at one site
+  uint64_t unused_min_bytes = 64 * 1024;     // smaller pinned buffers are ignored
+  double rarely_used_min_lifetime_s = 1.0;   // "rarely": <= 2 copies over at least this
 };
 
 // A live pinned allocation or registration.
 struct PinnedAlloc {
-  uint64_t seq = 0;          // order of creation in the trace
+  uint64_t seq = 0;  // order of creation in the trace
   uint64_t ptr = 0;
   uint64_t bytes = 0;
   uint32_t flags = 0;
-  bool registered = false;   // cuMemHostRegister rather than an allocation
+  bool registered = false;  // cuMemHostRegister rather than an allocation
   uint32_t stack = 0;
   int32_t device = -1;
   uint64_t time_ns = 0;
-  uint64_t call_ns = 0;      // time spent in the allocating call
-  uint64_t copies = 0;       // copies whose host side lies inside
+  uint64_t call_ns = 0;  // time spent in the allocating call
+  uint64_t copies = 0;   // copies whose host side lies inside
   uint64_t copy_bytes = 0;
   bool WriteCombined() const { return !registered && (flags & trace::kPinFlagWriteCombined); }
 };
@@ -85,8 +85,8 @@ struct ProcessSummary {
   // [CopyDir][MemKind of the host side; device for D2D]
   uint64_t bytes[4][static_cast<int>(MemKind::kCount)] = {};
   uint64_t copy_count[4][static_cast<int>(MemKind::kCount)] = {};
-  uint64_t pinned_now = 0;     // program allocations + registrations, from pin events
-  uint64_t peak_pinned = 0;    // the larger of that and sampled totals (pinshim's included)
+  uint64_t pinned_now = 0;   // program allocations + registrations, from pin events
+  uint64_t peak_pinned = 0;  // the larger of that and sampled totals (pinshim's included)
   uint64_t peak_pinned_ns = 0;
   uint64_t peak_rss = 0;
   uint64_t pin_calls = 0;

@@ -30,8 +30,10 @@ class Trace {
     b_.Stack(2, 0, {0x2000});
     b_.Stack(3, 0, {0x3000});
     // Per-thread default stream variants are known by their names.
-    b_.ApiNames({{0, "cuMemcpyHtoDAsync_v2"}, {1, "cuMemcpyHtoDAsync_v2_ptsz"},
-                 {2, "cuStreamSynchronize_ptsz"}, {3, "cuEventRecord_ptsz"}});
+    b_.ApiNames({{0, "cuMemcpyHtoDAsync_v2"},
+                 {1, "cuMemcpyHtoDAsync_v2_ptsz"},
+                 {2, "cuStreamSynchronize_ptsz"},
+                 {3, "cuEventRecord_ptsz"}});
   }
 
   void Copy(uint64_t t, CopyDir dir, MemKind host, uint64_t bytes, uint64_t ptr, bool async,
@@ -112,10 +114,9 @@ class Trace {
   // A CPU access the copy watch recorded (kCopyRace).
   void Access(uint64_t t, uint64_t ptr, uint64_t bytes, bool write, uint32_t stack = 3) {
     b_.MakeRoom(1);
-    b_.batch().AppendMisuse(trace::MisuseKind::kCopyRace, reinterpret_cast<void*>(ptr), bytes, t,
-                            stack,
-                            static_cast<uint32_t>(trace::WcReadVia::kMemcpy) |
-                                (write ? trace::kCopyAccessWrite : 0));
+    b_.batch().AppendMisuse(
+        trace::MisuseKind::kCopyRace, reinterpret_cast<void*>(ptr), bytes, t, stack,
+        static_cast<uint32_t>(trace::WcReadVia::kMemcpy) | (write ? trace::kCopyAccessWrite : 0));
   }
 
   // Events of another thread go into their own batch.
@@ -127,8 +128,8 @@ class Trace {
     b_.batch().AppendHostAlloc(e, t, stack);
   }
 
-  void Budget(uint64_t t, trace::BudgetOwner owner, trace::BudgetDecision decision,
-              uint64_t bytes, uint32_t stack, bool evicted = false) {
+  void Budget(uint64_t t, trace::BudgetOwner owner, trace::BudgetDecision decision, uint64_t bytes,
+              uint32_t stack, bool evicted = false) {
     trace::BudgetDecisionEvent e{};
     e.owner = static_cast<uint8_t>(owner);
     e.decision = static_cast<uint8_t>(decision);
@@ -153,8 +154,8 @@ class Trace {
     bytes_ = b_.bytes();
     TraceReader r;
     std::string error;
-    EXPECT_TRUE(r.OpenBuffer(reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size(),
-                             &error))
+    EXPECT_TRUE(
+        r.OpenBuffer(reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size(), &error))
         << error;
     AnalysisOptions o;
     o.symbolize = false;
@@ -176,9 +177,7 @@ class Trace {
   ProcessSummary summary_;
 };
 
-std::string Reasons(const std::vector<Finding>& f) {
-  return f.empty() ? "" : f[0].explanation;
-}
+std::string Reasons(const std::vector<Finding>& f) { return f.empty() ? "" : f[0].explanation; }
 
 TEST(OverPinning, ShareOfPhysicalMemoryAndSingleAllocation) {
   BuilderProcess p;
@@ -249,8 +248,8 @@ TEST(OverPinning, SwapWhileMuchIsPinned) {
 
 TEST(PinnedUnused, NeverUsedRarelyUsedStillPinnedAndMapped) {
   Trace t;
-  t.Pin(kT0, PinOp::kAlloc, 0x10000000, 4 * kMiB, 0, 1);            // never used, never freed
-  t.Pin(kT0, PinOp::kAlloc, 0x20000000, 4 * kMiB, 0, 2);            // used once over 3 s
+  t.Pin(kT0, PinOp::kAlloc, 0x10000000, 4 * kMiB, 0, 1);  // never used, never freed
+  t.Pin(kT0, PinOp::kAlloc, 0x20000000, 4 * kMiB, 0, 2);  // used once over 3 s
   t.Pin(kT0, PinOp::kAlloc, 0x30000000, 4 * kMiB, trace::kPinFlagDeviceMap, 3);  // zero-copy
   t.Copy(kT0 + 1000000, CopyDir::kHostToDevice, MemKind::kPinnedByProgram, kMiB, 0x20000000, true);
   t.Pin(kT0 + 3000000000ull, PinOp::kFree, 0x20000000, 4 * kMiB, 0, 2);
@@ -375,10 +374,10 @@ TEST(FreeInFlight, LegacyStreamEventCoversBlockingStreamsButNotNonBlocking) {
     t.StreamCreate(kT0, 0x71, flags);
     t.StreamCreate(kT0 + 1, 0x72, flags);
     t.Pin(kT0 + 2, PinOp::kRegister, 0x10000000, 2 * kMiB);
-    t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000,
-           true, 1, 0, 5, 0x71);
-    t.Copy(kT0 + 20, CopyDir::kDeviceToHost, MemKind::kRegisteredByProgram, kMiB,
-           0x10000000 + kMiB, true, 1, 0, 5, 0x72);
+    t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true,
+           1, 0, 5, 0x71);
+    t.Copy(kT0 + 20, CopyDir::kDeviceToHost, MemKind::kRegisteredByProgram, kMiB, 0x10000000 + kMiB,
+           true, 1, 0, 5, 0x72);
     t.Sync(kT0 + 30, trace::SyncKind::kEventRecord, 0, 0xe1);
     t.Sync(kT0 + 40, trace::SyncKind::kEventSynchronize, 0, 0xe1);
     t.HostFree(kT0 + 100, 5, 0x10000000, 2 * kMiB);
@@ -399,8 +398,8 @@ TEST(FreeInFlight, LegacyStreamEventCoversBlockingStreamsButNotNonBlocking) {
 TEST(FreeInFlight, UnknownStreamFlagsGiveInfoNotError) {
   Trace t;
   t.Pin(kT0, PinOp::kRegister, 0x10000000, kMiB);
-  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true,
-         1, 0, 5, 0x99);
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true, 1,
+         0, 5, 0x99);
   t.Sync(kT0 + 30, trace::SyncKind::kEventRecord, 0, 0xe1);
   t.Sync(kT0 + 40, trace::SyncKind::kEventSynchronize, 0, 0xe1);
   t.HostFree(kT0 + 100, 5, 0x10000000, kMiB);
@@ -417,8 +416,8 @@ TEST(FreeInFlight, StreamWaitEventChainsCompose) {
   t.StreamCreate(kT0, 0xa, 1);
   t.StreamCreate(kT0 + 1, 0xb, 1);
   t.Pin(kT0 + 2, PinOp::kRegister, 0x10000000, kMiB);
-  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true,
-         1, 0, 5, 0xa);
+  t.Copy(kT0 + 10, CopyDir::kHostToDevice, MemKind::kRegisteredByProgram, kMiB, 0x10000000, true, 1,
+         0, 5, 0xa);
   t.Sync(kT0 + 20, trace::SyncKind::kEventRecord, 0xa, 0xe1);
   t.Sync(kT0 + 30, trace::SyncKind::kStreamWaitEvent, 0xb, 0xe1);
   t.Sync(kT0 + 40, trace::SyncKind::kEventRecord, 0xb, 0xe2);
@@ -449,8 +448,8 @@ TEST(CopyRace, PerThreadDefaultStreams) {
   {
     Trace t;
     t.Pin(kT0, PinOp::kAlloc, 0x10000000, kMiB);
-    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
-           1, 0, 5, 0, /*api=*/1);
+    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true, 1,
+           0, 5, 0, /*api=*/1);
     t.Sync(kT0 + 20, trace::SyncKind::kEventRecord, 0, 0xe1);  // legacy stream
     t.Sync(kT0 + 30, trace::SyncKind::kEventSynchronize, 0, 0xe1);
     t.Access(kT0 + 100, 0x10000000, 64, false);
@@ -459,8 +458,8 @@ TEST(CopyRace, PerThreadDefaultStreams) {
   {
     Trace t;
     t.Pin(kT0, PinOp::kAlloc, 0x10000000, kMiB);
-    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
-           1, 0, 5, 0, /*api=*/1);
+    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true, 1,
+           0, 5, 0, /*api=*/1);
     t.SwitchThread(1);
     // Another thread synchronizes its own per-thread stream: that covers
     // this one's copy only through legacy-stream work the trace does not
@@ -477,8 +476,8 @@ TEST(CopyRace, PerThreadDefaultStreams) {
     Trace t;
     t.StreamCreate(kT0, 0x77, 1);
     t.Pin(kT0 + 1, PinOp::kAlloc, 0x10000000, kMiB);
-    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
-           1, 0, 5, 0, /*api=*/1);
+    t.Copy(kT0 + 10, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true, 1,
+           0, 5, 0, /*api=*/1);
     t.Sync(kT0 + 20, trace::SyncKind::kStreamSynchronize, 0x77);
     t.Access(kT0 + 100, 0x10000000, 64, false);
     auto f = t.Findings("copy-race");
@@ -553,8 +552,8 @@ TEST(CopyRace, ManyStreamsStayBoundedAndNeverInventAFinding) {
     Trace t;
     for (uint64_t s = 0; s < 1100; ++s) t.StreamCreate(kT0 + s, 0x100000 + s * 16, 1);
     t.Pin(kT0 + 2000, PinOp::kAlloc, 0x10000000, kMiB);
-    t.Copy(kT0 + 2010, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true,
-           1, 0, 5, 0x100000 + 1050 * 16);
+    t.Copy(kT0 + 2010, CopyDir::kDeviceToHost, MemKind::kPinnedByProgram, kMiB, 0x10000000, true, 1,
+           0, 5, 0x100000 + 1050 * 16);
     if (wait_other) t.Sync(kT0 + 2020, trace::SyncKind::kStreamSynchronize, 0x100000 + 1060 * 16);
     t.Access(kT0 + 3000, 0x10000000, 64, false);
     auto f = t.Findings("copy-race");
@@ -579,7 +578,8 @@ TEST(NonPortable, PortableFlagOrSameDeviceIsFine) {
 TEST(PageableHot, ThresholdsAndCalibration) {
   Trace few;
   for (int i = 0; i < 3; ++i) {
-    few.Copy(kT0 + i * 1000000, CopyDir::kHostToDevice, MemKind::kPageable, 64 * kMiB, 0x1000, false);
+    few.Copy(kT0 + i * 1000000, CopyDir::kHostToDevice, MemKind::kPageable, 64 * kMiB, 0x1000,
+             false);
   }
   EXPECT_TRUE(few.Findings("pageable-hot").empty());  // three copies are not "repeatedly"
 
@@ -593,7 +593,8 @@ TEST(PageableHot, ThresholdsAndCalibration) {
   auto run = [](const AnalysisOptions* o) {
     Trace t;
     for (int i = 0; i < 10; ++i) {
-      t.Copy(kT0 + i * 1000000, CopyDir::kDeviceToHost, MemKind::kPageable, 16 * kMiB, 0x1000, false);
+      t.Copy(kT0 + i * 1000000, CopyDir::kDeviceToHost, MemKind::kPageable, 16 * kMiB, 0x1000,
+             false);
     }
     return t.Findings("pageable-hot", o);
   };
@@ -708,8 +709,7 @@ TEST(BudgetRefused, OneFindingPerSiteOfTheProgramsOwnPinning) {
 
 TEST(BudgetRefused, GrantedOnlyIsSilent) {
   Trace t;
-  t.Budget(kT0, trace::BudgetOwner::kProgramAlloc, trace::BudgetDecision::kGranted, kMiB, 1,
-           true);
+  t.Budget(kT0, trace::BudgetOwner::kProgramAlloc, trace::BudgetDecision::kGranted, kMiB, 1, true);
   EXPECT_TRUE(t.Findings("budget-refused").empty());
   EXPECT_EQ(t.summary().budget.granted, 1u);
   EXPECT_EQ(t.summary().budget.evictions, 1u);

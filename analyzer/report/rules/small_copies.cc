@@ -43,16 +43,16 @@ class SmallCopies : public Rule {
                       FormatBytes(ctx.options->small_copy_bytes) + " (" +
                       FormatBytes(s.bytes / s.copies) + " on average) go " + DirectionWords(dir) +
                       " from this site; each pays the fixed cost of a transfer, " +
-                      FormatSeconds(s.call_ns * 1e-9) + " for " + FormatBytes(s.bytes) +
-                      " in all.";
+                      FormatSeconds(s.call_ns * 1e-9) + " for " + FormatBytes(s.bytes) + " in all.";
       f.evidence.Set("copies", Value::Int(static_cast<int64_t>(s.copies)))
           .Set("bytes", Value::Bytes(s.bytes))
           .Set("average_copy", Value::Bytes(s.bytes / s.copies))
           .Set("time_in_calls", Value::Seconds(s.call_ns * 1e-9))
           .Set("time_if_batched", Value::Seconds(batched));
-      f.fix = "Gather the pieces into one contiguous (pinned) buffer and copy it once per step, "
-              "or submit them together with cudaMemcpyBatchAsync (cudaMemcpy2DAsync for evenly "
-              "strided pieces).";
+      f.fix =
+          "Gather the pieces into one contiguous (pinned) buffer and copy it once per step, "
+          "or submit them together with cudaMemcpyBatchAsync (cudaMemcpy2DAsync for evenly "
+          "strided pieces).";
       out->push_back(std::move(f));
     }
   }

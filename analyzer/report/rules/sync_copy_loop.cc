@@ -24,8 +24,7 @@ class SyncCopyLoop : public Rule {
     s.bytes += e.bytes;
     s.call_ns += e.duration_ns;
     ++s.by_dir[e.dir == CopyDir::kDeviceToHost ? 1 : 0];
-    Thread& t = s.last_tid == e.tid && s.last_thread != nullptr ? *s.last_thread
-                                                                 : s.threads[e.tid];
+    Thread& t = s.last_tid == e.tid && s.last_thread != nullptr ? *s.last_thread : s.threads[e.tid];
     s.last_tid = e.tid;
     s.last_thread = &t;
     if (t.seen && e.time_ns >= t.last_end) {
@@ -57,10 +56,12 @@ class SyncCopyLoop : public Rule {
           .Set("time_in_calls", Value::Seconds(s.call_ns * 1e-9))
           .Set("overlappable_time", Value::Seconds(s.hideable_ns * 1e-9))
           .Set("threads", Value::Int(static_cast<int64_t>(s.threads.size())));
-      f.fix = "Queue the copies with cudaMemcpyAsync on a stream, from pinned buffers, and "
-              "synchronize once (cudaStreamSynchronize or an event) where the data is needed; "
-              "up to " + FormatSeconds(s.hideable_ns * 1e-9) +
-              " of the host work between them could then run during the transfers.";
+      f.fix =
+          "Queue the copies with cudaMemcpyAsync on a stream, from pinned buffers, and "
+          "synchronize once (cudaStreamSynchronize or an event) where the data is needed; "
+          "up to " +
+          FormatSeconds(s.hideable_ns * 1e-9) +
+          " of the host work between them could then run during the transfers.";
       out->push_back(std::move(f));
     }
   }

@@ -65,9 +65,9 @@ class WcRead : public Rule {
       f.stack = kv.first;
       double b = static_cast<double>(s.bytes);
       f.seconds_lost = b / kWcReadBps - b / kCachedReadBps;
-      f.explanation = "The CPU reads write-combined pinned memory here (" +
-                      FormatCount(s.reads) + (s.reads == 1 ? " read" : " reads") + " via " +
-                      vias + (s.bytes ? ", " + FormatBytes(s.bytes) : std::string()) +
+      f.explanation = "The CPU reads write-combined pinned memory here (" + FormatCount(s.reads) +
+                      (s.reads == 1 ? " read" : " reads") + " via " + vias +
+                      (s.bytes ? ", " + FormatBytes(s.bytes) : std::string()) +
                       "); write-combined memory is uncached for reads, typically an order of "
                       "magnitude slower to read than ordinary memory.";
       f.evidence.Set("reads", Value::Int(static_cast<int64_t>(s.reads)))

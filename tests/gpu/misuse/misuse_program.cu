@@ -34,7 +34,8 @@ int main() {
   char* batch = static_cast<char*>(malloc(kBytes));
   for (int step = 0; step < 30; ++step) {
     memset(batch, step, kBytes);
-    CHECK(cudaMemcpyAsync(dev, batch, kBytes, cudaMemcpyHostToDevice, stream));  // MISUSE(async-pageable) MISUSE(pageable-hot)
+    CHECK(cudaMemcpyAsync(dev, batch, kBytes, cudaMemcpyHostToDevice,
+                          stream));  // MISUSE(async-pageable) MISUSE(pageable-hot)
     void* staging;
     CHECK(cudaHostAlloc(&staging, 1 << 20, cudaHostAllocDefault));  // MISUSE(pinned-churn)
     CHECK(cudaMemcpy(staging, dev, 1 << 20, cudaMemcpyDeviceToHost));
@@ -67,7 +68,7 @@ int main() {
   CHECK(cudaHostRegister(registered, 1 << 20, cudaHostRegisterDefault));
   Spin<<<1, 1, 0, stream>>>(50000000);
   CHECK(cudaMemcpyAsync(registered, dev, 1 << 20, cudaMemcpyDeviceToHost, stream));
-  free(registered);  // MISUSE(free-in-flight)
+  free(registered);                      // MISUSE(free-in-flight)
   CHECK(cudaStreamSynchronize(stream));  // the registration is left behind, as the misuse leaves it
   free(sink);
   free(batch);

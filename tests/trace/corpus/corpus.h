@@ -15,16 +15,16 @@
 #include <cstdlib>
 #include <cstring>
 
-#define CHECK(call)                                                              \
-  do {                                                                           \
-    CUresult corpus_r = (call);                                                  \
-    if (corpus_r != CUDA_SUCCESS) {                                              \
-      const char* corpus_name = nullptr;                                         \
-      cuGetErrorName(corpus_r, &corpus_name);                                    \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,       \
-              corpus_name != nullptr ? corpus_name : "unknown error");           \
-      exit(2);                                                                   \
-    }                                                                            \
+#define CHECK(call)                                                        \
+  do {                                                                     \
+    CUresult corpus_r = (call);                                            \
+    if (corpus_r != CUDA_SUCCESS) {                                        \
+      const char* corpus_name = nullptr;                                   \
+      cuGetErrorName(corpus_r, &corpus_name);                              \
+      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
+              corpus_name != nullptr ? corpus_name : "unknown error");     \
+      exit(2);                                                             \
+    }                                                                      \
   } while (0)
 
 namespace corpus {

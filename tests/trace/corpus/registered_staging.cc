@@ -19,9 +19,9 @@ int main() {
   bool ok = true;
   for (int batch = 0; batch < 4; ++batch) {
     const bool mapped = batch % 2 == 1;
-    void* buf = mapped ? mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                       : aligned_alloc(4096, kBytes);
+    void* buf =
+        mapped ? mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+               : aligned_alloc(4096, kBytes);
     if (buf == nullptr || buf == MAP_FAILED) return 2;
     CHECK(cuMemHostRegister(buf, kBytes, CU_MEMHOSTREGISTER_PORTABLE));
     corpus::Fill(buf, kBytes, batch);

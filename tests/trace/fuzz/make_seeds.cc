@@ -113,8 +113,8 @@ std::string Everything() {
   e.AppendSync(sync);
   sync.kind = trace::SyncKind::kHostFuncRun;
   e.AppendSync(sync);
-  e.AppendMisuse(trace::MisuseKind::kCopyRace, reinterpret_cast<void*>(0x900010), 64, t + 50100,
-                 1, static_cast<uint32_t>(trace::WcReadVia::kMemcpy) | trace::kCopyAccessWrite);
+  e.AppendMisuse(trace::MisuseKind::kCopyRace, reinterpret_cast<void*>(0x900010), 64, t + 50100, 1,
+                 static_cast<uint32_t>(trace::WcReadVia::kMemcpy) | trace::kCopyAccessWrite);
   HostAllocEvent f{1, reinterpret_cast<void*>(0x10000), 1 << 20, true, 0};
   e.AppendHostAlloc(f, t + 60000, 2);
   e.AppendPin(Pin(t + 70000, PinOp::kFree, 0x900000, 4 << 20, 0), 2, 0);

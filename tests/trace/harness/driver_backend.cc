@@ -136,7 +136,9 @@ Stream StreamCreate() {
   Check(cuStreamCreate(&s, CU_STREAM_DEFAULT), "cuStreamCreate");
   return s;
 }
-void StreamDestroy(Stream s) { Check(cuStreamDestroy(static_cast<CUstream>(s)), "cuStreamDestroy"); }
+void StreamDestroy(Stream s) {
+  Check(cuStreamDestroy(static_cast<CUstream>(s)), "cuStreamDestroy");
+}
 void StreamSynchronize(Stream s) {
   Check(cuStreamSynchronize(static_cast<CUstream>(s)), "cuStreamSynchronize");
 }

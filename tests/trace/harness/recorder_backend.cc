@@ -55,10 +55,9 @@ enum HarnessApi : ApiId {
 
 const char* ApiName(ApiId id) {
   static const char* const kNames[] = {
-      "cuMemcpyHtoD_v2",     "cuMemcpyDtoH_v2",     "cuMemcpyHtoDAsync_v2",
-      "cuMemcpyDtoHAsync_v2", "cuMemHostAlloc",      "cuMemFreeHost",
-      "cuMemHostRegister_v2", "cuMemHostUnregister", "cuStreamSynchronize",
-      "cuCtxSynchronize",    "cuEventRecord",       "cuEventSynchronize",
+      "cuMemcpyHtoD_v2",     "cuMemcpyDtoH_v2",  "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
+      "cuMemHostAlloc",      "cuMemFreeHost",    "cuMemHostRegister_v2", "cuMemHostUnregister",
+      "cuStreamSynchronize", "cuCtxSynchronize", "cuEventRecord",        "cuEventSynchronize",
       "cuStreamCreate"};
   return id < kApiCount ? kNames[id] : nullptr;
 }
@@ -313,7 +312,8 @@ __attribute__((noinline)) size_t CheckedStrlen(const char* s) noexcept {
   trace::CheckCopyAccess(s, n + 1, false, trace::WcReadVia::kString);
   return n;
 }
-__attribute__((noinline)) size_t CheckedFwrite(const void* p, size_t size, size_t n, FILE* f) noexcept {
+__attribute__((noinline)) size_t CheckedFwrite(const void* p, size_t size, size_t n,
+                                               FILE* f) noexcept {
   if (g_real.fwrite == nullptr) Resolve();
   trace::CheckWcRead(p, size * n, trace::WcReadVia::kStdio);
   trace::CheckCopyAccess(p, size * n, false, trace::WcReadVia::kStdio);

@@ -16,7 +16,7 @@ int main() {
   void* staging[kBuffers] = {};
   for (int i = 0; i < kBuffers; ++i) {
     staging[i] = cuda::HostAlloc(kBytes);  // MISUSE(budget-refused)
-    if (staging[i] == nullptr) continue;  // denied: the program goes on without it
+    if (staging[i] == nullptr) continue;   // denied: the program goes on without it
     memset(staging[i], i, kBytes);
     cuda::MemcpyHtoD(dev, staging[i], kBytes);
   }

@@ -23,13 +23,15 @@ int main() {
   // still in flight reads stale data rather than faulting.
   const size_t kSmall = 96 << 10;
   char* other = static_cast<char*>(cuda::Malloc(kSmall));
-  cuda::HostRegister(other, kSmall); cuda::MemcpyHtoDAsync(dev, other, kSmall, stream);
+  cuda::HostRegister(other, kSmall);
+  cuda::MemcpyHtoDAsync(dev, other, kSmall, stream);
   cuda::Free(other);  // MISUSE(free-in-flight)
   cuda::StreamSynchronize(stream);
 
   // Pages unmapped while registered, under a device-to-host copy.
   char* pages = static_cast<char*>(cuda::MapPages(kBytes));
-  cuda::HostRegister(pages, kBytes); cuda::MemcpyDtoHAsync(pages, dev, kBytes, stream);
+  cuda::HostRegister(pages, kBytes);
+  cuda::MemcpyDtoHAsync(pages, dev, kBytes, stream);
   cuda::UnmapPages(pages, kBytes);  // MISUSE(free-in-flight)
   cuda::StreamSynchronize(stream);
 

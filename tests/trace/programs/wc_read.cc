@@ -10,8 +10,8 @@ namespace cuda = pinshim::testing::cuda;
 
 int main() {
   const size_t kBytes = 1 << 20;
-  char* staging = static_cast<char*>(
-      cuda::HostAlloc(kBytes, cuda::kHostAllocWriteCombined));  // ALLOC(wc-read)
+  char* staging =
+      static_cast<char*>(cuda::HostAlloc(kBytes, cuda::kHostAllocWriteCombined));  // ALLOC(wc-read)
   memset(staging, 7, kBytes);  // writing is what write-combined memory is for
   void* dev = cuda::DeviceAlloc(kBytes);
   cuda::MemcpyHtoD(dev, staging, kBytes);

@@ -22,7 +22,8 @@ __attribute__((noinline)) static uint64_t SumPage(const volatile uint64_t* p) {
 
 int main() {
   const size_t kBytes = 16 * 4096;
-  uint64_t* wc = static_cast<uint64_t*>(cuda::HostAlloc(kBytes, cuda::kHostAllocWriteCombined));  // TOLERATE(pinned-unused)
+  uint64_t* wc = static_cast<uint64_t*>(
+      cuda::HostAlloc(kBytes, cuda::kHostAllocWriteCombined));  // TOLERATE(pinned-unused)
   for (size_t i = 0; i < kBytes / 8; ++i) wc[i] = i;  // writes fault too, and are not reported
   void* dev = cuda::DeviceAlloc(kBytes);
   cuda::MemcpyHtoD(dev, wc, kBytes);

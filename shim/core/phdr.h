@@ -1,0 +1,33 @@
+// dl_iterate_phdr for pinshim's own calls, safe across fork.
+//
+// glibc (2.36 measured: bench/RESULTS.md) does not reset the lock behind
+// dl_iterate_phdr in a fork child: a thread inside dl_iterate_phdr when
+// another thread forks leaves the child's first dl_iterate_phdr (its own,
+// or libunwind's while it unwinds) blocked forever. pinshim calls it from
+// its sampler thread and from the program's threads (module changes, site
+// capture), where the program never would, so every such call goes through
+// IteratePhdr: a fork handler waits until none is inside before the fork
+// proceeds.
+#ifndef PINSHIM_SHIM_CORE_PHDR_H_
+#define PINSHIM_SHIM_CORE_PHDR_H_
+
+#include <link.h>
+
+#include <cstddef>
+
+namespace pinshim {
+
+using PhdrCallback = int (*)(struct dl_phdr_info* info, size_t size, void* data);
+
+// dl_iterate_phdr(callback, data), with fork held off while it runs. Not
+// from a signal handler (it takes a lock), nor from inside a callback.
+int IteratePhdr(PhdrCallback callback, void* data);
+
+// Registers the fork handlers (IteratePhdr does on its first call). Call it
+// before starting a thread that will iterate, so that no fork can come
+// between that thread's first call and the registration.
+void InstallPhdrForkGuard();
+
+}  // namespace pinshim
+
+#endif  // PINSHIM_SHIM_CORE_PHDR_H_
