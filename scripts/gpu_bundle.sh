@@ -14,7 +14,8 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //tests/trace:profile_test //tests/trace:optimize_report_test
          //bench/optimize:pool_bench //bench/optimize:arena_bench //bench/optimize:fork_check
          //tests/hazards:hazard_program
-         //bench/trace:recorder_bench //tests/trace:python_frames_test)
+         //bench/trace:recorder_bench //tests/trace:python_frames_test
+         //bench/page:page_call_bench //shim/core:phdr_test)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
@@ -23,7 +24,8 @@ cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/i
    bazel-bin/shim/budget/race_test bazel-bin/shim/budget/budget_test .gpu/
 cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench \
    bazel-bin/bench/optimize/pool_bench bazel-bin/bench/optimize/arena_bench \
-   bazel-bin/bench/trace/recorder_bench .gpu/bench/
+   bazel-bin/bench/trace/recorder_bench bazel-bin/bench/page/page_call_bench .gpu/bench/
+cp bazel-bin/shim/core/phdr_test .gpu/
 cp bazel-bin/bench/optimize/fork_check .gpu/
 # The hazard suite on the real driver.
 mkdir -p .gpu/hazards && cp bazel-bin/tests/hazards/hazard_program tests/hazards/hazards_test.py .gpu/hazards/

@@ -7,7 +7,7 @@
 // its sampler thread and from the program's threads (module changes, site
 // capture), where the program never would, so every such call goes through
 // IteratePhdr: a fork handler waits until none is inside before the fork
-// proceeds.
+// proceeds (invariant 2, shim/INVARIANTS.md).
 #ifndef PINSHIM_SHIM_CORE_PHDR_H_
 #define PINSHIM_SHIM_CORE_PHDR_H_
 
@@ -20,12 +20,14 @@ namespace pinshim {
 using PhdrCallback = int (*)(struct dl_phdr_info* info, size_t size, void* data);
 
 // dl_iterate_phdr(callback, data), with fork held off while it runs. Not
-// from a signal handler (it takes a lock), nor from inside a callback.
+// from a signal handler (it takes a lock). A call from inside a callback
+// runs unguarded (the outer call already holds fork off).
 int IteratePhdr(PhdrCallback callback, void* data);
 
 // Registers the fork handlers (IteratePhdr does on its first call). Call it
-// before starting a thread that will iterate, so that no fork can come
-// between that thread's first call and the registration.
+// early (the library's start-up does) and before starting a thread that
+// will iterate, so that no fork can come between a first call and the
+// registration. Safe to re-enter from an allocation hook while it runs.
 void InstallPhdrForkGuard();
 
 }  // namespace pinshim

@@ -52,8 +52,7 @@ int ChildrenThatHung(Iterate iterate, int forks, unsigned alarm_s) {
 // whose other thread iterates hang (glibc 2.36 leaves the lock held in the
 // child). Shown on a few forks, so the guarded case below means something.
 TEST(IteratePhdr, PlainDlIteratePhdrHangsForkChildren) {
-  const int hung = ChildrenThatHung(
-      [](int* n) { dl_iterate_phdr(CountModule, n); }, 8, 1);
+  const int hung = ChildrenThatHung([](int* n) { dl_iterate_phdr(CountModule, n); }, 8, 1);
   if (hung == 0) GTEST_SKIP() << "this libc resets the lock in fork children";
   EXPECT_GT(hung, 0);
 }
@@ -87,6 +86,19 @@ TEST(IteratePhdr, AForkFromInsideTheCallbackDoesNotWaitForItself) {
       },
       &result);
   EXPECT_TRUE(WIFEXITED(result.status));
+}
+
+// An iteration from inside a callback (an allocation hook that captures a
+// site, say) must not wait for the outer one.
+TEST(IteratePhdr, ACallFromInsideTheCallbackRuns) {
+  int inner = 0;
+  IteratePhdr(
+      [](struct dl_phdr_info*, size_t, void* data) -> int {
+        IteratePhdr(CountModule, data);
+        return 1;  // once
+      },
+      &inner);
+  EXPECT_GT(inner, 1);
 }
 
 }  // namespace

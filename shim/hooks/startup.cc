@@ -8,6 +8,7 @@
 
 #include "shim/budget/budget.h"
 #include "shim/core/log.h"
+#include "shim/core/phdr.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
@@ -197,6 +198,7 @@ void Init() {
     const char* text = strncmp(line, "pinshim: ", 9) == 0 ? line + 9 : line;
     LogLine("%s", text);
   }
+  InstallPhdrForkGuard();  // before any thread of pinshim's iterates modules
   InstallForkHandlers();
   g_track_threshold = g_config.track_threshold_bytes;
   if ((g_config.mode & kModeEnforce) != 0) {

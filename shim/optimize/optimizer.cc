@@ -15,8 +15,6 @@ constexpr unsigned int kKnownRegisterFlags =
     CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
     CU_MEMHOSTREGISTER_READ_ONLY;
 
-Optimizer g_optimizer;
-
 uint64_t EvictPool(void* arg, uint64_t want, OwnPinReason why) {
   return static_cast<PinnedPool*>(arg)->Trim(want, why);
 }
@@ -38,7 +36,7 @@ void MarkSiteHot(void* arg, uint64_t site) { static_cast<HotSites*>(arg)->MarkHo
 
 }  // namespace
 
-Optimizer& Optimizer::Process() { return g_optimizer; }
+Optimizer g_process_optimizer;
 
 void Optimizer::Configure(const OptimizerOptions& options) {
   int expected = kNew;
@@ -389,35 +387,11 @@ void Optimizer::AfterForkParent() {
   emulated_mu_.AfterFork();
 }
 
-void Optimizer::BeforePageChange(uintptr_t start, uint64_t bytes, const PageChange& what,
-                                 PageChangeTicket* t) {
-  t->arena.n = 0;
-  t->stays_anonymous = what.stays_anonymous;
-  if (bytes == 0) return;
-  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
-  // Marked first: a registration that starts while this looks sees it.
-  PageChangeSlots::Begin(start, end);
-  t->marked = true;
-  if (!active()) return;
-  if (what.replaces_private) {
-    if (cache_on_.load(std::memory_order_relaxed)) {
-      cache_.OnPageChange(start, end - start, what.reason, what.detail);
-    }
-    if (arena_on_.load(std::memory_order_relaxed) && arena_.MayOverlap(start, end - start)) {
-      arena_.BeginPageChange(start, end - start, what.reason, what.detail, &t->arena);
-    }
-  }
-  if (what.replaces_shared && pool_on_.load(std::memory_order_relaxed) &&
-      pool_.MayOverlap(start, end - start)) {
-    pool_.Retire(start, end - start, what.reason, what.detail);
-  }
-}
-
-void Optimizer::AfterPageChange(PageChangeTicket* t) {
-  if (t->arena.n != 0) arena_.EndPageChange(t->arena, t->stays_anonymous);
-  t->arena.n = 0;
-  if (t->marked) PageChangeSlots::End();
-  t->marked = false;
+void Optimizer::DropPinningForPageChange(uintptr_t start, uintptr_t end, const PageChange& what,
+                                         PageChangeTicket* t, bool cache, bool arena, bool pool) {
+  if (cache) cache_.OnPageChange(start, end - start, what.reason, what.detail);
+  if (arena) arena_.BeginPageChange(start, end - start, what.reason, what.detail, &t->arena);
+  if (pool) pool_.Retire(start, end - start, what.reason, what.detail);
 }
 
 void Optimizer::AfterForkChild() {

@@ -43,10 +43,18 @@
 #ifndef PINSHIM_SHIM_OPTIMIZE_PAGE_CHANGE_H_
 #define PINSHIM_SHIM_OPTIMIZE_PAGE_CHANGE_H_
 
+#include <sys/mman.h>
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 
 #include "shim/core/events.h"
+#include "shim/core/macros.h"
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
 
 namespace pinshim {
 namespace optimize {
@@ -64,8 +72,47 @@ struct PageChange {
 };
 
 // The PageChange an madvise advice makes (see the table above); false when
-// the advice changes no page pinshim pinned.
-bool PageChangeOfAdvice(int advice, PageChange* out);
+// the advice changes no page pinshim pinned. Inline: the madvise hooks ask
+// at every call.
+inline bool PageChangeOfAdvice(int advice, PageChange* out) {
+  PageChange c;
+  c.reason = OwnPinReason::kPageChangeMadvise;
+  c.detail = static_cast<uint32_t>(advice);
+  c.stays_anonymous = true;
+  switch (advice) {
+    case MADV_NORMAL:
+    case MADV_RANDOM:
+    case MADV_SEQUENTIAL:
+    case MADV_WILLNEED:
+    case MADV_COLD:
+    case MADV_DONTDUMP:
+    case MADV_DODUMP:
+    case MADV_POPULATE_READ:
+    case MADV_POPULATE_WRITE:
+    case MADV_DONTFORK:
+    case MADV_DOFORK:
+    case MADV_KEEPONFORK:
+    case MADV_UNMERGEABLE:
+    case MADV_NOHUGEPAGE: return false;
+    case MADV_DONTNEED:
+    case MADV_DONTNEED_LOCKED:
+    case MADV_FREE:
+    case MADV_PAGEOUT:
+    case MADV_WIPEONFORK:
+    case MADV_MERGEABLE:
+    case MADV_HUGEPAGE:
+    case MADV_COLLAPSE:
+      c.replaces_private = true;
+      c.replaces_shared = false;
+      break;
+    default:  // MADV_REMOVE, HWPOISON, SOFT_OFFLINE, guards, values yet to come
+      c.replaces_private = true;
+      c.replaces_shared = true;
+      break;
+  }
+  *out = c;
+  return true;
+}
 
 // Page changes in progress, so that no registration pins the pages of a
 // range while a call is replacing them. The hooks mark their range before
@@ -83,7 +130,9 @@ class PageChangeSlots {
   // Once, before optimize mode pins anything (registers with membarrier).
   static void Setup();
   // Hook side: [lo, hi) is about to change on this thread / has changed.
-  // Nested calls on one thread keep the outer range marked.
+  // Nested calls on one thread keep the outer range marked. Inline: every
+  // page-changing call in optimize mode makes them (a few TLS and plain
+  // stores).
   static void Begin(uintptr_t lo, uintptr_t hi);
   static void End();
   // Registration side: whether a marked range overlaps [lo, hi). Call after
@@ -93,7 +142,52 @@ class PageChangeSlots {
   static bool AnyOverlapping(uintptr_t lo, uintptr_t hi, bool ignore_own = false);
   // In a fork child: forgets the parent's threads.
   static void AfterForkChild();
+
+ private:
+  static constexpr int kSlots = 512;
+  struct alignas(64) Slot {
+    std::atomic<pid_t> owner{0};  // thread id, 0 free
+    std::atomic<uintptr_t> lo{0};
+    std::atomic<uintptr_t> hi{0};  // 0: no change in progress
+  };
+  // -1: none claimed yet; -2: none free (BeginUnslotted).
+  static int ClaimSlot();
+  static void BeginUnslotted();
+  static void EndUnslotted();
+
+  static Slot slots_[kSlots];
+  static std::atomic<bool> membarrier_;
+  static PINSHIM_TLS int t_slot_;
+  static PINSHIM_TLS int t_nesting_;
 };
+
+inline void PageChangeSlots::Begin(uintptr_t lo, uintptr_t hi) {
+  if (t_nesting_++ != 0) return;
+  if (PINSHIM_UNLIKELY(t_slot_ == -1)) t_slot_ = ClaimSlot();
+  if (PINSHIM_UNLIKELY(t_slot_ < 0)) {
+    BeginUnslotted();
+    return;
+  }
+  Slot& s = slots_[t_slot_];
+  s.lo.store(lo, std::memory_order_relaxed);
+  s.hi.store(hi > lo ? hi : lo + 1, std::memory_order_relaxed);
+  if (PINSHIM_LIKELY(membarrier_.load(std::memory_order_relaxed))) {
+    // The registration side's membarrier orders these stores before this
+    // thread's next loads; the compiler must not move them either.
+    asm volatile("" ::: "memory");
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
+
+inline void PageChangeSlots::End() {
+  if (--t_nesting_ != 0) return;
+  if (PINSHIM_UNLIKELY(t_slot_ < 0)) {
+    EndUnslotted();
+    return;
+  }
+  slots_[t_slot_].hi.store(0, std::memory_order_release);
+}
 
 }  // namespace optimize
 }  // namespace pinshim

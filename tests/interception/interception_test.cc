@@ -374,9 +374,9 @@ TEST(TraceTest, ExampleFindingsNameTheProgramsLines) {
   // Nothing the library does for itself is lost from, or added to, the trace.
   RunResult text = RunProgram({g_pinshim, "report", dir}, false);
   EXPECT_EQ(text.out.find("dropped"), std::string::npos) << text.out;
-  EXPECT_TRUE(HasFinding(json, "async-pageable", "tests/programs/copy_loop_example.cc", 71))
+  EXPECT_TRUE(HasFinding(json, "async-pageable", "tests/programs/copy_loop_example.cc", 72))
       << json;
-  EXPECT_TRUE(HasFinding(json, "pinned-churn", "tests/programs/copy_loop_example.cc", 73)) << json;
+  EXPECT_TRUE(HasFinding(json, "pinned-churn", "tests/programs/copy_loop_example.cc", 74)) << json;
 }
 
 // The line of client.cc that holds `marker` (the source travels with the test).
