@@ -10,7 +10,9 @@ file and line. Usage:
 --worker-thread-ok a finding of the rule whose stack belongs to a thread
                    without a Python state (a framework's own worker) is an
                    expected limit (XFAIL), not a failure.
-Prints one line per mark and exits 1 when one is missing."""
+A NOFINDING(<rule>) mark says the opposite: no finding of that rule may be
+at that line (a copy a framework already makes from pinned memory).
+Prints one line per mark and exits 1 when one is missing or wrong."""
 import json
 import os
 import re
@@ -27,10 +29,13 @@ def main():
     worker_ok = "--worker-thread-ok" in flags
     framework = flags[flags.index("--framework") + 1] if "--framework" in flags else None
     marks = []
+    absent = []
     with open(source) as f:
         for number, text in enumerate(f, 1):
             for rule in re.findall(r"MISUSE\(([a-z-]+)\)", text):
                 marks.append((rule, number))
+            for rule in re.findall(r"NOFINDING\(([a-z-]+)\)", text):
+                absent.append((rule, number))
     with open(report) as f:
         findings = json.load(f)["findings"]
     base = os.path.basename(source)
@@ -73,6 +78,14 @@ def main():
                 rule, base, line, [(f["rule"], (f["site"] or {}).get("file"),
                                     (f["site"] or {}).get("line"),
                                     (f["site"] or {}).get("python_status")) for f in findings]))
+    for rule, line in absent:
+        wrong = [f for f in findings if f["rule"] == rule and f["site"] and
+                 (f["site"].get("file") or "").endswith(base) and f["site"].get("line") == line]
+        if wrong:
+            missing += 1
+            print("WRONG   %s at %s:%d: no such finding belongs there" % (rule, base, line))
+        else:
+            print("ok      no %s at %s:%d" % (rule, base, line))
     return 1 if missing else 0
 
 

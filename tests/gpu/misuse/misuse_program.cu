@@ -2,6 +2,7 @@
 // nvcc with its default (static) CUDA runtime. Each misuse line carries a
 // MISUSE mark naming its rule; check_findings.py compares the report with them.
 #include <cuda_runtime.h>
+#include <malloc.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,12 @@ __global__ void Spin(long long cycles) {
 }
 
 int main() {
+  // A fixed mmap threshold: glibc's moves up to the size of an mmap'ed
+  // block once one is freed, and the registered block freed under a queued
+  // download below must be unmapped, not returned to the heap, where the
+  // download would overwrite the allocator's own records (it did, on the
+  // H200: "free(): corrupted unsorted chunks").
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
   const size_t kBytes = 8 << 20;
   void* dev;
   CHECK(cudaMalloc(&dev, kBytes));
