@@ -15,7 +15,8 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //bench/optimize:pool_bench //bench/optimize:arena_bench //bench/optimize:fork_check
          //tests/hazards:hazard_program
          //bench/trace:recorder_bench //tests/trace:python_frames_test
-         //bench/page:page_call_bench //shim/core:phdr_test)
+         //bench/page:page_call_bench //shim/core:phdr_test
+         //tests/trace:programs/embed_python)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
@@ -37,7 +38,7 @@ cp tests/trace/rules_test.py tests/trace/profile_test.py tests/trace/optimize_re
 mkdir -p .gpu/rules/analyzer && cp bazel-bin/analyzer/pinshim .gpu/rules/analyzer/
 cp tests/trace/programs/*.cc tests/trace/programs/*.py .gpu/rules/tests/trace/programs/
 cp bazel-bin/tests/trace/programs/*_driver bazel-bin/tests/trace/programs/native_copier.so \
-   .gpu/rules/tests/trace/programs/
+   bazel-bin/tests/trace/programs/embed_python .gpu/rules/tests/trace/programs/
 # Python frames against the real driver, under the GPU machine's Python.
 cp tests/trace/python_frames_test.py .gpu/rules/tests/trace/
 cp bazel-bin/tests/trace/python_line_check bazel-bin/tests/trace/python_layout_dump \
