@@ -402,11 +402,13 @@ class PythonFramesTest(unittest.TestCase):
 
     def test_an_interpreter_loaded_later(self):
         # A program that loads libpython itself after pinshim started: its
-        # copies carry Python frames too.
+        # copies carry Python frames too. PYTHONHOME is the installation's
+        # base prefix: a virtual environment's prefix holds no standard
+        # library.
         tried = 0
         for python, version, text_version in self.supported():
             paths = subprocess.run([python, "-c", "import sys, sysconfig, os; "
-                                    "print(sys.prefix); print(os.path.join("
+                                    "print(sys.base_prefix); print(os.path.join("
                                     "sysconfig.get_config_var('LIBDIR') or '', "
                                     "sysconfig.get_config_var('INSTSONAME') or ''))"],
                                    capture_output=True, text=True).stdout.split("\n")
