@@ -301,14 +301,20 @@ void RunRace(const std::string& path, std::vector<int> victims, int crash_worker
   // Survivors continue, getting their grants from the shares of the dead,
   // while the observer keeps checking. Progress is awaited, not timed: a
   // loaded machine only makes this take longer.
+  // Until some process took back another's reservation too (the race is
+  // meant to show that path; on a slow build it can take a while to come).
+  Ledger watch;
+  ASSERT_TRUE(OpenLedger(path, &watch));
   const uint64_t grants_at_last_death = Grants(shared, survivors);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   const uint64_t locked_before = shared->locked_observations.load();
   while ((Grants(shared, survivors) < grants_at_last_death + 20000 ||
-          shared->locked_observations.load() < locked_before + 200) &&
+          shared->locked_observations.load() < locked_before + 200 ||
+          watch.header().takes.load() == 0) &&
          std::chrono::steady_clock::now() < deadline) {
     SleepMs(10);
   }
+  watch.Close();
   EXPECT_GE(Grants(shared, survivors), grants_at_last_death + 20000) << "survivors stalled";
 
   shared->phase.store(kQuiesce);
