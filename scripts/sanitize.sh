@@ -40,6 +40,7 @@ TSAN_TARGETS=(
   //shim/optimize:host_arena_test
   //shim/optimize:stager_test
   //shim/optimize:optimizer_test
+  //shim/optimize:page_change_test
   //shim/budget:budget_test
   //shim/budget:ledger_test
   //shim/budget:race_test

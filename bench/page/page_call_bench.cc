@@ -13,66 +13,90 @@
 // check the hooks make before the call.
 #include <benchmark/benchmark.h>
 #include <cuda.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace {
 
 char* g_page = nullptr;
 
-void BM_MadviseDontneedUnpinned(benchmark::State& state) {
+// The calls timed, twice over: as the program makes them (through the
+// library's hooks when it is preloaded), and straight into libc, in the same
+// process ("/libc" rows). The two rows of one run differ by the hook alone,
+// with no process-to-process drift between them: bench/side_by_side.py
+// reports that difference next to the with/without one.
+struct Calls {
+  int (*madvise)(void*, size_t, int);
+  void* (*mmap)(void*, size_t, int, int, int, off_t);
+  int (*munmap)(void*, size_t);
+};
+Calls g_program = {&madvise, &mmap, &munmap};
+Calls g_libc = {};
+
+bool LoadLibcCalls() {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (libc == nullptr) return false;
+  g_libc.madvise = reinterpret_cast<int (*)(void*, size_t, int)>(dlsym(libc, "madvise"));
+  g_libc.mmap =
+      reinterpret_cast<void* (*)(void*, size_t, int, int, int, off_t)>(dlsym(libc, "mmap"));
+  g_libc.munmap = reinterpret_cast<int (*)(void*, size_t)>(dlsym(libc, "munmap"));
+  return g_libc.madvise != nullptr && g_libc.mmap != nullptr && g_libc.munmap != nullptr;
+}
+
+void MadviseDontneedUnpinned(benchmark::State& state, const Calls* c) {
   for (auto _ : state) {
-    int r = madvise(g_page + 1, 4096, MADV_DONTNEED);
+    int r = c->madvise(g_page + 1, 4096, MADV_DONTNEED);
     benchmark::DoNotOptimize(r);
   }
 }
-BENCHMARK(BM_MadviseDontneedUnpinned);
 
-void BM_MadviseHint(benchmark::State& state) {
+void MadviseHint(benchmark::State& state, const Calls* c) {
   for (auto _ : state) {
-    int r = madvise(g_page + 1, 4096, MADV_WILLNEED);
+    int r = c->madvise(g_page + 1, 4096, MADV_WILLNEED);
     benchmark::DoNotOptimize(r);
   }
 }
-BENCHMARK(BM_MadviseHint);
 
-void BM_MmapMunmap(benchmark::State& state) {
+void MmapMunmap(benchmark::State& state, const Calls* c) {
   for (auto _ : state) {
-    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = c->mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     benchmark::DoNotOptimize(p);
-    munmap(p, 4096);
+    c->munmap(p, 4096);
   }
 }
-BENCHMARK(BM_MmapMunmap);
 
-void BM_MmapFixedUnpinned(benchmark::State& state) {
+void MmapFixedUnpinned(benchmark::State& state, const Calls* c) {
   for (auto _ : state) {
-    void* p =
-        mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    void* p = c->mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                      -1, 0);
     benchmark::DoNotOptimize(p);
   }
 }
-BENCHMARK(BM_MmapFixedUnpinned);
 
-void BM_MmapFixedRefused(benchmark::State& state) {
+void MmapFixedRefused(benchmark::State& state, const Calls* c) {
   for (auto _ : state) {
-    void* p = mmap(g_page + 1, 4096, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    void* p = c->mmap(g_page + 1, 4096, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     benchmark::DoNotOptimize(p);
   }
 }
-BENCHMARK(BM_MmapFixedRefused);
 
-void BM_MunmapRefused(benchmark::State& state) {
+void MunmapRefused(benchmark::State& state, const Calls* c) {
   for (auto _ : state) {
-    int r = munmap(g_page + 1, 4096);
+    int r = c->munmap(g_page + 1, 4096);
     benchmark::DoNotOptimize(r);
   }
 }
-BENCHMARK(BM_MunmapRefused);
+
+void RegisterBoth(const char* name, void (*fn)(benchmark::State&, const Calls*)) {
+  benchmark::RegisterBenchmark(name, fn, &g_program);
+  benchmark::RegisterBenchmark((std::string(name) + "/libc").c_str(), fn, &g_libc);
+}
 
 // A buffer the program registers itself (so that with and without the
 // library the process holds pinned pages: the kernel's own cost of mapping
@@ -105,7 +129,17 @@ int main(int argc, char** argv) {
       static_cast<char*>(mmap(nullptr, 3 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   g_page = span + 4096;
   mprotect(g_page, 4096, PROT_READ | PROT_WRITE);
+  if (!LoadLibcCalls()) {
+    fprintf(stderr, "page_call_bench: libc's own madvise/mmap/munmap not found: %s\n", dlerror());
+    return 1;
+  }
   MakeRegistration();
+  RegisterBoth("BM_MadviseDontneedUnpinned", MadviseDontneedUnpinned);
+  RegisterBoth("BM_MadviseHint", MadviseHint);
+  RegisterBoth("BM_MmapMunmap", MmapMunmap);
+  RegisterBoth("BM_MmapFixedUnpinned", MmapFixedUnpinned);
+  RegisterBoth("BM_MmapFixedRefused", MmapFixedRefused);
+  RegisterBoth("BM_MunmapRefused", MunmapRefused);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;

@@ -175,11 +175,10 @@ void* MmapHook(void* addr, size_t len, int prot, int flags, int fd, off64_t off,
   if ((flags & MAP_FIXED) != 0) {
     // MAP_FIXED replaces what was mapped there: pinshim's pinning of it goes
     // first. (MAP_FIXED_NOREPLACE fails rather than replace anything.)
-    PageChangeScope scope(
-        addr, len,
-        PageChangeOf(OwnPinReason::kPageChangeMapFixed, static_cast<uint32_t>(flags),
-                     PrivateAnonymous(prot, flags)));
-    p = real_mmap(addr, len, prot, flags, fd, off);
+    p = WithPageChange(addr, len,
+                       PageChangeOf(OwnPinReason::kPageChangeMapFixed, static_cast<uint32_t>(flags),
+                                    PrivateAnonymous(prot, flags)),
+                       real_mmap, addr, len, prot, flags, fd, off);
     // What it replaced is gone; the rest of a region it covered in part
     // stays tracked as it was.
     if (p != MAP_FAILED && !Reentered(Reentry::kHook) && g_allocations.size() != 0 &&
@@ -374,8 +373,8 @@ int munmap(void* addr, size_t len) {
   }
   // Whole buffers unmapped are released (the cache records them so); part
   // of one unmapped is a page change of the rest.
-  PageChangeScope scope(addr, len, PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false));
-  return g_real.munmap(addr, len);
+  return WithPageChange(addr, len, PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false),
+                        g_real.munmap, addr, len);
 }
 
 void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
@@ -400,12 +399,14 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
   // place keeps them, but is not told apart); MREMAP_FIXED also replaces
   // whatever was mapped at the target.
   const auto detail = static_cast<uint32_t>(flags);
-  PageChangeScope old_scope(old, old_len,
-                            PageChangeOf(OwnPinReason::kPageChangeMremap, detail, false));
-  PageChangeScope target_scope((flags & MREMAP_FIXED) != 0 ? new_addr : nullptr,
-                               (flags & MREMAP_FIXED) != 0 ? new_len : 0,
-                               PageChangeOf(OwnPinReason::kPageChangeMremap, detail, false));
-  void* p = g_real.mremap(old, old_len, new_len, flags, new_addr);
+  const optimize::PageChange change = PageChangeOf(OwnPinReason::kPageChangeMremap, detail, false);
+  // The target's change nested inside the source's.
+  auto remap_into_target = [=] {
+    return WithPageChange((flags & MREMAP_FIXED) != 0 ? new_addr : nullptr,
+                          (flags & MREMAP_FIXED) != 0 ? new_len : 0, change, g_real.mremap, old,
+                          old_len, new_len, flags, new_addr);
+  };
+  void* p = WithPageChange(old, old_len, change, remap_into_target);
   if (p == MAP_FAILED) {
     if (had) Track(old, old_len, static_cast<RegionSource>(before.source), 0, before.flags);
   } else if (new_len >= g_track_threshold) {

@@ -32,6 +32,23 @@ inline bool EnsureRealFunctions() {
   return __atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr;
 }
 
+// The real function `field` of g_real, resolving the table first if need
+// be; null when it cannot be had. Each entry is written once, so a non-null
+// one read without ordering is the right one.
+template <typename Fn>
+inline Fn RealOrResolve(Fn* field) {
+  Fn f = __atomic_load_n(field, __ATOMIC_RELAXED);
+  if (PINSHIM_LIKELY(f != nullptr)) return f;
+  return EnsureRealFunctions() ? __atomic_load_n(field, __ATOMIC_RELAXED) : nullptr;
+}
+
+// The PageChange of madvise-family advice with these effects (the engine's
+// table, optimize/page_change.h).
+constexpr optimize::PageChange AdviceChange(int advice, uint8_t effects) {
+  return optimize::PageChange(OwnPinReason::kPageChangeMadvise, static_cast<uint32_t>(advice),
+                              effects);
+}
+
 }  // namespace
 }  // namespace pinshim
 
@@ -40,29 +57,29 @@ using namespace pinshim;  // NOLINT: the hooks below are extern "C"
 extern "C" {
 
 int madvise(void* addr, size_t len, int advice) {
-  if (PINSHIM_UNLIKELY(!EnsureRealFunctions() || g_real.madvise == nullptr)) {
+  auto real = RealOrResolve(&g_real.madvise);
+  if (PINSHIM_UNLIKELY(real == nullptr)) {
     return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
   }
-  optimize::PageChange change;
-  if (PINSHIM_LIKELY(!g_optimize) || !optimize::PageChangeOfAdvice(advice, &change)) {
-    return g_real.madvise(addr, len, advice);
+  uint8_t effects;
+  if (PINSHIM_LIKELY(!g_optimize) || (effects = optimize::AdviceEffects(advice)) == 0) {
+    return real(addr, len, advice);
   }
-  PageChangeScope scope(addr, len, change);
-  return g_real.madvise(addr, len, advice);
+  return WithPageChange(addr, len, AdviceChange(advice, effects), real, addr, len, advice);
 }
 
 // glibc ignores POSIX_MADV_DONTNEED (the POSIX meaning differs); the other
 // values are madvise's. Treated as madvise's advice of the same value.
 int posix_madvise(void* addr, size_t len, int advice) {
-  if (PINSHIM_UNLIKELY(!EnsureRealFunctions() || g_real.posix_madvise == nullptr)) {
+  auto real = RealOrResolve(&g_real.posix_madvise);
+  if (PINSHIM_UNLIKELY(real == nullptr)) {
     return static_cast<int>(syscall(SYS_madvise, addr, len, advice)) == 0 ? 0 : errno;
   }
-  optimize::PageChange change;
-  if (PINSHIM_LIKELY(!g_optimize) || !optimize::PageChangeOfAdvice(advice, &change)) {
-    return g_real.posix_madvise(addr, len, advice);
+  uint8_t effects;
+  if (PINSHIM_LIKELY(!g_optimize) || (effects = optimize::AdviceEffects(advice)) == 0) {
+    return real(addr, len, advice);
   }
-  PageChangeScope scope(addr, len, change);
-  return g_real.posix_madvise(addr, len, advice);
+  return WithPageChange(addr, len, AdviceChange(advice, effects), real, addr, len, advice);
 }
 
 // The target may be this process or another; it is taken to be this one
@@ -76,9 +93,9 @@ ssize_t process_madvise(int pidfd, const struct iovec* iov, size_t vlen, int adv
     }
     return static_cast<ssize_t>(syscall(SYS_process_madvise, pidfd, iov, vlen, advice, flags));
   };
-  optimize::PageChange change;
+  uint8_t effects = 0;
   if (PINSHIM_UNLIKELY(!EnsureRealFunctions()) || PINSHIM_LIKELY(!g_optimize) || iov == nullptr ||
-      vlen == 0 || !optimize::PageChangeOfAdvice(advice, &change)) {
+      vlen == 0 || (effects = optimize::AdviceEffects(advice)) == 0) {
     return call();
   }
   uintptr_t lo = UINTPTR_MAX, hi = 0;
@@ -89,8 +106,7 @@ ssize_t process_madvise(int pidfd, const struct iovec* iov, size_t vlen, int adv
     if (b + iov[i].iov_len > hi) hi = b + iov[i].iov_len;
   }
   if (hi <= lo) return call();
-  PageChangeScope scope(reinterpret_cast<void*>(lo), hi - lo, change);
-  return call();
+  return WithPageChange(reinterpret_cast<void*>(lo), hi - lo, AdviceChange(advice, effects), call);
 }
 
 // SHM_REMAP attaches a segment over whatever is mapped at shmaddr.
@@ -107,10 +123,10 @@ void* shmat(int shmid, const void* shmaddr, int shmflg) {
   if (shmctl(shmid, IPC_STAT, &ds) == 0) len = ds.shm_segsz;
   uintptr_t at = reinterpret_cast<uintptr_t>(shmaddr);
   if ((shmflg & SHM_RND) != 0) at -= at % SHMLBA;
-  PageChangeScope scope(
+  return WithPageChange(
       reinterpret_cast<void*>(at), len,
-      PageChangeOf(OwnPinReason::kPageChangeShm, static_cast<uint32_t>(shmflg), false));
-  return g_real.shmat(shmid, shmaddr, shmflg);
+      PageChangeOf(OwnPinReason::kPageChangeShm, static_cast<uint32_t>(shmflg), false),
+      g_real.shmat, shmid, shmaddr, shmflg);
 }
 
 // Moving the break down unmaps the heap's top. glibc's malloc moves it
@@ -123,9 +139,8 @@ int brk(void* addr) {
   }
   void* now = PINSHIM_LIKELY(!g_optimize) || g_real.sbrk == nullptr ? nullptr : g_real.sbrk(0);
   if (now == nullptr || addr >= now) return g_real.brk(addr);
-  PageChangeScope scope(addr, reinterpret_cast<uintptr_t>(now) - reinterpret_cast<uintptr_t>(addr),
-                        PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false));
-  return g_real.brk(addr);
+  return WithPageChange(addr, reinterpret_cast<uintptr_t>(now) - reinterpret_cast<uintptr_t>(addr),
+                        PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false), g_real.brk, addr);
 }
 
 void* sbrk(intptr_t increment) {
@@ -135,9 +150,9 @@ void* sbrk(intptr_t increment) {
   }
   if (PINSHIM_LIKELY(!g_optimize) || increment >= 0) return g_real.sbrk(increment);
   auto* now = static_cast<char*>(g_real.sbrk(0));
-  PageChangeScope scope(now + increment, static_cast<size_t>(-increment),
-                        PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false));
-  return g_real.sbrk(increment);
+  return WithPageChange(now + increment, static_cast<size_t>(-increment),
+                        PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false), g_real.sbrk,
+                        increment);
 }
 
 }  // extern "C"

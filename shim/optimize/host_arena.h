@@ -157,6 +157,11 @@ class HostArena {
   bool MayOverlap(uintptr_t start, uint64_t bytes) const {
     return size_ != 0 && start < base_ + size_ && start + bytes > base_;
   }
+  // The same for [start, end), for the page hooks' fast path: base_ and
+  // size_ are 0 until reserved, so no range overlaps then.
+  bool MayOverlapRange(uintptr_t start, uintptr_t end) const {
+    return start < base_ + size_ && end > base_;
+  }
   void BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail,
                        ArenaChangeTicket* t);
   // repin false: leave them unpinned (still usable as ordinary memory).

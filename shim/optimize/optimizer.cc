@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "shim/core/internal_alloc.h"
+#include "shim/core/reentry.h"
 #include "shim/optimize/cost_model.h"
 
 namespace pinshim {
@@ -387,11 +388,29 @@ void Optimizer::AfterForkParent() {
   emulated_mu_.AfterFork();
 }
 
-void Optimizer::DropPinningForPageChange(uintptr_t start, uintptr_t end, const PageChange& what,
-                                         PageChangeTicket* t, bool cache, bool arena, bool pool) {
-  if (cache) cache_.OnPageChange(start, end - start, what.reason, what.detail);
-  if (arena) arena_.BeginPageChange(start, end - start, what.reason, what.detail, &t->arena);
-  if (pool) pool_.Retire(start, end - start, what.reason, what.detail);
+void Optimizer::DropPinningForPageChange(uintptr_t start, uintptr_t end, PageChange what,
+                                         ArenaChangeTicket* arena) {
+  arena->n = 0;
+  if (!active()) return;
+  const uint64_t n = end - start;
+  ReentryGuard guard(Reentry::kHook);
+  if (what.replaces_private() && cache_on_.load(std::memory_order_relaxed) &&
+      cache_.MayOverlap(start, n)) {
+    cache_.OnPageChange(start, n, what.reason(), what.detail());
+  }
+  if (what.replaces_private() && arena_on_.load(std::memory_order_relaxed) &&
+      arena_.MayOverlap(start, n)) {
+    arena_.BeginPageChange(start, n, what.reason(), what.detail(), arena);
+  }
+  if (what.replaces_shared() && pool_on_.load(std::memory_order_relaxed) &&
+      pool_.MayOverlap(start, n)) {
+    pool_.Retire(start, n, what.reason(), what.detail());
+  }
+}
+
+void Optimizer::RepinAfterPageChange(const ArenaChangeTicket& arena, bool stays_anonymous) {
+  ReentryGuard guard(Reentry::kHook);
+  arena_.EndPageChange(arena, stays_anonymous);
 }
 
 void Optimizer::AfterForkChild() {

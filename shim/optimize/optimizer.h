@@ -77,13 +77,6 @@ struct OptimizerOptions {
   bool verify_pages = false;
 };
 
-// What a page-change hook's BeforePageChange hands to its AfterPageChange.
-struct PageChangeTicket {
-  bool marked = false;
-  bool stays_anonymous = true;
-  ArenaChangeTicket arena;
-};
-
 // What the hook's "before" call hands to its "after" call.
 struct CopyTicket {
   enum Kind : uint8_t { kNone = 0, kPool = 1, kCache = 2, kArena = 3 };
@@ -181,17 +174,24 @@ class Optimizer {
   void OnRelease(const void* start, uint64_t bytes) {
     if (cache_.MaybeCached()) cache_.OnRelease(start, bytes, OwnPinReason::kProgramReleased);
   }
-  // Around every call that may change which pages back [start, start +
-  // bytes) (page_change.h): BeforePageChange BEFORE the call, which drops
-  // or retires what pinshim pinned there; AfterPageChange after it
-  // (whatever its result), which pins the arena's memory again. Call both
-  // in optimize mode even before the engine runs (the range is marked for
-  // registrations starting meanwhile).
-  // Inline: nearly every such call touches nothing pinshim pinned, and
-  // then costs a few loads and stores (bench/page: at most 10 ns added).
-  void BeforePageChange(uintptr_t start, uint64_t bytes, const PageChange& what,
-                        PageChangeTicket* t);
-  void AfterPageChange(PageChangeTicket* t);
+  // Around every call that may change which pages back [start, end)
+  // (page_change.h; the hooks' WithPageChange, which marks the range in
+  // PageChangeSlots first). MayHoldPinning: whether the range may hold
+  // what pinshim pinned that `what` affects (bounds only, whether or not
+  // each part is on: empty where nothing is pinned). Inline: nearly every
+  // such call touches nothing pinshim pinned, and costs a few loads.
+  // Where it may: DropPinningForPageChange BEFORE the call, which drops or
+  // retires what pinshim pinned there, and RepinAfterPageChange after it
+  // (whatever its result) when *arena came back non-empty, which pins the
+  // arena's memory again. Both take the hook guard.
+  bool MayHoldPinning(uintptr_t start, uintptr_t end, PageChange what) const {
+    return (what.replaces_private() &&
+            (cache_.MayOverlapRange(start, end) || arena_.MayOverlapRange(start, end))) ||
+           (what.replaces_shared() && pool_.MayOverlapRange(start, end));
+  }
+  void DropPinningForPageChange(uintptr_t start, uintptr_t end, PageChange what,
+                                ArenaChangeTicket* arena);
+  void RepinAfterPageChange(const ArenaChangeTicket& arena, bool stays_anonymous);
   // Redirected allocation sites: the arena, and which sites go there.
   HostArena& arena() { return arena_; }
   bool arena_on() const { return arena_on_.load(std::memory_order_acquire); }
@@ -256,10 +256,6 @@ class Optimizer {
 
   void NoteHomeContext();
 
-  // BeforePageChange's work where the range may hold what pinshim pinned.
-  void DropPinningForPageChange(uintptr_t start, uintptr_t end, const PageChange& what,
-                                PageChangeTicket* t, bool cache, bool arena, bool pool);
-
   OptimizerOptions options_;
   DriverOps ops_ = {};
   std::atomic<int> state_{0};  // 0 new, 1 configured, 2 attaching, 3 attached
@@ -284,39 +280,6 @@ class Optimizer {
 extern Optimizer g_process_optimizer;
 
 inline Optimizer& Optimizer::Process() { return g_process_optimizer; }
-
-__attribute__((always_inline)) inline void Optimizer::BeforePageChange(uintptr_t start,
-                                                                       uint64_t bytes,
-                                                                       const PageChange& what,
-                                                                       PageChangeTicket* t) {
-  t->arena.n = 0;
-  t->stays_anonymous = what.stays_anonymous;
-  if (bytes == 0) return;
-  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
-  // Marked first: a registration that starts while this looks sees it.
-  PageChangeSlots::Begin(start, end);
-  t->marked = true;
-  if (!active()) return;
-  const uint64_t n = end - start;
-  const bool cache = what.replaces_private && cache_on_.load(std::memory_order_relaxed) &&
-                     cache_.MayOverlap(start, n);
-  const bool arena = what.replaces_private && arena_on_.load(std::memory_order_relaxed) &&
-                     arena_.MayOverlap(start, n);
-  const bool pool = what.replaces_shared && pool_on_.load(std::memory_order_relaxed) &&
-                    pool_.MayOverlap(start, n);
-  if (PINSHIM_UNLIKELY(cache || arena || pool)) {
-    DropPinningForPageChange(start, end, what, t, cache, arena, pool);
-  }
-}
-
-__attribute__((always_inline)) inline void Optimizer::AfterPageChange(PageChangeTicket* t) {
-  if (PINSHIM_UNLIKELY(t->arena.n != 0)) {
-    arena_.EndPageChange(t->arena, t->stays_anonymous);
-    t->arena.n = 0;
-  }
-  if (t->marked) PageChangeSlots::End();
-  t->marked = false;
-}
 
 }  // namespace optimize
 }  // namespace pinshim

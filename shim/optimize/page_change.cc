@@ -14,9 +14,10 @@ namespace pinshim {
 namespace optimize {
 
 PageChangeSlots::Slot PageChangeSlots::slots_[PageChangeSlots::kSlots];
+PageChangeSlots::Slot PageChangeSlots::overflow_;
 std::atomic<bool> PageChangeSlots::membarrier_{false};
-PINSHIM_TLS int PageChangeSlots::t_slot_ = -1;
-PINSHIM_TLS int PageChangeSlots::t_nesting_ = 0;
+PINSHIM_TLS PageChangeSlots::Slot* PageChangeSlots::t_slot_ = nullptr;
+PINSHIM_TLS int PageChangeSlots::t_unslotted_ = 0;
 
 namespace {
 
@@ -28,24 +29,54 @@ pid_t Tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
 bool Alive(pid_t tid) { return syscall(SYS_tgkill, getpid(), tid, 0) == 0 || errno != ESRCH; }
 
-}  // namespace
-
-int PageChangeSlots::ClaimSlot() {
-  const pid_t self = Tid();
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int i = 0; i < kSlots; ++i) {
-      pid_t owner = slots_[i].owner.load(std::memory_order_relaxed);
-      // A slot of a thread that exited is taken over (it ended its change).
-      if (owner != 0 && (pass == 0 || owner == self || Alive(owner))) continue;
-      if (slots_[i].owner.compare_exchange_strong(owner, self)) return i;
-    }
+void OrderMark(bool membarrier) {
+  if (membarrier) {
+    asm volatile("" ::: "memory");
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   }
-  return -2;
 }
 
-void PageChangeSlots::BeginUnslotted() { g_unslotted.fetch_add(1, std::memory_order_seq_cst); }
+}  // namespace
 
-void PageChangeSlots::EndUnslotted() { g_unslotted.fetch_sub(1, std::memory_order_release); }
+PageChangeSlots::Mark PageChangeSlots::BeginSlow(uintptr_t lo, uintptr_t hi) {
+  Slot* s = t_slot_;
+  if (s == nullptr) {
+    const pid_t self = Tid();
+    for (int pass = 0; pass < 2 && s == nullptr; ++pass) {
+      for (int i = 0; i < kSlots; ++i) {
+        pid_t owner = slots_[i].owner.load(std::memory_order_relaxed);
+        // A slot of a thread that exited is taken over (it ended its change).
+        if (owner != 0 && (pass == 0 || owner == self || Alive(owner))) continue;
+        if (slots_[i].owner.compare_exchange_strong(owner, self)) {
+          s = &slots_[i];
+          break;
+        }
+      }
+    }
+    if (s == nullptr) {
+      overflow_.hi.store(UINTPTR_MAX, std::memory_order_relaxed);
+      s = &overflow_;
+    }
+    t_slot_ = s;
+    if (s != &overflow_) return Begin(lo, hi);
+  }
+  if (s == &overflow_) {
+    ++t_unslotted_;
+    g_unslotted.fetch_add(1, std::memory_order_seq_cst);
+    return kUnslotted;
+  }
+  // Nested: the outer mark grows to cover this range too.
+  if (lo < s->lo.load(std::memory_order_relaxed)) s->lo.store(lo, std::memory_order_relaxed);
+  if (hi > s->hi.load(std::memory_order_relaxed)) s->hi.store(hi, std::memory_order_relaxed);
+  OrderMark(membarrier_.load(std::memory_order_relaxed));
+  return kNested;
+}
+
+void PageChangeSlots::EndUnslotted() {
+  --t_unslotted_;
+  g_unslotted.fetch_sub(1, std::memory_order_release);
+}
 
 void PageChangeSlots::Setup() {
   // Registration is per process and cheap; a kernel without it (< 4.14) or
@@ -60,10 +91,10 @@ bool PageChangeSlots::AnyOverlapping(uintptr_t lo, uintptr_t hi, bool ignore_own
   } else {
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }
-  const int own_unslotted = ignore_own && t_slot_ == -2 && t_nesting_ != 0 ? 1 : 0;
+  const int own_unslotted = ignore_own ? t_unslotted_ : 0;
   if (g_unslotted.load(std::memory_order_acquire) > own_unslotted) return true;
   for (int i = 0; i < kSlots; ++i) {
-    if (ignore_own && i == t_slot_) continue;
+    if (ignore_own && &slots_[i] == t_slot_) continue;
     const uintptr_t shi = slots_[i].hi.load(std::memory_order_acquire);
     if (shi == 0) continue;
     const uintptr_t slo = slots_[i].lo.load(std::memory_order_relaxed);
@@ -78,8 +109,8 @@ void PageChangeSlots::AfterForkChild() {
     s.hi.store(0, std::memory_order_relaxed);
   }
   g_unslotted.store(0);
-  t_slot_ = -1;
-  t_nesting_ = 0;
+  t_slot_ = nullptr;
+  t_unslotted_ = 0;
   membarrier_.store(false);
 }
 

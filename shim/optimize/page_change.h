@@ -59,26 +59,37 @@
 namespace pinshim {
 namespace optimize {
 
-// What one call does to the pages of [start, start + bytes).
-struct PageChange {
-  OwnPinReason reason = OwnPinReason::kPageChangeMadvise;  // the call, for the trace
-  uint32_t detail = 0;           // the advice, or the mmap/mremap/shmat flags
-  bool replaces_private = true;  // private memory (cache, arena) must be unpinned
-  bool replaces_shared = false;  // shared memory (pool blocks) gets new pages
-  // The range is mapped afterwards by private anonymous memory (the arena
-  // may pin it again): madvise keeps the mapping; MAP_FIXED does when the
-  // new mapping is private anonymous.
-  bool stays_anonymous = true;
+// What one call does to the pages of [start, start + bytes). Eight bytes,
+// passed in one register: the hooks build it from constants at every call.
+class PageChange {
+ public:
+  enum Effect : uint8_t {
+    kReplacesPrivate = 1,  // private memory (cache, arena) must be unpinned
+    kReplacesShared = 2,   // shared memory (pool blocks) gets new pages
+    // The range is mapped afterwards by private anonymous memory (the arena
+    // may pin it again): madvise keeps the mapping; MAP_FIXED does when the
+    // new mapping is private anonymous.
+    kStaysAnonymous = 4,
+  };
+  constexpr PageChange(OwnPinReason reason, uint32_t detail, uint8_t effects)
+      : detail_(detail), reason_(reason), effects_(effects) {}
+
+  OwnPinReason reason() const { return reason_; }  // the call, for the trace
+  uint32_t detail() const { return detail_; }      // the advice, or the mmap/mremap/shmat flags
+  bool replaces_private() const { return (effects_ & kReplacesPrivate) != 0; }
+  bool replaces_shared() const { return (effects_ & kReplacesShared) != 0; }
+  bool stays_anonymous() const { return (effects_ & kStaysAnonymous) != 0; }
+
+ private:
+  uint32_t detail_;
+  OwnPinReason reason_;
+  uint8_t effects_;
 };
 
-// The PageChange an madvise advice makes (see the table above); false when
-// the advice changes no page pinshim pinned. Inline: the madvise hooks ask
-// at every call.
-inline bool PageChangeOfAdvice(int advice, PageChange* out) {
-  PageChange c;
-  c.reason = OwnPinReason::kPageChangeMadvise;
-  c.detail = static_cast<uint32_t>(advice);
-  c.stays_anonymous = true;
+// What an madvise advice does to pinshim's pinning (see the table above):
+// 0 when it changes no page pinshim pinned, else PageChange effects.
+// Inline: the madvise hooks ask at every call.
+inline uint8_t AdviceEffects(int advice) {
   switch (advice) {
     case MADV_NORMAL:
     case MADV_RANDOM:
@@ -93,7 +104,7 @@ inline bool PageChangeOfAdvice(int advice, PageChange* out) {
     case MADV_DOFORK:
     case MADV_KEEPONFORK:
     case MADV_UNMERGEABLE:
-    case MADV_NOHUGEPAGE: return false;
+    case MADV_NOHUGEPAGE: return 0;
     case MADV_DONTNEED:
     case MADV_DONTNEED_LOCKED:
     case MADV_FREE:
@@ -101,17 +112,11 @@ inline bool PageChangeOfAdvice(int advice, PageChange* out) {
     case MADV_WIPEONFORK:
     case MADV_MERGEABLE:
     case MADV_HUGEPAGE:
-    case MADV_COLLAPSE:
-      c.replaces_private = true;
-      c.replaces_shared = false;
-      break;
+    case MADV_COLLAPSE: return PageChange::kReplacesPrivate | PageChange::kStaysAnonymous;
     default:  // MADV_REMOVE, HWPOISON, SOFT_OFFLINE, guards, values yet to come
-      c.replaces_private = true;
-      c.replaces_shared = true;
-      break;
+      return PageChange::kReplacesPrivate | PageChange::kReplacesShared |
+             PageChange::kStaysAnonymous;
   }
-  *out = c;
-  return true;
 }
 
 // Page changes in progress, so that no registration pins the pages of a
@@ -120,21 +125,28 @@ inline bool PageChangeOfAdvice(int advice, PageChange* out) {
 // once its entry is visible to those hooks, asks whether any marked range
 // overlaps it, and pins nothing if so (it is retried at a later copy).
 //
-// The hook side is a few plain stores: the registration side, which is rare
-// and costs far more anyway, pays for the ordering with membarrier()
-// (MEMBARRIER_CMD_PRIVATE_EXPEDITED), which makes every thread of the
-// process pass a full memory barrier. Where membarrier is unavailable the
-// hooks pay for a fence themselves.
+// The hook side is two plain stores into the thread's own slot: the
+// registration side, which is rare and costs far more anyway, pays for the
+// ordering with membarrier() (MEMBARRIER_CMD_PRIVATE_EXPEDITED), which makes
+// every thread of the process pass a full memory barrier. Where membarrier
+// is unavailable the hooks pay for a fence themselves.
 class PageChangeSlots {
  public:
+  // What Begin hands to End.
+  enum Mark : uint8_t {
+    kNested = 0,     // an outer change on this thread holds the mark (widened)
+    kSlot = 1,       // this call marked the thread's slot
+    kUnslotted = 2,  // no slot was free: counted in the global count
+  };
   // Once, before optimize mode pins anything (registers with membarrier).
   static void Setup();
-  // Hook side: [lo, hi) is about to change on this thread / has changed.
-  // Nested calls on one thread keep the outer range marked. Inline: every
-  // page-changing call in optimize mode makes them (a few TLS and plain
-  // stores).
-  static void Begin(uintptr_t lo, uintptr_t hi);
-  static void End();
+  // Hook side: [lo, hi) (hi > lo) is about to change on this thread / has
+  // changed.
+  // A nested call on one thread (mremap's target inside its source) widens
+  // the outer mark to cover both ranges, and the outer End clears it.
+  // Inline: every page-changing call in optimize mode makes them.
+  static Mark Begin(uintptr_t lo, uintptr_t hi);
+  static void End(Mark m);
   // Registration side: whether a marked range overlaps [lo, hi). Call after
   // the registration became visible to the hooks (its entry published).
   // ignore_own: leave the calling thread's own change out (a hook pinning
@@ -150,27 +162,30 @@ class PageChangeSlots {
     std::atomic<uintptr_t> lo{0};
     std::atomic<uintptr_t> hi{0};  // 0: no change in progress
   };
-  // -1: none claimed yet; -2: none free (BeginUnslotted).
-  static int ClaimSlot();
-  static void BeginUnslotted();
+  // The slot a thread uses once no slot is free: its hi is never 0, so
+  // Begin takes the unlikely branch, and AnyOverlapping never reads it (the
+  // global count stands for it).
+  static Slot overflow_;
+  static Mark BeginSlow(uintptr_t lo, uintptr_t hi);
   static void EndUnslotted();
 
   static Slot slots_[kSlots];
   static std::atomic<bool> membarrier_;
-  static PINSHIM_TLS int t_slot_;
-  static PINSHIM_TLS int t_nesting_;
+  static PINSHIM_TLS Slot* t_slot_;     // null: none claimed yet
+  static PINSHIM_TLS int t_unslotted_;  // this thread's changes in the global count
 };
 
-inline void PageChangeSlots::Begin(uintptr_t lo, uintptr_t hi) {
-  if (t_nesting_++ != 0) return;
-  if (PINSHIM_UNLIKELY(t_slot_ == -1)) t_slot_ = ClaimSlot();
-  if (PINSHIM_UNLIKELY(t_slot_ < 0)) {
-    BeginUnslotted();
-    return;
+inline PageChangeSlots::Mark PageChangeSlots::Begin(uintptr_t lo, uintptr_t hi) {
+  Slot* s = t_slot_;
+  // Unclaimed, the overflow slot, or nested: the slow path.
+  if (PINSHIM_UNLIKELY(s == nullptr || s->hi.load(std::memory_order_relaxed) != 0)) {
+    return BeginSlow(lo, hi);
   }
-  Slot& s = slots_[t_slot_];
-  s.lo.store(lo, std::memory_order_relaxed);
-  s.hi.store(hi > lo ? hi : lo + 1, std::memory_order_relaxed);
+  // hi first: a signal handler's change arriving between the stores finds
+  // the slot held and widens it (the lo stored after is this call's; the
+  // handler's change is over by then).
+  s->hi.store(hi, std::memory_order_relaxed);
+  s->lo.store(lo, std::memory_order_relaxed);
   if (PINSHIM_LIKELY(membarrier_.load(std::memory_order_relaxed))) {
     // The registration side's membarrier orders these stores before this
     // thread's next loads; the compiler must not move them either.
@@ -178,15 +193,15 @@ inline void PageChangeSlots::Begin(uintptr_t lo, uintptr_t hi) {
   } else {
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }
+  return kSlot;
 }
 
-inline void PageChangeSlots::End() {
-  if (--t_nesting_ != 0) return;
-  if (PINSHIM_UNLIKELY(t_slot_ < 0)) {
+inline void PageChangeSlots::End(Mark m) {
+  if (PINSHIM_LIKELY(m == kSlot)) {
+    t_slot_->hi.store(0, std::memory_order_release);
+  } else if (m == kUnslotted) {
     EndUnslotted();
-    return;
   }
-  slots_[t_slot_].hi.store(0, std::memory_order_release);
 }
 
 }  // namespace optimize

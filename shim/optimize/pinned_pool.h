@@ -185,6 +185,9 @@ class PinnedPool {
     return start < hi_.load(std::memory_order_acquire) &&
            start + bytes > lo_.load(std::memory_order_acquire);
   }
+  bool MayOverlapRange(uintptr_t start, uintptr_t end) const {
+    return start < hi_.load(std::memory_order_acquire) && end > lo_.load(std::memory_order_acquire);
+  }
   void Retire(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail);
 
   // ctx was destroyed (cuCtxDestroy, cuDevicePrimaryCtxReset): the driver

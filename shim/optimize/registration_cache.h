@@ -186,6 +186,11 @@ class RegistrationCache {
     return start < hi_.load(std::memory_order_acquire) &&
            start + bytes > lo_.load(std::memory_order_acquire);
   }
+  // The same for [start, end) from the bounds alone (reset when the cache
+  // empties), for the page hooks' fast path.
+  bool MayOverlapRange(uintptr_t start, uintptr_t end) const {
+    return start < hi_.load(std::memory_order_acquire) && end > lo_.load(std::memory_order_acquire);
+  }
 
   // Whether p lies in a registration of this cache; its range if so.
   bool Contains(const void* p, uintptr_t* start, uint64_t* bytes) const;
