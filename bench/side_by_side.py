@@ -56,7 +56,38 @@ def spread_of(diffs):
     return diffs[-1] - diffs[0]
 
 def print_table(rows):
-    print_table(rows)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+
+twins = [n for n in order if n.endswith("/libc") and n[:-len("/libc")] in order]
+rows = [("benchmark", "without ns", "with ns", "added ns", "spread ns", "target", "verdict")]
+missed = met = noisy_missed = 0
+for name in order:
+    if name in twins:
+        continue
+    wo_by, wi_by = rounds.get((name, "without"), {}), rounds.get((name, "with"), {})
+    paired = sorted(set(wo_by) & set(wi_by))
+    if not paired:
+        continue
+    wo = [wo_by[r] for r in paired]
+    wi = [wi_by[r] for r in paired]
+    m_wo, m_wi = statistics.median(wo), statistics.median(wi)
+    # Each round ran both sides back to back: the added time is the median
+    # of the rounds' differences, which cancels drift between rounds.
+    diffs = sorted(b - a for a, b in zip(wo, wi))
+    added = statistics.median(diffs)
+    spread = spread_of(diffs)
+    t = target_for(name)
+    verdict = "-" if t is None else ("met" if added <= t else "NOT MET")
+    missed += verdict == "NOT MET"
+    met += verdict == "met"
+    if t is not None and spread > t:
+        verdict += " (noise > target)"
+        noisy_missed += verdict.startswith("NOT MET")
+    rows.append((name, "%.1f" % m_wo, "%.1f" % m_wi, "%+.1f" % added, "%.1f" % spread,
+                 "-" if t is None else "<= %g" % t, verdict))
+print_table(rows)
 print("CPU time per iteration: Google Benchmark's median over the repetitions of a run, then "
       "the median over rounds; added: the median of the rounds' differences (with - without, "
       "run back to back); spread: the interquartile range of those differences (their range "

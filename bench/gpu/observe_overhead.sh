@@ -12,6 +12,7 @@ set -euo pipefail
 LIBDIR="$(cd "$1" && pwd)"
 ROUNDS="${2:-11}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/bundle_env.sh" "$LIBDIR"
 work="$(mktemp -d)"
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/copy_loop" "$HERE/copy_loop.cu"
 run() {  # run VARIANT BYTES ITERS -> seconds

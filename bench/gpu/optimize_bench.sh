@@ -15,6 +15,7 @@
 set -uo pipefail
 LIBDIR="$(cd "$1" && pwd)"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/bundle_env.sh" "$LIBDIR"
 work="$(mktemp -d)"
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/copy_loop" "$HERE/copy_loop.cu" || exit 1
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/alloc_loop" "$HERE/alloc_loop.cu" || exit 1

@@ -15,6 +15,7 @@ LIBDIR="$(cd "$1" && pwd)"
 ROUNDS="${2:-7}"
 STEPS="${3:-120}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/bundle_env.sh" "$LIBDIR"
 PY="${PYTHON:-${GPU_TIER_PYTHON:-}}"
 if [ -z "$PY" ]; then
   if [ -x /opt/torch/.venv/bin/python3 ]; then PY=/opt/torch/.venv/bin/python3; else PY=python3; fi

@@ -11,16 +11,8 @@ set -uo pipefail
 LIBDIR="$(cd "${1:-.gpu}" && pwd)"
 OUT="${OUT:-$PWD/gpu-out}"
 mkdir -p "$OUT"
-# Libraries from the build machine's packages that this machine lacks
-# (libunwind, libbenchmark, ...) go on the library path; those it has stay its own.
-mkdir -p "$LIBDIR/needed"
-for f in "$LIBDIR"/lib/*; do
-  [ -e "$f" ] || continue
-  n=$(basename "$f")
-  ldconfig -p | grep -qE "^[[:space:]]$n " || ln -sf "$f" "$LIBDIR/needed/$n"
-done
+. "$(dirname "$0")/bundle_env.sh" "$LIBDIR"
 ls "$LIBDIR/needed" > "$OUT/carried_libs.txt"
-export LD_LIBRARY_PATH="$LIBDIR/needed${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
 skipped() { case " ${GPU_SKIP:-} " in *" $1 "*) return 0 ;; esac; return 1; }
 {

@@ -17,7 +17,7 @@ ROUNDS="${2:-5}"
 SECTIONS="${STAGE_SECTIONS:-1 2 3 4 5}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
-export LD_LIBRARY_PATH="$LIBDIR/needed${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/bundle_env.sh" "$LIBDIR"
 export PYTHONUNBUFFERED=1
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/stage_bench" "$HERE/stage_bench.cu" -lpthread || exit 1
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/copy_loop" "$HERE/copy_loop.cu" || exit 1

@@ -7,7 +7,7 @@ set -uo pipefail
 LIBDIR="$(cd "$1" && pwd)"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
-export LD_LIBRARY_PATH="$LIBDIR/needed${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/bundle_env.sh" "$LIBDIR"
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/copy_loop" "$HERE/copy_loop.cu" || exit 1
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 printf '%-10s %-4s %12s %12s %14s\n' bytes dir optimize_s verify_s added_us_per_copy

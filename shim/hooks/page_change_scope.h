@@ -18,16 +18,32 @@ namespace page_change_internal {
 
 // The range holds, or may hold, what pinshim pinned: dropped before the
 // call, the arena's memory pinned again after it (the engine takes the hook
-// guard). Out of line, so the common path keeps no ticket on its stack.
+// guard).
 template <typename Fn, typename... Args>
-__attribute__((noinline, cold)) auto CallDroppingPinning(uintptr_t start, uintptr_t end,
-                                                         optimize::PageChange what, Fn fn,
-                                                         Args... args) -> decltype(fn(args...)) {
+inline auto CallDroppingPinning(uintptr_t start, uintptr_t end, optimize::PageChange what, Fn fn,
+                                Args... args) -> decltype(fn(args...)) {
   optimize::ArenaChangeTicket arena;
   optimize::Optimizer& engine = optimize::Optimizer::Process();
   engine.DropPinningForPageChange(start, end, what, &arena);
   auto result = fn(args...);
   if (arena.n != 0) engine.RepinAfterPageChange(arena, what.stays_anonymous());
+  return result;
+}
+
+// Every case but the common one, start to end: the thread has no slot yet
+// or an outer change holds it (PageChangeSlots::Begin), or the range may
+// hold what pinshim pinned. Out of line and reached by a tail call, so the
+// common path keeps nothing across its own call and no ticket on its stack.
+template <typename Fn, typename... Args>
+__attribute__((noinline)) auto CallMarked(uintptr_t start, uintptr_t end, optimize::PageChange what,
+                                          bool marked, Fn fn, Args... args)
+    -> decltype(fn(args...)) {
+  const optimize::PageChangeSlots::Mark mark =
+      marked ? optimize::PageChangeSlots::kSlot : optimize::PageChangeSlots::Begin(start, end);
+  auto result = optimize::Optimizer::Process().MayHoldPinning(start, end, what)
+                    ? CallDroppingPinning(start, end, what, fn, args...)
+                    : fn(args...);
+  optimize::PageChangeSlots::End(mark);
   return result;
 }
 
@@ -38,27 +54,37 @@ __attribute__((noinline, cold)) auto CallDroppingPinning(uintptr_t start, uintpt
 // pinshim pinned (nearly every call) this adds a few loads and two stores
 // each way (bench/page: at most 10 ns added). Inlined into each hook, so
 // that `what`, known there, folds away; the arguments are passed on as
-// values, so none has to be kept in memory. Calls nest (mremap's target
-// inside its source).
+// values, so none has to be kept in memory, and nothing but the result
+// lives across the call. Calls nest (mremap's target inside its source).
+// WithPageChange where the caller knows optimize mode is on.
 template <typename Fn, typename... Args>
-__attribute__((always_inline)) inline auto WithPageChange(const void* addr, size_t len,
-                                                          const optimize::PageChange what, Fn fn,
-                                                          Args... args) -> decltype(fn(args...)) {
-  if (PINSHIM_LIKELY(!g_optimize) || len == 0 || Reentered(Reentry::kHook)) return fn(args...);
+__attribute__((always_inline)) inline auto WithPageChangeOptimizing(const void* addr, size_t len,
+                                                                    const optimize::PageChange what,
+                                                                    Fn fn, Args... args)
+    -> decltype(fn(args...)) {
+  if (len == 0 || Reentered(Reentry::kHook)) return fn(args...);
   const auto start = reinterpret_cast<uintptr_t>(addr);
   // Up to the top of the address space at most (a range there is empty only
   // when it starts at the very last byte, which no call can change).
   const uintptr_t end = len > UINTPTR_MAX - start ? UINTPTR_MAX : start + len;
   // Marked first: a registration that starts while this looks sees it.
-  const optimize::PageChangeSlots::Mark mark = optimize::PageChangeSlots::Begin(start, end);
+  if (PINSHIM_UNLIKELY(!optimize::PageChangeSlots::TryBeginFast(start, end))) {
+    return page_change_internal::CallMarked(start, end, what, false, fn, args...);
+  }
   if (PINSHIM_UNLIKELY(optimize::Optimizer::Process().MayHoldPinning(start, end, what))) {
-    auto result = page_change_internal::CallDroppingPinning(start, end, what, fn, args...);
-    optimize::PageChangeSlots::End(mark);
-    return result;
+    return page_change_internal::CallMarked(start, end, what, true, fn, args...);
   }
   auto result = fn(args...);
-  optimize::PageChangeSlots::End(mark);
+  optimize::PageChangeSlots::EndFast();
   return result;
+}
+
+template <typename Fn, typename... Args>
+__attribute__((always_inline)) inline auto WithPageChange(const void* addr, size_t len,
+                                                          const optimize::PageChange what, Fn fn,
+                                                          Args... args) -> decltype(fn(args...)) {
+  if (PINSHIM_LIKELY(!g_optimize)) return fn(args...);
+  return WithPageChangeOptimizing(addr, len, what, fn, args...);
 }
 
 // The PageChange of each call kind other than madvise (AdviceEffects).

@@ -32,14 +32,19 @@ inline bool EnsureRealFunctions() {
   return __atomic_load_n(&g_real.malloc, __ATOMIC_ACQUIRE) != nullptr;
 }
 
-// The real function `field` of g_real, resolving the table first if need
-// be; null when it cannot be had. Each entry is written once, so a non-null
-// one read without ordering is the right one.
-template <typename Fn>
-inline Fn RealOrResolve(Fn* field) {
-  Fn f = __atomic_load_n(field, __ATOMIC_RELAXED);
-  if (PINSHIM_LIKELY(f != nullptr)) return f;
-  return EnsureRealFunctions() ? __atomic_load_n(field, __ATOMIC_RELAXED) : nullptr;
+// madvise before the real functions are known (the first calls in a
+// process): resolves them, or makes the system call. Out of line, so the
+// hooks keep no frame for it.
+__attribute__((noinline)) int MadviseUnresolved(void* addr, size_t len, int advice) {
+  if (EnsureRealFunctions() && g_real.madvise != nullptr) return g_real.madvise(addr, len, advice);
+  return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
+}
+
+__attribute__((noinline)) int PosixMadviseUnresolved(void* addr, size_t len, int advice) {
+  if (EnsureRealFunctions() && g_real.posix_madvise != nullptr) {
+    return g_real.posix_madvise(addr, len, advice);
+  }
+  return static_cast<int>(syscall(SYS_madvise, addr, len, advice)) == 0 ? 0 : errno;
 }
 
 // The PageChange of madvise-family advice with these effects (the engine's
@@ -49,6 +54,15 @@ constexpr optimize::PageChange AdviceChange(int advice, uint8_t effects) {
                               effects);
 }
 
+// madvise and posix_madvise with advice that changes pages. Out of line and
+// reached by a tail call, so the hooks' path for every other call keeps no
+// frame, and this one keeps little across the real call.
+__attribute__((noinline)) int AdviseChangingPages(int (*real)(void*, size_t, int), void* addr,
+                                                  size_t len, int advice, uint8_t effects) {
+  return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), real, addr, len,
+                                  advice);
+}
+
 }  // namespace
 }  // namespace pinshim
 
@@ -56,30 +70,28 @@ using namespace pinshim;  // NOLINT: the hooks below are extern "C"
 
 extern "C" {
 
+// Each entry of g_real is written once, so a non-null one read without
+// ordering is the right one.
 int madvise(void* addr, size_t len, int advice) {
-  auto real = RealOrResolve(&g_real.madvise);
-  if (PINSHIM_UNLIKELY(real == nullptr)) {
-    return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
-  }
+  auto real = __atomic_load_n(&g_real.madvise, __ATOMIC_RELAXED);
+  if (PINSHIM_UNLIKELY(real == nullptr)) return MadviseUnresolved(addr, len, advice);
   uint8_t effects;
   if (PINSHIM_LIKELY(!g_optimize) || (effects = optimize::AdviceEffects(advice)) == 0) {
     return real(addr, len, advice);
   }
-  return WithPageChange(addr, len, AdviceChange(advice, effects), real, addr, len, advice);
+  return AdviseChangingPages(real, addr, len, advice, effects);
 }
 
 // glibc ignores POSIX_MADV_DONTNEED (the POSIX meaning differs); the other
 // values are madvise's. Treated as madvise's advice of the same value.
 int posix_madvise(void* addr, size_t len, int advice) {
-  auto real = RealOrResolve(&g_real.posix_madvise);
-  if (PINSHIM_UNLIKELY(real == nullptr)) {
-    return static_cast<int>(syscall(SYS_madvise, addr, len, advice)) == 0 ? 0 : errno;
-  }
+  auto real = __atomic_load_n(&g_real.posix_madvise, __ATOMIC_RELAXED);
+  if (PINSHIM_UNLIKELY(real == nullptr)) return PosixMadviseUnresolved(addr, len, advice);
   uint8_t effects;
   if (PINSHIM_LIKELY(!g_optimize) || (effects = optimize::AdviceEffects(advice)) == 0) {
     return real(addr, len, advice);
   }
-  return WithPageChange(addr, len, AdviceChange(advice, effects), real, addr, len, advice);
+  return AdviseChangingPages(real, addr, len, advice, effects);
 }
 
 // The target may be this process or another; it is taken to be this one

@@ -17,6 +17,7 @@ PageChangeSlots::Slot PageChangeSlots::slots_[PageChangeSlots::kSlots];
 PageChangeSlots::Slot PageChangeSlots::overflow_;
 std::atomic<bool> PageChangeSlots::membarrier_{false};
 PINSHIM_TLS PageChangeSlots::Slot* PageChangeSlots::t_slot_ = nullptr;
+PINSHIM_TLS PageChangeSlots::Slot* PageChangeSlots::t_fast_ = nullptr;
 PINSHIM_TLS int PageChangeSlots::t_unslotted_ = 0;
 
 namespace {
@@ -29,17 +30,10 @@ pid_t Tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
 bool Alive(pid_t tid) { return syscall(SYS_tgkill, getpid(), tid, 0) == 0 || errno != ESRCH; }
 
-void OrderMark(bool membarrier) {
-  if (membarrier) {
-    asm volatile("" ::: "memory");
-  } else {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-}
-
 }  // namespace
 
-PageChangeSlots::Mark PageChangeSlots::BeginSlow(uintptr_t lo, uintptr_t hi) {
+PageChangeSlots::Mark PageChangeSlots::Begin(uintptr_t lo, uintptr_t hi) {
+  if (TryBeginFast(lo, hi)) return kSlot;
   Slot* s = t_slot_;
   if (s == nullptr) {
     const pid_t self = Tid();
@@ -59,17 +53,25 @@ PageChangeSlots::Mark PageChangeSlots::BeginSlow(uintptr_t lo, uintptr_t hi) {
       s = &overflow_;
     }
     t_slot_ = s;
-    if (s != &overflow_) return Begin(lo, hi);
   }
   if (s == &overflow_) {
     ++t_unslotted_;
     g_unslotted.fetch_add(1, std::memory_order_seq_cst);
     return kUnslotted;
   }
+  if (s->hi.load(std::memory_order_relaxed) == 0) {
+    // Not nested. From now on the fast path serves this thread, where the
+    // registration side's membarrier orders its stores.
+    if (membarrier_.load(std::memory_order_relaxed)) t_fast_ = s;
+    s->hi.store(hi, std::memory_order_relaxed);
+    s->lo.store(lo, std::memory_order_relaxed);
+    OrderMark();
+    return kSlot;
+  }
   // Nested: the outer mark grows to cover this range too.
   if (lo < s->lo.load(std::memory_order_relaxed)) s->lo.store(lo, std::memory_order_relaxed);
   if (hi > s->hi.load(std::memory_order_relaxed)) s->hi.store(hi, std::memory_order_relaxed);
-  OrderMark(membarrier_.load(std::memory_order_relaxed));
+  OrderMark();
   return kNested;
 }
 
@@ -110,6 +112,7 @@ void PageChangeSlots::AfterForkChild() {
   }
   g_unslotted.store(0);
   t_slot_ = nullptr;
+  t_fast_ = nullptr;
   t_unslotted_ = 0;
   membarrier_.store(false);
 }

@@ -88,8 +88,7 @@ class PageChange {
 
 // What an madvise advice does to pinshim's pinning (see the table above):
 // 0 when it changes no page pinshim pinned, else PageChange effects.
-// Inline: the madvise hooks ask at every call.
-inline uint8_t AdviceEffects(int advice) {
+constexpr uint8_t AdviceEffectsOf(int advice) {
   switch (advice) {
     case MADV_NORMAL:
     case MADV_RANDOM:
@@ -119,6 +118,21 @@ inline uint8_t AdviceEffects(int advice) {
   }
 }
 
+// The same from a table (inline: the madvise hooks ask at every call).
+struct AdviceTable {
+  static constexpr int kSize = 32;
+  uint8_t effects[kSize];
+  constexpr AdviceTable() : effects() {
+    for (int a = 0; a < kSize; ++a) effects[a] = AdviceEffectsOf(a);
+  }
+};
+inline constexpr AdviceTable kAdviceTable;
+
+inline uint8_t AdviceEffects(int advice) {
+  return static_cast<unsigned>(advice) < AdviceTable::kSize ? kAdviceTable.effects[advice]
+                                                            : AdviceEffectsOf(advice);
+}
+
 // Page changes in progress, so that no registration pins the pages of a
 // range while a call is replacing them. The hooks mark their range before
 // they look at what is pinned and clear it after the call; a registration,
@@ -141,10 +155,14 @@ class PageChangeSlots {
   // Once, before optimize mode pins anything (registers with membarrier).
   static void Setup();
   // Hook side: [lo, hi) (hi > lo) is about to change on this thread / has
-  // changed.
-  // A nested call on one thread (mremap's target inside its source) widens
-  // the outer mark to cover both ranges, and the outer End clears it.
-  // Inline: every page-changing call in optimize mode makes them.
+  // changed. TryBeginFast marks the thread's own slot when it has one and
+  // no outer change holds it (nearly always), and EndFast clears it: a few
+  // TLS and plain stores, inline. Begin and End do every case: claiming a
+  // slot, none free, and nesting, where a nested call on one thread
+  // (mremap's target inside its source) widens the outer mark to cover both
+  // ranges, and the outer End clears it.
+  static bool TryBeginFast(uintptr_t lo, uintptr_t hi);
+  static void EndFast();
   static Mark Begin(uintptr_t lo, uintptr_t hi);
   static void End(Mark m);
   // Registration side: whether a marked range overlaps [lo, hi). Call after
@@ -163,38 +181,47 @@ class PageChangeSlots {
     std::atomic<uintptr_t> hi{0};  // 0: no change in progress
   };
   // The slot a thread uses once no slot is free: its hi is never 0, so
-  // Begin takes the unlikely branch, and AnyOverlapping never reads it (the
-  // global count stands for it).
+  // TryBeginFast declines, and AnyOverlapping never reads it (the global
+  // count stands for it).
   static Slot overflow_;
-  static Mark BeginSlow(uintptr_t lo, uintptr_t hi);
   static void EndUnslotted();
+  static void OrderMark();
 
   static Slot slots_[kSlots];
   static std::atomic<bool> membarrier_;
-  static PINSHIM_TLS Slot* t_slot_;     // null: none claimed yet
+  static PINSHIM_TLS Slot* t_slot_;  // null: none claimed yet
+  // The same slot once claimed, where membarrier is registered (the fast
+  // path orders its stores with a compiler barrier only); null otherwise.
+  static PINSHIM_TLS Slot* t_fast_;
   static PINSHIM_TLS int t_unslotted_;  // this thread's changes in the global count
 };
 
-inline PageChangeSlots::Mark PageChangeSlots::Begin(uintptr_t lo, uintptr_t hi) {
-  Slot* s = t_slot_;
-  // Unclaimed, the overflow slot, or nested: the slow path.
-  if (PINSHIM_UNLIKELY(s == nullptr || s->hi.load(std::memory_order_relaxed) != 0)) {
-    return BeginSlow(lo, hi);
+inline void PageChangeSlots::OrderMark() {
+  if (PINSHIM_LIKELY(membarrier_.load(std::memory_order_relaxed))) {
+    // The registration side's membarrier orders the mark's stores before
+    // this thread's next loads; the compiler must not move them either.
+    asm volatile("" ::: "memory");
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   }
+}
+
+inline bool PageChangeSlots::TryBeginFast(uintptr_t lo, uintptr_t hi) {
+  Slot* s = t_fast_;
+  // Unclaimed, no membarrier, or nested: Begin.
+  if (PINSHIM_UNLIKELY(s == nullptr || s->hi.load(std::memory_order_relaxed) != 0)) return false;
   // hi first: a signal handler's change arriving between the stores finds
   // the slot held and widens it (the lo stored after is this call's; the
   // handler's change is over by then).
   s->hi.store(hi, std::memory_order_relaxed);
   s->lo.store(lo, std::memory_order_relaxed);
-  if (PINSHIM_LIKELY(membarrier_.load(std::memory_order_relaxed))) {
-    // The registration side's membarrier orders these stores before this
-    // thread's next loads; the compiler must not move them either.
-    asm volatile("" ::: "memory");
-  } else {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-  return kSlot;
+  // The registration side's membarrier orders these stores before this
+  // thread's next loads; the compiler must not move them either.
+  asm volatile("" ::: "memory");
+  return true;
 }
+
+inline void PageChangeSlots::EndFast() { t_fast_->hi.store(0, std::memory_order_release); }
 
 inline void PageChangeSlots::End(Mark m) {
   if (PINSHIM_LIKELY(m == kSlot)) {
