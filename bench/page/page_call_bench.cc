@@ -1,9 +1,12 @@
 // Cost of the page-changing calls pinshim interposes (madvise, mmap with and
-// without MAP_FIXED) when they touch no memory pinshim pinned: the case of
-// nearly every such call. Meant to run in optimize mode, with the engine
-// started and a registration in the cache elsewhere (main() makes one), so
-// every check the hooks make is made. Target: at most 10 ns added
-// (bench/run_cpu_benches.sh runs it with and without the library).
+// without MAP_FIXED, munmap) when they touch no memory pinshim pinned: the
+// case of nearly every such call. Meant to run in optimize mode, with the
+// engine started and a registration in the cache elsewhere (main() makes
+// one), so every check the hooks make is made. Target: at most 10 ns added
+// to madvise and mmap. bench/run_cpu_benches.sh and bench/gpu/page_bench.sh
+// run it with and without the library; each call is also timed straight
+// into libc in the same process (the "/libc" rows), which measures the
+// hooks' cost without the drift between processes.
 //
 // The madvise benchmarks give the kernel an unaligned address, which it
 // refuses at once (EINVAL): what is timed is the hook, not page reclaim.
