@@ -55,7 +55,12 @@ int main() {
       empty.pop_front();
     }
     corpus::Fill(src.data(), kBytes, n);
-    CHECK(cuMemcpyHtoD(dev, src.data(), kBytes));
+    // On the stream the download uses: a synchronous upload from pageable
+    // memory goes on the legacy stream and may return before its DMA
+    // reached the device (the CUDA documentation says so), and a
+    // non-blocking stream does not wait for the legacy one (the H200 gave
+    // this program wrong results when the upload was made that way).
+    CHECK(cuMemcpyHtoDAsync(dev, src.data(), kBytes, s));
     CHECK(cuMemcpyDtoHAsync(buf, dev, kBytes, s));
     CHECK(cuStreamSynchronize(s));
     std::lock_guard<std::mutex> lock(mu);
