@@ -1,5 +1,9 @@
 #include "shim/core/registry.h"
 
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "shim/core/internal_alloc.h"
@@ -49,6 +53,57 @@ inline long FloorIndex(const uintptr_t* a, size_t n, uintptr_t key) {
 }
 
 }  // namespace
+
+void Registry::SummaryAdd(const Region& r) {
+  uint8_t* s = summary_.load(std::memory_order_relaxed);
+  if (s == nullptr) {
+    if (summary_refused_) return;
+    // Reserved, not committed: only the pages of granules that ranges
+    // touch are ever written. A system call, not mmap: this runs inside
+    // the program's own mmap calls.
+    void* p =
+        reinterpret_cast<void*>(syscall(SYS_mmap, nullptr, kSummaryGranules, PROT_READ | PROT_WRITE,
+                                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (p == MAP_FAILED) {  // no summary: every probe searches
+      summary_refused_ = true;
+      return;
+    }
+    s = static_cast<uint8_t*>(p);
+    // Ranges inserted before the summary existed are counted now.
+    const Index* idx = index_.load(std::memory_order_relaxed);
+    for (size_t i = 0; idx != nullptr && i < idx->count; ++i) {
+      const Chunk* c = idx->chunks[i];
+      for (uint32_t j = 0; j < c->count; ++j) {
+        const Region& q = c->regions[j];
+        const uintptr_t q_end = q.bytes > UINTPTR_MAX - q.start ? UINTPTR_MAX : q.start + q.bytes;
+        for (uintptr_t g = q.start >> kGranuleShift;
+             g < kSummaryGranules && g <= (q_end - 1) >> kGranuleShift; ++g) {
+          if (s[g] != 255) s[g]++;
+        }
+      }
+    }
+    summary_.store(s, std::memory_order_release);
+  }
+  if (r.bytes == 0) return;
+  const uintptr_t end = r.bytes > UINTPTR_MAX - r.start ? UINTPTR_MAX : r.start + r.bytes;
+  for (uintptr_t g = r.start >> kGranuleShift;
+       g < kSummaryGranules && g <= (end - 1) >> kGranuleShift; ++g) {
+    const uint8_t v = __atomic_load_n(&s[g], __ATOMIC_RELAXED);
+    if (v != 255) __atomic_store_n(&s[g], static_cast<uint8_t>(v + 1), __ATOMIC_RELAXED);
+  }
+}
+
+void Registry::SummarySub(const Region& r) {
+  uint8_t* s = summary_.load(std::memory_order_relaxed);
+  if (s == nullptr || r.bytes == 0) return;
+  const uintptr_t end = r.bytes > UINTPTR_MAX - r.start ? UINTPTR_MAX : r.start + r.bytes;
+  for (uintptr_t g = r.start >> kGranuleShift;
+       g < kSummaryGranules && g <= (end - 1) >> kGranuleShift; ++g) {
+    const uint8_t v = __atomic_load_n(&s[g], __ATOMIC_RELAXED);
+    // A saturated count no longer knows how many ranges it stands for.
+    if (v != 255 && v != 0) __atomic_store_n(&s[g], static_cast<uint8_t>(v - 1), __ATOMIC_RELAXED);
+  }
+}
 
 void Registry::BeginWrite() {
   seq_.fetch_add(1, std::memory_order_relaxed);
@@ -153,6 +208,7 @@ bool Registry::RemoveAtLocked(size_t pos, size_t slot, Region* out) {
   Index* idx = index_.load(std::memory_order_relaxed);
   Chunk* c = idx->chunks[pos];
   if (out != nullptr) *out = c->regions[slot];
+  SummarySub(c->regions[slot]);
   memmove(c->starts + slot, c->starts + slot + 1, (c->count - slot - 1) * sizeof(uintptr_t));
   memmove(c->regions + slot, c->regions + slot + 1, (c->count - slot - 1) * sizeof(Region));
   c->count--;
@@ -173,8 +229,10 @@ bool Registry::Insert(const Region& r) {
   if (r.bytes == 0) return true;
   pthread_mutex_lock(&mu_);
   BeginWrite();
+  SummaryAdd(r);  // before the stale ranges it replaces are subtracted
   RemoveSpanLocked(r.start, r.bytes, nullptr, nullptr);
   bool ok = InsertLocked(r);
+  if (!ok) SummarySub(r);
   EndWrite();
   pthread_mutex_unlock(&mu_);
   return ok;
@@ -232,22 +290,23 @@ size_t Registry::RemoveSpanLocked(uintptr_t start, uint64_t bytes,
     }
     Region r = c->regions[slot];
     if (r.start >= end || r.start + r.bytes <= start) break;
+    // The parts that stay are counted in the summary before the range is
+    // subtracted from it.
+    const uintptr_t r_end = r.start + r.bytes;
+    Region left = r, right = r;
+    left.bytes = r.start < start ? start - r.start : 0;
+    right.start = end;
+    right.bytes = r_end > end ? r_end - end : 0;
+    SummaryAdd(left);
+    SummaryAdd(right);
     RemoveAtLocked(pos, static_cast<size_t>(slot), nullptr);
     ++touched;
     Region part = r;
-    if (r.start < start) {
-      Region left = r;
-      left.bytes = start - r.start;
-      InsertLocked(left);
+    if (left.bytes != 0) {
+      if (!InsertLocked(left)) SummarySub(left);
       part.start = start;
     }
-    const uintptr_t r_end = r.start + r.bytes;
-    if (r_end > end) {
-      Region right = r;
-      right.start = end;
-      right.bytes = r_end - end;
-      InsertLocked(right);
-    }
+    if (right.bytes != 0 && !InsertLocked(right)) SummarySub(right);
     part.bytes = (r_end < end ? r_end : end) - part.start;
     if (on_removed != nullptr) on_removed(arg, part);
   }
@@ -301,9 +360,7 @@ bool Registry::OverlapUnsynchronized(uintptr_t start, uintptr_t end) const {
   return c->count != 0 && c->starts[0] < end;
 }
 
-bool Registry::AnyOverlapping(uintptr_t start, uint64_t bytes) const {
-  if (bytes == 0) return false;
-  const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
+bool Registry::SearchOverlap(uintptr_t start, uintptr_t end) const {
   for (int tries = 0; tries < 64; ++tries) {
     uint64_t s1 = seq_.load(std::memory_order_acquire);
     if (s1 & 1) {
@@ -320,7 +377,7 @@ bool Registry::AnyOverlapping(uintptr_t start, uint64_t bytes) const {
   return found;
 }
 
-bool Registry::Lookup(uintptr_t addr, Region* out) const {
+bool Registry::SearchLookup(uintptr_t addr, Region* out) const {
   Region r;
   // Optimistic reads first: they never write shared memory, so readers on
   // many threads don't contend. Clamped indices keep a torn read in bounds.
@@ -352,6 +409,7 @@ void Registry::Clear() {
   Index* idx = index_.load(std::memory_order_relaxed);
   if (idx != nullptr) {
     for (size_t i = 0; i < idx->count; ++i) {
+      for (uint32_t j = 0; j < idx->chunks[i]->count; ++j) SummarySub(idx->chunks[i]->regions[j]);
       idx->chunks[i]->next_free = free_chunks_;
       free_chunks_ = idx->chunks[i];
     }

@@ -7,6 +7,11 @@
 //
 // Lookups are optimistic (a sequence counter; readers retry when a writer was
 // active) and fall back to the writers' mutex after a bounded number of tries.
+// Before searching, a lookup or overlap probe reads a summary of the address
+// space (how many ranges touch each 2 MiB of it): where it counts none, the
+// answer is "none" in a load or two. Most probes are of memory no range
+// holds (the munmap and madvise of the program's small mappings, copies from
+// its stack and small heap blocks).
 // Writers serialize on that mutex, which fork handlers take, so a child never
 // inherits it held.
 #ifndef PINSHIM_SHIM_CORE_REGISTRY_H_
@@ -76,12 +81,20 @@ class Registry {
                     void* arg = nullptr);
 
   // Finds the range containing `addr`. Lock-free.
-  bool Lookup(uintptr_t addr, Region* out) const;
+  bool Lookup(uintptr_t addr, Region* out) const {
+    if (SummarySaysNone(addr, addr + 1)) return false;
+    return SearchLookup(addr, out);
+  }
 
   // Whether any range overlaps [start, start + bytes). Lock-free; what a
   // writer does at the same time may or may not be seen (as with Lookup).
   // Lets a caller skip RemoveSpan, and its writer lock, when nothing is there.
-  bool AnyOverlapping(uintptr_t start, uint64_t bytes) const;
+  bool AnyOverlapping(uintptr_t start, uint64_t bytes) const {
+    if (bytes == 0) return false;
+    const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
+    if (SummarySaysNone(start, end)) return false;
+    return SearchOverlap(start, end);
+  }
 
   // Number of ranges held.
   size_t size() const { return count_.load(std::memory_order_relaxed); }
@@ -98,6 +111,33 @@ class Registry {
   struct Chunk;
   struct Index;
 
+  // The summary: one count per 2 MiB granule below 2^47, of the ranges
+  // overlapping it, saturating at 255 (which then stays). Written under mu_,
+  // increments before decrements within one write (a granule some range
+  // covers before and after a write never reads 0 meanwhile); read with
+  // relaxed loads. Mapped at the first insert; null until then, or when the
+  // kernel refuses the mapping (the searches then answer alone).
+  static constexpr int kGranuleShift = 21;
+  static constexpr uintptr_t kSummaryLimit = uintptr_t{1} << 47;
+  static constexpr uintptr_t kSummaryGranules = kSummaryLimit >> kGranuleShift;
+  // The most granules a probe reads before it searches instead.
+  static constexpr uintptr_t kSummaryProbe = 8;
+
+  bool SummarySaysNone(uintptr_t start, uintptr_t end) const {
+    const uint8_t* s = summary_.load(std::memory_order_acquire);
+    if (s == nullptr || end > kSummaryLimit || end <= start) return false;
+    const uintptr_t first = start >> kGranuleShift, last = (end - 1) >> kGranuleShift;
+    if (last - first >= kSummaryProbe) return false;
+    for (uintptr_t g = first; g <= last; ++g) {
+      if (__atomic_load_n(&s[g], __ATOMIC_RELAXED) != 0) return false;
+    }
+    return true;
+  }
+  void SummaryAdd(const Region& r);
+  void SummarySub(const Region& r);
+  bool SearchLookup(uintptr_t addr, Region* out) const;
+  bool SearchOverlap(uintptr_t start, uintptr_t end) const;
+
   // All of these run with mu_ held and seq_ odd.
   Chunk* NewChunk();
   bool InsertLocked(const Region& r);
@@ -112,6 +152,8 @@ class Registry {
   void EndWrite();
 
   mutable std::atomic<uint64_t> seq_{0};
+  std::atomic<uint8_t*> summary_{nullptr};
+  bool summary_refused_ = false;  // the kernel refused its mapping once: not asked again
   std::atomic<Index*> index_{nullptr};
   std::atomic<size_t> count_{0};
   Chunk* free_chunks_ = nullptr;

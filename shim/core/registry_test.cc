@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <iterator>
 #include <map>
 #include <random>
@@ -166,6 +167,125 @@ TEST(RegistryTest, AnyOverlappingMatchesModel) {
     }
     ASSERT_EQ(reg.AnyOverlapping(start, bytes), expect) << std::hex << start << " " << bytes;
   }
+}
+
+// The summary (how many ranges touch each 2 MiB granule) answers "none" only
+// where no range is: a model with ranges spread over many granules, with
+// inserts that replace, trims, splits, removals and clears, probed where the
+// summary counts none and where it counts some.
+TEST(RegistryTest, SummaryAgreesWithModelAcrossGranules) {
+  constexpr uintptr_t kGranule = uintptr_t{2} << 20;
+  const uintptr_t kBase = 0x7f0000000000;
+  Registry reg;
+  std::map<uintptr_t, Region> model;  // by start, non-overlapping
+  std::mt19937_64 rng(2024);
+  auto model_remove_span = [&](uintptr_t start, uintptr_t end) {
+    std::vector<Region> keep;
+    for (auto it = model.begin(); it != model.end();) {
+      const Region& r = it->second;
+      if (r.start < end && start < r.start + r.bytes) {
+        if (r.start < start) keep.push_back(Make(r.start, start - r.start, r.id));
+        if (r.start + r.bytes > end) keep.push_back(Make(end, r.start + r.bytes - end, r.id));
+        it = model.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const Region& k : keep) model[k.start] = k;
+  };
+  auto model_overlaps = [&](uintptr_t start, uintptr_t end) {
+    for (const auto& [s0, r] : model) {
+      if (r.start < end && start < r.start + r.bytes) return true;
+    }
+    return false;
+  };
+  auto random_addr = [&] {
+    // 64 granules, a few of them crowded.
+    return kBase + (rng() % 64) * kGranule + (rng() % 4 == 0 ? 0 : rng() % kGranule);
+  };
+  for (int step = 0; step < 20000; ++step) {
+    const int op = rng() % 6;
+    const uintptr_t a = random_addr();
+    const uint64_t len = 1 + (rng() % 3 == 0 ? rng() % (3 * kGranule) : rng() % 0x20000);
+    if (op <= 1) {
+      ASSERT_TRUE(reg.Insert(Make(a, len, step + 1)));
+      model_remove_span(a, a + len);
+      model[a] = Make(a, len, step + 1);
+    } else if (op == 2) {
+      reg.RemoveSpan(a, len);
+      model_remove_span(a, a + len);
+    } else if (op == 3 && !model.empty()) {
+      auto it = model.lower_bound(a);
+      if (it == model.end()) it = model.begin();
+      ASSERT_TRUE(reg.Remove(it->first, nullptr));
+      model.erase(it);
+    } else if (op == 4 && step % 997 == 0) {
+      reg.Clear();
+      model.clear();
+    }
+    for (int probe = 0; probe < 4; ++probe) {
+      const uintptr_t p = random_addr();
+      const uint64_t plen = 1 + rng() % 0x40000;
+      ASSERT_EQ(reg.AnyOverlapping(p, plen), model_overlaps(p, p + plen))
+          << "step " << step << std::hex << " probe " << p << " + " << plen;
+      Region r;
+      ASSERT_EQ(reg.Lookup(p, &r), model_overlaps(p, p + 1)) << "step " << step;
+    }
+    ASSERT_EQ(reg.size(), model.size());
+  }
+}
+
+// A granule holding more ranges than its count can hold stays counted (the
+// summary never answers "none" for it again), and answers stay right.
+TEST(RegistryTest, SummaryCountsSaturateSafely) {
+  const uintptr_t kBase = 0x7e0000000000;
+  Registry reg;
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(reg.Insert(Make(kBase + i * 0x1000, 0x800, i + 1)));
+  for (int i = 0; i < 300; ++i) {
+    EXPECT_TRUE(reg.AnyOverlapping(kBase + i * 0x1000, 1));
+    EXPECT_FALSE(reg.AnyOverlapping(kBase + i * 0x1000 + 0x800, 0x800));
+  }
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(reg.Remove(kBase + i * 0x1000, nullptr));
+  EXPECT_FALSE(reg.AnyOverlapping(kBase, 0x200000));
+  Region r;
+  EXPECT_FALSE(reg.Lookup(kBase + 0x10, &r));
+  ASSERT_TRUE(reg.Insert(Make(kBase + 0x5000, 0x1000, 7)));
+  EXPECT_TRUE(reg.Lookup(kBase + 0x5010, &r));
+  EXPECT_EQ(r.id, 7u);
+}
+
+// Trimming one end of a range never makes a lookup of the part that stays
+// miss, not even while the trim is under way (the summary counts the part
+// that stays before it stops counting the whole).
+TEST(RegistryTest, TrimsNeverHideThePartThatStays) {
+  constexpr uintptr_t kGranule = uintptr_t{2} << 20;
+  const uintptr_t kBase = 0x7d0000000000;
+  Registry reg;
+  // The part that stays is a whole granule of its own; the part trimmed
+  // off and put back is in the next ones.
+  ASSERT_TRUE(reg.Insert(Make(kBase, 4 * kGranule, 1)));
+  std::atomic<bool> stop{false};
+  std::atomic<long> misses{0}, probes{0};
+  std::thread reader([&] {
+    Region r;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (!reg.Lookup(kBase + 0x1000, &r)) misses++;
+      if (!reg.AnyOverlapping(kBase + 0x2000, 0x1000)) misses++;
+      probes++;
+    }
+  });
+  // The writer runs while the reader probes: from its first probes until it
+  // made many more (or two seconds passed).
+  while (probes.load() < 100) std::this_thread::yield();
+  const long from = probes.load();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (probes.load() < from + 200000 && std::chrono::steady_clock::now() < deadline) {
+    reg.RemoveSpan(kBase + kGranule, 3 * kGranule);         // trims the range to its first granule
+    ASSERT_TRUE(reg.Insert(Make(kBase, 4 * kGranule, 2)));  // and the whole again, over it
+  }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(misses.load(), 0);
 }
 
 // Readers never see a range that was not inserted, and always see the ranges
