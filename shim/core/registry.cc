@@ -68,6 +68,8 @@ void Registry::SummaryAdd(const Region& r) {
       summary_refused_ = true;
       return;
     }
+    // Left out of core dumps (64 MiB of mostly untouched zeros).
+    syscall(SYS_madvise, p, kSummaryGranules, MADV_DONTDUMP);
     s = static_cast<uint8_t*>(p);
     // Ranges inserted before the summary existed are counted now.
     const Index* idx = index_.load(std::memory_order_relaxed);
