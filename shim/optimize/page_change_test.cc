@@ -22,6 +22,39 @@ bool SeenFromAnotherThread(uintptr_t lo, uintptr_t hi) {
   return seen;
 }
 
+// A change of [lo, hi) in progress on another thread, from construction
+// (once it is marked) until destruction.
+class ChangeOnAnotherThread {
+ public:
+  ChangeOnAnotherThread(uintptr_t lo, uintptr_t hi)
+      : thread_([this, lo, hi] {
+          const Slots::Mark m = Slots::Begin(lo, hi);
+          std::unique_lock<std::mutex> lock(mu_);
+          marked_ = true;
+          cv_.notify_all();
+          cv_.wait(lock, [this] { return done_; });
+          lock.unlock();
+          Slots::End(m);
+        }) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return marked_; });
+  }
+  ~ChangeOnAnotherThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool marked_ = false, done_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 class PageChangeSlotsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { Slots::Setup(); }
@@ -68,35 +101,15 @@ TEST_F(PageChangeSlotsTest, ANestedChangeWidensTheOuterMarkWhichItsEndClears) {
 }
 
 TEST_F(PageChangeSlotsTest, ThreadsMarkTheirOwnSlots) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool marked = false, done = false;
-  std::thread other([&] {
-    const Slots::Mark m = Slots::Begin(0x70000, 0x80000);
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      marked = true;
-      cv.notify_all();
-      cv.wait(lock, [&] { return done; });
-    }
-    Slots::End(m);
-  });
   {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return marked; });
+    ChangeOnAnotherThread other(0x70000, 0x80000);
+    const Slots::Mark mine = Slots::Begin(0x1000, 0x2000);
+    EXPECT_EQ(mine, Slots::kSlot);  // not nested in the other thread's change
+    Slots::End(mine);
+    // The other thread's change is still in progress, even to this thread
+    // leaving its own out.
+    EXPECT_TRUE(Slots::AnyOverlapping(0x70000, 0x70001, /*ignore_own=*/true));
   }
-  const Slots::Mark mine = Slots::Begin(0x1000, 0x2000);
-  EXPECT_EQ(mine, Slots::kSlot);  // not nested in the other thread's change
-  Slots::End(mine);
-  // The other thread's change is still in progress, even to this thread
-  // leaving its own out.
-  EXPECT_TRUE(Slots::AnyOverlapping(0x70000, 0x70001, /*ignore_own=*/true));
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    done = true;
-    cv.notify_all();
-  }
-  other.join();
   EXPECT_FALSE(Slots::AnyOverlapping(0x0, UINTPTR_MAX));
 }
 
@@ -149,22 +162,7 @@ TEST_F(PageChangeSlotsTest, ThreadsBeyondTheSlotsOverlapEveryRange) {
 }
 
 TEST_F(PageChangeSlotsTest, AForkChildForgetsTheParentsChanges) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool marked = false, done = false;
-  std::thread other([&] {
-    const Slots::Mark m = Slots::Begin(0x70000, 0x80000);
-    std::unique_lock<std::mutex> lock(mu);
-    marked = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return done; });
-    lock.unlock();
-    Slots::End(m);
-  });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return marked; });
-  }
+  ChangeOnAnotherThread other(0x70000, 0x80000);
   ASSERT_TRUE(Slots::AnyOverlapping(0x70000, 0x70001));
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -183,12 +181,6 @@ TEST_F(PageChangeSlotsTest, AForkChildForgetsTheParentsChanges) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    done = true;
-    cv.notify_all();
-  }
-  other.join();
 }
 
 TEST(AdviceEffects, FollowTheTable) {
