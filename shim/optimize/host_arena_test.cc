@@ -457,25 +457,12 @@ TEST_F(ArenaTest, InvariantWalkerReportsEachCorruption) {
   ASSERT_NE(big, nullptr);
   ASSERT_NE(small, nullptr);
   arena_->Free(arena_->Malloc(1 * kMiB));  // a free run inside a registration
-  const struct {
-    HostArena::Corruption what;
-    const char* invariant;
-  } cases[] = {
+  const testing::Corruption<HostArena> cases[] = {
       {HostArena::Corruption::kRuns, "A1 "},
       {HostArena::Corruption::kExtentLive, "A6 "},
       {HostArena::Corruption::kRegisteredBytes, "A10 "},
   };
-  HostArena& arena = arena_.raw();
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.invariant);
-    ASSERT_TRUE(arena.CheckInvariants().ok()) << arena.CheckInvariants().text();
-    ASSERT_TRUE(arena.CorruptForTesting(c.what));
-    const InvariantReport broken = arena.CheckInvariants();
-    EXPECT_FALSE(broken.ok());
-    EXPECT_NE(strstr(broken.text(), c.invariant), nullptr) << broken.text();
-    ASSERT_TRUE(arena.CorruptForTesting(c.what));  // undone
-    EXPECT_TRUE(arena.CheckInvariants().ok()) << arena.CheckInvariants().text();
-  }
+  testing::ExpectWalkerReportsEach(arena_.raw(), cases);
   arena_->Free(big);
   arena_->Free(small);
 }

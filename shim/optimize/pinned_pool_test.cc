@@ -589,26 +589,13 @@ TEST_F(PoolTest, InvariantWalkerReportsEachCorruption) {
   ASSERT_EQ(FreeResult(blocks.back()), CUDA_SUCCESS);
   blocks.pop_back();
   EXPECT_EQ(pool_->Trim(0), 0u);  // the freed block is back on its free list
-  const struct {
-    PinnedPool::Corruption what;
-    const char* invariant;
-  } cases[] = {
+  const testing::Corruption<PinnedPool> cases[] = {
       {PinnedPool::Corruption::kSlabLiveCount, "P8 "},
       {PinnedPool::Corruption::kFreeListState, "P10 "},
       {PinnedPool::Corruption::kBounds, "P6 "},
       {PinnedPool::Corruption::kLiveCounter, "P16 "},
   };
-  PinnedPool& pool = pool_.raw();
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.invariant);
-    ASSERT_TRUE(pool.CheckInvariants().ok()) << pool.CheckInvariants().text();
-    ASSERT_TRUE(pool.CorruptForTesting(c.what));
-    const InvariantReport broken = pool.CheckInvariants();
-    EXPECT_FALSE(broken.ok());
-    EXPECT_NE(strstr(broken.text(), c.invariant), nullptr) << broken.text();
-    ASSERT_TRUE(pool.CorruptForTesting(c.what));  // undone
-    EXPECT_TRUE(pool.CheckInvariants().ok()) << pool.CheckInvariants().text();
-  }
+  testing::ExpectWalkerReportsEach(pool_.raw(), cases);
   for (void* p : blocks) EXPECT_EQ(FreeResult(p), CUDA_SUCCESS);
 }
 

@@ -422,25 +422,12 @@ TEST_F(CacheTest, InvariantWalkerReportsEachCorruption) {
     while (!Copy(*x, x->bytes, CopyDir::kHostToDevice).pinned()) {
     }
   }
-  const struct {
-    RegistrationCache::Corruption what;
-    const char* invariant;
-  } cases[] = {
+  const testing::Corruption<RegistrationCache> cases[] = {
       {RegistrationCache::Corruption::kOrder, "C2 "},
       {RegistrationCache::Corruption::kBounds, "C4 "},
       {RegistrationCache::Corruption::kBytes, "C6 "},
   };
-  RegistrationCache& cache = cache_.raw();
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.invariant);
-    ASSERT_TRUE(cache.CheckInvariants().ok()) << cache.CheckInvariants().text();
-    ASSERT_TRUE(cache.CorruptForTesting(c.what));
-    const InvariantReport broken = cache.CheckInvariants();
-    EXPECT_FALSE(broken.ok());
-    EXPECT_NE(strstr(broken.text(), c.invariant), nullptr) << broken.text();
-    ASSERT_TRUE(cache.CorruptForTesting(c.what));  // undone
-    EXPECT_TRUE(cache.CheckInvariants().ok()) << cache.CheckInvariants().text();
-  }
+  testing::ExpectWalkerReportsEach(cache_.raw(), cases);
   for (Buffer* x : {&a, &b}) cache_->OnRelease(x->data, x->bytes);
 }
 

@@ -272,24 +272,11 @@ TEST_F(StagerTest, IdleRingsAreGivenBack) {
 // walk names it, and undoing it makes the stager whole again.
 TEST_F(StagerTest, InvariantWalkerReportsEachCorruption) {
   RoundTrip(4 * kMiB, 0, nullptr, true, 8);  // a ring, workers, a finished job
-  const struct {
-    Stager::Corruption what;
-    const char* invariant;
-  } cases[] = {
+  const testing::Corruption<Stager> cases[] = {
       {Stager::Corruption::kRingBytes, "S3 "},
       {Stager::Corruption::kJobLive, "S5 "},
   };
-  Stager& stager = stager_.raw();
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.invariant);
-    ASSERT_TRUE(stager.CheckInvariants().ok()) << stager.CheckInvariants().text();
-    ASSERT_TRUE(stager.CorruptForTesting(c.what));
-    const InvariantReport broken = stager.CheckInvariants();
-    EXPECT_FALSE(broken.ok());
-    EXPECT_NE(strstr(broken.text(), c.invariant), nullptr) << broken.text();
-    ASSERT_TRUE(stager.CorruptForTesting(c.what));  // undone
-    EXPECT_TRUE(stager.CheckInvariants().ok()) << stager.CheckInvariants().text();
-  }
+  testing::ExpectWalkerReportsEach(stager_.raw(), cases);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "shim/optimize/driver_ops.h"
@@ -123,6 +124,30 @@ class Checked {
   T t_;
   uint64_t operations_ = 0;
 };
+
+// The walker proves its power over `part`: each corruption in `cases` (the
+// part's CorruptForTesting, which a second call undoes) breaks the
+// invariant named with it (the walk's text names it: "C2 ", say), and once
+// undone the part is whole again.
+template <typename Part>
+struct Corruption {
+  typename Part::Corruption what;
+  const char* invariant;
+};
+
+template <typename Part, size_t N>
+void ExpectWalkerReportsEach(Part& part, const Corruption<Part> (&cases)[N]) {
+  for (const Corruption<Part>& c : cases) {
+    SCOPED_TRACE(c.invariant);
+    ASSERT_TRUE(part.CheckInvariants().ok()) << part.CheckInvariants().text();
+    ASSERT_TRUE(part.CorruptForTesting(c.what));
+    const InvariantReport broken = part.CheckInvariants();
+    EXPECT_FALSE(broken.ok());
+    EXPECT_NE(strstr(broken.text(), c.invariant), nullptr) << broken.text();
+    ASSERT_TRUE(part.CorruptForTesting(c.what));  // undone
+    EXPECT_TRUE(part.CheckInvariants().ok()) << part.CheckInvariants().text();
+  }
+}
 
 }  // namespace testing
 }  // namespace optimize
