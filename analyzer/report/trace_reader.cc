@@ -202,18 +202,67 @@ void TraceReader::ParseProcess(const uint8_t* p, const uint8_t* end) {
     uint64_t u = 0;
     const uint8_t* q = v;
     bool has_u = GetVarint(&q, vend, &u);
-    switch (static_cast<trace::ProcessTag>(tag)) {
-      case trace::ProcessTag::kPid:
-        if (has_u) process_.pid = u;
-        break;
-      case trace::ProcessTag::kParentPid:
-        if (has_u) process_.parent_pid = u;
-        break;
-      case trace::ProcessTag::kForkedFrom:
-        if (has_u) process_.forked_from = u;
-        break;
-      case trace::ProcessTag::kProgram: process_.program = text; break;
-      case trace::ProcessTag::kCommandLine: {
+    // The fields by kind: unsigned numbers, flags (0 or 1) and texts go
+    // where these tables say; the others are decoded one by one.
+    using trace::ProcessTag;
+    static constexpr struct {
+      ProcessTag tag;
+      uint64_t ProcessInfo::*field;
+    } kNumbers[] = {
+        {ProcessTag::kPid, &ProcessInfo::pid},
+        {ProcessTag::kParentPid, &ProcessInfo::parent_pid},
+        {ProcessTag::kForkedFrom, &ProcessInfo::forked_from},
+        {ProcessTag::kStartMonotonicNs, &ProcessInfo::start_monotonic_ns},
+        {ProcessTag::kStartRealtimeNs, &ProcessInfo::start_realtime_ns},
+        {ProcessTag::kPhysicalBytes, &ProcessInfo::physical_bytes},
+        {ProcessTag::kMemlockLimit, &ProcessInfo::memlock_limit},
+        {ProcessTag::kSwapTotalBytes, &ProcessInfo::swap_total_bytes},
+        {ProcessTag::kSampleMs, &ProcessInfo::sample_ms},
+        {ProcessTag::kStackDepth, &ProcessInfo::stack_depth},
+        {ProcessTag::kBudgetBytes, &ProcessInfo::budget_bytes},
+    };
+    static constexpr struct {
+      ProcessTag tag;
+      bool ProcessInfo::*field;
+    } kFlags[] = {
+        {ProcessTag::kWcGuard, &ProcessInfo::wc_guard},
+        {ProcessTag::kPythonFrames, &ProcessInfo::python_frames},
+        {ProcessTag::kCopyGuard, &ProcessInfo::copy_guard},
+    };
+    static constexpr struct {
+      ProcessTag tag;
+      std::string ProcessInfo::*field;
+    } kTexts[] = {
+        {ProcessTag::kProgram, &ProcessInfo::program},
+        {ProcessTag::kHostname, &ProcessInfo::hostname},
+        {ProcessTag::kMode, &ProcessInfo::mode},
+        {ProcessTag::kVersion, &ProcessInfo::version},
+        {ProcessTag::kPython, &ProcessInfo::python},
+    };
+    if (tag > UINT8_MAX) continue;  // no tag of this version: a newer writer's field
+    const auto t = static_cast<ProcessTag>(tag);
+    bool known = false;
+    for (const auto& f : kNumbers) {
+      if (f.tag == t) {
+        if (has_u) process_.*f.field = u;
+        known = true;
+      }
+    }
+    for (const auto& f : kFlags) {
+      if (f.tag == t) {
+        if (has_u) process_.*f.field = u != 0;
+        known = true;
+      }
+    }
+    for (const auto& f : kTexts) {
+      if (f.tag == t) {
+        process_.*f.field = text;
+        known = true;
+      }
+    }
+    if (known) continue;
+    switch (t) {
+      case ProcessTag::kCommandLine: {
         process_.command_line.clear();
         size_t start = 0;
         for (size_t i = 0; i <= text.size(); ++i) {
@@ -224,45 +273,11 @@ void TraceReader::ParseProcess(const uint8_t* p, const uint8_t* end) {
         }
         break;
       }
-      case trace::ProcessTag::kHostname: process_.hostname = text; break;
-      case trace::ProcessTag::kRank:
+      case ProcessTag::kRank:
         if (has_u) process_.rank = trace::UnZigZag(u);
         break;
-      case trace::ProcessTag::kStartMonotonicNs:
-        if (has_u) process_.start_monotonic_ns = u;
-        break;
-      case trace::ProcessTag::kStartRealtimeNs:
-        if (has_u) process_.start_realtime_ns = u;
-        break;
-      case trace::ProcessTag::kPageSize:
+      case ProcessTag::kPageSize:
         if (has_u && u) process_.page_size = u;
-        break;
-      case trace::ProcessTag::kPhysicalBytes:
-        if (has_u) process_.physical_bytes = u;
-        break;
-      case trace::ProcessTag::kMemlockLimit:
-        if (has_u) process_.memlock_limit = u;
-        break;
-      case trace::ProcessTag::kSwapTotalBytes:
-        if (has_u) process_.swap_total_bytes = u;
-        break;
-      case trace::ProcessTag::kSampleMs:
-        if (has_u) process_.sample_ms = u;
-        break;
-      case trace::ProcessTag::kStackDepth:
-        if (has_u) process_.stack_depth = u;
-        break;
-      case trace::ProcessTag::kBudgetBytes:
-        if (has_u) process_.budget_bytes = u;
-        break;
-      case trace::ProcessTag::kMode: process_.mode = text; break;
-      case trace::ProcessTag::kVersion: process_.version = text; break;
-      case trace::ProcessTag::kWcGuard:
-        if (has_u) process_.wc_guard = u != 0;
-        break;
-      case trace::ProcessTag::kPython: process_.python = text; break;
-      case trace::ProcessTag::kPythonFrames:
-        if (has_u) process_.python_frames = u != 0;
         break;
       default: break;  // a newer writer's field
     }

@@ -49,6 +49,7 @@ struct ProcessInfo {
   bool wc_guard = false;
   std::string python;          // the Python runtime found at start, "" none
   bool python_frames = false;  // the recorder was set to record Python frames
+  bool copy_guard = false;     // the copy guard (PINSHIM_COPY_GUARD) was armed
 };
 
 struct Segment {

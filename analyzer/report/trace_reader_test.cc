@@ -66,6 +66,80 @@ TraceReader* OpenString(const std::string& bytes, std::string* error) {
   return r;
 }
 
+// Every field of the process header lands in ProcessInfo (the writer's
+// tags, shim/trace/trace_format.h), and fields of a newer writer, tag
+// numbers past a byte included, are skipped without damage.
+TEST(TraceReader, ReadsEveryProcessField) {
+  auto varint = [](uint64_t v) {
+    std::string s;
+    do {
+      s.push_back(static_cast<char>((v & 0x7f) | (v > 0x7f ? 0x80 : 0)));
+      v >>= 7;
+    } while (v != 0);
+    return s;
+  };
+  std::string header;
+  auto add = [&](uint64_t tag, const std::string& value) {
+    header += varint(tag) + varint(value.size()) + value;
+  };
+  using trace::ProcessTag;
+  add(static_cast<uint64_t>(ProcessTag::kPid), varint(101));
+  add(static_cast<uint64_t>(ProcessTag::kParentPid), varint(102));
+  add(static_cast<uint64_t>(ProcessTag::kProgram), "/bin/prog");
+  add(static_cast<uint64_t>(ProcessTag::kCommandLine), std::string("/bin/prog\0-x", 12));
+  add(static_cast<uint64_t>(ProcessTag::kHostname), "host7");
+  add(static_cast<uint64_t>(ProcessTag::kRank), varint(trace::ZigZag(3)));
+  add(static_cast<uint64_t>(ProcessTag::kStartMonotonicNs), varint(107));
+  add(static_cast<uint64_t>(ProcessTag::kStartRealtimeNs), varint(108));
+  add(static_cast<uint64_t>(ProcessTag::kPageSize), varint(65536));
+  add(static_cast<uint64_t>(ProcessTag::kPhysicalBytes), varint(110));
+  add(static_cast<uint64_t>(ProcessTag::kMemlockLimit), varint(111));
+  add(static_cast<uint64_t>(ProcessTag::kSwapTotalBytes), varint(112));
+  add(static_cast<uint64_t>(ProcessTag::kSampleMs), varint(113));
+  add(static_cast<uint64_t>(ProcessTag::kStackDepth), varint(114));
+  add(static_cast<uint64_t>(ProcessTag::kBudgetBytes), varint(115));
+  add(static_cast<uint64_t>(ProcessTag::kMode), "observe,optimize");
+  add(static_cast<uint64_t>(ProcessTag::kVersion), "9.9");
+  add(static_cast<uint64_t>(ProcessTag::kForkedFrom), varint(118));
+  add(static_cast<uint64_t>(ProcessTag::kWcGuard), varint(1));
+  add(static_cast<uint64_t>(ProcessTag::kPython), "3.12.3");
+  add(static_cast<uint64_t>(ProcessTag::kPythonFrames), varint(1));
+  add(static_cast<uint64_t>(ProcessTag::kCopyGuard), varint(1));
+  add(200, varint(5));        // a newer writer's field
+  add(256 + 1, varint(999));  // would read as kPid if cut to a byte
+  TraceBuilder b;
+  b.Frame(trace::FrameType::kProcess, header);
+  b.End(1000);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(b.bytes(), &error));
+  ASSERT_NE(r, nullptr) << error;
+  const ProcessInfo& p = r->process();
+  EXPECT_EQ(p.pid, 101u);
+  EXPECT_EQ(p.parent_pid, 102u);
+  EXPECT_EQ(p.program, "/bin/prog");
+  ASSERT_EQ(p.command_line.size(), 2u);
+  EXPECT_EQ(p.command_line[1], "-x");
+  EXPECT_EQ(p.hostname, "host7");
+  EXPECT_EQ(p.rank, 3);
+  EXPECT_EQ(p.start_monotonic_ns, 107u);
+  EXPECT_EQ(p.start_realtime_ns, 108u);
+  EXPECT_EQ(p.page_size, 65536u);
+  EXPECT_EQ(p.physical_bytes, 110u);
+  EXPECT_EQ(p.memlock_limit, 111u);
+  EXPECT_EQ(p.swap_total_bytes, 112u);
+  EXPECT_EQ(p.sample_ms, 113u);
+  EXPECT_EQ(p.stack_depth, 114u);
+  EXPECT_EQ(p.budget_bytes, 115u);
+  EXPECT_EQ(p.mode, "observe,optimize");
+  EXPECT_EQ(p.version, "9.9");
+  EXPECT_EQ(p.forked_from, 118u);
+  EXPECT_TRUE(p.wc_guard);
+  EXPECT_EQ(p.python, "3.12.3");
+  EXPECT_TRUE(p.python_frames);
+  EXPECT_TRUE(p.copy_guard);
+  EXPECT_EQ(r->damage().bad_events, 0u);
+}
+
 TEST(TraceReader, RoundTripsAndMergesThreadsInTimeOrder) {
   std::string bytes = TwoThreadTrace();
   std::string error;
