@@ -77,6 +77,11 @@ void Registry::SummaryAdd(const Region& r) {
       const Chunk* c = idx->chunks[i];
       for (uint32_t j = 0; j < c->count; ++j) {
         const Region& q = c->regions[j];
+        if (q.bytes > kSummaryMaxRange) {  // as below; nobody has seen this mapping yet
+          syscall(SYS_munmap, p, kSummaryGranules);
+          summary_refused_ = true;
+          return;
+        }
         const uintptr_t q_end = q.bytes > UINTPTR_MAX - q.start ? UINTPTR_MAX : q.start + q.bytes;
         for (uintptr_t g = q.start >> kGranuleShift;
              g < kSummaryGranules && g <= (q_end - 1) >> kGranuleShift; ++g) {
@@ -88,6 +93,14 @@ void Registry::SummaryAdd(const Region& r) {
   }
   if (r.bytes == 0) return;
   const uintptr_t end = r.bytes > UINTPTR_MAX - r.start ? UINTPTR_MAX : r.start + r.bytes;
+  if (r.bytes > kSummaryMaxRange) {
+    // Counting it would write a megabyte or more of the summary (and every
+    // later write of it again): the registry does without its summary from
+    // now on. Readers may still hold the old pointer; the mapping stays.
+    summary_refused_ = true;
+    summary_.store(nullptr, std::memory_order_release);
+    return;
+  }
   for (uintptr_t g = r.start >> kGranuleShift;
        g < kSummaryGranules && g <= (end - 1) >> kGranuleShift; ++g) {
     const uint8_t v = __atomic_load_n(&s[g], __ATOMIC_RELAXED);

@@ -122,6 +122,9 @@ class Registry {
   static constexpr uintptr_t kSummaryGranules = kSummaryLimit >> kGranuleShift;
   // The most granules a probe reads before it searches instead.
   static constexpr uintptr_t kSummaryProbe = 8;
+  // A range larger than this (2 TiB: a million granules) turns the summary
+  // off for good rather than be counted.
+  static constexpr uint64_t kSummaryMaxRange = uint64_t{1} << 41;
 
   bool SummarySaysNone(uintptr_t start, uintptr_t end) const {
     const uint8_t* s = summary_.load(std::memory_order_acquire);

@@ -254,6 +254,24 @@ TEST(RegistryTest, SummaryCountsSaturateSafely) {
   EXPECT_EQ(r.id, 7u);
 }
 
+// A range too large to count (over 2 TiB) turns the summary off; the
+// answers stay right, from the searches alone.
+TEST(RegistryTest, AHugeRangeTurnsTheSummaryOff) {
+  const uintptr_t kBase = 0x100000000000;
+  Registry reg;
+  ASSERT_TRUE(reg.Insert(Make(kBase, 0x10000, 1)));
+  ASSERT_TRUE(reg.Insert(Make(kBase + (uint64_t{1} << 42), (uint64_t{1} << 41) + 4096, 2)));
+  Region r;
+  EXPECT_TRUE(reg.Lookup(kBase + 5, &r));
+  EXPECT_EQ(r.id, 1u);
+  EXPECT_TRUE(reg.Lookup(kBase + (uint64_t{1} << 42) + (uint64_t{1} << 40), &r));
+  EXPECT_EQ(r.id, 2u);
+  EXPECT_FALSE(reg.AnyOverlapping(kBase + 0x10000, 0x1000));
+  ASSERT_TRUE(reg.Remove(kBase + (uint64_t{1} << 42), nullptr));
+  EXPECT_FALSE(reg.Lookup(kBase + (uint64_t{1} << 42) + 5, &r));
+  EXPECT_TRUE(reg.AnyOverlapping(kBase, 1));
+}
+
 // Trimming one end of a range never makes a lookup of the part that stays
 // miss, not even while the trim is under way (the summary counts the part
 // that stays before it stops counting the whole).
