@@ -49,13 +49,6 @@ __attribute__((noinline)) auto CallMarked(uintptr_t start, uintptr_t end, optimi
 
 }  // namespace page_change_internal
 
-// Returns fn(args...) (the real libc call), run as a change of the pages of
-// [addr, addr + len) that does `what`. Where the range holds nothing
-// pinshim pinned (nearly every call) this adds a few loads and two stores
-// each way (bench/page: at most 10 ns added). Inlined into each hook, so
-// that `what`, known there, folds away; the arguments are passed on as
-// values, so none has to be kept in memory, and nothing but the result
-// lives across the call. Calls nest (mremap's target inside its source).
 // WithPageChange where the caller knows optimize mode is on.
 template <typename Fn, typename... Args>
 __attribute__((always_inline)) inline auto WithPageChangeOptimizing(const void* addr, size_t len,
@@ -79,6 +72,13 @@ __attribute__((always_inline)) inline auto WithPageChangeOptimizing(const void* 
   return result;
 }
 
+// Returns fn(args...) (the real libc call), run as a change of the pages of
+// [addr, addr + len) that does `what`. Where the range holds nothing
+// pinshim pinned (nearly every call) this adds a few loads and two stores
+// each way (bench/page: at most 10 ns added). Inlined into each hook, so
+// that `what`, known there, folds away; the arguments are passed on as
+// values, so none has to be kept in memory, and nothing but the result
+// lives across the call. Calls nest (mremap's target inside its source).
 template <typename Fn, typename... Args>
 __attribute__((always_inline)) inline auto WithPageChange(const void* addr, size_t len,
                                                           const optimize::PageChange what, Fn fn,

@@ -155,7 +155,7 @@ class HostArena {
   // (unmapped, or mapped over by something else) stays the program's as
   // ordinary memory and no part of it is handed out again.
   bool MayOverlap(uintptr_t start, uint64_t bytes) const {
-    return size_ != 0 && start < base_ + size_ && start + bytes > base_;
+    return MayOverlapRange(start, start + bytes);
   }
   // The same for [start, end), for the page hooks' fast path: base_ and
   // size_ are 0 until reserved, so no range overlaps then.

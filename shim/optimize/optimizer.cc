@@ -394,16 +394,14 @@ void Optimizer::DropPinningForPageChange(uintptr_t start, uintptr_t end, PageCha
   if (!active()) return;
   const uint64_t n = end - start;
   ReentryGuard guard(Reentry::kHook);
-  if (what.replaces_private() && cache_on_.load(std::memory_order_relaxed) &&
-      cache_.MayOverlap(start, n)) {
+  // Each part looks at its own bounds first (MayOverlap).
+  if (what.replaces_private() && cache_on_.load(std::memory_order_relaxed)) {
     cache_.OnPageChange(start, n, what.reason(), what.detail());
   }
-  if (what.replaces_private() && arena_on_.load(std::memory_order_relaxed) &&
-      arena_.MayOverlap(start, n)) {
+  if (what.replaces_private() && arena_on_.load(std::memory_order_relaxed)) {
     arena_.BeginPageChange(start, n, what.reason(), what.detail(), arena);
   }
-  if (what.replaces_shared() && pool_on_.load(std::memory_order_relaxed) &&
-      pool_.MayOverlap(start, n)) {
+  if (what.replaces_shared() && pool_on_.load(std::memory_order_relaxed)) {
     pool_.Retire(start, n, what.reason(), what.detail());
   }
 }

@@ -182,8 +182,7 @@ class PinnedPool {
   // go back to the driver once every block of theirs is free, so no later
   // allocation gets pages the driver no longer pins. MayOverlap: two loads.
   bool MayOverlap(uintptr_t start, uint64_t bytes) const {
-    return start < hi_.load(std::memory_order_acquire) &&
-           start + bytes > lo_.load(std::memory_order_acquire);
+    return MayOverlapRange(start, start + bytes);
   }
   bool MayOverlapRange(uintptr_t start, uintptr_t end) const {
     return start < hi_.load(std::memory_order_acquire) && end > lo_.load(std::memory_order_acquire);

@@ -182,9 +182,7 @@ class RegistrationCache {
   void OnPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail);
   // Whether [start, start + bytes) may overlap a registration: two loads.
   bool MayOverlap(uintptr_t start, uint64_t bytes) const {
-    if (!MaybeCached()) return false;
-    return start < hi_.load(std::memory_order_acquire) &&
-           start + bytes > lo_.load(std::memory_order_acquire);
+    return MaybeCached() && MayOverlapRange(start, start + bytes);
   }
   // The same for [start, end) from the bounds alone (reset when the cache
   // empties), for the page hooks' fast path.
