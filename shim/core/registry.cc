@@ -54,13 +54,26 @@ inline long FloorIndex(const uintptr_t* a, size_t n, uintptr_t key) {
 
 }  // namespace
 
+void Registry::SummaryCount(uint8_t* s, const Region& r, int delta) {
+  if (r.bytes == 0) return;
+  const uintptr_t end = r.bytes > UINTPTR_MAX - r.start ? UINTPTR_MAX : r.start + r.bytes;
+  for (uintptr_t g = r.start >> kGranuleShift;
+       g < kSummaryGranules && g <= (end - 1) >> kGranuleShift; ++g) {
+    const uint8_t v = __atomic_load_n(&s[g], __ATOMIC_RELAXED);
+    // A saturated count no longer knows how many ranges it stands for.
+    if (v == 255 || (delta < 0 && v == 0)) continue;
+    __atomic_store_n(&s[g], static_cast<uint8_t>(v + delta), __ATOMIC_RELAXED);
+  }
+}
+
 void Registry::SummaryAdd(const Region& r) {
   uint8_t* s = summary_.load(std::memory_order_relaxed);
   if (s == nullptr) {
     if (summary_refused_) return;
-    // Reserved, not committed: only the pages of granules that ranges
-    // touch are ever written. A system call, not mmap: this runs inside
-    // the program's own mmap calls.
+    // Mapped by the first insert, before any range exists (every insert
+    // counts its range here first). Reserved, not committed: only the pages
+    // of granules that ranges touch are ever written. A system call, not
+    // mmap: this runs inside the program's own mmap calls.
     void* p =
         reinterpret_cast<void*>(syscall(SYS_mmap, nullptr, kSummaryGranules, PROT_READ | PROT_WRITE,
                                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
@@ -71,28 +84,8 @@ void Registry::SummaryAdd(const Region& r) {
     // Left out of core dumps (64 MiB of mostly untouched zeros).
     syscall(SYS_madvise, p, kSummaryGranules, MADV_DONTDUMP);
     s = static_cast<uint8_t*>(p);
-    // Ranges inserted before the summary existed are counted now.
-    const Index* idx = index_.load(std::memory_order_relaxed);
-    for (size_t i = 0; idx != nullptr && i < idx->count; ++i) {
-      const Chunk* c = idx->chunks[i];
-      for (uint32_t j = 0; j < c->count; ++j) {
-        const Region& q = c->regions[j];
-        if (q.bytes > kSummaryMaxRange) {  // as below; nobody has seen this mapping yet
-          syscall(SYS_munmap, p, kSummaryGranules);
-          summary_refused_ = true;
-          return;
-        }
-        const uintptr_t q_end = q.bytes > UINTPTR_MAX - q.start ? UINTPTR_MAX : q.start + q.bytes;
-        for (uintptr_t g = q.start >> kGranuleShift;
-             g < kSummaryGranules && g <= (q_end - 1) >> kGranuleShift; ++g) {
-          if (s[g] != 255) s[g]++;
-        }
-      }
-    }
     summary_.store(s, std::memory_order_release);
   }
-  if (r.bytes == 0) return;
-  const uintptr_t end = r.bytes > UINTPTR_MAX - r.start ? UINTPTR_MAX : r.start + r.bytes;
   if (r.bytes > kSummaryMaxRange) {
     // Counting it would write a megabyte or more of the summary (and every
     // later write of it again): the registry does without its summary from
@@ -101,23 +94,12 @@ void Registry::SummaryAdd(const Region& r) {
     summary_.store(nullptr, std::memory_order_release);
     return;
   }
-  for (uintptr_t g = r.start >> kGranuleShift;
-       g < kSummaryGranules && g <= (end - 1) >> kGranuleShift; ++g) {
-    const uint8_t v = __atomic_load_n(&s[g], __ATOMIC_RELAXED);
-    if (v != 255) __atomic_store_n(&s[g], static_cast<uint8_t>(v + 1), __ATOMIC_RELAXED);
-  }
+  SummaryCount(s, r, +1);
 }
 
 void Registry::SummarySub(const Region& r) {
   uint8_t* s = summary_.load(std::memory_order_relaxed);
-  if (s == nullptr || r.bytes == 0) return;
-  const uintptr_t end = r.bytes > UINTPTR_MAX - r.start ? UINTPTR_MAX : r.start + r.bytes;
-  for (uintptr_t g = r.start >> kGranuleShift;
-       g < kSummaryGranules && g <= (end - 1) >> kGranuleShift; ++g) {
-    const uint8_t v = __atomic_load_n(&s[g], __ATOMIC_RELAXED);
-    // A saturated count no longer knows how many ranges it stands for.
-    if (v != 255 && v != 0) __atomic_store_n(&s[g], static_cast<uint8_t>(v - 1), __ATOMIC_RELAXED);
-  }
+  if (s != nullptr) SummaryCount(s, r, -1);
 }
 
 void Registry::BeginWrite() {

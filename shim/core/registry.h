@@ -138,6 +138,8 @@ class Registry {
   }
   void SummaryAdd(const Region& r);
   void SummarySub(const Region& r);
+  // Adds delta (+1 or -1) to the count of each granule r overlaps.
+  static void SummaryCount(uint8_t* s, const Region& r, int delta);
   bool SearchLookup(uintptr_t addr, Region* out) const;
   bool SearchOverlap(uintptr_t start, uintptr_t end) const;
 
