@@ -105,8 +105,8 @@ if twins:
         name = twin[:-len("/libc")]
         def diffs_in(mode):
             a, b = rounds.get((name, mode), {}), rounds.get((twin, mode), {})
-            return sorted(a[r] - b[r] for r in sorted(set(a) & set(b))), \
-                [a[r] for r in sorted(set(a) & set(b))], [b[r] for r in sorted(set(a) & set(b))]
+            paired = sorted(set(a) & set(b))
+            return sorted(a[r] - b[r] for r in paired), [a[r] for r in paired], [b[r] for r in paired]
         d_wi, hooked, libc = diffs_in("with")
         d_wo, _, _ = diffs_in("without")
         if not d_wi:
