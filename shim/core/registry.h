@@ -82,7 +82,7 @@ class Registry {
 
   // Finds the range containing `addr`. Lock-free.
   bool Lookup(uintptr_t addr, Region* out) const {
-    if (SummarySaysNone(addr, addr + 1)) return false;
+    if (SummarySaysNone(addr, addr)) return false;
     return SearchLookup(addr, out);
   }
 
@@ -91,9 +91,10 @@ class Registry {
   // Lets a caller skip RemoveSpan, and its writer lock, when nothing is there.
   bool AnyOverlapping(uintptr_t start, uint64_t bytes) const {
     if (bytes == 0) return false;
-    const uintptr_t end = bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes;
-    if (SummarySaysNone(start, end)) return false;
-    return SearchOverlap(start, end);
+    // A range past the top of the address space wraps its last byte below
+    // its start, which the summary refuses to answer for.
+    if (SummarySaysNone(start, start + (bytes - 1))) return false;
+    return SearchOverlap(start, bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes);
   }
 
   // Number of ranges held.
@@ -126,15 +127,22 @@ class Registry {
   // off for good rather than be counted.
   static constexpr uint64_t kSummaryMaxRange = uint64_t{1} << 41;
 
-  bool SummarySaysNone(uintptr_t start, uintptr_t end) const {
+  // Whether the summary shows no range in the granules from start's to
+  // last's (last: the range's last byte). False when it cannot tell: not
+  // mapped, past its reach, wider than a probe, or last below start. Both
+  // ends' counts are read at once; the loop runs only for ranges over three
+  // granules.
+  bool SummarySaysNone(uintptr_t start, uintptr_t last) const {
     const uint8_t* s = summary_.load(std::memory_order_acquire);
-    if (s == nullptr || end > kSummaryLimit || end <= start) return false;
-    const uintptr_t first = start >> kGranuleShift, last = (end - 1) >> kGranuleShift;
-    if (last - first >= kSummaryProbe) return false;
-    for (uintptr_t g = first; g <= last; ++g) {
-      if (__atomic_load_n(&s[g], __ATOMIC_RELAXED) != 0) return false;
+    const uintptr_t first_g = start >> kGranuleShift, last_g = last >> kGranuleShift;
+    if (s == nullptr || last_g >= kSummaryGranules || last_g - first_g >= kSummaryProbe) {
+      return false;
     }
-    return true;
+    unsigned any = __atomic_load_n(&s[first_g], __ATOMIC_RELAXED) |
+                   __atomic_load_n(&s[last_g], __ATOMIC_RELAXED);
+    for (uintptr_t g = first_g + 1; g < last_g; ++g)
+      any |= __atomic_load_n(&s[g], __ATOMIC_RELAXED);
+    return any == 0;
   }
   void SummaryAdd(const Region& r);
   void SummarySub(const Region& r);

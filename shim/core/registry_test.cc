@@ -225,7 +225,9 @@ TEST(RegistryTest, SummaryAgreesWithModelAcrossGranules) {
     }
     for (int probe = 0; probe < 4; ++probe) {
       const uintptr_t p = random_addr();
-      const uint64_t plen = 1 + rng() % 0x40000;
+      // Mostly within two granules; one probe in four spans up to ten (the
+      // summary reads both ends, then the granules between, then searches).
+      const uint64_t plen = 1 + (probe == 0 ? rng() % (10 * kGranule) : rng() % 0x40000);
       ASSERT_EQ(reg.AnyOverlapping(p, plen), model_overlaps(p, p + plen))
           << "step " << step << std::hex << " probe " << p << " + " << plen;
       Region r;
@@ -233,6 +235,33 @@ TEST(RegistryTest, SummaryAgreesWithModelAcrossGranules) {
     }
     ASSERT_EQ(reg.size(), model.size());
   }
+}
+
+// Ranges at the summary's reach (2^47) and probes at the top of the address
+// space: where the summary cannot answer, the searches do.
+TEST(RegistryTest, SummaryEdgesOfTheAddressSpace) {
+  const uintptr_t kLimit = uintptr_t{1} << 47;
+  Registry reg;
+  ASSERT_TRUE(reg.Insert(Make(kLimit - 0x1000, 0x3000, 1)));  // across the limit
+  ASSERT_TRUE(reg.Insert(Make(kLimit + (uintptr_t{8} << 20), 0x1000, 2)));
+  Region r;
+  EXPECT_TRUE(reg.Lookup(kLimit - 1, &r));
+  EXPECT_TRUE(reg.Lookup(kLimit + 0x10, &r));
+  EXPECT_EQ(r.id, 1u);
+  EXPECT_TRUE(reg.AnyOverlapping(kLimit + 0x1000, 0x10));
+  EXPECT_FALSE(reg.AnyOverlapping(kLimit + 0x2000, 0x1000));
+  EXPECT_TRUE(reg.AnyOverlapping(kLimit - (uintptr_t{4} << 20), uintptr_t{4} << 20 | 1));
+  EXPECT_FALSE(reg.AnyOverlapping(kLimit - (uintptr_t{4} << 20), uintptr_t{4} << 20 >> 1));
+  EXPECT_TRUE(reg.Lookup(kLimit + (uintptr_t{8} << 20) + 5, &r));
+  EXPECT_EQ(r.id, 2u);
+  EXPECT_FALSE(reg.Lookup(UINTPTR_MAX, &r));
+  EXPECT_FALSE(reg.AnyOverlapping(UINTPTR_MAX - 10, 100));  // runs past the top
+  EXPECT_FALSE(reg.AnyOverlapping(UINTPTR_MAX, 1));
+  EXPECT_TRUE(reg.AnyOverlapping(kLimit - 0x1000, UINT64_MAX));
+  ASSERT_TRUE(reg.Insert(Make(UINTPTR_MAX - 0xfff, 0x1000, 3)));  // the last page
+  EXPECT_TRUE(reg.Lookup(UINTPTR_MAX, &r));
+  EXPECT_EQ(r.id, 3u);
+  EXPECT_TRUE(reg.AnyOverlapping(UINTPTR_MAX - 10, 100));
 }
 
 // A granule holding more ranges than its count can hold stays counted (the

@@ -163,40 +163,74 @@ void FreeArenaBlock(void* p) {
 
 // Whether an mmap with these arguments leaves private anonymous memory that
 // may be pinned in place (the arena pins its memory again after a MAP_FIXED).
-bool PrivateAnonymous(int prot, int flags) {
-  return (flags & MAP_ANONYMOUS) != 0 && (flags & MAP_PRIVATE) != 0 &&
+// The mapping's type is a field, not a bit: MAP_SHARED_VALIDATE (3) has
+// MAP_PRIVATE's bit set and is shared.
+constexpr bool PrivateAnonymous(int prot, int flags) {
+  return (flags & (MAP_TYPE | MAP_ANONYMOUS)) == (MAP_PRIVATE | MAP_ANONYMOUS) &&
          (prot & (PROT_READ | PROT_WRITE)) == (PROT_READ | PROT_WRITE);
 }
 
+// PROT_NONE mappings are address-space reservations, not memory to copy.
+// Shared and file-backed mappings are tracked (copies of them are counted)
+// but never pinned in place: the cache pins only private anonymous memory
+// (RegionFlags kRegionNotPinnable otherwise).
+inline bool TracksMapping(size_t len, int prot) {
+  return prot != PROT_NONE && len >= g_track_threshold;
+}
+
+// Whether [addr, addr + len) may hold a tracked allocation (the registry's
+// summary answers for address space no range touches in a few loads).
+inline bool MayHoldTracked(const void* addr, size_t len) {
+  return !Reentered(Reentry::kHook) && g_allocations.size() != 0 &&
+         g_allocations.AnyOverlapping(reinterpret_cast<uintptr_t>(addr), len);
+}
+
+// MAP_FIXED replaces what was mapped there: pinshim's pinning of it goes
+// first. (MAP_FIXED_NOREPLACE fails rather than replace anything.)
+inline optimize::PageChange MapFixedChange(int prot, int flags) {
+  return PageChangeOf(OwnPinReason::kPageChangeMapFixed, static_cast<uint32_t>(flags),
+                      PrivateAnonymous(prot, flags));
+}
+
+// The tracked allocations in [p, p + len) are gone (unmapped, or replaced
+// by a MAP_FIXED); the rest of a region the range covered in part stays
+// tracked as it was.
+__attribute__((noinline)) void ForgetTracked(void* p, size_t len) {
+  ReentryGuard guard(Reentry::kHook);
+  g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(p), len, RecordRemovedPart, nullptr);
+}
+
+// A MAP_FIXED runs as a page change.
 template <typename RealMmap>
-void* MmapHook(void* addr, size_t len, int prot, int flags, int fd, off64_t off,
-               RealMmap real_mmap) {
-  void* p;
-  if ((flags & MAP_FIXED) != 0) {
-    // MAP_FIXED replaces what was mapped there: pinshim's pinning of it goes
-    // first. (MAP_FIXED_NOREPLACE fails rather than replace anything.)
-    p = WithPageChange(addr, len,
-                       PageChangeOf(OwnPinReason::kPageChangeMapFixed, static_cast<uint32_t>(flags),
-                                    PrivateAnonymous(prot, flags)),
-                       real_mmap, addr, len, prot, flags, fd, off);
-    // What it replaced is gone; the rest of a region it covered in part
-    // stays tracked as it was.
-    if (p != MAP_FAILED && !Reentered(Reentry::kHook) && g_allocations.size() != 0 &&
-        g_allocations.AnyOverlapping(reinterpret_cast<uintptr_t>(p), len)) {
-      ReentryGuard guard(Reentry::kHook);
-      g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(p), len, RecordRemovedPart, nullptr);
-    }
-  } else {
-    p = real_mmap(addr, len, prot, flags, fd, off);
-  }
-  // PROT_NONE mappings are address-space reservations, not memory to copy.
-  // Shared and file-backed mappings are tracked (copies of them are
-  // counted) but never pinned in place: the cache pins only private
-  // anonymous memory (RegionFlags kRegionNotPinnable otherwise).
-  if (p != MAP_FAILED && prot != PROT_NONE && len >= g_track_threshold) {
+__attribute__((always_inline)) inline void* MmapFixed(void* addr, size_t len, int prot, int flags,
+                                                      int fd, off64_t off, RealMmap real_mmap) {
+  void* p = WithPageChange(addr, len, MapFixedChange(prot, flags), real_mmap, addr, len, prot,
+                           flags, fd, off);
+  if (p != MAP_FAILED && MayHoldTracked(p, len)) ForgetTracked(p, len);
+  return p;
+}
+
+// A mapping large enough to track. Out of line, so that a smaller one keeps
+// nothing across its call but what MAP_FIXED needs.
+template <typename RealMmap>
+__attribute__((noinline)) void* MmapTracking(void* addr, size_t len, int prot, int flags, int fd,
+                                             off64_t off, RealMmap real_mmap) {
+  void* p = (flags & MAP_FIXED) != 0 ? MmapFixed(addr, len, prot, flags, fd, off, real_mmap)
+                                     : real_mmap(addr, len, prot, flags, fd, off);
+  if (p != MAP_FAILED) {
     Track(p, len, kSourceMmap, 0, PrivateAnonymous(prot, flags) ? 0 : kRegionNotPinnable);
   }
   return p;
+}
+
+template <typename RealMmap>
+__attribute__((always_inline)) inline void* MmapHook(void* addr, size_t len, int prot, int flags,
+                                                     int fd, off64_t off, RealMmap real_mmap) {
+  if (PINSHIM_UNLIKELY(TracksMapping(len, prot))) {
+    return MmapTracking(addr, len, prot, flags, fd, off, real_mmap);
+  }
+  if ((flags & MAP_FIXED) == 0) return real_mmap(addr, len, prot, flags, fd, off);
+  return MmapFixed(addr, len, prot, flags, fd, off, real_mmap);
 }
 
 }  // namespace
@@ -366,11 +400,7 @@ void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
 
 int munmap(void* addr, size_t len) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<int>(syscall(SYS_munmap, addr, len));
-  if (!Reentered(Reentry::kHook) && g_allocations.size() != 0 &&
-      g_allocations.AnyOverlapping(reinterpret_cast<uintptr_t>(addr), len)) {
-    ReentryGuard guard(Reentry::kHook);
-    g_allocations.RemoveSpan(reinterpret_cast<uintptr_t>(addr), len, RecordRemovedPart, nullptr);
-  }
+  if (MayHoldTracked(addr, len)) ForgetTracked(addr, len);
   // Whole buffers unmapped are released (the cache records them so); part
   // of one unmapped is a page change of the rest.
   return WithPageChange(addr, len, PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false),

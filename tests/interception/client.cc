@@ -370,6 +370,50 @@ void RoundTrip(const char* label) {
   CHECK(d.MemFree(dev));
 }
 
+// One mapping of the kind named, copied hot both ways (optimize mode would
+// pin a private anonymous one in place; the others never): private, shared
+// (anonymous), memfd (a shared file mapping), memfd_validate (the same with
+// MAP_SHARED_VALIDATE, whose type field has MAP_PRIVATE's bit set; the
+// kernel takes it for files only), file_private (a private file mapping),
+// readonly (a private anonymous one mapped read-only first).
+void Mapping(const char* kind) {
+  const size_t n = 4 << 20;
+  int fd = -1;
+  int flags = MAP_ANONYMOUS | MAP_PRIVATE;
+  int prot = PROT_READ | PROT_WRITE;
+  if (strcmp(kind, "shared") == 0) {
+    flags = MAP_ANONYMOUS | MAP_SHARED;
+  } else if (strncmp(kind, "memfd", 5) == 0 || strcmp(kind, "file_private") == 0) {
+    fd = memfd_create("pinshim-client", 0);
+    if (fd < 0 || ftruncate(fd, n) != 0) exit(4);
+    flags = strcmp(kind, "memfd") == 0            ? MAP_SHARED
+            : strcmp(kind, "memfd_validate") == 0 ? MAP_SHARED_VALIDATE
+                                                  : MAP_PRIVATE;
+  } else if (strcmp(kind, "readonly") == 0) {
+    prot = PROT_READ;
+  } else if (strcmp(kind, "private") != 0) {
+    exit(4);
+  }
+  char* buf = static_cast<char*>(mmap(nullptr, n, prot, flags, fd, 0));
+  if (buf == MAP_FAILED) exit(4);
+  if (prot == PROT_READ && mprotect(buf, n, PROT_READ | PROT_WRITE) != 0) exit(4);
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  std::vector<char> back(n);
+  for (int i = 0; i < 8; ++i) {
+    Fill(buf, n, 40 + i);
+    CHECK(d.MemcpyHtoD(dev, buf, n));
+    g_expect.h2d++;
+    memset(buf, 0, n);
+    CHECK(d.MemcpyDtoH(buf, dev, n));
+    g_expect.d2h++;
+    printf("%s %d: %lx\n", kind, i, Checksum(buf, n));
+  }
+  CHECK(d.MemFree(dev));
+  munmap(buf, n);
+  if (fd >= 0) close(fd);
+}
+
 // Pins past a budget (run with PINSHIM_MODE=enforce PINSHIM_BUDGET=2M):
 // prints each call's result, and whether memory handed out still copies.
 void Budget() {
@@ -1040,6 +1084,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "random") == 0) {
     LoadDriver(0);
     RandomSequence();
+  } else if (strcmp(scenario, "mapping") == 0 && argc > 2) {
+    LoadDriver(0);
+    Mapping(argv[2]);
   } else if (strcmp(scenario, "sites") == 0) {
     LoadDriver(0);
     Sites();

@@ -447,6 +447,27 @@ TEST(OptimizeTest, HotSitesComeFromTheArena) {
   EXPECT_EQ(field("profile_sites"), 0) << s;
 }
 
+// Only private anonymous memory is pinned in place: shared mappings
+// (MAP_SHARED_VALIDATE's type included) and file mappings are copied as
+// they are. The protection counted is the one at mmap: a mapping made
+// read-only is never pinned, even once the program makes it writable.
+TEST(OptimizeTest, OnlyPrivateAnonymousMappingsArePinnedInPlace) {
+  const struct {
+    const char* kind;
+    long long registrations;
+  } kinds[] = {{"private", 1},        {"shared", 0},       {"memfd", 0},
+               {"memfd_validate", 0}, {"file_private", 0}, {"readonly", 0}};
+  for (const auto& k : kinds) {
+    SCOPED_TRACE(k.kind);
+    CheckOptimizeTransparent({g_client, "mapping", k.kind});
+    RunResult with = RunProgram({g_client, "mapping", k.kind}, true,
+                                {"PINSHIM_MODE=optimize", "PINSHIM_STAGE=0"});
+    ASSERT_EQ(with.summaries.size(), 1u) << with.err;
+    EXPECT_EQ(OptimizeField(with.summaries[0], "cache_registrations"), k.registrations)
+        << with.summaries[0];
+  }
+}
+
 // The differential run: a random sequence of allocations, copies, reallocs
 // and frees leaves the same host and device contents with optimize mode, and
 // optimize mode did act on it (pool, cache and arena all used).
