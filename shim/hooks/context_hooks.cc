@@ -12,7 +12,7 @@
 
 #include <atomic>
 
-#include "shim/hooks/context_gate.h"
+#include "shim/core/context_gate.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
 #include "shim/hooks/state.h"

@@ -13,7 +13,7 @@
 
 #include "shim/budget/budget.h"
 #include "shim/core/stats.h"
-#include "shim/hooks/context_gate.h"
+#include "shim/core/context_gate.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
 #include "shim/hooks/state.h"

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "shim/budget/budget.h"
+#include "shim/core/context_gate.h"
 #include "shim/core/log.h"
 #include "shim/core/phdr.h"
 #include "shim/hooks/driver_table.h"
@@ -100,6 +101,7 @@ void StartOptimizing() {
   // A worker count set by hand is used as set, busy CPUs or not.
   options.stager.load_aware = g_config.stage_workers == 0;
   options.stager.idle_trim_ns = options.pool.idle_trim_ns;
+  options.stager.teardown_gate = &g_context_gate;
   if (in_place && g_config.verify_pages) {
     if (optimize::PageFrames::Open()) {
       options.verify_pages = true;

@@ -19,9 +19,20 @@
 // Stage() declines (the caller makes the driver call) when the copy is
 // smaller than the direction's threshold, its device range is not one
 // allocation the driver knows, the host range is not mapped, no lane is
-// free, the ring cannot be pinned (cap, budget), or the machine's CPUs are
-// busy (fewer than two idle cores: the driver's path costs the program
-// less then).
+// free, the ring cannot be pinned (cap, budget), its ring is being pinned,
+// or the machine's CPUs are busy (fewer than two idle cores: the driver's
+// path costs the program less then).
+//
+// Rings: pinning one costs milliseconds (cudaHostAlloc, bench/RESULTS.md),
+// more than the driver takes for a copy of tens of MiB. So the first copy
+// that needs a ring in a context asks a worker to pin it and goes to the
+// driver meanwhile, unless the driver's copy would take longer than pinning
+// the ring and staging the copy (CostModel: from about 96 MiB at the
+// default ring of 16 MiB: WaitsForRing); then it waits for the ring,
+// pinned on its own thread.
+// Copies that come while a worker pins go to the driver. The worker pins
+// inside the context gate (shim/core/context_gate.h), so a teardown of that
+// context waits for it, and its ring is then given back with the context.
 //
 // Threads: lanes (one ring each, one copy at a time) are taken with one
 // CAS; workers are shared by all lanes and sleep on a futex when idle. No
@@ -32,6 +43,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "shim/core/context_gate.h"
 #include "shim/core/events.h"
 #include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
@@ -49,6 +61,12 @@ struct StagerOptions {
   uint64_t min_d2h_bytes = uint64_t{256} << 10;
   uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // rings idle this long are given back
   bool load_aware = true;                             // use only the cores /proc/stat says are idle
+  // Rings pinned by a worker while the first copies go to the driver (see
+  // above); false: every ring is pinned by the copy that needs it.
+  bool background_rings = true;
+  // Context teardowns wait for rings being pinned in the background (the
+  // hooks' gate); null: nothing to wait for (no teardown can race).
+  ContextGate* teardown_gate = nullptr;
   OwnPinCallback on_own_pin = nullptr;
   // The program's device allocations as the hooks saw them (kDevice
   // regions): a copy's device range is checked there first, without a
@@ -65,11 +83,13 @@ struct StagedInfo {
 struct StagerStats {
   uint64_t copies;  // staged
   uint64_t bytes;
-  uint64_t declined;    // went to the driver (busy, small copies not counted)
-  uint64_t busy_cpus;   // of those: no idle cores
-  uint64_t no_lane;     // of those: every lane busy, or no ring
-  uint64_t ring_bytes;  // pinned for rings now
-  uint32_t workers;     // the pool's size
+  uint64_t declined;          // went to the driver (busy, small copies not counted)
+  uint64_t busy_cpus;         // of those: no idle cores
+  uint64_t no_lane;           // of those: every lane busy, or no ring
+  uint64_t ring_pending;      // of those: their context's ring was being pinned
+  uint64_t ring_bytes;        // pinned for rings now
+  uint64_t background_rings;  // rings a worker pinned
+  uint32_t workers;           // the pool's size
 };
 
 class Stager {
@@ -90,6 +110,12 @@ class Stager {
   // The measured default worker count for `cores` online cores.
   static uint32_t DefaultWorkers(uint32_t cores);
 
+  // Whether a copy of `bytes` in `dir` that needs a ring of `ring_bytes`
+  // waits for it to be pinned (the driver's pageable copy would take longer
+  // than pinning the ring and staging the copy) rather than go to the
+  // driver while a worker pins the ring.
+  static bool WaitsForRing(CopyDir dir, uint64_t bytes, uint64_t ring_bytes);
+
   // Whether a copy of `bytes` in `dir` is worth staging (size only; one load).
   bool Wants(CopyDir dir, uint64_t bytes) const {
     return active() && (dir == CopyDir::kHostToDevice ? bytes >= options_.min_h2d_bytes
@@ -104,6 +130,10 @@ class Stager {
   bool Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream, bool sync,
              CUresult* result, StagedInfo* info);
 
+  // Waits until no ring is being pinned in the background; false when one
+  // still is after timeout_ns.
+  bool WaitForRings(uint64_t timeout_ns) const;
+
   // Gives back rings idle for idle_trim_ns (from the trim thread); all
   // idle ones with `all` (the cap or a budget needs the memory).
   uint64_t TrimIdle(bool all = false);
@@ -117,7 +147,9 @@ class Stager {
 #ifdef PINSHIM_DEBUG_INVARIANTS
   // Debug builds (invariants.h): walks the lanes (lock-free; no staging
   // call in flight). Checks, with shim/INVARIANTS.md's numbers in brackets:
-  //  S1 every lane is empty or free (busy and binding exist only inside a call)
+  //  S1 every lane is empty or free (busy and binding exist only inside a
+  //     call), or its ring is being pinned in the background (then S3 is
+  //     not checked: the ring's charge and its bytes are made in steps)
   //  S2 an empty lane holds no ring and no context; a free one a ring of
   //     chunk_bytes x slots in a context, with 2 <= slots <= kMaxSlots and
   //     page-multiple chunks
@@ -141,7 +173,9 @@ class Stager {
   struct Lane;
   struct Job;
 
-  Lane* TakeLane(CUcontext ctx, uint64_t chunk_bytes);
+  Lane* TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool* pending);
+  bool WaitsForRingHere(CopyDir dir, uint64_t bytes) const;
+  void PinRingInBackground(Lane* lane);
   void ReleaseLane(Lane* lane);
   bool PinRing(Lane* lane, CUcontext ctx);
   void UnpinRing(Lane* lane, OwnPinReason why);
@@ -167,6 +201,7 @@ class Stager {
   uint64_t last_busy_ = 0, last_total_ = 0;  // /proc/stat, guarded by sampling_
   std::atomic<bool> sampling_{false};
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
+  std::atomic<uint64_t> ring_pending_{0}, background_rings_{0};
 };
 
 }  // namespace optimize

@@ -30,6 +30,24 @@ using testing::HasPattern;
 using testing::MakeContextCurrent;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kSecond = 1000000000;
+
+// The driver's cuMemHostAlloc behind a gate the test holds shut: a ring a
+// worker pins stays in flight as long as the test wants.
+std::atomic<bool> g_hold_host_alloc{false};
+std::atomic<int> g_host_allocs_held{0};
+CUresult HeldHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  g_host_allocs_held++;
+  while (g_hold_host_alloc.load()) usleep(100);
+  g_host_allocs_held--;
+  return cuMemHostAlloc(pp, bytes, flags);
+}
+
+// Waits until a cuMemHostAlloc is held at the gate; false after 10 s.
+bool HostAllocHeld() {
+  for (int i = 0; i < 100000 && g_host_allocs_held.load() == 0; ++i) usleep(100);
+  return g_host_allocs_held.load() != 0;
+}
 
 // Every stager the tests made, kept (and reachable, for LeakSanitizer):
 // see StagerTest::stager_.
@@ -44,6 +62,7 @@ class StagerTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(MakeContextCurrent(), nullptr);
     ops_ = FakeDriverOps();
+    ops_.mem_host_alloc = &HeldHostAlloc;
     account_.Init(PinAccount::kNoCap, PinAccountHooks());
     StagerOptions o;
     o.workers = 3;
@@ -52,10 +71,18 @@ class StagerTest : public ::testing::Test {
     o.slots = 4;
     o.min_h2d_bytes = 64 << 10;
     o.min_d2h_bytes = 64 << 10;
+    // The copy that needs a ring pins it: each test's first copy is staged.
+    // BackgroundRingTest has the library's default.
+    o.background_rings = BackgroundRings();
+    o.teardown_gate = &gate_;
     ASSERT_TRUE(stager_->Init(&ops_, &account_, o));
     ASSERT_EQ(cuMemAlloc(&dev_, kDevBytes), CUDA_SUCCESS);
   }
+  virtual bool BackgroundRings() const { return false; }
+
   void TearDown() override {
+    g_hold_host_alloc.store(false);
+    EXPECT_TRUE(stager_.raw().WaitForRings(10 * kSecond));
     EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
     EXPECT_EQ(cuMemFree(dev_), CUDA_SUCCESS);
     fakecuda_set_copy_delay_us(0);
@@ -81,6 +108,7 @@ class StagerTest : public ::testing::Test {
   static constexpr uint64_t kDevBytes = 64 * kMiB;
   DriverOps ops_;
   PinAccount account_;
+  ContextGate gate_;
   // Every call walks the stager's invariants. Never destroyed: its workers
   // are detached and keep looking at it for as long as the process lives,
   // as they do at the library's (static) stager.
@@ -277,6 +305,163 @@ TEST_F(StagerTest, InvariantWalkerReportsEachCorruption) {
       {Stager::Corruption::kJobLive, "S5 "},
   };
   testing::ExpectWalkerReportsEach(stager_.raw(), cases);
+}
+
+// The library's default: a ring is pinned by a worker while the copies that
+// need it go to the driver, unless a copy is so large that waiting for the
+// ring pays (StagerOptions::background_rings).
+class BackgroundRingTest : public StagerTest {
+ protected:
+  bool BackgroundRings() const override { return true; }
+};
+
+// The first copy does not wait for its ring: with the driver's allocation
+// held, a copy that waited would never return (and the test would time out).
+TEST_F(BackgroundRingTest, FirstCopiesGoToTheDriverWhileAWorkerPinsTheRing) {
+  g_hold_host_alloc.store(true);
+  std::vector<uint8_t> src(2 * kMiB);
+  Fill(src.data(), src.size(), 21);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  StagedInfo info;
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr, true,
+                              &r, &info));
+  ASSERT_TRUE(HostAllocHeld());  // a worker is pinning the ring
+  // Copies meanwhile go to the driver too, and ask for no second ring.
+  EXPECT_FALSE(stager_->Stage(CopyDir::kDeviceToHost, src.data(), dev_, src.size(), nullptr, true,
+                              &r, &info));
+  StagerStats s = stager_->Stats();
+  EXPECT_EQ(s.ring_pending, 2u);
+  EXPECT_EQ(s.copies, 0u);
+  EXPECT_EQ(s.ring_bytes, 0u);
+  EXPECT_EQ(g_host_allocs_held.load(), 1);
+  g_hold_host_alloc.store(false);
+  ASSERT_TRUE(stager_.raw().WaitForRings(10 * kSecond));
+  s = stager_->Stats();
+  EXPECT_EQ(s.background_rings, 1u);
+  EXPECT_EQ(s.ring_bytes, 4 * kMiB);
+  EXPECT_EQ(account_.pinned_for(PinUse::kStaging), 4 * kMiB);
+  RoundTrip(2 * kMiB, 0, nullptr, true, 22);  // staged from now on
+  RoundTrip(3 * kMiB, 4096, nullptr, false, 23);
+  EXPECT_EQ(stager_->Stats().background_rings, 1u);
+}
+
+// The default ring (4 slots of 4 MiB): copies up to 64 MiB go to the
+// driver while it is pinned, from 96 MiB on they wait for it (the cost
+// model's pageable and pinned speeds, and cudaHostAlloc's cost).
+TEST(StagerRingTest, WhichCopiesWaitForTheDefaultRing) {
+  const uint64_t ring = StagerOptions().chunk_bytes * StagerOptions().slots;
+  ASSERT_EQ(ring, 16 * kMiB);
+  for (CopyDir dir : {CopyDir::kHostToDevice, CopyDir::kDeviceToHost}) {
+    for (uint64_t n : {kMiB, 16 * kMiB, 64 * kMiB}) {
+      EXPECT_FALSE(Stager::WaitsForRing(dir, n, ring)) << n;
+    }
+    for (uint64_t n : {96 * kMiB, 256 * kMiB, 1024 * kMiB}) {
+      EXPECT_TRUE(Stager::WaitsForRing(dir, n, ring)) << n;
+    }
+  }
+}
+
+// A copy for which the driver would take longer than pinning the ring and
+// staging (64 MiB against a 4 MiB ring, by the cost model) waits for it.
+TEST_F(BackgroundRingTest, ALargeCopyWaitsForItsRing) {
+  std::vector<uint8_t> src(kDevBytes), back(kDevBytes);
+  Fill(src.data(), src.size(), 24);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  StagedInfo info;
+  ASSERT_TRUE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr, true,
+                             &r, &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev_, back.size(), nullptr, true,
+                             &r, &info));
+  EXPECT_TRUE(HasPattern(back.data(), back.size(), 24));
+  EXPECT_EQ(stager_->Stats().background_rings, 0u);
+  EXPECT_EQ(stager_->Stats().ring_pending, 0u);
+}
+
+// A context torn down while a worker pins a ring in it: the teardown waits
+// at the gate until the ring is made, and the ring then goes with the
+// context (the driver frees it): nothing stays charged or points into it.
+TEST_F(BackgroundRingTest, TeardownWaitsForARingBeingPinnedInItsContext) {
+  CUdevice d1;
+  CUcontext c1;
+  ASSERT_EQ(cuDeviceGet(&d1, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&c1, d1), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CUdeviceptr dev1;
+  ASSERT_EQ(cuMemAlloc(&dev1, 4 * kMiB), CUDA_SUCCESS);
+  std::vector<uint8_t> src(2 * kMiB, 3);
+  CUresult r;
+  StagedInfo info;
+  g_hold_host_alloc.store(true);
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev1, src.size(), nullptr, true,
+                              &r, &info));
+  ASSERT_TRUE(HostAllocHeld());
+  EXPECT_EQ(cuMemFree(dev1), CUDA_SUCCESS);
+  std::atomic<bool> destroyed{false};
+  std::thread teardown([&] {  // as context_hooks.cc tears a context down
+    gate_.BeginTeardown();
+    EXPECT_EQ(cuDevicePrimaryCtxReset(d1), CUDA_SUCCESS);
+    stager_.raw().OnContextDestroyed(c1);
+    destroyed.store(true);
+    gate_.EndTeardown();
+  });
+  usleep(20000);
+  EXPECT_FALSE(destroyed.load());  // held at the gate behind the pinning
+  g_hold_host_alloc.store(false);
+  teardown.join();
+  ASSERT_TRUE(stager_.raw().WaitForRings(10 * kSecond));
+  ExpectInvariants(stager_.raw());
+  EXPECT_EQ(stager_->Stats().background_rings, 1u);
+  EXPECT_EQ(stager_->Stats().ring_bytes, 0u);
+  EXPECT_EQ(account_.pinned_for(PinUse::kStaging), 0u);
+  ASSERT_EQ(cuCtxSetCurrent(MakeContextCurrent()), CUDA_SUCCESS);
+}
+
+// A teardown already under way when the worker comes: the ring is not made
+// in the dying context, and the next copy asks again.
+TEST_F(BackgroundRingTest, NoRingIsPinnedWhileATeardownRuns) {
+  std::vector<uint8_t> src(2 * kMiB, 4);
+  CUresult r;
+  StagedInfo info;
+  gate_.BeginTeardown();
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr, true,
+                              &r, &info));
+  ASSERT_TRUE(stager_.raw().WaitForRings(10 * kSecond));
+  EXPECT_EQ(stager_->Stats().background_rings, 0u);
+  EXPECT_EQ(stager_->Stats().ring_bytes, 0u);
+  gate_.EndTeardown();
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr, true,
+                              &r, &info));
+  ASSERT_TRUE(stager_.raw().WaitForRings(10 * kSecond));
+  EXPECT_EQ(stager_->Stats().background_rings, 1u);
+  RoundTrip(2 * kMiB, 0, nullptr, true, 25);
+}
+
+// The cap refuses the ring a worker would pin: nothing is charged, and
+// copies keep going to the driver.
+TEST_F(BackgroundRingTest, ARingTheCapRefusesLeavesCopiesWithTheDriver) {
+  PinAccount capped;
+  capped.Init(2 * kMiB, PinAccountHooks());  // below the 4 MiB ring
+  Checked<Stager>& stager = NewStager();
+  StagerOptions o;
+  o.workers = 2;
+  o.load_aware = false;
+  o.chunk_bytes = kMiB;
+  o.slots = 4;
+  o.min_h2d_bytes = 64 << 10;
+  ASSERT_TRUE(stager->Init(&ops_, &capped, o));
+  std::vector<uint8_t> src(2 * kMiB, 5);
+  CUresult r;
+  StagedInfo info;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(stager->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr, true,
+                               &r, &info));
+    ASSERT_TRUE(stager.raw().WaitForRings(10 * kSecond));
+  }
+  EXPECT_EQ(stager->Stats().background_rings, 0u);
+  EXPECT_EQ(stager->Stats().ring_bytes, 0u);
+  EXPECT_EQ(capped.pinned(), 0u);
+  ExpectInvariants(capped);
 }
 
 }  // namespace

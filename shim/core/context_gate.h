@@ -1,7 +1,9 @@
-// The gate between optimize mode's pooled pinned allocations
-// (memory_hooks.cc) and the program's context teardowns (context_hooks.cc).
-#ifndef PINSHIM_SHIM_HOOKS_CONTEXT_GATE_H_
-#define PINSHIM_SHIM_HOOKS_CONTEXT_GATE_H_
+// The gate between pinned memory optimize mode makes in a context (pooled
+// allocations, shim/hooks/pinned_hooks.cc; staging rings pinned in the
+// background, shim/optimize/stager.cc) and the program's context teardowns
+// (shim/hooks/context_hooks.cc).
+#ifndef PINSHIM_SHIM_CORE_CONTEXT_GATE_H_
+#define PINSHIM_SHIM_CORE_CONTEXT_GATE_H_
 
 #include <sched.h>
 
@@ -19,11 +21,14 @@ namespace pinshim {
 // allocation runs: the ones in flight are waited for, new ones go to the
 // driver (what the program gets is a dedicated allocation, which frees
 // correctly), and no slab can be made in the dying context or reused under
-// a recycled handle. One word holds both counts, so the two sides see each
-// other in one order.
+// a recycled handle. The stager's workers pin staging rings for a context
+// inside the gate too (a ring pinned in a dying context would be freed
+// under the stager's feet). One word holds both counts, so the two sides
+// see each other in one order.
 class ContextGate {
  public:
-  // Around a pooled allocation; false: a teardown runs, use the driver.
+  // Around a pooled allocation (or a ring's pinning); false: a teardown
+  // runs, use the driver.
   bool EnterAlloc() {
     if (PINSHIM_LIKELY((state_.fetch_add(1, std::memory_order_acq_rel) >> 32) == 0)) return true;
     state_.fetch_sub(1, std::memory_order_release);
@@ -31,7 +36,7 @@ class ContextGate {
   }
   void ExitAlloc() { state_.fetch_sub(1, std::memory_order_release); }
 
-  // Closes the gate and waits for the pooled allocations already inside.
+  // Closes the gate and waits for the allocations already inside.
   // They never wait for a teardown, so this ends. (A signal handler cannot
   // get here from inside one: the depth guard makes it forward.)
   void BeginTeardown() {
@@ -49,4 +54,4 @@ extern ContextGate g_context_gate PINSHIM_HIDDEN;
 
 }  // namespace pinshim
 
-#endif  // PINSHIM_SHIM_HOOKS_CONTEXT_GATE_H_
+#endif  // PINSHIM_SHIM_CORE_CONTEXT_GATE_H_
