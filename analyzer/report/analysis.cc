@@ -109,6 +109,7 @@ class Replay : public EventVisitor {
   void Pin(const Event& e) {
     ++summary_.pin_calls;
     summary_.pin_call_ns += e.duration_ns;
+    own_->OnPin(e);
     if (e.result != 0) return;
     if (e.op == PinOp::kAlloc || e.op == PinOp::kRegister) {
       PinnedAlloc a;

@@ -140,6 +140,24 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   WriteRate(o.PoolHitRate(), w);
   w->Key("dedicated");
   w->Uint(c.pool_dedicated);
+  w->Key("pairs");
+  w->Uint(o.pinned_pairs);
+  auto times = [&](const char* key, const OwnPinningSummary::CallTimes& t) {
+    w->Key(key);
+    if (o.pinned_pairs == 0) {
+      w->Null();
+      return;
+    }
+    w->BeginObject();
+    w->Key("mean");
+    w->Double(static_cast<double>(t.mean_ns) / 1000.0);
+    w->Key("median");
+    w->Double(static_cast<double>(t.median_ns) / 1000.0);
+    w->EndObject();
+  };
+  times("pair_us", o.pair_ns);
+  times("alloc_us", o.pair_alloc_ns);
+  times("free_us", o.pair_free_ns);
   WriteRefusals(o, "pool", w);
   w->EndObject();
   w->Key("cache");

@@ -151,6 +151,55 @@ void OwnPinningTracker::OnHostAlloc(const Event& e) {
   a.stack = e.stack;
 }
 
+int OwnPinningTracker::Durations::Bucket(uint64_t ns) {
+  if (ns < 2 * kSub) return static_cast<int>(ns);
+  const int msb = 63 - __builtin_clzll(ns);  // >= 7
+  const int sub = static_cast<int>((ns >> (msb - 6)) & (kSub - 1));
+  return 2 * kSub + (msb - 7) * kSub + sub;
+}
+
+uint64_t OwnPinningTracker::Durations::Low(int bucket) {
+  if (bucket < 2 * kSub) return static_cast<uint64_t>(bucket);
+  const int msb = (bucket - 2 * kSub) / kSub + 7;
+  const uint64_t sub = static_cast<uint64_t>((bucket - 2 * kSub) % kSub);
+  return (uint64_t{1} << msb) | (sub << (msb - 6));
+}
+
+void OwnPinningTracker::Durations::Add(uint64_t ns) {
+  ++buckets_[Bucket(ns)];
+  ++count_;
+  sum_ += ns;
+}
+
+uint64_t OwnPinningTracker::Durations::Median() const {
+  if (count_ == 0) return 0;
+  const uint64_t half = (count_ + 1) / 2;
+  uint64_t seen = 0;
+  const int n = static_cast<int>(sizeof(buckets_) / sizeof(buckets_[0]));
+  for (int b = 0; b < n; ++b) {
+    seen += buckets_[b];
+    if (seen < half) continue;
+    if (b < 2 * kSub) return Low(b);
+    // The bucket's middle: within half a bucket (1/128) of every value in it.
+    return b + 1 < n ? (Low(b) + Low(b + 1)) / 2 : Low(b);
+  }
+  return 0;
+}
+
+void OwnPinningTracker::OnPin(const Event& e) {
+  if (e.result != 0) return;
+  if (e.op == PinOp::kAlloc) {
+    live_pinned_ns_[e.ptr] = e.duration_ns;
+  } else if (e.op == PinOp::kFree) {
+    auto it = live_pinned_ns_.find(e.ptr);
+    if (it == live_pinned_ns_.end()) return;  // allocated before the trace began
+    pair_alloc_ns_.Add(it->second);
+    pair_free_ns_.Add(e.duration_ns);
+    pair_ns_.Add(it->second + e.duration_ns);
+    live_pinned_ns_.erase(it);
+  }
+}
+
 void OwnPinningTracker::OnOwnPin(const Event& e) {
   switch (e.own_action) {
     case OwnPinAction::kPinned: {
@@ -279,6 +328,10 @@ void OwnPinningTracker::Classify(Buffer* b) const {
 }
 
 OwnPinningSummary OwnPinningTracker::Finish() {
+  s_.pinned_pairs = pair_ns_.count();
+  s_.pair_ns = {pair_ns_.Mean(), pair_ns_.Median()};
+  s_.pair_alloc_ns = {pair_alloc_ns_.Mean(), pair_alloc_ns_.Median()};
+  s_.pair_free_ns = {pair_free_ns_.Mean(), pair_free_ns_.Median()};
   if (s_.has_counters) {
     s_.peak_bytes = std::max(s_.peak_bytes, s_.counters.pinned_bytes_peak);
     s_.final_bytes = s_.counters.pinned_bytes_now;

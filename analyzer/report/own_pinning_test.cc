@@ -66,13 +66,15 @@ class OwnTrace {
     }
   }
 
-  void ProgramPin(uint64_t ptr, uint64_t bytes) {
+  void ProgramPin(uint64_t ptr, uint64_t bytes, PinOp op = PinOp::kAlloc, uint64_t ns = 100,
+                  int result = 0) {
     PinEvent e{};
-    e.op = PinOp::kAlloc;
+    e.op = op;
     e.ptr = reinterpret_cast<void*>(ptr);
     e.bytes = bytes;
+    e.result = result;
     e.start_ns = Tick();
-    e.end_ns = e.start_ns + 100;
+    e.end_ns = e.start_ns + ns;
     b_.MakeRoom(1);
     b_.batch().AppendPin(e, 6, 0);
   }
@@ -291,7 +293,8 @@ TEST(OwnPinning, JsonReportHasTheSection) {
   const char* kParts[] = {
       "\"optimize\":{\"counters_recorded\":true,"
       "\"pinned_bytes\":{\"peak\":6291456,\"final\":2097152,\"cap\":33554432},",
-      "\"pool\":{\"hits\":9,\"misses\":1,\"hit_rate\":0.9,\"dedicated\":0,"
+      "\"pool\":{\"hits\":9,\"misses\":1,\"hit_rate\":0.9,\"dedicated\":0,\"pairs\":0,"
+      "\"pair_us\":null,\"alloc_us\":null,\"free_us\":null,"
       "\"refusals\":{\"cap\":1}},",
       "\"cache\":{\"buffers_registered\":1,\"registrations\":1,\"copies_served_pinned\":8,"
       "\"copies_pageable\":51,\"hit_rate\":0.13559322,\"hits\":8,\"evictions\":1,"
@@ -313,6 +316,66 @@ TEST(OwnPinning, JsonReportHasTheSection) {
       "\"handled\":\"left_alone\",\"by\":\"untracked\",",
   };
   for (const char* part : kParts) EXPECT_NE(json.find(part), std::string::npos) << part << json;
+}
+
+// The program's pinned allocation + free pairs as the trace timed them:
+// only allocations made and freed within the trace count (not a failed
+// call, not a free of memory allocated before), each pair the two calls'
+// durations together.
+TEST(OwnPinning, PinnedPairsAreTimedFromTheCalls) {
+  OwnTrace t("observe,optimize");
+  t.ProgramPin(0x9000, 4096, PinOp::kFree, 7777);                 // allocated before the trace
+  t.ProgramPin(0xa000, 4096, PinOp::kAlloc, 9999, /*result=*/2);  // refused
+  t.ProgramPin(0xa000, 4096, PinOp::kFree, 9999, /*result=*/1);
+  for (uint64_t i = 0; i <= 100; ++i) {
+    const uint64_t at = 0x100000 + i * 0x1000;
+    t.ProgramPin(at, 4096, PinOp::kAlloc, 500 + i);
+    t.ProgramPin(at, 4096, PinOp::kFree, 1000 + 2 * i);
+  }
+  // Slower pairs, still within 1% at microseconds: 51 of 2 ms + 1 ms.
+  for (uint64_t i = 0; i <= 50; ++i) {
+    t.ProgramPin(0x900000, 1 << 20, PinOp::kAlloc, 2000000);
+    t.ProgramPin(0x900000, 1 << 20, PinOp::kFree, 1000000);
+  }
+  t.ProgramPin(0x800000, 4096, PinOp::kAlloc, 300);  // never freed
+  std::vector<ProcessReport> ps;
+  ps.push_back(t.Analyze());
+  const OwnPinningSummary& o = ps[0].own;
+  EXPECT_EQ(o.pinned_pairs, 152u);
+  // 101 fast pairs of 1500 + 3i ns and 51 slow ones: the median (76th) is
+  // the fast one of i = 75; its calls' medians are 500 + 75 and 1000 + 150.
+  EXPECT_NEAR(static_cast<double>(o.pair_ns.median_ns), 1725.0, 17.0);
+  EXPECT_NEAR(static_cast<double>(o.pair_alloc_ns.median_ns), 575.0, 6.0);
+  EXPECT_NEAR(static_cast<double>(o.pair_free_ns.median_ns), 1150.0, 12.0);
+  // Means, exact: (101 x 550 + 51 x 2 ms) / 152 and (101 x 1100 + 51 x 1 ms) / 152.
+  EXPECT_EQ(o.pair_alloc_ns.mean_ns, (101 * 550 + 51 * 2000000) / 152);
+  EXPECT_EQ(o.pair_free_ns.mean_ns, (101 * 1100 + 51 * 1000000) / 152);
+  EXPECT_EQ(o.pair_ns.mean_ns, (101 * 1650 + 51 * 3000000) / 152);
+  MergedReport m = Merge(std::move(ps));
+  std::string text;
+  WriteTextReport(m, &text);
+  EXPECT_NE(text.find("        allocation + free: 1.01 ms a pair on average (allocation 671.4 us, "
+                      "free 336.3 us), median 1.7 us, over 152 pairs\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(CompactJson(m).find("\"pairs\":152,\"pair_us\":{\"mean\":1007.67"), std::string::npos)
+      << CompactJson(m);
+}
+
+// The medians hold at every scale: nanoseconds to seconds.
+TEST(OwnPinning, PairMediansAreWithinOnePercentAtEveryScale) {
+  for (uint64_t ns : {uint64_t{1}, uint64_t{127}, uint64_t{128}, uint64_t{1000}, uint64_t{65537},
+                      uint64_t{3000000}, uint64_t{7000000000}}) {
+    OwnTrace t("observe,optimize");
+    t.ProgramPin(0x100000, 4096, PinOp::kAlloc, ns);
+    t.ProgramPin(0x100000, 4096, PinOp::kFree, ns);
+    std::vector<ProcessReport> ps;
+    ps.push_back(t.Analyze());
+    const double want = 2.0 * static_cast<double>(ns);
+    EXPECT_NEAR(static_cast<double>(ps[0].own.pair_ns.median_ns), want, want / 100) << ns;
+    EXPECT_NEAR(static_cast<double>(ps[0].own.pair_alloc_ns.median_ns), want / 2, want / 200) << ns;
+    EXPECT_EQ(ps[0].own.pair_ns.mean_ns, 2 * ns);
+  }
 }
 
 TEST(OwnPinning, NoSectionOutsideOptimizeMode) {

@@ -232,6 +232,14 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
           (pool_rate >= 0 ? " (" + Percent(pool_rate) + " hit rate)" : std::string()) + ", " +
           Counted(c.pool_dedicated, "dedicated allocation", "dedicated allocations") +
           Refusals(o, "pool") + "\n";
+  if (o.pinned_pairs != 0) {
+    auto Micros = [](uint64_t ns) { return FormatSeconds(static_cast<double>(ns) * 1e-9); };
+    *out += "        allocation + free: " + Micros(o.pair_ns.mean_ns) + " a pair on average (" +
+            "allocation " + Micros(o.pair_alloc_ns.mean_ns) + ", free " +
+            Micros(o.pair_free_ns.mean_ns) + "), median " + Micros(o.pair_ns.median_ns) +
+            ", over " + Counted(o.pinned_pairs, "pair", "pairs") + "\n";
+  }
+
   const double cache_rate = o.CacheHitRate();
   *out += "      registration cache: " +
           Counted(o.cache_buffers_registered, "buffer registered", "buffers registered") + " (" +

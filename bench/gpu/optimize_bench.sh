@@ -5,7 +5,8 @@
 #     bound), H2D and D2H at 1, 16 and 256 MiB; ratio = optimize / hand-pinned.
 #  2. alloc_loop: cudaHostAlloc + cudaFreeHost pairs, 4 KiB to 16 MiB, without
 #     the library and with optimize mode; speedup = without / with. Pairs
-#     alone, and with an async copy from each block before its free.
+#     alone, and with an async copy from each block before its free; and the
+#     pairs with a copy as the trace times the calls (pinshim report).
 #  2b. fresh_loop: a new buffer per step from one site (the arena's case).
 #  3. PyTorch: a reused 64 MiB pageable tensor to the GPU and back; NumPy
 #     through CuPy, the same; and what `pinshim report` says optimize mode
@@ -57,6 +58,19 @@ for bytes in 4096 65536 1048576 16777216; do
     N=$(med3 "${n[@]}"); O=$(med3 "${o[@]}")
     printf '%-10s %-5s %12.3f %12.3f %10.0f\n' $bytes $([ $mode = copy ] && echo yes || echo no) $N $O "$(python3 -c "print($N/$O)")"
   done
+done
+
+echo "-- alloc_loop with a copy from each block, as the trace times the program's calls"
+echo "   (pinshim report: the allocation's and the free's durations per pair, us; mean = per pair over the run)"
+printf '%-10s %10s %10s %10s %10s %8s\n' bytes pair-mean alloc-mean free-mean median pairs
+for bytes in 4096 1048576 16777216; do
+  rm -rf "$work/trace_pairs"
+  opt env PINSHIM_TRACE_DIR="$work/trace_pairs" "$work/alloc_loop" $bytes 2000 copy 4000 >/dev/null
+  "$LIBDIR/pinshim" report --format json "$work/trace_pairs" 2>/dev/null | python3 -c '
+import json, sys
+pool = json.load(sys.stdin)["processes"][0]["optimize"]["pool"]
+print("%-10s %10.3f %10.3f %10.3f %10.3f %8d" % (sys.argv[1], pool["pair_us"]["mean"], pool["alloc_us"]["mean"],
+      pool["free_us"]["mean"], pool["pair_us"]["median"], pool["pairs"]))' $bytes
 done
 
 echo "-- fresh_loop: a new 16 MiB buffer per step from one site, 4 copies each (ms per step, median of 3)"
