@@ -5,7 +5,7 @@
 #   bash bench/gpu/run_all.sh .gpu
 # Logs and tables go to $OUT (or ./gpu-out); the last lines printed are the
 # summary tables. GPU_SKIP (space-separated: bandwidth observe python_frames
-# fork_check optimize page_facts, or a benchmark binary's name) leaves out benchmarks whose code did not change, to fit a
+# fork_check optimize dataloader_bisect page_facts, or a benchmark binary's name) leaves out benchmarks whose code did not change, to fit a
 # run into a shorter slot; the tier and the misuse programs always run.
 set -uo pipefail
 LIBDIR="$(cd "${1:-.gpu}" && pwd)"
@@ -57,6 +57,10 @@ misuse_rc=$?
   if ! skipped optimize; then
     echo "== optimize mode"
     timeout 600 bash bench/gpu/optimize_bench.sh "$LIBDIR"
+  fi
+  if ! skipped dataloader_bisect; then
+    echo "== optimize mode in a DataLoader loop, part by part"
+    timeout 600 bash bench/gpu/dataloader_bisect.sh "$LIBDIR" 3
   fi
   if ! skipped page_facts; then
     # What the driver synchronizes (bench/RESULTS.md, "driver synchronization facts").
