@@ -1137,6 +1137,36 @@ int main(int argc, char** argv) {
     waitpid(plain_child, nullptr, 0);
     LoadDriver(0);
     RoundTrip("parent");
+  } else if (strcmp(scenario, "fork_stage") == 0) {
+    // A child forked before the parent touched CUDA uses CUDA itself: its
+    // large pageable copies (128 MiB, which wait for their staging ring)
+    // are staged by the child's own workers. The parent then does the same.
+    auto staged_round_trip = [](const char* who) {
+      const size_t n = size_t{128} << 20;
+      CUdeviceptr dev;
+      CHECK(d.MemAlloc(&dev, n));
+      char* h = static_cast<char*>(malloc(n));
+      Fill(h, n, 7);
+      CHECK(d.MemcpyHtoD(dev, h, n));
+      g_expect.h2d++;
+      memset(h, 0, n);
+      CHECK(d.MemcpyDtoH(h, dev, n));
+      g_expect.d2h++;
+      printf("%s staged: %lx\n", who, Checksum(h, n));
+      free(h);
+      CHECK(d.MemFree(dev));
+    };
+    pid_t child = fork();
+    if (child == 0) {
+      LoadDriver(0);
+      staged_round_trip("child");
+      g_expect.Print();
+      fflush(stdout);
+      exit(0);
+    }
+    waitpid(child, nullptr, 0);
+    LoadDriver(0);
+    staged_round_trip("parent");
   } else if (strcmp(scenario, "exit_inflight") == 0) {
     // Exit with async copies still queued: neither side may hang or crash.
     LoadDriver(0);

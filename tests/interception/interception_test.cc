@@ -422,6 +422,24 @@ long long OptimizeField(const std::string& summary, const char* name) {
   return p == std::string::npos ? -1 : std::stoll(summary.substr(p + strlen(name) + 2));
 }
 
+// Optimize mode in a child that uses CUDA (forked before the parent did):
+// the child stages copies with workers and a ring of its own, and so does
+// the parent afterwards; results as without the library.
+TEST(OptimizeTest, AForkedChildStagesItsOwnCopies) {
+  CheckOptimizeTransparent({g_client, "fork_stage"});
+  // Nothing pinned in place: the registration cache would take the buffer
+  // over after its first copy. Workers set by hand: staging takes every
+  // copy, however busy the test machine's cores are.
+  RunResult with =
+      RunProgram({g_client, "fork_stage"}, true,
+                 {"PINSHIM_MODE=optimize", "PINSHIM_PIN_IN_PLACE=0", "PINSHIM_STAGE_WORKERS=1"});
+  ASSERT_EQ(with.summaries.size(), 2u) << with.err;
+  for (const std::string& s : with.summaries) {
+    EXPECT_EQ(OptimizeField(s, "staged_copies"), 2) << s;
+    EXPECT_EQ(OptimizeField(s, "staged_bytes"), 2 * (128 << 20)) << s;
+  }
+}
+
 TEST(OptimizeTest, HotBuffersAndPoolKeepResults) {
   CheckOptimizeTransparent({g_client, "hot"});
   RunResult with = RunProgram({g_client, "hot"}, true, {"PINSHIM_MODE=optimize"});
