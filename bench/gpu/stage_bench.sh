@@ -10,6 +10,9 @@
 #     with pin_memory=True (images per second; loss checksums must agree);
 #  5. every core busy with arithmetic while fresh buffers are copied: work per
 #     second, optimize / no library.
+#  6. (not in the default list) the staging ring's settings swept
+#     (PINSHIM_STAGE_WORKERS, _CHUNK, _SLOTS), fresh 64 and 256 MiB buffers
+#     both ways, rounds interleaved: median GB/s of each setting.
 #   bash bench/gpu/stage_bench.sh LIBDIR [ROUNDS]   (sections: STAGE_SECTIONS="1 2 3 4 5")
 set -uo pipefail
 LIBDIR="$(cd "$1" && pwd)"
@@ -121,4 +124,30 @@ import statistics
 n=[float(x) for x in '${n[*]}'.split()]; o=[float(x) for x in '${o[*]}'.split()]
 r=[b/a for a,b in zip(n,o)]
 print('none %.4e optimize %.4e ratio %.4f rounds %s' % (statistics.median(n), statistics.median(o), statistics.median(r), ' '.join('%.4f'%x for x in r)))"
+fi
+
+if has 6; then
+  echo "-- 6. staging ring settings, fresh buffers (median GB/s of the rounds)"
+  settings=("" "PINSHIM_STAGE_WORKERS=8" "PINSHIM_STAGE_WORKERS=12" "PINSHIM_STAGE_CHUNK=2M"
+            "PINSHIM_STAGE_CHUNK=8M" "PINSHIM_STAGE_SLOTS=8" "PINSHIM_STAGE_CHUNK=2M PINSHIM_STAGE_SLOTS=8")
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for ((k = 0; k < ${#settings[@]}; k++)); do
+      set_k="${settings[$(((k + r) % ${#settings[@]}))]}"
+      for dir in h2d d2h; do
+        opt env $set_k "$work/stage_bench" fresh $dir 5 67108864 268435456 \
+          | sed "s/^/[${set_k:-default}] /" >> "$work/sweep.txt"
+      done
+    done
+  done
+  python3 - "$work/sweep.txt" <<'PY'
+import collections, re, statistics, sys
+g = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    m = re.match(r"\[(.*)\] fresh dir=(\S+) bytes=(\d+) gbps=([0-9.]+)", line)
+    if m:
+        g[(m.group(1), m.group(2), int(m.group(3)))].append(float(m.group(4)))
+print("%-48s %-4s %10s %8s" % ("setting", "dir", "bytes", "GB/s"))
+for k in sorted(g):
+    print("%-48s %-4s %10d %8.2f" % (k[0], k[1], k[2], statistics.median(g[k])))
+PY
 fi

@@ -74,6 +74,11 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "an integer from 0 to 32",
      "Optimize mode only: threads that copy staged copies; 0 takes half the cores, at "
      "most 8 (measured on the H200's host); fewer are used while the CPUs are busy."},
+    {ConfigKey::kStageChunk, "PINSHIM_STAGE_CHUNK", "stage_chunk", "4M", "a size from 64K to 64M",
+     "Optimize mode only: the size of one slot of a staging ring (rounded down to "
+     "whole pages); the default was measured best on the H200."},
+    {ConfigKey::kStageSlots, "PINSHIM_STAGE_SLOTS", "stage_slots", "4", "an integer from 2 to 8",
+     "Optimize mode only: the slots of one staging ring (copies in flight at once)."},
     {ConfigKey::kPythonFrames, "PINSHIM_PYTHON_FRAMES", "python_frames", "1", "0 or 1",
      "1 records the calling thread's Python frames (file, line, function) "
      "with every call site in Python programs (CPython 3.10 to 3.13); 0 "
@@ -493,6 +498,8 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->verify_pages = false;
   config->stage = true;
   config->stage_workers = 0;
+  config->stage_slots = 4;
+  config->stage_chunk_bytes = uint64_t{4} << 20;
   config->python_frames = true;
   config->copy_guard = false;
   config->forced_observe = false;
@@ -570,6 +577,20 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* er
     case ConfigKey::kStageWorkers:
       return ParseBoundedInt(value, 0, kMaxStageWorkers, "; accepted: an integer from 0 to 32",
                              &config->stage_workers, err, err_len);
+    case ConfigKey::kStageChunk: {
+      uint64_t bytes = 0;
+      if (!ParseSizeValue(value, false, physical, &bytes, err, err_len)) return false;
+      if (bytes < kMinStageChunk || bytes > kMaxStageChunk) {
+        FixedText(err, err_len).Append("out of range; accepted: a size from 64K to 64M");
+        return false;
+      }
+      config->stage_chunk_bytes = bytes;
+      return true;
+    }
+    case ConfigKey::kStageSlots:
+      return ParseBoundedInt(value, kMinStageSlots, kMaxStageSlots,
+                             "; accepted: an integer from 2 to 8", &config->stage_slots, err,
+                             err_len);
     case ConfigKey::kPythonFrames: return ParseFlag(value, &config->python_frames, err, err_len);
     case ConfigKey::kCopyGuard: return ParseFlag(value, &config->copy_guard, err, err_len);
     case ConfigKey::kCount: break;

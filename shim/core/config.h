@@ -115,6 +115,8 @@ enum class ConfigKey : uint8_t {
   kVerifyPages,
   kStage,
   kStageWorkers,
+  kStageChunk,
+  kStageSlots,
   kPythonFrames,
   kCopyGuard,
   kCount,
@@ -134,6 +136,8 @@ constexpr uint32_t kDefaultPinCapPercent = 25;
 constexpr uint32_t kDefaultIdleTrimS = 10;
 constexpr uint32_t kMaxIdleTrimS = 86400;
 constexpr uint32_t kMaxStageWorkers = 32;
+constexpr uint32_t kMinStageSlots = 2, kMaxStageSlots = 8;
+constexpr uint64_t kMinStageChunk = uint64_t{64} << 10, kMaxStageChunk = uint64_t{64} << 20;
 
 struct Config {
   uint32_t mode;  // kMode* bits
@@ -142,14 +146,16 @@ struct Config {
   bool has_budget;       // budget_bytes holds a valid PINSHIM_BUDGET
   bool has_node_budget;  // node_budget_bytes holds a valid PINSHIM_NODE_BUDGET
   bool ledger_shared;
-  bool forced_observe;     // an error reduced mode to observe only
-  bool wc_guard;           // sample plain CPU loads of write-combined memory
-  bool pin_in_place;       // optimize mode may pin the program's own pages
-  bool verify_pages;       // check pinned-in-place pages before each copy
-  bool stage;              // optimize mode stages pageable copies it does not pin
-  uint32_t stage_workers;  // 0: the measured default from the core count
-  bool python_frames;      // record Python frames with call sites
-  bool copy_guard;         // catch plain CPU accesses to memory under queued copies
+  bool forced_observe;         // an error reduced mode to observe only
+  bool wc_guard;               // sample plain CPU loads of write-combined memory
+  bool pin_in_place;           // optimize mode may pin the program's own pages
+  bool verify_pages;           // check pinned-in-place pages before each copy
+  bool stage;                  // optimize mode stages pageable copies it does not pin
+  uint32_t stage_workers;      // 0: the measured default from the core count
+  uint32_t stage_slots;        // ring depth
+  uint64_t stage_chunk_bytes;  // a ring slot
+  bool python_frames;          // record Python frames with call sites
+  bool copy_guard;             // catch plain CPU accesses to memory under queued copies
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;

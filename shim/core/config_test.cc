@@ -346,6 +346,49 @@ TEST_F(ConfigTest, BoundaryValuesAccepted) {
   EXPECT_EQ(config_.sample_ms, 1u);
 }
 
+// The staging settings: workers, the ring's slot size and depth, each in
+// range or refused with the accepted forms (the default kept).
+TEST_F(ConfigTest, StagingRingSettings) {
+  Env none({"PATH=/bin"});
+  ASSERT_TRUE(Parse(&none));
+  EXPECT_EQ(config_.stage_workers, 0u);
+  EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(config_.stage_slots, 4u);
+  Env set({"PINSHIM_STAGE_WORKERS=12", "PINSHIM_STAGE_CHUNK=2M", "PINSHIM_STAGE_SLOTS=8"});
+  ASSERT_TRUE(Parse(&set)) << Error(0);
+  EXPECT_EQ(config_.stage_workers, 12u);
+  EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{2} << 20);
+  EXPECT_EQ(config_.stage_slots, 8u);
+  Env edges({"PINSHIM_STAGE_CHUNK=64K", "PINSHIM_STAGE_SLOTS=2"});
+  ASSERT_TRUE(Parse(&edges)) << Error(0);
+  EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{64} << 10);
+  EXPECT_EQ(config_.stage_slots, 2u);
+  const struct {
+    const char* entry;
+    const char* message;
+  } bad[] = {
+      {"PINSHIM_STAGE_CHUNK=32K",
+       "PINSHIM_STAGE_CHUNK=\"32K\": out of range; accepted: a size from 64K to 64M"},
+      {"PINSHIM_STAGE_CHUNK=65M",
+       "PINSHIM_STAGE_CHUNK=\"65M\": out of range; accepted: a size from 64K to 64M"},
+      {"PINSHIM_STAGE_CHUNK=10%", "PINSHIM_STAGE_CHUNK=\"10%\": a percentage is not accepted"},
+      {"PINSHIM_STAGE_SLOTS=1",
+       "PINSHIM_STAGE_SLOTS=\"1\": out of range; accepted: an integer from 2 to 8"},
+      {"PINSHIM_STAGE_SLOTS=9",
+       "PINSHIM_STAGE_SLOTS=\"9\": out of range; accepted: an integer from 2 to 8"},
+      {"PINSHIM_STAGE_WORKERS=33",
+       "PINSHIM_STAGE_WORKERS=\"33\": out of range; accepted: an integer from 0 to 32"},
+  };
+  for (const auto& c : bad) {
+    Env env({c.entry});
+    EXPECT_FALSE(Parse(&env)) << c.entry;
+    ASSERT_EQ(errors_.count, 1) << c.entry;
+    EXPECT_EQ(Error(0).rfind(c.message, 0), 0u) << Error(0);
+    EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{4} << 20);
+    EXPECT_EQ(config_.stage_slots, 4u);
+  }
+}
+
 TEST_F(ConfigTest, IdleTrimSeconds) {
   Env none({});
   ASSERT_TRUE(Parse(&none));
