@@ -437,6 +437,18 @@ TEST(OptimizeTest, AForkedChildStagesItsOwnCopies) {
   for (const std::string& s : with.summaries) {
     EXPECT_EQ(OptimizeField(s, "staged_copies"), 2) << s;
     EXPECT_EQ(OptimizeField(s, "staged_bytes"), 2 * (128 << 20)) << s;
+    EXPECT_EQ(OptimizeField(s, "pinned_peak"), 16 << 20) << s;  // one ring: 4 x 4 MiB
+  }
+  // The ring's settings reach the stager: 3 slots of 1 MiB.
+  RunResult small = RunProgram({g_client, "fork_stage"}, true,
+                               {"PINSHIM_MODE=optimize", "PINSHIM_PIN_IN_PLACE=0",
+                                "PINSHIM_STAGE_WORKERS=1", "PINSHIM_STAGE_CHUNK=1M",
+                                "PINSHIM_STAGE_SLOTS=3"});
+  EXPECT_EQ(small.out, with.out);
+  ASSERT_EQ(small.summaries.size(), 2u) << small.err;
+  for (const std::string& s : small.summaries) {
+    EXPECT_EQ(OptimizeField(s, "staged_copies"), 2) << s;
+    EXPECT_EQ(OptimizeField(s, "pinned_peak"), 3 << 20) << s;
   }
 }
 
