@@ -617,6 +617,67 @@ void LegacyOrder(const char* name, cudaStream_t other) {
   cudaEventDestroy(ev);
 }
 
+// --- copies into a stream capture ------------------------------------------
+// An async copy of host memory of each kind (pageable, registered, pinned)
+// into a stream that captures (global mode): the copy's result, the
+// capture's end, and, when a graph came out, what its launch copies after
+// the host buffer changed; for registered memory also after it was
+// unregistered before the launch.
+void CaptureCopy(const char* name, int kind, bool h2d, bool unregister_before_launch) {
+  const size_t n = 8 << 20;
+  char* host = nullptr;
+  if (kind == 2) {
+    CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), n, cudaHostAllocDefault));
+  } else {
+    host = static_cast<char*>(Anon(n));
+  }
+  if (kind == 1) CHECK(cudaHostRegister(host, n, cudaHostRegisterDefault));
+  Fill(host, n, 0x21);
+  CHECK(cudaMemset(g_dev, 0x22, n));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  cudaError_t copy = h2d ? cudaMemcpyAsync(g_dev, host, n, cudaMemcpyHostToDevice, s)
+                         : cudaMemcpyAsync(host, g_dev, n, cudaMemcpyDeviceToHost, s);
+  cudaGraph_t graph = nullptr;
+  cudaError_t end = cudaStreamEndCapture(s, &graph);
+  std::string what = std::string("copy=") + cudaGetErrorName(copy) +
+                     " end=" + cudaGetErrorName(end) + (graph != nullptr ? " graph" : " no graph");
+  cudaGetLastError();
+  if (graph != nullptr) {
+    cudaGraphExec_t exec;
+    cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    what += std::string(" instantiate=") + cudaGetErrorName(inst);
+    if (inst == cudaSuccess) {
+      Fill(host, n, 0x23);                // what a launch should copy (H2D)
+      CHECK(cudaMemset(g_dev, 0x24, n));  // (D2H)
+      if (unregister_before_launch) CHECK(cudaHostUnregister(host));
+      cudaError_t launch = cudaGraphLaunch(exec, s);
+      cudaError_t sync = cudaStreamSynchronize(s);
+      what +=
+          std::string(" launch=") + cudaGetErrorName(launch) + " sync=" + cudaGetErrorName(sync);
+      cudaGetLastError();
+      if (h2d) {
+        CHECK(cudaMemcpy(g_check, g_dev, n, cudaMemcpyDeviceToHost));
+        what += g_check[0] == 0x23 ? " device=new"
+                                   : (g_check[0] == 0x21 ? " device=old" : " device=other");
+      } else {
+        what += static_cast<unsigned char>(host[0]) == 0x24 ? " host=new" : " host=not-new";
+      }
+      cudaGraphExecDestroy(exec);
+    }
+    cudaGraphDestroy(graph);
+  }
+  Fact(name, what);
+  CHECK(cudaStreamDestroy(s));
+  if (kind == 1 && !unregister_before_launch) CHECK(cudaHostUnregister(host));
+  if (kind == 2) {
+    CHECK(cudaFreeHost(host));
+  } else {
+    munmap(host, n);
+  }
+}
+
 void PagemapCost() {
   const size_t n = 64 << 20;
   unsigned char* b = static_cast<unsigned char*>(Anon(n));
@@ -702,6 +763,13 @@ int main() {
               true);
   LegacyOrder("legacy_vs_blocking_stream", blocking);
   LegacyOrder("legacy_vs_nonblocking_stream", nonblocking);
+  CaptureCopy("capture_h2d_pageable", 0, true, false);
+  CaptureCopy("capture_d2h_pageable", 0, false, false);
+  CaptureCopy("capture_h2d_registered", 1, true, false);
+  CaptureCopy("capture_d2h_registered", 1, false, false);
+  CaptureCopy("capture_h2d_registered_unregistered_before_launch", 1, true, true);
+  CaptureCopy("capture_d2h_registered_unregistered_before_launch", 1, false, true);
+  CaptureCopy("capture_h2d_hostalloc", 2, true, false);
   PagemapCost();
   printf("done\n");
   return 0;

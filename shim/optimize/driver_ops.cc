@@ -29,11 +29,13 @@ const DriverOpSymbol kDriverOpSymbols[] = {
     PINSHIM_OP("cuMemcpyHtoDAsync_v2", memcpy_htod_async),
     PINSHIM_OP("cuMemcpyDtoHAsync_v2", memcpy_dtoh_async),
     PINSHIM_OP("cuPointerGetAttribute", pointer_get_attribute),
+    PINSHIM_OP("cuStreamIsCapturing", stream_is_capturing),
+    PINSHIM_OP("cuThreadExchangeStreamCaptureMode", thread_exchange_capture_mode),
 };
 #undef PINSHIM_OP
 const int kDriverOpCount = sizeof(kDriverOpSymbols) / sizeof(kDriverOpSymbols[0]);
 
-static_assert(sizeof(DriverOps) == sizeof(void*) * 18, "one symbol per DriverOps entry");
+static_assert(sizeof(DriverOps) == sizeof(void*) * 20, "one symbol per DriverOps entry");
 
 bool LoadDriverOps(DriverSymbolLookup lookup, void* arg, DriverOps* ops) {
   memset(ops, 0, sizeof(*ops));
@@ -67,6 +69,16 @@ ScopedContext::ScopedContext(const DriverOps* ops, CUcontext ctx) : ops_(ops) {
 
 ScopedContext::~ScopedContext() {
   if (switched_) ops_->ctx_set_current(previous_);
+}
+
+RelaxedCaptureMode::RelaxedCaptureMode(const DriverOps* ops) : ops_(ops) {
+  exchanged_ = ops_->thread_exchange_capture_mode(&previous_) == CUDA_SUCCESS;
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  if (exchanged_ && previous_ != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    ops_->thread_exchange_capture_mode(&previous_);
+  }
 }
 
 uint64_t MonotonicNs() {

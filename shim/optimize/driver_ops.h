@@ -35,6 +35,11 @@ struct DriverOps {
   CUresult (*memcpy_htod_async)(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream);
   CUresult (*memcpy_dtoh_async)(void* dst, CUdeviceptr src, size_t bytes, CUstream stream);
   CUresult (*pointer_get_attribute)(void* data, CUpointer_attribute attribute, CUdeviceptr ptr);
+  // Staged copies never run into a stream capture (the graph would copy the
+  // ring); pinshim's own threads make their driver calls in relaxed capture
+  // mode, so they never disturb a capture of the program's.
+  CUresult (*stream_is_capturing)(CUstream stream, CUstreamCaptureStatus* status);
+  CUresult (*thread_exchange_capture_mode)(CUstreamCaptureMode* mode);
 };
 
 // One entry of the table: the driver's ABI symbol that fills it.
@@ -79,6 +84,24 @@ class ScopedContext {
   const DriverOps* ops_;
   CUcontext previous_ = nullptr;
   bool switched_ = false;
+};
+
+// Puts this thread in relaxed stream-capture mode for the scope and restores
+// its mode after: pinshim's own driver calls (pinning a ring, waiting for
+// its DMAs) are then never refused because, or in the middle of, a capture
+// the program runs in global mode on another thread, and never invalidate
+// it. (The program's own calls keep the program's mode.)
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(const DriverOps* ops);
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  const DriverOps* ops_;
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool exchanged_ = false;
 };
 
 // CLOCK_MONOTONIC in nanoseconds.

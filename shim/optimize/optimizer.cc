@@ -352,6 +352,13 @@ uint64_t Optimizer::Evict(uint64_t bytes_wanted) {
 
 void Optimizer::Tick() {
   if (!active()) return;
+  // Called from pinshim's trim thread: its frees never meet a program's
+  // capture (the thread's mode is set once and kept).
+  static thread_local bool relaxed = false;
+  if (!relaxed) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    relaxed = ops_.thread_exchange_capture_mode(&mode) == CUDA_SUCCESS;
+  }
   if (pool_on_.load()) pool_.TrimIdle();
   if (arena_on_.load()) arena_.TrimIdle();
   if (stager_on_.load()) stager_.TrimIdle();

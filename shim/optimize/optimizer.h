@@ -230,7 +230,8 @@ class Optimizer {
   // pinshim's own idle pinning (pool slabs, arena extents, LRU cache
   // registrations) until about bytes_wanted are free; returns bytes freed.
   uint64_t Evict(uint64_t bytes_wanted);
-  // From the sampler thread: gives back idle slabs and extents.
+  // From pinshim's trim thread only (which it puts in relaxed capture mode):
+  // gives back idle slabs, extents and rings.
   void Tick();
   // cuCtxDestroy / cuDevicePrimaryCtxReset: the driver freed its memory.
   void OnContextDestroyed(CUcontext ctx);

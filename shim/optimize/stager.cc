@@ -305,7 +305,11 @@ void* Stager::WorkerMain(void* arg) {
   // pinshim's own thread: what the driver allocates for it (a ring) is not
   // the program's.
   ReentryGuard::HoldForever(Reentry::kHook);
-  static_cast<Stager*>(arg)->WorkerLoop();
+  Stager* self = static_cast<Stager*>(arg);
+  // Its driver calls (a ring's pinning) never meet a program's capture.
+  CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+  self->ops_->thread_exchange_capture_mode(&relaxed);
+  self->WorkerLoop();
   return nullptr;
 }
 
@@ -593,6 +597,17 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
   if (!DeviceRangeOk(dev, bytes)) return false;
   CUcontext ctx = nullptr;
   if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return false;
+  // A stream that captures would record the ring's DMAs into the program's
+  // graph, which would copy the ring (whatever it holds then) at every
+  // launch: the driver answers for such a copy, as without pinshim.
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (ops_->stream_is_capturing(stream, &capture) != CUDA_SUCCESS ||
+      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    capturing_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  RelaxedCaptureMode relaxed(ops_);
   // Started at the first copy staging takes (they may pin its ring).
   if (workers_started_.load(std::memory_order_acquire) != 2) StartWorkers();
   bool pending = false;
@@ -880,6 +895,7 @@ StagerStats Stager::Stats() const {
   s.busy_cpus = busy_.load();
   s.no_lane = no_lane_.load();
   s.ring_pending = ring_pending_.load();
+  s.capturing = capturing_.load();
   s.ring_bytes = ring_bytes_.load();
   s.background_rings = background_rings_.load();
   s.workers = nworkers_.load(std::memory_order_relaxed);

@@ -20,7 +20,8 @@
 // smaller than the direction's threshold, its device range is not one
 // allocation the driver knows, the host range is not mapped, no lane is
 // free, the ring cannot be pinned (cap, budget), its ring is being pinned,
-// or the machine's CPUs are busy (fewer than two idle cores: the driver's
+// the stream is capturing (a graph must not copy the ring), or the
+// machine's CPUs are busy (fewer than two idle cores: the driver's
 // path costs the program less then).
 //
 // Rings: pinning one costs milliseconds (cudaHostAlloc, bench/RESULTS.md),
@@ -87,6 +88,7 @@ struct StagerStats {
   uint64_t busy_cpus;         // of those: no idle cores
   uint64_t no_lane;           // of those: every lane busy, or no ring
   uint64_t ring_pending;      // of those: their context's ring was being pinned
+  uint64_t capturing;         // of those: their stream was capturing (or its status unknown)
   uint64_t ring_bytes;        // pinned for rings now
   uint64_t background_rings;  // rings a worker pinned
   uint32_t workers;           // the pool's size
@@ -201,7 +203,7 @@ class Stager {
   uint64_t last_busy_ = 0, last_total_ = 0;  // /proc/stat, guarded by sampling_
   std::atomic<bool> sampling_{false};
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
-  std::atomic<uint64_t> ring_pending_{0}, background_rings_{0};
+  std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0};
 };
 
 }  // namespace optimize

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -219,6 +220,38 @@ TEST_F(StagerTest, DeclinesBadDeviceRanges) {
   // Below the direction's threshold.
   EXPECT_FALSE(
       stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, 1000, nullptr, true, &r, &info));
+}
+
+// A stream that captures is left to the driver: staged, the ring's DMAs
+// would be recorded into the program's graph, and every launch would copy
+// the ring instead of the program's buffer.
+TEST_F(StagerTest, DeclinesAStreamThatCaptures) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const uint64_t n = 4 * kMiB;
+  ASSERT_EQ(cuMemsetD8(dev_, 0xAA, n), CUDA_SUCCESS);
+  std::vector<uint8_t> src(n), back(n);
+  Fill(src.data(), n, 31);
+  ASSERT_EQ(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUresult r = CUDA_SUCCESS;
+  StagedInfo info;
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, n, s, false, &r, &info));
+  EXPECT_FALSE(stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev_, n, s, false, &r, &info));
+  EXPECT_EQ(stager_->Stats().capturing, 2u);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+  Fill(src.data(), n, 32);
+  ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH(back.data(), dev_, n), CUDA_SUCCESS);
+  EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](uint8_t b) { return b == 0xAA; }));
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  // Once the capture ended the stream stages again.
+  RoundTrip(n, 0, s, false, 33);
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
 TEST_F(StagerTest, ManyThreadsAtOnce) {

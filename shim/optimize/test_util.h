@@ -41,6 +41,8 @@ inline DriverOps FakeDriverOps() {
   ops.memcpy_htod_async = &cuMemcpyHtoDAsync;
   ops.memcpy_dtoh_async = &cuMemcpyDtoHAsync;
   ops.pointer_get_attribute = &cuPointerGetAttribute;
+  ops.stream_is_capturing = &cuStreamIsCapturing;
+  ops.thread_exchange_capture_mode = &cuThreadExchangeStreamCaptureMode;
   return ops;
 }
 

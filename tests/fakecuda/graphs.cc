@@ -144,6 +144,23 @@ CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   return fakecuda::EndCapture(hStream, true, phGraph);
 }
 
+// Each thread's capture interaction mode (global until exchanged). Kept and
+// answered; what a mode prohibits during another thread's capture is not
+// simulated.
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  FAKECUDA_ENTER("cuThreadExchangeStreamCaptureMode");
+  static thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      *mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const CUstreamCaptureMode previous = current;
+  current = *mode;
+  *mode = previous;
+  return CUDA_SUCCESS;
+}
+
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
   FAKECUDA_ENTER("cuStreamIsCapturing");
   return fakecuda::IsCapturing(hStream, false, captureStatus);

@@ -137,6 +137,7 @@ const Entry kEntries[] = {
     LEGACY("cuStreamEndCapture", 10000, cuStreamEndCapture),
     PER_THREAD("cuStreamEndCapture", 10000, cuStreamEndCapture_ptsz),
     LEGACY("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    LEGACY("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     PER_THREAD("cuStreamIsCapturing", 10000, cuStreamIsCapturing_ptsz),
     LEGACY("cuGraphInstantiate", 10000, cuGraphInstantiate_v2),
     LEGACY("cuGraphInstantiate", 11000, cuGraphInstantiate_v2),

@@ -1167,6 +1167,59 @@ int main(int argc, char** argv) {
     waitpid(child, nullptr, 0);
     LoadDriver(0);
     staged_round_trip("parent");
+  } else if (strcmp(scenario, "capture") == 0 && argc > 2) {
+    // A pageable copy (h2d or d2h, 8 MiB) on a stream that captures: the
+    // driver's answer, the capture's end and, if a graph came out, what
+    // its launch copies. Warmed up first, so the copy would be staged.
+    LoadDriver(0);
+    const bool h2d = strcmp(argv[2], "h2d") == 0;
+    const size_t n = 8 << 20;
+    CUdeviceptr dev;
+    CHECK(d.MemAlloc(&dev, n));
+    CUstream s;
+    CHECK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    std::vector<char> warm(n, 1);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(d.MemcpyHtoDAsync(dev, warm.data(), n, s));
+      g_expect.h2d++;
+      CHECK(d.MemcpyDtoHAsync(warm.data(), dev, n, s));
+      g_expect.d2h++;
+    }
+    CHECK(d.StreamSynchronize(s));
+    std::vector<char> host(n, 2);
+    auto memset_d8 = reinterpret_cast<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(
+        dlsym(g_libcuda, "cuMemsetD8_v2"));
+    if (memset_d8 == nullptr) exit(4);
+    CHECK(memset_d8(dev, 3, n));
+    auto begin = reinterpret_cast<CUresult (*)(CUstream, CUstreamCaptureMode)>(
+        dlsym(g_libcuda, "cuStreamBeginCapture_v2"));
+    auto end =
+        reinterpret_cast<CUresult (*)(CUstream, CUgraph*)>(dlsym(g_libcuda, "cuStreamEndCapture"));
+    if (begin == nullptr || end == nullptr) exit(4);
+    CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    const CUresult r =
+        h2d ? d.MemcpyHtoDAsync(dev, host.data(), n, s) : d.MemcpyDtoHAsync(host.data(), dev, n, s);
+    (h2d ? g_expect.h2d : g_expect.d2h)++;
+    CUgraph graph = nullptr;
+    const CUresult e = end(s, &graph);
+    printf("capture %s: copy=%d end=%d graph=%d\n", argv[2], r, e, graph != nullptr);
+    if (graph != nullptr) {
+      auto instantiate = reinterpret_cast<CUresult (*)(CUgraphExec*, CUgraph, unsigned long long)>(
+          dlsym(g_libcuda, "cuGraphInstantiateWithFlags"));
+      auto launch =
+          reinterpret_cast<CUresult (*)(CUgraphExec, CUstream)>(dlsym(g_libcuda, "cuGraphLaunch"));
+      CUgraphExec exec = nullptr;
+      if (instantiate == nullptr || launch == nullptr) exit(4);
+      CHECK(instantiate(&exec, graph, 0));
+      memset(host.data(), 4, n);  // what a launch copies now
+      CHECK(launch(exec, s));
+      CHECK(d.StreamSynchronize(s));
+      std::vector<char> dev_back(n);
+      CHECK(d.MemcpyDtoH(dev_back.data(), dev, n));
+      g_expect.d2h++;
+      printf("after launch: device %d host %d\n", dev_back[0], host[0]);
+    }
+    CHECK(d.MemFree(dev));
   } else if (strcmp(scenario, "exit_inflight") == 0) {
     // Exit with async copies still queued: neither side may hang or crash.
     LoadDriver(0);

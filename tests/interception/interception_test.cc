@@ -440,15 +440,35 @@ TEST(OptimizeTest, AForkedChildStagesItsOwnCopies) {
     EXPECT_EQ(OptimizeField(s, "pinned_peak"), 16 << 20) << s;  // one ring: 4 x 4 MiB
   }
   // The ring's settings reach the stager: 3 slots of 1 MiB.
-  RunResult small = RunProgram({g_client, "fork_stage"}, true,
-                               {"PINSHIM_MODE=optimize", "PINSHIM_PIN_IN_PLACE=0",
-                                "PINSHIM_STAGE_WORKERS=1", "PINSHIM_STAGE_CHUNK=1M",
-                                "PINSHIM_STAGE_SLOTS=3"});
+  RunResult small =
+      RunProgram({g_client, "fork_stage"}, true,
+                 {"PINSHIM_MODE=optimize", "PINSHIM_PIN_IN_PLACE=0", "PINSHIM_STAGE_WORKERS=1",
+                  "PINSHIM_STAGE_CHUNK=1M", "PINSHIM_STAGE_SLOTS=3"});
   EXPECT_EQ(small.out, with.out);
   ASSERT_EQ(small.summaries.size(), 2u) << small.err;
   for (const std::string& s : small.summaries) {
     EXPECT_EQ(OptimizeField(s, "staged_copies"), 2) << s;
     EXPECT_EQ(OptimizeField(s, "pinned_peak"), 3 << 20) << s;
+  }
+}
+
+// A pageable copy on a stream that captures gets the driver's own answer
+// in optimize mode (staged, the ring's DMAs would be captured, and every
+// launch would copy the ring), and a graph that comes out copies what the
+// program's buffer holds at launch, as without the library. Workers set by
+// hand, so staging would take the copy on any machine.
+TEST(OptimizeTest, CopiesIntoAStreamCaptureAreTheDrivers) {
+  for (const char* dir : {"h2d", "d2h"}) {
+    SCOPED_TRACE(dir);
+    RunResult without = RunProgram({g_client, "capture", dir}, false);
+    RunResult with = RunProgram({g_client, "capture", dir}, true,
+                                {"PINSHIM_MODE=optimize", "PINSHIM_STAGE_WORKERS=1"});
+    ASSERT_TRUE(WIFEXITED(without.status)) << without.err;
+    EXPECT_EQ(without.status, with.status) << with.err;
+    EXPECT_EQ(without.out, with.out);
+    EXPECT_NE(with.out.find(std::string("capture ") + dir + ": copy="), std::string::npos)
+        << with.out;
+    CheckCounts(with);
   }
 }
 
