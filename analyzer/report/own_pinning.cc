@@ -62,6 +62,7 @@ std::string OwnDropWords(const std::string& reason) {
   if (reason == "page_change_brk") return "the heap shrank over it (brk)";
   if (reason == "pages_verified_changed") return "other pages found there (PINSHIM_VERIFY_PAGES)";
   if (reason == "copy_past_end") return "a copy ran past its end";
+  if (reason == "copy_into_capture") return "a copy of it went into a stream capture";
   return reason;
 }
 

@@ -82,6 +82,7 @@ const char* OwnPinReasonName(OwnPinReason reason) {
     case OwnPinReason::kRefusedNoContext: return "no_context";
     case OwnPinReason::kRefusedTableFull: return "table_full";
     case OwnPinReason::kRefusedPageChange: return "page_change_under_way";
+    case OwnPinReason::kCopyIntoCapture: return "copy_into_capture";
     default: return "unknown";
   }
 }

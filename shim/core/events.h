@@ -138,14 +138,20 @@ enum class OwnPinReason : uint8_t {
   kRefusedNoContext = 22,          // no CUDA context to pin in
   kRefusedTableFull = 23,          // the registration cache's table is full
   kRefusedPageChange = 24,         // a call was changing those pages at the time
+  // A copy of it went into a stream capture: unpinned for that call, so the
+  // driver captures (or refuses) it as the pageable memory it is to the
+  // program. Treated as a page change (IsPageChange).
+  kCopyIntoCapture = 25,
 };
 // "program_released", "evicted_cap", ..., "cap", "budget", ...; "unknown".
 const char* OwnPinReasonName(OwnPinReason reason);
 
-// Whether the reason is a page change (kPageChangeMadvise..kPagesVerifiedChanged).
+// Whether the reason is a page change (kPageChangeMadvise..kPagesVerifiedChanged,
+// and kCopyIntoCapture, which the same machinery handles).
 inline bool IsPageChange(OwnPinReason reason) {
-  return reason >= OwnPinReason::kPageChangeMadvise &&
-         reason <= OwnPinReason::kPagesVerifiedChanged;
+  return (reason >= OwnPinReason::kPageChangeMadvise &&
+          reason <= OwnPinReason::kPagesVerifiedChanged) ||
+         reason == OwnPinReason::kCopyIntoCapture;
 }
 
 // One pinning action of pinshim's own: what the pool, the registration

@@ -17,6 +17,7 @@
 #include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
+#include "shim/hooks/page_change_scope.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
@@ -239,6 +240,47 @@ inline optimize::CopyTicket BeforeCopy(CopyShape& s) {
   return t;
 }
 
+// Optimize mode, while the program has a stream capture open: whether this
+// copy goes into a capture (its stream captures, or the driver cannot say,
+// as for the legacy stream while a blocking stream captures). One load when
+// no capture is open.
+inline bool IntoCapture(Api api, const CopyShape& s, CUstream stream) {
+  if (PINSHIM_LIKELY(g_open_captures.load(std::memory_order_relaxed) == 0) ||
+      s.host_ptr == nullptr || !EnsureOptimizerStarted()) {
+    return false;
+  }
+  return optimize::Optimizer::Process().StreamCaptures(
+      optimize::RecordableStream(stream, kDriverEntries[api].per_thread));
+}
+
+// A copy into a capture is the driver's, on the program's memory as the
+// program made it: what pinshim pinned in place under its host side
+// (registration cache, arena) is unpinned for the call (the arena's pinned
+// again after it), so the driver captures, or refuses, pageable memory as
+// without pinshim; it is neither staged nor pinned now. A graph that held
+// pinshim's pinning would otherwise copy through pages pinshim may unpin
+// later. Pool blocks are the program's pinned memory, and stay so.
+constexpr optimize::PageChange kCopyIntoCapture(OwnPinReason::kCopyIntoCapture, 0,
+                                                optimize::PageChange::kReplacesPrivate |
+                                                    optimize::PageChange::kStaysAnonymous);
+
+// (The hook guard is held here, so this is WithPageChange's work without
+// its re-entry test.)
+template <typename Fn>
+inline CUresult CopyIntoCapture(const CopyShape& s, Fn fn) {
+  const auto start = reinterpret_cast<uintptr_t>(s.host_ptr);
+  const uint64_t len = s.host_span != 0 ? s.host_span : s.bytes;
+  const uintptr_t end = len > UINTPTR_MAX - start ? UINTPTR_MAX : start + len;
+  if (end <= start) return fn();
+  const optimize::PageChangeSlots::Mark mark = optimize::PageChangeSlots::Begin(start, end);
+  const CUresult r =
+      optimize::Optimizer::Process().MayHoldPinning(start, end, kCopyIntoCapture)
+          ? page_change_internal::CallDroppingPinning(start, end, kCopyIntoCapture, fn)
+          : fn();
+  optimize::PageChangeSlots::End(mark);
+  return r;
+}
+
 inline void AfterCopy(Api api, const optimize::CopyTicket& t, CUresult r, bool async,
                       CUstream stream) {
   if (PINSHIM_LIKELY(!g_optimize) || t.kind == optimize::CopyTicket::kNone) return;
@@ -265,6 +307,11 @@ using pinshim::hook::ActiveOptimizer;
   CopyShape shape = shape_expr;                                                 \
   OpenGuardedPagesForDriver(shape);                                             \
   const uint64_t start_ns = StartTime();                                        \
+  if (PINSHIM_UNLIKELY(IntoCapture(api, shape, stream))) {                      \
+    CUresult r = CopyIntoCapture(shape, [&] { return real_fn(__VA_ARGS__); });  \
+    Finish(api, shape, r, async, stream, start_ns);                             \
+    return r;                                                                   \
+  }                                                                             \
   optimize::CopyTicket ticket = BeforeCopy(shape);                              \
   CUresult r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE : real_fn(__VA_ARGS__); \
   AfterCopy(api, ticket, r, async, stream);                                     \
@@ -278,6 +325,11 @@ using pinshim::hook::ActiveOptimizer;
   CopyShape shape = shape_expr;                                                         \
   OpenGuardedPagesForDriver(shape);                                                     \
   const uint64_t start_ns = StartTime();                                                \
+  if (PINSHIM_UNLIKELY(IntoCapture(api, shape, stream))) {                              \
+    CUresult r = CopyIntoCapture(shape, [&] { return real_fn(__VA_ARGS__); });          \
+    Finish(api, shape, r, async, stream, start_ns);                                     \
+    return r;                                                                           \
+  }                                                                                     \
   optimize::CopyTicket ticket = BeforeCopy(shape);                                      \
   CUresult r;                                                                           \
   optimize::StagedInfo staged;                                                          \

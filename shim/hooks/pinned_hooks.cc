@@ -12,8 +12,8 @@
 #include <cstdint>
 
 #include "shim/budget/budget.h"
-#include "shim/core/stats.h"
 #include "shim/core/context_gate.h"
+#include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
 #include "shim/hooks/state.h"

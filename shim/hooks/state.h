@@ -90,6 +90,10 @@ void DropTraceIfNoCuda() PINSHIM_HIDDEN;
 extern bool g_enforce PINSHIM_HIDDEN;
 // Optimize mode configured (the engine starts once the driver is in use).
 extern bool g_optimize PINSHIM_HIDDEN;
+// Optimize mode: stream captures the program began and has not ended yet
+// (sync_hooks.cc). While any is open, a copy asks whether its own stream
+// captures (copy_hooks.cc: IntoCapture); otherwise it asks nothing.
+extern std::atomic<int> g_open_captures PINSHIM_HIDDEN;
 // Optimize mode redirects hot allocation sites into the host arena (set
 // once at start, before the program runs).
 extern bool g_redirect_sites PINSHIM_HIDDEN;

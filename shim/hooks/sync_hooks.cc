@@ -54,8 +54,24 @@ void RecordSyncPoint(ApiId api, trace::SyncKind kind, const void* stream, const 
   trace::RecordSync(e);
 }
 
+// Optimize mode counts the captures open: one begins when a begin call
+// succeeds, and ends when an end call returns a graph or reports the
+// capture invalidated (which ends it too). Never below zero.
+void CountCapture(trace::GraphOp op, CUresult r) {
+  if (PINSHIM_LIKELY(!g_optimize)) return;
+  if (op == trace::GraphOp::kCaptureBegin && r == CUDA_SUCCESS) {
+    g_open_captures.fetch_add(1, std::memory_order_relaxed);
+  } else if (op == trace::GraphOp::kCaptureEnd &&
+             (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)) {
+    int n = g_open_captures.load(std::memory_order_relaxed);
+    while (n > 0 && !g_open_captures.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+    }
+  }
+}
+
 void RecordGraphOp(ApiId api, trace::GraphOp op, const void* stream, const void* graph,
                    uint64_t start_ns, CUresult r) {
+  CountCapture(op, r);
   if (start_ns == 0) return;
   trace::GraphEvent e;
   e.api = api;

@@ -306,6 +306,7 @@ CUresult HostArena::PinExtent(int32_t idx, uintptr_t addr, uint64_t bytes, CUcon
     CUcontext cur = nullptr;
     if (ops_->ctx_get_current(&cur) != CUDA_SUCCESS) cur = nullptr;
     ScopedContext scope(ops_, cur == nullptr ? ctx : nullptr);
+    RelaxedCaptureMode relaxed(ops_);
     r = ops_->mem_host_register(reinterpret_cast<void*>(addr), bytes, options_.register_flags);
   }
   if (r != CUDA_SUCCESS) {
@@ -354,6 +355,7 @@ void HostArena::UnpinExtent(const Extent& e, OwnPinReason why, uint32_t detail) 
   CUresult r;
   {
     ScopedContext scope(ops_, e.ctx);
+    RelaxedCaptureMode relaxed(ops_);
     r = ops_->mem_host_unregister(reinterpret_cast<void*>(addr));
   }
   FreeFrames(e.frames, e.pages);

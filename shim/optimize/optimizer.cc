@@ -169,6 +169,13 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
   return t;
 }
 
+bool Optimizer::StreamCaptures(CUstream stream) const {
+  if (!active()) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return ops_.stream_is_capturing(stream, &status) != CUDA_SUCCESS ||
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 bool Optimizer::Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream,
                       bool per_thread_api, bool sync, CUresult* result, StagedInfo* info) {
   if (!t.stage || !active()) return false;

@@ -158,6 +158,9 @@ class Optimizer {
   // (host [host, host + bytes), device [dev, ...)); false: the caller makes
   // the driver call. `sync`: a synchronous entry point. The stream as the
   // call named it, with per_thread_api for _ptsz/_ptds entry points.
+  // Whether `stream` (RecordableStream form) captures, or the driver cannot
+  // say (an error answer): a copy on it must then be the driver's own.
+  bool StreamCaptures(CUstream stream) const;
   bool Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream, bool per_thread_api,
              bool sync, CUresult* result, StagedInfo* info);
 

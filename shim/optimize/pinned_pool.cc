@@ -231,7 +231,11 @@ CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, ui
   *out = nullptr;
   const uint64_t bytes = block_bytes * nblocks;
   void* base = nullptr;
-  CUresult r = ops_->mem_host_alloc(&base, bytes, flags);
+  CUresult r;
+  {
+    RelaxedCaptureMode relaxed(ops_);
+    r = ops_->mem_host_alloc(&base, bytes, flags);
+  }
   if (r != CUDA_SUCCESS) {
     account_->Release(use, charge);
     return r;
@@ -500,6 +504,7 @@ void PinnedPool::ReleaseSlabMemory(Slab* s, OwnPinReason why) {
   CUresult r;
   {
     ScopedContext scope(ops_, s->ctx);
+    RelaxedCaptureMode relaxed(ops_);
     r = ops_->mem_free_host(reinterpret_cast<void*>(s->base));
   }
   account_->Release(s->use, s->charged);

@@ -356,8 +356,12 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     ReportRefusal(alloc, refused, CUDA_SUCCESS);
     return ticket;
   }
-  CUresult r = ops_->mem_host_register(reinterpret_cast<void*>(alloc.start), alloc.bytes,
-                                       options_.register_flags);
+  CUresult r;
+  {
+    RelaxedCaptureMode relaxed(ops_);
+    r = ops_->mem_host_register(reinterpret_cast<void*>(alloc.start), alloc.bytes,
+                                options_.register_flags);
+  }
   if (r != CUDA_SUCCESS) {
     account_->Release(PinUse::kCache, alloc.bytes);
     const CacheFailure failure = ClassifyFailure(r, alloc.bytes);
@@ -540,6 +544,7 @@ void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, Own
   CUresult r;
   {
     ScopedContext scope(ops_, ctx);
+    RelaxedCaptureMode relaxed(ops_);
     r = ops_->mem_host_unregister(reinterpret_cast<void*>(start));
   }
   account_->Release(PinUse::kCache, bytes);

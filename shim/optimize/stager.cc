@@ -427,6 +427,7 @@ void Stager::UnpinRing(Lane* lane, OwnPinReason why) {
   CUresult r;
   {
     ScopedContext scope(ops_, lane->ctx.load(std::memory_order_relaxed));
+    RelaxedCaptureMode relaxed(ops_);
     for (uint32_t i = 0; i < lane->slots; ++i) {
       if (lane->pending[i]) ops_->event_synchronize(lane->events[i]);
       ops_->event_destroy(lane->events[i]);

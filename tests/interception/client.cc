@@ -414,6 +414,97 @@ void Mapping(const char* kind) {
   if (fd >= 0) close(fd);
 }
 
+// One allocation site, for the capture scenario's "site" buffers: its first
+// buffers are copied hot, so optimize mode serves the later ones from its
+// pinned arena.
+__attribute__((noinline)) char* CaptureSiteAlloc(size_t n) {
+  char* p = static_cast<char*>(malloc(n));
+  asm volatile("" ::: "memory");  // a distinct return address
+  return p;
+}
+
+// A copy (h2d or d2h, 8 MiB) on a stream that captures, from host memory
+// of one kind: "plain" (a fresh pageable buffer, which staging would take),
+// "hot" (a malloc'd buffer copied hot first: the registration cache pins it)
+// or "site" (from an allocation site copied hot first: the arena serves it).
+// Prints the driver's answer, the capture's end and, if a graph came out,
+// what its launch copies.
+void Capture(bool h2d, const char* kind) {
+  const size_t n = 8 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  CUstream s;
+  CHECK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  auto hot = [&](char* p) {
+    for (int i = 0; i < 6; ++i) {
+      Fill(p, n, i);
+      CHECK(d.MemcpyHtoD(dev, p, n));
+      g_expect.h2d++;
+      CHECK(d.MemcpyDtoH(p, dev, n));
+      g_expect.d2h++;
+    }
+  };
+  char* host = nullptr;
+  if (strcmp(kind, "hot") == 0) {
+    host = static_cast<char*>(malloc(n));
+    hot(host);
+  } else if (strcmp(kind, "site") == 0) {
+    // One call site for all (its frames are the site): the last is kept.
+    for (int round = 0; round < 4; ++round) {
+      char* p = CaptureSiteAlloc(n);
+      if (round == 3) {
+        host = p;
+        break;
+      }
+      hot(p);
+      free(p);
+    }
+  } else {
+    std::vector<char> warm(n, 1);
+    hot(warm.data());  // staging's ring, made
+    host = static_cast<char*>(malloc(n));
+  }
+  memset(host, 2, n);
+  auto sym = [](const char* name) {
+    void* f = dlsym(g_libcuda, name);
+    if (f == nullptr) exit(4);
+    return f;
+  };
+  auto memset_d8 =
+      reinterpret_cast<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(sym("cuMemsetD8_v2"));
+  auto begin =
+      reinterpret_cast<CUresult (*)(CUstream, CUstreamCaptureMode)>(sym("cuStreamBeginCapture_v2"));
+  auto end = reinterpret_cast<CUresult (*)(CUstream, CUgraph*)>(sym("cuStreamEndCapture"));
+  auto instantiate = reinterpret_cast<CUresult (*)(CUgraphExec*, CUgraph, unsigned long long)>(
+      sym("cuGraphInstantiateWithFlags"));
+  auto launch = reinterpret_cast<CUresult (*)(CUgraphExec, CUstream)>(sym("cuGraphLaunch"));
+  CHECK(memset_d8(dev, 3, n));
+  CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  const CUresult r = h2d ? d.MemcpyHtoDAsync(dev, host, n, s) : d.MemcpyDtoHAsync(host, dev, n, s);
+  (h2d ? g_expect.h2d : g_expect.d2h)++;
+  CUgraph graph = nullptr;
+  const CUresult e = end(s, &graph);
+  printf("capture %s %s: copy=%d end=%d graph=%d\n", h2d ? "h2d" : "d2h", kind, r, e,
+         graph != nullptr);
+  if (graph != nullptr) {
+    CUgraphExec exec = nullptr;
+    CHECK(instantiate(&exec, graph, 0));
+    memset(host, 4, n);  // what a launch copies now
+    CHECK(memset_d8(dev, 5, n));
+    CHECK(launch(exec, s));
+    CHECK(d.StreamSynchronize(s));
+    std::vector<char> dev_back(n);
+    CHECK(d.MemcpyDtoH(dev_back.data(), dev, n));
+    g_expect.d2h++;
+    printf("after launch: device %d host %d\n", dev_back[0], host[0]);
+  }
+  // The buffer goes on being used as before.
+  hot(host);
+  printf("after capture: %lx\n", Checksum(host, n));
+  free(host);
+  CHECK(d.MemFree(dev));
+}
+
 // Pins past a budget (run with PINSHIM_MODE=enforce PINSHIM_BUDGET=2M):
 // prints each call's result, and whether memory handed out still copies.
 void Budget() {
@@ -1167,59 +1258,9 @@ int main(int argc, char** argv) {
     waitpid(child, nullptr, 0);
     LoadDriver(0);
     staged_round_trip("parent");
-  } else if (strcmp(scenario, "capture") == 0 && argc > 2) {
-    // A pageable copy (h2d or d2h, 8 MiB) on a stream that captures: the
-    // driver's answer, the capture's end and, if a graph came out, what
-    // its launch copies. Warmed up first, so the copy would be staged.
+  } else if (strcmp(scenario, "capture") == 0 && argc > 3) {
     LoadDriver(0);
-    const bool h2d = strcmp(argv[2], "h2d") == 0;
-    const size_t n = 8 << 20;
-    CUdeviceptr dev;
-    CHECK(d.MemAlloc(&dev, n));
-    CUstream s;
-    CHECK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    std::vector<char> warm(n, 1);
-    for (int i = 0; i < 3; ++i) {
-      CHECK(d.MemcpyHtoDAsync(dev, warm.data(), n, s));
-      g_expect.h2d++;
-      CHECK(d.MemcpyDtoHAsync(warm.data(), dev, n, s));
-      g_expect.d2h++;
-    }
-    CHECK(d.StreamSynchronize(s));
-    std::vector<char> host(n, 2);
-    auto memset_d8 = reinterpret_cast<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(
-        dlsym(g_libcuda, "cuMemsetD8_v2"));
-    if (memset_d8 == nullptr) exit(4);
-    CHECK(memset_d8(dev, 3, n));
-    auto begin = reinterpret_cast<CUresult (*)(CUstream, CUstreamCaptureMode)>(
-        dlsym(g_libcuda, "cuStreamBeginCapture_v2"));
-    auto end =
-        reinterpret_cast<CUresult (*)(CUstream, CUgraph*)>(dlsym(g_libcuda, "cuStreamEndCapture"));
-    if (begin == nullptr || end == nullptr) exit(4);
-    CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    const CUresult r =
-        h2d ? d.MemcpyHtoDAsync(dev, host.data(), n, s) : d.MemcpyDtoHAsync(host.data(), dev, n, s);
-    (h2d ? g_expect.h2d : g_expect.d2h)++;
-    CUgraph graph = nullptr;
-    const CUresult e = end(s, &graph);
-    printf("capture %s: copy=%d end=%d graph=%d\n", argv[2], r, e, graph != nullptr);
-    if (graph != nullptr) {
-      auto instantiate = reinterpret_cast<CUresult (*)(CUgraphExec*, CUgraph, unsigned long long)>(
-          dlsym(g_libcuda, "cuGraphInstantiateWithFlags"));
-      auto launch =
-          reinterpret_cast<CUresult (*)(CUgraphExec, CUstream)>(dlsym(g_libcuda, "cuGraphLaunch"));
-      CUgraphExec exec = nullptr;
-      if (instantiate == nullptr || launch == nullptr) exit(4);
-      CHECK(instantiate(&exec, graph, 0));
-      memset(host.data(), 4, n);  // what a launch copies now
-      CHECK(launch(exec, s));
-      CHECK(d.StreamSynchronize(s));
-      std::vector<char> dev_back(n);
-      CHECK(d.MemcpyDtoH(dev_back.data(), dev, n));
-      g_expect.d2h++;
-      printf("after launch: device %d host %d\n", dev_back[0], host[0]);
-    }
-    CHECK(d.MemFree(dev));
+    Capture(strcmp(argv[2], "h2d") == 0, argv[3]);
   } else if (strcmp(scenario, "exit_inflight") == 0) {
     // Exit with async copies still queued: neither side may hang or crash.
     LoadDriver(0);

@@ -452,23 +452,36 @@ TEST(OptimizeTest, AForkedChildStagesItsOwnCopies) {
   }
 }
 
-// A pageable copy on a stream that captures gets the driver's own answer
-// in optimize mode (staged, the ring's DMAs would be captured, and every
-// launch would copy the ring), and a graph that comes out copies what the
-// program's buffer holds at launch, as without the library. Workers set by
-// hand, so staging would take the copy on any machine.
+// A copy on a stream that captures gets the driver's own answer in
+// optimize mode, whatever pinshim would otherwise do with its host side: a
+// fresh buffer is not staged (the graph would copy the ring at every
+// launch), a hot one the registration cache pinned and one the arena serves
+// are unpinned for the call (the driver then sees the pageable memory the
+// program made); a graph that comes out copies what the buffer holds at
+// launch, as without the library. Workers set by hand, so staging would
+// take the copy on any machine.
 TEST(OptimizeTest, CopiesIntoAStreamCaptureAreTheDrivers) {
   for (const char* dir : {"h2d", "d2h"}) {
-    SCOPED_TRACE(dir);
-    RunResult without = RunProgram({g_client, "capture", dir}, false);
-    RunResult with = RunProgram({g_client, "capture", dir}, true,
-                                {"PINSHIM_MODE=optimize", "PINSHIM_STAGE_WORKERS=1"});
-    ASSERT_TRUE(WIFEXITED(without.status)) << without.err;
-    EXPECT_EQ(without.status, with.status) << with.err;
-    EXPECT_EQ(without.out, with.out);
-    EXPECT_NE(with.out.find(std::string("capture ") + dir + ": copy="), std::string::npos)
-        << with.out;
-    CheckCounts(with);
+    for (const char* kind : {"plain", "hot", "site"}) {
+      SCOPED_TRACE(std::string(dir) + " " + kind);
+      RunResult without = RunProgram({g_client, "capture", dir, kind}, false);
+      RunResult with = RunProgram({g_client, "capture", dir, kind}, true,
+                                  {"PINSHIM_MODE=optimize", "PINSHIM_STAGE_WORKERS=1"});
+      ASSERT_TRUE(WIFEXITED(without.status)) << without.err;
+      EXPECT_EQ(without.status, with.status) << with.err;
+      EXPECT_EQ(without.out, with.out);
+      EXPECT_NE(with.out.find("capture "), std::string::npos) << with.out;
+      CheckCounts(with);
+      ASSERT_EQ(with.summaries.size(), 1u) << with.err;
+      const std::string& sum = with.summaries[0];
+      if (strcmp(kind, "hot") == 0) {
+        EXPECT_GE(OptimizeField(sum, "cache_registrations"), 1) << sum;
+        EXPECT_GE(OptimizeField(sum, "page_change_drops"), 1) << sum;
+      } else if (strcmp(kind, "site") == 0) {
+        EXPECT_GE(OptimizeField(sum, "arena_allocs"), 1) << sum;
+        EXPECT_GE(OptimizeField(sum, "page_change_drops"), 1) << sum;
+      }
+    }
   }
 }
 
