@@ -479,6 +479,46 @@ void RunForkAdvice(Kind kind, const char* what, int advice) {
   fflush(stdout);
 }
 
+// A hot buffer copied into a stream capture (global mode) both ways: what
+// the driver answers, and what a graph that comes out copies at launch once
+// the buffer and the device hold new data; then the buffer as used after.
+void RunCapture(Kind kind) {
+  std::string name = std::string(KindName(kind)) + " stream_capture";
+  if (!Wanted(name)) return;
+  unsigned char* p = Allocate(kind, kBytes);
+  FillPattern(p, kBytes, 0xA1);
+  MakeHot(p, kBytes);
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  const CUresult h2d = cuMemcpyHtoDAsync(g_dev, p, kBytes / 2, s);
+  const CUresult d2h = cuMemcpyDtoHAsync(p + kBytes / 2, g_dev + kBytes / 2, kBytes / 2, s);
+  CUgraph graph = nullptr;
+  const CUresult end = cuStreamEndCapture(s, &graph);
+  char line[512];
+  snprintf(line, sizeof(line), "h2d=%d d2h=%d end=%d graph=%d", h2d, d2h, end, graph != nullptr);
+  std::string out = line;
+  if (graph != nullptr) {
+    CUgraphExec exec = nullptr;
+    CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    FillPattern(p, kBytes, 0xA5);
+    CHECK(cuMemsetD8(g_dev + kBytes / 2, 0x5A, kBytes / 2));
+    CHECK(cuGraphLaunch(exec, s));
+    CHECK(cuStreamSynchronize(s));
+    snprintf(line, sizeof(line), " launch: device=%016llx host=%016llx",
+             (unsigned long long)DeviceHash(kBytes / 2),
+             (unsigned long long)Hash(p + kBytes / 2, kBytes / 2));
+    out += line;
+    CHECK(cuGraphExecDestroy(exec));
+    CHECK(cuGraphDestroy(graph));
+  }
+  CHECK(cuStreamDestroy(s));
+  out += " after: " + Measure(p, kBytes);
+  Release(kind, p, kBytes);
+  printf("%s: %s\n", name.c_str(), out.c_str());
+  fflush(stdout);
+}
+
 // A page change the hooks cannot see: madvise by raw system call. Without
 // page verification optimize mode cannot follow it (README's limits).
 void RunRawSyscall(Kind kind) {
@@ -564,6 +604,7 @@ int main(int argc, char** argv) {
     RunForkAdvice(kind, "fork_dontfork", MADV_DONTFORK);
     RunForkAdvice(kind, "fork_wipeonfork", MADV_WIPEONFORK);
     RunRawSyscall(kind);
+    RunCapture(kind);
   }
   if (Wanted("fork child_uses_cuda")) printf("fork child_uses_cuda:%s\n", ForkChildCuda().c_str());
   RunRace();
