@@ -264,6 +264,7 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) g_stream_copy = &CopyStreamingAvx2;
   ops_ = ops;
+  exchange_capture_mode_ = ops->thread_exchange_capture_mode;
   account_ = account;
   active_.store(true, std::memory_order_release);
   return true;
@@ -308,7 +309,7 @@ void* Stager::WorkerMain(void* arg) {
   Stager* self = static_cast<Stager*>(arg);
   // Its driver calls (a ring's pinning) never meet a program's capture.
   CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
-  self->ops_->thread_exchange_capture_mode(&relaxed);
+  self->exchange_capture_mode_(&relaxed);
   self->WorkerLoop();
   return nullptr;
 }

@@ -189,6 +189,9 @@ class Stager {
   bool DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const;
 
   const DriverOps* ops_ = nullptr;
+  // ops_->thread_exchange_capture_mode, kept here for a starting worker
+  // (which reads nothing of ops_ until it pins a ring).
+  CUresult (*exchange_capture_mode_)(CUstreamCaptureMode*) = nullptr;
   PinAccount* account_ = nullptr;
   StagerOptions options_;
   std::atomic<bool> active_{false};
