@@ -135,7 +135,8 @@ class Registry {
   bool SummarySaysNone(uintptr_t start, uintptr_t last) const {
     const uint8_t* s = summary_.load(std::memory_order_acquire);
     const uintptr_t first_g = start >> kGranuleShift, last_g = last >> kGranuleShift;
-    if (s == nullptr || last_g >= kSummaryGranules || last_g - first_g >= kSummaryProbe) {
+    if (s == nullptr || last < start || last_g >= kSummaryGranules ||
+        last_g - first_g >= kSummaryProbe) {
       return false;
     }
     unsigned any = __atomic_load_n(&s[first_g], __ATOMIC_RELAXED) |

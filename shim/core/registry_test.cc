@@ -258,6 +258,9 @@ TEST(RegistryTest, SummaryEdgesOfTheAddressSpace) {
   EXPECT_FALSE(reg.AnyOverlapping(UINTPTR_MAX - 10, 100));  // runs past the top
   EXPECT_FALSE(reg.AnyOverlapping(UINTPTR_MAX, 1));
   EXPECT_TRUE(reg.AnyOverlapping(kLimit - 0x1000, UINT64_MAX));
+  // A length that wraps the range's end back into its own granule.
+  EXPECT_TRUE(reg.AnyOverlapping(0x1000, UINT64_MAX));
+  EXPECT_TRUE(reg.AnyOverlapping(0x1000, UINT64_MAX - (uintptr_t{1} << 20)));
   ASSERT_TRUE(reg.Insert(Make(UINTPTR_MAX - 0xfff, 0x1000, 3)));  // the last page
   EXPECT_TRUE(reg.Lookup(UINTPTR_MAX, &r));
   EXPECT_EQ(r.id, 3u);

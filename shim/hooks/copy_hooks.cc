@@ -41,6 +41,8 @@ struct CopyShape {
   uint64_t bytes = 0;
   const void* host_ptr = nullptr;  // the host side, when there is one
   uint64_t host_span = 0;          // bytes from host_ptr the copy may touch; 0: `bytes`
+  // The other host side of a host-to-host copy (the same span at most).
+  const void* other_host = nullptr;
 };
 
 // The recorder's contract (trace/recorder.h): no page its write-combined
@@ -69,6 +71,7 @@ inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
   uint32_t flags;
   uint64_t id;
   *kind = ClassifyHost(p, &flags, &id);
+  if (s->host_ptr != nullptr && s->host_ptr != p) s->other_host = p;
   if (s->host_ptr == nullptr) s->host_ptr = p;
   if (s->host_alloc == 0) s->host_alloc = id;
   if (s->host_flags == 0) s->host_flags = flags;
@@ -88,6 +91,9 @@ void AnySide(CUdeviceptr p, MemKind* kind, CopyShape* s) {
     if (!IsDeviceSide(r.kind)) {
       if (s->host_alloc == 0) s->host_alloc = r.id;
       if (s->host_flags == 0) s->host_flags = r.flags;
+      if (s->host_ptr != nullptr && s->host_ptr != reinterpret_cast<const void*>(p)) {
+        s->other_host = reinterpret_cast<const void*>(p);
+      }
       if (s->host_ptr == nullptr) s->host_ptr = reinterpret_cast<const void*>(p);
     }
     return;
@@ -265,19 +271,47 @@ constexpr optimize::PageChange kCopyIntoCapture(OwnPinReason::kCopyIntoCapture, 
                                                     optimize::PageChange::kStaysAnonymous);
 
 // (The hook guard is held here, so this is WithPageChange's work without
-// its re-entry test.)
+// its re-entry test.) Both host sides of a host-to-host copy, nested. What
+// the driver saw is what the trace records: a side pinshim unpinned for the
+// call was pageable memory to it.
 template <typename Fn>
-inline CUresult CopyIntoCapture(const CopyShape& s, Fn fn) {
-  const auto start = reinterpret_cast<uintptr_t>(s.host_ptr);
-  const uint64_t len = s.host_span != 0 ? s.host_span : s.bytes;
+inline CUresult DropPinningAround(const void* host, uint64_t len, bool* dropped, Fn fn) {
+  const auto start = reinterpret_cast<uintptr_t>(host);
   const uintptr_t end = len > UINTPTR_MAX - start ? UINTPTR_MAX : start + len;
-  if (end <= start) return fn();
+  if (host == nullptr || end <= start) return fn();
   const optimize::PageChangeSlots::Mark mark = optimize::PageChangeSlots::Begin(start, end);
-  const CUresult r =
-      optimize::Optimizer::Process().MayHoldPinning(start, end, kCopyIntoCapture)
-          ? page_change_internal::CallDroppingPinning(start, end, kCopyIntoCapture, fn)
-          : fn();
+  CUresult r;
+  if (optimize::Optimizer::Process().MayHoldPinning(start, end, kCopyIntoCapture)) {
+    *dropped = true;
+    r = page_change_internal::CallDroppingPinning(start, end, kCopyIntoCapture, fn);
+  } else {
+    r = fn();
+  }
   optimize::PageChangeSlots::End(mark);
+  return r;
+}
+
+inline void SeenPageable(MemKind* kind, const void* host, uint32_t* flags) {
+  optimize::PoolBlockInfo block;
+  if (*kind == MemKind::kPinnedByPinshim &&
+      !optimize::Optimizer::Process().PoolBlock(host, &block)) {
+    *kind = MemKind::kPageable;
+    *flags = 0;
+  }
+}
+
+template <typename Fn>
+inline CUresult CopyIntoCapture(CopyShape& s, Fn fn) {
+  const uint64_t len = s.host_span != 0 ? s.host_span : s.bytes;
+  bool dropped = false;
+  const CUresult r = DropPinningAround(s.host_ptr, len, &dropped, [&] {
+    return DropPinningAround(s.other_host, len, &dropped, fn);
+  });
+  if (dropped) {
+    // (A host-to-host copy's source is host_ptr, its destination other_host.)
+    SeenPageable(&s.src, s.host_ptr, &s.host_flags);
+    SeenPageable(&s.dst, s.other_host != nullptr ? s.other_host : s.host_ptr, &s.host_flags);
+  }
   return r;
 }
 

@@ -231,11 +231,9 @@ CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, ui
   *out = nullptr;
   const uint64_t bytes = block_bytes * nblocks;
   void* base = nullptr;
-  CUresult r;
-  {
-    RelaxedCaptureMode relaxed(ops_);
-    r = ops_->mem_host_alloc(&base, bytes, flags);
-  }
+  // In the program's capture mode: the slab serves the program's own
+  // allocation call, which the driver would refuse where that mode does.
+  CUresult r = ops_->mem_host_alloc(&base, bytes, flags);
   if (r != CUDA_SUCCESS) {
     account_->Release(use, charge);
     return r;

@@ -47,6 +47,9 @@ constexpr uint64_t kMaxPiece = uint64_t{256} << 10;
 // often come back to back, and a futex wake costs tens of microseconds.
 constexpr uint64_t kSpinNs = 200000;
 constexpr uint64_t kSampleNs = 50000000;  // /proc/stat at most every 50 ms
+// How long a copy's calling thread waits for a worker to join before it
+// copies pieces itself (a sleeping worker wakes within tens of microseconds).
+constexpr uint64_t kAloneNs = 200000;
 
 inline void Pause() { _mm_pause(); }
 
@@ -227,6 +230,9 @@ struct Stager::Lane {
   bool pending[kMaxSlots] = {};
   uint32_t pending_ev[kMaxSlots] = {};
   std::atomic<uint64_t> last_use_ns{0};
+  // A teardown of ctx found the lane pinning (a worker took the request and
+  // has not entered the context gate yet): the worker makes no ring.
+  std::atomic<bool> cancelled{false};
   Job* job = nullptr;
 };
 
@@ -316,7 +322,12 @@ void* Stager::WorkerMain(void* arg) {
 
 void Stager::StartWorkers() {
   int expected = 0;
-  if (!workers_started_.compare_exchange_strong(expected, 1)) return;
+  if (!workers_started_.compare_exchange_strong(expected, 1)) {
+    // Another thread starts them: nworkers_ is final once it is done, and a
+    // ring is asked of workers only then (TakeLane reads it).
+    while (workers_started_.load(std::memory_order_acquire) != 2) sched_yield();
+    return;
+  }
   // Every signal blocked: they are the program's.
   sigset_t all, old;
   sigfillset(&all);
@@ -463,7 +474,7 @@ void Stager::PinRingInBackground(Lane* lane) {
   // A teardown under way: its context's ring is not made (the next copy
   // after it asks again, in whatever context is current then).
   if (gate == nullptr || gate->EnterAlloc()) {
-    {
+    if (!lane->cancelled.load(std::memory_order_acquire)) {
       ScopedContext scope(ops_, ctx);
       pinned = PinRing(lane, ctx);
     }
@@ -513,6 +524,7 @@ Stager::Lane* Stager::TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool*
       continue;
     }
     if (!WaitsForRingHere(dir, bytes)) {
+      l.cancelled.store(false, std::memory_order_relaxed);
       l.ctx.store(ctx, std::memory_order_relaxed);
       l.state.store(kLaneWanted, std::memory_order_release);
       work_gen_.fetch_add(1, std::memory_order_acq_rel);
@@ -741,9 +753,15 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   };
   // One piece of the calling thread's own, when one is ready. With helper
   // workers it copies nothing: a DMA issued late leaves the bus idle (a
-  // piece takes longer to copy than the DMA of a chunk), so it watches.
+  // piece takes longer to copy than the DMA of a chunk), so it watches;
+  // unless none joined within kAloneNs (every worker busy, pinning a ring
+  // for another copy, say): then it copies until one does.
+  const uint64_t published_ns = job->max_workers != 0 ? NowNs() : 0;
   auto help = [&]() {
-    if (job->max_workers != 0) return false;
+    if (job->max_workers != 0 &&
+        (job->joined.load(std::memory_order_relaxed) != 0 || NowNs() - published_ns < kAloneNs)) {
+      return false;
+    }
     uint64_t p = job->next.load(std::memory_order_relaxed);
     while (p < job->total && job->Ready(p)) {
       if (job->next.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) {
@@ -857,19 +875,30 @@ void Stager::OnContextDestroyed(CUcontext ctx) {
   if (!active()) return;
   for (int i = 0; i < kMaxLanes; ++i) {
     Lane& l = lanes_[i];
-    // A ring asked for and not begun: never made (a worker that takes it
-    // meanwhile finds the teardown's gate closed, or the handle already
-    // gone: its pinning fails and the lane empties).
+    if (l.ctx.load(std::memory_order_relaxed) != ctx) continue;
+    // A ring asked for and not begun: never made. One a worker took and has
+    // not begun in the gate (it cannot be inside: the teardown closed the
+    // gate and waited): cancelled, the worker makes none.
     int wanted = kLaneWanted;
-    if (l.ctx.load(std::memory_order_relaxed) == ctx &&
-        l.state.compare_exchange_strong(wanted, kLaneBinding, std::memory_order_acquire)) {
+    if (l.state.compare_exchange_strong(wanted, kLaneBinding, std::memory_order_acquire)) {
+      if (l.ctx.load(std::memory_order_relaxed) != ctx) {  // another context's since
+        l.state.store(kLaneWanted, std::memory_order_release);
+        continue;
+      }
       l.ctx.store(nullptr, std::memory_order_relaxed);
       l.state.store(kLaneEmpty, std::memory_order_release);
       continue;
     }
+    if (wanted == kLanePinning) {
+      l.cancelled.store(true, std::memory_order_release);
+      continue;
+    }
     int expected = kLaneFree;
-    if (l.ctx.load(std::memory_order_relaxed) != ctx ||
-        !l.state.compare_exchange_strong(expected, kLaneBinding, std::memory_order_acquire)) {
+    if (!l.state.compare_exchange_strong(expected, kLaneBinding, std::memory_order_acquire)) {
+      continue;
+    }
+    if (l.ctx.load(std::memory_order_relaxed) != ctx) {  // unpinned and pinned again since
+      l.state.store(kLaneFree, std::memory_order_release);
       continue;
     }
     // The driver freed the ring and the events with the context.

@@ -394,6 +394,60 @@ TEST(StagerRingTest, WhichCopiesWaitForTheDefaultRing) {
   }
 }
 
+// The only worker is pinning a ring for another context (its allocation
+// held): a copy on a lane that has its ring does not wait for that worker,
+// its calling thread copies alone (else this test would never end).
+TEST_F(BackgroundRingTest, ACopyDoesNotWaitForAWorkerThatPinsARing) {
+  Checked<Stager>& stager = NewStager();
+  StagerOptions o;
+  o.workers = 1;
+  o.load_aware = false;
+  o.chunk_bytes = kMiB;
+  o.slots = 4;
+  o.min_h2d_bytes = 64 << 10;
+  o.min_d2h_bytes = 64 << 10;
+  o.teardown_gate = &gate_;
+  ASSERT_TRUE(stager->Init(&ops_, &account_, o));
+  std::vector<uint8_t> big(kDevBytes);
+  Fill(big.data(), big.size(), 26);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  StagedInfo info;
+  // This context's ring, pinned by the copy itself (64 MiB waits for it).
+  ASSERT_TRUE(stager->Stage(CopyDir::kHostToDevice, big.data(), dev_, big.size(), nullptr, true, &r,
+                            &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  // Another context's ring, which the worker pins and holds.
+  CUdevice d1;
+  CUcontext c1;
+  ASSERT_EQ(cuDeviceGet(&d1, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&c1, d1), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CUdeviceptr dev1;
+  ASSERT_EQ(cuMemAlloc(&dev1, 4 * kMiB), CUDA_SUCCESS);
+  std::vector<uint8_t> src(2 * kMiB, 7), back(2 * kMiB);
+  g_hold_host_alloc.store(true);
+  EXPECT_FALSE(stager->Stage(CopyDir::kHostToDevice, src.data(), dev1, src.size(), nullptr, true,
+                             &r, &info));
+  ASSERT_TRUE(HostAllocHeld());
+  // Back in the first context: staged, both ways, with the worker held.
+  ASSERT_EQ(cuCtxSetCurrent(MakeContextCurrent()), CUDA_SUCCESS);
+  Fill(src.data(), src.size(), 27);
+  ASSERT_TRUE(stager->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr, true, &r,
+                            &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  ASSERT_TRUE(stager->Stage(CopyDir::kDeviceToHost, back.data(), dev_, back.size(), nullptr, true,
+                            &r, &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  EXPECT_TRUE(HasPattern(back.data(), back.size(), 27));
+  EXPECT_EQ(g_host_allocs_held.load(), 1);  // the worker was held all along
+  g_hold_host_alloc.store(false);
+  ASSERT_TRUE(stager.raw().WaitForRings(10 * kSecond));
+  ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(dev1), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(MakeContextCurrent()), CUDA_SUCCESS);
+  stager->TrimIdle(/*all=*/true);
+}
+
 // A copy for which the driver would take longer than pinning the ring and
 // staging (64 MiB against a 4 MiB ring, by the cost model) waits for it.
 TEST_F(BackgroundRingTest, ALargeCopyWaitsForItsRing) {

@@ -474,6 +474,12 @@ TEST(OptimizeTest, CopiesIntoAStreamCaptureAreTheDrivers) {
       CheckCounts(with);
       ASSERT_EQ(with.summaries.size(), 1u) << with.err;
       const std::string& sum = with.summaries[0];
+      // The captured copy is recorded as what the driver saw: pageable memory.
+      EXPECT_NE(sum.find(strcmp(dir, "h2d") == 0
+                             ? "api=cuMemcpyHtoDAsync_v2 dir=H2D src=pageable dst=device"
+                             : "api=cuMemcpyDtoHAsync_v2 dir=D2H src=device dst=pageable"),
+                std::string::npos)
+          << sum;
       if (strcmp(kind, "hot") == 0) {
         EXPECT_GE(OptimizeField(sum, "cache_registrations"), 1) << sum;
         EXPECT_GE(OptimizeField(sum, "page_change_drops"), 1) << sum;
