@@ -109,7 +109,13 @@ class StagerTest : public ::testing::Test {
   static constexpr uint64_t kDevBytes = 64 * kMiB;
   DriverOps ops_;
   PinAccount account_;
-  ContextGate gate_;
+  // Shared, and never destroyed: a worker leaves the gate just after its
+  // ring is seen made (WaitForRings), as it does the library's (static) one.
+  static ContextGate& SharedGate() {
+    static ContextGate* gate = new ContextGate();
+    return *gate;
+  }
+  ContextGate& gate_ = SharedGate();
   // Every call walks the stager's invariants. Never destroyed: its workers
   // are detached and keep looking at it for as long as the process lives,
   // as they do at the library's (static) stager.
