@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #ifndef MADV_COLD
 #define MADV_COLD 20
@@ -678,6 +679,70 @@ void CaptureCopy(const char* name, int kind, bool h2d, bool unregister_before_la
   }
 }
 
+// A call pinshim may make on one thread while the program captures a
+// stream in global mode on another: the call's result and whether the
+// capture survived, with the calling thread in global (default) or relaxed
+// capture mode. `what`: register, unregister, hostalloc, freehost,
+// event_sync, legacy_is_capturing, async_pageable_h2d (on another stream).
+void CaptureNeighbour(const char* what, bool relaxed) {
+  const size_t n = 4 << 20;
+  void* buf = Anon(n);
+  memset(buf, 1, n);
+  void* pinned = nullptr;
+  CHECK(cudaHostAlloc(&pinned, n, cudaHostAllocDefault));
+  if (strcmp(what, "unregister") == 0) CHECK(cudaHostRegister(buf, n, cudaHostRegisterDefault));
+  cudaEvent_t ev;
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  cudaStream_t cap, other;
+  CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  CHECK(cudaEventRecord(ev, other));
+  CHECK(cudaStreamSynchronize(other));
+  CHECK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemsetAsync(g_dev, 0, 4096, cap));
+  cudaError_t call = cudaSuccess;
+  std::thread t([&] {
+    CHECK(cudaSetDevice(0));
+    cudaStreamCaptureMode mode =
+        relaxed ? cudaStreamCaptureModeRelaxed : cudaStreamCaptureModeGlobal;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (strcmp(what, "register") == 0) {
+      call = cudaHostRegister(buf, n, cudaHostRegisterDefault);
+    } else if (strcmp(what, "unregister") == 0) {
+      call = cudaHostUnregister(buf);
+    } else if (strcmp(what, "hostalloc") == 0) {
+      void* p = nullptr;
+      call = cudaHostAlloc(&p, n, cudaHostAllocDefault);
+      if (call == cudaSuccess) cudaFreeHost(p);
+    } else if (strcmp(what, "freehost") == 0) {
+      call = cudaFreeHost(pinned);
+      if (call == cudaSuccess) pinned = nullptr;
+    } else if (strcmp(what, "event_sync") == 0) {
+      call = cudaEventSynchronize(ev);
+    } else if (strcmp(what, "legacy_is_capturing") == 0) {
+      cudaStreamCaptureStatus st;
+      call = cudaStreamIsCapturing(nullptr, &st);
+    } else if (strcmp(what, "async_pageable_h2d") == 0) {
+      call = cudaMemcpyAsync(g_dev, buf, n, cudaMemcpyHostToDevice, other);
+      cudaStreamSynchronize(other);
+    }
+    cudaGetLastError();
+  });
+  t.join();
+  cudaGraph_t graph = nullptr;
+  cudaError_t end = cudaStreamEndCapture(cap, &graph);
+  cudaGetLastError();
+  Fact((std::string("capture_neighbour_") + what + (relaxed ? "_relaxed" : "_global")).c_str(),
+       std::string("call=") + cudaGetErrorName(call) + " capture_end=" + cudaGetErrorName(end));
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (strcmp(what, "register") == 0 && call == cudaSuccess) cudaHostUnregister(buf);
+  if (pinned != nullptr) cudaFreeHost(pinned);
+  cudaEventDestroy(ev);
+  cudaStreamDestroy(cap);
+  cudaStreamDestroy(other);
+  munmap(buf, n);
+}
+
 void PagemapCost() {
   const size_t n = 64 << 20;
   unsigned char* b = static_cast<unsigned char*>(Anon(n));
@@ -770,6 +835,11 @@ int main() {
   CaptureCopy("capture_h2d_registered_unregistered_before_launch", 1, true, true);
   CaptureCopy("capture_d2h_registered_unregistered_before_launch", 1, false, true);
   CaptureCopy("capture_h2d_hostalloc", 2, true, false);
+  for (const char* what : {"register", "unregister", "hostalloc", "freehost", "event_sync",
+                           "legacy_is_capturing", "async_pageable_h2d"}) {
+    CaptureNeighbour(what, false);
+    CaptureNeighbour(what, true);
+  }
   PagemapCost();
   printf("done\n");
   return 0;
