@@ -50,6 +50,13 @@ bool HostAllocHeld() {
   return g_host_allocs_held.load() != 0;
 }
 
+// The simulated driver's second device: its primary context, made current.
+void MakeSecondDeviceCurrent(CUdevice* dev, CUcontext* ctx) {
+  ASSERT_EQ(cuDeviceGet(dev, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(ctx, *dev), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(*ctx), CUDA_SUCCESS);
+}
+
 // Every stager the tests made, kept (and reachable, for LeakSanitizer):
 // see StagerTest::stager_.
 Checked<Stager>& NewStager() {
@@ -300,9 +307,7 @@ TEST_F(StagerTest, ManyThreadsAtOnce) {
 TEST_F(StagerTest, TwoDevices) {
   CUdevice d1;
   CUcontext c1;
-  ASSERT_EQ(cuDeviceGet(&d1, 1), CUDA_SUCCESS);
-  ASSERT_EQ(cuDevicePrimaryCtxRetain(&c1, d1), CUDA_SUCCESS);
-  ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(MakeSecondDeviceCurrent(&d1, &c1));
   CUdeviceptr dev1;
   ASSERT_EQ(cuMemAlloc(&dev1, 8 * kMiB), CUDA_SUCCESS);
   std::vector<uint8_t> src(8 * kMiB), back(8 * kMiB);
@@ -425,9 +430,7 @@ TEST_F(BackgroundRingTest, ACopyDoesNotWaitForAWorkerThatPinsARing) {
   // Another context's ring, which the worker pins and holds.
   CUdevice d1;
   CUcontext c1;
-  ASSERT_EQ(cuDeviceGet(&d1, 1), CUDA_SUCCESS);
-  ASSERT_EQ(cuDevicePrimaryCtxRetain(&c1, d1), CUDA_SUCCESS);
-  ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(MakeSecondDeviceCurrent(&d1, &c1));
   CUdeviceptr dev1;
   ASSERT_EQ(cuMemAlloc(&dev1, 4 * kMiB), CUDA_SUCCESS);
   std::vector<uint8_t> src(2 * kMiB, 7), back(2 * kMiB);
@@ -477,9 +480,7 @@ TEST_F(BackgroundRingTest, ALargeCopyWaitsForItsRing) {
 TEST_F(BackgroundRingTest, TeardownWaitsForARingBeingPinnedInItsContext) {
   CUdevice d1;
   CUcontext c1;
-  ASSERT_EQ(cuDeviceGet(&d1, 1), CUDA_SUCCESS);
-  ASSERT_EQ(cuDevicePrimaryCtxRetain(&c1, d1), CUDA_SUCCESS);
-  ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(MakeSecondDeviceCurrent(&d1, &c1));
   CUdeviceptr dev1;
   ASSERT_EQ(cuMemAlloc(&dev1, 4 * kMiB), CUDA_SUCCESS);
   std::vector<uint8_t> src(2 * kMiB, 3);

@@ -355,17 +355,17 @@ void Threads() {
   printf("threads done\n");
 }
 
-void RoundTrip(const char* label) {
+void RoundTrip(const char* label, size_t n = 1 << 20) {
   CUdeviceptr dev;
-  CHECK(d.MemAlloc(&dev, 1 << 20));
-  char* h = static_cast<char*>(malloc(1 << 20));
-  Fill(h, 1 << 20, 3);
-  CHECK(d.MemcpyHtoD(dev, h, 1 << 20));
+  CHECK(d.MemAlloc(&dev, n));
+  char* h = static_cast<char*>(malloc(n));
+  Fill(h, n, 3);
+  CHECK(d.MemcpyHtoD(dev, h, n));
   g_expect.h2d++;
-  memset(h, 0, 1 << 20);
-  CHECK(d.MemcpyDtoH(h, dev, 1 << 20));
+  memset(h, 0, n);
+  CHECK(d.MemcpyDtoH(h, dev, n));
   g_expect.d2h++;
-  printf("%s: %lx\n", label, Checksum(h, 1 << 20));
+  printf("%s: %lx\n", label, Checksum(h, n));
   free(h);
   CHECK(d.MemFree(dev));
 }
@@ -1232,32 +1232,17 @@ int main(int argc, char** argv) {
     // A child forked before the parent touched CUDA uses CUDA itself: its
     // large pageable copies (128 MiB, which wait for their staging ring)
     // are staged by the child's own workers. The parent then does the same.
-    auto staged_round_trip = [](const char* who) {
-      const size_t n = size_t{128} << 20;
-      CUdeviceptr dev;
-      CHECK(d.MemAlloc(&dev, n));
-      char* h = static_cast<char*>(malloc(n));
-      Fill(h, n, 7);
-      CHECK(d.MemcpyHtoD(dev, h, n));
-      g_expect.h2d++;
-      memset(h, 0, n);
-      CHECK(d.MemcpyDtoH(h, dev, n));
-      g_expect.d2h++;
-      printf("%s staged: %lx\n", who, Checksum(h, n));
-      free(h);
-      CHECK(d.MemFree(dev));
-    };
     pid_t child = fork();
     if (child == 0) {
       LoadDriver(0);
-      staged_round_trip("child");
+      RoundTrip("child staged", size_t{128} << 20);
       g_expect.Print();
       fflush(stdout);
       exit(0);
     }
     waitpid(child, nullptr, 0);
     LoadDriver(0);
-    staged_round_trip("parent");
+    RoundTrip("parent staged", size_t{128} << 20);
   } else if (strcmp(scenario, "capture") == 0 && argc > 3) {
     LoadDriver(0);
     Capture(strcmp(argv[2], "h2d") == 0, argv[3]);
