@@ -503,6 +503,9 @@ void RunCapture(Kind kind) {
     CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
     FillPattern(p, kBytes, 0xA5);
     CHECK(cuMemsetD8(g_dev + kBytes / 2, 0x5A, kBytes / 2));
+    // The memset runs on the legacy stream, which a non-blocking stream does
+    // not wait for.
+    CHECK(cuStreamSynchronize(nullptr));
     CHECK(cuGraphLaunch(exec, s));
     CHECK(cuStreamSynchronize(s));
     snprintf(line, sizeof(line), " launch: device=%016llx host=%016llx",

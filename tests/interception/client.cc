@@ -479,6 +479,7 @@ void Capture(bool h2d, const char* kind) {
       sym("cuGraphInstantiateWithFlags"));
   auto launch = reinterpret_cast<CUresult (*)(CUgraphExec, CUstream)>(sym("cuGraphLaunch"));
   CHECK(memset_d8(dev, 3, n));
+  CHECK(d.CtxSynchronize());
   CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   const CUresult r = h2d ? d.MemcpyHtoDAsync(dev, host, n, s) : d.MemcpyDtoHAsync(host, dev, n, s);
   (h2d ? g_expect.h2d : g_expect.d2h)++;
@@ -491,6 +492,7 @@ void Capture(bool h2d, const char* kind) {
     CHECK(instantiate(&exec, graph, 0));
     memset(host, 4, n);  // what a launch copies now
     CHECK(memset_d8(dev, 5, n));
+    CHECK(d.CtxSynchronize());  // the memset's legacy stream, which s does not wait for
     CHECK(launch(exec, s));
     CHECK(d.StreamSynchronize(s));
     std::vector<char> dev_back(n);
