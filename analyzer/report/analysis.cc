@@ -109,7 +109,6 @@ class Replay : public EventVisitor {
   void Pin(const Event& e) {
     ++summary_.pin_calls;
     summary_.pin_call_ns += e.duration_ns;
-    own_->OnPin(e);
     if (e.result != 0) return;
     if (e.op == PinOp::kAlloc || e.op == PinOp::kRegister) {
       PinnedAlloc a;
@@ -136,6 +135,7 @@ class Replay : public EventVisitor {
       auto it = pinned_.find(e.ptr);
       const PinnedAlloc* a = it == pinned_.end() ? nullptr : &it->second;
       for (auto& r : rules_) r->OnUnpin(e, a);
+      own_->OnUnpin(e, a);
       uint64_t bytes = a != nullptr ? a->bytes : e.bytes;
       summary_.pinned_now -= std::min(summary_.pinned_now, bytes);
       if (it != pinned_.end()) pinned_.erase(it);

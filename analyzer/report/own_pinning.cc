@@ -187,18 +187,11 @@ uint64_t OwnPinningTracker::Durations::Median() const {
   return 0;
 }
 
-void OwnPinningTracker::OnPin(const Event& e) {
-  if (e.result != 0) return;
-  if (e.op == PinOp::kAlloc) {
-    live_pinned_ns_[e.ptr] = e.duration_ns;
-  } else if (e.op == PinOp::kFree) {
-    auto it = live_pinned_ns_.find(e.ptr);
-    if (it == live_pinned_ns_.end()) return;  // allocated before the trace began
-    pair_alloc_ns_.Add(it->second);
-    pair_free_ns_.Add(e.duration_ns);
-    pair_ns_.Add(it->second + e.duration_ns);
-    live_pinned_ns_.erase(it);
-  }
+void OwnPinningTracker::OnUnpin(const Event& e, const PinnedAlloc* pinned) {
+  if (e.op != PinOp::kFree || pinned == nullptr || pinned->registered) return;
+  pair_alloc_ns_.Add(pinned->call_ns);
+  pair_free_ns_.Add(e.duration_ns);
+  pair_ns_.Add(pinned->call_ns + e.duration_ns);
 }
 
 void OwnPinningTracker::OnOwnPin(const Event& e) {

@@ -108,8 +108,10 @@ class OwnPinningTracker {
   // host side, as the analysis knows it (the program's pool blocks).
   void OnCopy(const Event& e, const PinnedAlloc* pinned);
   void OnHostAlloc(const Event& e);
-  // The program's pinning calls (kPin events).
-  void OnPin(const Event& e);
+  // A successful free or unregister of the program's (kPin event);
+  // `pinned`: the live allocation or registration it ends, as the analysis
+  // knows it (null: made before the trace began).
+  void OnUnpin(const Event& e, const PinnedAlloc* pinned);
   void OnOwnPin(const Event& e);
   void OnCounters(const Event& e);
 
@@ -176,7 +178,6 @@ class OwnPinningTracker {
   std::unordered_map<uint64_t, Buffer> buffers_;
   std::unordered_map<uint64_t, IdState> ids_;  // cache actions by allocation id
   std::map<std::tuple<std::string, std::string, uint32_t>, PageChangeDrop> page_changes_;
-  std::unordered_map<uint64_t, uint64_t> live_pinned_ns_;  // allocation address -> its call's ns
   Durations pair_ns_, pair_alloc_ns_, pair_free_ns_;
 };
 
