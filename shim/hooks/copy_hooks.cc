@@ -270,27 +270,19 @@ constexpr optimize::PageChange kCopyIntoCapture(OwnPinReason::kCopyIntoCapture, 
                                                 optimize::PageChange::kReplacesPrivate |
                                                     optimize::PageChange::kStaysAnonymous);
 
-// (The hook guard is held here, so this is WithPageChange's work without
-// its re-entry test.) Both host sides of a host-to-host copy, nested. What
-// the driver saw is what the trace records: a side pinshim unpinned for the
-// call was pageable memory to it.
+// The page-change machinery's marked call (WithPageChange's work, without
+// its re-entry test: the hook guard is held here), for one host side.
 template <typename Fn>
-inline CUresult DropPinningAround(const void* host, uint64_t len, bool* dropped, Fn fn) {
+inline CUresult UnpinnedFor(const void* host, uint64_t len, Fn fn) {
   const auto start = reinterpret_cast<uintptr_t>(host);
   const uintptr_t end = len > UINTPTR_MAX - start ? UINTPTR_MAX : start + len;
   if (host == nullptr || end <= start) return fn();
-  const optimize::PageChangeSlots::Mark mark = optimize::PageChangeSlots::Begin(start, end);
-  CUresult r;
-  if (optimize::Optimizer::Process().MayHoldPinning(start, end, kCopyIntoCapture)) {
-    *dropped = true;
-    r = page_change_internal::CallDroppingPinning(start, end, kCopyIntoCapture, fn);
-  } else {
-    r = fn();
-  }
-  optimize::PageChangeSlots::End(mark);
-  return r;
+  return page_change_internal::CallMarked(start, end, kCopyIntoCapture, false, fn);
 }
 
+// A side classified as pinned by pinshim that is no pool block is cache or
+// arena memory, which the call unpinned: the driver saw pageable memory, and
+// the trace records that.
 inline void SeenPageable(MemKind* kind, const void* host, uint32_t* flags) {
   optimize::PoolBlockInfo block;
   if (*kind == MemKind::kPinnedByPinshim &&
@@ -300,18 +292,15 @@ inline void SeenPageable(MemKind* kind, const void* host, uint32_t* flags) {
   }
 }
 
+// Both host sides of a host-to-host copy (its source is host_ptr, its
+// destination other_host), nested.
 template <typename Fn>
 inline CUresult CopyIntoCapture(CopyShape& s, Fn fn) {
   const uint64_t len = s.host_span != 0 ? s.host_span : s.bytes;
-  bool dropped = false;
-  const CUresult r = DropPinningAround(s.host_ptr, len, &dropped, [&] {
-    return DropPinningAround(s.other_host, len, &dropped, fn);
-  });
-  if (dropped) {
-    // (A host-to-host copy's source is host_ptr, its destination other_host.)
-    SeenPageable(&s.src, s.host_ptr, &s.host_flags);
-    SeenPageable(&s.dst, s.other_host != nullptr ? s.other_host : s.host_ptr, &s.host_flags);
-  }
+  const CUresult r =
+      UnpinnedFor(s.host_ptr, len, [&] { return UnpinnedFor(s.other_host, len, fn); });
+  SeenPageable(&s.src, s.host_ptr, &s.host_flags);
+  SeenPageable(&s.dst, s.other_host != nullptr ? s.other_host : s.host_ptr, &s.host_flags);
   return r;
 }
 
