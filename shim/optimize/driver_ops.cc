@@ -71,6 +71,12 @@ ScopedContext::~ScopedContext() {
   if (switched_) ops_->ctx_set_current(previous_);
 }
 
+bool StreamCaptures(const DriverOps& ops, CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return ops.stream_is_capturing(stream, &status) != CUDA_SUCCESS ||
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 RelaxedCaptureMode::RelaxedCaptureMode(const DriverOps* ops) : ops_(ops) {
   exchanged_ = ops_->thread_exchange_capture_mode(&previous_) == CUDA_SUCCESS;
 }

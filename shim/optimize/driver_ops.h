@@ -86,6 +86,11 @@ class ScopedContext {
   bool switched_ = false;
 };
 
+// Whether `stream` (RecordableStream form) captures, or the driver cannot
+// say (an error answer, as for the legacy stream while a blocking stream
+// captures): a copy on it must then be the driver's own.
+bool StreamCaptures(const DriverOps& ops, CUstream stream);
+
 // Puts this thread in relaxed stream-capture mode for the scope and restores
 // its mode after: pinshim's own driver calls (pinning a ring, waiting for
 // its DMAs) are then never refused because, or in the middle of, a capture

@@ -170,10 +170,7 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
 }
 
 bool Optimizer::StreamCaptures(CUstream stream) const {
-  if (!active()) return false;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return ops_.stream_is_capturing(stream, &status) != CUDA_SUCCESS ||
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
+  return active() && optimize::StreamCaptures(ops_, stream);
 }
 
 bool Optimizer::Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream,

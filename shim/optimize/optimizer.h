@@ -154,13 +154,13 @@ class Optimizer {
   void AfterHostCopy(const CopyTicket& ticket, CUresult result, bool async, CUstream stream,
                      bool per_thread_api);
 
+  // Whether `stream` (RecordableStream form) captures, or the driver cannot
+  // say (StreamCaptures, driver_ops.h); false while the engine is off.
+  bool StreamCaptures(CUstream stream) const;
   // For a ticket with stage set: runs the copy through the staging rings
   // (host [host, host + bytes), device [dev, ...)); false: the caller makes
   // the driver call. `sync`: a synchronous entry point. The stream as the
   // call named it, with per_thread_api for _ptsz/_ptds entry points.
-  // Whether `stream` (RecordableStream form) captures, or the driver cannot
-  // say (an error answer): a copy on it must then be the driver's own.
-  bool StreamCaptures(CUstream stream) const;
   bool Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream, bool per_thread_api,
              bool sync, CUresult* result, StagedInfo* info);
 

@@ -39,6 +39,9 @@ enum LaneState : int {
   kLanePinning = 5,
 };
 
+// A ring is on its way to the lane: asked for, or being pinned by a worker.
+inline bool SettingUp(int state) { return state == kLaneWanted || state == kLanePinning; }
+
 // The smallest piece a thread copies: below this the hand-off costs more
 // than the copy.
 constexpr uint64_t kMinPiece = uint64_t{64} << 10;
@@ -508,8 +511,7 @@ Stager::Lane* Stager::TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool*
   // Its ring is on the way: the driver copies meanwhile.
   for (int i = 0; i < kMaxLanes; ++i) {
     Lane& l = lanes_[i];
-    const int state = l.state.load(std::memory_order_acquire);
-    if ((state == kLaneWanted || state == kLanePinning) &&
+    if (SettingUp(l.state.load(std::memory_order_acquire)) &&
         l.ctx.load(std::memory_order_relaxed) == ctx) {
       *pending = true;
       return nullptr;
@@ -549,8 +551,7 @@ bool Stager::WaitForRings(uint64_t timeout_ns) const {
   for (;;) {
     bool any = false;
     for (int i = 0; i < kMaxLanes; ++i) {
-      const int state = lanes_[i].state.load(std::memory_order_acquire);
-      any = any || state == kLaneWanted || state == kLanePinning;
+      any = any || SettingUp(lanes_[i].state.load(std::memory_order_acquire));
     }
     if (!any) return true;
     if (NowNs() - start >= timeout_ns) return false;
@@ -614,9 +615,7 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
   // A stream that captures would record the ring's DMAs into the program's
   // graph, which would copy the ring (whatever it holds then) at every
   // launch: the driver answers for such a copy, as without pinshim.
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (ops_->stream_is_capturing(stream, &capture) != CUDA_SUCCESS ||
-      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+  if (StreamCaptures(*ops_, stream)) {
     declined_.fetch_add(1, std::memory_order_relaxed);
     capturing_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -948,7 +947,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport Stager::CheckInvariants() const {
     const Lane& l = lanes_[i];
     const int state = l.state.load(std::memory_order_acquire);
     const CUcontext ctx = l.ctx.load(std::memory_order_relaxed);
-    const bool setting_up = state == kLaneWanted || state == kLanePinning;
+    const bool setting_up = SettingUp(state);
     r.Expect(state == kLaneEmpty || state == kLaneFree || (!settled && setting_up),
              "S1 every lane is empty or free, or its ring is being pinned in the background", i,
              state);

@@ -72,21 +72,28 @@ class StagerTest : public ::testing::Test {
     ops_ = FakeDriverOps();
     ops_.mem_host_alloc = &HeldHostAlloc;
     account_.Init(PinAccount::kNoCap, PinAccountHooks());
+    StagerOptions o = TestOptions(3);
+    // The copy that needs a ring pins it: each test's first copy is staged.
+    // BackgroundRingTest has the library's default.
+    o.background_rings = BackgroundRings();
+    ASSERT_TRUE(stager_->Init(&ops_, &account_, o));
+    ASSERT_EQ(cuMemAlloc(&dev_, kDevBytes), CUDA_SUCCESS);
+  }
+  virtual bool BackgroundRings() const { return false; }
+
+  // The tests' stager: `workers` threads used whatever the machine's load,
+  // rings of 4 slots of 1 MiB, copies from 64 KiB staged, the shared gate.
+  StagerOptions TestOptions(uint32_t workers) {
     StagerOptions o;
-    o.workers = 3;
+    o.workers = workers;
     o.load_aware = false;  // a test machine's load must not decide
     o.chunk_bytes = kMiB;
     o.slots = 4;
     o.min_h2d_bytes = 64 << 10;
     o.min_d2h_bytes = 64 << 10;
-    // The copy that needs a ring pins it: each test's first copy is staged.
-    // BackgroundRingTest has the library's default.
-    o.background_rings = BackgroundRings();
     o.teardown_gate = &gate_;
-    ASSERT_TRUE(stager_->Init(&ops_, &account_, o));
-    ASSERT_EQ(cuMemAlloc(&dev_, kDevBytes), CUDA_SUCCESS);
+    return o;
   }
-  virtual bool BackgroundRings() const { return false; }
 
   void TearDown() override {
     g_hold_host_alloc.store(false);
@@ -410,15 +417,7 @@ TEST(StagerRingTest, WhichCopiesWaitForTheDefaultRing) {
 // its calling thread copies alone (else this test would never end).
 TEST_F(BackgroundRingTest, ACopyDoesNotWaitForAWorkerThatPinsARing) {
   Checked<Stager>& stager = NewStager();
-  StagerOptions o;
-  o.workers = 1;
-  o.load_aware = false;
-  o.chunk_bytes = kMiB;
-  o.slots = 4;
-  o.min_h2d_bytes = 64 << 10;
-  o.min_d2h_bytes = 64 << 10;
-  o.teardown_gate = &gate_;
-  ASSERT_TRUE(stager->Init(&ops_, &account_, o));
+  ASSERT_TRUE(stager->Init(&ops_, &account_, TestOptions(1)));
   std::vector<uint8_t> big(kDevBytes);
   Fill(big.data(), big.size(), 26);
   CUresult r = CUDA_ERROR_UNKNOWN;
@@ -537,13 +536,7 @@ TEST_F(BackgroundRingTest, ARingTheCapRefusesLeavesCopiesWithTheDriver) {
   PinAccount capped;
   capped.Init(2 * kMiB, PinAccountHooks());  // below the 4 MiB ring
   Checked<Stager>& stager = NewStager();
-  StagerOptions o;
-  o.workers = 2;
-  o.load_aware = false;
-  o.chunk_bytes = kMiB;
-  o.slots = 4;
-  o.min_h2d_bytes = 64 << 10;
-  ASSERT_TRUE(stager->Init(&ops_, &capped, o));
+  ASSERT_TRUE(stager->Init(&ops_, &capped, TestOptions(2)));
   std::vector<uint8_t> src(2 * kMiB, 5);
   CUresult r;
   StagedInfo info;
