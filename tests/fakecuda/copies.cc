@@ -109,7 +109,7 @@ CUresult Resolve(Naming naming, uintptr_t p, size_t len, Span* out) {
 }
 
 CUresult Launch(CUstream handle, bool per_thread_api, std::vector<Block> blocks, bool wait,
-                std::shared_ptr<std::vector<char>> staging = nullptr) {
+                bool async_pageable, std::shared_ptr<std::vector<char>> staging = nullptr) {
   std::shared_ptr<Stream> stream;
   if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
   return Submit(
@@ -117,7 +117,11 @@ CUresult Launch(CUstream handle, bool per_thread_api, std::vector<Block> blocks,
       [blocks = std::move(blocks), staging = std::move(staging)] {
         for (const Block& block : blocks) RunBlock(block);
       },
-      wait);
+      wait, async_pageable);
+}
+
+bool AsyncPageable(Api api, MemKind dst, MemKind src) {
+  return api == Api::kAsync && (dst == MemKind::kPageable || src == MemKind::kPageable);
 }
 
 CUresult Copy(Naming dst_naming, uintptr_t dst, Naming src_naming, uintptr_t src, size_t n,
@@ -128,7 +132,8 @@ CUresult Copy(Naming dst_naming, uintptr_t dst, Naming src_naming, uintptr_t src
   Span d, s;
   if (CUresult err = Resolve(dst_naming, dst, n, &d)) return err;
   if (CUresult err = Resolve(src_naming, src, n, &s)) return err;
-  return Launch(handle, per_thread_api, {MakeBlock(d, s, n)}, MustWait(api, d.kind, s.kind));
+  return Launch(handle, per_thread_api, {MakeBlock(d, s, n)}, MustWait(api, d.kind, s.kind),
+                AsyncPageable(api, d.kind, s.kind));
 }
 
 // One side of a 2D/3D copy, as the descriptor gives it.
@@ -197,7 +202,8 @@ CUresult Copy3D(const Operand& src, const Operand& dst, size_t width, size_t row
               src.pitch * src.height,
               d.held,
               s.held};
-  return Launch(handle, per_thread_api, {block}, MustWait(api, d.kind, s.kind));
+  return Launch(handle, per_thread_api, {block}, MustWait(api, d.kind, s.kind),
+                AsyncPageable(api, d.kind, s.kind));
 }
 
 CUresult Copy2D(const CUDA_MEMCPY2D* p, CUstream handle, Api api, bool per_thread_api) {
@@ -286,7 +292,8 @@ CUresult Batch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count
       next += blocks[i].width;
     }
   }
-  if (CUresult err = Launch(handle, per_thread_api, std::move(blocks), wait, std::move(staging))) {
+  if (CUresult err =
+          Launch(handle, per_thread_api, std::move(blocks), wait, pageable, std::move(staging))) {
     return fail(err, kNoCopy);
   }
   return CUDA_SUCCESS;

@@ -5,11 +5,17 @@
 // HostFunc); streams that wait for an event recorded in the capture join it.
 // cuGraphInstantiate snapshots the nodes; cuGraphLaunch queues them on the
 // launch stream in capture order.
+#include <algorithm>
+#include <thread>
+
 #include "tests/fakecuda/driver_behavior.h"
 #include "tests/fakecuda/internal.h"
 
 namespace fakecuda {
 namespace {
+
+// The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode).
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 CUresult BeginCapture(CUstream handle, bool per_thread_api, CUstreamCaptureMode mode) {
   if (CUresult err = RequireInit()) return err;
@@ -25,7 +31,10 @@ CUresult BeginCapture(CUstream handle, bool per_thread_api, CUstreamCaptureMode 
   if (stream->kind == Stream::Kind::kLegacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (stream->capture) return CUDA_ERROR_ILLEGAL_STATE;
   stream->capture = std::make_shared<Graph>();
+  stream->capture->owner = std::this_thread::get_id();
+  stream->capture->mode = mode;
   stream->capture_origin = true;
+  s.open_captures.push_back(stream->capture);
   return CUDA_SUCCESS;
 }
 
@@ -40,6 +49,8 @@ CUresult EndCapture(CUstream handle, bool per_thread_api, CUgraph* out) {
   if (!stream->capture_origin) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
   std::shared_ptr<Graph> graph = stream->capture;
   graph->capturing = false;
+  s.open_captures.erase(std::remove(s.open_captures.begin(), s.open_captures.end(), graph),
+                        s.open_captures.end());
   for (auto& entry : s.streams) {
     if (entry.second->capture == graph) {
       entry.second->capture.reset();
@@ -110,6 +121,36 @@ CUresult Erase(Map& map, void* handle) {
 }
 
 }  // namespace
+
+// Measured on the H200 (bench/page_facts.cu, capture_neighbour_*): while one
+// thread captures in global mode, another thread in global mode has
+// cuMemHostRegister, cuMemHostUnregister, cuMemHostAlloc, cuMemFreeHost and
+// cuEventSynchronize refused, and its asynchronous pageable copy on a stream
+// that does not capture runs but invalidates the capture; in relaxed mode
+// all of them succeed and the capture survives. The rest of the rule is the
+// documentation's.
+bool ProhibitedByCaptureLocked() {
+  const CUstreamCaptureMode mine = t_capture_mode;
+  if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
+  const std::thread::id me = std::this_thread::get_id();
+  bool prohibited = false;
+  for (const std::shared_ptr<Graph>& g : S().open_captures) {
+    const bool prohibits = g->owner == me ? g->mode != CU_STREAM_CAPTURE_MODE_RELAXED
+                                          : mine == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                                                g->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (prohibits) {
+      g->invalidated = true;
+      prohibited = true;
+    }
+  }
+  return prohibited;
+}
+
+CUresult RefuseDuringCapture() {
+  std::lock_guard<std::mutex> lock(S().mu);
+  return ProhibitedByCaptureLocked() ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
 }  // namespace fakecuda
 
 extern "C" {
@@ -144,19 +185,17 @@ CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   return fakecuda::EndCapture(hStream, true, phGraph);
 }
 
-// Each thread's capture interaction mode (global until exchanged). Kept and
-// answered; what a mode prohibits during another thread's capture is not
-// simulated.
+// Each thread's capture interaction mode (global until exchanged): what it
+// prohibits is fakecuda::ProhibitedByCaptureLocked.
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   FAKECUDA_ENTER("cuThreadExchangeStreamCaptureMode");
-  static thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       *mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  const CUstreamCaptureMode previous = current;
-  current = *mode;
+  const CUstreamCaptureMode previous = fakecuda::t_capture_mode;
+  fakecuda::t_capture_mode = *mode;
   *mode = previous;
   return CUDA_SUCCESS;
 }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "tests/fakecuda/test_support.h"
@@ -129,16 +130,145 @@ TEST_F(GraphsTest, CapturedCopiesRunOnlyWhenTheGraphIsLaunched) {
   EXPECT_EQ(cuStreamDestroy(other), CUDA_SUCCESS);
 }
 
-TEST_F(GraphsTest, ACaptureThatMeetsASynchronousCopyIsInvalidated) {
+// Measured on the H200 (bench/gpu/page_facts.cu, capture_*_pageable): an
+// asynchronous copy of pageable memory into a capture is captured, and each
+// launch moves what the memory holds then.
+TEST_F(GraphsTest, AnAsyncPageableCopyIsCapturedAndMovesTheMemoryAtLaunch) {
   CUstream s;
-  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
-  std::vector<unsigned char> pageable(kSize);
-  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
-  EXPECT_EQ(cuMemcpyHtoDAsync(dev_, pageable.data(), kSize, s),
-            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-  CUgraph graph;
-  EXPECT_EQ(cuStreamEndCapture(s, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr dev2;
+  ASSERT_EQ(cuMemAlloc(&dev2, kSize), CUDA_SUCCESS);
+  std::vector<unsigned char> up = Pattern(kSize, 1), down(kSize, 0);
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev_, up.data(), kSize, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoHAsync(down.data(), dev2, kSize, s), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_NE(ReadDevice(dev_, kSize), Pattern(kSize, 1));  // nothing ran yet
+  CUgraphExec exec;
+  ASSERT_EQ(cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+  std::memcpy(up.data(), Pattern(kSize, 2).data(), kSize);  // the same memory, new bytes
+  std::memcpy(pinned_, Pattern(kSize, 3).data(), kSize);
+  ASSERT_EQ(cuMemcpyHtoD(dev2, pinned_, kSize), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(ReadDevice(dev_, kSize), Pattern(kSize, 2));
+  EXPECT_EQ(down, Pattern(kSize, 3));
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(dev2), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+// Measured on the H200 (page_facts.cu, capture_neighbour_*): while the main
+// thread captures in global mode, a thread in global mode has these calls
+// refused and the capture invalidated; in relaxed mode they succeed and the
+// capture survives. A thread in thread-local mode is prohibited only by a
+// capture of its own (the documentation's rule).
+class CaptureNeighbourTest : public GraphsTest,
+                             public ::testing::WithParamInterface<CUstreamCaptureMode> {};
+
+TEST_P(CaptureNeighbourTest, UnsafeCallsOnAnotherThreadFollowItsCaptureMode) {
+  const CUstreamCaptureMode mode = GetParam();
+  const bool refused = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  CUcontext ctx;
+  ASSERT_EQ(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
+  // Each call on the other thread, with what it must return there.
+  enum Call { kRegister, kUnregister, kHostAlloc, kFreeHost, kEventSync, kAsyncPageable };
+  for (int call = kRegister; call <= kAsyncPageable; ++call) {
+    SCOPED_TRACE(call);
+    void* buf = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(buf, MAP_FAILED);
+    if (call == kUnregister) ASSERT_EQ(cuMemHostRegister(buf, page, 0), CUDA_SUCCESS);
+    void* block = nullptr;
+    if (call == kFreeHost) ASSERT_EQ(cuMemHostAlloc(&block, page, 0), CUDA_SUCCESS);
+    CUevent ev;
+    ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+    CUstream cap, other;
+    ASSERT_EQ(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(cuEventRecord(ev, other), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemcpyHtoDAsync(dev_, pinned_, 64, cap), CUDA_SUCCESS);
+    CUresult got = CUDA_ERROR_UNKNOWN;
+    std::thread t([&] {
+      cuCtxSetCurrent(ctx);
+      CUstreamCaptureMode m = mode;
+      cuThreadExchangeStreamCaptureMode(&m);
+      void* p = nullptr;
+      switch (call) {
+        case kRegister: got = cuMemHostRegister(buf, page, 0); break;
+        case kUnregister: got = cuMemHostUnregister(buf); break;
+        case kHostAlloc:
+          got = cuMemHostAlloc(&p, page, 0);
+          if (got == CUDA_SUCCESS) cuMemFreeHost(p);
+          break;
+        case kFreeHost:
+          got = cuMemFreeHost(block);
+          if (got == CUDA_SUCCESS) block = nullptr;
+          break;
+        case kEventSync: got = cuEventSynchronize(ev); break;
+        case kAsyncPageable:
+          got = cuMemcpyHtoDAsync(dev_, buf, 64, other);
+          cuStreamSynchronize(other);
+          break;
+      }
+    });
+    t.join();
+    CUgraph graph = nullptr;
+    const CUresult end = cuStreamEndCapture(cap, &graph);
+    // The copy on a stream that does not capture runs either way.
+    EXPECT_EQ(got, refused && call != kAsyncPageable ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                                                     : CUDA_SUCCESS);
+    EXPECT_EQ(end, refused ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS);
+    if (graph != nullptr) EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+    if (call == kRegister && got == CUDA_SUCCESS) EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
+    if (call == kUnregister && got != CUDA_SUCCESS)
+      EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
+    if (block != nullptr) EXPECT_EQ(cuMemFreeHost(block), CUDA_SUCCESS);
+    EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy(cap), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy(other), CUDA_SUCCESS);
+    munmap(buf, page);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CaptureNeighbourTest,
+                         ::testing::Values(CU_STREAM_CAPTURE_MODE_GLOBAL,
+                                           CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                                           CU_STREAM_CAPTURE_MODE_RELAXED));
+
+// The capturing thread itself is prohibited unless its capture was begun in
+// relaxed mode or the thread is in relaxed mode (the documentation's rule).
+TEST_F(GraphsTest, TheCapturingThreadIsProhibitedUnlessRelaxed) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* buf = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(buf, MAP_FAILED);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostRegister(buf, page, 0), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(s, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_EQ(cuThreadExchangeStreamCaptureMode(&m), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostRegister(buf, page, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
+  ASSERT_EQ(cuThreadExchangeStreamCaptureMode(&m), CUDA_SUCCESS);
+  EXPECT_EQ(m, CU_STREAM_CAPTURE_MODE_RELAXED);
+  EXPECT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostRegister(buf, page, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+  munmap(buf, page);
 }
 
 // The per-thread default stream is a blocking stream: the legacy stream's

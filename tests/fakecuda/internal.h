@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -93,6 +94,10 @@ struct Graph {
   std::vector<GraphNode> nodes;  // Guarded by State::mu while capturing.
   bool invalidated = false;      // a capture that met an unsupported call
   bool capturing = true;         // until its capture ends
+  // Who began the capture, and in which mode (what it prohibits: graphs.cc,
+  // ProhibitedByCapture).
+  std::thread::id owner;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 };
 
 // One unit of stream work, run by the stream's worker in order.
@@ -204,6 +209,8 @@ struct State {
   // the nodes at instantiation).
   std::unordered_map<Graph*, std::shared_ptr<Graph>> graphs;
   std::unordered_map<Graph*, std::shared_ptr<Graph>> execs;
+  // Captures begun and not yet ended, on any stream.
+  std::vector<std::shared_ptr<Graph>> open_captures;
 };
 
 // The live state. Only a fork child handler ever replaces it.
@@ -274,8 +281,28 @@ CUresult ResolveStream(CUstream handle, bool per_thread_api, std::shared_ptr<Str
 
 // Queues `work` on `stream` in stream order; with `wait`, returns once it ran.
 // On a capturing stream the work becomes a graph node instead, and a call
-// that must wait is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
-CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work, bool wait);
+// that must wait is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), except
+// an asynchronous copy of pageable memory (`async_pageable`), which is
+// captured like any: its launch reads or writes the memory then (measured on
+// the H200, bench/RESULTS.md). Such a copy on a stream that does not capture
+// invalidates the captures that prohibit the calling thread's unsafe calls.
+CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work, bool wait,
+                bool async_pageable = false);
+
+// ---- Capture (graphs.cc) ---------------------------------------------------------
+
+// Whether an open capture prohibits the calling thread's potentially unsafe
+// calls, by the rules of cuThreadExchangeStreamCaptureMode: in relaxed mode
+// none does; otherwise the thread's own capture unless begun relaxed, and in
+// global mode also another thread's global-mode capture. Each such capture
+// is invalidated. State::mu must be held.
+bool ProhibitedByCaptureLocked();
+
+// For the calls the H200 refuses on a prohibited thread (cuMemHostRegister,
+// cuMemHostUnregister, cuMemHostAlloc, cuMemAllocHost, cuMemFreeHost,
+// cuEventSynchronize; bench/RESULTS.md): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+// there, the captures invalidated; success elsewhere.
+CUresult RefuseDuringCapture();
 
 // Queues a graph's nodes on `stream`, in order (cuGraphLaunch).
 CUresult EnqueueGraph(const std::shared_ptr<Stream>& stream, const Graph& graph);

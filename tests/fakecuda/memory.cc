@@ -504,11 +504,13 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 
 CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   FAKECUDA_ENTER("cuMemHostAlloc");
+  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   return fakecuda::AllocateHost(pp, bytesize, Flags);
 }
 
 CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
   FAKECUDA_ENTER("cuMemAllocHost");
+  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   return fakecuda::AllocateHost(pp, bytesize, 0);
 }
 
@@ -523,6 +525,7 @@ CUresult cuMemFreeHost(void* p) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.host_allocs.count(base) == 0) return CUDA_ERROR_INVALID_VALUE;
   }
+  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   fakecuda::WaitAllStreamsIdle();
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.host_allocs.find(base);
@@ -534,11 +537,13 @@ CUresult cuMemFreeHost(void* p) {
 
 CUresult cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags) {
   FAKECUDA_ENTER("cuMemHostRegister");
+  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   return fakecuda::RegisterHost(p, bytesize, Flags);
 }
 
 CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
   FAKECUDA_ENTER("cuMemHostRegister");
+  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   return fakecuda::RegisterHost(p, bytesize, Flags);
 }
 
@@ -557,6 +562,7 @@ CUresult cuMemHostUnregister(void* p) {
       return behavior::kUnregisterUnknown;
     }
   }
+  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   // Copies still queued on the memory finish before it stops being pinned.
   fakecuda::WaitAllStreamsIdle();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -323,13 +323,15 @@ CUresult ResolveStream(CUstream handle, bool per_thread_api, std::shared_ptr<Str
   return CUDA_SUCCESS;
 }
 
-CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work, bool wait) {
+CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work, bool wait,
+                bool async_pageable) {
   State& s = S();
   std::unique_lock<std::mutex> lock(s.mu);
   if (stream->retired) return CUDA_ERROR_INVALID_HANDLE;
+  if (!stream->capture && async_pageable) ProhibitedByCaptureLocked();
   if (stream->capture) {
     // What must finish before the call returns cannot wait for a launch.
-    if (wait) {
+    if (wait && !async_pageable) {
       stream->capture->invalidated = true;
       return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
@@ -541,6 +543,7 @@ CUresult cuEventSynchronize(CUevent hEvent) {
   FAKECUDA_ENTER("cuEventSynchronize");
   std::shared_ptr<fakecuda::Event> ev;
   if (CUresult err = fakecuda::FindEvent(hEvent, &ev)) return err;
+  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   State& s = S();
   std::unique_lock<std::mutex> lock(s.mu);
   const uint64_t target = ev->recorded;
