@@ -507,6 +507,95 @@ void Capture(bool h2d, const char* kind) {
   CHECK(d.MemFree(dev));
 }
 
+// While the main thread captures a stream in global mode, a second thread
+// (in global mode, every thread's default) does what needs no driver call
+// without pinshim, but makes optimize mode call the driver: it takes a
+// buffer from a hot allocation site (the arena serves it), frees a buffer
+// the registration cache pinned, drops the pages of another (madvise) and
+// unmaps a third. On the H200 a thread in global mode that registers,
+// unregisters, allocates or frees pinned memory during another thread's
+// global-mode capture invalidates it (bench/RESULTS.md). Prints the
+// capture's end and what the graph's launch copied.
+void CaptureNeighbour() {
+  const size_t n = 8 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  CUstream s;
+  CHECK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  auto hot = [&](char* p) {
+    for (int i = 0; i < 6; ++i) {
+      Fill(p, n, i);
+      CHECK(d.MemcpyHtoD(dev, p, n));
+      g_expect.h2d++;
+      CHECK(d.MemcpyDtoH(p, dev, n));
+      g_expect.d2h++;
+    }
+  };
+  auto map = [&] {
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) exit(5);
+    return static_cast<char*>(p);
+  };
+  char* freed = static_cast<char*>(malloc(n));
+  hot(freed);
+  char* advised = map();
+  hot(advised);
+  char* unmapped = map();
+  hot(unmapped);
+  for (int round = 0; round < 3; ++round) {
+    char* p = CaptureSiteAlloc(n);
+    hot(p);
+    free(p);
+  }
+  void* pinned;
+  CHECK(d.MemHostAlloc(&pinned, n, 0));
+  g_expect.allocs++;
+  memset(pinned, 6, n);
+  auto sym = [](const char* name) {
+    void* f = dlsym(g_libcuda, name);
+    if (f == nullptr) exit(4);
+    return f;
+  };
+  auto begin =
+      reinterpret_cast<CUresult (*)(CUstream, CUstreamCaptureMode)>(sym("cuStreamBeginCapture_v2"));
+  auto end = reinterpret_cast<CUresult (*)(CUstream, CUgraph*)>(sym("cuStreamEndCapture"));
+  auto instantiate = reinterpret_cast<CUresult (*)(CUgraphExec*, CUgraph, unsigned long long)>(
+      sym("cuGraphInstantiateWithFlags"));
+  auto launch = reinterpret_cast<CUresult (*)(CUgraphExec, CUstream)>(sym("cuGraphLaunch"));
+  CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CHECK(d.MemcpyHtoDAsync(dev, pinned, n, s));
+  g_expect.h2d++;
+  unsigned long site_sum = 0;
+  std::thread neighbour([&] {
+    char* a = CaptureSiteAlloc(n);
+    Fill(a, n, 7);
+    site_sum = Checksum(a, n);
+    free(a);
+    free(freed);
+    madvise(advised, n, MADV_DONTNEED);
+    munmap(unmapped, n);
+  });
+  neighbour.join();
+  CUgraph graph = nullptr;
+  const CUresult e = end(s, &graph);
+  printf("capture neighbour: end=%d graph=%d site=%lx\n", e, graph != nullptr, site_sum);
+  if (graph != nullptr) {
+    CUgraphExec exec = nullptr;
+    CHECK(instantiate(&exec, graph, 0));
+    CHECK(launch(exec, s));
+    CHECK(d.StreamSynchronize(s));
+    std::vector<char> back(n);
+    CHECK(d.MemcpyDtoH(back.data(), dev, n));
+    g_expect.d2h++;
+    printf("after launch: device %d\n", back[n - 1]);
+  }
+  printf("advised: %lx\n", Checksum(advised, n));
+  munmap(advised, n);
+  CHECK(d.MemFreeHost(pinned));
+  g_expect.frees++;
+  CHECK(d.MemFree(dev));
+}
+
 // Pins past a budget (run with PINSHIM_MODE=enforce PINSHIM_BUDGET=2M):
 // prints each call's result, and whether memory handed out still copies.
 void Budget() {
@@ -1248,6 +1337,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "capture") == 0 && argc > 3) {
     LoadDriver(0);
     Capture(strcmp(argv[2], "h2d") == 0, argv[3]);
+  } else if (strcmp(scenario, "capture_neighbour") == 0) {
+    LoadDriver(0);
+    CaptureNeighbour();
   } else if (strcmp(scenario, "exit_inflight") == 0) {
     // Exit with async copies still queued: neither side may hang or crash.
     LoadDriver(0);

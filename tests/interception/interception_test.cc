@@ -491,6 +491,27 @@ TEST(OptimizeTest, CopiesIntoAStreamCaptureAreTheDrivers) {
   }
 }
 
+// What optimize mode does on a program thread during another thread's
+// global-mode capture (arena, cache release, page changes) must not
+// invalidate that capture: the simulated driver refuses pinning calls there
+// as the H200 does, and pinshim makes them in relaxed mode.
+TEST(OptimizeTest, PinningBesideAGlobalCaptureLeavesItIntact) {
+  RunResult without = RunProgram({g_client, "capture_neighbour"}, false);
+  RunResult with = RunProgram({g_client, "capture_neighbour"}, true,
+                              {"PINSHIM_MODE=optimize", "PINSHIM_STAGE_WORKERS=1"});
+  ASSERT_TRUE(WIFEXITED(without.status)) << without.err;
+  EXPECT_NE(without.out.find("capture neighbour: end=0 graph=1"), std::string::npos) << without.out;
+  EXPECT_EQ(without.status, with.status) << with.err;
+  EXPECT_EQ(without.out, with.out);
+  CheckCounts(with);
+  ASSERT_EQ(with.summaries.size(), 1u) << with.err;
+  const std::string& sum = with.summaries[0];
+  // Optimize mode did call the driver for those buffers.
+  EXPECT_GE(OptimizeField(sum, "cache_registrations"), 3) << sum;
+  EXPECT_GE(OptimizeField(sum, "arena_allocs"), 1) << sum;
+  EXPECT_GE(OptimizeField(sum, "page_change_drops"), 1) << sum;
+}
+
 TEST(OptimizeTest, HotBuffersAndPoolKeepResults) {
   CheckOptimizeTransparent({g_client, "hot"});
   RunResult with = RunProgram({g_client, "hot"}, true, {"PINSHIM_MODE=optimize"});
