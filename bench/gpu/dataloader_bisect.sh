@@ -30,7 +30,7 @@ run() {  # variant round
   local pre=()
   [ -n "$envs" ] && pre=(env LD_PRELOAD="$LIBDIR/libpinshim.so" $envs)
   out=$("${pre[@]}" python3 "$HERE/dataloader_train.py" "$pin" "$BATCHES" 2>/dev/null)
-  echo "$name round=$2 $out" >> "$work/runs.txt"
+  echo "$name round=$2 $out" | tee -a "$work/runs.txt"  # as it goes: a cut run keeps its lines
 }
 n=${#variants[@]}
 for ((r = 0; r < ROUNDS; r++)); do
