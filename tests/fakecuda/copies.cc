@@ -84,6 +84,21 @@ void RunBlock(const Block& b) {
   }
 }
 
+// Whether the pages each block was resolved through are still an
+// allocation's or a registration's. Only work launched from a graph can find
+// them gone: unregistering and freeing wait for the work queued before.
+bool StillPinned(const std::vector<Block>& blocks) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const Block& b : blocks) {
+    if ((b.dst_held && s.pinned_held.count(b.dst_held.get()) == 0) ||
+        (b.src_held && s.pinned_held.count(b.src_held.get()) == 0)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 enum class Api { kSync, kAsync };
 
 // Whether the call returns only after the copy ran:
@@ -114,7 +129,14 @@ CUresult Launch(CUstream handle, bool per_thread_api, std::vector<Block> blocks,
   if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
   return Submit(
       stream,
-      [blocks = std::move(blocks), staging = std::move(staging)] {
+      [blocks = std::move(blocks), staging = std::move(staging), ctx = stream->ctx] {
+        if (!StillPinned(blocks)) {
+          // Measured on the H200: a graph whose copy was captured from
+          // registered memory unregistered before the launch faults the
+          // context ("unspecified launch failure"), and moves nothing.
+          ctx->fault.store(CUDA_ERROR_LAUNCH_FAILED);
+          return;
+        }
         for (const Block& block : blocks) RunBlock(block);
       },
       wait, async_pageable);

@@ -123,7 +123,7 @@ CUresult CurrentContext(Context** ctx) {
   ThreadState& t = T();
   if (t.stack.empty() || !t.stack.back()->alive.load()) return CUDA_ERROR_INVALID_CONTEXT;
   *ctx = t.stack.back();
-  return CUDA_SUCCESS;
+  return (*ctx)->fault.load();
 }
 
 unsigned CopyDelayUs() { return g_copy_delay_us.load(std::memory_order_relaxed); }

@@ -83,6 +83,7 @@ void ActivateContextLocked(State& s, Context* ctx, CUdevice dev, unsigned flags,
   ctx->flags = flags;
   ctx->primary = primary;
   ctx->legacy = NewStreamLocked(ctx, 0, Stream::Kind::kLegacy);
+  ctx->fault.store(CUDA_SUCCESS);
   ctx->alive.store(true);
   s.contexts.insert(ctx);
 }
@@ -195,7 +196,7 @@ CUresult Synchronize(CUcontext handle) {
   CUresult err = handle == nullptr ? CurrentContext(&ctx) : CheckContext(handle, &ctx);
   if (err != CUDA_SUCCESS) return err;
   SynchronizeContext(ctx);
-  return CUDA_SUCCESS;
+  return ctx->fault.load();
 }
 
 CUresult RetainPrimary(CUcontext* pctx, CUdevice dev) {

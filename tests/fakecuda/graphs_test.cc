@@ -161,6 +161,63 @@ TEST_F(GraphsTest, AnAsyncPageableCopyIsCapturedAndMovesTheMemoryAtLaunch) {
   EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
+// Measured on the H200 (page_facts.cu, capture_unregistered_*): a graph
+// whose copy was captured from registered memory that was unregistered
+// before the launch faults the context: the launch returns success, the
+// synchronization "unspecified launch failure", and so does every later call
+// in that context until it is destroyed. Nothing reaches the memory.
+TEST_F(GraphsTest, AGraphCopyThroughARegistrationGoneSinceItsCaptureFaultsTheContext) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  CUcontext outer;
+  ASSERT_EQ(cuCtxGetCurrent(&outer), CUDA_SUCCESS);
+  CUdevice device;
+  ASSERT_EQ(cuDeviceGet(&device, 0), CUDA_SUCCESS);
+  for (bool h2d : {true, false}) {
+    SCOPED_TRACE(h2d ? "h2d" : "d2h");
+    CUcontext ctx;
+    ASSERT_EQ(cuCtxCreate(&ctx, nullptr, 0, device), CUDA_SUCCESS);
+    CUdeviceptr dev;
+    ASSERT_EQ(cuMemAlloc(&dev, page), CUDA_SUCCESS);
+    auto* buf = static_cast<unsigned char*>(
+        mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(buf, MAP_FAILED);
+    std::memset(buf, 1, page);
+    ASSERT_EQ(cuMemHostRegister(buf, page, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemsetD8(dev, 2, page), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    CUstream s;
+    ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    ASSERT_EQ(h2d ? cuMemcpyHtoDAsync(dev, buf, page, s) : cuMemcpyDtoHAsync(buf, dev, page, s),
+              CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    ASSERT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+    CUgraphExec exec;
+    ASSERT_EQ(cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
+    std::memset(buf, 3, page);
+    EXPECT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamSynchronize(s), CUDA_ERROR_LAUNCH_FAILED);
+    EXPECT_EQ(buf[0], 3);  // a download wrote nothing
+    CUdeviceptr more;
+    EXPECT_EQ(cuMemAlloc(&more, 64), CUDA_ERROR_LAUNCH_FAILED);
+    EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_LAUNCH_FAILED);
+    EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_LAUNCH_FAILED);
+    EXPECT_EQ(cuCtxDestroy(ctx), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxSetCurrent(outer), CUDA_SUCCESS);
+    munmap(buf, page);
+  }
+  // Other contexts, and a new one, are unaffected.
+  CUcontext fresh;
+  ASSERT_EQ(cuCtxCreate(&fresh, nullptr, 0, device), CUDA_SUCCESS);
+  CUdeviceptr dev;
+  EXPECT_EQ(cuMemAlloc(&dev, 64), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(dev), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxDestroy(fresh), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(outer), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
 // Measured on the H200 (page_facts.cu, capture_neighbour_*): while the main
 // thread captures in global mode, a thread in global mode has these calls
 // refused and the capture invalidated; in relaxed mode they succeed and the

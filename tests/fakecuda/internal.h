@@ -75,6 +75,10 @@ struct Context {
   // one (driver_behavior.h), and a primary context is the same object across
   // resets, so a handle may come back to life.
   std::atomic<bool> alive{true};
+  // The sticky error of a context whose work faulted (a graph's copy through
+  // a registration gone since its capture): every later call made in it
+  // returns this, until it is destroyed or reset. CUDA_SUCCESS otherwise.
+  std::atomic<CUresult> fault{CUDA_SUCCESS};
   // The NULL stream: a new one each time the context is made active.
   // Guarded by State::mu.
   std::shared_ptr<Stream> legacy;
@@ -201,6 +205,9 @@ struct State {
 
   std::map<uintptr_t, HostRange> host_allocs;
   std::map<uintptr_t, HostRange> registrations;
+  // The held pages of every live allocation and registration: a copy
+  // captured through pages no longer in here faults its context.
+  std::unordered_set<const HeldPages*> pinned_held;
   uint64_t next_buffer_id = 1;
 
   std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;  // Incl. retired, until drained.

@@ -169,8 +169,10 @@ CUresult AllocateHost(void** pp, size_t bytesize, unsigned flags) {
   const auto base = reinterpret_cast<uintptr_t>(p);
   // A registration left behind on memory the program unmapped cannot be told
   // from this new mapping; the allocation wins.
-  s.registrations.erase(s.registrations.lower_bound(base),
-                        s.registrations.lower_bound(base + mapped));
+  for (auto it = s.registrations.lower_bound(base);
+       it != s.registrations.lower_bound(base + mapped); it = s.registrations.erase(it)) {
+    s.pinned_held.erase(it->second.held.get());
+  }
   HostRange& range = s.host_allocs[base];
   range.base = base;
   range.size = bytesize;
@@ -179,6 +181,7 @@ CUresult AllocateHost(void** pp, size_t bytesize, unsigned flags) {
   range.ctx = ctx;
   range.id = s.next_buffer_id++;
   range.held = std::move(held);
+  if (range.held) s.pinned_held.insert(range.held.get());
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -217,6 +220,7 @@ CUresult RegisterHost(void* p, size_t bytesize, unsigned flags) {
   range.ctx = ctx;
   range.id = s.next_buffer_id++;
   range.held = std::move(held);
+  if (range.held) s.pinned_held.insert(range.held.get());
   return CUDA_SUCCESS;
 }
 
@@ -369,6 +373,7 @@ void ReleaseContextMemory(Context* ctx) {
     } else {
       munmap(base, range.mapped);
     }
+    s.pinned_held.erase(range.held.get());
     it = s.host_allocs.erase(it);
   }
 }
@@ -531,6 +536,7 @@ CUresult cuMemFreeHost(void* p) {
   auto it = s.host_allocs.find(base);
   if (it == s.host_allocs.end()) return CUDA_ERROR_INVALID_VALUE;
   munmap(p, it->second.mapped);
+  s.pinned_held.erase(it->second.held.get());
   s.host_allocs.erase(it);
   return CUDA_SUCCESS;
 }
@@ -566,7 +572,10 @@ CUresult cuMemHostUnregister(void* p) {
   // Copies still queued on the memory finish before it stops being pinned.
   fakecuda::WaitAllStreamsIdle();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.registrations.erase(a) == 0) return behavior::kUnregisterUnknown;
+  auto it = s.registrations.find(a);
+  if (it == s.registrations.end()) return behavior::kUnregisterUnknown;
+  s.pinned_held.erase(it->second.held.get());
+  s.registrations.erase(it);
   return CUDA_SUCCESS;
 }
 

@@ -164,7 +164,7 @@ CUresult StreamSynchronize(CUstream handle, bool per_thread_api) {
   if (stream->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   const uint64_t target = stream->enqueued;
   s.cv.wait(lock, [&] { return stream->progress->done >= target; });
-  return CUDA_SUCCESS;
+  return stream->ctx->fault.load();
 }
 
 CUresult StreamQuery(CUstream handle, bool per_thread_api) {
@@ -173,6 +173,7 @@ CUresult StreamQuery(CUstream handle, bool per_thread_api) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   if (stream->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (CUresult f = stream->ctx->fault.load()) return f;
   return stream->progress->done >= stream->enqueued ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
