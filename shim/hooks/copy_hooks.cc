@@ -262,10 +262,11 @@ inline bool IntoCapture(Api api, const CopyShape& s, CUstream stream) {
 // A copy into a capture is the driver's, on the program's memory as the
 // program made it: what pinshim pinned in place under its host side
 // (registration cache, arena) is unpinned for the call (the arena's pinned
-// again after it), so the driver captures, or refuses, pageable memory as
-// without pinshim; it is neither staged nor pinned now. A graph that held
-// pinshim's pinning would otherwise copy through pages pinshim may unpin
-// later. Pool blocks are the program's pinned memory, and stay so.
+// again after it), so the driver captures pageable memory as without
+// pinshim; it is neither staged nor pinned now. A graph that held pinshim's
+// pinning would fault its context at a launch after pinshim unpinned it (on
+// the H200: bench/RESULTS.md). Pool blocks are the program's pinned memory,
+// and stay so.
 constexpr optimize::PageChange kCopyIntoCapture(OwnPinReason::kCopyIntoCapture, 0,
                                                 optimize::PageChange::kReplacesPrivate |
                                                     optimize::PageChange::kStaysAnonymous);
