@@ -297,6 +297,28 @@ INSTANTIATE_TEST_SUITE_P(Modes, CaptureNeighbourTest,
                                            CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                                            CU_STREAM_CAPTURE_MODE_RELAXED));
 
+// A capture whose stream was destroyed before its end prohibits nothing.
+TEST_F(GraphsTest, AnAbandonedCaptureProhibitsNothing) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* buf = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(buf, MAP_FAILED);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+  CUcontext ctx;
+  ASSERT_EQ(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
+  CUresult got = CUDA_ERROR_UNKNOWN;
+  std::thread t([&] {
+    cuCtxSetCurrent(ctx);
+    got = cuMemHostRegister(buf, page, 0);
+  });
+  t.join();
+  EXPECT_EQ(got, CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
+  munmap(buf, page);
+}
+
 // The capturing thread itself is prohibited unless its capture was begun in
 // relaxed mode or the thread is in relaxed mode (the documentation's rule).
 TEST_F(GraphsTest, TheCapturingThreadIsProhibitedUnlessRelaxed) {

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "tests/fakecuda/driver_behavior.h"
@@ -368,10 +369,22 @@ void SynchronizeContext(Context* ctx) { WaitStreams(ctx); }
 
 void WaitAllStreamsIdle() { WaitStreams(nullptr); }
 
+// A capture whose origin stream goes away before its end is abandoned: it
+// prohibits nothing from then on. State::mu must be held.
+void AbandonCaptureLocked(State& s, Stream& stream) {
+  if (!stream.capture || !stream.capture_origin) return;
+  std::shared_ptr<Graph> graph = stream.capture;
+  graph->capturing = false;
+  graph->invalidated = true;
+  s.open_captures.erase(std::remove(s.open_captures.begin(), s.open_captures.end(), graph),
+                        s.open_captures.end());
+}
+
 void RetireStream(const std::shared_ptr<Stream>& stream) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   if (stream->retired) return;
+  AbandonCaptureLocked(s, *stream);
   stream->retired = true;
   if (!stream->worker_running) s.streams.erase(stream.get());
   s.cv.notify_all();
@@ -382,7 +395,10 @@ void RetireContextStreams(Context* ctx) {
   std::lock_guard<std::mutex> lock(s.mu);
   for (auto it = s.streams.begin(); it != s.streams.end();) {
     Stream& stream = *it->second;
-    if (stream.ctx == ctx) stream.retired = true;
+    if (stream.ctx == ctx) {
+      AbandonCaptureLocked(s, stream);
+      stream.retired = true;
+    }
     if (stream.ctx == ctx && !stream.worker_running) {
       it = s.streams.erase(it);
     } else {
