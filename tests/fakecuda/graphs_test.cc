@@ -238,9 +238,13 @@ TEST_P(CaptureNeighbourTest, UnsafeCallsOnAnotherThreadFollowItsCaptureMode) {
     SCOPED_TRACE(call);
     void* buf = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(buf, MAP_FAILED);
-    if (call == kUnregister) ASSERT_EQ(cuMemHostRegister(buf, page, 0), CUDA_SUCCESS);
+    if (call == kUnregister) {
+      ASSERT_EQ(cuMemHostRegister(buf, page, 0), CUDA_SUCCESS);
+    }
     void* block = nullptr;
-    if (call == kFreeHost) ASSERT_EQ(cuMemHostAlloc(&block, page, 0), CUDA_SUCCESS);
+    if (call == kFreeHost) {
+      ASSERT_EQ(cuMemHostAlloc(&block, page, 0), CUDA_SUCCESS);
+    }
     CUevent ev;
     ASSERT_EQ(cuEventCreate(&ev, 0), CUDA_SUCCESS);
     CUstream cap, other;
@@ -280,11 +284,18 @@ TEST_P(CaptureNeighbourTest, UnsafeCallsOnAnotherThreadFollowItsCaptureMode) {
     EXPECT_EQ(got, refused && call != kAsyncPageable ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
                                                      : CUDA_SUCCESS);
     EXPECT_EQ(end, refused ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS);
-    if (graph != nullptr) EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
-    if (call == kRegister && got == CUDA_SUCCESS) EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
-    if (call == kUnregister && got != CUDA_SUCCESS)
+    if (graph != nullptr) {
+      EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+    }
+    if (call == kRegister && got == CUDA_SUCCESS) {
       EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
-    if (block != nullptr) EXPECT_EQ(cuMemFreeHost(block), CUDA_SUCCESS);
+    }
+    if (call == kUnregister && got != CUDA_SUCCESS) {
+      EXPECT_EQ(cuMemHostUnregister(buf), CUDA_SUCCESS);
+    }
+    if (block != nullptr) {
+      EXPECT_EQ(cuMemFreeHost(block), CUDA_SUCCESS);
+    }
     EXPECT_EQ(cuEventDestroy(ev), CUDA_SUCCESS);
     EXPECT_EQ(cuStreamDestroy(cap), CUDA_SUCCESS);
     EXPECT_EQ(cuStreamDestroy(other), CUDA_SUCCESS);
