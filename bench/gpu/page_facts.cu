@@ -18,11 +18,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -679,6 +681,54 @@ void CaptureCopy(const char* name, int kind, bool h2d, bool unregister_before_la
   }
 }
 
+// A copy captured from pageable memory whose pages are registered after the
+// capture (as the registration cache may pin a buffer later), then
+// unregistered between two launches: whether each launch still moves the
+// memory as it is then, or the graph came to depend on the registration.
+// Runs last in its process: if it faults, the context is gone.
+void CaptureThenRegister(const char* name, bool h2d) {
+  const size_t n = 8 << 20;
+  char* host = static_cast<char*>(Anon(n));
+  Fill(host, n, 0x31);
+  CHECK(cudaMemset(g_dev, 0x32, n));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(h2d ? cudaMemcpyAsync(g_dev, host, n, cudaMemcpyHostToDevice, s)
+            : cudaMemcpyAsync(host, g_dev, n, cudaMemcpyDeviceToHost, s));
+  cudaGraph_t graph;
+  CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::string what;
+  for (int launch = 0; launch < 2; ++launch) {
+    if (launch == 0) {
+      CHECK(cudaHostRegister(host, n, cudaHostRegisterDefault));
+    } else {
+      CHECK(cudaHostUnregister(host));
+    }
+    const unsigned char want = static_cast<unsigned char>(0x40 + launch);
+    if (h2d) {
+      Fill(host, n, want);
+    } else {
+      CHECK(cudaMemset(g_dev, want, n));
+      CHECK(cudaDeviceSynchronize());
+    }
+    cudaError_t l = cudaGraphLaunch(exec, s);
+    cudaError_t sync = cudaStreamSynchronize(s);
+    what += std::string(launch == 0 ? "registered: " : " unregistered: ") +
+            "launch=" + cudaGetErrorName(l) + " sync=" + cudaGetErrorName(sync);
+    if (sync != cudaSuccess) break;
+    if (h2d) {
+      CHECK(cudaMemcpy(g_check, g_dev, n, cudaMemcpyDeviceToHost));
+      what += g_check[n - 1] == static_cast<char>(want) ? " device=new" : " device=not-new";
+    } else {
+      what += static_cast<unsigned char>(host[n - 1]) == want ? " host=new" : " host=not-new";
+    }
+  }
+  Fact(name, what);
+}
+
 // A call pinshim may make on one thread while the program captures a
 // stream in global mode on another: the call's result and whether the
 // capture survived, with the calling thread in global (default) or relaxed
@@ -779,19 +829,42 @@ void CaptureFacts() {
 
 }  // namespace
 
-// With no argument: every fact but the two below. `page_facts capture`: the
+// With no argument: every fact but the four below. `page_facts capture`: the
 // capture facts alone. `page_facts capture_unregistered_h2d` (or `_d2h`):
 // a graph launched after the memory its copy captured as registered was
 // unregistered. On the H200 (driver 580) that launch faults the context
 // ("unspecified launch failure", which every later call returns), so each
-// runs alone, in its own process.
+// runs alone, in its own process. `page_facts capture_then_register_h2d`
+// (or `_d2h`): CaptureThenRegister, alone for the same reason.
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string only = argc > 1 ? argv[1] : "";
+  const char* const sections[] = {"",
+                                  "capture",
+                                  "capture_unregistered_h2d",
+                                  "capture_unregistered_d2h",
+                                  "capture_then_register_h2d",
+                                  "capture_then_register_d2h"};
+  if (std::find(std::begin(sections), std::end(sections), only) == std::end(sections)) {
+    fprintf(stderr,
+            "page_facts: unknown section '%s' (capture, capture_unregistered_h2d, "
+            "capture_unregistered_d2h, capture_then_register_h2d, "
+            "capture_then_register_d2h)\n",
+            only.c_str());
+    return 2;
+  }
   CHECK(cudaMalloc(&g_dev, 64 << 20));
   CHECK(cudaHostAlloc(&g_check, 64 << 20, cudaHostAllocDefault));
   if (only == "capture") {
     CaptureFacts();
+    printf("done\n");
+    return 0;
+  }
+  if (only == "capture_then_register_h2d" || only == "capture_then_register_d2h") {
+    const bool h2d = only == "capture_then_register_h2d";
+    CaptureThenRegister(h2d ? "capture_h2d_pageable_registered_after_capture"
+                            : "capture_d2h_pageable_registered_after_capture",
+                        h2d);
     printf("done\n");
     return 0;
   }
@@ -802,13 +875,6 @@ int main(int argc, char** argv) {
                 1, h2d, true);
     printf("done\n");
     return 0;
-  }
-  if (!only.empty()) {
-    fprintf(stderr,
-            "page_facts: unknown section '%s' (capture, capture_unregistered_h2d, "
-            "capture_unregistered_d2h)\n",
-            only.c_str());
-    return 2;
   }
   CalibrateSpin();
   const size_t n = 64 << 20;
