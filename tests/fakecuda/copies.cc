@@ -91,8 +91,8 @@ bool StillPinned(const std::vector<Block>& blocks) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   for (const Block& b : blocks) {
-    if ((b.dst_held && s.pinned_held.count(b.dst_held.get()) == 0) ||
-        (b.src_held && s.pinned_held.count(b.src_held.get()) == 0)) {
+    if ((b.dst_held && !StillHeldLocked(b.dst_held.get(), reinterpret_cast<uintptr_t>(b.dst))) ||
+        (b.src_held && !StillHeldLocked(b.src_held.get(), reinterpret_cast<uintptr_t>(b.src)))) {
       return false;
     }
   }

@@ -48,9 +48,7 @@ CUresult EndCapture(CUstream handle, bool per_thread_api, CUgraph* out) {
   if (!stream->capture) return CUDA_ERROR_ILLEGAL_STATE;
   if (!stream->capture_origin) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
   std::shared_ptr<Graph> graph = stream->capture;
-  graph->capturing = false;
-  s.open_captures.erase(std::remove(s.open_captures.begin(), s.open_captures.end(), graph),
-                        s.open_captures.end());
+  CloseCaptureLocked(s, graph);
   for (auto& entry : s.streams) {
     if (entry.second->capture == graph) {
       entry.second->capture.reset();
@@ -144,6 +142,12 @@ bool ProhibitedByCaptureLocked() {
     }
   }
   return prohibited;
+}
+
+void CloseCaptureLocked(State& s, const std::shared_ptr<Graph>& graph) {
+  graph->capturing = false;
+  s.open_captures.erase(std::remove(s.open_captures.begin(), s.open_captures.end(), graph),
+                        s.open_captures.end());
 }
 
 CUresult RefuseDuringCapture() {

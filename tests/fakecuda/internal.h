@@ -205,9 +205,6 @@ struct State {
 
   std::map<uintptr_t, HostRange> host_allocs;
   std::map<uintptr_t, HostRange> registrations;
-  // The held pages of every live allocation and registration: a copy
-  // captured through pages no longer in here faults its context.
-  std::unordered_set<const HeldPages*> pinned_held;
   uint64_t next_buffer_id = 1;
 
   std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;  // Incl. retired, until drained.
@@ -260,6 +257,11 @@ CUresult ReserveArena(State& s);
 // (cuCtxDestroy, a primary context's reset or last release).
 void ReleaseContextMemory(Context* ctx);
 
+// Whether `held`, the pages a copy resolved host address p through, are
+// still those of the allocation or registration holding p (a graph's copy
+// can outlive them). State::mu must be held.
+bool StillHeldLocked(const HeldPages* held, uintptr_t p);
+
 // [p, p + len) named as host memory by the API. Device memory is refused
 // (the host cannot touch it); managed memory is accepted.
 CUresult ResolveHostRange(const void* p, size_t len, Span* out);
@@ -304,6 +306,10 @@ CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> wor
 // global mode also another thread's global-mode capture. Each such capture
 // is invalidated. State::mu must be held.
 bool ProhibitedByCaptureLocked();
+
+// Ends `graph`'s capture: it takes no more work and prohibits nothing from
+// now on. State::mu must be held.
+void CloseCaptureLocked(State& s, const std::shared_ptr<Graph>& graph);
 
 // For the calls the H200 refuses on a prohibited thread (cuMemHostRegister,
 // cuMemHostUnregister, cuMemHostAlloc, cuMemAllocHost, cuMemFreeHost,

@@ -48,6 +48,17 @@ typename Map::mapped_type* FindContaining(Map& ranges, uintptr_t p) {
   return p - it->first < size ? &it->second : nullptr;
 }
 
+}  // namespace
+
+bool StillHeldLocked(const HeldPages* held, uintptr_t p) {
+  State& s = S();
+  const HostRange* range = FindContaining(s.registrations, p);
+  if (range == nullptr) range = FindContaining(s.host_allocs, p);
+  return range != nullptr && range->held.get() == held;
+}
+
+namespace {
+
 // Whether [p, p + len) ends within the range starting at `base` of `size`.
 bool Fits(uintptr_t base, size_t size, uintptr_t p, size_t len) { return len <= size - (p - base); }
 
@@ -152,6 +163,7 @@ CUresult FreeDevice(CUdeviceptr dptr) {
 }
 
 CUresult AllocateHost(void** pp, size_t bytesize, unsigned flags) {
+  if (CUresult err = RefuseDuringCapture()) return err;
   Context* ctx;
   if (CUresult err = CurrentContext(&ctx)) return err;
   constexpr unsigned kKnown =
@@ -169,10 +181,8 @@ CUresult AllocateHost(void** pp, size_t bytesize, unsigned flags) {
   const auto base = reinterpret_cast<uintptr_t>(p);
   // A registration left behind on memory the program unmapped cannot be told
   // from this new mapping; the allocation wins.
-  for (auto it = s.registrations.lower_bound(base);
-       it != s.registrations.lower_bound(base + mapped); it = s.registrations.erase(it)) {
-    s.pinned_held.erase(it->second.held.get());
-  }
+  s.registrations.erase(s.registrations.lower_bound(base),
+                        s.registrations.lower_bound(base + mapped));
   HostRange& range = s.host_allocs[base];
   range.base = base;
   range.size = bytesize;
@@ -181,12 +191,12 @@ CUresult AllocateHost(void** pp, size_t bytesize, unsigned flags) {
   range.ctx = ctx;
   range.id = s.next_buffer_id++;
   range.held = std::move(held);
-  if (range.held) s.pinned_held.insert(range.held.get());
   *pp = p;
   return CUDA_SUCCESS;
 }
 
 CUresult RegisterHost(void* p, size_t bytesize, unsigned flags) {
+  if (CUresult err = RefuseDuringCapture()) return err;
   Context* ctx;
   if (CUresult err = CurrentContext(&ctx)) return err;
   constexpr unsigned kKnown = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
@@ -220,7 +230,6 @@ CUresult RegisterHost(void* p, size_t bytesize, unsigned flags) {
   range.ctx = ctx;
   range.id = s.next_buffer_id++;
   range.held = std::move(held);
-  if (range.held) s.pinned_held.insert(range.held.get());
   return CUDA_SUCCESS;
 }
 
@@ -373,7 +382,6 @@ void ReleaseContextMemory(Context* ctx) {
     } else {
       munmap(base, range.mapped);
     }
-    s.pinned_held.erase(range.held.get());
     it = s.host_allocs.erase(it);
   }
 }
@@ -509,13 +517,11 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 
 CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   FAKECUDA_ENTER("cuMemHostAlloc");
-  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   return fakecuda::AllocateHost(pp, bytesize, Flags);
 }
 
 CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
   FAKECUDA_ENTER("cuMemAllocHost");
-  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   return fakecuda::AllocateHost(pp, bytesize, 0);
 }
 
@@ -536,20 +542,17 @@ CUresult cuMemFreeHost(void* p) {
   auto it = s.host_allocs.find(base);
   if (it == s.host_allocs.end()) return CUDA_ERROR_INVALID_VALUE;
   munmap(p, it->second.mapped);
-  s.pinned_held.erase(it->second.held.get());
   s.host_allocs.erase(it);
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags) {
   FAKECUDA_ENTER("cuMemHostRegister");
-  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   return fakecuda::RegisterHost(p, bytesize, Flags);
 }
 
 CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
   FAKECUDA_ENTER("cuMemHostRegister");
-  if (CUresult err = fakecuda::RefuseDuringCapture()) return err;
   return fakecuda::RegisterHost(p, bytesize, Flags);
 }
 
@@ -572,10 +575,7 @@ CUresult cuMemHostUnregister(void* p) {
   // Copies still queued on the memory finish before it stops being pinned.
   fakecuda::WaitAllStreamsIdle();
   std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.registrations.find(a);
-  if (it == s.registrations.end()) return behavior::kUnregisterUnknown;
-  s.pinned_held.erase(it->second.held.get());
-  s.registrations.erase(it);
+  if (s.registrations.erase(a) == 0) return behavior::kUnregisterUnknown;
   return CUDA_SUCCESS;
 }
 

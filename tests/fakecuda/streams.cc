@@ -11,7 +11,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <algorithm>
 #include <thread>
 
 #include "tests/fakecuda/driver_behavior.h"
@@ -373,11 +372,8 @@ void WaitAllStreamsIdle() { WaitStreams(nullptr); }
 // prohibits nothing from then on. State::mu must be held.
 void AbandonCaptureLocked(State& s, Stream& stream) {
   if (!stream.capture || !stream.capture_origin) return;
-  std::shared_ptr<Graph> graph = stream.capture;
-  graph->capturing = false;
-  graph->invalidated = true;
-  s.open_captures.erase(std::remove(s.open_captures.begin(), s.open_captures.end(), graph),
-                        s.open_captures.end());
+  stream.capture->invalidated = true;
+  CloseCaptureLocked(s, stream.capture);
 }
 
 void RetireStream(const std::shared_ptr<Stream>& stream) {
