@@ -423,6 +423,42 @@ __attribute__((noinline)) char* CaptureSiteAlloc(size_t n) {
   return p;
 }
 
+// Copies p to dev and back six times, new bytes each time: what makes a
+// buffer hot (the registration cache pins it; its allocation site turns hot).
+void CopyHot(CUdeviceptr dev, char* p, size_t n) {
+  for (int i = 0; i < 6; ++i) {
+    Fill(p, n, i);
+    CHECK(d.MemcpyHtoD(dev, p, n));
+    g_expect.h2d++;
+    CHECK(d.MemcpyDtoH(p, dev, n));
+    g_expect.d2h++;
+  }
+}
+
+// The capture and graph calls the capture scenarios make, from the driver.
+struct GraphCalls {
+  CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*begin)(CUstream, CUstreamCaptureMode);
+  CUresult (*end)(CUstream, CUgraph*);
+  CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*launch)(CUgraphExec, CUstream);
+};
+
+GraphCalls LoadGraphCalls() {
+  auto sym = [](const char* name) {
+    void* f = dlsym(g_libcuda, name);
+    if (f == nullptr) exit(4);
+    return f;
+  };
+  GraphCalls g;
+  g.memset_d8 = reinterpret_cast<decltype(g.memset_d8)>(sym("cuMemsetD8_v2"));
+  g.begin = reinterpret_cast<decltype(g.begin)>(sym("cuStreamBeginCapture_v2"));
+  g.end = reinterpret_cast<decltype(g.end)>(sym("cuStreamEndCapture"));
+  g.instantiate = reinterpret_cast<decltype(g.instantiate)>(sym("cuGraphInstantiateWithFlags"));
+  g.launch = reinterpret_cast<decltype(g.launch)>(sym("cuGraphLaunch"));
+  return g;
+}
+
 // A copy (h2d or d2h, 8 MiB) on a stream that captures, from host memory
 // of one kind: "plain" (a fresh pageable buffer, which staging would take),
 // "hot" (a malloc'd buffer copied hot first: the registration cache pins it)
@@ -435,19 +471,10 @@ void Capture(bool h2d, const char* kind) {
   CHECK(d.MemAlloc(&dev, n));
   CUstream s;
   CHECK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  auto hot = [&](char* p) {
-    for (int i = 0; i < 6; ++i) {
-      Fill(p, n, i);
-      CHECK(d.MemcpyHtoD(dev, p, n));
-      g_expect.h2d++;
-      CHECK(d.MemcpyDtoH(p, dev, n));
-      g_expect.d2h++;
-    }
-  };
   char* host = nullptr;
   if (strcmp(kind, "hot") == 0) {
     host = static_cast<char*>(malloc(n));
-    hot(host);
+    CopyHot(dev, host, n);
   } else if (strcmp(kind, "site") == 0) {
     // One call site for all (its frames are the site): the last is kept.
     for (int round = 0; round < 4; ++round) {
@@ -456,44 +483,32 @@ void Capture(bool h2d, const char* kind) {
         host = p;
         break;
       }
-      hot(p);
+      CopyHot(dev, p, n);
       free(p);
     }
   } else {
     std::vector<char> warm(n, 1);
-    hot(warm.data());  // staging's ring, made
+    CopyHot(dev, warm.data(), n);  // staging's ring, made
     host = static_cast<char*>(malloc(n));
   }
   memset(host, 2, n);
-  auto sym = [](const char* name) {
-    void* f = dlsym(g_libcuda, name);
-    if (f == nullptr) exit(4);
-    return f;
-  };
-  auto memset_d8 =
-      reinterpret_cast<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(sym("cuMemsetD8_v2"));
-  auto begin =
-      reinterpret_cast<CUresult (*)(CUstream, CUstreamCaptureMode)>(sym("cuStreamBeginCapture_v2"));
-  auto end = reinterpret_cast<CUresult (*)(CUstream, CUgraph*)>(sym("cuStreamEndCapture"));
-  auto instantiate = reinterpret_cast<CUresult (*)(CUgraphExec*, CUgraph, unsigned long long)>(
-      sym("cuGraphInstantiateWithFlags"));
-  auto launch = reinterpret_cast<CUresult (*)(CUgraphExec, CUstream)>(sym("cuGraphLaunch"));
-  CHECK(memset_d8(dev, 3, n));
+  const GraphCalls g = LoadGraphCalls();
+  CHECK(g.memset_d8(dev, 3, n));
   CHECK(d.CtxSynchronize());
-  CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CHECK(g.begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   const CUresult r = h2d ? d.MemcpyHtoDAsync(dev, host, n, s) : d.MemcpyDtoHAsync(host, dev, n, s);
   (h2d ? g_expect.h2d : g_expect.d2h)++;
   CUgraph graph = nullptr;
-  const CUresult e = end(s, &graph);
+  const CUresult e = g.end(s, &graph);
   printf("capture %s %s: copy=%d end=%d graph=%d\n", h2d ? "h2d" : "d2h", kind, r, e,
          graph != nullptr);
   if (graph != nullptr) {
     CUgraphExec exec = nullptr;
-    CHECK(instantiate(&exec, graph, 0));
+    CHECK(g.instantiate(&exec, graph, 0));
     memset(host, 4, n);  // what a launch copies now
-    CHECK(memset_d8(dev, 5, n));
+    CHECK(g.memset_d8(dev, 5, n));
     CHECK(d.CtxSynchronize());  // the memset's legacy stream, which s does not wait for
-    CHECK(launch(exec, s));
+    CHECK(g.launch(exec, s));
     CHECK(d.StreamSynchronize(s));
     std::vector<char> dev_back(n);
     CHECK(d.MemcpyDtoH(dev_back.data(), dev, n));
@@ -501,7 +516,7 @@ void Capture(bool h2d, const char* kind) {
     printf("after launch: device %d host %d\n", dev_back[0], host[0]);
   }
   // The buffer goes on being used as before.
-  hot(host);
+  CopyHot(dev, host, n);
   printf("after capture: %lx\n", Checksum(host, n));
   free(host);
   CHECK(d.MemFree(dev));
@@ -522,47 +537,28 @@ void CaptureNeighbour() {
   CHECK(d.MemAlloc(&dev, n));
   CUstream s;
   CHECK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  auto hot = [&](char* p) {
-    for (int i = 0; i < 6; ++i) {
-      Fill(p, n, i);
-      CHECK(d.MemcpyHtoD(dev, p, n));
-      g_expect.h2d++;
-      CHECK(d.MemcpyDtoH(p, dev, n));
-      g_expect.d2h++;
-    }
-  };
   auto map = [&] {
     void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) exit(5);
     return static_cast<char*>(p);
   };
   char* freed = static_cast<char*>(malloc(n));
-  hot(freed);
+  CopyHot(dev, freed, n);
   char* advised = map();
-  hot(advised);
+  CopyHot(dev, advised, n);
   char* unmapped = map();
-  hot(unmapped);
+  CopyHot(dev, unmapped, n);
   for (int round = 0; round < 3; ++round) {
     char* p = CaptureSiteAlloc(n);
-    hot(p);
+    CopyHot(dev, p, n);
     free(p);
   }
   void* pinned;
   CHECK(d.MemHostAlloc(&pinned, n, 0));
   g_expect.allocs++;
   memset(pinned, 6, n);
-  auto sym = [](const char* name) {
-    void* f = dlsym(g_libcuda, name);
-    if (f == nullptr) exit(4);
-    return f;
-  };
-  auto begin =
-      reinterpret_cast<CUresult (*)(CUstream, CUstreamCaptureMode)>(sym("cuStreamBeginCapture_v2"));
-  auto end = reinterpret_cast<CUresult (*)(CUstream, CUgraph*)>(sym("cuStreamEndCapture"));
-  auto instantiate = reinterpret_cast<CUresult (*)(CUgraphExec*, CUgraph, unsigned long long)>(
-      sym("cuGraphInstantiateWithFlags"));
-  auto launch = reinterpret_cast<CUresult (*)(CUgraphExec, CUstream)>(sym("cuGraphLaunch"));
-  CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  const GraphCalls g = LoadGraphCalls();
+  CHECK(g.begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CHECK(d.MemcpyHtoDAsync(dev, pinned, n, s));
   g_expect.h2d++;
   unsigned long site_sum = 0;
@@ -577,12 +573,12 @@ void CaptureNeighbour() {
   });
   neighbour.join();
   CUgraph graph = nullptr;
-  const CUresult e = end(s, &graph);
+  const CUresult e = g.end(s, &graph);
   printf("capture neighbour: end=%d graph=%d site=%lx\n", e, graph != nullptr, site_sum);
   if (graph != nullptr) {
     CUgraphExec exec = nullptr;
-    CHECK(instantiate(&exec, graph, 0));
-    CHECK(launch(exec, s));
+    CHECK(g.instantiate(&exec, graph, 0));
+    CHECK(g.launch(exec, s));
     CHECK(d.StreamSynchronize(s));
     std::vector<char> back(n);
     CHECK(d.MemcpyDtoH(back.data(), dev, n));
