@@ -18,13 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <string>
 #include <thread>
 
@@ -839,40 +837,35 @@ void CaptureFacts() {
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string only = argc > 1 ? argv[1] : "";
-  const char* const sections[] = {"",
-                                  "capture",
-                                  "capture_unregistered_h2d",
-                                  "capture_unregistered_d2h",
-                                  "capture_then_register_h2d",
-                                  "capture_then_register_d2h"};
-  if (std::find(std::begin(sections), std::end(sections), only) == std::end(sections)) {
-    fprintf(stderr,
-            "page_facts: unknown section '%s' (capture, capture_unregistered_h2d, "
-            "capture_unregistered_d2h, capture_then_register_h2d, "
-            "capture_then_register_d2h)\n",
-            only.c_str());
+  struct Section {
+    const char* name;
+    void (*run)();
+  };
+  static const Section kSections[] = {
+      {"capture", CaptureFacts},
+      {"capture_unregistered_h2d",
+       [] { CaptureCopy("capture_h2d_registered_unregistered_before_launch", 1, true, true); }},
+      {"capture_unregistered_d2h",
+       [] { CaptureCopy("capture_d2h_registered_unregistered_before_launch", 1, false, true); }},
+      {"capture_then_register_h2d",
+       [] { CaptureThenRegister("capture_h2d_pageable_registered_after_capture", true); }},
+      {"capture_then_register_d2h",
+       [] { CaptureThenRegister("capture_d2h_pageable_registered_after_capture", false); }},
+  };
+  const Section* section = nullptr;
+  for (const Section& s : kSections) {
+    if (only == s.name) section = &s;
+  }
+  if (!only.empty() && section == nullptr) {
+    fprintf(stderr, "page_facts: unknown section '%s'; the sections:", only.c_str());
+    for (const Section& s : kSections) fprintf(stderr, " %s", s.name);
+    fprintf(stderr, "\n");
     return 2;
   }
   CHECK(cudaMalloc(&g_dev, 64 << 20));
   CHECK(cudaHostAlloc(&g_check, 64 << 20, cudaHostAllocDefault));
-  if (only == "capture") {
-    CaptureFacts();
-    printf("done\n");
-    return 0;
-  }
-  if (only == "capture_then_register_h2d" || only == "capture_then_register_d2h") {
-    const bool h2d = only == "capture_then_register_h2d";
-    CaptureThenRegister(h2d ? "capture_h2d_pageable_registered_after_capture"
-                            : "capture_d2h_pageable_registered_after_capture",
-                        h2d);
-    printf("done\n");
-    return 0;
-  }
-  if (only == "capture_unregistered_h2d" || only == "capture_unregistered_d2h") {
-    const bool h2d = only == "capture_unregistered_h2d";
-    CaptureCopy(h2d ? "capture_h2d_registered_unregistered_before_launch"
-                    : "capture_d2h_registered_unregistered_before_launch",
-                1, h2d, true);
+  if (section != nullptr) {
+    section->run();
     printf("done\n");
     return 0;
   }
