@@ -139,8 +139,8 @@ enum class OwnPinReason : uint8_t {
   kRefusedTableFull = 23,          // the registration cache's table is full
   kRefusedPageChange = 24,         // a call was changing those pages at the time
   // A copy of it went into a stream capture: unpinned for that call, so the
-  // driver captures (or refuses) it as the pageable memory it is to the
-  // program. Treated as a page change (IsPageChange).
+  // driver captures it as the pageable memory it is to the program (a graph
+  // must not hold pinshim's pinning). Treated as a page change (IsPageChange).
   kCopyIntoCapture = 25,
 };
 // "program_released", "evicted_cap", ..., "cap", "budget", ...; "unknown".
