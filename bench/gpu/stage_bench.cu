@@ -4,6 +4,10 @@
 // side by side, by bench/gpu/stage_bench.sh.
 //
 //   stage_bench fresh h2d|d2h REPS SIZE...   per size: median GB/s of the copy call
+//   stage_bench rewrite h2d|d2h REPS SIZE... the same with one buffer, rewritten
+//                                            before each copy (its pages stay
+//                                            mapped; run with PINSHIM_PIN_IN_PLACE=0
+//                                            so that optimize mode stages it too)
 //   stage_bench busy SECONDS COPY_BYTES      every core busy with arithmetic while
 //                                            the main thread copies fresh buffers:
 //                                            work done per second, copies made
@@ -39,13 +43,14 @@ double Now() {
 // One allocation site for every buffer, as a data pipeline has.
 __attribute__((noinline)) char* NewBuffer(size_t n) { return static_cast<char*>(malloc(n)); }
 
-int Fresh(bool h2d, int reps, int argc, char** argv) {
+int Fresh(bool h2d, bool reuse, int reps, int argc, char** argv) {
   size_t max = 0;
   for (int i = 0; i < argc; ++i) max = std::max<size_t>(max, strtoull(argv[i], nullptr, 0));
   char* dev;
   CHECK(cudaMalloc(&dev, max));
   CHECK(cudaMemset(dev, 3, max));
   unsigned long sum = 0;
+  char* kept = reuse ? NewBuffer(max) : nullptr;
   for (int i = 0; i < argc; ++i) {
     const size_t n = strtoull(argv[i], nullptr, 0);
     std::vector<double> gbps;
@@ -53,22 +58,24 @@ int Fresh(bool h2d, int reps, int argc, char** argv) {
     int count = reps;
     while (count < 200 && uint64_t(count) * n < (uint64_t{64} << 20)) count *= 2;
     for (int r = 0; r < count + 1; ++r) {
-      char* b = NewBuffer(n);
+      char* b = reuse ? kept : NewBuffer(n);
       memset(b, r + 1, n);  // just written
       const double t0 = Now();
       CHECK(h2d ? cudaMemcpy(dev, b, n, cudaMemcpyHostToDevice)
                 : cudaMemcpy(b, dev, n, cudaMemcpyDeviceToHost));
       const double t = Now() - t0;
       sum += static_cast<unsigned char>(b[n / 2]);
-      free(b);
+      if (!reuse) free(b);
       if (r > 0) gbps.push_back(n / t / 1e9);  // the first is a warm-up
     }
     std::sort(gbps.begin(), gbps.end());
-    printf("fresh dir=%s bytes=%zu gbps=%.3f\n", h2d ? "H2D" : "D2H", n, gbps[gbps.size() / 2]);
+    printf("%s dir=%s bytes=%zu gbps=%.3f\n", reuse ? "rewrite" : "fresh", h2d ? "H2D" : "D2H", n,
+           gbps[gbps.size() / 2]);
     fflush(stdout);
   }
   // Results must agree with and without the library.
   printf("checksum %lu\n", sum);
+  free(kept);
   CHECK(cudaFree(dev));
   return 0;
 }
@@ -114,12 +121,13 @@ int Busy(double seconds, size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 5 && strcmp(argv[1], "fresh") == 0) {
-    return Fresh(strcmp(argv[2], "h2d") == 0, atoi(argv[3]), argc - 4, argv + 4);
+  if (argc >= 5 && (strcmp(argv[1], "fresh") == 0 || strcmp(argv[1], "rewrite") == 0)) {
+    return Fresh(strcmp(argv[2], "h2d") == 0, strcmp(argv[1], "rewrite") == 0, atoi(argv[3]),
+                 argc - 4, argv + 4);
   }
   if (argc >= 4 && strcmp(argv[1], "busy") == 0) {
     return Busy(atof(argv[2]), strtoull(argv[3], nullptr, 0));
   }
-  fprintf(stderr, "usage: %s fresh h2d|d2h REPS SIZE... | busy SECONDS BYTES\n", argv[0]);
+  fprintf(stderr, "usage: %s fresh|rewrite h2d|d2h REPS SIZE... | busy SECONDS BYTES\n", argv[0]);
   return 2;
 }

@@ -12,7 +12,9 @@
 #     second, optimize / no library.
 #  6. (not in the default list) the staging ring's settings swept
 #     (PINSHIM_STAGE_WORKERS, _CHUNK, _SLOTS), fresh 64 and 256 MiB buffers
-#     both ways, rounds interleaved: median GB/s of each setting.
+#     both ways, rounds interleaved: median GB/s of each setting
+#     (STAGE_SWEEP="setting;setting;..." and STAGE_SWEEP_SIZES="bytes ..."
+#     choose others; "none" is the run without the library).
 #   bash bench/gpu/stage_bench.sh LIBDIR [ROUNDS]   (sections: STAGE_SECTIONS="1 2 3 4 5")
 set -uo pipefail
 LIBDIR="$(cd "$1" && pwd)"
@@ -128,14 +130,26 @@ fi
 
 if has 6; then
   echo "-- 6. staging ring settings, fresh buffers (median GB/s of the rounds)"
-  settings=("" "PINSHIM_STAGE_WORKERS=8" "PINSHIM_STAGE_WORKERS=12" "PINSHIM_STAGE_CHUNK=2M"
-            "PINSHIM_STAGE_CHUNK=8M" "PINSHIM_STAGE_SLOTS=8" "PINSHIM_STAGE_CHUNK=2M PINSHIM_STAGE_SLOTS=8")
+  # [none]: no library; [rewrite ...]: one buffer rewritten before each copy,
+  # staged (PINSHIM_PIN_IN_PLACE=0), against fresh buffers: whether new pages
+  # cost the staged copy. WORKERS=N also turns off the load-aware count.
+  settings=("" "PINSHIM_STAGE_WORKERS=4" "PINSHIM_STAGE_WORKERS=8" "PINSHIM_STAGE_WORKERS=12"
+            "PINSHIM_STAGE_WORKERS=15" "PINSHIM_STAGE_CHUNK=1M PINSHIM_STAGE_SLOTS=8"
+            "PINSHIM_STAGE_CHUNK=2M" "PINSHIM_STAGE_CHUNK=8M" "PINSHIM_STAGE_SLOTS=8"
+            "PINSHIM_STAGE_CHUNK=2M PINSHIM_STAGE_SLOTS=8" "none" "rewrite" "rewrite none")
+  # STAGE_SWEEP="A;B;..." replaces the list; STAGE_SWEEP_SIZES the sizes.
+  [ -n "${STAGE_SWEEP:-}" ] && IFS=';' read -r -a settings <<<"$STAGE_SWEEP"
+  sweep_sizes="${STAGE_SWEEP_SIZES:-67108864 268435456}"
   for ((r = 1; r <= ROUNDS; r++)); do
     for ((k = 0; k < ${#settings[@]}; k++)); do
       set_k="${settings[$(((k + r) % ${#settings[@]}))]}"
+      mode=fresh; env_k="$set_k"
+      case "$set_k" in rewrite*) mode=rewrite; env_k="PINSHIM_PIN_IN_PLACE=0${set_k#rewrite}" ;; esac
       for dir in h2d d2h; do
-        opt env $set_k "$work/stage_bench" fresh $dir 5 67108864 268435456 \
-          | sed "s/^/[${set_k:-default}] /" >> "$work/sweep.txt"
+        case "$set_k" in
+          *none) "$work/stage_bench" $mode $dir 5 $sweep_sizes ;;
+          *) opt env $env_k "$work/stage_bench" $mode $dir 5 $sweep_sizes ;;
+        esac | sed "s/^/[${set_k:-default}] /" >> "$work/sweep.txt"
       done
     done
   done
@@ -143,11 +157,12 @@ if has 6; then
 import collections, re, statistics, sys
 g = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    m = re.match(r"\[(.*)\] fresh dir=(\S+) bytes=(\d+) gbps=([0-9.]+)", line)
+    m = re.match(r"\[(.*)\] (?:fresh|rewrite) dir=(\S+) bytes=(\d+) gbps=([0-9.]+)", line)
     if m:
         g[(m.group(1), m.group(2), int(m.group(3)))].append(float(m.group(4)))
-print("%-48s %-4s %10s %8s" % ("setting", "dir", "bytes", "GB/s"))
+print("%-48s %-4s %10s %8s  %s" % ("setting", "dir", "bytes", "GB/s", "rounds"))
 for k in sorted(g):
-    print("%-48s %-4s %10d %8.2f" % (k[0], k[1], k[2], statistics.median(g[k])))
+    print("%-48s %-4s %10d %8.2f  %s" % (k[0], k[1], k[2], statistics.median(g[k]),
+                                        " ".join("%.1f" % x for x in g[k])))
 PY
 fi

@@ -352,13 +352,13 @@ TEST_F(ConfigTest, StagingRingSettings) {
   Env none({"PATH=/bin"});
   ASSERT_TRUE(Parse(&none));
   EXPECT_EQ(config_.stage_workers, 0u);
-  EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{4} << 20);
-  EXPECT_EQ(config_.stage_slots, 4u);
-  Env set({"PINSHIM_STAGE_WORKERS=12", "PINSHIM_STAGE_CHUNK=2M", "PINSHIM_STAGE_SLOTS=8"});
-  ASSERT_TRUE(Parse(&set)) << Error(0);
-  EXPECT_EQ(config_.stage_workers, 12u);
   EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{2} << 20);
   EXPECT_EQ(config_.stage_slots, 8u);
+  Env set({"PINSHIM_STAGE_WORKERS=12", "PINSHIM_STAGE_CHUNK=4M", "PINSHIM_STAGE_SLOTS=4"});
+  ASSERT_TRUE(Parse(&set)) << Error(0);
+  EXPECT_EQ(config_.stage_workers, 12u);
+  EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(config_.stage_slots, 4u);
   Env edges({"PINSHIM_STAGE_CHUNK=64K", "PINSHIM_STAGE_SLOTS=2"});
   ASSERT_TRUE(Parse(&edges)) << Error(0);
   EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{64} << 10);
@@ -384,8 +384,8 @@ TEST_F(ConfigTest, StagingRingSettings) {
     EXPECT_FALSE(Parse(&env)) << c.entry;
     ASSERT_EQ(errors_.count, 1) << c.entry;
     EXPECT_EQ(Error(0).rfind(c.message, 0), 0u) << Error(0);
-    EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{4} << 20);
-    EXPECT_EQ(config_.stage_slots, 4u);
+    EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{2} << 20);
+    EXPECT_EQ(config_.stage_slots, 8u);
   }
 }
 

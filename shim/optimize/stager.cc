@@ -227,6 +227,9 @@ struct Stager::Lane {
   uint64_t chunk_bytes = 0;
   uint32_t slots = 0;
   CUevent events[kMaxSlots] = {};
+  // Recorded on the stream before a synchronous host-to-device copy's first
+  // DMA: the call returns once it completed (the stream's earlier work).
+  CUevent before = nullptr;
   // Slot s's last DMA may still run: its completion is that of
   // events[pending_ev[s]] (a later DMA's on the same stream, when the slot's
   // own DMA recorded none).
@@ -240,11 +243,12 @@ struct Stager::Lane {
 };
 
 uint32_t Stager::DefaultWorkers(uint32_t cores) {
-  // Measured on the H200's 16-core host (bench/RESULTS.md, staging probe):
-  // 8 threads reached 47-53 GB/s at 64-256 MiB; 12 and 15 did no better.
-  uint32_t w = cores / 2;
+  // Measured on the H200's 16-core host (bench/RESULTS.md, ring settings
+  // swept with the stager, 2026-12-02): with rings of 8 x 2 MiB, 12 threads
+  // moved fresh 64 and 256 MiB buffers host to device at 41 GB/s, 8 at 30-35.
+  uint32_t w = cores * 3 / 4;
   if (w < 1) w = 1;
-  if (w > 8) w = 8;
+  if (w > 12) w = 12;
   return w;
 }
 
@@ -421,6 +425,12 @@ bool Stager::PinRing(Lane* lane, CUcontext ctx) {
     if (ops_->event_create(&lane->events[made], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) break;
     lane->pending[made] = false;
   }
+  if (made == options_.slots &&
+      ops_->event_create(&lane->before, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    lane->before = nullptr;
+    made = 0;
+    for (uint32_t i = 0; i < options_.slots; ++i) ops_->event_destroy(lane->events[i]);
+  }
   if (made != options_.slots) {
     for (uint32_t i = 0; i < made; ++i) ops_->event_destroy(lane->events[i]);
     ops_->mem_free_host(ring);
@@ -447,6 +457,8 @@ void Stager::UnpinRing(Lane* lane, OwnPinReason why) {
       if (lane->pending[i]) ops_->event_synchronize(lane->events[i]);
       ops_->event_destroy(lane->events[i]);
     }
+    ops_->event_destroy(lane->before);
+    lane->before = nullptr;
     r = ops_->mem_free_host(lane->ring);
   }
   account_->Release(PinUse::kStaging, lane->ring_bytes);
@@ -632,12 +644,17 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
   }
   Job* job = lane->job;
   // Chunks small enough that several are in flight for short copies, so a
-  // DMA always overlaps the copying of the next one.
-  // Short copies: two chunks, so the first DMA overlaps the copying of the
-  // second and only two DMAs are issued; longer ones fill the ring.
+  // DMA always overlaps the copying of the next one. Short copies to the
+  // host: two chunks, so the first DMA overlaps the copying out of the
+  // second. Short copies to the device: one chunk, one DMA, which runs after
+  // the call returned (issuing a DMA costs the call more than the overlap
+  // gains at that size: bench/RESULTS.md). Longer ones fill the ring.
   const uint64_t page = 4096;
+  const uint64_t short_copy = uint64_t{2} << 20;
   uint64_t chunk = lane->chunk_bytes;
-  if (bytes <= 2 * (uint64_t{1} << 20)) {
+  if (bytes <= short_copy && dir == CopyDir::kHostToDevice) {
+    chunk = (bytes + page - 1) / page * page;
+  } else if (bytes <= short_copy) {
     chunk = ((bytes + 1) / 2 + page - 1) / page * page;
   } else {
     while (chunk > (uint64_t{1} << 20) && bytes < chunk * lane->slots) chunk /= 2;
@@ -704,6 +721,13 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     Futex(&work_gen_, FUTEX_WAKE, job->max_workers);
   }
   CUresult r = CUDA_SUCCESS;
+  // A synchronous host-to-device copy returns as the driver's own pageable
+  // one does: once the stream's earlier work completed and the source was
+  // read, its last DMAs possibly still queued (measured on the H200:
+  // page_facts sync_h2d_return, bench/RESULTS.md). The event marks that
+  // earlier work; the copying overlaps it.
+  const bool wait_before = sync && job->h2d;
+  if (wait_before) r = ops_->event_record(lane->before, stream);
   // DMAs queued and not yet seen complete, oldest first: chunk indices.
   uint32_t inflight[kMaxSlots];
   uint32_t head = 0, tail = 0;  // inflight[head % S .. tail % S)
@@ -825,9 +849,10 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   job->live.store(0, std::memory_order_seq_cst);
   job->next.store(job->total, std::memory_order_seq_cst);
   while (job->inside.load(std::memory_order_seq_cst) != 0) Pause();
-  if (r == CUDA_SUCCESS && (sync || !job->h2d)) {
-    // Synchronous copies return once their DMAs completed (device to host
-    // ones have by now).
+  if (r == CUDA_SUCCESS && wait_before) r = ops_->event_synchronize(lane->before);
+  if (r == CUDA_SUCCESS && !job->h2d) {
+    // Device-to-host copies return with the data in place: their DMAs
+    // completed by now; the events say so and free the slots.
     while (head != tail) {
       const uint32_t s = inflight[head % S] % S;
       CUresult q = ops_->event_synchronize(lane->events[s]);

@@ -10,8 +10,10 @@
 // measurements): a host-to-device copy returns
 // once its source has been read (its last DMAs may still be queued; later
 // work on the stream, or a synchronization, sees them), a device-to-host
-// copy returns with the data in place, and a synchronous copy returns once
-// its DMAs completed. Stream order is the stream's own: the DMAs go on the
+// copy returns with the data in place, and a synchronous host-to-device
+// copy returns once the stream's earlier work completed and its source was
+// read, its last DMAs possibly still queued, as the driver's own pageable
+// copies do on the H200. Stream order is the stream's own: the DMAs go on the
 // stream the program named (or its per-thread default stream). A copy
 // larger than the ring behind queued work waits for that work, as the
 // driver's own pageable copies do; one the ring holds returns at once.
@@ -56,8 +58,8 @@ namespace optimize {
 
 struct StagerOptions {
   uint32_t workers = 0;  // 0: the measured default, from the core count (DefaultWorkers)
-  uint64_t chunk_bytes = uint64_t{4} << 20;    // a ring slot; copies may use less of it
-  uint32_t slots = 4;                          // ring depth
+  uint64_t chunk_bytes = uint64_t{2} << 20;    // a ring slot; copies may use less of it
+  uint32_t slots = 8;                          // ring depth
   uint64_t min_h2d_bytes = uint64_t{1} << 20;  // smaller copies go to the driver
   uint64_t min_d2h_bytes = uint64_t{256} << 10;
   uint64_t idle_trim_ns = uint64_t{10} * 1000000000;  // rings idle this long are given back

@@ -105,7 +105,9 @@ enum class Api { kSync, kAsync };
 // - asynchronous calls: only when host memory is pageable (the driver stages
 //   pageable memory synchronously; measured: a 256 MiB pageable
 //   cudaMemcpyAsync returned after the whole copy);
-// - synchronous calls: always, except device to device, which only queues.
+// - synchronous calls: always, except device to device, which only queues,
+//   and a linear pageable upload (Copy), which returns once its source was
+//   read (kSyncPageableUploadReturnsBeforeItsDma).
 bool MustWait(Api api, MemKind dst, MemKind src) {
   if (api == Api::kAsync) return dst == MemKind::kPageable || src == MemKind::kPageable;
   return !(dst == MemKind::kDevice && src == MemKind::kDevice);
@@ -154,6 +156,18 @@ CUresult Copy(Naming dst_naming, uintptr_t dst, Naming src_naming, uintptr_t src
   Span d, s;
   if (CUresult err = Resolve(dst_naming, dst, n, &d)) return err;
   if (CUresult err = Resolve(src_naming, src, n, &s)) return err;
+  if (api == Api::kSync && d.kind == MemKind::kDevice && s.kind == MemKind::kPageable &&
+      behavior::kSyncPageableUploadReturnsBeforeItsDma) {
+    // The stream's earlier work first, then the source read into staging
+    // memory; the DMA from there is queued and may still run at return.
+    if (CUresult err = Launch(handle, per_thread_api, {}, /*wait=*/true, false)) return err;
+    auto staging = std::make_shared<std::vector<char>>(n);
+    MoveRun(staging->data(), nullptr, s.view, s.held.get(), n);
+    Block b = MakeBlock(d, s, n);
+    b.src = staging->data();
+    b.src_held = nullptr;
+    return Launch(handle, per_thread_api, {b}, /*wait=*/false, false, std::move(staging));
+  }
   return Launch(handle, per_thread_api, {MakeBlock(d, s, n)}, MustWait(api, d.kind, s.kind),
                 AsyncPageable(api, d.kind, s.kind));
 }

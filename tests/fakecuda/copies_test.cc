@@ -1,8 +1,12 @@
 // Copies of every form: the bytes they move and the errors they report.
 #include <cudaTypedefs.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "tests/fakecuda/test_support.h"
@@ -104,6 +108,45 @@ TEST_F(CopiesTest, AsyncCopiesMoveBytes) {
   ASSERT_EQ(cuMemcpyAsync(dev_a_, dev_b_, kSize, stream_), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
   EXPECT_EQ(ReadDevice(dev_a_, kSize), data);
+}
+
+// Measured on the H200 (bench/RESULTS.md, page_facts sync_h2d_return): a
+// synchronous upload from pageable memory returns once its source was read,
+// its DMA still queued; one from pinned memory returns complete.
+TEST_F(CopiesTest, SyncPageableUploadReturnsOnceItsSourceWasRead) {
+  std::vector<unsigned char> host = Pattern(kSize, 7), back(kSize);
+  fakecuda_set_copy_delay_us(300000);  // each copy starts 300 ms late
+  ASSERT_EQ(cuMemcpyHtoD(dev_a_, host.data(), kSize), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);
+  host.assign(kSize, 0);  // read already
+  fakecuda_set_copy_delay_us(0);
+  ASSERT_EQ(cuMemcpyDtoH(back.data(), dev_a_, kSize), CUDA_SUCCESS);
+  EXPECT_EQ(back, Pattern(kSize, 7));
+  std::memcpy(pinned(), Pattern(kSize, 8).data(), kSize);
+  fakecuda_set_copy_delay_us(100000);
+  ASSERT_EQ(cuMemcpyHtoD(dev_b_, pinned_, kSize), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(nullptr), CUDA_SUCCESS);
+  fakecuda_set_copy_delay_us(0);
+}
+
+// ... but after the work queued before it ("a stream sync is performed
+// before the copy is initiated"): the legacy stream's, and so the blocking
+// streams' too.
+TEST_F(CopiesTest, SyncPageableUploadWaitsForEarlierWork) {
+  std::vector<unsigned char> host = Pattern(kSize, 9);
+  ASSERT_EQ(fakecuda_hold_stream(stream_, 1), CUDA_SUCCESS);  // a blocking stream
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev_b_, pinned_, kSize, stream_), CUDA_SUCCESS);
+  std::atomic<bool> returned{false};
+  std::thread copier([&] {
+    cuCtxSetCurrent(ctx_);
+    EXPECT_EQ(cuMemcpyHtoD(dev_a_, host.data(), kSize), CUDA_SUCCESS);
+    returned.store(true);
+  });
+  usleep(100000);
+  EXPECT_FALSE(returned.load());
+  ASSERT_EQ(fakecuda_hold_stream(stream_, 0), CUDA_SUCCESS);
+  copier.join();
+  EXPECT_TRUE(returned.load());
 }
 
 TEST_F(CopiesTest, PerThreadVariantsMoveBytes) {

@@ -161,6 +161,52 @@ TEST_F(GraphsTest, AnAsyncPageableCopyIsCapturedAndMovesTheMemoryAtLaunch) {
   EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
+// Measured on the H200 (page_facts.cu, capture_then_register_*): a copy
+// captured from pageable memory is not bound to a registration made after
+// the capture; launches before and after its unregistration both move the
+// memory as it is then, and nothing faults.
+TEST_F(GraphsTest, ACopyCapturedFromPageableMemoryIgnoresALaterRegistration) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (bool h2d : {true, false}) {
+    SCOPED_TRACE(h2d ? "h2d" : "d2h");
+    CUstream s;
+    ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    void* mem = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mem, MAP_FAILED);
+    unsigned char* host = static_cast<unsigned char*>(mem);
+    ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    ASSERT_EQ(h2d ? cuMemcpyHtoDAsync(dev_, host, 2 * page, s)
+                  : cuMemcpyDtoHAsync(host, dev_, 2 * page, s),
+              CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    ASSERT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+    CUgraphExec exec;
+    ASSERT_EQ(cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemHostRegister(host, 2 * page, 0), CUDA_SUCCESS);
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) ASSERT_EQ(cuMemHostUnregister(host), CUDA_SUCCESS);
+      const unsigned char seed = static_cast<unsigned char>(20 + round);
+      if (h2d) {
+        std::memcpy(host, Pattern(2 * page, seed).data(), 2 * page);
+      } else {
+        std::memcpy(pinned_, Pattern(2 * page, seed).data(), 2 * page);
+        ASSERT_EQ(cuMemcpyHtoD(dev_, pinned_, 2 * page), CUDA_SUCCESS);
+      }
+      ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+      ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+      if (h2d) {
+        EXPECT_EQ(ReadDevice(dev_, 2 * page), Pattern(2 * page, seed));
+      } else {
+        EXPECT_EQ(std::vector<unsigned char>(host, host + 2 * page), Pattern(2 * page, seed));
+      }
+    }
+    EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+    EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+    munmap(mem, 2 * page);
+  }
+}
+
 // Measured on the H200 (page_facts.cu, capture_unregistered_*): a graph
 // whose copy was captured from registered memory that was unregistered
 // before the launch faults the context: the launch returns success, the
