@@ -148,6 +148,12 @@ bool ReadCpuTimes(uint64_t* busy, uint64_t* total) {
   return true;
 }
 
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 uint32_t OnlineCores() {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<uint32_t>(n) : 1;
@@ -283,6 +289,14 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
   return true;
 }
 
+uint32_t Stager::IdleCoresX16(uint64_t busy, uint64_t total, uint64_t own, uint32_t cores) {
+  if (total == 0) return cores * 16;
+  if (own > busy) own = busy;  // the two clocks tick apart
+  const double others = static_cast<double>(busy - own) / static_cast<double>(total);
+  const double idle = others >= 1.0 ? 0.0 : (1.0 - others) * cores;
+  return static_cast<uint32_t>(idle * 16);
+}
+
 uint32_t Stager::UsableWorkers() {
   const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
   if (!options_.load_aware) return workers;
@@ -291,17 +305,21 @@ uint32_t Stager::UsableWorkers() {
   if (now - last >= kSampleNs && !sampling_.exchange(true, std::memory_order_acquire)) {
     uint64_t busy, total;
     if (ReadCpuTimes(&busy, &total)) {
+      const uint64_t own_ns = own_cpu_ns_.load(std::memory_order_relaxed);
       if (last_total_ != 0 && total > last_total_) {
-        const double idle =
-            1.0 - static_cast<double>(busy - last_busy_) / static_cast<double>(total - last_total_);
-        const double cores = idle * OnlineCores();
-        idle_cores_x16_.store(static_cast<uint32_t>(cores < 0 ? 0 : cores * 16),
-                              std::memory_order_relaxed);
+        static const long ticks_per_s = sysconf(_SC_CLK_TCK);
+        const uint64_t own =
+            (own_ns - last_own_ns_) /
+            (1000000000ull / static_cast<uint64_t>(ticks_per_s > 0 ? ticks_per_s : 100));
+        idle_cores_x16_.store(
+            IdleCoresX16(busy - last_busy_, total - last_total_, own, OnlineCores()),
+            std::memory_order_relaxed);
       } else if (last_total_ == 0) {
         idle_cores_x16_.store(OnlineCores() * 16, std::memory_order_relaxed);  // first look
       }
       last_busy_ = busy;
       last_total_ = total;
+      last_own_ns_ = own_ns;
     } else {
       idle_cores_x16_.store(OnlineCores() * 16, std::memory_order_relaxed);
     }
@@ -359,6 +377,13 @@ void Stager::StartWorkers() {
 void Stager::WorkerLoop() {
   uint32_t seen = work_gen_.load(std::memory_order_acquire);
   uint64_t idle_since = NowNs();
+  // This thread's CPU time, counted as staging's own (UsableWorkers).
+  uint64_t cpu_mark = ThreadCpuNs();
+  auto account = [&] {
+    const uint64_t cpu = ThreadCpuNs();
+    own_cpu_ns_.fetch_add(cpu - cpu_mark, std::memory_order_relaxed);
+    cpu_mark = cpu;
+  };
   for (;;) {
     bool worked = false;
     for (int i = 0; i < kMaxLanes && active(); ++i) {
@@ -377,6 +402,7 @@ void Stager::WorkerLoop() {
       // next job only once no worker is inside, and publishes them with
       // live, so a worker reads them only after seeing live again.
       j->inside.fetch_add(1, std::memory_order_seq_cst);
+      bool copied = false;
       if (j->live.load(std::memory_order_seq_cst) != 0 &&
           j->joined.fetch_add(1, std::memory_order_acq_rel) < j->max_workers) {
         for (;;) {
@@ -384,8 +410,10 @@ void Stager::WorkerLoop() {
           if (p >= j->total) break;
           j->Copy(p);
         }
+        copied = true;
       }
       j->inside.fetch_sub(1, std::memory_order_acq_rel);
+      if (copied) account();
       worked = true;
     }
     if (worked) idle_since = NowNs();
@@ -398,6 +426,7 @@ void Stager::WorkerLoop() {
       Pause();
       continue;
     }
+    account();
     Futex(&work_gen_, FUTEX_WAIT, seen);
     seen = work_gen_.load(std::memory_order_acquire);
     idle_since = NowNs();
@@ -643,6 +672,7 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
     return false;
   }
   Job* job = lane->job;
+  const uint64_t cpu_start = ThreadCpuNs();
   // Chunks small enough that several are in flight for short copies, so a
   // DMA always overlaps the copying of the next one. Short copies to the
   // host: two chunks, so the first DMA overlaps the copying out of the
@@ -687,6 +717,7 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
     off += n;
   }
   ReleaseLane(lane);
+  own_cpu_ns_.fetch_add(ThreadCpuNs() - cpu_start, std::memory_order_relaxed);
   copies_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(bytes, std::memory_order_relaxed);
   info->workers = threads;

@@ -114,6 +114,12 @@ class Stager {
   // The measured default worker count for `cores` online cores.
   static uint32_t DefaultWorkers(uint32_t cores);
 
+  // Idle cores, times 16, of `cores` over a /proc/stat interval of `total`
+  // ticks of which `busy` were busy, `own` of those spent staging (by the
+  // workers and the threads that staged): the stager's own copying is not
+  // load that should make it copy with fewer threads.
+  static uint32_t IdleCoresX16(uint64_t busy, uint64_t total, uint64_t own, uint32_t cores);
+
   // Whether a copy of `bytes` in `dir` that needs a ring of `ring_bytes`
   // waits for it to be pinned (the driver's pageable copy would take longer
   // than pinning the ring and staging the copy) rather than go to the
@@ -206,6 +212,9 @@ class Stager {
   std::atomic<uint64_t> idle_sample_ns_{0};
   std::atomic<uint32_t> idle_cores_x16_{0};  // idle cores seen last, times 16
   uint64_t last_busy_ = 0, last_total_ = 0;  // /proc/stat, guarded by sampling_
+  uint64_t last_own_ns_ = 0;                 // own_cpu_ns_ then, guarded by sampling_
+  // CPU time threads spent staging (thread CPU clocks), for the load sample.
+  std::atomic<uint64_t> own_cpu_ns_{0};
   std::atomic<bool> sampling_{false};
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
   std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0};

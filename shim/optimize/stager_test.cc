@@ -459,6 +459,27 @@ TEST_F(BackgroundRingTest, FirstCopiesGoToTheDriverWhileAWorkerPinsTheRing) {
 // The default ring (4 slots of 4 MiB): copies up to 64 MiB go to the
 // driver while it is pinned, from 96 MiB on they wait for it (the cost
 // model's pageable and pinned speeds, and cudaHostAlloc's cost).
+// The load sample: the stager's own copying (its workers' and the staging
+// threads' CPU time) is not load; everything else busy is.
+TEST(StagerLoadTest, OwnCopyingIsNotLoad) {
+  // 16 cores, half of the interval's ticks busy.
+  EXPECT_EQ(Stager::IdleCoresX16(800, 1600, 0, 16), 8u * 16);
+  EXPECT_EQ(Stager::IdleCoresX16(800, 1600, 400, 16), 12u * 16);  // a quarter was staging
+  EXPECT_EQ(Stager::IdleCoresX16(800, 1600, 800, 16), 16u * 16);  // all of it
+  EXPECT_EQ(Stager::IdleCoresX16(800, 1600, 900, 16), 16u * 16);  // clocks apart: clamped
+  EXPECT_EQ(Stager::IdleCoresX16(1600, 1600, 0, 16), 0u);         // every core busy
+  EXPECT_EQ(Stager::IdleCoresX16(0, 0, 0, 16), 16u * 16);         // nothing seen yet
+}
+
+// The measured default: three quarters of the cores, at most 12.
+TEST(StagerLoadTest, DefaultWorkers) {
+  EXPECT_EQ(Stager::DefaultWorkers(1), 1u);
+  EXPECT_EQ(Stager::DefaultWorkers(2), 1u);
+  EXPECT_EQ(Stager::DefaultWorkers(8), 6u);
+  EXPECT_EQ(Stager::DefaultWorkers(16), 12u);
+  EXPECT_EQ(Stager::DefaultWorkers(128), 12u);
+}
+
 TEST(StagerRingTest, WhichCopiesWaitForTheDefaultRing) {
   const uint64_t ring = StagerOptions().chunk_bytes * StagerOptions().slots;
   ASSERT_EQ(ring, 16 * kMiB);

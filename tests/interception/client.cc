@@ -913,8 +913,11 @@ void RandomSequence() {
     CUdeviceptr dev = 0;
   };
   Slot slots[kSlots];
+  // Blocking streams: a synchronous upload (legacy stream) may return before
+  // its DMA landed, as on the H200, so a later copy of the same device
+  // memory on a non-blocking stream would race with it.
   CUstream streams[3];
-  for (CUstream& st : streams) CHECK(d.StreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  for (CUstream& st : streams) CHECK(d.StreamCreate(&st, CU_STREAM_DEFAULT));
   unsigned long long rng = 0x9e3779b97f4a7c15ull;
   auto next = [&rng] {
     rng ^= rng << 13;
