@@ -11,9 +11,11 @@
 //   stage_bench busy SECONDS COPY_BYTES      every core busy with arithmetic while
 //                                            the main thread copies fresh buffers:
 //                                            work done per second, copies made
-// Prints "fresh dir=D bytes=N gbps=G" lines, or "busy work_per_s=W copies=C".
+// Prints "fresh dir=D bytes=N gbps=G min=G max=G faults=F" lines, or
+// "busy work_per_s=W copies=C".
 #include <cuda_runtime.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +38,13 @@
 
 namespace {
 
+// Minor page faults of the whole process so far (every thread's).
+long MinorFaults() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -54,23 +63,29 @@ int Fresh(bool h2d, bool reuse, int reps, int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     const size_t n = strtoull(argv[i], nullptr, 0);
     std::vector<double> gbps;
+    long faults = 0;  // during the timed copies
     // Short copies vary more: more of them (up to 64 MiB, at most 200).
     int count = reps;
     while (count < 200 && uint64_t(count) * n < (uint64_t{64} << 20)) count *= 2;
     for (int r = 0; r < count + 1; ++r) {
       char* b = reuse ? kept : NewBuffer(n);
       memset(b, r + 1, n);  // just written
+      const long f0 = MinorFaults();
       const double t0 = Now();
       CHECK(h2d ? cudaMemcpy(dev, b, n, cudaMemcpyHostToDevice)
                 : cudaMemcpy(b, dev, n, cudaMemcpyDeviceToHost));
       const double t = Now() - t0;
+      if (r > 0) faults += MinorFaults() - f0;
       sum += static_cast<unsigned char>(b[n / 2]);
       if (!reuse) free(b);
       if (r > 0) gbps.push_back(n / t / 1e9);  // the first is a warm-up
     }
     std::sort(gbps.begin(), gbps.end());
-    printf("%s dir=%s bytes=%zu gbps=%.3f\n", reuse ? "rewrite" : "fresh", h2d ? "H2D" : "D2H", n,
-           gbps[gbps.size() / 2]);
+    // gbps: the median; min, max and the page faults taken during the timed
+    // copies (by any thread) say whether a slow median is a slow phase.
+    printf("%s dir=%s bytes=%zu gbps=%.3f min=%.3f max=%.3f faults=%ld\n",
+           reuse ? "rewrite" : "fresh", h2d ? "H2D" : "D2H", n, gbps[gbps.size() / 2], gbps.front(),
+           gbps.back(), faults);
     fflush(stdout);
   }
   // Results must agree with and without the library.

@@ -64,6 +64,8 @@ for (d, b) in sorted(g):
                                                   " ".join("%.2f" % x for x in ratios)))
 print("checksums", {k: sorted(v) for k, v in sums.items()})
 PY
+  echo "   each run at 256 MiB and 1 GiB (median, slowest, fastest copy; page faults during the copies)"
+  grep -E "bytes=(268435456|1073741824) " "$work/fresh.txt"
   opt env PINSHIM_SUMMARY=1 "$work/stage_bench" fresh h2d 2 67108864 2>&1 | grep 'pinshim: optimize'
 fi
 

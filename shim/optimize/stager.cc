@@ -811,10 +811,15 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   // unless none joined within kAloneNs (every worker busy, pinning a ring
   // for another copy, say): then it copies until one does.
   const uint64_t published_ns = job->max_workers != 0 ? NowNs() : 0;
+  bool alone = false;  // no worker joined within kAloneNs
   auto help = [&]() {
     if (job->max_workers != 0 &&
         (job->joined.load(std::memory_order_relaxed) != 0 || NowNs() - published_ns < kAloneNs)) {
       return false;
+    }
+    if (job->max_workers != 0 && !alone) {
+      alone = true;
+      alone_.fetch_add(1, std::memory_order_relaxed);
     }
     uint64_t p = job->next.load(std::memory_order_relaxed);
     while (p < job->total && job->Ready(p)) {
@@ -982,6 +987,7 @@ StagerStats Stager::Stats() const {
   s.no_lane = no_lane_.load();
   s.ring_pending = ring_pending_.load();
   s.capturing = capturing_.load();
+  s.alone = alone_.load();
   s.ring_bytes = ring_bytes_.load();
   s.background_rings = background_rings_.load();
   s.workers = nworkers_.load(std::memory_order_relaxed);

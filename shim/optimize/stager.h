@@ -86,11 +86,14 @@ struct StagedInfo {
 struct StagerStats {
   uint64_t copies;  // staged
   uint64_t bytes;
-  uint64_t declined;          // went to the driver (busy, small copies not counted)
-  uint64_t busy_cpus;         // of those: no idle cores
-  uint64_t no_lane;           // of those: every lane busy, or no ring
-  uint64_t ring_pending;      // of those: their context's ring was being pinned
-  uint64_t capturing;         // of those: their stream was capturing (or its status unknown)
+  uint64_t declined;      // went to the driver (busy, small copies not counted)
+  uint64_t busy_cpus;     // of those: no idle cores
+  uint64_t no_lane;       // of those: every lane busy, or no ring
+  uint64_t ring_pending;  // of those: their context's ring was being pinned
+  uint64_t capturing;     // of those: their stream was capturing (or its status unknown)
+  // Staged passes in which no worker joined within 200 us, so the calling
+  // thread copied alone until one did (workers slow to wake, or all busy).
+  uint64_t alone;
   uint64_t ring_bytes;        // pinned for rings now
   uint64_t background_rings;  // rings a worker pinned
   uint32_t workers;           // the pool's size
@@ -217,7 +220,7 @@ class Stager {
   std::atomic<uint64_t> own_cpu_ns_{0};
   std::atomic<bool> sampling_{false};
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
-  std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0};
+  std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0}, alone_{0};
 };
 
 }  // namespace optimize

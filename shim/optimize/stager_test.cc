@@ -520,6 +520,7 @@ TEST_F(BackgroundRingTest, ACopyDoesNotWaitForAWorkerThatPinsARing) {
   ASSERT_TRUE(HostAllocHeld());
   // Back in the first context: staged, both ways, with the worker held.
   ASSERT_EQ(cuCtxSetCurrent(MakeContextCurrent()), CUDA_SUCCESS);
+  const uint64_t alone_before = stager->Stats().alone;
   Fill(src.data(), src.size(), 27);
   ASSERT_TRUE(stager->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr, true, &r,
                             &info));
@@ -529,6 +530,8 @@ TEST_F(BackgroundRingTest, ACopyDoesNotWaitForAWorkerThatPinsARing) {
   ASSERT_EQ(r, CUDA_SUCCESS);
   EXPECT_TRUE(HasPattern(back.data(), back.size(), 27));
   EXPECT_EQ(g_host_allocs_held.load(), 1);  // the worker was held all along
+  // Both copies began alone (the summary's staged_alone).
+  EXPECT_EQ(stager->Stats().alone - alone_before, 2u);
   g_hold_host_alloc.store(false);
   ASSERT_TRUE(stager.raw().WaitForRings(10 * kSecond));
   ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
