@@ -137,9 +137,11 @@ class Stager {
 
   // Runs the copy between host [host, host + bytes) and device [dev, dev +
   // bytes) in `dir` through a ring, on `stream` (RecordableStream form).
-  // `sync`: the call was a synchronous copy (returns once its DMAs
-  // completed). Returns false, having done nothing, when it declines; else
-  // *result is the copy's result and *info what it used.
+  // `sync`: the call was a synchronous copy (a host-to-device one returns
+  // once the stream's earlier work completed and the source was read; a
+  // device-to-host one, like every one, with its data in place). Returns
+  // false, having done nothing, when it declines; else *result is the
+  // copy's result and *info what it used.
   bool Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream, bool sync,
              CUresult* result, StagedInfo* info);
 
