@@ -17,7 +17,9 @@ void BM_MallocFree(benchmark::State& state) {
     std::free(p);
   }
 }
-BENCHMARK(BM_MallocFree)->Arg(64)->Arg(4096);
+// 256 KiB is above the tracking threshold (64 KiB by default): the pair is
+// tracked, and its call site captured.
+BENCHMARK(BM_MallocFree)->Arg(64)->Arg(4096)->Arg(256 << 10);
 
 void BM_CallocFree(benchmark::State& state) {
   for (auto _ : state) {
