@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Named parts of the GPU work, one after another within a time budget, for a
+# GPU machine lent for a short slot: each step gets at most its own limit and
+# never more than what is left of TOTAL_S (a step that would start with less
+# than 30 s left is skipped and says so). From the repository root of a
+# checkout, with .gpu/ staged by scripts/gpu_bundle.sh:
+#   bash bench/gpu/run_steps.sh OUTDIR TOTAL_S STEP:MAX_S ...
+# Each step's log goes to OUTDIR/<step>.txt, its last lines to stdout, and
+# OUTDIR/results.tgz is rewritten after every step (what finished survives a
+# cut-off). Steps:
+#   facts      page_facts, every fact but the capture ones
+#   capfacts   page_facts sections, each in its own process
+#              (CAPFACTS="capture capture_unregistered_h2d ...", the default
+#              those three plus the capture_then_register ones and
+#              sync_h2d_return)
+#   tier       the GPU tier and the misuse programs (run_all.sh, benchmarks
+#              skipped)
+#   hazards    the hazard suite on the real driver
+#   page       page_bench.sh (PAGE_ROUNDS, default 9)
+#   stage      stage_bench.sh (STAGE_SECTIONS, default "1 2 3 4 5";
+#              STAGE_ROUNDS, default 3; STAGE_SWEEP / STAGE_SWEEP_SIZES for
+#              section 6)
+#   bisect     dataloader_bisect.sh (BISECT_ROUNDS, default 3)
+#   optimize   optimize_bench.sh
+#   diag       fresh buffers at 1 MiB, 64 MiB, 256 MiB and 1 GiB both ways
+#              under optimize mode with a summary and a trace, and the
+#              report's own-pinning section
+set -u
+OUTDIR="$(mkdir -p "$1" && cd "$1" && pwd)"
+TOTAL="$2"
+shift 2
+LIBDIR="$PWD/.gpu"
+T0=$(date +%s)
+left() { echo $((TOTAL - ($(date +%s) - T0) - 25)); }
+for s in "$@"; do
+  name=${s%%:*}
+  max=${s##*:}
+  l=$(left)
+  if ((l < 30)); then
+    echo "skip $name (${l}s left)"
+    continue
+  fi
+  ((max > l)) && max=$l
+  t=$(date +%s)
+  log="$OUTDIR/$name.txt"
+  echo "== $name (limit ${max}s)"
+  case $name in
+    facts)
+      nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/page_facts bench/gpu/page_facts.cu &&
+        timeout "$max" /tmp/page_facts > "$log" 2>&1
+      ;;
+    capfacts)
+      nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/page_facts bench/gpu/page_facts.cu
+      for a in ${CAPFACTS:-capture capture_unregistered_h2d capture_unregistered_d2h \
+        capture_then_register_h2d capture_then_register_d2h sync_h2d_return}; do
+        timeout 60 /tmp/page_facts "$a"
+        echo "rc=$?"
+      done > "$log" 2>&1
+      ;;
+    tier)
+      OUT="$OUTDIR/tier" GPU_SKIP="bandwidth observe python_frames fork_check optimize \
+dataloader_bisect page_facts arena_bench budget_bench page_call_bench pool_bench recorder_bench \
+registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
+      echo "rc=$?" >> "$log"
+      ;;
+    hazards)
+      (. bench/gpu/bundle_env.sh "$LIBDIR" && cd .gpu/hazards &&
+        LD_LIBRARY_PATH=../needed timeout "$max" python3 hazards_test.py ./hazard_program \
+          ../libpinshim.so ../rules/analyzer/report/pinshim-report) > "$log" 2>&1
+      ;;
+    page)
+      timeout "$max" bash bench/gpu/page_bench.sh .gpu "${PAGE_ROUNDS:-9}" "$OUTDIR/pagejson" \
+        > "$log" 2>&1
+      ;;
+    stage)
+      timeout "$max" bash bench/gpu/stage_bench.sh .gpu "${STAGE_ROUNDS:-3}" > "$log" 2>&1
+      ;;
+    bisect)
+      timeout "$max" bash bench/gpu/dataloader_bisect.sh .gpu "${BISECT_ROUNDS:-3}" > "$log" 2>&1
+      ;;
+    optimize)
+      timeout "$max" bash bench/gpu/optimize_bench.sh .gpu > "$log" 2>&1
+      ;;
+    diag)
+      (
+        . bench/gpu/bundle_env.sh "$LIBDIR"
+        nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/stage_bench bench/gpu/stage_bench.cu \
+          -lpthread || exit 1
+        for d in h2d d2h; do
+          tr="$(mktemp -d)"
+          LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize PINSHIM_TRACE_DIR="$tr" \
+            PINSHIM_SUMMARY=1 timeout 60 /tmp/stage_bench fresh $d 5 1048576 67108864 268435456 \
+            1073741824
+          "$LIBDIR/pinshim" report "$tr" | sed -n "/own pinning/,/^    trace /p"
+        done
+      ) > "$log" 2>&1
+      ;;
+    *)
+      echo "unknown step '$name'" > "$log"
+      ;;
+  esac
+  tail -40 "$log"
+  echo "-- $name took $(($(date +%s) - t))s"
+  tar czf "$OUTDIR/results.tgz" -C "$OUTDIR" --exclude results.tgz . 2>/dev/null
+done
+{
+  nproc
+  uptime
+} | tee "$OUTDIR/machine.txt"
+tar czf "$OUTDIR/results.tgz" -C "$OUTDIR" --exclude results.tgz . 2>/dev/null
