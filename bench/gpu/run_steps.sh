@@ -17,7 +17,7 @@
 #              skipped)
 #   hazards    the hazard suite on the real driver
 #   page       page_bench.sh (PAGE_ROUNDS, default 9)
-#   stage      stage_bench.sh (STAGE_SECTIONS, default "1 2 3 4 5";
+#   stage      stage_bench.sh (STAGE_SECTIONS, default "1 2 3 4 5 7";
 #              STAGE_ROUNDS, default 3; STAGE_SWEEP / STAGE_SWEEP_SIZES for
 #              section 6)
 #   bisect     dataloader_bisect.sh (BISECT_ROUNDS, default 3)

@@ -11,8 +11,15 @@
 //   stage_bench busy SECONDS COPY_BYTES      every core busy with arithmetic while
 //                                            the main thread copies fresh buffers:
 //                                            work done per second, copies made
-// Prints "fresh dir=D bytes=N gbps=G min=G max=G faults=F" lines, or
-// "busy work_per_s=W copies=C".
+//   stage_bench burst sync|async REPS COUNT SIZE
+//                                            COUNT fresh buffers of SIZE bytes, all
+//                                            written first, uploaded back to back
+//                                            (cudaMemcpy, or cudaMemcpyAsync on the
+//                                            legacy stream and one synchronization),
+//                                            as a checkpoint's tensors are: median
+//                                            GB/s of the whole burst
+// Prints "fresh dir=D bytes=N gbps=G min=G max=G faults=F" lines,
+// "busy work_per_s=W copies=C", or "burst mode=M count=C bytes=N gbps=G".
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -133,6 +140,40 @@ int Busy(double seconds, size_t bytes) {
   return 0;
 }
 
+int Burst(bool async, int reps, int count, size_t n) {
+  char* dev;
+  CHECK(cudaMalloc(&dev, n * count));
+  unsigned long sum = 0;
+  std::vector<double> gbps;
+  for (int r = 0; r < reps + 1; ++r) {
+    std::vector<char*> bufs;
+    for (int i = 0; i < count; ++i) {
+      bufs.push_back(NewBuffer(n));
+      memset(bufs.back(), r + i + 1, n);
+    }
+    CHECK(cudaDeviceSynchronize());
+    const double t0 = Now();
+    for (int i = 0; i < count; ++i) {
+      char* d = dev + n * i;
+      CHECK(async ? cudaMemcpyAsync(d, bufs[i], n, cudaMemcpyHostToDevice, 0)
+                  : cudaMemcpy(d, bufs[i], n, cudaMemcpyHostToDevice));
+    }
+    CHECK(cudaDeviceSynchronize());
+    const double t = Now() - t0;
+    if (r > 0) gbps.push_back(double(n) * count / t / 1e9);  // the first is a warm-up
+    for (char* b : bufs) free(b);
+    unsigned char probe;
+    CHECK(cudaMemcpy(&probe, dev + n * (count - 1) + n / 2, 1, cudaMemcpyDeviceToHost));
+    sum += probe;
+  }
+  std::sort(gbps.begin(), gbps.end());
+  printf("burst mode=%s count=%d bytes=%zu gbps=%.3f min=%.3f max=%.3f\n", async ? "async" : "sync",
+         count, n, gbps[gbps.size() / 2], gbps.front(), gbps.back());
+  printf("checksum %lu\n", sum);
+  CHECK(cudaFree(dev));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +184,13 @@ int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "busy") == 0) {
     return Busy(atof(argv[2]), strtoull(argv[3], nullptr, 0));
   }
-  fprintf(stderr, "usage: %s fresh|rewrite h2d|d2h REPS SIZE... | busy SECONDS BYTES\n", argv[0]);
+  if (argc >= 6 && strcmp(argv[1], "burst") == 0 && atoi(argv[3]) > 0 && atoi(argv[4]) > 0) {
+    return Burst(strcmp(argv[2], "async") == 0, atoi(argv[3]), atoi(argv[4]),
+                 strtoull(argv[5], nullptr, 0));
+  }
+  fprintf(stderr,
+          "usage: %s fresh|rewrite h2d|d2h REPS SIZE... | busy SECONDS BYTES | "
+          "burst sync|async REPS COUNT SIZE\n",
+          argv[0]);
   return 2;
 }

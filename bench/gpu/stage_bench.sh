@@ -10,16 +10,19 @@
 #     with pin_memory=True (images per second; loss checksums must agree);
 #  5. every core busy with arithmetic while fresh buffers are copied: work per
 #     second, optimize / no library.
+#  7. fresh buffers uploaded back to back (1, 4 and 16 MiB, 64 MiB in all;
+#     cudaMemcpy and cudaMemcpyAsync): optimize / no library, GB/s of the
+#     whole burst.
 #  6. (not in the default list) the staging ring's settings swept
 #     (PINSHIM_STAGE_WORKERS, _CHUNK, _SLOTS), fresh 64 and 256 MiB buffers
 #     both ways, rounds interleaved: median GB/s of each setting
 #     (STAGE_SWEEP="setting;setting;..." and STAGE_SWEEP_SIZES="bytes ..."
 #     choose others; "none" is the run without the library).
-#   bash bench/gpu/stage_bench.sh LIBDIR [ROUNDS]   (sections: STAGE_SECTIONS="1 2 3 4 5")
+#   bash bench/gpu/stage_bench.sh LIBDIR [ROUNDS]   (sections: STAGE_SECTIONS="1 2 3 4 5 7")
 set -uo pipefail
 LIBDIR="$(cd "$1" && pwd)"
 ROUNDS="${2:-5}"
-SECTIONS="${STAGE_SECTIONS:-1 2 3 4 5}"
+SECTIONS="${STAGE_SECTIONS:-1 2 3 4 5 7}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
 . "$(dirname "$0")/bundle_env.sh" "$LIBDIR"
@@ -128,6 +131,47 @@ import statistics
 n=[float(x) for x in '${n[*]}'.split()]; o=[float(x) for x in '${o[*]}'.split()]
 r=[b/a for a,b in zip(n,o)]
 print('none %.4e optimize %.4e ratio %.4f rounds %s' % (statistics.median(n), statistics.median(o), statistics.median(r), ' '.join('%.4f'%x for x in r)))"
+fi
+
+if has 7; then
+  echo "-- 7. fresh buffers uploaded back to back: GB/s of the whole burst, optimize / no library"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for mode in sync async; do
+      for shape in "64 1048576" "16 4194304" "4 16777216"; do
+        if ((r % 2)); then order="none opt"; else order="opt none"; fi
+        for who in $order; do
+          if [ $who = opt ]; then opt "$work/stage_bench" burst $mode 5 $shape; else "$work/stage_bench" burst $mode 5 $shape; fi \
+            | sed "s/^/$who round=$r /" >> "$work/burst.txt"
+        done
+      done
+    done
+  done
+  python3 - "$work/burst.txt" <<'PY'
+import collections, statistics, sys
+g = collections.defaultdict(dict)
+sums = collections.defaultdict(set)
+last = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    who, rnd = f[0], f[1].split("=")[1]
+    if f[2] == "checksum":
+        sums[(who, last[who])].add(f[3]); continue
+    kv = dict(x.split("=") for x in f[3:])
+    key = (kv["mode"], int(kv["count"]), int(kv["bytes"]))
+    last[who] = key
+    g[key][(who, rnd)] = float(kv["gbps"])
+print("%-5s %5s %10s %10s %10s %8s  %s" % ("mode", "count", "bytes", "none", "optimize", "ratio", "per-round ratios"))
+for k in sorted(g):
+    v = g[k]
+    rounds = sorted({r for _, r in v})
+    ratios = [v[("opt", r)] / v[("none", r)] for r in rounds if ("opt", r) in v and ("none", r) in v]
+    print("%-5s %5d %10d %10.2f %10.2f %8.3f  %s" % (k[0], k[1], k[2],
+          statistics.median(v[("none", r)] for r in rounds if ("none", r) in v),
+          statistics.median(v[("opt", r)] for r in rounds if ("opt", r) in v),
+          statistics.median(ratios), " ".join("%.2f" % x for x in ratios)))
+agree = all(len(sums[("none", k)] | sums[("opt", k)]) == 1 for k in g)
+print("checksums agree" if agree else "checksums DIFFER: %s" % dict(sums))
+PY
 fi
 
 if has 6; then

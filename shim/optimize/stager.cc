@@ -236,11 +236,19 @@ struct Stager::Lane {
   // Recorded on the stream before a synchronous host-to-device copy's first
   // DMA: the call returns once it completed (the stream's earlier work).
   CUevent before = nullptr;
-  // Slot s's last DMA may still run: its completion is that of
-  // events[pending_ev[s]] (a later DMA's on the same stream, when the slot's
-  // own DMA recorded none).
+  // DMAs that may still run, by the event whose completion is theirs:
+  // events[e] stands for DMAs that read or write ring bytes [busy_lo[e],
+  // busy_hi[e]) while pending[e]. A job waits only for those that overlap
+  // the bytes it writes, and for an event it records again.
   bool pending[kMaxSlots] = {};
-  uint32_t pending_ev[kMaxSlots] = {};
+  uint64_t busy_lo[kMaxSlots] = {};
+  uint64_t busy_hi[kMaxSlots] = {};
+  uint64_t recorded[kMaxSlots] = {};  // when events[e] was recorded (uses), to wait for the oldest
+  uint64_t uses = 0;
+  // Where the next upload the ring holds whole starts: after the last one,
+  // so back-to-back uploads write their chunks while the previous one's DMA
+  // still runs.
+  uint64_t cursor = 0;
   std::atomic<uint64_t> last_use_ns{0};
   // A teardown of ctx found the lane pinning (a worker took the request and
   // has not entered the context gate yet): the worker makes no ring.
@@ -469,6 +477,7 @@ bool Stager::PinRing(Lane* lane, CUcontext ctx) {
   lane->ctx.store(ctx, std::memory_order_relaxed);
   lane->ring = static_cast<char*>(ring);
   lane->ring_bytes = bytes;
+  lane->cursor = 0;
   lane->chunk_bytes = options_.chunk_bytes;
   lane->slots = options_.slots;
   ring_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -704,7 +713,6 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
     if (n > chunk * kMaxChunks) n = chunk * kMaxChunks;
     job->h2d = dir == CopyDir::kHostToDevice;
     job->host = static_cast<char*>(host) + off;
-    job->ring = lane->ring;
     job->chunk = chunk;
     job->bytes = n;
     job->piece = piece;
@@ -732,17 +740,43 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     job->done[k].store(0, std::memory_order_relaxed);
     job->dma_done[k].store(0, std::memory_order_relaxed);
   }
-  // An earlier copy's DMAs from this ring may still be queued: they finish
-  // before any slot is written again, and before this copy records an
-  // event that stood for them.
-  for (uint32_t s = 0; s < S; ++s) {
-    if (lane->pending[s]) {
-      CUresult q = ops_->event_synchronize(lane->events[lane->pending_ev[s]]);
-      (void)q;  // an error here is the earlier copy's, already returned
-      lane->pending[s] = false;
+  // A host-to-device copy the ring holds whole reuses no slot: one event,
+  // after its last DMA, tells every chunk's completion (stream order), and
+  // it writes the ring's bytes after the previous such copy's, so that
+  // back-to-back uploads overlap their copying with the DMA before. Every
+  // other job starts at the ring's start, one event per slot.
+  const bool whole = job->h2d && job->nchunks <= S;
+  const uint64_t span = uint64_t{whole ? job->nchunks : S} * job->chunk;
+  const uint64_t base = whole && lane->cursor + span <= lane->ring_bytes ? lane->cursor : 0;
+  // Earlier copies' DMAs from the bytes this job writes finish first, and
+  // so do those of an event it records again.
+  auto finish = [&](uint32_t e) {
+    CUresult q = ops_->event_synchronize(lane->events[e]);
+    (void)q;  // an error here is the earlier copy's, already returned
+    lane->pending[e] = false;
+  };
+  for (uint32_t e = 0; e < S; ++e) {
+    if (lane->pending[e] &&
+        (!whole || (lane->busy_lo[e] < base + span && base < lane->busy_hi[e]))) {
+      finish(e);
     }
-    job->slot_gen[s].store(1, std::memory_order_relaxed);
   }
+  uint32_t whole_ev = 0;  // a whole upload's event: a free one, else the oldest
+  if (whole) {
+    while (whole_ev < S && lane->pending[whole_ev]) ++whole_ev;
+    if (whole_ev == S) {
+      whole_ev = 0;
+      for (uint32_t e = 1; e < S; ++e) {
+        if (lane->recorded[e] < lane->recorded[whole_ev]) whole_ev = e;
+      }
+      finish(whole_ev);
+    }
+  }
+  // The next whole upload starts after this one, or, after a larger one,
+  // at the slot whose DMA was queued first of those that may still run.
+  lane->cursor = whole ? base + span : job->h2d ? uint64_t{job->nchunks % S} * job->chunk : 0;
+  job->ring = lane->ring + base;
+  for (uint32_t s = 0; s < S; ++s) job->slot_gen[s].store(1, std::memory_order_relaxed);
   job->next.store(0, std::memory_order_relaxed);
   job->abort.store(0, std::memory_order_relaxed);
   job->joined.store(0, std::memory_order_relaxed);
@@ -764,9 +798,8 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   uint32_t head = 0, tail = 0;  // inflight[head % S .. tail % S)
   uint32_t issued = 0;          // chunks whose DMA was queued
   uint32_t finished = 0;        // device to host: chunks copied out
-  // A host-to-device copy the ring holds whole reuses no slot: one event,
-  // after its last DMA, tells every slot's completion (stream order).
-  const bool event_per_chunk = !job->h2d || job->nchunks > S;
+  // The event chunk k's DMA completes with.
+  auto event_of = [&](uint32_t k) { return whole ? whole_ev : k % S; };
   auto issue = [&](uint32_t k) {
     const uint32_t s = k % S;
     char* slot = job->Slot(k);
@@ -776,15 +809,16 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
                      : ops_->memcpy_dtoh_async(slot, dev + uint64_t{k} * job->chunk, len, stream);
     if (e != CUDA_SUCCESS) return e;
     ++issued;
-    lane->pending[s] = true;
-    if (event_per_chunk || k + 1 == job->nchunks) {
-      e = ops_->event_record(lane->events[s], stream);
+    if (!whole || k + 1 == job->nchunks) {
+      // Claimed before the record: a later job waits for these bytes.
+      const uint32_t ev = event_of(k);
+      lane->pending[ev] = true;
+      lane->busy_lo[ev] = whole ? base : base + uint64_t{s} * job->chunk;
+      lane->busy_hi[ev] = whole ? base + span : lane->busy_lo[ev] + job->chunk;
+      lane->recorded[ev] = ++lane->uses;
+      e = ops_->event_record(lane->events[ev], stream);
       if (e != CUDA_SUCCESS) return e;
-      lane->pending_ev[s] = s;
       inflight[tail++ % S] = k;
-      if (!event_per_chunk) {
-        for (uint32_t j = 0; j < job->nchunks; ++j) lane->pending_ev[j % S] = s;
-      }
     }
     return CUDA_SUCCESS;
   };
@@ -793,10 +827,10 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     if (head == tail) return false;
     const uint32_t k = inflight[head % S];
     const uint32_t s = k % S;
-    CUresult q = ops_->event_query(lane->events[s]);
+    CUresult q = ops_->event_query(lane->events[event_of(k)]);
     if (q == CUDA_ERROR_NOT_READY) return false;
     if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) r = q;
-    if (lane->pending_ev[s] == s) lane->pending[s] = false;
+    lane->pending[event_of(k)] = false;
     ++head;
     if (job->h2d) {
       job->slot_gen[s].store(k / S + 2, std::memory_order_release);
@@ -890,12 +924,11 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     // Device-to-host copies return with the data in place: their DMAs
     // completed by now; the events say so and free the slots.
     while (head != tail) {
-      const uint32_t s = inflight[head % S] % S;
-      CUresult q = ops_->event_synchronize(lane->events[s]);
+      CUresult q = ops_->event_synchronize(lane->events[event_of(inflight[head % S])]);
       if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) r = q;
       ++head;
     }
-    for (uint32_t s = 0; s < S; ++s) lane->pending[s] = false;
+    for (uint32_t e = 0; e < S; ++e) lane->pending[e] = false;
   }
   return r;
 }
@@ -1033,10 +1066,13 @@ PINSHIM_INVARIANT_WALKER InvariantReport Stager::CheckInvariants() const {
                  i);
       }
     }
-    for (uint32_t s = 0; s < l.slots && s < kMaxSlots; ++s) {
-      if (l.pending[s]) {
-        r.Expect(l.pending_ev[s] < l.slots,
-                 "S6 a slot whose DMA may still run names one of the lane's events", i, s);
+    for (uint32_t e = 0; e < l.slots && e < kMaxSlots; ++e) {
+      if (!l.pending[e]) continue;
+      r.Expect(l.busy_lo[e] < l.busy_hi[e] && l.busy_hi[e] <= l.ring_bytes,
+               "S6 the ring bytes of DMAs that may still run lie in the ring", i, e);
+      for (uint32_t f = 0; f < e; ++f) {
+        r.Expect(!l.pending[f] || l.busy_hi[f] <= l.busy_lo[e] || l.busy_hi[e] <= l.busy_lo[f],
+                 "S6 no two events' DMAs that may still run share ring bytes", i, e);
       }
     }
     const Job* job = l.job;

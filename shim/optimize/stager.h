@@ -173,7 +173,8 @@ class Stager {
   //  S4 no two rings overlap
   //  S5 every lane's job is over: not live, every piece taken, so no worker
   //     copies to or from the program's memory any more [9]
-  //  S6 a ring slot whose DMA may still run names one of the lane's events
+  //  S6 the ring bytes of DMAs that may still run lie in the ring, and no
+  //     two events' such bytes overlap (a job writes none of them) [9]
   //  S7 nworkers_ <= kMaxWorkers; workers are started or not, never starting
   InvariantReport CheckInvariants() const;
 

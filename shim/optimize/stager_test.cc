@@ -252,6 +252,73 @@ TEST_F(StagerTest, SyncHostToDeviceWaitsForTheStreamsEarlierWork) {
   EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
 }
 
+// Back-to-back uploads the ring holds whole write ring bytes the DMAs
+// before them do not read: each returns once its source was read while
+// those DMAs are still held. One that needs bytes under a held DMA (the
+// ring come round) waits for it. Every upload arrives whole.
+TEST_F(StagerTest, BackToBackUploadsOverlapTheDmasBefore) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  const uint64_t n = kMiB;  // the test ring holds 4
+  struct Upload {
+    uint64_t at, bytes;
+    uint8_t seed;
+  };
+  const Upload ups[] = {{0, n, 60},         {n, n, 61},      {2 * n, n, 62},
+                        {3 * n, n, 63},     {4 * n, n, 64},  {5 * n, 5 * n / 2, 65},
+                        {8 * n, 6 * n, 66}, {14 * n, n, 67}, {15 * n, 3 * n / 2, 68}};
+  constexpr int kUploads = sizeof(ups) / sizeof(ups[0]);
+  std::vector<std::vector<uint8_t>> src(kUploads);
+  for (int i = 0; i < kUploads; ++i) {
+    src[i].resize(ups[i].bytes);
+    Fill(src[i].data(), ups[i].bytes, ups[i].seed);
+  }
+  std::atomic<int> returned{0};
+  std::atomic<bool> all_ok{true};
+  // Uploads [from, to) on their own thread, each source overwritten once
+  // the call returned (it was read by then).
+  auto upload = [&](int from, int to) {
+    return std::thread([&, from, to] {
+      MakeContextCurrent();
+      for (int i = from; i < to; ++i) {
+        CUresult r = CUDA_ERROR_UNKNOWN;
+        StagedInfo info;
+        if (!stager_->Stage(CopyDir::kHostToDevice, src[i].data(), dev_ + ups[i].at, ups[i].bytes,
+                            s, false, &r, &info) ||
+            r != CUDA_SUCCESS) {
+          all_ok.store(false);
+        }
+        memset(src[i].data(), 0x90, ups[i].bytes);
+        returned.fetch_add(1);
+      }
+    });
+  };
+  ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
+  std::thread first = upload(0, 4);
+  for (int i = 0; i < 100000 && returned.load() < 4; ++i) usleep(100);
+  EXPECT_EQ(returned.load(), 4)
+      << "an upload waited for a held DMA whose ring bytes it does not write";
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  // The fifth needs the first one's ring bytes, whose DMA is held.
+  std::thread fifth = upload(4, 5);
+  usleep(100000);
+  EXPECT_LT(returned.load(), 5) << "wrote ring bytes a held DMA had still to read";
+  ASSERT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
+  first.join();
+  fifth.join();
+  // Then a mix: whole uploads of other sizes around one larger than the
+  // ring (which waits for everything before it and starts at the ring's start).
+  upload(5, kUploads).join();
+  EXPECT_TRUE(all_ok.load());
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  for (const Upload& u : ups) {
+    std::vector<uint8_t> back(u.bytes);
+    ASSERT_EQ(cuMemcpyDtoH(back.data(), dev_ + u.at, u.bytes), CUDA_SUCCESS);
+    EXPECT_TRUE(HasPattern(back.data(), u.bytes, u.seed)) << u.bytes << " bytes at " << u.at;
+  }
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
 // Work queued before the copy on its stream runs first.
 TEST_F(StagerTest, KeepsStreamOrder) {
   CUstream s;
