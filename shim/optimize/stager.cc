@@ -243,8 +243,10 @@ struct Stager::Lane {
   bool pending[kMaxSlots] = {};
   uint64_t busy_lo[kMaxSlots] = {};
   uint64_t busy_hi[kMaxSlots] = {};
-  uint64_t recorded[kMaxSlots] = {};  // when events[e] was recorded (uses), to wait for the oldest
-  uint64_t uses = 0;
+  // records when events[e] was last recorded: the oldest is waited for
+  // when every event is pending.
+  uint64_t recorded[kMaxSlots] = {};
+  uint64_t records = 0;
   // Where the next upload the ring holds whole starts: after the last one,
   // so back-to-back uploads write their chunks while the previous one's DMA
   // still runs.
@@ -815,7 +817,7 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
       lane->pending[ev] = true;
       lane->busy_lo[ev] = whole ? base : base + uint64_t{s} * job->chunk;
       lane->busy_hi[ev] = whole ? base + span : lane->busy_lo[ev] + job->chunk;
-      lane->recorded[ev] = ++lane->uses;
+      lane->recorded[ev] = ++lane->records;
       e = ops_->event_record(lane->events[ev], stream);
       if (e != CUDA_SUCCESS) return e;
       inflight[tail++ % S] = k;
