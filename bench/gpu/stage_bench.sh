@@ -32,41 +32,67 @@ nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$work/copy_loop" "$HERE/copy_lo
 opt() { LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize "$@"; }
 field() { sed -n "s/.*$1=\([0-9.e+]*\).*/\1/p"; }
 has() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
+# Round R of `stage_bench ARGS...` without and with the library (which goes
+# first alternates by round), each output line prefixed "WHO round=R",
+# appended to FILE:  both R FILE ARGS...
+both() {
+  local r=$1 file=$2 order="none opt"
+  shift 2
+  ((r % 2)) || order="opt none"
+  for who in $order; do
+    if [ $who = opt ]; then opt "$work/stage_bench" "$@"; else "$work/stage_bench" "$@"; fi \
+      | sed "s/^/$who round=$r /" >> "$file"
+  done
+}
+# The table of a file `both` wrote: one row per value of the KEY fields,
+# median GB/s without and with the library, the median of per-round ratios
+# and each round's; then whether every run's checksum agreed with its twin
+# (a checksum line counts for the row its run printed last) and how many
+# runs printed one:
+#   ratios FILE KEY...
+ratios() {
+  python3 - "$@" <<'PY'
+import collections, statistics, sys
+keys = sys.argv[2:]
+g = collections.defaultdict(dict)
+sums = collections.defaultdict(set)
+last = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    who, rnd = f[0], f[1].split("=")[1]
+    if f[2] == "checksum":
+        sums[(who, last[who])].add(f[3]); continue
+    kv = dict(x.split("=") for x in f[3:])
+    key = tuple(int(kv[k]) if kv[k].isdigit() else kv[k] for k in keys)
+    last[who] = key
+    g[key][(who, rnd)] = float(kv["gbps"])
+print(" ".join("%10s" % k for k in keys) + " %10s %10s %8s  %s" % ("none", "optimize", "ratio", "per-round ratios"))
+for k in sorted(g):
+    v = g[k]
+    rounds = sorted({r for _, r in v})
+    ratios = [v[("opt", r)] / v[("none", r)] for r in rounds if ("opt", r) in v and ("none", r) in v]
+    print(" ".join("%10s" % x for x in k) + " %10.2f %10.2f %8.3f  %s" % (
+        statistics.median(v[("none", r)] for r in rounds if ("none", r) in v),
+        statistics.median(v[("opt", r)] for r in rounds if ("opt", r) in v),
+        statistics.median(ratios), " ".join("%.2f" % x for x in ratios)))
+# Rows whose runs printed a checksum: one value each, the same both ways.
+checked = {k for _, k in sums}
+runs = {who: sum(1 for line in open(sys.argv[1]) if line.startswith(who + " ") and " checksum " in line)
+        for who in ("none", "opt")}
+agree = checked and all(len(sums[("none", k)] | sums[("opt", k)]) == 1 and
+                        sums[("none", k)] == sums[("opt", k)] for k in checked)
+print("checksums agree (%d runs without, %d with the library)" % (runs["none"], runs["opt"])
+      if agree else "checksums DIFFER: %s" % dict(sums))
+PY
+}
 
 if has 1; then
   echo "-- 1. fresh pageable buffers, GB/s of the copy call (median of 5 to 200 copies a round)"
   SIZES="4096 65536 262144 1048576 4194304 16777216 67108864 268435456 1073741824"
   for ((r = 1; r <= ROUNDS; r++)); do
-    for dir in h2d d2h; do
-      if ((r % 2)); then order="none opt"; else order="opt none"; fi
-      for who in $order; do
-        if [ $who = opt ]; then opt "$work/stage_bench" fresh $dir 5 $SIZES; else "$work/stage_bench" fresh $dir 5 $SIZES; fi \
-          | sed "s/^/$who round=$r /" >> "$work/fresh.txt"
-      done
-    done
+    for dir in h2d d2h; do both $r "$work/fresh.txt" fresh $dir 5 $SIZES; done
   done
-  python3 - "$work/fresh.txt" <<'PY'
-import collections, statistics, sys
-g = collections.defaultdict(dict)
-sums = collections.defaultdict(set)
-for line in open(sys.argv[1]):
-    f = line.split()
-    if f[2] == "checksum":
-        sums[f[0]].add(f[3]); continue
-    who, rnd = f[0], f[1].split("=")[1]
-    kv = dict(x.split("=") for x in f[3:])
-    g[(kv["dir"], int(kv["bytes"]))][(who, rnd)] = float(kv["gbps"])
-print("%-4s %12s %10s %10s %8s  %s" % ("dir", "bytes", "none", "optimize", "ratio", "per-round ratios"))
-for (d, b) in sorted(g):
-    v = g[(d, b)]
-    rounds = sorted({r for _, r in v})
-    ratios = [v[("opt", r)] / v[("none", r)] for r in rounds if ("opt", r) in v and ("none", r) in v]
-    none = statistics.median(v[("none", r)] for r in rounds)
-    o = statistics.median(v[("opt", r)] for r in rounds)
-    print("%-4s %12d %10.2f %10.2f %8.3f  %s" % (d, b, none, o, statistics.median(ratios),
-                                                  " ".join("%.2f" % x for x in ratios)))
-print("checksums", {k: sorted(v) for k, v in sums.items()})
-PY
+  ratios "$work/fresh.txt" dir bytes
   echo "   each run at 256 MiB and 1 GiB (median, slowest, fastest copy; page faults during the copies)"
   grep -E "bytes=(268435456|1073741824) " "$work/fresh.txt"
   opt env PINSHIM_SUMMARY=1 "$work/stage_bench" fresh h2d 2 67108864 2>&1 | grep 'pinshim: optimize'
@@ -138,40 +164,11 @@ if has 7; then
   for ((r = 1; r <= ROUNDS; r++)); do
     for mode in sync async; do
       for shape in "64 1048576" "16 4194304" "4 16777216"; do
-        if ((r % 2)); then order="none opt"; else order="opt none"; fi
-        for who in $order; do
-          if [ $who = opt ]; then opt "$work/stage_bench" burst $mode 5 $shape; else "$work/stage_bench" burst $mode 5 $shape; fi \
-            | sed "s/^/$who round=$r /" >> "$work/burst.txt"
-        done
+        both $r "$work/burst.txt" burst $mode 5 $shape
       done
     done
   done
-  python3 - "$work/burst.txt" <<'PY'
-import collections, statistics, sys
-g = collections.defaultdict(dict)
-sums = collections.defaultdict(set)
-last = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    who, rnd = f[0], f[1].split("=")[1]
-    if f[2] == "checksum":
-        sums[(who, last[who])].add(f[3]); continue
-    kv = dict(x.split("=") for x in f[3:])
-    key = (kv["mode"], int(kv["count"]), int(kv["bytes"]))
-    last[who] = key
-    g[key][(who, rnd)] = float(kv["gbps"])
-print("%-5s %5s %10s %10s %10s %8s  %s" % ("mode", "count", "bytes", "none", "optimize", "ratio", "per-round ratios"))
-for k in sorted(g):
-    v = g[k]
-    rounds = sorted({r for _, r in v})
-    ratios = [v[("opt", r)] / v[("none", r)] for r in rounds if ("opt", r) in v and ("none", r) in v]
-    print("%-5s %5d %10d %10.2f %10.2f %8.3f  %s" % (k[0], k[1], k[2],
-          statistics.median(v[("none", r)] for r in rounds if ("none", r) in v),
-          statistics.median(v[("opt", r)] for r in rounds if ("opt", r) in v),
-          statistics.median(ratios), " ".join("%.2f" % x for x in ratios)))
-agree = all(len(sums[("none", k)] | sums[("opt", k)]) == 1 for k in g)
-print("checksums agree" if agree else "checksums DIFFER: %s" % dict(sums))
-PY
+  ratios "$work/burst.txt" mode count bytes
 fi
 
 if has 6; then
