@@ -22,9 +22,10 @@
 #              section 6)
 #   bisect     dataloader_bisect.sh (BISECT_ROUNDS, default 3)
 #   optimize   optimize_bench.sh
-#   diag       fresh buffers at 1 MiB, 64 MiB, 256 MiB and 1 GiB both ways
-#              under optimize mode with a summary and a trace, and the
-#              report's own-pinning section
+#   diag       fresh buffers (DIAG_SIZES, default 1, 4 and 256 MiB) both
+#              ways, without the library and under optimize mode with its
+#              summary (where staging spent its time); alloc_loop with a
+#              copy, each call timed (percentiles), without and with it
 set -u
 OUTDIR="$(mkdir -p "$1" && cd "$1" && pwd)"
 TOTAL="$2"
@@ -86,13 +87,25 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
         . bench/gpu/bundle_env.sh "$LIBDIR"
         nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/stage_bench bench/gpu/stage_bench.cu \
           -lpthread || exit 1
+        nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/alloc_loop bench/gpu/alloc_loop.cu ||
+          exit 1
+        opt() { LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize PINSHIM_SUMMARY=1 "$@"; }
         for d in h2d d2h; do
-          tr="$(mktemp -d)"
-          LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize PINSHIM_TRACE_DIR="$tr" \
-            PINSHIM_SUMMARY=1 timeout 60 /tmp/stage_bench fresh $d 5 1048576 67108864 268435456 \
-            1073741824
-          "$LIBDIR/pinshim" report "$tr" | sed -n "/own pinning/,/^    trace /p"
+          for n in ${DIAG_SIZES:-1048576 4194304 268435456}; do
+            echo "-- fresh $d $n: no library, then optimize with its summary (phases)"
+            timeout 60 /tmp/stage_bench fresh $d 5 $n | grep fresh
+            opt timeout 60 /tmp/stage_bench fresh $d 5 $n 2>&1 | grep -E "^fresh|optimize"
+          done
         done
+        for n in 4096 1048576 16777216; do
+          echo "-- alloc_loop $n with a copy: no library (200 pairs), optimize (2000 after 4000)"
+          timeout 60 /tmp/alloc_loop $n 200 copy 8 detail
+          opt timeout 60 /tmp/alloc_loop $n 2000 copy 4000 detail 2>&1 | grep -v "^pinshim: [a-z]*:"
+        done
+        echo "-- the copies alone from one pinned block (the stream's pace), no library"
+        timeout 60 /tmp/alloc_loop 4096 6000 copyonly 100 detail
+        echo "-- the same, each copy followed by an event record"
+        timeout 60 /tmp/alloc_loop 4096 6000 copyevent 100 detail
       ) > "$log" 2>&1
       ;;
     *)

@@ -23,7 +23,7 @@ namespace {
 void WriteOptimizeSummary(int fd) {
   if (!g_optimize || !optimize::Optimizer::Process().active()) return;
   const optimize::OptimizeCounters c = optimize::Optimizer::Process().Counters();
-  char line[512];
+  char line[1024];
   size_t n = 0;
   auto add = [&](const char* key, uint64_t value) {
     if (key[0] == '\0') return;  // a counter only the trace records

@@ -23,6 +23,7 @@
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
 #include "shim/hooks/state.h"
+#include "shim/optimize/fences.h"
 #include "shim/trace/recorder.h"
 
 namespace pinshim {
@@ -316,6 +317,8 @@ CUresult cuEventQuery(CUevent ev) {
 
 CUresult cuStreamCreate(CUstream* out, unsigned int flags) {
   using Fn = CUresult (*)(CUstream*, unsigned int);
+  // First, in every case: any new stream may reuse a destroyed one's handle.
+  optimize::FenceManager::NoteStreamCreated();
   PINSHIM_HOOK_ENTER(kApi_cuStreamCreate, Fn, out, flags);
   const uint64_t start_ns = StartTime();
   CUresult r = real_fn(out, flags);
@@ -325,11 +328,24 @@ CUresult cuStreamCreate(CUstream* out, unsigned int flags) {
 
 CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int priority) {
   using Fn = CUresult (*)(CUstream*, unsigned int, int);
+  // First, in every case: any new stream may reuse a destroyed one's handle.
+  optimize::FenceManager::NoteStreamCreated();
   PINSHIM_HOOK_ENTER(kApi_cuStreamCreateWithPriority, Fn, out, flags, priority);
   const uint64_t start_ns = StartTime();
   CUresult r = real_fn(out, flags, priority);
   RecordStreamCreated(kApi_cuStreamCreateWithPriority, out, flags, priority, start_ns, r);
   return r;
+}
+
+// Not traced (the analyzer has no green contexts), but its handle may be a
+// destroyed stream's, as any new stream's.
+CUresult cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx green, unsigned int flags,
+                                int priority) {
+  using Fn = CUresult (*)(CUstream*, CUgreenCtx, unsigned int, int);
+  // First, in every case: any new stream may reuse a destroyed one's handle.
+  optimize::FenceManager::NoteStreamCreated();
+  PINSHIM_HOOK_ENTER(kApi_cuGreenCtxStreamCreate, Fn, out, green, flags, priority);
+  return real_fn(out, green, flags, priority);
 }
 
 // --- stream capture and graph launches ----------------------------------------

@@ -105,8 +105,12 @@ bool FenceManager::Push(CUcontext ctx, CUevent event) {
   return true;
 }
 
+std::atomic<uint64_t> FenceManager::stream_epoch_{0};
+
 bool FenceManager::Record(CUstream stream, Fence* out) {
   *out = Fence();
+  // Read before the record: a stream created after it cannot be this one.
+  const uint64_t epoch = stream_epoch_.load(std::memory_order_acquire);
   CUcontext ctx = nullptr;
   if (!disabled_.load(std::memory_order_relaxed) && ops_->ctx_get_current(&ctx) == CUDA_SUCCESS &&
       ctx != nullptr) {
@@ -119,6 +123,7 @@ bool FenceManager::Record(CUstream stream, Fence* out) {
         out->event = ev;
         out->ctx = ctx;
         out->stream = stream;
+        out->stream_epoch = epoch;
         out->id = next_id_.fetch_add(1, std::memory_order_relaxed);
         records_.fetch_add(1, std::memory_order_relaxed);
         return true;
@@ -135,6 +140,68 @@ bool FenceManager::Record(CUstream stream, Fence* out) {
 bool FenceManager::IsDone(const Fence& f) const {
   if (f.id == 0) return true;
   return ops_->event_query(f.event) != CUDA_ERROR_NOT_READY;
+}
+
+int FenceManager::AreDone(const Fence* fs, int n, bool* done) const {
+  if (n > kMaxAreDone) n = kMaxAreDone;
+  bool known[kMaxAreDone];
+  for (int i = 0; i < n; ++i) {
+    known[i] = fs[i].id == 0;
+    done[i] = known[i];
+  }
+  int queries = 0;
+  for (;;) {
+    // The newest fence not known yet, and the others of its stream, oldest
+    // first.
+    int newest = -1;
+    for (int i = 0; i < n; ++i) {
+      if (!known[i] && (newest < 0 || fs[i].id > fs[newest].id)) newest = i;
+    }
+    if (newest < 0) break;
+    int group[kMaxAreDone];
+    int g = 0;
+    for (int i = 0; i < n; ++i) {
+      if (!known[i] && (i == newest || ImpliesDone(fs[newest], fs[i]))) group[g++] = i;
+    }
+    for (int i = 1; i < g; ++i) {
+      const int x = group[i];
+      int j = i;
+      for (; j > 0 && fs[group[j - 1]].id > fs[x].id; --j) group[j] = group[j - 1];
+      group[j] = x;
+    }
+    // group[0..lo] done, group[hi..g) pending: asked at the ends, then
+    // halving what lies between.
+    auto ask = [&](int k) {
+      ++queries;
+      return IsDone(fs[group[k]]);
+    };
+    int lo = -1, hi = g;
+    if (ask(g - 1)) {
+      lo = g - 1;
+    } else {
+      hi = g - 1;
+      if (g > 1) {
+        if (ask(0)) {
+          lo = 0;
+        } else {
+          hi = 0;
+        }
+      }
+    }
+    while (hi - lo > 1) {
+      const int mid = lo + (hi - lo) / 2;
+      if (ask(mid)) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    for (int k = 0; k < g; ++k) {
+      known[group[k]] = true;
+      done[group[k]] = k <= lo;
+    }
+  }
+  return queries;
 }
 
 void FenceManager::Wait(const Fence& f) {

@@ -26,7 +26,20 @@ struct Fence {
   CUcontext ctx = nullptr;
   CUstream stream = nullptr;
   uint64_t id = 0;  // unique, never 0 for a recorded fence
+  // Streams created in the process before this fence was recorded
+  // (FenceManager::NoteStreamCreated). Two fences on one stream handle with
+  // the same count were recorded on one stream: a handle is reused only by
+  // a creation.
+  uint64_t stream_epoch = 0;
 };
+
+// Whether `later` completing implies `earlier` completed without asking the
+// driver: both recorded on the same stream (same context and handle, no
+// stream created between them), `later` after `earlier`.
+inline bool ImpliesDone(const Fence& later, const Fence& earlier) {
+  return later.id != 0 && earlier.id != 0 && later.id > earlier.id && later.ctx == earlier.ctx &&
+         later.stream == earlier.stream && later.stream_epoch == earlier.stream_epoch;
+}
 
 // The fences attached to one piece of memory. Plain data, guarded by its
 // owner's lock; the driver is only ever asked about copies of its entries,
@@ -86,6 +99,18 @@ class FenceManager {
   // Whether the fence completed. Errors count as completed: an event of a
   // destroyed context has no work left behind it.
   bool IsDone(const Fence& f) const;
+  // The same for n fences at once (done[i] for fs[i]), asking the driver as
+  // little as stream order allows: per stream, the newest first (done: so
+  // are the older ones), then the oldest (pending: so are the newer ones),
+  // then halving what lies between.
+  // Returns the number of driver queries made (per stream at most 2 and
+  // the halvings between its newest and oldest). At most kMaxAreDone.
+  static constexpr int kMaxAreDone = 64;
+  int AreDone(const Fence* fs, int n, bool* done) const;
+
+  // A stream was (or is being) created: its handle may be one a destroyed
+  // stream had. Called by the stream-creating hooks, in every mode.
+  static void NoteStreamCreated() { stream_epoch_.fetch_add(1, std::memory_order_acq_rel); }
 
   // Blocks until the fence completed.
   void Wait(const Fence& f);
@@ -130,6 +155,7 @@ class FenceManager {
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> record_failures_{0};
   std::atomic<uint64_t> waits_{0};
+  static std::atomic<uint64_t> stream_epoch_;
 };
 
 }  // namespace optimize

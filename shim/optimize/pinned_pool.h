@@ -101,6 +101,7 @@ struct PoolStats {
   uint64_t dedicated;       // exact-size allocations made
   uint64_t deferred_reuse;  // free blocks passed over because a fence was pending
   uint64_t fence_waits;     // allocations that waited for a fence (max_fenced_bytes)
+  uint64_t fence_queries;   // driver queries of free blocks' fences (ApplyCompletions)
   uint64_t slabs_created;
   uint64_t slabs_trimmed;
   uint64_t bytes_trimmed;
@@ -256,7 +257,7 @@ class PinnedPool {
     Block* block;
     Fence fence;
   };
-  static constexpr int kMaxCandidates = 16;
+  static constexpr int kMaxCandidates = 64;  // the blocks TakeFreeLocked scans
   static constexpr int kMaxBatches = 64;
   // Freed blocks sharing one free-time fence.
   struct Batch {
@@ -331,6 +332,7 @@ class PinnedPool {
   std::atomic<uint64_t> slabs_created_{0}, slabs_trimmed_{0}, bytes_trimmed_{0};
   std::atomic<uint64_t> slab_bytes_{0}, live_blocks_{0}, live_requested_{0}, live_block_bytes_{0};
   std::atomic<uint64_t> invalid_frees_{0}, saved_ns_{0}, fence_waits_{0};
+  std::atomic<uint64_t> fence_queries_{0};  // driver queries of free blocks' fences
 };
 
 }  // namespace optimize

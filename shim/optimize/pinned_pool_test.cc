@@ -353,6 +353,69 @@ TEST_F(PoolTest, FreesShareOneFencePerBatch) {
   cuStreamDestroy(stream);
 }
 
+// Fences on one stream complete in order: AreDone asks the driver about
+// the newest of a stream first, and when it completed the older ones are
+// known without a query; while it is pending, the oldest next. A stream
+// created between two fences may have the first one's handle: no inference
+// across it.
+TEST_F(PoolTest, FenceQueriesFollowStreamOrder) {
+  CUstream stream;
+  ASSERT_EQ(cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+  Fence fs[16];
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(fences_.Record(stream, &fs[i]));
+  ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
+  bool done[16];
+  EXPECT_EQ(fences_.AreDone(fs, 10, done), 1);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(done[i]) << i;
+  ASSERT_EQ(fakecuda_hold_stream(stream, 1), CUDA_SUCCESS);
+  for (int i = 10; i < 13; ++i) ASSERT_TRUE(fences_.Record(stream, &fs[i]));
+  // Newest pending, the oldest done, then halving the 11 between (a fence
+  // at a time would take 13 queries, as on the first ask by the pool).
+  EXPECT_LE(fences_.AreDone(fs, 13, done), 6);
+  for (int i = 0; i < 13; ++i) EXPECT_EQ(done[i], i < 10) << i;
+  ASSERT_EQ(fakecuda_hold_stream(stream, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
+  FenceManager::NoteStreamCreated();
+  ASSERT_TRUE(fences_.Record(stream, &fs[13]));
+  ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
+  Fence pair[2] = {fs[0], fs[13]};
+  EXPECT_FALSE(ImpliesDone(fs[13], fs[0]));
+  EXPECT_TRUE(ImpliesDone(fs[12], fs[0]));
+  EXPECT_FALSE(ImpliesDone(fs[0], fs[12]));
+  EXPECT_EQ(fences_.AreDone(pair, 2, done), 2);
+  EXPECT_TRUE(done[0] && done[1]);
+  for (int i = 0; i < 14; ++i) fences_.Recycle(fs[i]);
+  EXPECT_EQ(cuStreamDestroy(stream), CUDA_SUCCESS);
+}
+
+// The loop a naive pipeline writes (allocate, queue a copy from the block,
+// free): blocks come back from their batch carrying their copies' fences,
+// all on one stream, and finding them complete takes a query per batch,
+// not one per block.
+TEST_F(PoolTest, BlocksBackFromABatchNeedFewFenceQueries) {
+  StartPool();
+  const size_t n = 4 * kKiB;
+  CUstream stream;
+  ASSERT_EQ(cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, n), CUDA_SUCCESS);
+  const int steps = 1000;
+  for (int i = 0; i < steps; ++i) {
+    void* b = Alloc(n);
+    ASSERT_NE(b, nullptr);
+    static_cast<char*>(b)[0] = static_cast<char>(i);
+    ASSERT_EQ(cuMemcpyHtoDAsync(dev, b, n, stream), CUDA_SUCCESS);
+    pool_->NoteAsyncUse(b, stream);
+    ASSERT_EQ(FreeResult(b), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
+  const PoolStats st = pool_->Stats();
+  EXPECT_GT(st.hits, static_cast<uint64_t>(steps) / 2);
+  EXPECT_LT(st.fence_queries, static_cast<uint64_t>(steps) / 8) << "hits " << st.hits;
+  cuMemFree(dev);
+  EXPECT_EQ(cuStreamDestroy(stream), CUDA_SUCCESS);
+}
+
 // Rent or buy: when allocations keep waiting for batched frees (here their
 // fence cannot complete: a blocking stream is held, and the legacy stream
 // waits for it), the pool stops waiting and grows, by a slab that holds a

@@ -50,6 +50,10 @@ constexpr uint64_t kMaxPiece = uint64_t{256} << 10;
 // often come back to back, and a futex wake costs tens of microseconds.
 constexpr uint64_t kSpinNs = 200000;
 constexpr uint64_t kSampleNs = 50000000;  // /proc/stat at most every 50 ms
+// A worker adds its CPU time to staging's own at least this often while it
+// runs (copying or spinning), so the load sample never takes staging's own
+// threads for the program's load.
+constexpr uint64_t kAccountNs = 1000000;
 // How long a copy's calling thread waits for a worker to join before it
 // copies pieces itself (a sleeping worker wakes within tens of microseconds).
 constexpr uint64_t kAloneNs = 200000;
@@ -178,6 +182,7 @@ struct Stager::Job {
   uint64_t total = 0;
   uint32_t max_workers = 0;
   std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> first_join_ns{0};  // when the first worker joined (0: none)
   std::atomic<uint32_t> done[kMaxChunks];
   // Host to device: slot s may be written for chunk k once slot_gen[s] >
   // k / slots (its previous DMA completed). Device to host: chunk k may be
@@ -389,12 +394,18 @@ void Stager::WorkerLoop() {
   uint64_t idle_since = NowNs();
   // This thread's CPU time, counted as staging's own (UsableWorkers).
   uint64_t cpu_mark = ThreadCpuNs();
+  uint64_t accounted_ns = idle_since;
   auto account = [&] {
     const uint64_t cpu = ThreadCpuNs();
     own_cpu_ns_.fetch_add(cpu - cpu_mark, std::memory_order_relaxed);
     cpu_mark = cpu;
+    accounted_ns = NowNs();
   };
   for (;;) {
+    // Spinning counts too: a worker that keeps seeing jobs it does not join
+    // (the load sample allowed fewer helpers) never sleeps, and its spinning
+    // used to count as the program's load, which allowed fewer helpers still.
+    if (NowNs() - accounted_ns >= kAccountNs) account();
     bool worked = false;
     for (int i = 0; i < kMaxLanes && active(); ++i) {
       Lane& l = lanes_[i];
@@ -413,12 +424,22 @@ void Stager::WorkerLoop() {
       // live, so a worker reads them only after seeing live again.
       j->inside.fetch_add(1, std::memory_order_seq_cst);
       bool copied = false;
+      uint32_t before = 0;
       if (j->live.load(std::memory_order_seq_cst) != 0 &&
-          j->joined.fetch_add(1, std::memory_order_acq_rel) < j->max_workers) {
+          (before = j->joined.fetch_add(1, std::memory_order_acq_rel)) < j->max_workers) {
+        const uint64_t joined_ns = NowNs();
+        if (before == 0) j->first_join_ns.store(joined_ns, std::memory_order_relaxed);
+        uint64_t pieces = 0;
         for (;;) {
           const uint64_t p = j->next.fetch_add(1, std::memory_order_acq_rel);
           if (p >= j->total) break;
           j->Copy(p);
+          ++pieces;
+        }
+        if (pieces != 0) {
+          helpers_.fetch_add(1, std::memory_order_relaxed);
+          pieces_.fetch_add(pieces, std::memory_order_relaxed);
+          piece_ns_.fetch_add(NowNs() - joined_ns, std::memory_order_relaxed);
         }
         copied = true;
       }
@@ -647,6 +668,7 @@ bool Stager::DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const {
 bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
                    bool sync, CUresult* result, StagedInfo* info) {
   if (!Wants(dir, bytes) || host == nullptr) return false;
+  const uint64_t entered_ns = NowNs();
   const uint32_t helpers = UsableWorkers();
   if (options_.load_aware && helpers == 0) {
     declined_.fetch_add(1, std::memory_order_relaxed);
@@ -710,6 +732,7 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
   while (piece > kMinPiece && (bytes / piece) < uint64_t{threads} * 4) piece /= 2;
   CUresult r = CUDA_SUCCESS;
   uint64_t off = 0;
+  setup_ns_.fetch_add(NowNs() - entered_ns, std::memory_order_relaxed);
   while (off < bytes && r == CUDA_SUCCESS) {
     uint64_t n = bytes - off;
     if (n > chunk * kMaxChunks) n = chunk * kMaxChunks;
@@ -738,6 +761,7 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
 
 CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, bool sync) {
   const uint32_t S = job->slots;
+  const uint64_t start_ns = NowNs();
   for (uint32_t k = 0; k < job->nchunks; ++k) {
     job->done[k].store(0, std::memory_order_relaxed);
     job->dma_done[k].store(0, std::memory_order_relaxed);
@@ -782,6 +806,9 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   job->next.store(0, std::memory_order_relaxed);
   job->abort.store(0, std::memory_order_relaxed);
   job->joined.store(0, std::memory_order_relaxed);
+  job->first_join_ns.store(0, std::memory_order_relaxed);
+  const uint64_t published_ns = NowNs();
+  wait_ns_.fetch_add(published_ns - start_ns, std::memory_order_relaxed);
   job->live.store(1, std::memory_order_release);
   if (job->max_workers != 0) {
     work_gen_.fetch_add(1, std::memory_order_acq_rel);
@@ -803,6 +830,12 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   // The event chunk k's DMA completes with.
   auto event_of = [&](uint32_t k) { return whole ? whole_ev : k % S; };
   auto issue = [&](uint32_t k) {
+    const uint64_t issue_start = NowNs();
+    struct Timed {
+      std::atomic<uint64_t>* sum;
+      uint64_t start;
+      ~Timed() { sum->fetch_add(NowNs() - start, std::memory_order_relaxed); }
+    } timed{&issue_ns_, issue_start};
     const uint32_t s = k % S;
     char* slot = job->Slot(k);
     const uint64_t len = job->ChunkLen(k);
@@ -842,25 +875,35 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     return true;
   };
   // One piece of the calling thread's own, when one is ready. With helper
-  // workers it copies nothing: a DMA issued late leaves the bus idle (a
-  // piece takes longer to copy than the DMA of a chunk), so it watches;
-  // unless none joined within kAloneNs (every worker busy, pinning a ring
-  // for another copy, say): then it copies until one does.
-  const uint64_t published_ns = job->max_workers != 0 ? NowNs() : 0;
+  // workers it copies only where it has no DMA left to queue before the
+  // job's end: the pieces of an upload's last chunk (whose DMA waits for
+  // all of them anyway), a download's once all its DMAs completed. Elsewhere
+  // a DMA queued late leaves the bus idle (a piece takes longer to copy than
+  // the DMA of a chunk), so it watches; unless no worker joined within
+  // kAloneNs (every worker busy, pinning a ring for another copy, say): then
+  // it copies until one does. Its share matters for short uploads: memory
+  // the program just wrote sits in this core's cache, which the workers read
+  // only through it (1 MiB: about 23 GB/s together, whatever their number;
+  // bench/RESULTS.md).
   bool alone = false;  // no worker joined within kAloneNs
   auto help = [&]() {
-    if (job->max_workers != 0 &&
-        (job->joined.load(std::memory_order_relaxed) != 0 || NowNs() - published_ns < kAloneNs)) {
-      return false;
-    }
-    if (job->max_workers != 0 && !alone) {
-      alone = true;
-      alone_.fetch_add(1, std::memory_order_relaxed);
+    bool any = job->max_workers == 0;
+    if (!any && job->joined.load(std::memory_order_relaxed) == 0 &&
+        NowNs() - published_ns >= kAloneNs) {
+      any = true;
+      if (!alone) {
+        alone = true;
+        alone_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
     uint64_t p = job->next.load(std::memory_order_relaxed);
     while (p < job->total && job->Ready(p)) {
+      const bool mine = any || (job->h2d ? p / job->ppc + 1 == job->nchunks
+                                         : issued == job->nchunks && head == tail);
+      if (!mine) return false;
       if (job->next.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) {
         job->Copy(p);
+        own_pieces_.fetch_add(1, std::memory_order_relaxed);
         return true;
       }
     }
@@ -911,6 +954,8 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
       if (!progress && !help()) Pause();
     }
   }
+  const uint64_t copied_ns = NowNs();
+  copy_ns_.fetch_add(copied_ns - published_ns, std::memory_order_relaxed);
   if (r != CUDA_SUCCESS) job->abort.store(1, std::memory_order_release);
   // Every piece taken by then is finished before the host buffer is the
   // program's again.
@@ -932,6 +977,14 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
     }
     for (uint32_t e = 0; e < S; ++e) lane->pending[e] = false;
   }
+  const uint64_t joined_at = job->first_join_ns.load(std::memory_order_relaxed);
+  if (joined_at != 0) {
+    join_ns_.fetch_add(joined_at > published_ns ? joined_at - published_ns : 0,
+                       std::memory_order_relaxed);
+    joined_passes_.fetch_add(1, std::memory_order_relaxed);
+  }
+  passes_.fetch_add(1, std::memory_order_relaxed);
+  tail_ns_.fetch_add(NowNs() - copied_ns, std::memory_order_relaxed);
   return r;
 }
 
@@ -1023,6 +1076,18 @@ StagerStats Stager::Stats() const {
   s.ring_pending = ring_pending_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();
+  s.setup_ns = setup_ns_.load();
+  s.wait_ns = wait_ns_.load();
+  s.join_ns = join_ns_.load();
+  s.copy_ns = copy_ns_.load();
+  s.tail_ns = tail_ns_.load();
+  s.passes = passes_.load();
+  s.joined_passes = joined_passes_.load();
+  s.helpers = helpers_.load();
+  s.pieces = pieces_.load();
+  s.own_pieces = own_pieces_.load();
+  s.piece_ns = piece_ns_.load();
+  s.issue_ns = issue_ns_.load();
   s.ring_bytes = ring_bytes_.load();
   s.background_rings = background_rings_.load();
   s.workers = nworkers_.load(std::memory_order_relaxed);

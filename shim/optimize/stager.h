@@ -94,6 +94,22 @@ struct StagerStats {
   // Staged passes in which no worker joined within 200 us, so the calling
   // thread copied alone until one did (workers slow to wake, or all busy).
   uint64_t alone;
+  // Where staged copies spent their time, summed over them (ns; the summary
+  // prints microseconds): setup, from the call to its first pass (checks,
+  // the load sample, a lane); wait, from each pass's start to its job's
+  // publication (earlier DMAs still reading the ring bytes it writes);
+  // join, from publication to the first worker's arrival (passes a worker
+  // joined); copy, from publication until every chunk was copied and its
+  // DMA queued (to the host: copied out); tail, from then to the pass's end
+  // (the stream's earlier work, downloads' last DMAs).
+  uint64_t setup_ns, wait_ns, join_ns, copy_ns, tail_ns;
+  uint64_t passes, joined_passes;
+  uint64_t helpers;  // workers that copied a piece, summed over the passes
+  // Pieces the workers copied, and the time they spent copying them (from
+  // each worker's join to its last piece); the owner's time queueing DMAs
+  // and their events.
+  uint64_t pieces, piece_ns, issue_ns;
+  uint64_t own_pieces;  // pieces the copying threads copied themselves
   uint64_t ring_bytes;        // pinned for rings now
   uint64_t background_rings;  // rings a worker pinned
   uint32_t workers;           // the pool's size
@@ -224,6 +240,9 @@ class Stager {
   std::atomic<bool> sampling_{false};
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
   std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0}, alone_{0};
+  std::atomic<uint64_t> setup_ns_{0}, wait_ns_{0}, join_ns_{0}, copy_ns_{0}, tail_ns_{0};
+  std::atomic<uint64_t> passes_{0}, joined_passes_{0}, helpers_{0};
+  std::atomic<uint64_t> pieces_{0}, piece_ns_{0}, issue_ns_{0}, own_pieces_{0};
 };
 
 }  // namespace optimize

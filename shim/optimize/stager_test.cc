@@ -217,6 +217,60 @@ TEST_F(StagerTest, SyncHostToDeviceReturnsBeforeItsDmasRan) {
   EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
+// The phase counters: a synchronous download whose DMAs start 50 ms late
+// spends that in its copy phase (its chunks are copied out as the DMAs
+// land), a synchronous upload queued behind 50 ms of earlier work spends it
+// in its tail (waiting for that work); every pass is counted.
+TEST_F(StagerTest, PhasesSayWhereTheTimeWent) {
+  const uint64_t n = 2 * kMiB;
+  std::vector<uint8_t> buf(n);
+  Fill(buf.data(), n, 7);
+  CUresult r;
+  StagedInfo info;
+  const StagerStats s0 = stager_->Stats();
+  fakecuda_set_copy_delay_us(50000);
+  ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, buf.data(), dev_, n, nullptr, true, &r, &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  const StagerStats s1 = stager_->Stats();
+  EXPECT_EQ(s1.passes - s0.passes, 1u);
+  EXPECT_GE(s1.copy_ns - s0.copy_ns, 50000000u);
+  EXPECT_LT(s1.tail_ns - s0.tail_ns, 50000000u);
+  // Earlier work on a stream held for 50 ms, then a synchronous upload.
+  fakecuda_set_copy_delay_us(0);
+  CUstream held;
+  ASSERT_EQ(cuStreamCreate(&held, 0), CUDA_SUCCESS);
+  void* pinned = nullptr;
+  ASSERT_EQ(cuMemHostAlloc(&pinned, 4096, 0), CUDA_SUCCESS);
+  ASSERT_EQ(fakecuda_hold_stream(held, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev_ + 8 * kMiB, pinned, 4096, held), CUDA_SUCCESS);
+  std::thread release([held] {
+    usleep(50000);
+    EXPECT_EQ(fakecuda_hold_stream(held, 0), CUDA_SUCCESS);
+  });
+  const bool staged =
+      stager_->Stage(CopyDir::kHostToDevice, buf.data(), dev_, n, held, true, &r, &info);
+  release.join();
+  ASSERT_TRUE(staged);
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  const StagerStats s2 = stager_->Stats();
+  EXPECT_EQ(s2.passes - s1.passes, 1u);
+  EXPECT_GE(s2.tail_ns - s1.tail_ns + (s2.copy_ns - s1.copy_ns), 40000000u);
+  EXPECT_GE(s2.setup_ns, s1.setup_ns);
+  EXPECT_LE(s2.joined_passes, s2.passes);
+  // Three workers, 2 MiB in 64 KiB pieces: in each pass a worker copied,
+  // or none joined in time and the calling thread began alone.
+  EXPECT_GE(s2.helpers - s0.helpers + (s2.alone - s0.alone), 2u);
+  EXPECT_LE(s2.helpers - s0.helpers, 6u);
+  // Every piece of the two 2 MiB passes was copied once, by a worker or by
+  // the calling thread (pieces of 64 to 256 KiB).
+  const uint64_t pieces = s2.pieces - s0.pieces + (s2.own_pieces - s0.own_pieces);
+  EXPECT_GE(pieces, 16u);
+  EXPECT_LE(pieces, 64u);
+  EXPECT_EQ(cuStreamSynchronize(held), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(held), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
+}
+
 // ... but not before the work queued ahead of it on its stream completed
 // (the documentation's "a stream sync is performed before the copy"): a
 // program may take a synchronous copy's return for that.
