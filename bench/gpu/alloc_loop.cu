@@ -84,7 +84,10 @@ int main(int argc, char** argv) {
   double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   printf("alloc_loop bytes=%zu pairs=%d warmup=%d copy=%d us_per_pair=%.3f\n", bytes, pairs, warmup,
-         copy_only ? 2 : copy ? 1 : 0, us / pairs);
+         copy_only ? 2
+         : copy    ? 1
+                   : 0,
+         us / pairs);
   auto show = [](const char* what, std::vector<double> v) {
     if (v.empty()) return;
     double sum = 0, over10 = 0;
@@ -94,10 +97,12 @@ int main(int argc, char** argv) {
     }
     std::sort(v.begin(), v.end());
     auto at = [&](double q) { return v[static_cast<size_t>(q * (v.size() - 1))]; };
-    printf("  %-5s us: mean %.3f p50 %.3f p90 %.3f p99 %.3f max %.1f; calls over 10 us: %zu, %.1f%% of the time\n",
-           what, sum / v.size(), at(0.5), at(0.9), at(0.99), v.back(),
-           static_cast<size_t>(v.end() - std::upper_bound(v.begin(), v.end(), 10.0)),
-           sum > 0 ? 100 * over10 / sum : 0.0);
+    printf(
+        "  %-5s us: mean %.3f p50 %.3f p90 %.3f p99 %.3f max %.1f; calls over 10 us: %zu, %.1f%% "
+        "of the time\n",
+        what, sum / v.size(), at(0.5), at(0.9), at(0.99), v.back(),
+        static_cast<size_t>(v.end() - std::upper_bound(v.begin(), v.end(), 10.0)),
+        sum > 0 ? 100 * over10 / sum : 0.0);
   };
   show("alloc", t_alloc);
   show("copy", t_copy);

@@ -26,6 +26,8 @@
 #              ways, without the library and under optimize mode with its
 #              summary (where staging spent its time); alloc_loop with a
 #              copy, each call timed (percentiles), without and with it
+#   pairs      alloc_loop with a copy under optimize mode with a trace: the
+#              allocation + free pairs as pinshim report times them
 set -u
 OUTDIR="$(mkdir -p "$1" && cd "$1" && pwd)"
 TOTAL="$2"
@@ -106,6 +108,25 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
         timeout 60 /tmp/alloc_loop 4096 6000 copyonly 100 detail
         echo "-- the same, each copy followed by an event record"
         timeout 60 /tmp/alloc_loop 4096 6000 copyevent 100 detail
+      ) > "$log" 2>&1
+      ;;
+    pairs)
+      (
+        . bench/gpu/bundle_env.sh "$LIBDIR"
+        nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/alloc_loop bench/gpu/alloc_loop.cu ||
+          exit 1
+        echo "alloc_loop with a copy, 4000 + 2000 pairs, as the trace times them (us)"
+        echo "bytes pair-mean alloc-mean free-mean pair-median pairs"
+        for n in 4096 1048576 16777216; do
+          tr="$(mktemp -d)"
+          LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize PINSHIM_TRACE_DIR="$tr" \
+            timeout 60 /tmp/alloc_loop $n 2000 copy 4000 > /dev/null
+          "$LIBDIR/pinshim" report --format json "$tr" | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["processes"][0]["optimize"]["pool"]
+print(sys.argv[1], "%.3f %.3f %.3f %.3f" % (p["pair_us"]["mean"], p["alloc_us"]["mean"],
+      p["free_us"]["mean"], p["pair_us"]["median"]), p["pairs"])' $n
+        done
       ) > "$log" 2>&1
       ;;
     *)

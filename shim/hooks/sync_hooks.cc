@@ -339,8 +339,7 @@ CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int prior
 
 // Not traced (the analyzer has no green contexts), but its handle may be a
 // destroyed stream's, as any new stream's.
-CUresult cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx green, unsigned int flags,
-                                int priority) {
+CUresult cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx green, unsigned int flags, int priority) {
   using Fn = CUresult (*)(CUstream*, CUgreenCtx, unsigned int, int);
   // First, in every case: any new stream may reuse a destroyed one's handle.
   optimize::FenceManager::NoteStreamCreated();

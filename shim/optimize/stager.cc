@@ -115,6 +115,19 @@ StreamFn g_stream_copy = &CopyStreaming;
 using CopyFn = void* (*)(void*, const void*, size_t);
 CopyFn g_libc_memcpy = nullptr;
 
+// Adds the time from its construction to its end to *sum (a phase counter).
+class ElapsedInto {
+ public:
+  explicit ElapsedInto(std::atomic<uint64_t>* sum) : sum_(sum), start_ns_(NowNs()) {}
+  ~ElapsedInto() { sum_->fetch_add(NowNs() - start_ns_, std::memory_order_relaxed); }
+  ElapsedInto(const ElapsedInto&) = delete;
+  ElapsedInto& operator=(const ElapsedInto&) = delete;
+
+ private:
+  std::atomic<uint64_t>* sum_;
+  uint64_t start_ns_;
+};
+
 void CopyPlain(char* dst, const char* src, size_t n) {
   if (g_libc_memcpy != nullptr) {
     g_libc_memcpy(dst, src, n);
@@ -830,12 +843,7 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   // The event chunk k's DMA completes with.
   auto event_of = [&](uint32_t k) { return whole ? whole_ev : k % S; };
   auto issue = [&](uint32_t k) {
-    const uint64_t issue_start = NowNs();
-    struct Timed {
-      std::atomic<uint64_t>* sum;
-      uint64_t start;
-      ~Timed() { sum->fetch_add(NowNs() - start, std::memory_order_relaxed); }
-    } timed{&issue_ns_, issue_start};
+    const ElapsedInto timed(&issue_ns_);
     const uint32_t s = k % S;
     char* slot = job->Slot(k);
     const uint64_t len = job->ChunkLen(k);

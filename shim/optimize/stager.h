@@ -109,7 +109,7 @@ struct StagerStats {
   // each worker's join to its last piece); the owner's time queueing DMAs
   // and their events.
   uint64_t pieces, piece_ns, issue_ns;
-  uint64_t own_pieces;  // pieces the copying threads copied themselves
+  uint64_t own_pieces;        // pieces the copying threads copied themselves
   uint64_t ring_bytes;        // pinned for rings now
   uint64_t background_rings;  // rings a worker pinned
   uint32_t workers;           // the pool's size

@@ -229,7 +229,8 @@ TEST_F(StagerTest, PhasesSayWhereTheTimeWent) {
   StagedInfo info;
   const StagerStats s0 = stager_->Stats();
   fakecuda_set_copy_delay_us(50000);
-  ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, buf.data(), dev_, n, nullptr, true, &r, &info));
+  ASSERT_TRUE(
+      stager_->Stage(CopyDir::kDeviceToHost, buf.data(), dev_, n, nullptr, true, &r, &info));
   ASSERT_EQ(r, CUDA_SUCCESS);
   const StagerStats s1 = stager_->Stats();
   EXPECT_EQ(s1.passes - s0.passes, 1u);
