@@ -127,6 +127,7 @@ class Replay : public EventVisitor {
         summary_.pinned_now -= std::min(summary_.pinned_now, old->second.bytes);
         pinned_.erase(old);
       }
+      if (!a.registered) own_->OnPinnedAlloc(e);
       PinnedAlloc& stored = pinned_[e.ptr] = a;
       summary_.pinned_now += a.bytes;
       NotePinned(summary_.pinned_now, e.time_ns);

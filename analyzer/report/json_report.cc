@@ -158,6 +158,23 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   times("pair_us", o.pair_ns);
   times("alloc_us", o.pair_alloc_ns);
   times("free_us", o.pair_free_ns);
+  w->Key("growth_pairs");
+  w->Uint(o.growth_pairs);
+  w->Key("growth_ms");
+  w->Double(static_cast<double>(o.growth_pair_ns) / 1e6);
+  w->Key("held_pairs");
+  w->Uint(o.held_pairs);
+  w->Key("held_pair_us");
+  if (o.held_pairs == 0) {
+    w->Null();
+  } else {
+    w->BeginObject();
+    w->Key("mean");
+    w->Double(static_cast<double>(o.held_pair_ns.mean_ns) / 1000.0);
+    w->Key("median");
+    w->Double(static_cast<double>(o.held_pair_ns.median_ns) / 1000.0);
+    w->EndObject();
+  }
   WriteRefusals(o, "pool", w);
   w->EndObject();
   w->Key("cache");

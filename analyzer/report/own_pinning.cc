@@ -189,14 +189,42 @@ uint64_t OwnPinningTracker::Durations::Median() const {
 
 void OwnPinningTracker::OnUnpin(const Event& e, const PinnedAlloc* pinned) {
   if (e.op != PinOp::kFree || pinned == nullptr || pinned->registered) return;
+  const uint64_t pair = pinned->call_ns + e.duration_ns;
   pair_alloc_ns_.Add(pinned->call_ns);
   pair_free_ns_.Add(e.duration_ns);
-  pair_ns_.Add(pinned->call_ns + e.duration_ns);
+  pair_ns_.Add(pair);
+  if (grown_.erase(pinned->ptr) != 0) {
+    ++s_.growth_pairs;
+    s_.growth_pair_ns += pair;
+  } else {
+    held_pair_ns_.Add(pair);
+  }
+}
+
+void OwnPinningTracker::OnPinnedAlloc(const Event& e) {
+  ThreadPins& t = thread_pins_[e.tid];
+  const uint64_t end = e.time_ns + e.duration_ns;
+  grown_.erase(e.ptr);  // an earlier allocation at this address, freed unseen
+  if (t.slab_ns != 0 && t.slab_ns >= e.time_ns && t.slab_ns <= end) {
+    grown_.insert(e.ptr);
+    t.slab_ns = 0;
+  }
+  t.alloc_ptr = e.ptr;
+  t.alloc_start_ns = e.time_ns;
+  t.alloc_end_ns = end;
 }
 
 void OwnPinningTracker::OnOwnPin(const Event& e) {
   switch (e.own_action) {
     case OwnPinAction::kPinned: {
+      if (e.own_part == OwnPinPart::kPoolSlab || e.own_part == OwnPinPart::kPoolDedicated) {
+        ThreadPins& t = thread_pins_[e.tid];
+        if (t.alloc_end_ns != 0 && e.time_ns >= t.alloc_start_ns && e.time_ns <= t.alloc_end_ns) {
+          grown_.insert(t.alloc_ptr);  // the allocation's record came first
+        } else {
+          t.slab_ns = e.time_ns;
+        }
+      }
       ranges_[e.ptr] = Range{e.ptr + (e.bytes == 0 ? 1 : e.bytes), e.own_part, e.alloc_id};
       pinned_now_ += e.bytes;
       s_.peak_bytes = std::max(s_.peak_bytes, pinned_now_);
@@ -326,6 +354,8 @@ OwnPinningSummary OwnPinningTracker::Finish() {
   s_.pair_ns = {pair_ns_.Mean(), pair_ns_.Median()};
   s_.pair_alloc_ns = {pair_alloc_ns_.Mean(), pair_alloc_ns_.Median()};
   s_.pair_free_ns = {pair_free_ns_.Mean(), pair_free_ns_.Median()};
+  s_.held_pairs = held_pair_ns_.count();
+  s_.held_pair_ns = {held_pair_ns_.Mean(), held_pair_ns_.Median()};
   if (s_.has_counters) {
     s_.peak_bytes = std::max(s_.peak_bytes, s_.counters.pinned_bytes_peak);
     s_.final_bytes = s_.counters.pinned_bytes_now;

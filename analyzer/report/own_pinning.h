@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "analyzer/report/bandwidth_model.h"
@@ -88,6 +89,13 @@ struct OwnPinningSummary {
   };
   uint64_t pinned_pairs = 0;
   CallTimes pair_ns, pair_alloc_ns, pair_free_ns;
+  // The same pairs split: those whose allocation pinned a new pool slab or
+  // dedicated allocation (an own-pin record of the pool on its thread during
+  // the call), and the others, served from what the pool held.
+  uint64_t growth_pairs = 0;
+  uint64_t growth_pair_ns = 0;  // their durations, summed
+  uint64_t held_pairs = 0;
+  CallTimes held_pair_ns;
   uint64_t hot_buffers = 0;               // all of them
   std::vector<OwnPinningBuffer> buffers;  // the largest, by bytes copied
 
@@ -112,6 +120,8 @@ class OwnPinningTracker {
   // `pinned`: the live allocation or registration it ends, as the analysis
   // knows it (null: made before the trace began).
   void OnUnpin(const Event& e, const PinnedAlloc* pinned);
+  // A successful allocation of the program's pinned memory (kPin kAlloc).
+  void OnPinnedAlloc(const Event& e);
   void OnOwnPin(const Event& e);
   void OnCounters(const Event& e);
 
@@ -120,6 +130,17 @@ class OwnPinningTracker {
 
  private:
   uint64_t counters_time_ns_ = 0;  // of the snapshot in s_.counters
+
+  // Which pinned allocations grew the pool: the pool's pinning is recorded
+  // during the allocation's call, before the call's own record, on the
+  // same thread. Both orders are matched by time.
+  struct ThreadPins {
+    uint64_t slab_ns = 0;    // the thread's last pool pinning (0: none)
+    uint64_t alloc_ptr = 0;  // its last pinned allocation, and the call's span
+    uint64_t alloc_start_ns = 0, alloc_end_ns = 0;
+  };
+  std::unordered_map<uint32_t, ThreadPins> thread_pins_;
+  std::unordered_set<uint64_t> grown_;  // live allocations (by address) that grew the pool
 
   struct Range {
     uint64_t end;
@@ -178,7 +199,7 @@ class OwnPinningTracker {
   std::unordered_map<uint64_t, Buffer> buffers_;
   std::unordered_map<uint64_t, IdState> ids_;  // cache actions by allocation id
   std::map<std::tuple<std::string, std::string, uint32_t>, PageChangeDrop> page_changes_;
-  Durations pair_ns_, pair_alloc_ns_, pair_free_ns_;
+  Durations pair_ns_, pair_alloc_ns_, pair_free_ns_, held_pair_ns_;
 };
 
 // Words for the reasons: "evicted for the cap", "the pin cap was full", ...

@@ -79,6 +79,21 @@ class OwnTrace {
     b_.batch().AppendPin(e, 6, 0);
   }
 
+  // A pinned allocation during which the pool pinned a slab at `slab` (its
+  // record comes first, as the recorder writes the call's at its end).
+  void ProgramAllocGrowingThePool(uint64_t ptr, uint64_t bytes, uint64_t slab, uint64_t ns) {
+    PinEvent e{};
+    e.op = PinOp::kAlloc;
+    e.ptr = reinterpret_cast<void*>(ptr);
+    e.bytes = bytes;
+    e.start_ns = Tick();
+    Own(OwnPinAction::kPinned, OwnPinPart::kPoolSlab, OwnPinReason::kNone, slab, 2 << 20);
+    e.end_ns = e.start_ns + ns;
+    b_.MakeRoom(1);
+    b_.batch().AppendPin(e, 6, 0);
+    t_ = e.end_ns;  // one thread's calls follow each other
+  }
+
   void Own(OwnPinAction action, OwnPinPart part, OwnPinReason reason, uint64_t ptr, uint64_t bytes,
            uint64_t alloc_id = 0) {
     OwnPinEvent e{};
@@ -295,6 +310,7 @@ TEST(OwnPinning, JsonReportHasTheSection) {
       "\"pinned_bytes\":{\"peak\":6291456,\"final\":2097152,\"cap\":33554432},",
       "\"pool\":{\"hits\":9,\"misses\":1,\"hit_rate\":0.9,\"dedicated\":0,\"pairs\":0,"
       "\"pair_us\":null,\"alloc_us\":null,\"free_us\":null,"
+      "\"growth_pairs\":0,\"growth_ms\":0,\"held_pairs\":0,\"held_pair_us\":null,"
       "\"refusals\":{\"cap\":1}},",
       "\"cache\":{\"buffers_registered\":1,\"registrations\":1,\"copies_served_pinned\":8,"
       "\"copies_pageable\":51,\"hit_rate\":0.13559322,\"hits\":8,\"evictions\":1,"
@@ -359,6 +375,46 @@ TEST(OwnPinning, PinnedPairsAreTimedFromTheCalls) {
             std::string::npos)
       << text;
   EXPECT_NE(CompactJson(m).find("\"pairs\":152,\"pair_us\":{\"mean\":1007.67"), std::string::npos)
+      << CompactJson(m);
+}
+
+// Pairs whose allocation grew the pool (the pool's own pinning of a slab
+// recorded on the thread during the call) are told apart from those the
+// pool served from what it held, in the text and the JSON.
+TEST(OwnPinning, PairsThatGrewThePoolAreCountedApart) {
+  OwnTrace t("observe,optimize");
+  for (uint64_t i = 0; i < 3; ++i) {
+    t.ProgramAllocGrowingThePool(0x200000 + i * 0x1000, 4096, 0x40000000 + i * (2 << 20), 5000000);
+    t.ProgramPin(0x200000 + i * 0x1000, 4096, PinOp::kFree, 1000000);
+  }
+  for (uint64_t i = 0; i < 20; ++i) {
+    t.ProgramPin(0x300000, 4096, PinOp::kAlloc, 600);
+    t.ProgramPin(0x300000, 4096, PinOp::kFree, 400);
+  }
+  // A slab pinned outside any allocation's call (a growth the trace saw
+  // apart from the program's calls) marks none.
+  t.Own(OwnPinAction::kPinned, OwnPinPart::kPoolSlab, OwnPinReason::kNone, 0x50000000, 2 << 20);
+  t.ProgramPin(0x400000, 4096, PinOp::kAlloc, 600);
+  t.ProgramPin(0x400000, 4096, PinOp::kFree, 400);
+  std::vector<ProcessReport> ps;
+  ps.push_back(t.Analyze());
+  const OwnPinningSummary& o = ps[0].own;
+  EXPECT_EQ(o.pinned_pairs, 24u);
+  EXPECT_EQ(o.growth_pairs, 3u);
+  EXPECT_EQ(o.growth_pair_ns, 3u * 6000000);
+  EXPECT_EQ(o.held_pairs, 21u);
+  EXPECT_EQ(o.held_pair_ns.mean_ns, 1000u);
+  MergedReport m = Merge(std::move(ps));
+  std::string text;
+  WriteTextReport(m, &text);
+  EXPECT_NE(
+      text.find("        of which 3 pairs grew the pool (18.00 ms in all); the 21 served from "
+                "it: 1.0 us a pair on average, median 1.0 us\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(CompactJson(m).find("\"growth_pairs\":3,\"growth_ms\":18,\"held_pairs\":21,"
+                                "\"held_pair_us\":{\"mean\":1,\"median\":1.004}"),
+            std::string::npos)
       << CompactJson(m);
 }
 

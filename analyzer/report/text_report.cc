@@ -238,6 +238,16 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
             "allocation " + Micros(o.pair_alloc_ns.mean_ns) + ", free " +
             Micros(o.pair_free_ns.mean_ns) + "), median " + Micros(o.pair_ns.median_ns) +
             ", over " + Counted(o.pinned_pairs, "pair", "pairs") + "\n";
+    if (o.growth_pairs != 0) {
+      *out += "        of which " + Counted(o.growth_pairs, "pair", "pairs") + " grew the pool (" +
+              Micros(o.growth_pair_ns) + " in all)";
+      if (o.held_pairs != 0) {
+        *out += "; the " + std::to_string(o.held_pairs) +
+                " served from it: " + Micros(o.held_pair_ns.mean_ns) +
+                " a pair on average, median " + Micros(o.held_pair_ns.median_ns);
+      }
+      *out += "\n";
+    }
   }
 
   const double cache_rate = o.CacheHitRate();

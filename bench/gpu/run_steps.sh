@@ -116,7 +116,8 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
         nvcc -O2 -gencode arch=compute_90,code=sm_90 -o /tmp/alloc_loop bench/gpu/alloc_loop.cu ||
           exit 1
         echo "alloc_loop with a copy, 4000 + 2000 pairs, as the trace times them (us)"
-        echo "bytes pair-mean alloc-mean free-mean pair-median pairs"
+        echo "bytes pair-mean alloc-mean free-mean pair-median pairs; pairs that grew the pool, ms;"
+        echo "   the others (served from what the pool held): pairs, mean, median"
         for n in 4096 1048576 16777216; do
           tr="$(mktemp -d)"
           LD_PRELOAD="$LIBDIR/libpinshim.so" PINSHIM_MODE=optimize PINSHIM_TRACE_DIR="$tr" \
@@ -124,8 +125,10 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
           "$LIBDIR/pinshim" report --format json "$tr" | python3 -c '
 import json, sys
 p = json.load(sys.stdin)["processes"][0]["optimize"]["pool"]
+h = p["held_pair_us"] or {"mean": 0, "median": 0}
 print(sys.argv[1], "%.3f %.3f %.3f %.3f" % (p["pair_us"]["mean"], p["alloc_us"]["mean"],
-      p["free_us"]["mean"], p["pair_us"]["median"]), p["pairs"])' $n
+      p["free_us"]["mean"], p["pair_us"]["median"]), p["pairs"], "; %d %.1f; %d %.3f %.3f" % (
+      p["growth_pairs"], p["growth_ms"], p["held_pairs"], h["mean"], h["median"]))' $n
         done
       ) > "$log" 2>&1
       ;;
