@@ -35,10 +35,13 @@ struct Fence {
 
 // Whether `later` completing implies `earlier` completed without asking the
 // driver: both recorded on the same stream (same context and handle, no
-// stream created between them), `later` after `earlier`.
+// stream created between them), `later` after `earlier`. Never for the
+// per-thread default stream's handle, which names a different stream on
+// every thread.
 inline bool ImpliesDone(const Fence& later, const Fence& earlier) {
   return later.id != 0 && earlier.id != 0 && later.id > earlier.id && later.ctx == earlier.ctx &&
-         later.stream == earlier.stream && later.stream_epoch == earlier.stream_epoch;
+         later.stream == earlier.stream && later.stream != CU_STREAM_PER_THREAD &&
+         later.stream_epoch == earlier.stream_epoch;
 }
 
 // The fences attached to one piece of memory. Plain data, guarded by its

@@ -388,6 +388,28 @@ TEST_F(PoolTest, FenceQueriesFollowStreamOrder) {
   EXPECT_EQ(cuStreamDestroy(stream), CUDA_SUCCESS);
 }
 
+// The per-thread default stream's handle is every thread's own stream: a
+// fence another thread recorded on it later says nothing about this one's.
+TEST_F(PoolTest, NoFenceInferenceAcrossPerThreadStreams) {
+  Fence mine, theirs;
+  ASSERT_TRUE(fences_.Record(CU_STREAM_PER_THREAD, &mine));
+  std::thread other([&] {
+    MakeContextCurrent();
+    EXPECT_TRUE(fences_.Record(CU_STREAM_PER_THREAD, &theirs));
+  });
+  other.join();
+  ASSERT_EQ(mine.stream, theirs.stream);
+  EXPECT_FALSE(ImpliesDone(theirs, mine));
+  ASSERT_EQ(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  Fence both[2] = {mine, theirs};
+  bool done[2];
+  EXPECT_EQ(fences_.AreDone(both, 2, done), 2);
+  EXPECT_TRUE(done[0] && done[1]);
+  fences_.Recycle(mine);
+  fences_.Recycle(theirs);
+}
+
 // The loop a naive pipeline writes (allocate, queue a copy from the block,
 // free): blocks come back from their batch carrying their copies' fences,
 // all on one stream, and finding them complete takes a query per batch,
