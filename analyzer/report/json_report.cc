@@ -142,9 +142,10 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Uint(c.pool_dedicated);
   w->Key("pairs");
   w->Uint(o.pinned_pairs);
-  auto times = [&](const char* key, const OwnPinningSummary::CallTimes& t) {
+  // {"mean": us, "median": us} of `count` pairs; null when there are none.
+  auto times = [&](const char* key, const OwnPinningSummary::CallTimes& t, uint64_t count) {
     w->Key(key);
-    if (o.pinned_pairs == 0) {
+    if (count == 0) {
       w->Null();
       return;
     }
@@ -155,26 +156,16 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
     w->Double(static_cast<double>(t.median_ns) / 1000.0);
     w->EndObject();
   };
-  times("pair_us", o.pair_ns);
-  times("alloc_us", o.pair_alloc_ns);
-  times("free_us", o.pair_free_ns);
+  times("pair_us", o.pair_ns, o.pinned_pairs);
+  times("alloc_us", o.pair_alloc_ns, o.pinned_pairs);
+  times("free_us", o.pair_free_ns, o.pinned_pairs);
   w->Key("growth_pairs");
   w->Uint(o.growth_pairs);
   w->Key("growth_ms");
   w->Double(static_cast<double>(o.growth_pair_ns) / 1e6);
   w->Key("held_pairs");
   w->Uint(o.held_pairs);
-  w->Key("held_pair_us");
-  if (o.held_pairs == 0) {
-    w->Null();
-  } else {
-    w->BeginObject();
-    w->Key("mean");
-    w->Double(static_cast<double>(o.held_pair_ns.mean_ns) / 1000.0);
-    w->Key("median");
-    w->Double(static_cast<double>(o.held_pair_ns.median_ns) / 1000.0);
-    w->EndObject();
-  }
+  times("held_pair_us", o.held_pair_ns, o.held_pairs);
   WriteRefusals(o, "pool", w);
   w->EndObject();
   w->Key("cache");
