@@ -73,6 +73,16 @@ void MmapMunmap(benchmark::State& state, const Calls* c) {
   }
 }
 
+// mmap alone: the mapping is taken back straight through libc (the
+// program's munmap would count that hook too).
+void MmapAlone(benchmark::State& state, const Calls* c) {
+  for (auto _ : state) {
+    void* p = c->mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    benchmark::DoNotOptimize(p);
+    g_libc.munmap(p, 4096);
+  }
+}
+
 void MmapFixedUnpinned(benchmark::State& state, const Calls* c) {
   for (auto _ : state) {
     void* p = c->mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
@@ -167,6 +177,7 @@ int main(int argc, char** argv) {
   RegisterBoth("BM_MadviseDontneedUnpinned", MadviseDontneedUnpinned);
   RegisterBoth("BM_MadviseHint", MadviseHint);
   RegisterBoth("BM_MmapMunmap", MmapMunmap);
+  RegisterBoth("BM_MmapAlone", MmapAlone);
   RegisterBoth("BM_MmapFixedUnpinned", MmapFixedUnpinned);
   RegisterBoth("BM_MmapFixedRefused", MmapFixedRefused);
   RegisterBoth("BM_MunmapRefused", MunmapRefused);

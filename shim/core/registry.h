@@ -97,6 +97,20 @@ class Registry {
     return SearchOverlap(start, bytes > UINTPTR_MAX - start ? UINTPTR_MAX : start + bytes);
   }
 
+  // Whether [start, last] (last >= start: the range's last byte) may hold a
+  // range, from the summary alone: for hooks whose ranges are nearly always
+  // empty, which go on to AnyOverlapping when this says yes. It reads the
+  // two ends' counts, and says yes for anything wider than two granules,
+  // past the summary's reach, or while it is not mapped with ranges held.
+  bool MayHoldAny(uintptr_t start, uintptr_t last) const {
+    const uint8_t* s = summary_.load(std::memory_order_acquire);
+    if (s == nullptr) return count_.load(std::memory_order_relaxed) != 0;
+    const uintptr_t first_g = start >> kGranuleShift, last_g = last >> kGranuleShift;
+    if (last_g >= kSummaryGranules || last_g - first_g > 1) return true;
+    return (__atomic_load_n(&s[first_g], __ATOMIC_RELAXED) |
+            __atomic_load_n(&s[last_g], __ATOMIC_RELAXED)) != 0;
+  }
+
   // Number of ranges held.
   size_t size() const { return count_.load(std::memory_order_relaxed); }
 

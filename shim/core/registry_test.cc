@@ -230,6 +230,13 @@ TEST(RegistryTest, SummaryAgreesWithModelAcrossGranules) {
       const uint64_t plen = 1 + (probe == 0 ? rng() % (10 * kGranule) : rng() % 0x40000);
       ASSERT_EQ(reg.AnyOverlapping(p, plen), model_overlaps(p, p + plen))
           << "step " << step << std::hex << " probe " << p << " + " << plen;
+      // The hooks' quick probe may say yes where nothing is, never no where
+      // something is; within two granules it says what the counts say.
+      const bool quick = reg.MayHoldAny(p, p + plen - 1);
+      if (model_overlaps(p, p + plen)) {
+        ASSERT_TRUE(quick) << "step " << step << std::hex << " probe " << p << " + " << plen;
+      }
+      if (reg.size() != 0 && (p + plen - 1) / kGranule - p / kGranule > 1) ASSERT_TRUE(quick);
       Region r;
       ASSERT_EQ(reg.Lookup(p, &r), model_overlaps(p, p + 1)) << "step " << step;
     }
@@ -265,6 +272,34 @@ TEST(RegistryTest, SummaryEdgesOfTheAddressSpace) {
   EXPECT_TRUE(reg.Lookup(UINTPTR_MAX, &r));
   EXPECT_EQ(r.id, 3u);
   EXPECT_TRUE(reg.AnyOverlapping(UINTPTR_MAX - 10, 100));
+}
+
+// The hooks' quick probe: no for an empty registry before any insert, yes
+// for what it cannot read (past the summary's reach, wider than two
+// granules, the summary off while ranges are held), and the counts of both
+// ends' granules otherwise.
+TEST(RegistryTest, QuickProbeSaysNoOnlyWhereTheCountsDo) {
+  constexpr uintptr_t kGranule = uintptr_t{2} << 20;
+  const uintptr_t kBase = 0x7d0000000000;
+  Registry reg;
+  EXPECT_FALSE(reg.MayHoldAny(kBase, kBase + 0xfff));  // nothing held, no summary
+  ASSERT_TRUE(reg.Insert(Make(kBase + 0x1000, 0x1000, 1)));
+  EXPECT_TRUE(reg.MayHoldAny(kBase + 0x1000, kBase + 0x1000));
+  EXPECT_TRUE(reg.MayHoldAny(kBase + kGranule - 0x1000, kBase + kGranule));  // first end's granule
+  EXPECT_TRUE(reg.MayHoldAny(kBase - 0x1000, kBase + 0x10));                // last end's granule
+  EXPECT_FALSE(reg.MayHoldAny(kBase + kGranule, kBase + 2 * kGranule - 1));
+  EXPECT_FALSE(reg.MayHoldAny(kBase - kGranule, kBase - 1));
+  EXPECT_FALSE(reg.MayHoldAny(kBase + kGranule, kBase + 3 * kGranule - 1));  // two granules
+  EXPECT_TRUE(reg.MayHoldAny(kBase + kGranule, kBase + 3 * kGranule));       // three: not read
+  const uintptr_t kLimit = uintptr_t{1} << 47;
+  EXPECT_TRUE(reg.MayHoldAny(kLimit, kLimit + 0xfff));  // past the summary's reach
+  ASSERT_TRUE(reg.Remove(kBase + 0x1000, nullptr));
+  EXPECT_FALSE(reg.MayHoldAny(kBase + 0x1000, kBase + 0x1fff));
+  // A range over 2 TiB turns the summary off: yes while anything is held.
+  ASSERT_TRUE(reg.Insert(Make(0x100000000000, (uint64_t{1} << 41) + 4096, 2)));
+  EXPECT_TRUE(reg.MayHoldAny(kBase + 0x1000, kBase + 0x1fff));
+  ASSERT_TRUE(reg.Remove(0x100000000000, nullptr));
+  EXPECT_FALSE(reg.MayHoldAny(kBase + 0x1000, kBase + 0x1fff));
 }
 
 // A granule holding more ranges than its count can hold stays counted (the

@@ -206,12 +206,53 @@ __attribute__((noinline)) void ForgetTracked(void* p, size_t len) {
 // between the two could only be another thread's mapping of address space
 // that this call then replaces under it.
 template <typename RealMmap>
-__attribute__((always_inline)) inline void* MmapFixed(void* addr, size_t len, int prot, int flags,
-                                                      int fd, off64_t off, RealMmap real_mmap) {
+__attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int prot, int flags,
+                                                 int fd, off64_t off, RealMmap real_mmap) {
   const bool may_hold_tracked = MayHoldTracked(addr, len);
   void* p = WithPageChange(addr, len, MapFixedChange(prot, flags), real_mmap, addr, len, prot,
                            flags, fd, off);
   if (PINSHIM_UNLIKELY(may_hold_tracked) && p != MAP_FAILED) ForgetTracked(p, len);
+  return p;
+}
+
+// What a MAP_FIXED or a munmap may end, by bounds: pinning of any kind.
+constexpr optimize::PageChange kEndsAnyPinning = PageChangeOf(OwnPinReason::kPageChangeMunmap, 0,
+                                                              false);
+
+// The fast path of MAP_FIXED and munmap in optimize mode, the common case of
+// a range near no tracked allocation and no pinning: the allocation
+// registry's summary is read, the range marked, the pinning's bounds read,
+// the call made, and the mark cleared through a handle kept in a register
+// (nothing else lives across the call). Null where the general path must
+// run (not optimizing, an empty or wrapping range, a tracked allocation or
+// pinning maybe there, the thread's slot not ready or held); the mark was
+// then not made or is cleared again, and the general path starts afresh.
+__attribute__((always_inline)) inline optimize::PageChangeSlots::Slot* MarkIfNothingThere(const void* addr, size_t len) {
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  if (PINSHIM_UNLIKELY(!g_optimize || len == 0 || len > UINTPTR_MAX - start ||
+                       g_allocations.MayHoldAny(start, start + (len - 1)))) {
+    return nullptr;
+  }
+  // Marked before the bounds are read (PageChangeSlots).
+  optimize::PageChangeSlots::Slot* mark = optimize::PageChangeSlots::TryMarkFast(start, start + len);
+  if (PINSHIM_UNLIKELY(mark == nullptr)) return nullptr;
+  if (PINSHIM_UNLIKELY(optimize::Optimizer::Process().MayHoldPinning(start, start + len,
+                                                                     kEndsAnyPinning))) {
+    optimize::PageChangeSlots::EndFast(mark);
+    return nullptr;
+  }
+  return mark;
+}
+
+template <typename RealMmap>
+__attribute__((noinline)) void* MmapFixed(void* addr, size_t len, int prot, int flags, int fd,
+                                          off64_t off, RealMmap real_mmap) {
+  optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(addr, len);
+  if (PINSHIM_UNLIKELY(mark == nullptr)) {
+    return MmapFixedGeneral(addr, len, prot, flags, fd, off, real_mmap);
+  }
+  void* p = real_mmap(addr, len, prot, flags, fd, off);
+  optimize::PageChangeSlots::EndFast(mark);
   return p;
 }
 
@@ -236,6 +277,14 @@ __attribute__((always_inline)) inline void* MmapHook(void* addr, size_t len, int
   }
   if ((flags & MAP_FIXED) == 0) return real_mmap(addr, len, prot, flags, fd, off);
   return MmapFixed(addr, len, prot, flags, fd, off, real_mmap);
+}
+
+__attribute__((noinline)) int MunmapGeneral(void* addr, size_t len) {
+  if (MayHoldTracked(addr, len)) ForgetTracked(addr, len);
+  // Whole buffers unmapped are released (the cache records them so); part
+  // of one unmapped is a page change of the rest.
+  return WithPageChange(addr, len, PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false),
+                        g_real.munmap, addr, len);
 }
 
 }  // namespace
@@ -405,11 +454,11 @@ void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
 
 int munmap(void* addr, size_t len) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<int>(syscall(SYS_munmap, addr, len));
-  if (MayHoldTracked(addr, len)) ForgetTracked(addr, len);
-  // Whole buffers unmapped are released (the cache records them so); part
-  // of one unmapped is a page change of the rest.
-  return WithPageChange(addr, len, PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false),
-                        g_real.munmap, addr, len);
+  optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(addr, len);
+  if (PINSHIM_UNLIKELY(mark == nullptr)) return MunmapGeneral(addr, len);
+  const int r = g_real.munmap(addr, len);
+  optimize::PageChangeSlots::EndFast(mark);
+  return r;
 }
 
 void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {

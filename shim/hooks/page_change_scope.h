@@ -61,14 +61,15 @@ __attribute__((always_inline)) inline auto WithPageChangeOptimizing(const void* 
   // when it starts at the very last byte, which no call can change).
   const uintptr_t end = len > UINTPTR_MAX - start ? UINTPTR_MAX : start + len;
   // Marked first: a registration that starts while this looks sees it.
-  if (PINSHIM_UNLIKELY(!optimize::PageChangeSlots::TryBeginFast(start, end))) {
+  optimize::PageChangeSlots::Slot* mark = optimize::PageChangeSlots::TryMarkFast(start, end);
+  if (PINSHIM_UNLIKELY(mark == nullptr)) {
     return page_change_internal::CallMarked(start, end, what, false, fn, args...);
   }
   if (PINSHIM_UNLIKELY(optimize::Optimizer::Process().MayHoldPinning(start, end, what))) {
     return page_change_internal::CallMarked(start, end, what, true, fn, args...);
   }
   auto result = fn(args...);
-  optimize::PageChangeSlots::EndFast();
+  optimize::PageChangeSlots::EndFast(mark);  // no load of the slot after the call
   return result;
 }
 

@@ -163,6 +163,12 @@ class PageChangeSlots {
   // ranges, and the outer End clears it.
   static bool TryBeginFast(uintptr_t lo, uintptr_t hi);
   static void EndFast();
+  // The same fast path with the mark as a handle, which the caller keeps in
+  // a register across its call instead of loading the thread's slot again
+  // after it: null where TryBeginFast declines; EndFast(mark) clears it.
+  struct Slot;
+  static Slot* TryMarkFast(uintptr_t lo, uintptr_t hi);
+  static void EndFast(Slot* mark);
   static Mark Begin(uintptr_t lo, uintptr_t hi);
   static void End(Mark m);
   // Registration side: whether a marked range overlaps [lo, hi). Call after
@@ -175,11 +181,15 @@ class PageChangeSlots {
 
  private:
   static constexpr int kSlots = 512;
+
+ public:
   struct alignas(64) Slot {
     std::atomic<pid_t> owner{0};  // thread id, 0 free
     std::atomic<uintptr_t> lo{0};
     std::atomic<uintptr_t> hi{0};  // 0: no change in progress
   };
+
+ private:
   // The slot a thread uses once no slot is free: its hi is never 0, so
   // TryBeginFast declines, and AnyOverlapping never reads it (the global
   // count stands for it).
@@ -206,10 +216,10 @@ inline void PageChangeSlots::OrderMark() {
   }
 }
 
-inline bool PageChangeSlots::TryBeginFast(uintptr_t lo, uintptr_t hi) {
+inline PageChangeSlots::Slot* PageChangeSlots::TryMarkFast(uintptr_t lo, uintptr_t hi) {
   Slot* s = t_fast_;
   // Unclaimed, no membarrier, or nested: Begin.
-  if (PINSHIM_UNLIKELY(s == nullptr || s->hi.load(std::memory_order_relaxed) != 0)) return false;
+  if (PINSHIM_UNLIKELY(s == nullptr || s->hi.load(std::memory_order_relaxed) != 0)) return nullptr;
   // hi first: a signal handler's change arriving between the stores finds
   // the slot held and widens it (the lo stored after is this call's; the
   // handler's change is over by then).
@@ -218,10 +228,16 @@ inline bool PageChangeSlots::TryBeginFast(uintptr_t lo, uintptr_t hi) {
   // The registration side's membarrier orders these stores before this
   // thread's next loads; the compiler must not move them either.
   asm volatile("" ::: "memory");
-  return true;
+  return s;
 }
 
-inline void PageChangeSlots::EndFast() { t_fast_->hi.store(0, std::memory_order_release); }
+inline bool PageChangeSlots::TryBeginFast(uintptr_t lo, uintptr_t hi) {
+  return TryMarkFast(lo, hi) != nullptr;
+}
+
+inline void PageChangeSlots::EndFast(Slot* mark) { mark->hi.store(0, std::memory_order_release); }
+
+inline void PageChangeSlots::EndFast() { EndFast(t_fast_); }
 
 inline void PageChangeSlots::End(Mark m) {
   if (PINSHIM_LIKELY(m == kSlot)) {
