@@ -16,7 +16,7 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //tests/hazards:hazard_program
          //bench/trace:recorder_bench //tests/trace:python_frames_test
          //bench/page:page_call_bench //shim/core:phdr_test
-         //tests/trace:programs/embed_python)
+         //tests/trace:programs/embed_python //bench/copy:handoff_probe)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
@@ -25,7 +25,8 @@ cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/i
    bazel-bin/shim/budget/race_test bazel-bin/shim/budget/budget_test .gpu/
 cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench \
    bazel-bin/bench/optimize/pool_bench bazel-bin/bench/optimize/arena_bench \
-   bazel-bin/bench/trace/recorder_bench bazel-bin/bench/page/page_call_bench .gpu/bench/
+   bazel-bin/bench/trace/recorder_bench bazel-bin/bench/page/page_call_bench \
+   bazel-bin/bench/copy/handoff_probe .gpu/bench/
 cp bazel-bin/shim/core/phdr_test .gpu/
 cp bazel-bin/bench/optimize/fork_check .gpu/
 # The hazard suite on the real driver.

@@ -28,6 +28,9 @@
 #              copy, each call timed (percentiles), without and with it
 #   pairs      alloc_loop with a copy under optimize mode with a trace: the
 #              allocation + free pairs as pinshim report times them
+#   handoff    handoff_probe (bench/copy): 64 KiB pieces of a 1 MiB buffer
+#              (HANDOFF_BYTES) copied by spinning workers, per source state
+#              and copy routine; no GPU, the host's cores
 set -u
 OUTDIR="$(mkdir -p "$1" && cd "$1" && pwd)"
 TOTAL="$2"
@@ -70,6 +73,10 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
       (. bench/gpu/bundle_env.sh "$LIBDIR" && cd .gpu/hazards &&
         LD_LIBRARY_PATH=../needed timeout "$max" python3 hazards_test.py ./hazard_program \
           ../libpinshim.so ../rules/analyzer/report/pinshim-report) > "$log" 2>&1
+      ;;
+    handoff)
+      timeout "$max" .gpu/bench/handoff_probe "${HANDOFF_BYTES:-1048576}" "0 1 2 4 8 12" 200 \
+        > "$log" 2>&1
       ;;
     page)
       timeout "$max" bash bench/gpu/page_bench.sh .gpu "${PAGE_ROUNDS:-9}" "$OUTDIR/pagejson" \
