@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
   const std::string list = argc > 2 ? argv[2] : "0 1 4 8 12";
   const int rounds = argc > 3 ? atoi(argv[3]) : 200;
   if (bytes < kPiece || bytes % kPiece != 0 || rounds <= 0) {
-    fprintf(stderr, "usage: handoff_probe [BYTES (a multiple of 64 KiB)] [\"WORKERS ...\"] [ROUNDS]\n");
+    fprintf(stderr,
+            "usage: handoff_probe [BYTES (a multiple of 64 KiB)] [\"WORKERS ...\"] [ROUNDS]\n");
     return 2;
   }
   std::vector<int> worker_counts;

@@ -286,7 +286,7 @@ TEST(RegistryTest, QuickProbeSaysNoOnlyWhereTheCountsDo) {
   ASSERT_TRUE(reg.Insert(Make(kBase + 0x1000, 0x1000, 1)));
   EXPECT_TRUE(reg.MayHoldAny(kBase + 0x1000, kBase + 0x1000));
   EXPECT_TRUE(reg.MayHoldAny(kBase + kGranule - 0x1000, kBase + kGranule));  // first end's granule
-  EXPECT_TRUE(reg.MayHoldAny(kBase - 0x1000, kBase + 0x10));                // last end's granule
+  EXPECT_TRUE(reg.MayHoldAny(kBase - 0x1000, kBase + 0x10));                 // last end's granule
   EXPECT_FALSE(reg.MayHoldAny(kBase + kGranule, kBase + 2 * kGranule - 1));
   EXPECT_FALSE(reg.MayHoldAny(kBase - kGranule, kBase - 1));
   EXPECT_FALSE(reg.MayHoldAny(kBase + kGranule, kBase + 3 * kGranule - 1));  // two granules

@@ -216,8 +216,8 @@ __attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int pro
 }
 
 // What a MAP_FIXED or a munmap may end, by bounds: pinning of any kind.
-constexpr optimize::PageChange kEndsAnyPinning = PageChangeOf(OwnPinReason::kPageChangeMunmap, 0,
-                                                              false);
+constexpr optimize::PageChange kEndsAnyPinning =
+    PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false);
 
 // The fast path of MAP_FIXED and munmap in optimize mode, the common case of
 // a range near no tracked allocation and no pinning: the allocation
@@ -227,17 +227,19 @@ constexpr optimize::PageChange kEndsAnyPinning = PageChangeOf(OwnPinReason::kPag
 // run (not optimizing, an empty or wrapping range, a tracked allocation or
 // pinning maybe there, the thread's slot not ready or held); the mark was
 // then not made or is cleared again, and the general path starts afresh.
-__attribute__((always_inline)) inline optimize::PageChangeSlots::Slot* MarkIfNothingThere(const void* addr, size_t len) {
+__attribute__((always_inline)) inline optimize::PageChangeSlots::Slot* MarkIfNothingThere(
+    const void* addr, size_t len) {
   const auto start = reinterpret_cast<uintptr_t>(addr);
   if (PINSHIM_UNLIKELY(!g_optimize || len == 0 || len > UINTPTR_MAX - start ||
                        g_allocations.MayHoldAny(start, start + (len - 1)))) {
     return nullptr;
   }
   // Marked before the bounds are read (PageChangeSlots).
-  optimize::PageChangeSlots::Slot* mark = optimize::PageChangeSlots::TryMarkFast(start, start + len);
+  optimize::PageChangeSlots::Slot* mark =
+      optimize::PageChangeSlots::TryMarkFast(start, start + len);
   if (PINSHIM_UNLIKELY(mark == nullptr)) return nullptr;
-  if (PINSHIM_UNLIKELY(optimize::Optimizer::Process().MayHoldPinning(start, start + len,
-                                                                     kEndsAnyPinning))) {
+  if (PINSHIM_UNLIKELY(
+          optimize::Optimizer::Process().MayHoldPinning(start, start + len, kEndsAnyPinning))) {
     optimize::PageChangeSlots::EndFast(mark);
     return nullptr;
   }
