@@ -13,16 +13,23 @@
 // The mapping calls are timed twice: for real (the kernel's work on a page
 // varies by a microsecond from run to run, which hides nanoseconds), and
 // refused by the kernel for an unaligned address, which still runs every
-// check the hooks make before the call.
+// check the hooks make before the call. --paired=N times each call through
+// the hooks and straight into libc back to back instead (RunPaired).
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <x86intrin.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -51,59 +58,45 @@ bool LoadLibcCalls() {
   return g_libc.madvise != nullptr && g_libc.mmap != nullptr && g_libc.munmap != nullptr;
 }
 
-void MadviseDontneedUnpinned(benchmark::State& state, const Calls* c) {
-  for (auto _ : state) {
-    int r = c->madvise(g_page + 1, 4096, MADV_DONTNEED);
-    benchmark::DoNotOptimize(r);
-  }
+void MadviseDontneedUnpinned(const Calls* c) {
+  int r = c->madvise(g_page + 1, 4096, MADV_DONTNEED);
+  benchmark::DoNotOptimize(r);
 }
 
-void MadviseHint(benchmark::State& state, const Calls* c) {
-  for (auto _ : state) {
-    int r = c->madvise(g_page + 1, 4096, MADV_WILLNEED);
-    benchmark::DoNotOptimize(r);
-  }
+void MadviseHint(const Calls* c) {
+  int r = c->madvise(g_page + 1, 4096, MADV_WILLNEED);
+  benchmark::DoNotOptimize(r);
 }
 
-void MmapMunmap(benchmark::State& state, const Calls* c) {
-  for (auto _ : state) {
-    void* p = c->mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    benchmark::DoNotOptimize(p);
-    c->munmap(p, 4096);
-  }
+void MmapMunmap(const Calls* c) {
+  void* p = c->mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  benchmark::DoNotOptimize(p);
+  c->munmap(p, 4096);
 }
 
 // mmap alone: the mapping is taken back straight through libc (the
 // program's munmap would count that hook too).
-void MmapAlone(benchmark::State& state, const Calls* c) {
-  for (auto _ : state) {
-    void* p = c->mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    benchmark::DoNotOptimize(p);
-    g_libc.munmap(p, 4096);
-  }
+void MmapAlone(const Calls* c) {
+  void* p = c->mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  benchmark::DoNotOptimize(p);
+  g_libc.munmap(p, 4096);
 }
 
-void MmapFixedUnpinned(benchmark::State& state, const Calls* c) {
-  for (auto _ : state) {
-    void* p = c->mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                      -1, 0);
-    benchmark::DoNotOptimize(p);
-  }
+void MmapFixedUnpinned(const Calls* c) {
+  void* p = c->mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                    -1, 0);
+  benchmark::DoNotOptimize(p);
 }
 
-void MmapFixedRefused(benchmark::State& state, const Calls* c) {
-  for (auto _ : state) {
-    void* p = c->mmap(g_page + 1, 4096, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    benchmark::DoNotOptimize(p);
-  }
+void MmapFixedRefused(const Calls* c) {
+  void* p = c->mmap(g_page + 1, 4096, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  benchmark::DoNotOptimize(p);
 }
 
-void MunmapRefused(benchmark::State& state, const Calls* c) {
-  for (auto _ : state) {
-    int r = c->munmap(g_page + 1, 4096);
-    benchmark::DoNotOptimize(r);
-  }
+void MunmapRefused(const Calls* c) {
+  int r = c->munmap(g_page + 1, 4096);
+  benchmark::DoNotOptimize(r);
 }
 
 // The same next to a tracked allocation (in its 2 MiB of address space):
@@ -111,11 +104,9 @@ void MunmapRefused(benchmark::State& state, const Calls* c) {
 // search the registry itself (bench/RESULTS.md has both figures).
 char* g_near = nullptr;
 
-void MunmapRefusedNearTracked(benchmark::State& state, const Calls* c) {
-  for (auto _ : state) {
-    int r = c->munmap(g_near + 1, 4096);
-    benchmark::DoNotOptimize(r);
-  }
+void MunmapRefusedNearTracked(const Calls* c) {
+  int r = c->munmap(g_near + 1, 4096);
+  benchmark::DoNotOptimize(r);
 }
 
 // A 2 MiB-aligned reservation whose first 1 MiB is a mapping the library
@@ -132,9 +123,71 @@ void MakeNearPage() {
   g_near = base + (size_t{1} << 20) + 4096;
 }
 
-void RegisterBoth(const char* name, void (*fn)(benchmark::State&, const Calls*)) {
-  benchmark::RegisterBenchmark(name, fn, &g_program);
-  benchmark::RegisterBenchmark((std::string(name) + "/libc").c_str(), fn, &g_libc);
+using Once = void (*)(const Calls*);
+
+void Loop(benchmark::State& state, Once once, const Calls* c) {
+  for (auto _ : state) once(c);
+}
+
+void RegisterBoth(const char* name, Once once) {
+  benchmark::RegisterBenchmark(name, Loop, once, &g_program);
+  benchmark::RegisterBenchmark((std::string(name) + "/libc").c_str(), Loop, once, &g_libc);
+}
+
+// --paired=N: each call made through the program's symbol and straight into
+// libc, back to back, N times, the order alternating, each timed with the
+// time-stamp counter; the median of the N differences is the hook's cost
+// with the kernel's run-to-run drift (hundreds of nanoseconds for a mapping
+// call) paired away. Without the library both sides are libc's, and the
+// median says what the method itself adds (near 0).
+inline uint64_t Ticks() {
+  _mm_lfence();
+  const uint64_t t = __rdtsc();
+  _mm_lfence();
+  return t;
+}
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void Paired(const char* name, Once once, long pairs, double ns_per_tick) {
+  std::vector<double> diff, hooked, libc;
+  diff.reserve(pairs);
+  for (long i = -1000; i < pairs; ++i) {  // 1000 pairs of warm-up
+    const bool hooked_first = (i & 1) == 0;
+    const uint64_t t0 = Ticks();
+    once(hooked_first ? &g_program : &g_libc);
+    const uint64_t t1 = Ticks();
+    once(hooked_first ? &g_libc : &g_program);
+    const uint64_t t2 = Ticks();
+    if (i < 0) continue;
+    const double first = (t1 - t0) * ns_per_tick, second = (t2 - t1) * ns_per_tick;
+    hooked.push_back(hooked_first ? first : second);
+    libc.push_back(hooked_first ? second : first);
+    diff.push_back(hooked.back() - libc.back());
+  }
+  auto at = [](std::vector<double>* v, double q) {
+    std::sort(v->begin(), v->end());
+    return (*v)[static_cast<size_t>(q * (v->size() - 1))];
+  };
+  printf("%-28s %10.1f %8.1f %8.1f %10.1f %10.1f\n", name, at(&diff, 0.5), at(&diff, 0.25),
+         at(&diff, 0.75), at(&hooked, 0.5), at(&libc, 0.5));
+}
+
+int RunPaired(long pairs, const std::vector<std::pair<const char*, Once>>& cases) {
+  // The counter's rate, against the monotonic clock over 100 ms.
+  const uint64_t n0 = NowNs(), t0 = Ticks();
+  while (NowNs() - n0 < 100000000) {
+  }
+  const double ns_per_tick = static_cast<double>(NowNs() - n0) / static_cast<double>(Ticks() - t0);
+  printf("paired: %ld pairs a call, order alternating; ns (time-stamp counter at %.3f GHz)\n",
+         pairs, 1 / ns_per_tick);
+  printf("%-28s %10s %8s %8s %10s %10s\n", "call", "added", "p25", "p75", "hooked", "libc");
+  for (const auto& [name, once] : cases) Paired(name, once, pairs, ns_per_tick);
+  return 0;
 }
 
 // A buffer the program registers itself (so that with and without the
@@ -174,14 +227,25 @@ int main(int argc, char** argv) {
   }
   MakeRegistration();
   MakeNearPage();
-  RegisterBoth("BM_MadviseDontneedUnpinned", MadviseDontneedUnpinned);
-  RegisterBoth("BM_MadviseHint", MadviseHint);
-  RegisterBoth("BM_MmapMunmap", MmapMunmap);
-  RegisterBoth("BM_MmapAlone", MmapAlone);
-  RegisterBoth("BM_MmapFixedUnpinned", MmapFixedUnpinned);
-  RegisterBoth("BM_MmapFixedRefused", MmapFixedRefused);
-  RegisterBoth("BM_MunmapRefused", MunmapRefused);
-  RegisterBoth("BM_MunmapRefusedNearTracked", MunmapRefusedNearTracked);
+  const std::vector<std::pair<const char*, Once>> cases = {
+      {"BM_MadviseDontneedUnpinned", MadviseDontneedUnpinned},
+      {"BM_MadviseHint", MadviseHint},
+      {"BM_MmapMunmap", MmapMunmap},
+      {"BM_MmapAlone", MmapAlone},
+      {"BM_MmapFixedUnpinned", MmapFixedUnpinned},
+      {"BM_MmapFixedRefused", MmapFixedRefused},
+      {"BM_MunmapRefused", MunmapRefused},
+      {"BM_MunmapRefusedNearTracked", MunmapRefusedNearTracked}};
+  if (argc == 2 && strncmp(argv[1], "--paired=", 9) == 0) {
+    char* end;
+    const long pairs = strtol(argv[1] + 9, &end, 10);
+    if (*end != '\0' || pairs < 1) {
+      fprintf(stderr, "page_call_bench: --paired=N wants a count of pairs, got '%s'\n", argv[1] + 9);
+      return 2;
+    }
+    return RunPaired(pairs, cases);
+  }
+  for (const auto& [name, once] : cases) RegisterBoth(name, once);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;
