@@ -891,7 +891,8 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   // kAloneNs (every worker busy, pinning a ring for another copy, say): then
   // it copies until one does. Its share matters for short uploads: memory
   // the program just wrote sits in this core's cache, which the workers read
-  // only through it (1 MiB: about 23 GB/s together, whatever their number;
+  // only through it (on the H200's host 18 to 19 GB/s together, with 4 to
+  // 12 of them and any copy routine: bench/copy/handoff_probe,
   // bench/RESULTS.md).
   bool alone = false;  // no worker joined within kAloneNs
   auto help = [&]() {
