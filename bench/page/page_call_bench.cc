@@ -83,8 +83,8 @@ void MmapAlone(const Calls* c) {
 }
 
 void MmapFixedUnpinned(const Calls* c) {
-  void* p = c->mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                    -1, 0);
+  void* p =
+      c->mmap(g_page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   benchmark::DoNotOptimize(p);
 }
 
@@ -240,7 +240,8 @@ int main(int argc, char** argv) {
     char* end;
     const long pairs = strtol(argv[1] + 9, &end, 10);
     if (*end != '\0' || pairs < 1) {
-      fprintf(stderr, "page_call_bench: --paired=N wants a count of pairs, got '%s'\n", argv[1] + 9);
+      fprintf(stderr, "page_call_bench: --paired=N wants a count of pairs, got '%s'\n",
+              argv[1] + 9);
       return 2;
     }
     return RunPaired(pairs, cases);
