@@ -909,8 +909,12 @@ void HostFuncOrder() {
       }
       char name[64], buf[200];
       snprintf(name, sizeof(name), "hostfunc_then_%s_h2d_%zuKiB", sync ? "sync" : "async", n >> 10);
-      snprintf(buf, sizeof(buf), "%s: %zu of %zu bytes rewritten, %zu old; call returned after %.1f ms",
-               fresh == n ? "after" : old == n ? "before" : "MIXED", fresh, n, old, t1 - t0);
+      snprintf(buf, sizeof(buf),
+               "%s: %zu of %zu bytes rewritten, %zu old; call returned after %.1f ms",
+               fresh == n ? "after"
+               : old == n ? "before"
+                          : "MIXED",
+               fresh, n, old, t1 - t0);
       Fact(name, buf);
       free(host);
     }

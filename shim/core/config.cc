@@ -80,6 +80,11 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "whole pages); the default was measured best on the H200."},
     {ConfigKey::kStageSlots, "PINSHIM_STAGE_SLOTS", "stage_slots", "8", "an integer from 2 to 8",
      "Optimize mode only: the slots of one staging ring (copies in flight at once)."},
+    {ConfigKey::kStageOrdered, "PINSHIM_STAGE_ORDERED", "stage_ordered", "0", "0 or 1",
+     "Optimize mode only: 1 makes a staged upload read its source only once the "
+     "work queued before it on its stream completed (the synchronization the CUDA "
+     "documentation states for pageable memory); 0 reads it as the driver does "
+     "(measured on the H200; README, \"Staged copies\")."},
     {ConfigKey::kPythonFrames, "PINSHIM_PYTHON_FRAMES", "python_frames", "1", "0 or 1",
      "1 records the calling thread's Python frames (file, line, function) "
      "with every call site in Python programs (CPython 3.10 to 3.13); 0 "
@@ -500,6 +505,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->stage = true;
   config->stage_workers = 0;
   config->stage_slots = 8;
+  config->stage_ordered = false;
   config->stage_chunk_bytes = uint64_t{2} << 20;
   config->python_frames = true;
   config->copy_guard = false;
@@ -592,6 +598,7 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* er
       return ParseBoundedInt(value, kMinStageSlots, kMaxStageSlots,
                              "; accepted: an integer from 2 to 8", &config->stage_slots, err,
                              err_len);
+    case ConfigKey::kStageOrdered: return ParseFlag(value, &config->stage_ordered, err, err_len);
     case ConfigKey::kPythonFrames: return ParseFlag(value, &config->python_frames, err, err_len);
     case ConfigKey::kCopyGuard: return ParseFlag(value, &config->copy_guard, err, err_len);
     case ConfigKey::kCount: break;

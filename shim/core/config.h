@@ -117,6 +117,7 @@ enum class ConfigKey : uint8_t {
   kStageWorkers,
   kStageChunk,
   kStageSlots,
+  kStageOrdered,
   kPythonFrames,
   kCopyGuard,
   kCount,
@@ -153,6 +154,7 @@ struct Config {
   bool stage;                  // optimize mode stages pageable copies it does not pin
   uint32_t stage_workers;      // 0: the measured default from the core count
   uint32_t stage_slots;        // ring depth
+  bool stage_ordered;          // staged uploads read their source after the stream's earlier work
   uint64_t stage_chunk_bytes;  // a ring slot
   bool python_frames;          // record Python frames with call sites
   bool copy_guard;             // catch plain CPU accesses to memory under queued copies

@@ -354,8 +354,11 @@ TEST_F(ConfigTest, StagingRingSettings) {
   EXPECT_EQ(config_.stage_workers, 0u);
   EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{2} << 20);
   EXPECT_EQ(config_.stage_slots, 8u);
-  Env set({"PINSHIM_STAGE_WORKERS=12", "PINSHIM_STAGE_CHUNK=4M", "PINSHIM_STAGE_SLOTS=4"});
+  EXPECT_FALSE(config_.stage_ordered);
+  Env set({"PINSHIM_STAGE_WORKERS=12", "PINSHIM_STAGE_CHUNK=4M", "PINSHIM_STAGE_SLOTS=4",
+           "PINSHIM_STAGE_ORDERED=1"});
   ASSERT_TRUE(Parse(&set)) << Error(0);
+  EXPECT_TRUE(config_.stage_ordered);
   EXPECT_EQ(config_.stage_workers, 12u);
   EXPECT_EQ(config_.stage_chunk_bytes, uint64_t{4} << 20);
   EXPECT_EQ(config_.stage_slots, 4u);
@@ -378,6 +381,7 @@ TEST_F(ConfigTest, StagingRingSettings) {
        "PINSHIM_STAGE_SLOTS=\"9\": out of range; accepted: an integer from 2 to 8"},
       {"PINSHIM_STAGE_WORKERS=33",
        "PINSHIM_STAGE_WORKERS=\"33\": out of range; accepted: an integer from 0 to 32"},
+      {"PINSHIM_STAGE_ORDERED=yes", "PINSHIM_STAGE_ORDERED=\"yes\""},
   };
   for (const auto& c : bad) {
     Env env({c.entry});

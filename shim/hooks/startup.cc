@@ -100,6 +100,7 @@ void StartOptimizing() {
   options.stager.workers = g_config.stage_workers;
   options.stager.chunk_bytes = g_config.stage_chunk_bytes;
   options.stager.slots = g_config.stage_slots;
+  options.stager.ordered_reads = g_config.stage_ordered;
   // A worker count set by hand is used as set, busy CPUs or not.
   options.stager.load_aware = g_config.stage_workers == 0;
   options.stager.idle_trim_ns = options.pool.idle_trim_ns;

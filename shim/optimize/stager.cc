@@ -717,6 +717,18 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
     (pending ? ring_pending_ : no_lane_).fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  if (dir == CopyDir::kHostToDevice && options_.ordered_reads) {
+    // The work queued before the copy completes before its source is read
+    // (StagerOptions::ordered_reads). What fails here (the stream, or an
+    // error of that earlier work) the driver answers for, as without pinshim.
+    CUresult e = ops_->event_record(lane->before, stream);
+    if (e == CUDA_SUCCESS) e = ops_->event_synchronize(lane->before);
+    if (e != CUDA_SUCCESS) {
+      ReleaseLane(lane);
+      declined_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
   Job* job = lane->job;
   const uint64_t cpu_start = ThreadCpuNs();
   // Chunks small enough that several are in flight for short copies, so a

@@ -67,6 +67,11 @@ struct StagerOptions {
   // Rings pinned by a worker while the first copies go to the driver (see
   // above); false: every ring is pinned by the copy that needs it.
   bool background_rings = true;
+  // An upload reads its source only once the work queued before it on its
+  // stream completed (PINSHIM_STAGE_ORDERED: the synchronization the CUDA
+  // documentation states for pageable memory). False: as the driver reads
+  // it (see above).
+  bool ordered_reads = false;
   // Context teardowns wait for rings being pinned in the background (the
   // hooks' gate); null: nothing to wait for (no teardown can race).
   ContextGate* teardown_gate = nullptr;

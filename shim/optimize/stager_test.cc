@@ -77,10 +77,12 @@ class StagerTest : public ::testing::Test {
     // The copy that needs a ring pins it: each test's first copy is staged.
     // BackgroundRingTest has the library's default.
     o.background_rings = BackgroundRings();
+    o.ordered_reads = OrderedReads();
     ASSERT_TRUE(stager_->Init(&ops_, &account_, o));
     ASSERT_EQ(cuMemAlloc(&dev_, kDevBytes), CUDA_SUCCESS);
   }
   virtual bool BackgroundRings() const { return false; }
+  virtual bool OrderedReads() const { return false; }
 
   // The tests' stager: `workers` threads used whatever the machine's load,
   // rings of 4 slots of 1 MiB, copies from 64 KiB staged, the shared gate.
@@ -305,6 +307,75 @@ TEST_F(StagerTest, SyncHostToDeviceWaitsForTheStreamsEarlierWork) {
   EXPECT_TRUE(HasPattern(back.data(), n, 53));
   EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
+}
+
+// Rewrites a buffer from a host function in a stream: the work queued
+// before an upload that changes its source.
+struct Rewrite {
+  uint8_t* p;
+  uint64_t n;
+  uint8_t seed;
+};
+void RewriteSource(void* arg) {
+  auto* w = static_cast<Rewrite*>(arg);
+  Fill(w->p, w->n, w->seed);
+}
+
+// PINSHIM_STAGE_ORDERED=1: an upload reads its source only once the work
+// queued before it on its stream completed, here a host function that
+// rewrites that source: the call waits for it, and the device gets what
+// the host function wrote, for a copy the ring holds whole and one it does
+// not, asynchronous and synchronous.
+class OrderedStagerTest : public StagerTest {
+ protected:
+  bool OrderedReads() const override { return true; }
+};
+
+TEST_F(OrderedStagerTest, UploadsReadTheirSourceAfterTheStreamsEarlierWork) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  for (const uint64_t n : {3 * kMiB, 9 * kMiB + 4096}) {  // the test ring holds 4 MiB
+    for (const bool sync : {false, true}) {
+      std::vector<uint8_t> src(n), back(n);
+      Fill(src.data(), n, 61);
+      Rewrite w{src.data(), n, 62};
+      ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
+      ASSERT_EQ(cuLaunchHostFunc(s, RewriteSource, &w), CUDA_SUCCESS);
+      std::atomic<bool> returned{false};
+      CUresult r = CUDA_ERROR_UNKNOWN;
+      bool staged = false;
+      std::thread copier([&] {
+        MakeContextCurrent();
+        StagedInfo info;
+        staged = stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, n, s, sync, &r, &info);
+        returned.store(true);
+      });
+      usleep(100000);
+      EXPECT_FALSE(returned.load())
+          << n << (sync ? " sync" : " async") << ": returned while the earlier work was held";
+      ASSERT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
+      copier.join();
+      ASSERT_TRUE(staged);
+      ASSERT_EQ(r, CUDA_SUCCESS);
+      ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+      ASSERT_EQ(cuMemcpyDtoH(back.data(), dev_, n), CUDA_SUCCESS);
+      EXPECT_TRUE(HasPattern(back.data(), n, 62)) << n << (sync ? " sync" : " async");
+    }
+  }
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+// An error of the earlier work (or a stream the driver refuses) is the
+// driver's to answer: the ordered upload declines.
+TEST_F(OrderedStagerTest, AStreamItCannotWaitForGoesToTheDriver) {
+  std::vector<uint8_t> src(2 * kMiB);
+  Fill(src.data(), src.size(), 63);
+  CUresult r = CUDA_SUCCESS;
+  StagedInfo info;
+  const uint64_t declined = stager_->Stats().declined;
+  EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(),
+                              reinterpret_cast<CUstream>(0x5eed), false, &r, &info));
+  EXPECT_EQ(stager_->Stats().declined, declined + 1);
 }
 
 // Back-to-back uploads the ring holds whole write ring bytes the DMAs
