@@ -46,6 +46,12 @@ inline bool SettingUp(int state) { return state == kLaneWanted || state == kLane
 // than the copy.
 constexpr uint64_t kMinPiece = uint64_t{64} << 10;
 constexpr uint64_t kMaxPiece = uint64_t{256} << 10;
+// How much of an asynchronous pageable upload the driver reads at call
+// time: the first 2 MiB, the rest only once the work queued before it on
+// its stream completed (H200, driver 580: page_facts hostfunc_order, with
+// a host function that rewrites the source queued ahead of the copy; a
+// synchronous upload reads nothing before that work completed).
+constexpr uint64_t kDriverEagerBytes = uint64_t{2} << 20;
 // How long an idle worker spins for the next job before it sleeps: copies
 // often come back to back, and a futex wake costs tens of microseconds.
 constexpr uint64_t kSpinNs = 200000;
@@ -717,12 +723,19 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
     (pending ? ring_pending_ : no_lane_).fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  if (dir == CopyDir::kHostToDevice && options_.ordered_reads) {
-    // The work queued before the copy completes before its source is read
-    // (StagerOptions::ordered_reads). What fails here (the stream, or an
-    // error of that earlier work) the driver answers for, as without pinshim.
+  // When an upload reads its source, against the work queued before it on
+  // its stream (which may write that source: a host function, say): as the
+  // driver reads it. A synchronous one, and any with ordered_reads, reads
+  // nothing before that work completed; an asynchronous one reads its first
+  // kDriverEagerBytes at once and the rest after it. `before` marks that
+  // work. What fails here (the stream, or an error of that earlier work) the
+  // driver answers for, as without pinshim.
+  const bool h2d = dir == CopyDir::kHostToDevice;
+  const bool wait_first = h2d && (sync || options_.ordered_reads);
+  const bool wait_after_eager = h2d && !wait_first && bytes > kDriverEagerBytes;
+  if (wait_first || wait_after_eager) {
     CUresult e = ops_->event_record(lane->before, stream);
-    if (e == CUDA_SUCCESS) e = ops_->event_synchronize(lane->before);
+    if (e == CUDA_SUCCESS && wait_first) e = ops_->event_synchronize(lane->before);
     if (e != CUDA_SUCCESS) {
       ReleaseLane(lane);
       declined_.fetch_add(1, std::memory_order_relaxed);
@@ -761,6 +774,13 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
   while (off < bytes && r == CUDA_SUCCESS) {
     uint64_t n = bytes - off;
     if (n > chunk * kMaxChunks) n = chunk * kMaxChunks;
+    if (wait_after_eager) {
+      if (off == 0 && n > kDriverEagerBytes) n = kDriverEagerBytes;
+      if (off == kDriverEagerBytes) {
+        r = ops_->event_synchronize(lane->before);
+        if (r != CUDA_SUCCESS) break;  // the earlier work's error, as the driver returns it
+      }
+    }
     job->h2d = dir == CopyDir::kHostToDevice;
     job->host = static_cast<char*>(host) + off;
     job->chunk = chunk;
@@ -771,7 +791,7 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
     job->ppc = static_cast<uint32_t>((chunk + piece - 1) / piece);
     job->total = uint64_t{job->nchunks} * job->ppc;
     job->max_workers = threads - 1;
-    r = RunJob(lane, job, dev + off, stream, sync);
+    r = RunJob(lane, job, dev + off, stream);
     off += n;
   }
   ReleaseLane(lane);
@@ -784,7 +804,7 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
   return true;
 }
 
-CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, bool sync) {
+CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) {
   const uint32_t S = job->slots;
   const uint64_t start_ns = NowNs();
   for (uint32_t k = 0; k < job->nchunks; ++k) {
@@ -841,12 +861,10 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   }
   CUresult r = CUDA_SUCCESS;
   // A synchronous host-to-device copy returns as the driver's own pageable
-  // one does: once the stream's earlier work completed and the source was
-  // read, its last DMAs possibly still queued (measured on the H200:
-  // page_facts sync_h2d_return, bench/RESULTS.md). The event marks that
-  // earlier work; the copying overlaps it.
-  const bool wait_before = sync && job->h2d;
-  if (wait_before) r = ops_->event_record(lane->before, stream);
+  // one does: once the stream's earlier work completed (Stage waited for it
+  // before any byte was read) and the source was read, its last DMAs
+  // possibly still queued (measured on the H200: page_facts
+  // sync_h2d_return, bench/RESULTS.md).
   // DMAs queued and not yet seen complete, oldest first: chunk indices.
   uint32_t inflight[kMaxSlots];
   uint32_t head = 0, tail = 0;  // inflight[head % S .. tail % S)
@@ -987,7 +1005,6 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, 
   job->live.store(0, std::memory_order_seq_cst);
   job->next.store(job->total, std::memory_order_seq_cst);
   while (job->inside.load(std::memory_order_seq_cst) != 0) Pause();
-  if (r == CUDA_SUCCESS && wait_before) r = ops_->event_synchronize(lane->before);
   if (r == CUDA_SUCCESS && !job->h2d) {
     // Device-to-host copies return with the data in place: their DMAs
     // completed by now; the events say so and free the slots.

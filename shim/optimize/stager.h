@@ -14,9 +14,13 @@
 // copy returns once the stream's earlier work completed and its source was
 // read, its last DMAs possibly still queued, as the driver's own pageable
 // copies do on the H200. Stream order is the stream's own: the DMAs go on the
-// stream the program named (or its per-thread default stream). A copy
-// larger than the ring behind queued work waits for that work, as the
-// driver's own pageable copies do; one the ring holds returns at once.
+// stream the program named (or its per-thread default stream). The source
+// is read when the driver reads it, against the work queued before the copy
+// (which may write it: a host function, say): a synchronous upload reads
+// nothing before that work completed; an asynchronous one reads its first
+// 2 MiB at once and the rest after that work, so one of at most 2 MiB
+// returns at once and a larger one waits for it, as the driver's do
+// (StagerOptions::ordered_reads: every upload waits).
 //
 // Stage() declines (the caller makes the driver call) when the copy is
 // smaller than the direction's threshold, its device range is not one
@@ -101,12 +105,13 @@ struct StagerStats {
   uint64_t alone;
   // Where staged copies spent their time, summed over them (ns; the summary
   // prints microseconds): setup, from the call to its first pass (checks,
-  // the load sample, a lane); wait, from each pass's start to its job's
+  // the load sample, a lane, and for an upload that reads nothing before
+  // the stream's earlier work completed, that work); wait, from each pass's start to its job's
   // publication (earlier DMAs still reading the ring bytes it writes);
   // join, from publication to the first worker's arrival (passes a worker
   // joined); copy, from publication until every chunk was copied and its
   // DMA queued (to the host: copied out); tail, from then to the pass's end
-  // (the stream's earlier work, downloads' last DMAs).
+  // (downloads' last DMAs).
   uint64_t setup_ns, wait_ns, join_ns, copy_ns, tail_ns;
   uint64_t passes, joined_passes;
   uint64_t helpers;  // workers that copied a piece, summed over the passes
@@ -220,7 +225,7 @@ class Stager {
   void StartWorkers();
   static void* WorkerMain(void* arg);
   void WorkerLoop();
-  CUresult RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream, bool sync);
+  CUresult RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream);
   bool DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const;
 
   const DriverOps* ops_ = nullptr;

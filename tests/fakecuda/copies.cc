@@ -168,6 +168,27 @@ CUresult Copy(Naming dst_naming, uintptr_t dst, Naming src_naming, uintptr_t src
     b.src_held = nullptr;
     return Launch(handle, per_thread_api, {b}, /*wait=*/false, false, std::move(staging));
   }
+  if (api == Api::kAsync && d.kind == MemKind::kDevice && s.kind == MemKind::kPageable &&
+      !StreamCapturing(handle, per_thread_api)) {
+    // The first bytes read now (kAsyncPageableUploadEagerBytes), into
+    // staging memory the DMA reads later; the rest in stream order, the call
+    // waiting for it. A copy no larger returns at once.
+    const size_t eager = std::min(n, behavior::kAsyncPageableUploadEagerBytes);
+    auto staging = std::make_shared<std::vector<char>>(eager);
+    MoveRun(staging->data(), nullptr, s.view, s.held.get(), eager);
+    Block first = MakeBlock(d, s, eager);
+    first.src = staging->data();
+    first.src_held = nullptr;
+    std::vector<Block> blocks{first};
+    if (n > eager) {
+      Block rest = MakeBlock(d, s, n - eager);
+      rest.dst += eager;
+      rest.src += eager;
+      blocks.push_back(rest);
+    }
+    return Launch(handle, per_thread_api, std::move(blocks), /*wait=*/n > eager, true,
+                  std::move(staging));
+  }
   return Launch(handle, per_thread_api, {MakeBlock(d, s, n)}, MustWait(api, d.kind, s.kind),
                 AsyncPageable(api, d.kind, s.kind));
 }

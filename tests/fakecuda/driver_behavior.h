@@ -97,6 +97,16 @@ constexpr size_t kPitchAlignment = 512;
 // may not have completed"). Not measured for 2D/3D copies, which complete.
 constexpr bool kSyncPageableUploadReturnsBeforeItsDma = true;
 
+// Measured on the H200 (driver 580; page_facts hostfunc_order): an
+// asynchronous upload from pageable memory reads its first 2 MiB when it is
+// called and the rest only once the work queued before it on its stream
+// completed. With a host function that rewrites the source queued ahead of
+// it (behind a 50 ms kernel), copies of 64 KiB and 1 MiB delivered the old
+// bytes and returned at once; copies of 4 to 64 MiB delivered 2 MiB of old
+// bytes, the rest new, and returned after the kernel. A synchronous upload
+// reads nothing before that work completed (new bytes throughout).
+constexpr size_t kAsyncPageableUploadEagerBytes = size_t{2} << 20;
+
 // Not measured: a batch (cuMemcpyBatchAsync) that touches pageable host memory
 // completes before the call returns, like every other asynchronous copy of
 // pageable memory, whatever the source access order says.

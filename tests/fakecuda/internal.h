@@ -287,6 +287,9 @@ std::shared_ptr<Stream> NewStreamLocked(Context* ctx, unsigned flags, Stream::Ki
 // The stream an API call names: NULL means the legacy stream, or the calling
 // thread's default stream for the per-thread (_ptds/_ptsz) variants.
 CUresult ResolveStream(CUstream handle, bool per_thread_api, std::shared_ptr<Stream>* out);
+// Whether the stream the handle names is capturing (false for a handle it
+// cannot resolve: the call that follows reports that).
+bool StreamCapturing(CUstream handle, bool per_thread_api);
 
 // Queues `work` on `stream` in stream order; with `wait`, returns once it ran.
 // On a capturing stream the work becomes a graph node instead, and a call

@@ -324,6 +324,13 @@ CUresult ResolveStream(CUstream handle, bool per_thread_api, std::shared_ptr<Str
   return CUDA_SUCCESS;
 }
 
+bool StreamCapturing(CUstream handle, bool per_thread_api) {
+  std::shared_ptr<Stream> stream;
+  if (ResolveStream(handle, per_thread_api, &stream) != CUDA_SUCCESS) return false;
+  std::lock_guard<std::mutex> lock(S().mu);
+  return stream->capture != nullptr;
+}
+
 CUresult Submit(const std::shared_ptr<Stream>& stream, std::function<void()> work, bool wait,
                 bool async_pageable) {
   State& s = S();

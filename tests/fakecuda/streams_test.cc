@@ -1,8 +1,10 @@
-// Stream ordering: asynchronous work completes later, pageable copies are
-// synchronous, the legacy stream synchronizes with blocking streams, events.
+// Stream ordering: asynchronous work completes later, pageable downloads
+// are synchronous and uploads read their source as the H200's driver does,
+// the legacy stream synchronizes with blocking streams, events.
 // fakecuda_hold_stream keeps queued work pending, so "not yet" is asserted
 // deterministically, never by timing.
 #include <cudaTypedefs.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -66,36 +68,59 @@ TEST_F(StreamsTest, PinnedAsyncCopyCompletesLaterAndReadsTheSourceThen) {
   EXPECT_EQ(cuEventDestroy(done), CUDA_SUCCESS);
 }
 
-TEST_F(StreamsTest, PageableAsyncCopiesAreSynchronous) {
+// An asynchronous upload from pageable memory reads its first 2 MiB at the
+// call (driver_behavior.h, kAsyncPageableUploadEagerBytes): the program may
+// overwrite its buffer at once; a download lands before the call returns.
+TEST_F(StreamsTest, PageableAsyncUploadsReadTheirSourceAtTheCall) {
   std::vector<unsigned char> pageable = Pattern(kSize, 3);
   ASSERT_EQ(cuMemcpyHtoDAsync(dev_a_, pageable.data(), kSize, stream_), CUDA_SUCCESS);
-  EXPECT_EQ(cuStreamQuery(stream_), CUDA_SUCCESS);  // Already done.
   pageable.assign(kSize, 0);
+  ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(ReadDevice(dev_a_, kSize), Pattern(kSize, 3));
   std::vector<unsigned char> back(kSize, 0);
   ASSERT_EQ(cuMemcpyDtoHAsync(back.data(), dev_a_, kSize, stream_), CUDA_SUCCESS);
   EXPECT_EQ(back, Pattern(kSize, 3));  // Landed before the call returned.
 }
 
-TEST_F(StreamsTest, PageableAsyncCopyWaitsForEarlierWorkInItsStream) {
+// Behind held work on its stream: an upload of at most 2 MiB returns at once
+// with its source read (the device gets what the buffer held at the call,
+// though the program rewrites it before the stream runs); a larger one
+// reads the rest after that work and returns only then (the device gets 2
+// MiB of the old bytes and the new ones after them), as on the H200.
+TEST_F(StreamsTest, PageableAsyncUploadReadsPast2MiBAfterEarlierWork) {
   FillPinned(4);
-  std::vector<unsigned char> pageable = Pattern(kSize, 5);
+  std::vector<unsigned char> small = Pattern(kSize, 5);
   ASSERT_EQ(fakecuda_hold_stream(stream_, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyHtoDAsync(dev_a_, pinned_, kSize, stream_), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev_b_, small.data(), kSize, stream_), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);  // returned while held
+  small.assign(kSize, 0);
+  const size_t big_size = (size_t{3} << 20) + 4096;
+  CUdeviceptr big;
+  ASSERT_EQ(cuMemAlloc(&big, big_size), CUDA_SUCCESS);
+  std::vector<unsigned char> big_src = Pattern(big_size, 6);
   std::atomic<bool> returned{false};
   CUresult after_return = CUDA_ERROR_UNKNOWN;
   std::thread caller([&] {
     ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
-    EXPECT_EQ(cuMemcpyHtoDAsync(dev_b_, pageable.data(), kSize, stream_), CUDA_SUCCESS);
-    after_return = cuStreamQuery(stream_);  // Both copies are done by now.
+    EXPECT_EQ(cuMemcpyHtoDAsync(big, big_src.data(), big_size, stream_), CUDA_SUCCESS);
+    after_return = cuStreamQuery(stream_);  // Every copy is done by now.
     returned = true;
   });
-  EXPECT_EQ(cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
-  EXPECT_FALSE(returned.load());  // Cannot return while the earlier copy is held.
+  usleep(50000);
+  EXPECT_FALSE(returned.load());  // Cannot return while the earlier copies are held.
+  const auto fresh = Pattern(big_size, 7);
+  std::memcpy(big_src.data(), fresh.data(), big_size);  // rewritten before the stream runs
   ASSERT_EQ(fakecuda_hold_stream(stream_, 0), CUDA_SUCCESS);
   caller.join();
   EXPECT_EQ(after_return, CUDA_SUCCESS);
   EXPECT_EQ(ReadDevice(dev_a_, kSize), Pattern(kSize, 4));
   EXPECT_EQ(ReadDevice(dev_b_, kSize), Pattern(kSize, 5));
+  std::vector<unsigned char> expect = Pattern(big_size, 6);
+  std::memcpy(expect.data() + (size_t{2} << 20), fresh.data() + (size_t{2} << 20),
+              big_size - (size_t{2} << 20));
+  EXPECT_TRUE(ReadDevice(big, big_size) == expect);
+  EXPECT_EQ(cuMemFree(big), CUDA_SUCCESS);
 }
 
 TEST_F(StreamsTest, SynchronousCopiesWaitExceptDeviceToDevice) {
