@@ -522,6 +522,51 @@ void RunCapture(Kind kind) {
   fflush(stdout);
 }
 
+// Work queued ahead of an upload rewrites its source: a host function that
+// waits 20 ms (the upload is called meanwhile) and then writes a new
+// pattern. Without pinshim a synchronous upload from pageable memory reads
+// its source after that work; an asynchronous one reads its first 2 MiB at
+// the call and the rest after it (H200, driver 580: bench/RESULTS.md); from
+// page-locked memory the DMA reads it all after it. A synchronous upload on
+// the legacy stream, an asynchronous one on a stream, each of the whole
+// 4 MiB buffer; the device's bytes after each.
+struct Rewrite {
+  unsigned char* p;
+  size_t n;
+  unsigned seed;
+};
+void RewriteLater(void* arg) {
+  auto* w = static_cast<Rewrite*>(arg);
+  usleep(20000);
+  FillPattern(w->p, w->n, w->seed);
+}
+
+void RunStreamRewrite(Kind kind) {
+  std::string name = std::string(KindName(kind)) + " stream_rewrite";
+  if (!Wanted(name)) return;
+  unsigned char* p = Allocate(kind, kBytes);
+  FillPattern(p, kBytes, 0xA1);
+  MakeHot(p, kBytes);
+  char line[256];
+  FillPattern(p, kBytes, 0xD1);
+  Rewrite sync_rewrite{p, kBytes, 0xD2};
+  CHECK(cuLaunchHostFunc(nullptr, RewriteLater, &sync_rewrite));
+  CHECK(cuMemcpyHtoD(g_dev, p, kBytes));
+  CHECK(cuCtxSynchronize());
+  const uint64_t sync_hash = DeviceHash(kBytes);
+  FillPattern(p, kBytes, 0xD3);
+  Rewrite async_rewrite{p, kBytes, 0xD4};
+  CHECK(cuLaunchHostFunc(g_stream, RewriteLater, &async_rewrite));
+  CHECK(cuMemcpyHtoDAsync(g_dev, p, kBytes, g_stream));
+  CHECK(cuStreamSynchronize(g_stream));
+  const uint64_t async_hash = DeviceHash(kBytes);
+  snprintf(line, sizeof(line), "h2d=%016llx h2d_async=%016llx", (unsigned long long)sync_hash,
+           (unsigned long long)async_hash);
+  Release(kind, p, kBytes);
+  printf("%s: %s\n", name.c_str(), line);
+  fflush(stdout);
+}
+
 // A page change the hooks cannot see: madvise by raw system call. Without
 // page verification optimize mode cannot follow it (README's limits).
 void RunRawSyscall(Kind kind) {
@@ -608,6 +653,7 @@ int main(int argc, char** argv) {
     RunForkAdvice(kind, "fork_wipeonfork", MADV_WIPEONFORK);
     RunRawSyscall(kind);
     RunCapture(kind);
+    RunStreamRewrite(kind);
   }
   if (Wanted("fork child_uses_cuda")) printf("fork child_uses_cuda:%s\n", ForkChildCuda().c_str());
   RunRace();
