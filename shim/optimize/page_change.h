@@ -155,19 +155,17 @@ class PageChangeSlots {
   // Once, before optimize mode pins anything (registers with membarrier).
   static void Setup();
   // Hook side: [lo, hi) (hi > lo) is about to change on this thread / has
-  // changed. TryBeginFast marks the thread's own slot when it has one and
-  // no outer change holds it (nearly always), and EndFast clears it: a few
-  // TLS and plain stores, inline. Begin and End do every case: claiming a
-  // slot, none free, and nesting, where a nested call on one thread
-  // (mremap's target inside its source) widens the outer mark to cover both
-  // ranges, and the outer End clears it.
-  static bool TryBeginFast(uintptr_t lo, uintptr_t hi);
-  static void EndFast();
-  // The same fast path with the mark as a handle, which the caller keeps in
-  // a register across its call instead of loading the thread's slot again
-  // after it: null where TryBeginFast declines; EndFast(mark) clears it.
+  // changed. TryMarkFast marks the thread's own slot when it has one and no
+  // outer change holds it (nearly always), and returns it as a handle the
+  // caller keeps in a register across its call (null otherwise);
+  // EndFast(mark) clears it: a few TLS and plain stores, inline, and no
+  // load of the slot after the call. TryBeginFast is TryMarkFast for Begin.
+  // Begin and End do every case: claiming a slot, none free, and nesting,
+  // where a nested call on one thread (mremap's target inside its source)
+  // widens the outer mark to cover both ranges, and the outer End clears it.
   struct Slot;
   static Slot* TryMarkFast(uintptr_t lo, uintptr_t hi);
+  static bool TryBeginFast(uintptr_t lo, uintptr_t hi);
   static void EndFast(Slot* mark);
   static Mark Begin(uintptr_t lo, uintptr_t hi);
   static void End(Mark m);
@@ -236,8 +234,6 @@ inline bool PageChangeSlots::TryBeginFast(uintptr_t lo, uintptr_t hi) {
 }
 
 inline void PageChangeSlots::EndFast(Slot* mark) { mark->hi.store(0, std::memory_order_release); }
-
-inline void PageChangeSlots::EndFast() { EndFast(t_fast_); }
 
 inline void PageChangeSlots::End(Mark m) {
   if (PINSHIM_LIKELY(m == kSlot)) {
