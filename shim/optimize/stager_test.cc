@@ -66,6 +66,18 @@ Checked<Stager>& NewStager() {
   return *all->back();
 }
 
+// Rewrites a buffer from a host function in a stream: the work queued
+// before an upload that changes its source.
+struct Rewrite {
+  uint8_t* p;
+  uint64_t n;
+  uint8_t seed;
+};
+void RewriteSource(void* arg) {
+  auto* w = static_cast<Rewrite*>(arg);
+  Fill(w->p, w->n, w->seed);
+}
+
 class StagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -105,6 +117,37 @@ class StagerTest : public ::testing::Test {
     EXPECT_EQ(cuMemFree(dev_), CUDA_SUCCESS);
     fakecuda_set_copy_delay_us(0);
     ExpectInvariants(account_);
+  }
+
+  // A staged upload of n bytes of `src` to the device's start on stream s,
+  // behind a host function, queued on the held stream first, that rewrites
+  // `src` with Fill(new_seed). *returned: whether the call returned while
+  // the stream was held (looked at after up to 2 s with `await_return`,
+  // else after 100 ms). *device: the device's bytes once all is done.
+  void UploadBehindARewrite(CUstream s, uint8_t* src, uint64_t n, bool sync, uint8_t new_seed,
+                            bool await_return, bool* returned, std::vector<uint8_t>* device) {
+    Rewrite w{src, n, new_seed};
+    ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
+    ASSERT_EQ(cuLaunchHostFunc(s, RewriteSource, &w), CUDA_SUCCESS);
+    std::atomic<bool> done{false};
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    bool staged = false;
+    std::thread copier([&] {
+      MakeContextCurrent();
+      StagedInfo info;
+      staged = stager_->Stage(CopyDir::kHostToDevice, src, dev_, n, s, sync, &r, &info);
+      done.store(true);
+    });
+    for (int i = 0; i < 2000 && await_return && !done.load(); ++i) usleep(1000);
+    if (!await_return) usleep(100000);
+    *returned = done.load();
+    EXPECT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
+    copier.join();
+    ASSERT_TRUE(staged);
+    ASSERT_EQ(r, CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    device->assign(n, 0);
+    ASSERT_EQ(cuMemcpyDtoH(device->data(), dev_, n), CUDA_SUCCESS);
   }
 
   // A staged round trip of n bytes through device offset `at`.
@@ -311,18 +354,6 @@ TEST_F(StagerTest, SyncHostToDeviceWaitsForTheStreamsEarlierWork) {
   EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
 }
 
-// Rewrites a buffer from a host function in a stream: the work queued
-// before an upload that changes its source.
-struct Rewrite {
-  uint8_t* p;
-  uint64_t n;
-  uint8_t seed;
-};
-void RewriteSource(void* arg) {
-  auto* w = static_cast<Rewrite*>(arg);
-  Fill(w->p, w->n, w->seed);
-}
-
 // By default an upload reads its source when the driver reads it (H200,
 // driver 580: page_facts hostfunc_order, bench/RESULTS.md), here against a
 // host function queued before it that rewrites that source: a synchronous
@@ -335,34 +366,17 @@ TEST_F(StagerTest, UploadsReadTheirSourceWhenTheDriverWould) {
   ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
   for (const uint64_t n : {kMiB, 3 * kMiB, 9 * kMiB + 4096}) {  // the test ring holds 4 MiB
     for (const bool sync : {false, true}) {
-      std::vector<uint8_t> src(n), back(n), fresh(n), expect(n);
+      std::vector<uint8_t> src(n), back, fresh(n), expect(n);
       Fill(src.data(), n, 71);
       Fill(fresh.data(), n, 72);
       const uint64_t old_bytes = sync ? 0 : std::min(n, kEager);
       memcpy(expect.data(), src.data(), old_bytes);
       memcpy(expect.data() + old_bytes, fresh.data() + old_bytes, n - old_bytes);
-      Rewrite w{src.data(), n, 72};
-      ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
-      ASSERT_EQ(cuLaunchHostFunc(s, RewriteSource, &w), CUDA_SUCCESS);
-      std::atomic<bool> returned{false};
-      CUresult r = CUDA_ERROR_UNKNOWN;
-      bool staged = false;
-      std::thread copier([&] {
-        MakeContextCurrent();
-        StagedInfo info;
-        staged = stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, n, s, sync, &r, &info);
-        returned.store(true);
-      });
       const bool at_once = !sync && n <= kEager;
-      for (int i = 0; i < 2000 && at_once && !returned.load(); ++i) usleep(1000);
-      if (!at_once) usleep(100000);
-      EXPECT_EQ(returned.load(), at_once) << n << (sync ? " sync" : " async");
-      ASSERT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
-      copier.join();
-      ASSERT_TRUE(staged);
-      ASSERT_EQ(r, CUDA_SUCCESS);
-      ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
-      ASSERT_EQ(cuMemcpyDtoH(back.data(), dev_, n), CUDA_SUCCESS);
+      bool returned = false;
+      UploadBehindARewrite(s, src.data(), n, sync, 72, at_once, &returned, &back);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(returned, at_once) << n << (sync ? " sync" : " async");
       EXPECT_EQ(memcmp(back.data(), expect.data(), n), 0) << n << (sync ? " sync" : " async");
     }
   }
@@ -384,29 +398,13 @@ TEST_F(OrderedStagerTest, UploadsReadTheirSourceAfterTheStreamsEarlierWork) {
   ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
   for (const uint64_t n : {3 * kMiB, 9 * kMiB + 4096}) {  // the test ring holds 4 MiB
     for (const bool sync : {false, true}) {
-      std::vector<uint8_t> src(n), back(n);
+      std::vector<uint8_t> src(n), back;
       Fill(src.data(), n, 61);
-      Rewrite w{src.data(), n, 62};
-      ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
-      ASSERT_EQ(cuLaunchHostFunc(s, RewriteSource, &w), CUDA_SUCCESS);
-      std::atomic<bool> returned{false};
-      CUresult r = CUDA_ERROR_UNKNOWN;
-      bool staged = false;
-      std::thread copier([&] {
-        MakeContextCurrent();
-        StagedInfo info;
-        staged = stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, n, s, sync, &r, &info);
-        returned.store(true);
-      });
-      usleep(100000);
-      EXPECT_FALSE(returned.load())
-          << n << (sync ? " sync" : " async") << ": returned while the earlier work was held";
-      ASSERT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
-      copier.join();
-      ASSERT_TRUE(staged);
-      ASSERT_EQ(r, CUDA_SUCCESS);
-      ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
-      ASSERT_EQ(cuMemcpyDtoH(back.data(), dev_, n), CUDA_SUCCESS);
+      bool returned = false;
+      UploadBehindARewrite(s, src.data(), n, sync, 62, false, &returned, &back);
+      if (HasFatalFailure()) return;
+      EXPECT_FALSE(returned) << n << (sync ? " sync" : " async")
+                             << ": returned while the earlier work was held";
       EXPECT_TRUE(HasPattern(back.data(), n, 62)) << n << (sync ? " sync" : " async");
     }
   }
