@@ -5,8 +5,9 @@
 // 256-bit unit powering up after a spin, say). This probe copies a buffer
 // in 64 KiB pieces, the stager's way (spinning workers take pieces from a
 // shared counter and copy them with non-temporal stores into a buffer they
-// do not read back), and times each piece, under three source states and
-// three copy routines:
+// do not read back), and times each piece, under four source states and
+// three copy routines (the stager's own two, shim/optimize/stream_copy.h,
+// and libc's memcpy):
 //   fresh  the calling thread wrote the buffer just before (the staged case);
 //   cold   written, then flushed from every cache (clflush);
 //   warm   written, then read by the copying cores in an earlier round;
@@ -38,6 +39,8 @@
 #include <thread>
 #include <vector>
 
+#include "shim/optimize/stream_copy.h"
+
 namespace {
 
 constexpr size_t kPiece = 64 << 10;
@@ -46,34 +49,6 @@ uint64_t NowNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-void CopySse2(char* dst, const char* src, size_t n) {
-  for (size_t i = 0; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  _mm_sfence();
-}
-
-__attribute__((target("avx2"))) void CopyAvx2(char* dst, const char* src, size_t n) {
-  for (size_t i = 0; i + 128 <= n; i += 128) {
-    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
-    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
-    __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
-  }
-  _mm_sfence();
 }
 
 void CopyLibc(char* dst, const char* src, size_t n) { memcpy(dst, src, n); }
@@ -172,11 +147,14 @@ int main(int argc, char** argv) {
   const struct {
     const char* name;
     CopyFn fn;
-  } routines[] = {{"sse2", CopySse2}, {"avx2", CopyAvx2}, {"memcpy", CopyLibc}};
+  } routines[] = {{"sse2", pinshim::optimize::CopyStreaming},
+                  {"avx2", pinshim::optimize::CopyStreamingAvx2},
+                  {"memcpy", CopyLibc}};
   const char* states[] = {"fresh", "cold", "warm", "idle"};
   for (const char* state : states) {
     for (const auto& routine : routines) {
-      if (routine.fn == CopyAvx2 && !__builtin_cpu_supports("avx2")) continue;
+      if (routine.fn == pinshim::optimize::CopyStreamingAvx2 && !__builtin_cpu_supports("avx2"))
+        continue;
       for (int workers : worker_counts) {
         if (workers >= static_cast<int>(cpus)) continue;
         Round r;
