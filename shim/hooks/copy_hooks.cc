@@ -318,6 +318,19 @@ inline bool StageCopy(Api api, const optimize::CopyTicket& t, const void* host, 
                                               kDriverEntries[api].per_thread, !async, r, info);
 }
 
+// An asynchronous upload of memory pinned in place, whose stream has work
+// queued: its first bytes are read now, as the driver reads pageable
+// memory's (Optimizer::UploadEagerHead). *in_flight: whether DMA from the
+// pinned memory is still queued when it returns. False: the driver call.
+inline bool UploadEagerHead(Api api, const optimize::CopyTicket& t, const void* host,
+                            CUdeviceptr dev, CUstream stream, CUresult* r, bool* in_flight) {
+  if (t.kind != optimize::CopyTicket::kCache && t.kind != optimize::CopyTicket::kArena) {
+    return false;
+  }
+  return optimize::Optimizer::Process().UploadEagerHead(t, host, dev, stream,
+                                                        kDriverEntries[api].per_thread, r, in_flight);
+}
+
 }  // namespace
 }  // namespace pinshim
 
@@ -357,10 +370,17 @@ using pinshim::hook::ActiveOptimizer;
   optimize::CopyTicket ticket = BeforeCopy(shape);                                      \
   CUresult r;                                                                           \
   optimize::StagedInfo staged;                                                          \
+  bool in_flight = async;                                                               \
   const bool was_staged =                                                               \
       ticket.stage && StageCopy(api, ticket, host, dev, async, stream, &r, &staged);    \
-  if (!was_staged) r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE : real_fn(__VA_ARGS__); \
-  AfterCopy(api, ticket, r, async, stream);                                             \
+  if (was_staged) {                                                                     \
+  } else if (ticket.refuse) {                                                           \
+    r = CUDA_ERROR_INVALID_VALUE;                                                       \
+  } else if (!async ||                                                                  \
+             !UploadEagerHead(api, ticket, host, dev, stream, &r, &in_flight)) {        \
+    r = real_fn(__VA_ARGS__);                                                           \
+  }                                                                                     \
+  AfterCopy(api, ticket, r, in_flight, stream);                                         \
   Finish(api, shape, r, async, stream, start_ns, was_staged ? &staged : nullptr);       \
   return r
 // Batches: their host operands are many ranges, not one. In optimize mode

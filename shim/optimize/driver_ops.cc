@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "shim/core/registry.h"
+
 namespace pinshim {
 namespace optimize {
 
@@ -23,6 +25,8 @@ const DriverOpSymbol kDriverOpSymbols[] = {
     PINSHIM_OP("cuEventSynchronize", event_synchronize),
     PINSHIM_OP("cuEventDestroy_v2", event_destroy),
     PINSHIM_OP("cuStreamSynchronize", stream_synchronize),
+    PINSHIM_OP("cuStreamQuery", stream_query),
+    PINSHIM_OP("cuStreamGetFlags", stream_get_flags),
     PINSHIM_OP("cuCtxGetCurrent", ctx_get_current),
     PINSHIM_OP("cuCtxSetCurrent", ctx_set_current),
     PINSHIM_OP("cuCtxSynchronize", ctx_synchronize),
@@ -35,7 +39,7 @@ const DriverOpSymbol kDriverOpSymbols[] = {
 #undef PINSHIM_OP
 const int kDriverOpCount = sizeof(kDriverOpSymbols) / sizeof(kDriverOpSymbols[0]);
 
-static_assert(sizeof(DriverOps) == sizeof(void*) * 20, "one symbol per DriverOps entry");
+static_assert(sizeof(DriverOps) == sizeof(void*) * 22, "one symbol per DriverOps entry");
 
 bool LoadDriverOps(DriverSymbolLookup lookup, void* arg, DriverOps* ops) {
   memset(ops, 0, sizeof(*ops));
@@ -69,6 +73,32 @@ ScopedContext::ScopedContext(const DriverOps* ops, CUcontext ctx) : ops_(ops) {
 
 ScopedContext::~ScopedContext() {
   if (switched_) ops_->ctx_set_current(previous_);
+}
+
+bool DeviceRangeOk(const DriverOps& ops, const Registry* allocations, CUdeviceptr dev,
+                   uint64_t bytes) {
+  Region r;
+  if (allocations != nullptr && allocations->Lookup(dev, &r) && r.kind == MemKind::kDevice) {
+    return bytes <= r.bytes - (dev - r.start);
+  }
+  unsigned int type = 0;
+  if (ops.pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev) != CUDA_SUCCESS ||
+      type != CU_MEMORYTYPE_DEVICE) {
+    return false;
+  }
+  unsigned int managed = 0;
+  if (ops.pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dev) != CUDA_SUCCESS ||
+      managed != 0) {
+    return false;
+  }
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  if (ops.pointer_get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, dev) !=
+          CUDA_SUCCESS ||
+      ops.pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, dev) != CUDA_SUCCESS) {
+    return false;
+  }
+  return dev >= start && bytes <= size - (dev - start);
 }
 
 bool StreamCaptures(const DriverOps& ops, CUstream stream) {

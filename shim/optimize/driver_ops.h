@@ -13,6 +13,9 @@
 #include <cstdint>
 
 namespace pinshim {
+
+class Registry;
+
 namespace optimize {
 
 struct DriverOps {
@@ -28,6 +31,8 @@ struct DriverOps {
   CUresult (*event_synchronize)(CUevent event);
   CUresult (*event_destroy)(CUevent event);
   CUresult (*stream_synchronize)(CUstream stream);
+  CUresult (*stream_query)(CUstream stream);
+  CUresult (*stream_get_flags)(CUstream stream, unsigned int* flags);
   CUresult (*ctx_get_current)(CUcontext* out);
   CUresult (*ctx_set_current)(CUcontext ctx);
   CUresult (*ctx_synchronize)();
@@ -85,6 +90,14 @@ class ScopedContext {
   CUcontext previous_ = nullptr;
   bool switched_ = false;
 };
+
+// Whether [dev, dev + bytes) lies inside one device allocation that is not
+// managed memory: looked up in `allocations` (the hooks' kDevice regions;
+// may be null) first, else asked of the driver. The driver checks a copy's
+// whole device range before it moves a byte; pinshim, when it moves one
+// copy in parts, checks it first.
+bool DeviceRangeOk(const DriverOps& ops, const Registry* allocations, CUdeviceptr dev,
+                   uint64_t bytes);
 
 // Whether `stream` (RecordableStream form) captures, or the driver cannot
 // say (an error answer, as for the legacy stream while a blocking stream

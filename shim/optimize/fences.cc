@@ -222,6 +222,46 @@ void FenceManager::WaitForStream(CUstream stream) {
   Recycle(f);
 }
 
+FenceManager::Work FenceManager::QueuedWork(CUstream stream) {
+  auto answer = [](CUresult r) {
+    return r == CUDA_SUCCESS ? Work::kNone
+                             : r == CUDA_ERROR_NOT_READY ? Work::kQueued : Work::kUnknown;
+  };
+  if (stream != nullptr && stream != CU_STREAM_LEGACY) {
+    const Work own = answer(ops_->stream_query(stream));
+    if (own != Work::kNone) return own;
+    unsigned int flags = 0;
+    if (stream != CU_STREAM_PER_THREAD && ops_->stream_get_flags(stream, &flags) == CUDA_SUCCESS &&
+        (flags & CU_STREAM_NON_BLOCKING) != 0) {
+      return Work::kNone;
+    }
+    return answer(ops_->stream_query(CU_STREAM_LEGACY));
+  }
+  // The legacy stream: an event recorded on it waits for every blocking
+  // stream's earlier work, which no query of one stream tells.
+  const Work own = answer(ops_->stream_query(stream));
+  if (own != Work::kNone) return own;
+  CUcontext ctx = nullptr;
+  if (disabled_.load(std::memory_order_relaxed) || ops_->ctx_get_current(&ctx) != CUDA_SUCCESS ||
+      ctx == nullptr) {
+    return Work::kUnknown;
+  }
+  CUevent ev = Pop(ctx);
+  if (ev == nullptr && ops_->event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    return Work::kUnknown;
+  }
+  Work w = answer(ops_->event_record(ev, stream));
+  if (w == Work::kNone) {
+    const uint64_t start = MonotonicNs();
+    for (;;) {
+      w = answer(ops_->event_query(ev));
+      if (w != Work::kQueued || MonotonicNs() - start >= kIdleSpinNs) break;
+    }
+  }
+  if (!Push(ctx, ev)) ops_->event_destroy(ev);
+  return w;
+}
+
 void FenceManager::OnContextDestroyed(CUcontext ctx) {
   MutexLock lock(&mu_);
   if (table_ == nullptr) return;

@@ -125,6 +125,19 @@ class FenceManager {
   // so far (in RecordableStream form) has finished.
   void WaitForStream(CUstream stream);
 
+  // Whether work that an operation queued now on `stream` (RecordableStream
+  // form) would run after has yet to complete: the stream's own, and what
+  // it waits for implicitly (a blocking stream, or the per-thread default
+  // stream, the legacy stream's; the legacy stream every blocking
+  // stream's). Asked with stream queries, and for the legacy stream by a
+  // fence recorded on it and asked for up to kIdleSpinNs (an event on an
+  // idle stream completes a few microseconds after its record). Never
+  // blocks longer than that. kUnknown: the driver cannot say (an error, a
+  // capturing stream).
+  enum class Work { kNone, kQueued, kUnknown };
+  static constexpr uint64_t kIdleSpinNs = 50000;
+  Work QueuedWork(CUstream stream);
+
   // The context is gone; its cached events are dropped without the driver.
   void OnContextDestroyed(CUcontext ctx);
 

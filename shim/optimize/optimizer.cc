@@ -1,5 +1,9 @@
 #include "shim/optimize/optimizer.h"
 
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "shim/core/internal_alloc.h"
@@ -202,6 +206,74 @@ void Optimizer::AfterHostCopy(const CopyTicket& t, CUresult result, bool async, 
     case CopyTicket::kCache: cache_.AfterCopy(t.cache, result, async, s); break;
     case CopyTicket::kNone: break;
   }
+}
+
+bool Optimizer::UploadEagerHead(const CopyTicket& t, const void* host, CUdeviceptr dev,
+                                CUstream stream, bool per_thread_api, CUresult* result,
+                                bool* pinned_in_flight) {
+  if (!active() || t.dir != CopyDir::kHostToDevice || t.bytes == 0 || host == nullptr ||
+      (t.kind != CopyTicket::kCache && t.kind != CopyTicket::kArena) ||
+      options_.stager.ordered_reads) {
+    return false;
+  }
+  const CUstream s = RecordableStream(stream, per_thread_api);
+  // pinshim's own calls: never refused for, nor disturbing, a capture the
+  // program runs in global mode on another thread.
+  RelaxedCaptureMode relaxed(&ops_);
+  // An idle stream: the DMA reads the source now, as the driver would. One
+  // the driver cannot answer for: the driver's call, as without this.
+  if (fences_.QueuedWork(s) != FenceManager::Work::kQueued) return false;
+  // The driver refuses a bad range before it moves a byte; so must the
+  // parts, and the whole call is then the driver's.
+  if (!DeviceRangeOk(ops_, options_.allocations, dev, t.bytes)) return false;
+  const uint64_t head =
+      t.bytes < Stager::kDriverEagerBytes ? t.bytes : Stager::kDriverEagerBytes;
+  CUresult r = CUDA_SUCCESS;
+  StagedInfo info;
+  if (!stager_on_.load(std::memory_order_relaxed) ||
+      !stager_.StageEagerHead(const_cast<void*>(host), dev, head, s, &r, &info)) {
+    r = BounceUpload(host, dev, head, s);
+    eager_bounces_.fetch_add(1, std::memory_order_relaxed);
+  }
+  eager_heads_.fetch_add(1, std::memory_order_relaxed);
+  *pinned_in_flight = false;
+  if (r == CUDA_SUCCESS && t.bytes > head) {
+    r = ops_.memcpy_htod_async(dev + head, static_cast<const char*>(host) + head, t.bytes - head,
+                               s);
+    *pinned_in_flight = r == CUDA_SUCCESS;
+  }
+  *result = r;
+  return true;
+}
+
+CUresult Optimizer::BounceUpload(const void* host, CUdeviceptr dev, uint64_t bytes,
+                                 CUstream stream) {
+  // The driver reads an asynchronous upload of at most kDriverEagerBytes of
+  // pageable memory before it returns, so the buffer is free again then.
+  // Another call holding it: one mapped for this call.
+  void* buf = nullptr;
+  const bool own = !bounce_busy_.exchange(true, std::memory_order_acquire);
+  if (own) buf = bounce_.load(std::memory_order_relaxed);
+  if (buf == nullptr) {
+    const long m = syscall(SYS_mmap, nullptr, Stager::kDriverEagerBytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m < 0 && m > -4096) {
+      if (own) bounce_busy_.store(false, std::memory_order_release);
+      // No memory for it: the driver's own upload of the whole head, from
+      // the pinned memory, is all that is left.
+      return ops_.memcpy_htod_async(dev, host, bytes, stream);
+    }
+    buf = reinterpret_cast<void*>(m);
+    if (own) bounce_.store(buf, std::memory_order_relaxed);
+  }
+  memcpy(buf, host, bytes);
+  const CUresult r = ops_.memcpy_htod_async(dev, buf, bytes, stream);
+  if (own) {
+    bounce_busy_.store(false, std::memory_order_release);
+  } else {
+    syscall(SYS_munmap, buf, Stager::kDriverEagerBytes);
+  }
+  return r;
 }
 
 void Optimizer::AfterAsyncCopyOnCachedMemory(CUstream stream, bool per_thread_api) {
@@ -471,6 +543,8 @@ OptimizeCounters Optimizer::Counters() const {
   c.hot_sites_from_profile = hot_sites_.from_profile();
   c.page_change_drops =
       c.cache.page_change_unpins + c.arena.page_change_unpins + c.pool.retired_slabs;
+  c.eager_heads = eager_heads_.load();
+  c.eager_bounces = eager_bounces_.load();
   c.stager = stager_.Stats();
   return c;
 }

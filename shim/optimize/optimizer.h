@@ -120,6 +120,12 @@ struct OptimizeCounters {
   // Drops because the program changed the pages behind pinshim's pinning:
   // cache registrations and arena extents unpinned, pool slabs retired.
   uint64_t page_change_drops;
+  // Asynchronous uploads of memory pinned in place whose first bytes were
+  // read at the call (UploadEagerHead), and of those the ones read through
+  // the bounce buffer (no ring free). The ring's are counted in
+  // stager.copies too.
+  uint64_t eager_heads;
+  uint64_t eager_bounces;
   StagerStats stager;
 };
 
@@ -163,6 +169,24 @@ class Optimizer {
   // call named it, with per_thread_api for _ptsz/_ptds entry points.
   bool Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream, bool per_thread_api,
              bool sync, CUresult* result, StagedInfo* info);
+
+  // An asynchronous upload of memory pinned in place (a ticket of kind
+  // kCache or kArena, host to device) reads its source by DMA in stream
+  // order; the driver's upload of the same pageable memory reads its first
+  // Stager::kDriverEagerBytes at the call, the rest in stream order (H200:
+  // bench/RESULTS.md). When the stream has work queued (which may rewrite
+  // the source: a host function), this reads those first bytes now, through
+  // a ring (Stager::StageEagerHead) or else a pageable bounce buffer the
+  // driver reads at the call, and queues the rest as DMA from the pinned
+  // memory. False, having done nothing, for any other copy, an idle
+  // stream, a device range the driver would refuse (it answers), or with
+  // ordered reads (StagerOptions::ordered_reads: the DMA's order is the
+  // one wanted). Else *result is the call's result and *pinned_in_flight
+  // whether DMA from the pinned memory was queued (AfterHostCopy must wait
+  // for it as for any async copy of such memory; when false, nothing of it
+  // is in flight and the call returns at once, as the driver's does).
+  bool UploadEagerHead(const CopyTicket& t, const void* host, CUdeviceptr dev, CUstream stream,
+                       bool per_thread_api, CUresult* result, bool* pinned_in_flight);
 
   // For asynchronous calls whose operands are not one host range (batches,
   // 3D batches): when HidesPinning(p) holds for any host operand p, call
@@ -278,6 +302,13 @@ class Optimizer {
   EmulatedRegistration* emulated_ = nullptr;  // kMaxEmulated
   std::atomic<uint64_t> pool_async_notes_{0}, arena_copies_{0}, arena_async_waits_{0};
   std::atomic<uint64_t> saved_arena_ns_{0};
+  std::atomic<uint64_t> eager_heads_{0}, eager_bounces_{0};
+  // UploadEagerHead's bounce buffer (kDriverEagerBytes, mapped at first
+  // use, never given back) and whether a call holds it.
+  std::atomic<void*> bounce_{nullptr};
+  std::atomic<bool> bounce_busy_{false};
+
+  CUresult BounceUpload(const void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream);
 };
 
 // The engine Process() returns (defined in optimizer.cc).

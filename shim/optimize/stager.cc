@@ -46,12 +46,6 @@ inline bool SettingUp(int state) { return state == kLaneWanted || state == kLane
 // than the copy.
 constexpr uint64_t kMinPiece = uint64_t{64} << 10;
 constexpr uint64_t kMaxPiece = uint64_t{256} << 10;
-// How much of an asynchronous pageable upload the driver reads at call
-// time: the first 2 MiB, the rest only once the work queued before it on
-// its stream completed (H200, driver 580: page_facts hostfunc_order, with
-// a host function that rewrites the source queued ahead of the copy; a
-// synchronous upload reads nothing before that work completed).
-constexpr uint64_t kDriverEagerBytes = uint64_t{2} << 20;
 // How long an idle worker spins for the next job before it sleeps: copies
 // often come back to back, and a futex wake costs tens of microseconds.
 constexpr uint64_t kSpinNs = 200000;
@@ -611,40 +605,24 @@ void Stager::ReleaseLane(Lane* lane) {
   lane->state.store(kLaneFree, std::memory_order_release);
 }
 
-bool Stager::DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const {
-  // The driver checks a copy's whole device range before it moves a byte;
-  // a staged copy moves chunks, so it must know the range is good first.
-  Region r;
-  if (options_.allocations != nullptr && options_.allocations->Lookup(dev, &r) &&
-      r.kind == MemKind::kDevice) {
-    return bytes <= r.bytes - (dev - r.start);
-  }
-  unsigned int type = 0;
-  if (ops_->pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev) != CUDA_SUCCESS ||
-      type != CU_MEMORYTYPE_DEVICE) {
-    return false;
-  }
-  unsigned int managed = 0;
-  if (ops_->pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dev) != CUDA_SUCCESS ||
-      managed != 0) {
-    return false;
-  }
-  CUdeviceptr start = 0;
-  size_t size = 0;
-  if (ops_->pointer_get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, dev) !=
-          CUDA_SUCCESS ||
-      ops_->pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, dev) != CUDA_SUCCESS) {
-    return false;
-  }
-  return dev >= start && bytes <= size - (dev - start);
-}
-
 bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
                    bool sync, CUresult* result, StagedInfo* info) {
-  if (!Wants(dir, bytes) || host == nullptr) return false;
+  if (!Wants(dir, bytes)) return false;
+  return StageImpl(dir, host, dev, bytes, stream, sync, false, result, info);
+}
+
+bool Stager::StageEagerHead(void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+                            CUresult* result, StagedInfo* info) {
+  if (!active() || bytes == 0 || bytes > kDriverEagerBytes) return false;
+  return StageImpl(CopyDir::kHostToDevice, host, dev, bytes, stream, false, true, result, info);
+}
+
+bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+                       bool sync, bool eager_head, CUresult* result, StagedInfo* info) {
+  if (host == nullptr) return false;
   const uint64_t entered_ns = NowNs();
   const uint32_t helpers = UsableWorkers();
-  if (options_.load_aware && helpers == 0) {
+  if (options_.load_aware && helpers == 0 && !eager_head) {
     declined_.fetch_add(1, std::memory_order_relaxed);
     busy_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -657,7 +635,7 @@ bool Stager::Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUs
     const uintptr_t hi = reinterpret_cast<uintptr_t>(host) + bytes;
     if (syscall(SYS_msync, lo, hi - lo, MS_ASYNC) != 0) return false;
   }
-  if (!DeviceRangeOk(dev, bytes)) return false;
+  if (!eager_head && !DeviceRangeOk(*ops_, options_.allocations, dev, bytes)) return false;
   CUcontext ctx = nullptr;
   if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return false;
   // A stream that captures would record the ring's DMAs into the program's

@@ -171,6 +171,24 @@ class Stager {
   bool Stage(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream, bool sync,
              CUresult* result, StagedInfo* info);
 
+  // Reads host [host, host + bytes), at most kDriverEagerBytes, into a ring
+  // now and queues its DMA to dev on `stream`: the first bytes of an
+  // asynchronous upload of memory pinned in place, which the driver's
+  // upload of that pageable memory reads at the call (Optimizer::
+  // UploadEagerHead). Unlike Stage, whatever the size and the load (the
+  // calling thread copies alone when no core is idle); the caller checked
+  // the device range. Declines (false) with no lane or ring, or while the
+  // stream captures.
+  bool StageEagerHead(void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+                      CUresult* result, StagedInfo* info);
+
+  // How much of an asynchronous pageable upload the driver reads at call
+  // time: the first 2 MiB, the rest only once the work queued before it on
+  // its stream completed (H200, driver 580: page_facts hostfunc_order, with
+  // a host function that rewrites the source queued ahead of the copy; a
+  // synchronous upload reads nothing before that work completed).
+  static constexpr uint64_t kDriverEagerBytes = uint64_t{2} << 20;
+
   // Waits until no ring is being pinned in the background; false when one
   // still is after timeout_ns.
   bool WaitForRings(uint64_t timeout_ns) const;
@@ -226,7 +244,8 @@ class Stager {
   static void* WorkerMain(void* arg);
   void WorkerLoop();
   CUresult RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream);
-  bool DeviceRangeOk(CUdeviceptr dev, uint64_t bytes) const;
+  bool StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+                 bool sync, bool eager_head, CUresult* result, StagedInfo* info);
 
   const DriverOps* ops_ = nullptr;
   // ops_->thread_exchange_capture_mode, kept here for a starting worker

@@ -35,6 +35,8 @@ inline DriverOps FakeDriverOps() {
   ops.event_synchronize = &cuEventSynchronize;
   ops.event_destroy = &cuEventDestroy;
   ops.stream_synchronize = &cuStreamSynchronize;
+  ops.stream_query = &cuStreamQuery;
+  ops.stream_get_flags = &cuStreamGetFlags;
   ops.ctx_get_current = &cuCtxGetCurrent;
   ops.ctx_set_current = &cuCtxSetCurrent;
   ops.ctx_synchronize = &cuCtxSynchronize;

@@ -177,6 +177,14 @@ CUresult StreamQuery(CUstream handle, bool per_thread_api) {
   return stream->progress->done >= stream->enqueued ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+CUresult StreamGetFlags(CUstream handle, bool per_thread_api, unsigned* flags) {
+  std::shared_ptr<Stream> stream;
+  if (CUresult err = ResolveStream(handle, per_thread_api, &stream)) return err;
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = stream->flags;
+  return CUDA_SUCCESS;
+}
+
 CUresult StreamWaitEvent(CUstream handle, CUevent event, unsigned flags, bool per_thread_api) {
   if (CUresult err = RequireInit()) return err;
   if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0)
@@ -215,6 +223,17 @@ CUresult EventRecord(CUevent event, CUstream handle, bool per_thread_api) {
     return CUDA_SUCCESS;
   }
   ev->captured_in.reset();
+  // On an idle stream the device records the event within microseconds of
+  // the call; here at once, so that a query right after the record (how
+  // pinshim asks whether the legacy stream has work queued) sees it done.
+  if (!stream->held && stream->queue.empty() && stream->progress->done >= stream->enqueued &&
+      ImplicitDeps(s, *stream).empty()) {
+    stream->progress->done = ++stream->enqueued;
+    ev->progress->done = ++ev->recorded;
+    ev->completed_at = std::chrono::steady_clock::now();
+    s.cv.notify_all();
+    return CUDA_SUCCESS;
+  }
   Op op;
   op.marks = ev;
   op.mark_generation = ev->recorded + 1;
@@ -495,6 +514,16 @@ CUresult cuStreamQuery(CUstream hStream) {
 CUresult cuStreamQuery_ptsz(CUstream hStream) {
   FAKECUDA_ENTER("cuStreamQuery");
   return fakecuda::StreamQuery(hStream, true);
+}
+
+CUresult cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
+  FAKECUDA_ENTER("cuStreamGetFlags");
+  return fakecuda::StreamGetFlags(hStream, false, flags);
+}
+
+CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
+  FAKECUDA_ENTER("cuStreamGetFlags");
+  return fakecuda::StreamGetFlags(hStream, true, flags);
 }
 
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {

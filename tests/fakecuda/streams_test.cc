@@ -165,6 +165,22 @@ TEST_F(StreamsTest, LegacyStreamWaitsForBlockingStreamsOnly) {
   ASSERT_EQ(cuStreamSynchronize(non_blocking_), CUDA_SUCCESS);
 }
 
+// The flags a stream was created with; the default streams are blocking.
+TEST_F(StreamsTest, StreamFlagsAreTheCreationFlags) {
+  unsigned int flags = 99;
+  ASSERT_EQ(cuStreamGetFlags(non_blocking_, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  ASSERT_EQ(cuStreamGetFlags(stream_, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_DEFAULT));
+  flags = 99;
+  ASSERT_EQ(cuStreamGetFlags(nullptr, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_DEFAULT));
+  flags = 99;
+  ASSERT_EQ(cuStreamGetFlags(CU_STREAM_PER_THREAD, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_DEFAULT));
+  EXPECT_EQ(cuStreamGetFlags(stream_, nullptr), CUDA_ERROR_INVALID_VALUE);
+}
+
 TEST_F(StreamsTest, BlockingStreamsWaitForTheLegacyStream) {
   ASSERT_EQ(fakecuda_hold_stream(CU_STREAM_LEGACY, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyDtoDAsync(dev_b_, dev_a_, kSize, nullptr), CUDA_SUCCESS);

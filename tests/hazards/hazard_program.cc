@@ -527,9 +527,12 @@ void RunCapture(Kind kind) {
 // pattern. Without pinshim a synchronous upload from pageable memory reads
 // its source after that work; an asynchronous one reads its first 2 MiB at
 // the call and the rest after it (H200, driver 580: bench/RESULTS.md); from
-// page-locked memory the DMA reads it all after it. A synchronous upload on
-// the legacy stream, an asynchronous one on a stream, each of the whole
-// 4 MiB buffer; the device's bytes after each.
+// page-locked memory the DMA reads it all after it. Uploads of the whole
+// 4 MiB buffer: a synchronous one on the legacy stream, an asynchronous one
+// on a stream; an asynchronous one of its first 1 MiB (all of it read at
+// the call); an asynchronous one on the legacy stream, whose rewrite is
+// queued on another blocking stream (the legacy stream waits for it). The
+// device's bytes after each.
 struct Rewrite {
   unsigned char* p;
   size_t n;
@@ -560,8 +563,26 @@ void RunStreamRewrite(Kind kind) {
   CHECK(cuMemcpyHtoDAsync(g_dev, p, kBytes, g_stream));
   CHECK(cuStreamSynchronize(g_stream));
   const uint64_t async_hash = DeviceHash(kBytes);
-  snprintf(line, sizeof(line), "h2d=%016llx h2d_async=%016llx", (unsigned long long)sync_hash,
-           (unsigned long long)async_hash);
+  const size_t small = kBytes / 4;
+  FillPattern(p, kBytes, 0xD5);
+  Rewrite small_rewrite{p, small, 0xD6};
+  CHECK(cuLaunchHostFunc(g_stream, RewriteLater, &small_rewrite));
+  CHECK(cuMemcpyHtoDAsync(g_dev, p, small, g_stream));
+  CHECK(cuStreamSynchronize(g_stream));
+  const uint64_t small_hash = DeviceHash(small);
+  FillPattern(p, kBytes, 0xD7);
+  CUstream other;
+  CHECK(cuStreamCreate(&other, CU_STREAM_DEFAULT));
+  Rewrite other_rewrite{p, kBytes, 0xD8};
+  CHECK(cuLaunchHostFunc(other, RewriteLater, &other_rewrite));
+  CHECK(cuMemcpyHtoDAsync(g_dev, p, kBytes, nullptr));
+  CHECK(cuCtxSynchronize());
+  CHECK(cuStreamDestroy(other));
+  const uint64_t legacy_hash = DeviceHash(kBytes);
+  snprintf(line, sizeof(line),
+           "h2d=%016llx h2d_async=%016llx h2d_async_1m=%016llx h2d_async_legacy=%016llx",
+           (unsigned long long)sync_hash, (unsigned long long)async_hash,
+           (unsigned long long)small_hash, (unsigned long long)legacy_hash);
   Release(kind, p, kBytes);
   printf("%s: %s\n", name.c_str(), line);
   fflush(stdout);

@@ -44,16 +44,6 @@ EXPECTED_FAILURES = {
     for config in ("optimize", "optimize+enforce", "optimize+staged")
     for kind in ("malloc", "mmap", "hotsite")
 }
-# An asynchronous upload of memory pinned in place reads its whole source in
-# stream order, where the driver's pageable upload reads its first 2 MiB at
-# the call: a source the stream's earlier work rewrites arrives new where it
-# would arrive 2 MiB old.
-EXPECTED_FAILURES.update({
-    (config, "%s stream_rewrite" % kind):
-        "an async upload of memory pinned in place reads its first 2 MiB in stream order"
-    for config in ("optimize", "optimize+enforce", "optimize+verify", "optimize+staged")
-    for kind in ("malloc", "mmap", "hotsite")
-})
 
 
 def run(env_extra, trace_dir=None):
