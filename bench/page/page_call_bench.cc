@@ -14,15 +14,19 @@
 // varies by a microsecond from run to run, which hides nanoseconds), and
 // refused by the kernel for an unaligned address, which still runs every
 // check the hooks make before the call. --paired=N times each call through
-// the hooks and straight into libc back to back instead (RunPaired).
+// the hooks and straight into libc back to back instead (RunPaired);
+// --paired=N --controls adds two controls that need no library (Framed*,
+// Raw*).
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <x86intrin.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +61,58 @@ bool LoadLibcCalls() {
   g_libc.munmap = reinterpret_cast<int (*)(void*, size_t)>(dlsym(libc, "munmap"));
   return g_libc.madvise != nullptr && g_libc.mmap != nullptr && g_libc.munmap != nullptr;
 }
+
+// --paired's controls (--controls): libc's calls one frame deeper, from a
+// function that does something after the call returns, as a hook does; and
+// the system calls made directly, without libc's wrappers. Against libc
+// straight they say what a hook's frame around the call costs by itself,
+// whatever the hook computes.
+template <typename T>
+inline T After(T r) {
+  asm volatile("" : "+r"(r));  // work after the call: no tail call
+  return r;
+}
+__attribute__((noinline)) int FramedMadvise(void* a, size_t n, int advice) {
+  return After(g_libc.madvise(a, n, advice));
+}
+__attribute__((noinline)) void* FramedMmap(void* a, size_t n, int prot, int flags, int fd,
+                                           off_t off) {
+  return After(g_libc.mmap(a, n, prot, flags, fd, off));
+}
+__attribute__((noinline)) int FramedMunmap(void* a, size_t n) { return After(g_libc.munmap(a, n)); }
+Calls g_framed = {&FramedMadvise, &FramedMmap, &FramedMunmap};
+
+inline long RawSyscall6(long nr, long a, long b, long c, long d, long e, long f) {
+  long r;
+  register long r10 asm("r10") = d;
+  register long r8 asm("r8") = e;
+  register long r9 asm("r9") = f;
+  asm volatile("syscall"
+               : "=a"(r)
+               : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+               : "rcx", "r11", "memory");
+  return r;
+}
+template <typename T>
+inline T RawResult(long r, T failed) {
+  if (r < 0 && r > -4096) {
+    errno = static_cast<int>(-r);
+    return failed;
+  }
+  return (T)r;  // NOLINT: an int or a pointer
+}
+__attribute__((noinline)) int RawMadvise(void* a, size_t n, int advice) {
+  return RawResult<int>(RawSyscall6(SYS_madvise, (long)a, (long)n, advice, 0, 0, 0), -1);
+}
+__attribute__((noinline)) void* RawMmap(void* a, size_t n, int prot, int flags, int fd,
+                                        off_t off) {
+  return RawResult<void*>(RawSyscall6(SYS_mmap, (long)a, (long)n, prot, flags, fd, off),
+                          MAP_FAILED);
+}
+__attribute__((noinline)) int RawMunmap(void* a, size_t n) {
+  return RawResult<int>(RawSyscall6(SYS_munmap, (long)a, (long)n, 0, 0, 0, 0), -1);
+}
+Calls g_raw = {&RawMadvise, &RawMmap, &RawMunmap};
 
 void MadviseDontneedUnpinned(const Calls* c) {
   int r = c->madvise(g_page + 1, 4096, MADV_DONTNEED);
@@ -153,15 +209,16 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-void Paired(const char* name, Once once, long pairs, double ns_per_tick) {
+void Paired(const char* name, Once once, long pairs, double ns_per_tick,
+            const Calls* timed = &g_program) {
   std::vector<double> diff, hooked, libc;
   diff.reserve(pairs);
   for (long i = -1000; i < pairs; ++i) {  // 1000 pairs of warm-up
     const bool hooked_first = (i & 1) == 0;
     const uint64_t t0 = Ticks();
-    once(hooked_first ? &g_program : &g_libc);
+    once(hooked_first ? timed : &g_libc);
     const uint64_t t1 = Ticks();
-    once(hooked_first ? &g_libc : &g_program);
+    once(hooked_first ? &g_libc : timed);
     const uint64_t t2 = Ticks();
     if (i < 0) continue;
     const double first = (t1 - t0) * ns_per_tick, second = (t2 - t1) * ns_per_tick;
@@ -177,7 +234,7 @@ void Paired(const char* name, Once once, long pairs, double ns_per_tick) {
          at(&diff, 0.75), at(&hooked, 0.5), at(&libc, 0.5));
 }
 
-int RunPaired(long pairs, const std::vector<std::pair<const char*, Once>>& cases) {
+int RunPaired(long pairs, const std::vector<std::pair<const char*, Once>>& cases, bool controls) {
   // The counter's rate, against the monotonic clock over 100 ms.
   const uint64_t n0 = NowNs(), t0 = Ticks();
   while (NowNs() - n0 < 100000000) {
@@ -187,6 +244,12 @@ int RunPaired(long pairs, const std::vector<std::pair<const char*, Once>>& cases
          pairs, 1 / ns_per_tick);
   printf("%-28s %10s %8s %8s %10s %10s\n", "call", "added", "p25", "p75", "hooked", "libc");
   for (const auto& [name, once] : cases) Paired(name, once, pairs, ns_per_tick);
+  if (!controls) return 0;
+  printf("controls: libc one frame deeper (framed), system calls without libc (raw)\n");
+  for (const auto& [name, once] : cases) {
+    Paired((std::string("framed ") + (name + 3)).c_str(), once, pairs, ns_per_tick, &g_framed);
+    Paired((std::string("raw ") + (name + 3)).c_str(), once, pairs, ns_per_tick, &g_raw);
+  }
   return 0;
 }
 
@@ -236,7 +299,8 @@ int main(int argc, char** argv) {
       {"BM_MmapFixedRefused", MmapFixedRefused},
       {"BM_MunmapRefused", MunmapRefused},
       {"BM_MunmapRefusedNearTracked", MunmapRefusedNearTracked}};
-  if (argc == 2 && strncmp(argv[1], "--paired=", 9) == 0) {
+  const bool controls = argc == 3 && strcmp(argv[2], "--controls") == 0;
+  if ((argc == 2 || controls) && strncmp(argv[1], "--paired=", 9) == 0) {
     char* end;
     const long pairs = strtol(argv[1] + 9, &end, 10);
     if (*end != '\0' || pairs < 1) {
@@ -244,7 +308,7 @@ int main(int argc, char** argv) {
               argv[1] + 9);
       return 2;
     }
-    return RunPaired(pairs, cases);
+    return RunPaired(pairs, cases, controls);
   }
   for (const auto& [name, once] : cases) RegisterBoth(name, once);
   benchmark::Initialize(&argc, argv);

@@ -81,10 +81,11 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
     {ConfigKey::kStageSlots, "PINSHIM_STAGE_SLOTS", "stage_slots", "8", "an integer from 2 to 8",
      "Optimize mode only: the slots of one staging ring (copies in flight at once)."},
     {ConfigKey::kStageOrdered, "PINSHIM_STAGE_ORDERED", "stage_ordered", "0", "0 or 1",
-     "Optimize mode only: 1 makes a staged upload read its source only once the "
-     "work queued before it on its stream completed (the synchronization the CUDA "
-     "documentation states for pageable memory); 0 reads it as the driver does "
-     "(measured on the H200; README, \"Staged copies\")."},
+     "Optimize mode only: 1 makes a staged upload, and an asynchronous upload of "
+     "memory pinned in place, read its source only once the work queued before it "
+     "on its stream completed (the synchronization the CUDA documentation states "
+     "for pageable memory); 0 reads it as the driver does (measured on the H200; "
+     "README, \"Staged copies\")."},
     {ConfigKey::kPythonFrames, "PINSHIM_PYTHON_FRAMES", "python_frames", "1", "0 or 1",
      "1 records the calling thread's Python frames (file, line, function) "
      "with every call site in Python programs (CPython 3.10 to 3.13); 0 "

@@ -523,7 +523,7 @@ void RunCapture(Kind kind) {
 }
 
 // Work queued ahead of an upload rewrites its source: a host function that
-// waits 20 ms (the upload is called meanwhile) and then writes a new
+// waits while the upload is called (RewriteLater) and then writes a new
 // pattern. Without pinshim a synchronous upload from pageable memory reads
 // its source after that work; an asynchronous one reads its first 2 MiB at
 // the call and the rest after it (H200, driver 580: bench/RESULTS.md); from
@@ -533,14 +533,19 @@ void RunCapture(Kind kind) {
 // the call); an asynchronous one on the legacy stream, whose rewrite is
 // queued on another blocking stream (the legacy stream waits for it). The
 // device's bytes after each.
+// The host function waits until the upload is being called, then 100 ms
+// more (the time the upload has to read what it reads at the call, however
+// loaded the machine), then rewrites.
 struct Rewrite {
   unsigned char* p;
   size_t n;
   unsigned seed;
+  std::atomic<bool> calling{false};
 };
 void RewriteLater(void* arg) {
   auto* w = static_cast<Rewrite*>(arg);
-  usleep(20000);
+  while (!w->calling.load()) usleep(100);
+  usleep(100000);
   FillPattern(w->p, w->n, w->seed);
 }
 
@@ -554,12 +559,14 @@ void RunStreamRewrite(Kind kind) {
   FillPattern(p, kBytes, 0xD1);
   Rewrite sync_rewrite{p, kBytes, 0xD2};
   CHECK(cuLaunchHostFunc(nullptr, RewriteLater, &sync_rewrite));
+  sync_rewrite.calling.store(true);
   CHECK(cuMemcpyHtoD(g_dev, p, kBytes));
   CHECK(cuCtxSynchronize());
   const uint64_t sync_hash = DeviceHash(kBytes);
   FillPattern(p, kBytes, 0xD3);
   Rewrite async_rewrite{p, kBytes, 0xD4};
   CHECK(cuLaunchHostFunc(g_stream, RewriteLater, &async_rewrite));
+  async_rewrite.calling.store(true);
   CHECK(cuMemcpyHtoDAsync(g_dev, p, kBytes, g_stream));
   CHECK(cuStreamSynchronize(g_stream));
   const uint64_t async_hash = DeviceHash(kBytes);
@@ -567,6 +574,7 @@ void RunStreamRewrite(Kind kind) {
   FillPattern(p, kBytes, 0xD5);
   Rewrite small_rewrite{p, small, 0xD6};
   CHECK(cuLaunchHostFunc(g_stream, RewriteLater, &small_rewrite));
+  small_rewrite.calling.store(true);
   CHECK(cuMemcpyHtoDAsync(g_dev, p, small, g_stream));
   CHECK(cuStreamSynchronize(g_stream));
   const uint64_t small_hash = DeviceHash(small);
@@ -575,6 +583,7 @@ void RunStreamRewrite(Kind kind) {
   CHECK(cuStreamCreate(&other, CU_STREAM_DEFAULT));
   Rewrite other_rewrite{p, kBytes, 0xD8};
   CHECK(cuLaunchHostFunc(other, RewriteLater, &other_rewrite));
+  other_rewrite.calling.store(true);
   CHECK(cuMemcpyHtoDAsync(g_dev, p, kBytes, nullptr));
   CHECK(cuCtxSynchronize());
   CHECK(cuStreamDestroy(other));
