@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "shim/hooks/page_change_scope.h"
+#include "shim/hooks/raw_syscall.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
@@ -253,7 +254,8 @@ __attribute__((noinline)) void* MmapFixed(void* addr, size_t len, int prot, int 
   if (PINSHIM_UNLIKELY(mark == nullptr)) {
     return MmapFixedGeneral(addr, len, prot, flags, fd, off, real_mmap);
   }
-  void* p = real_mmap(addr, len, prot, flags, fd, off);
+  void* p = g_page_calls_are_libc ? RawMmap(addr, len, prot, flags, fd, off)
+                                  : real_mmap(addr, len, prot, flags, fd, off);
   optimize::PageChangeSlots::EndFast(mark);
   return p;
 }
@@ -458,7 +460,7 @@ int munmap(void* addr, size_t len) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<int>(syscall(SYS_munmap, addr, len));
   optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(addr, len);
   if (PINSHIM_UNLIKELY(mark == nullptr)) return MunmapGeneral(addr, len);
-  const int r = g_real.munmap(addr, len);
+  const int r = g_page_calls_are_libc ? RawMunmap(addr, len) : g_real.munmap(addr, len);
   optimize::PageChangeSlots::EndFast(mark);
   return r;
 }

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "shim/hooks/page_change_scope.h"
+#include "shim/hooks/raw_syscall.h"
 #include "shim/hooks/state.h"
 
 namespace pinshim {
@@ -57,8 +58,14 @@ constexpr optimize::PageChange AdviceChange(int advice, uint8_t effects) {
 // madvise and posix_madvise with advice that changes pages. Out of line and
 // reached by a tail call, so the hooks' path for every other call keeps no
 // frame, and this one keeps little across the real call.
+// madvise (not posix_madvise) makes the system call itself where libc's
+// madvise is the next one (raw_syscall.h).
 __attribute__((noinline)) int AdviseChangingPages(int (*real)(void*, size_t, int), void* addr,
                                                   size_t len, int advice, uint8_t effects) {
+  if (real == g_real.madvise && g_page_calls_are_libc) {
+    return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), RawMadvise, addr,
+                                    len, advice);
+  }
   return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), real, addr, len,
                                   advice);
 }

@@ -1,6 +1,7 @@
 // Start-up and exit: Init reads the configuration once and starts the modes
 // it names (enforce, optimize, trace), wiring the engines to one another;
 // the library's destructor writes the summary and ends the trace.
+#include <dlfcn.h>
 #include <sys/utsname.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "shim/core/log.h"
 #include "shim/core/phdr.h"
 #include "shim/hooks/driver_table.h"
+#include "shim/hooks/raw_syscall.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
 #include "shim/optimize/page_frames.h"
@@ -187,6 +189,15 @@ bool EnsureOptimizerStarted() {
   return ok;
 }
 
+// Whether fn is defined in the C library itself (not in another library
+// that interposes it after pinshim).
+bool InLibc(const void* fn) {
+  Dl_info info;
+  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* slash = strrchr(info.dli_fname, '/');
+  return strncmp(slash != nullptr ? slash + 1 : info.dli_fname, "libc.so", 7) == 0;
+}
+
 void Init() {
   int expected = 0;
   if (!g_init_state.compare_exchange_strong(expected, 1)) return;  // done or under way
@@ -210,7 +221,13 @@ void Init() {
     StartEnforcing();
     StartMetricsThread();
   }
-  if ((g_config.mode & kModeOptimize) != 0) StartOptimizing();
+  if ((g_config.mode & kModeOptimize) != 0) {
+    g_page_calls_are_libc = kRawPageCalls && InLibc(reinterpret_cast<void*>(g_real.mmap)) &&
+                            InLibc(reinterpret_cast<void*>(g_real.mmap64)) &&
+                            InLibc(reinterpret_cast<void*>(g_real.munmap)) &&
+                            InLibc(reinterpret_cast<void*>(g_real.madvise));
+    StartOptimizing();
+  }
   if (g_config.trace_dir[0] != '\0') StartTracing();
   g_init_state.store(2);
   g_initialized.store(true, std::memory_order_release);

@@ -613,6 +613,72 @@ void RunRawSyscall(Kind kind) {
   fflush(stdout);
 }
 
+// The page calls' results and errno, as the program sees them, for calls
+// the kernel accepts and refuses, on memory pinshim did not pin (the hooks'
+// fast paths, which make the system calls themselves in optimize mode:
+// shim/hooks/raw_syscall.h) and on a hot buffer (their general paths).
+std::string PageCallResult(const char* what, long r, unsigned char* base) {
+  const int e = errno;
+  char out[160];
+  if (r == reinterpret_cast<long>(MAP_FAILED) || r == -1) {
+    snprintf(out, sizeof(out), " %s=fail/%d", what, e);
+  } else if (base != nullptr && r != 0) {
+    snprintf(out, sizeof(out), " %s=base%+ld", what, r - reinterpret_cast<long>(base));
+  } else {
+    snprintf(out, sizeof(out), " %s=%ld", what, r);
+  }
+  return out;
+}
+
+void RunPageCalls() {
+  const char* name = "page_calls results";
+  if (!Wanted(name)) return;
+  std::string out;
+  for (int hot = 0; hot < 2; ++hot) {
+    const size_t n = kBytes;
+    auto* p = static_cast<unsigned char*>(
+        mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    FillPattern(p, n, 0x31);
+    if (hot) MakeHot(p, n);
+    out += hot ? " hot:" : " cold:";
+    const int rw = PROT_READ | PROT_WRITE, anon = MAP_PRIVATE | MAP_ANONYMOUS;
+    auto fixed = [&](unsigned char* at, size_t len, int flags, int fd, off_t off) {
+      errno = 0;
+      return reinterpret_cast<long>(mmap(at, len, rw, flags, fd, off));
+    };
+    out += PageCallResult("fixed", fixed(p + n - kPage, kPage, anon | MAP_FIXED, -1, 0), p);
+    out += PageCallResult("fixed_unaligned", fixed(p + 1, kPage, anon | MAP_FIXED, -1, 0), p);
+    out += PageCallResult("fixed_empty", fixed(p, 0, anon | MAP_FIXED, -1, 0), p);
+    out += PageCallResult("fixed_badfd", fixed(p, kPage, MAP_PRIVATE | MAP_FIXED, -1, 0), p);
+    out += PageCallResult("fixed_badoff", fixed(p, kPage, MAP_PRIVATE | MAP_FIXED, 0, 1), p);
+    out += PageCallResult("noreplace", fixed(p, kPage, anon | MAP_FIXED_NOREPLACE, -1, 0), p);
+    errno = 0;
+    out += PageCallResult("dontneed_unaligned", madvise(p + 1, kPage, MADV_DONTNEED), nullptr);
+    errno = 0;
+    out += PageCallResult("advice_bad", madvise(p, kPage, 12345), nullptr);
+    errno = 0;
+    out += PageCallResult("dontneed", madvise(p + kPage, kPage, MADV_DONTNEED), nullptr);
+    char line[64];
+    snprintf(line, sizeof(line), " zeroed=%d", p[kPage] == 0 && p[2 * kPage - 1] == 0);
+    out += line;
+    errno = 0;
+    out += PageCallResult("munmap_unaligned", munmap(p + 1, kPage), nullptr);
+    errno = 0;
+    out += PageCallResult("munmap_empty", munmap(p, 0), nullptr);
+    errno = 0;
+    out += PageCallResult("munmap_part", munmap(p + n - 2 * kPage, kPage), nullptr);
+    errno = 0;
+    out += PageCallResult("dontneed_unmapped", madvise(p + n - 2 * kPage, kPage, MADV_DONTNEED),
+                          nullptr);
+    errno = 0;
+    out += PageCallResult("munmap_unmapped", munmap(p + n - 2 * kPage, kPage), nullptr);
+    out += " after: " + Measure(p, n - 2 * kPage);
+    munmap(p, n);
+  }
+  printf("%s:%s\n", name, out.c_str());
+  fflush(stdout);
+}
+
 // Threads race page changes of their own buffers against their copies;
 // each checks what the device got. Prints the number of wrong results.
 std::atomic<int> g_wrong{0};
@@ -686,6 +752,7 @@ int main(int argc, char** argv) {
     RunStreamRewrite(kind);
   }
   if (Wanted("fork child_uses_cuda")) printf("fork child_uses_cuda:%s\n", ForkChildCuda().c_str());
+  RunPageCalls();
   RunRace();
   CHECK(cuStreamDestroy(g_stream));
   CHECK(cuMemFree(g_dev));
