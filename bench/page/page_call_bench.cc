@@ -104,8 +104,7 @@ inline T RawResult(long r, T failed) {
 __attribute__((noinline)) int RawMadvise(void* a, size_t n, int advice) {
   return RawResult<int>(RawSyscall6(SYS_madvise, (long)a, (long)n, advice, 0, 0, 0), -1);
 }
-__attribute__((noinline)) void* RawMmap(void* a, size_t n, int prot, int flags, int fd,
-                                        off_t off) {
+__attribute__((noinline)) void* RawMmap(void* a, size_t n, int prot, int flags, int fd, off_t off) {
   return RawResult<void*>(RawSyscall6(SYS_mmap, (long)a, (long)n, prot, flags, fd, off),
                           MAP_FAILED);
 }

@@ -327,8 +327,8 @@ inline bool UploadEagerHead(Api api, const optimize::CopyTicket& t, const void* 
   if (t.kind != optimize::CopyTicket::kCache && t.kind != optimize::CopyTicket::kArena) {
     return false;
   }
-  return optimize::Optimizer::Process().UploadEagerHead(t, host, dev, stream,
-                                                        kDriverEntries[api].per_thread, r, in_flight);
+  return optimize::Optimizer::Process().UploadEagerHead(
+      t, host, dev, stream, kDriverEntries[api].per_thread, r, in_flight);
 }
 
 }  // namespace
@@ -357,31 +357,31 @@ using pinshim::hook::ActiveOptimizer;
 // A 1D copy between one host range and device memory, which optimize mode
 // may run through its staging rings (optimize/stager.h) when the host side
 // is pageable memory it does not pin: `host` and `dev` are the two sides.
-#define PINSHIM_COPY_STAGEABLE(api, type, shape_expr, async, stream, host, dev, ...)    \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                           \
-  CopyShape shape = shape_expr;                                                         \
-  OpenGuardedPagesForDriver(shape);                                                     \
-  const uint64_t start_ns = StartTime();                                                \
-  if (PINSHIM_UNLIKELY(IntoCapture(api, shape, stream))) {                              \
-    CUresult r = CopyIntoCapture(shape, [&] { return real_fn(__VA_ARGS__); });          \
-    Finish(api, shape, r, async, stream, start_ns);                                     \
-    return r;                                                                           \
-  }                                                                                     \
-  optimize::CopyTicket ticket = BeforeCopy(shape);                                      \
-  CUresult r;                                                                           \
-  optimize::StagedInfo staged;                                                          \
-  bool in_flight = async;                                                               \
-  const bool was_staged =                                                               \
-      ticket.stage && StageCopy(api, ticket, host, dev, async, stream, &r, &staged);    \
-  if (was_staged) {                                                                     \
-  } else if (ticket.refuse) {                                                           \
-    r = CUDA_ERROR_INVALID_VALUE;                                                       \
-  } else if (!async ||                                                                  \
-             !UploadEagerHead(api, ticket, host, dev, stream, &r, &in_flight)) {        \
-    r = real_fn(__VA_ARGS__);                                                           \
-  }                                                                                     \
-  AfterCopy(api, ticket, r, in_flight, stream);                                         \
-  Finish(api, shape, r, async, stream, start_ns, was_staged ? &staged : nullptr);       \
+#define PINSHIM_COPY_STAGEABLE(api, type, shape_expr, async, stream, host, dev, ...)       \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                              \
+  CopyShape shape = shape_expr;                                                            \
+  OpenGuardedPagesForDriver(shape);                                                        \
+  const uint64_t start_ns = StartTime();                                                   \
+  if (PINSHIM_UNLIKELY(IntoCapture(api, shape, stream))) {                                 \
+    CUresult r = CopyIntoCapture(shape, [&] { return real_fn(__VA_ARGS__); });             \
+    Finish(api, shape, r, async, stream, start_ns);                                        \
+    return r;                                                                              \
+  }                                                                                        \
+  optimize::CopyTicket ticket = BeforeCopy(shape);                                         \
+  CUresult r;                                                                              \
+  optimize::StagedInfo staged;                                                             \
+  bool in_flight = async;                                                                  \
+  const bool was_staged =                                                                  \
+      ticket.stage && StageCopy(api, ticket, host, dev, async, stream, &r, &staged);       \
+  if (was_staged) {                                                                        \
+    /* done */                                                                             \
+  } else if (ticket.refuse) {                                                              \
+    r = CUDA_ERROR_INVALID_VALUE;                                                          \
+  } else if (!async || !UploadEagerHead(api, ticket, host, dev, stream, &r, &in_flight)) { \
+    r = real_fn(__VA_ARGS__);                                                              \
+  }                                                                                        \
+  AfterCopy(api, ticket, r, in_flight, stream);                                            \
+  Finish(api, shape, r, async, stream, start_ns, was_staged ? &staged : nullptr);          \
   return r
 // Batches: their host operands are many ranges, not one. In optimize mode
 // the call is waited for when it succeeded, so no operand pinshim pinned or

@@ -63,8 +63,8 @@ constexpr optimize::PageChange AdviceChange(int advice, uint8_t effects) {
 __attribute__((noinline)) int AdviseChangingPages(int (*real)(void*, size_t, int), void* addr,
                                                   size_t len, int advice, uint8_t effects) {
   if (real == g_real.madvise && g_page_calls_are_libc) {
-    return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), RawMadvise, addr,
-                                    len, advice);
+    return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), RawMadvise, addr, len,
+                                    advice);
   }
   return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), real, addr, len,
                                   advice);

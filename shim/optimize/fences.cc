@@ -224,8 +224,9 @@ void FenceManager::WaitForStream(CUstream stream) {
 
 FenceManager::Work FenceManager::QueuedWork(CUstream stream) {
   auto answer = [](CUresult r) {
-    return r == CUDA_SUCCESS ? Work::kNone
-                             : r == CUDA_ERROR_NOT_READY ? Work::kQueued : Work::kUnknown;
+    return r == CUDA_SUCCESS           ? Work::kNone
+           : r == CUDA_ERROR_NOT_READY ? Work::kQueued
+                                       : Work::kUnknown;
   };
   if (stream != nullptr && stream != CU_STREAM_LEGACY) {
     const Work own = answer(ops_->stream_query(stream));

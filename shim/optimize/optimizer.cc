@@ -226,8 +226,7 @@ bool Optimizer::UploadEagerHead(const CopyTicket& t, const void* host, CUdevicep
   // The driver refuses a bad range before it moves a byte; so must the
   // parts, and the whole call is then the driver's.
   if (!DeviceRangeOk(ops_, options_.allocations, dev, t.bytes)) return false;
-  const uint64_t head =
-      t.bytes < Stager::kDriverEagerBytes ? t.bytes : Stager::kDriverEagerBytes;
+  const uint64_t head = t.bytes < Stager::kDriverEagerBytes ? t.bytes : Stager::kDriverEagerBytes;
   CUresult r = CUDA_SUCCESS;
   StagedInfo info;
   if (!stager_on_.load(std::memory_order_relaxed) ||

@@ -11,12 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#define CHECK(x)                                                    \
-  do {                                                              \
-    if ((x) != CUDA_SUCCESS) {                                      \
+#define CHECK(x)                                                     \
+  do {                                                               \
+    if ((x) != CUDA_SUCCESS) {                                       \
       fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #x); \
-      exit(1);                                                      \
-    }                                                               \
+      exit(1);                                                       \
+    }                                                                \
   } while (0)
 
 int main() {
