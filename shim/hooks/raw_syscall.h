@@ -6,9 +6,9 @@
 // Why: a hook that calls libc's wrapper returns twice after the system
 // call (wrapper to hook, hook to program) where the program alone returns
 // once. After a call the kernel works on (a MAP_FIXED over a mapped page),
-// those returns cost tens of nanoseconds more than after one it refuses at
-// once (H200, bench/RESULTS.md: page_call_bench --paired --controls, libc
-// called one frame deeper). Made here, the call returns once, as the
+// the extra return costs about 8 ns, against nothing after a call it
+// refuses at once (H200, bench/RESULTS.md: page_call_bench --paired
+// --controls, libc called one frame deeper). Made here, the call returns once, as the
 // program's own call to libc does.
 //
 // What libc's x86-64 wrappers do besides the system call, done the same:
