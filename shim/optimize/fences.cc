@@ -228,9 +228,9 @@ FenceManager::Work FenceManager::QueuedWork(CUstream stream) {
            : r == CUDA_ERROR_NOT_READY ? Work::kQueued
                                        : Work::kUnknown;
   };
+  const Work own = answer(ops_->stream_query(stream));
+  if (own != Work::kNone) return own;
   if (stream != nullptr && stream != CU_STREAM_LEGACY) {
-    const Work own = answer(ops_->stream_query(stream));
-    if (own != Work::kNone) return own;
     unsigned int flags = 0;
     if (stream != CU_STREAM_PER_THREAD && ops_->stream_get_flags(stream, &flags) == CUDA_SUCCESS &&
         (flags & CU_STREAM_NON_BLOCKING) != 0) {
@@ -240,8 +240,6 @@ FenceManager::Work FenceManager::QueuedWork(CUstream stream) {
   }
   // The legacy stream: an event recorded on it waits for every blocking
   // stream's earlier work, which no query of one stream tells.
-  const Work own = answer(ops_->stream_query(stream));
-  if (own != Work::kNone) return own;
   CUcontext ctx = nullptr;
   if (disabled_.load(std::memory_order_relaxed) || ops_->ctx_get_current(&ctx) != CUDA_SUCCESS ||
       ctx == nullptr) {
