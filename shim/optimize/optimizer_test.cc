@@ -28,6 +28,8 @@ using testing::FakeDriverOps;
 using testing::Fill;
 using testing::HasPattern;
 using testing::MakeContextCurrent;
+using testing::Rewrite;
+using testing::RewriteSource;
 
 constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
 
@@ -212,16 +214,6 @@ TEST_F(OptimizerTest, HotPageableBufferKeepsPageableSemanticsOncePinned) {
   EXPECT_EQ(fakecuda_live_registrations(), regs - 1);
   EXPECT_EQ(opt_->Counters().pinned_by_use[static_cast<int>(PinUse::kCache)], 0u);
   cuMemFree(dev);
-}
-
-struct Rewrite {
-  char* p;
-  size_t n;
-  uint8_t seed;
-};
-void RewriteSource(void* arg) {
-  auto* w = static_cast<Rewrite*>(arg);
-  Fill(w->p, w->n, w->seed);
 }
 
 // An asynchronous upload of a buffer the cache pinned in place, queued

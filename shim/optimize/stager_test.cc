@@ -30,6 +30,8 @@ using testing::FakeDriverOps;
 using testing::Fill;
 using testing::HasPattern;
 using testing::MakeContextCurrent;
+using testing::Rewrite;
+using testing::RewriteSource;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kSecond = 1000000000;
@@ -64,18 +66,6 @@ Checked<Stager>& NewStager() {
   static auto* all = new std::vector<Checked<Stager>*>();
   all->push_back(new Checked<Stager>());
   return *all->back();
-}
-
-// Rewrites a buffer from a host function in a stream: the work queued
-// before an upload that changes its source.
-struct Rewrite {
-  uint8_t* p;
-  uint64_t n;
-  uint8_t seed;
-};
-void RewriteSource(void* arg) {
-  auto* w = static_cast<Rewrite*>(arg);
-  Fill(w->p, w->n, w->seed);
 }
 
 class StagerTest : public ::testing::Test {

@@ -88,6 +88,18 @@ inline bool HasPattern(const void* p, size_t n, uint8_t seed) {
   return true;
 }
 
+// A host function (cuLaunchHostFunc, arg a Rewrite) that rewrites a buffer
+// with Fill's pattern: work queued before an upload that changes its source.
+struct Rewrite {
+  void* p;
+  size_t n;
+  uint8_t seed;
+};
+inline void RewriteSource(void* arg) {
+  auto* w = static_cast<Rewrite*>(arg);
+  Fill(w->p, w->n, w->seed);
+}
+
 // Expects every invariant of `x` (a pool, cache, arena, stager or pin
 // account) to hold; the failure names those that do not.
 template <typename T>
