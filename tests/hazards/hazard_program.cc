@@ -549,45 +549,36 @@ void RewriteLater(void* arg) {
   FillPattern(w->p, w->n, w->seed);
 }
 
+// The buffer filled with `before`, a host function queued on `rewrite_on`
+// that rewrites its first `n` bytes with `after`, then an upload of those
+// bytes on `upload_on` (asynchronous unless `sync`, which uploads on the
+// legacy stream); the device's bytes once all is done.
+uint64_t UploadBehindRewrite(unsigned char* p, size_t n, unsigned before, unsigned after,
+                             CUstream rewrite_on, CUstream upload_on, bool sync) {
+  FillPattern(p, kBytes, before);
+  Rewrite w{p, n, after};
+  CHECK(cuLaunchHostFunc(rewrite_on, RewriteLater, &w));
+  w.calling.store(true);
+  CHECK(sync ? cuMemcpyHtoD(g_dev, p, n) : cuMemcpyHtoDAsync(g_dev, p, n, upload_on));
+  CHECK(cuCtxSynchronize());
+  return DeviceHash(n);
+}
+
 void RunStreamRewrite(Kind kind) {
   std::string name = std::string(KindName(kind)) + " stream_rewrite";
   if (!Wanted(name)) return;
   unsigned char* p = Allocate(kind, kBytes);
   FillPattern(p, kBytes, 0xA1);
   MakeHot(p, kBytes);
-  char line[256];
-  FillPattern(p, kBytes, 0xD1);
-  Rewrite sync_rewrite{p, kBytes, 0xD2};
-  CHECK(cuLaunchHostFunc(nullptr, RewriteLater, &sync_rewrite));
-  sync_rewrite.calling.store(true);
-  CHECK(cuMemcpyHtoD(g_dev, p, kBytes));
-  CHECK(cuCtxSynchronize());
-  const uint64_t sync_hash = DeviceHash(kBytes);
-  FillPattern(p, kBytes, 0xD3);
-  Rewrite async_rewrite{p, kBytes, 0xD4};
-  CHECK(cuLaunchHostFunc(g_stream, RewriteLater, &async_rewrite));
-  async_rewrite.calling.store(true);
-  CHECK(cuMemcpyHtoDAsync(g_dev, p, kBytes, g_stream));
-  CHECK(cuStreamSynchronize(g_stream));
-  const uint64_t async_hash = DeviceHash(kBytes);
-  const size_t small = kBytes / 4;
-  FillPattern(p, kBytes, 0xD5);
-  Rewrite small_rewrite{p, small, 0xD6};
-  CHECK(cuLaunchHostFunc(g_stream, RewriteLater, &small_rewrite));
-  small_rewrite.calling.store(true);
-  CHECK(cuMemcpyHtoDAsync(g_dev, p, small, g_stream));
-  CHECK(cuStreamSynchronize(g_stream));
-  const uint64_t small_hash = DeviceHash(small);
-  FillPattern(p, kBytes, 0xD7);
+  const uint64_t sync_hash = UploadBehindRewrite(p, kBytes, 0xD1, 0xD2, nullptr, nullptr, true);
+  const uint64_t async_hash = UploadBehindRewrite(p, kBytes, 0xD3, 0xD4, g_stream, g_stream, false);
+  const uint64_t small_hash =
+      UploadBehindRewrite(p, kBytes / 4, 0xD5, 0xD6, g_stream, g_stream, false);
   CUstream other;
   CHECK(cuStreamCreate(&other, CU_STREAM_DEFAULT));
-  Rewrite other_rewrite{p, kBytes, 0xD8};
-  CHECK(cuLaunchHostFunc(other, RewriteLater, &other_rewrite));
-  other_rewrite.calling.store(true);
-  CHECK(cuMemcpyHtoDAsync(g_dev, p, kBytes, nullptr));
-  CHECK(cuCtxSynchronize());
+  const uint64_t legacy_hash = UploadBehindRewrite(p, kBytes, 0xD7, 0xD8, other, nullptr, false);
   CHECK(cuStreamDestroy(other));
-  const uint64_t legacy_hash = DeviceHash(kBytes);
+  char line[256];
   snprintf(line, sizeof(line),
            "h2d=%016llx h2d_async=%016llx h2d_async_1m=%016llx h2d_async_legacy=%016llx",
            (unsigned long long)sync_hash, (unsigned long long)async_hash,
