@@ -21,12 +21,10 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <x86intrin.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +32,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "shim/hooks/raw_syscall.h"
 
 namespace {
 
@@ -82,36 +82,8 @@ __attribute__((noinline)) void* FramedMmap(void* a, size_t n, int prot, int flag
 __attribute__((noinline)) int FramedMunmap(void* a, size_t n) { return After(g_libc.munmap(a, n)); }
 Calls g_framed = {&FramedMadvise, &FramedMmap, &FramedMunmap};
 
-inline long RawSyscall6(long nr, long a, long b, long c, long d, long e, long f) {
-  long r;
-  register long r10 asm("r10") = d;
-  register long r8 asm("r8") = e;
-  register long r9 asm("r9") = f;
-  asm volatile("syscall"
-               : "=a"(r)
-               : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-               : "rcx", "r11", "memory");
-  return r;
-}
-template <typename T>
-inline T RawResult(long r, T failed) {
-  if (r < 0 && r > -4096) {
-    errno = static_cast<int>(-r);
-    return failed;
-  }
-  return (T)r;  // NOLINT: an int or a pointer
-}
-__attribute__((noinline)) int RawMadvise(void* a, size_t n, int advice) {
-  return RawResult<int>(RawSyscall6(SYS_madvise, (long)a, (long)n, advice, 0, 0, 0), -1);
-}
-__attribute__((noinline)) void* RawMmap(void* a, size_t n, int prot, int flags, int fd, off_t off) {
-  return RawResult<void*>(RawSyscall6(SYS_mmap, (long)a, (long)n, prot, flags, fd, off),
-                          MAP_FAILED);
-}
-__attribute__((noinline)) int RawMunmap(void* a, size_t n) {
-  return RawResult<int>(RawSyscall6(SYS_munmap, (long)a, (long)n, 0, 0, 0, 0), -1);
-}
-Calls g_raw = {&RawMadvise, &RawMmap, &RawMunmap};
+// The hooks' own inline system calls (shim/hooks/raw_syscall.h).
+Calls g_raw = {&pinshim::RawMadvise, &pinshim::RawMmap, &pinshim::RawMunmap};
 
 void MadviseDontneedUnpinned(const Calls* c) {
   int r = c->madvise(g_page + 1, 4096, MADV_DONTNEED);
