@@ -337,18 +337,24 @@ inline bool UploadEagerHead(Api api, const optimize::CopyTicket& t, const void* 
 using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
 using pinshim::hook::ActiveOptimizer;
 
+// What every copy wrapper does before optimize mode decides anything: the
+// shape computed by `shape_expr`, guarded pages opened for the driver, the
+// start time, and a copy into a stream capture made by the driver on the
+// program's own memory (CopyIntoCapture), which returns here.
+#define PINSHIM_COPY_BEGIN(api, type, shape_expr, async, stream, ...)          \
+  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                  \
+  CopyShape shape = shape_expr;                                                \
+  OpenGuardedPagesForDriver(shape);                                            \
+  const uint64_t start_ns = StartTime();                                       \
+  if (PINSHIM_UNLIKELY(IntoCapture(api, shape, stream))) {                     \
+    CUresult r = CopyIntoCapture(shape, [&] { return real_fn(__VA_ARGS__); }); \
+    Finish(api, shape, r, async, stream, start_ns);                            \
+    return r;                                                                  \
+  }
 // A copy whose shape is computed by `shape_expr` before the call; `async`
 // and `stream` say how it was queued (the stream is null for sync copies).
 #define PINSHIM_COPY_ON(api, type, shape_expr, async, stream, ...)              \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                   \
-  CopyShape shape = shape_expr;                                                 \
-  OpenGuardedPagesForDriver(shape);                                             \
-  const uint64_t start_ns = StartTime();                                        \
-  if (PINSHIM_UNLIKELY(IntoCapture(api, shape, stream))) {                      \
-    CUresult r = CopyIntoCapture(shape, [&] { return real_fn(__VA_ARGS__); });  \
-    Finish(api, shape, r, async, stream, start_ns);                             \
-    return r;                                                                   \
-  }                                                                             \
+  PINSHIM_COPY_BEGIN(api, type, shape_expr, async, stream, __VA_ARGS__)         \
   optimize::CopyTicket ticket = BeforeCopy(shape);                              \
   CUresult r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE : real_fn(__VA_ARGS__); \
   AfterCopy(api, ticket, r, async, stream);                                     \
@@ -358,15 +364,7 @@ using pinshim::hook::ActiveOptimizer;
 // may run through its staging rings (optimize/stager.h) when the host side
 // is pageable memory it does not pin: `host` and `dev` are the two sides.
 #define PINSHIM_COPY_STAGEABLE(api, type, shape_expr, async, stream, host, dev, ...)       \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                              \
-  CopyShape shape = shape_expr;                                                            \
-  OpenGuardedPagesForDriver(shape);                                                        \
-  const uint64_t start_ns = StartTime();                                                   \
-  if (PINSHIM_UNLIKELY(IntoCapture(api, shape, stream))) {                                 \
-    CUresult r = CopyIntoCapture(shape, [&] { return real_fn(__VA_ARGS__); });             \
-    Finish(api, shape, r, async, stream, start_ns);                                        \
-    return r;                                                                              \
-  }                                                                                        \
+  PINSHIM_COPY_BEGIN(api, type, shape_expr, async, stream, __VA_ARGS__)                    \
   optimize::CopyTicket ticket = BeforeCopy(shape);                                         \
   CUresult r;                                                                              \
   optimize::StagedInfo staged;                                                             \
