@@ -216,22 +216,19 @@ __attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int pro
   return p;
 }
 
-// What a MAP_FIXED or a munmap may end, by bounds: pinning of any kind.
-constexpr optimize::PageChange kEndsAnyPinning =
-    PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false);
-
 // The fast path of MAP_FIXED and munmap in optimize mode, the common case of
-// a range near no tracked allocation and no pinning: the allocation
-// registry's summary is read, the range marked, the pinning's bounds read,
-// the call made, and the mark cleared through a handle kept in a register
-// (nothing else lives across the call). Null where the general path must
-// run (not optimizing, an empty or wrapping range, a tracked allocation or
-// pinning maybe there, the thread's slot not ready or held); the mark was
-// then not made or is cleared again, and the general path starts afresh.
+// a range near no tracked allocation and no pinning: the page hooks' line
+// (PageHookLine: the mode, the pinning's bounds) and the allocation
+// registry's summary are read, the range marked, the bounds read, the call
+// made, and the mark cleared through a handle kept in a register (nothing
+// else lives across the call). Null where the general path must run (not
+// optimizing, an empty or wrapping range, a tracked allocation or pinning
+// maybe there, the thread's slot not ready or held); the mark was then not
+// made or is cleared again, and the general path starts afresh.
 __attribute__((always_inline)) inline optimize::PageChangeSlots::Slot* MarkIfNothingThere(
-    const void* addr, size_t len) {
+    const optimize::PageHookLine& line, const void* addr, size_t len) {
   const auto start = reinterpret_cast<uintptr_t>(addr);
-  if (PINSHIM_UNLIKELY(!g_optimize || len == 0 || len > UINTPTR_MAX - start ||
+  if (PINSHIM_UNLIKELY(!line.optimizing || len == 0 || len > UINTPTR_MAX - start ||
                        g_allocations.MayHoldAny(start, start + (len - 1)))) {
     return nullptr;
   }
@@ -239,8 +236,7 @@ __attribute__((always_inline)) inline optimize::PageChangeSlots::Slot* MarkIfNot
   optimize::PageChangeSlots::Slot* mark =
       optimize::PageChangeSlots::TryMarkFast(start, start + len);
   if (PINSHIM_UNLIKELY(mark == nullptr)) return nullptr;
-  if (PINSHIM_UNLIKELY(
-          optimize::Optimizer::Process().MayHoldPinning(start, start + len, kEndsAnyPinning))) {
+  if (PINSHIM_UNLIKELY(line.MayHoldAny(start, start + len))) {
     optimize::PageChangeSlots::EndFast(mark);
     return nullptr;
   }
@@ -250,12 +246,13 @@ __attribute__((always_inline)) inline optimize::PageChangeSlots::Slot* MarkIfNot
 template <typename RealMmap>
 __attribute__((noinline)) void* MmapFixed(void* addr, size_t len, int prot, int flags, int fd,
                                           off64_t off, RealMmap real_mmap) {
-  optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(addr, len);
+  const optimize::PageHookLine& line = PageLine();
+  optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(line, addr, len);
   if (PINSHIM_UNLIKELY(mark == nullptr)) {
     return MmapFixedGeneral(addr, len, prot, flags, fd, off, real_mmap);
   }
-  void* p = g_page_calls_are_libc ? RawMmap(addr, len, prot, flags, fd, off)
-                                  : real_mmap(addr, len, prot, flags, fd, off);
+  void* p = line.raw_calls ? RawMmap(addr, len, prot, flags, fd, off)
+                           : real_mmap(addr, len, prot, flags, fd, off);
   optimize::PageChangeSlots::EndFast(mark);
   return p;
 }
@@ -273,9 +270,13 @@ __attribute__((noinline)) void* MmapTracking(void* addr, size_t len, int prot, i
   return p;
 }
 
+// Every mmap but the fast path's. Out of line, so that mmap keeps no frame.
 template <typename RealMmap>
-__attribute__((always_inline)) inline void* MmapHook(void* addr, size_t len, int prot, int flags,
-                                                     int fd, off64_t off, RealMmap real_mmap) {
+__attribute__((noinline)) void* MmapOther(void* addr, size_t len, int prot, int flags, int fd,
+                                          off64_t off, RealMmap real_mmap) {
+  if (PINSHIM_UNLIKELY(!EnsureReal())) {
+    return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  }
   if (PINSHIM_UNLIKELY(TracksMapping(len, prot))) {
     return MmapTracking(addr, len, prot, flags, fd, off, real_mmap);
   }
@@ -283,7 +284,23 @@ __attribute__((always_inline)) inline void* MmapHook(void* addr, size_t len, int
   return MmapFixed(addr, len, prot, flags, fd, off, real_mmap);
 }
 
+// mmap and mmap64. In optimize mode a MAP_FIXED too small to track goes to
+// its fast path first, having read only the page hooks' line (which says
+// that the real functions are known: it is set after they were resolved).
+template <typename RealMmap>
+__attribute__((always_inline)) inline void* MmapHook(void* addr, size_t len, int prot, int flags,
+                                                     int fd, off64_t off, RealMmap real_mmap) {
+  if ((flags & MAP_FIXED) != 0) {
+    const optimize::PageHookLine& line = PageLine();
+    if (PINSHIM_LIKELY(line.optimizing) && (prot == PROT_NONE || len < line.track_threshold)) {
+      return MmapFixed(addr, len, prot, flags, fd, off, real_mmap);
+    }
+  }
+  return MmapOther(addr, len, prot, flags, fd, off, real_mmap);
+}
+
 __attribute__((noinline)) int MunmapGeneral(void* addr, size_t len) {
+  if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<int>(syscall(SYS_munmap, addr, len));
   if (MayHoldTracked(addr, len)) ForgetTracked(addr, len);
   // Whole buffers unmapped are released (the cache records them so); part
   // of one unmapped is a page change of the rest.
@@ -438,9 +455,6 @@ size_t malloc_usable_size(void* p) {
 }
 
 void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
-  if (PINSHIM_UNLIKELY(!EnsureReal())) {
-    return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
-  }
   return MmapHook(addr, len, prot, flags, fd, off,
                   [](void* a, size_t l, int pr, int fl, int f, off64_t o) {
                     return g_real.mmap(a, l, pr, fl, f, static_cast<off_t>(o));
@@ -450,17 +464,20 @@ void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
 // Programs built with _FILE_OFFSET_BITS=64 call mmap64 (the same function
 // in glibc on 64-bit, under its own name).
 void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
-  if (PINSHIM_UNLIKELY(!EnsureReal()) || g_real.mmap64 == nullptr) {
-    return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
-  }
-  return MmapHook(addr, len, prot, flags, fd, off, g_real.mmap64);
+  return MmapHook(addr, len, prot, flags, fd, off,
+                  [](void* a, size_t l, int pr, int fl, int f, off64_t o) {
+                    auto real = g_real.mmap64;
+                    return real != nullptr
+                               ? real(a, l, pr, fl, f, o)
+                               : reinterpret_cast<void*>(syscall(SYS_mmap, a, l, pr, fl, f, o));
+                  });
 }
 
 int munmap(void* addr, size_t len) {
-  if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<int>(syscall(SYS_munmap, addr, len));
-  optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(addr, len);
+  const optimize::PageHookLine& line = PageLine();
+  optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(line, addr, len);
   if (PINSHIM_UNLIKELY(mark == nullptr)) return MunmapGeneral(addr, len);
-  const int r = g_page_calls_are_libc ? RawMunmap(addr, len) : g_real.munmap(addr, len);
+  const int r = line.raw_calls ? RawMunmap(addr, len) : g_real.munmap(addr, len);
   optimize::PageChangeSlots::EndFast(mark);
   return r;
 }

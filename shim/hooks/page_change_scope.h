@@ -14,6 +14,9 @@
 
 namespace pinshim {
 
+// The line every page hook's fast path reads (optimize/pin_bounds.h).
+inline optimize::PageHookLine& PageLine() { return optimize::Optimizer::Process().page_line(); }
+
 namespace page_change_internal {
 
 // The range holds, or may hold, what pinshim pinned: dropped before the

@@ -55,19 +55,27 @@ constexpr optimize::PageChange AdviceChange(int advice, uint8_t effects) {
                               effects);
 }
 
-// madvise and posix_madvise with advice that changes pages. Out of line and
-// reached by a tail call, so the hooks' path for every other call keeps no
-// frame, and this one keeps little across the real call.
-// madvise (not posix_madvise) makes the system call itself where libc's
-// madvise is the next one (raw_syscall.h).
+// posix_madvise with advice that changes pages, in optimize mode. Out of
+// line and reached by a tail call, so the hook's path for every other call
+// keeps no frame, and this one keeps little across the real call.
 __attribute__((noinline)) int AdviseChangingPages(int (*real)(void*, size_t, int), void* addr,
                                                   size_t len, int advice, uint8_t effects) {
-  if (real == g_real.madvise && g_page_calls_are_libc) {
+  return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), real, addr, len,
+                                  advice);
+}
+
+// madvise with advice that changes pages, in optimize mode, the same way:
+// it makes the system call itself where libc's madvise is the next one
+// (raw_syscall.h), and otherwise reads the real function only now.
+__attribute__((noinline)) int MadviseChangingPages(void* addr, size_t len, int advice,
+                                                   uint8_t effects) {
+  if (PageLine().raw_calls) {
     return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), RawMadvise, addr, len,
                                     advice);
   }
-  return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), real, addr, len,
-                                  advice);
+  auto real = __atomic_load_n(&g_real.madvise, __ATOMIC_RELAXED);
+  if (PINSHIM_UNLIKELY(real == nullptr)) return MadviseUnresolved(addr, len, advice);
+  return AdviseChangingPages(real, addr, len, advice, effects);
 }
 
 }  // namespace
@@ -79,14 +87,18 @@ extern "C" {
 
 // Each entry of g_real is written once, so a non-null one read without
 // ordering is the right one.
+// madvise reads the page hooks' line first: in optimize mode, advice that
+// changes pages goes on from there (the line says the real functions are
+// known: it is set after they were resolved).
 int madvise(void* addr, size_t len, int advice) {
+  uint8_t effects;
+  if (PINSHIM_UNLIKELY(PageLine().optimizing) &&
+      (effects = optimize::AdviceEffects(advice)) != 0) {
+    return MadviseChangingPages(addr, len, advice, effects);
+  }
   auto real = __atomic_load_n(&g_real.madvise, __ATOMIC_RELAXED);
   if (PINSHIM_UNLIKELY(real == nullptr)) return MadviseUnresolved(addr, len, advice);
-  uint8_t effects;
-  if (PINSHIM_LIKELY(!g_optimize) || (effects = optimize::AdviceEffects(advice)) == 0) {
-    return real(addr, len, advice);
-  }
-  return AdviseChangingPages(real, addr, len, advice, effects);
+  return real(addr, len, advice);
 }
 
 // glibc ignores POSIX_MADV_DONTNEED (the POSIX meaning differs); the other

@@ -1,15 +1,15 @@
 // The system calls behind libc's mmap, munmap and madvise, made inline by
 // the page hooks' fast paths (optimize mode, a range that holds nothing
 // pinshim pinned), where libc's own functions are the next ones after
-// pinshim's (g_page_calls_are_libc).
+// pinshim's (PageHookLine::raw_calls, set by Init).
 //
 // Why: a hook that calls libc's wrapper returns twice after the system
 // call (wrapper to hook, hook to program) where the program alone returns
 // once. After a call the kernel works on (a MAP_FIXED over a mapped page),
 // the extra return costs about 8 ns, against nothing after a call it
 // refuses at once (H200, bench/RESULTS.md: page_call_bench --paired
-// --controls, libc called one frame deeper). Made here, the call returns once, as the
-// program's own call to libc does.
+// --controls, libc called one frame deeper). Made here, the call returns
+// once, as the program's own call to libc does.
 //
 // What libc's x86-64 wrappers do besides the system call, done the same:
 // the result, or -1 / MAP_FAILED with errno set. (glibc's mmap changes its

@@ -222,11 +222,17 @@ void Init() {
     StartMetricsThread();
   }
   if ((g_config.mode & kModeOptimize) != 0) {
-    g_page_calls_are_libc = kRawPageCalls && InLibc(reinterpret_cast<void*>(g_real.mmap)) &&
-                            InLibc(reinterpret_cast<void*>(g_real.mmap64)) &&
-                            InLibc(reinterpret_cast<void*>(g_real.munmap)) &&
-                            InLibc(reinterpret_cast<void*>(g_real.madvise));
+    // The next mmap, mmap64, munmap and madvise after pinshim's are libc's
+    // own (no other library interposes them between): the page hooks' fast
+    // paths then make the system calls themselves (raw_syscall.h).
+    optimize::PageHookLine& line = optimize::Optimizer::Process().page_line();
+    line.raw_calls = kRawPageCalls && InLibc(reinterpret_cast<void*>(g_real.mmap)) &&
+                     InLibc(reinterpret_cast<void*>(g_real.mmap64)) &&
+                     InLibc(reinterpret_cast<void*>(g_real.munmap)) &&
+                     InLibc(reinterpret_cast<void*>(g_real.madvise));
+    line.track_threshold = g_track_threshold;
     StartOptimizing();
+    line.optimizing = g_optimize;  // last: the fast paths start with it
   }
   if (g_config.trace_dir[0] != '\0') StartTracing();
   g_init_state.store(2);

@@ -34,7 +34,6 @@ uint64_t g_track_threshold = UINT64_MAX;
 std::atomic<bool> g_cuda_seen{false};
 bool g_enforce = false;
 bool g_optimize = false;
-bool g_page_calls_are_libc = false;
 std::atomic<int> g_open_captures{0};
 bool g_redirect_sites = false;
 Registry g_allocations;

@@ -90,10 +90,6 @@ void DropTraceIfNoCuda() PINSHIM_HIDDEN;
 extern bool g_enforce PINSHIM_HIDDEN;
 // Optimize mode configured (the engine starts once the driver is in use).
 extern bool g_optimize PINSHIM_HIDDEN;
-// The next mmap, mmap64, munmap and madvise after pinshim's are libc's own
-// (no other library interposes them between): the page hooks' fast paths
-// then make the system calls themselves (raw_syscall.h). Set by Init.
-extern bool g_page_calls_are_libc PINSHIM_HIDDEN;
 // Optimize mode: stream captures the program began and has not ended yet
 // (sync_hooks.cc). While any is open, a copy asks whether its own stream
 // captures (copy_hooks.cc: IntoCapture); otherwise it asks nothing.

@@ -149,6 +149,7 @@ bool HostArena::Init(const DriverOps* ops, FenceManager* fences, PinAccount* acc
   base_ = reinterpret_cast<uintptr_t>(base);
   npages_ = want / page_;
   size_ = want;
+  bounds_->Widen(base_, base_ + size_);
   active_.store(true, std::memory_order_release);
   return true;
 }

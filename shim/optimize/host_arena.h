@@ -45,6 +45,7 @@
 #include "shim/optimize/invariants.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/pin_account.h"
+#include "shim/optimize/pin_bounds.h"
 
 namespace pinshim {
 namespace optimize {
@@ -100,6 +101,9 @@ class HostArena {
   static constexpr uint32_t kMaxSmallClasses = 64;
 
   constexpr HostArena() = default;
+  // Publishes its reservation's bounds in *bounds (an Optimizer's
+  // PageHookLine) instead of its own.
+  constexpr explicit HostArena(PinBounds* bounds) : bounds_(bounds) {}
   HostArena(const HostArena&) = delete;
   HostArena& operator=(const HostArena&) = delete;
 
@@ -157,10 +161,10 @@ class HostArena {
   bool MayOverlap(uintptr_t start, uint64_t bytes) const {
     return MayOverlapRange(start, start + bytes);
   }
-  // The same for [start, end), for the page hooks' fast path: base_ and
-  // size_ are 0 until reserved, so no range overlaps then.
+  // The same for [start, end), for the page hooks' fast path: the bounds
+  // are empty until the range is reserved, so no range overlaps then.
   bool MayOverlapRange(uintptr_t start, uintptr_t end) const {
-    return start < base_ + size_ && end > base_;
+    return bounds_->MayOverlap(start, end);
   }
   void BeginPageChange(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail,
                        ArenaChangeTicket* t);
@@ -267,6 +271,10 @@ class HostArena {
   ArenaOptions options_;
   uintptr_t base_ = 0;
   uint64_t size_ = 0;  // 0 until reserved: Owns is then always false
+  // [base_, base_ + size_) once reserved (empty until then): own_bounds_,
+  // or the Optimizer's PageHookLine.
+  PinBounds own_bounds_;
+  PinBounds* bounds_ = &own_bounds_;
   uint64_t page_ = 4096;
   uint64_t npages_ = 0;
   uint32_t nclasses_ = 0;

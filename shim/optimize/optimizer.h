@@ -44,6 +44,7 @@
 #include "shim/optimize/lock.h"
 #include "shim/optimize/page_change.h"
 #include "shim/optimize/pin_account.h"
+#include "shim/optimize/pin_bounds.h"
 #include "shim/optimize/pinned_pool.h"
 #include "shim/optimize/registration_cache.h"
 #include "shim/optimize/stager.h"
@@ -212,10 +213,13 @@ class Optimizer {
   // (whatever its result) when *arena came back non-empty, which pins the
   // arena's memory again. Both take the hook guard.
   bool MayHoldPinning(uintptr_t start, uintptr_t end, PageChange what) const {
-    return (what.replaces_private() &&
-            (cache_.MayOverlapRange(start, end) || arena_.MayOverlapRange(start, end))) ||
-           (what.replaces_shared() && pool_.MayOverlapRange(start, end));
+    return (what.replaces_private() && (page_line_.cache.MayOverlap(start, end) ||
+                                        page_line_.arena.MayOverlap(start, end))) ||
+           (what.replaces_shared() && page_line_.pool.MayOverlap(start, end));
   }
+  // The line every page hook's fast path reads: the bounds above, which
+  // the pool, cache and arena keep there, and the hooks' settings.
+  PageHookLine& page_line() { return page_line_; }
   void DropPinningForPageChange(uintptr_t start, uintptr_t end, PageChange what,
                                 ArenaChangeTicket* arena);
   void RepinAfterPageChange(const ArenaChangeTicket& arena, bool stays_anonymous);
@@ -292,9 +296,10 @@ class Optimizer {
   std::atomic<bool> home_set_{false};
   FenceManager fences_;
   PinAccount account_;
-  PinnedPool pool_;
-  RegistrationCache cache_;
-  HostArena arena_;
+  PageHookLine page_line_;
+  PinnedPool pool_{&page_line_.pool};
+  RegistrationCache cache_{&page_line_.cache};
+  HostArena arena_{&page_line_.arena};
   Stager stager_;
   std::atomic<bool> stager_on_{false};
   HotSites hot_sites_;

@@ -118,20 +118,41 @@ constexpr uint8_t AdviceEffectsOf(int advice) {
   }
 }
 
-// The same from a table (inline: the madvise hooks ask at every call).
-struct AdviceTable {
-  static constexpr int kSize = 32;
-  uint8_t effects[kSize];
-  constexpr AdviceTable() : effects() {
-    for (int a = 0; a < kSize; ++a) effects[a] = AdviceEffectsOf(a);
+// The same from two constants the compiler puts in the instructions
+// (inline: the madvise hooks ask at every call, and a table would be one
+// more cache line for them to read after the kernel's work). Bit a of
+// `changes`: advice a changes pages pinshim may have pinned (every such
+// advice below 64 replaces private pages and leaves them anonymous); of
+// `shared`: it replaces shared pages too.
+struct AdviceMasks {
+  uint64_t changes = 0;
+  uint64_t shared = 0;
+  constexpr AdviceMasks() {
+    for (int a = 0; a < 64; ++a) {
+      const uint8_t e = AdviceEffectsOf(a);
+      if (e != 0) changes |= uint64_t{1} << a;
+      if ((e & PageChange::kReplacesShared) != 0) shared |= uint64_t{1} << a;
+    }
   }
 };
-inline constexpr AdviceTable kAdviceTable;
+inline constexpr AdviceMasks kAdviceMasks;
 
-inline uint8_t AdviceEffects(int advice) {
-  return static_cast<unsigned>(advice) < AdviceTable::kSize ? kAdviceTable.effects[advice]
-                                                            : AdviceEffectsOf(advice);
+constexpr uint8_t AdviceEffects(int advice) {
+  const auto a = static_cast<unsigned>(advice);
+  if (a >= 64) return AdviceEffectsOf(advice);
+  if (((kAdviceMasks.changes >> a) & 1) == 0) return 0;
+  return PageChange::kReplacesPrivate | PageChange::kStaysAnonymous |
+         (((kAdviceMasks.shared >> a) & 1) != 0 ? PageChange::kReplacesShared : 0);
 }
+
+// The masks say what the switch says, for every advice they answer.
+constexpr bool AdviceMasksAgree() {
+  for (int a = 0; a < 64; ++a) {
+    if (AdviceEffects(a) != AdviceEffectsOf(a)) return false;
+  }
+  return true;
+}
+static_assert(AdviceMasksAgree(), "AdviceEffects answers as AdviceEffectsOf");
 
 // Page changes in progress, so that no registration pins the pages of a
 // range while a call is replacing them. The hooks mark their range before

@@ -283,16 +283,9 @@ CUresult PinnedPool::NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, ui
   reg.kind = MemKind::kPinnedByPinshim;
   reg.source = kSourcePinshim;
   slabs_.Insert(reg);
-  {
-    // Widened before the slab is handed out, so a page-change hook that
-    // can see the block can see the bounds.
-    uintptr_t cur = lo_.load(std::memory_order_relaxed);
-    while (s->base < cur && !lo_.compare_exchange_weak(cur, s->base)) {
-    }
-    cur = hi_.load(std::memory_order_relaxed);
-    while (s->base + bytes > cur && !hi_.compare_exchange_weak(cur, s->base + bytes)) {
-    }
-  }
+  // Widened before the slab is handed out, so a page-change hook that can
+  // see the block can see the bounds.
+  bounds_->Widen(s->base, s->base + bytes);
   {
     MutexLock lock(&mu_);
     SubPool* sub = FindSubPoolLocked(flags, ctx, true);
@@ -1098,8 +1091,8 @@ PINSHIM_INVARIANT_WALKER InvariantReport PinnedPool::CheckInvariants() const {
   InvariantReport r;
   if (!active()) return r;  // off (not started, or a fork child): nothing is pooled
   MutexLock lock(&mu_);
-  const uintptr_t lo = lo_.load(std::memory_order_relaxed);
-  const uintptr_t hi = hi_.load(std::memory_order_relaxed);
+  const uintptr_t lo = bounds_->lo.load(std::memory_order_relaxed);
+  const uintptr_t hi = bounds_->hi.load(std::memory_order_relaxed);
   uint64_t live = 0, live_requested = 0, live_bytes = 0, slab_bytes = 0, fenced = 0;
   uint64_t batched = 0;
   uint64_t charged[kPinUseCount] = {};
@@ -1150,7 +1143,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport PinnedPool::CheckInvariants() const {
       r.Expect(found && first.id == reinterpret_cast<uint64_t>(s) && first.start == s->base &&
                    first.bytes == span && last.id == first.id,
                "P5 an active slab is in the slab registry under its own id and range", s->base);
-      r.Expect(s->base >= lo && s->base + span <= hi, "P6 every slab lies inside [lo_, hi_)",
+      r.Expect(s->base >= lo && s->base + span <= hi, "P6 every slab lies inside the bounds",
                s->base, lo);
       uint32_t nlive = 0, nbatched = 0;
       for (uint32_t j = 0; j < s->nblocks && j < kMaxBlocksPerSlab; ++j) {
@@ -1295,8 +1288,8 @@ bool PinnedPool::CorruptForTesting(Corruption what) {
   MutexLock lock(&mu_);
   switch (what) {
     case Corruption::kBounds:
-      // Above every user-space address: slabs fall below lo_.
-      lo_.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
+      // Above every user-space address: slabs fall below lo.
+      bounds_->lo.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
       return true;
     case Corruption::kLiveCounter:
       live_requested_.fetch_xor(1, std::memory_order_relaxed);

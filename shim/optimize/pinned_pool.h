@@ -57,6 +57,7 @@
 #include "shim/optimize/invariants.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/pin_account.h"
+#include "shim/optimize/pin_bounds.h"
 
 namespace pinshim {
 namespace optimize {
@@ -127,6 +128,8 @@ class PinnedPool {
   static constexpr uint64_t kWaitsBeforeGrowth = 32;
 
   constexpr PinnedPool() = default;
+  // Keeps its bounds in *bounds (an Optimizer's PageHookLine).
+  constexpr explicit PinnedPool(PinBounds* bounds) : bounds_(bounds) {}
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
 
@@ -186,7 +189,7 @@ class PinnedPool {
     return MayOverlapRange(start, start + bytes);
   }
   bool MayOverlapRange(uintptr_t start, uintptr_t end) const {
-    return start < hi_.load(std::memory_order_acquire) && end > lo_.load(std::memory_order_acquire);
+    return bounds_->MayOverlap(start, end);
   }
   void Retire(uintptr_t start, uint64_t bytes, OwnPinReason why, uint32_t detail);
 
@@ -217,7 +220,7 @@ class PinnedPool {
   //  P4 a pooled slab's block size is its class's; a dedicated one has one block,
   //     kept for reuse only above max_pooled_bytes
   //  P5 every active slab is in the slab registry under its own id and range
-  //  P6 every slab lies inside [lo_, hi_), the bounds MayOverlap reads [8]
+  //  P6 every slab lies inside *bounds_, the bounds MayOverlap reads [8]
   //  P7 no block of an active slab is gone or being freed (states inside a call)
   //  P8 a slab's nlive counts its live, freeing and batched blocks, nbatched its batched
   //  P9 a retired slab has no free block, one not retired no retired block [8]
@@ -322,8 +325,10 @@ class PinnedPool {
   std::atomic<uint64_t> poll_debt_ns_{0};
   std::atomic<uint64_t> poll_waits_{0};  // allocations that waited, since then
   Registry slabs_;                       // slab ranges, id = Slab*; lock-free lookups
-  // Every slab ever made lies inside [lo_, hi_) (widened only).
-  std::atomic<uintptr_t> lo_{UINTPTR_MAX}, hi_{0};
+  // Every slab ever made lies inside *bounds_ (widened only): own_bounds_,
+  // or the Optimizer's PageHookLine.
+  PinBounds own_bounds_;
+  PinBounds* bounds_ = &own_bounds_;
   std::atomic<uint64_t> retired_{0};
 
   std::atomic<uint64_t> next_id_{1};

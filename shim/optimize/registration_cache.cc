@@ -217,10 +217,7 @@ void RegistrationCache::DropEntryLocked(int32_t idx) {
   e.generation++;
   e.next_free = free_entry_;
   free_entry_ = idx;
-  if (live_entries_.fetch_sub(1, std::memory_order_release) == 1) {
-    lo_.store(UINTPTR_MAX, std::memory_order_release);
-    hi_.store(0, std::memory_order_release);
-  }
+  if (live_entries_.fetch_sub(1, std::memory_order_release) == 1) bounds_->Clear();
 }
 
 CacheFailure RegistrationCache::ClassifyFailure(CUresult r, uint64_t bytes) const {
@@ -323,12 +320,7 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
       table_full = true;
     } else {
       c->busy = true;
-      uintptr_t cur = lo_.load(std::memory_order_relaxed);
-      if (alloc.start < cur) lo_.store(alloc.start, std::memory_order_release);
-      cur = hi_.load(std::memory_order_relaxed);
-      if (alloc.start + alloc.bytes > cur) {
-        hi_.store(alloc.start + alloc.bytes, std::memory_order_release);
-      }
+      bounds_->Widen(alloc.start, alloc.start + alloc.bytes);
     }
   }
   if (table_full) {
@@ -730,8 +722,8 @@ PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() co
   const uint64_t live = live_entries_.load(std::memory_order_relaxed);
   r.Expect(norder_ <= n && norder_ == live, "C1 norder_ is live_entries_", norder_, live);
   bool listed[kMaxEntries] = {};
-  const uintptr_t lo = lo_.load(std::memory_order_relaxed);
-  const uintptr_t hi = hi_.load(std::memory_order_relaxed);
+  const uintptr_t lo = bounds_->lo.load(std::memory_order_relaxed);
+  const uintptr_t hi = bounds_->hi.load(std::memory_order_relaxed);
   uint64_t registered = 0;
   const Entry* prev = nullptr;
   for (uint32_t pos = 0; pos < norder_ && pos < kMaxEntries; ++pos) {
@@ -748,7 +740,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() co
                "C2 entries are sorted by start and do not overlap", prev->start, e.start);
     }
     prev = &e;
-    r.Expect(e.start >= lo && e.start + e.bytes <= hi, "C4 every entry lies inside [lo_, hi_)",
+    r.Expect(e.start >= lo && e.start + e.bytes <= hi, "C4 every entry lies inside the bounds",
              e.start, lo);
     r.Expect(e.state == kEntryRegistered, "C5 no entry is registering or releasing", idx, e.state);
     r.Expect((e.frames != nullptr) == (e.nframes != 0),
@@ -769,7 +761,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() co
     }
   }
   if (norder_ == 0) {
-    r.Expect(lo == UINTPTR_MAX && hi == 0, "C4 with no entry, lo_ = UINTPTR_MAX and hi_ = 0", lo,
+    r.Expect(lo == UINTPTR_MAX && hi == 0, "C4 with no entry, the bounds are empty", lo,
              hi);
   }
   uint32_t free_count = 0;
@@ -824,8 +816,8 @@ bool RegistrationCache::CorruptForTesting(Corruption what) {
       return true;
     }
     case Corruption::kBounds:
-      // Above every user-space address: entries fall below lo_.
-      lo_.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
+      // Above every user-space address: entries fall below lo.
+      bounds_->lo.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
       return true;
     case Corruption::kBytes: bytes_.fetch_xor(4096, std::memory_order_relaxed); return true;
   }

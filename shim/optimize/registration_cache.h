@@ -61,6 +61,7 @@
 #include "shim/optimize/invariants.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/pin_account.h"
+#include "shim/optimize/pin_bounds.h"
 
 namespace pinshim {
 namespace optimize {
@@ -136,6 +137,9 @@ class RegistrationCache {
   static constexpr uint32_t kCandidateSlots = 4096;  // power of two
 
   constexpr RegistrationCache() = default;
+  // Keeps its bounds in *bounds (an Optimizer's PageHookLine) instead of
+  // its own.
+  constexpr explicit RegistrationCache(PinBounds* bounds) : bounds_(bounds) {}
   RegistrationCache(const RegistrationCache&) = delete;
   RegistrationCache& operator=(const RegistrationCache&) = delete;
 
@@ -187,7 +191,7 @@ class RegistrationCache {
   // The same for [start, end) from the bounds alone (reset when the cache
   // empties), for the page hooks' fast path.
   bool MayOverlapRange(uintptr_t start, uintptr_t end) const {
-    return start < hi_.load(std::memory_order_acquire) && end > lo_.load(std::memory_order_acquire);
+    return bounds_->MayOverlap(start, end);
   }
 
   // Whether p lies in a registration of this cache; its range if so.
@@ -219,8 +223,8 @@ class RegistrationCache {
   //     is live_entries_
   //  C2 those entries are sorted by start, do not overlap, and hold bytes
   //  C3 the free list holds exactly the free entries, without a cycle
-  //  C4 every entry lies inside [lo_, hi_), the bounds MayOverlap reads;
-  //     with none, lo_ = UINTPTR_MAX and hi_ = 0 [8]
+  //  C4 every entry lies inside *bounds_, the bounds MayOverlap reads;
+  //     with none, they are empty (UINTPTR_MAX, 0) [8]
   //  C5 no entry is registering or releasing (states inside a call); a
   //     registered one has a context and no negative user count
   //  C6 bytes_ is the registered entries' bytes, and the account's cache
@@ -272,9 +276,11 @@ class RegistrationCache {
   uint64_t tick_ = 0;
 
   std::atomic<uint64_t> live_entries_{0};
-  // Every live registration lies inside [lo_, hi_) (widened as entries come,
-  // reset when the cache empties).
-  std::atomic<uintptr_t> lo_{UINTPTR_MAX}, hi_{0};
+  // Every live registration lies inside *bounds_ (widened as entries come,
+  // cleared when the cache empties): own_bounds_, or the Optimizer's
+  // PageHookLine.
+  PinBounds own_bounds_;
+  PinBounds* bounds_ = &own_bounds_;
   std::atomic<uint64_t> registrations_{0}, hits_{0}, evictions_{0}, releases_{0};
   std::atomic<uint64_t> failures_[kCacheFailureCount] = {};
   std::atomic<uint64_t> declined_[kCacheDeclineCount] = {};
