@@ -317,6 +317,49 @@ TEST_F(OptimizerTest, ArenaMemoryKeepsPageableSemantics) {
   cuMemFree(dev);
 }
 
+// The page hooks' fast paths read only the engine's PageHookLine: every
+// part's pinning (a pool slab, a registration of the cache, the arena's
+// reservation) lies inside that part's bounds there, MayHoldPinning says
+// so for the page changes that affect it, and the cache's bounds are
+// empty again once it holds nothing.
+TEST_F(OptimizerTest, PageHookLineHoldsTheBoundsOfEveryPart) {
+  const PageHookLine& line = opt_->page_line();
+  const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  const PageChange private_only(OwnPinReason::kPageChangeMadvise, 0,
+                                PageChange::kReplacesPrivate | PageChange::kStaysAnonymous);
+  const PageChange shared_only(OwnPinReason::kPageChangeMadvise, 0, PageChange::kReplacesShared);
+  // The arena reserved its range at attach.
+  char* a = static_cast<char*>(opt_->arena().Malloc(64 * kKiB));
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(line.arena.MayOverlap(at(a), at(a) + 1));
+  EXPECT_TRUE(opt_->MayHoldPinning(at(a), at(a) + 1, private_only));
+  opt_->arena().Free(a);
+  // A pool block.
+  void* p = nullptr;
+  CUresult r;
+  ASSERT_TRUE(opt_->HostAlloc(&p, 100 * kKiB, 0, &r));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  EXPECT_TRUE(line.pool.MayOverlap(at(p), at(p) + 100 * kKiB));
+  EXPECT_TRUE(opt_->MayHoldPinning(at(p), at(p) + 1, shared_only));
+  EXPECT_FALSE(line.cache.MayOverlap(at(p), at(p) + 1));
+  ASSERT_TRUE(opt_->FreeHost(p, &r));
+  // A hot buffer pinned in place.
+  EXPECT_FALSE(line.cache.MayOverlap(0, UINTPTR_MAX));  // nothing cached yet
+  const size_t n = 2 * kMiB;
+  char* buf = TrackedMalloc(n);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, n), CUDA_SUCCESS);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(HtoDAsync(dev, buf, n), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  ASSERT_EQ(Classify(buf), MemKind::kPinnedByPinshim);
+  EXPECT_TRUE(line.cache.MayOverlap(at(buf), at(buf) + 1));
+  EXPECT_TRUE(line.cache.MayOverlap(at(buf) + n - 1, at(buf) + n));
+  EXPECT_TRUE(opt_->MayHoldPinning(at(buf), at(buf) + 1, private_only));
+  TrackedFree(buf, n);
+  EXPECT_FALSE(line.cache.MayOverlap(0, UINTPTR_MAX));
+  cuMemFree(dev);
+}
+
 // The program registering / unregistering memory pinshim pinned gets the
 // answers it would get without pinshim.
 TEST_F(OptimizerTest, ProgramRegistrationsSeeTheirOwnWorld) {
