@@ -464,13 +464,12 @@ void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
 // Programs built with _FILE_OFFSET_BITS=64 call mmap64 (the same function
 // in glibc on 64-bit, under its own name).
 void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
-  return MmapHook(addr, len, prot, flags, fd, off,
-                  [](void* a, size_t l, int pr, int fl, int f, off64_t o) {
-                    auto real = g_real.mmap64;
-                    return real != nullptr
-                               ? real(a, l, pr, fl, f, o)
+  return MmapHook(
+      addr, len, prot, flags, fd, off, [](void* a, size_t l, int pr, int fl, int f, off64_t o) {
+        auto real = g_real.mmap64;
+        return real != nullptr ? real(a, l, pr, fl, f, o)
                                : reinterpret_cast<void*>(syscall(SYS_mmap, a, l, pr, fl, f, o));
-                  });
+      });
 }
 
 int munmap(void* addr, size_t len) {

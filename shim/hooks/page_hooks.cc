@@ -92,8 +92,7 @@ extern "C" {
 // known: it is set after they were resolved).
 int madvise(void* addr, size_t len, int advice) {
   uint8_t effects;
-  if (PINSHIM_UNLIKELY(PageLine().optimizing) &&
-      (effects = optimize::AdviceEffects(advice)) != 0) {
+  if (PINSHIM_UNLIKELY(PageLine().optimizing) && (effects = optimize::AdviceEffects(advice)) != 0) {
     return MadviseChangingPages(addr, len, advice, effects);
   }
   auto real = __atomic_load_n(&g_real.madvise, __ATOMIC_RELAXED);

@@ -213,8 +213,8 @@ class Optimizer {
   // (whatever its result) when *arena came back non-empty, which pins the
   // arena's memory again. Both take the hook guard.
   bool MayHoldPinning(uintptr_t start, uintptr_t end, PageChange what) const {
-    return (what.replaces_private() && (page_line_.cache.MayOverlap(start, end) ||
-                                        page_line_.arena.MayOverlap(start, end))) ||
+    return (what.replaces_private() &&
+            (page_line_.cache.MayOverlap(start, end) || page_line_.arena.MayOverlap(start, end))) ||
            (what.replaces_shared() && page_line_.pool.MayOverlap(start, end));
   }
   // The line every page hook's fast path reads: the bounds above, which

@@ -761,8 +761,7 @@ PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() co
     }
   }
   if (norder_ == 0) {
-    r.Expect(lo == UINTPTR_MAX && hi == 0, "C4 with no entry, the bounds are empty", lo,
-             hi);
+    r.Expect(lo == UINTPTR_MAX && hi == 0, "C4 with no entry, the bounds are empty", lo, hi);
   }
   uint32_t free_count = 0;
   for (int32_t f = free_entry_; f >= 0;) {
