@@ -7,6 +7,9 @@
 # the library (median of per-round ratios); loss checksums must agree. Then
 # the exit summary of one optimize run (staged copies, declined ones).
 #   bash bench/gpu/dataloader_bisect.sh LIBDIR [ROUNDS] [BATCHES]
+# BISECT_VARIANTS="name|pin or nopin|environment;..." runs those instead
+# (an LD_PRELOAD in the environment replaces LIBDIR's library: two builds
+# side by side).
 set -uo pipefail
 LIBDIR="$(cd "$1" && pwd)"
 ROUNDS="${2:-3}"
@@ -25,6 +28,9 @@ variants=(
   "optimize-no-in-place|nopin|PINSHIM_MODE=optimize PINSHIM_PIN_IN_PLACE=0"
   "optimize-4-workers|nopin|PINSHIM_MODE=optimize PINSHIM_STAGE_WORKERS=4"
 )
+if [ -n "${BISECT_VARIANTS:-}" ]; then
+  IFS=';' read -r -a variants <<<"$BISECT_VARIANTS"
+fi
 run() {  # variant round
   IFS='|' read -r name pin envs <<<"$1"
   local pre=()

@@ -145,7 +145,7 @@ template <typename RealAlloc>
 inline void* AllocateLarge(size_t n, size_t align, bool zero, RealAlloc real_alloc) {
   uint64_t site = 0;
   uint32_t flags = 0;
-  if (g_redirect_sites) {
+  if (g_capture_sites) {
     if (void* p = AllocateAtSite(n, align, zero, &site, &flags)) return p;
   }
   void* p = real_alloc();

@@ -90,6 +90,7 @@ void AtForkChild() {
   g_registrations.UnlockAfterFork();
   g_allocations.UnlockAfterFork();
   if (g_optimize) optimize::Optimizer::Process().AfterForkChild();
+  g_capture_sites = false;
   // The child reports its own calls only; the memory layout it inherited
   // (and so the registries) stays valid.
   ResetStats();

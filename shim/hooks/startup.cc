@@ -126,6 +126,7 @@ void StartOptimizing() {
     }
   }
   g_redirect_sites = in_place;
+  g_capture_sites = in_place;
   if (g_enforce) {
     options.pin_hooks.charge = ChargeOwnPinning;
     options.pin_hooks.release = ReleaseOwnPinning;

@@ -36,6 +36,7 @@ bool g_enforce = false;
 bool g_optimize = false;
 std::atomic<int> g_open_captures{0};
 bool g_redirect_sites = false;
+bool g_capture_sites = false;
 Registry g_allocations;
 Registry g_registrations;
 std::atomic<uint64_t> g_tracked_mallocs{0};

@@ -95,8 +95,15 @@ extern bool g_optimize PINSHIM_HIDDEN;
 // captures (copy_hooks.cc: IntoCapture); otherwise it asks nothing.
 extern std::atomic<int> g_open_captures PINSHIM_HIDDEN;
 // Optimize mode redirects hot allocation sites into the host arena (set
-// once at start, before the program runs).
+// once at start, before the program runs). The arena's blocks stay the
+// arena's in a fork child, so this stays set there.
 extern bool g_redirect_sites PINSHIM_HIDDEN;
+// Large allocations capture their call site (to learn which sites are hot
+// and serve those from the arena): set with g_redirect_sites, cleared in a
+// fork child, whose engine is off for good (nothing there is served from
+// the arena or pinned in place, so a site would be captured for nothing:
+// a DataLoader worker allocates every sample so).
+extern bool g_capture_sites PINSHIM_HIDDEN;
 
 // Starts optimize mode's engine with the real driver functions, once the
 // program has used the driver (idempotent; false while it cannot start).
