@@ -219,42 +219,39 @@ __attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int pro
 // The fast path of MAP_FIXED and munmap in optimize mode, the common case of
 // a range near no tracked allocation and no pinning: the page hooks' line
 // (PageHookLine: the mode, the pinning's bounds) and the allocation
-// registry's summary are read, the range marked, the bounds read, the call
-// made, and the mark cleared through a handle kept in a register (nothing
-// else lives across the call). Null where the general path must run (not
-// optimizing, an empty or wrapping range, a tracked allocation or pinning
-// maybe there, the thread's slot not ready or held); the mark was then not
-// made or is cleared again, and the general path starts afresh.
-__attribute__((always_inline)) inline optimize::PageChangeSlots::Slot* MarkIfNothingThere(
-    const optimize::PageHookLine& line, const void* addr, size_t len) {
+// registry's summary are read, and the call made; nothing is left to do
+// after it. False where the general path must run (not optimizing, an
+// empty or wrapping range, a tracked allocation or pinning maybe there).
+//
+// Unlike every other page change, this one is not marked in
+// PageChangeSlots (which costs two stores before the call and one after:
+// 5 to 6 ns of MAP_FIXED's 10, bench/RESULTS.md, 2026-12-02, fifth part).
+// The mark keeps a registration from pinning pages of the range while the
+// call replaces them. Here no registration can: pinshim registers tracked
+// allocations only (the cache), and the arena's and pool's memory lies
+// within the bounds read; the range held none of either when it was read.
+// An allocation could appear in it before the call only by another thread
+// being given address space this call then replaces (mapped where the
+// range was unmapped, or handed out by an allocator that owns the range),
+// a race on address space the program has without pinshim, whose memory
+// this call destroys either way (shim/INVARIANTS.md, 8).
+__attribute__((always_inline)) inline bool NothingThere(const optimize::PageHookLine& line,
+                                                        const void* addr, size_t len) {
   const auto start = reinterpret_cast<uintptr_t>(addr);
-  if (PINSHIM_UNLIKELY(!line.optimizing || len == 0 || len > UINTPTR_MAX - start ||
-                       g_allocations.MayHoldAny(start, start + (len - 1)))) {
-    return nullptr;
-  }
-  // Marked before the bounds are read (PageChangeSlots).
-  optimize::PageChangeSlots::Slot* mark =
-      optimize::PageChangeSlots::TryMarkFast(start, start + len);
-  if (PINSHIM_UNLIKELY(mark == nullptr)) return nullptr;
-  if (PINSHIM_UNLIKELY(line.MayHoldAny(start, start + len))) {
-    optimize::PageChangeSlots::EndFast(mark);
-    return nullptr;
-  }
-  return mark;
+  return PINSHIM_LIKELY(line.optimizing && len != 0 && len <= UINTPTR_MAX - start &&
+                        !g_allocations.MayHoldAny(start, start + (len - 1)) &&
+                        !line.MayHoldAny(start, start + len));
 }
 
 template <typename RealMmap>
 __attribute__((noinline)) void* MmapFixed(void* addr, size_t len, int prot, int flags, int fd,
                                           off64_t off, RealMmap real_mmap) {
   const optimize::PageHookLine& line = PageLine();
-  optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(line, addr, len);
-  if (PINSHIM_UNLIKELY(mark == nullptr)) {
+  if (PINSHIM_UNLIKELY(!NothingThere(line, addr, len))) {
     return MmapFixedGeneral(addr, len, prot, flags, fd, off, real_mmap);
   }
-  void* p = line.raw_calls ? RawMmap(addr, len, prot, flags, fd, off)
-                           : real_mmap(addr, len, prot, flags, fd, off);
-  optimize::PageChangeSlots::EndFast(mark);
-  return p;
+  return line.raw_calls ? RawMmap(addr, len, prot, flags, fd, off)
+                        : real_mmap(addr, len, prot, flags, fd, off);
 }
 
 // A mapping large enough to track. Out of line, so that a smaller one keeps
@@ -474,11 +471,8 @@ void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
 
 int munmap(void* addr, size_t len) {
   const optimize::PageHookLine& line = PageLine();
-  optimize::PageChangeSlots::Slot* mark = MarkIfNothingThere(line, addr, len);
-  if (PINSHIM_UNLIKELY(mark == nullptr)) return MunmapGeneral(addr, len);
-  const int r = line.raw_calls ? RawMunmap(addr, len) : g_real.munmap(addr, len);
-  optimize::PageChangeSlots::EndFast(mark);
-  return r;
+  if (PINSHIM_UNLIKELY(!NothingThere(line, addr, len))) return MunmapGeneral(addr, len);
+  return line.raw_calls ? RawMunmap(addr, len) : g_real.munmap(addr, len);
 }
 
 void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
