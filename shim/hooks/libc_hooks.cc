@@ -216,33 +216,6 @@ __attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int pro
   return p;
 }
 
-// The fast path of MAP_FIXED and munmap in optimize mode, the common case of
-// a range near no tracked allocation and no pinning: the page hooks' line
-// (PageHookLine: the mode, the pinning's bounds) and the allocation
-// registry's summary are read, and the call made; nothing is left to do
-// after it. False where the general path must run (not optimizing, an
-// empty or wrapping range, a tracked allocation or pinning maybe there).
-//
-// Unlike every other page change, this one is not marked in
-// PageChangeSlots (which costs two stores before the call and one after:
-// 5 to 6 ns of MAP_FIXED's 10, bench/RESULTS.md, 2026-12-02, fifth part).
-// The mark keeps a registration from pinning pages of the range while the
-// call replaces them. Here no registration can: pinshim registers tracked
-// allocations only (the cache), and the arena's and pool's memory lies
-// within the bounds read; the range held none of either when it was read.
-// An allocation could appear in it before the call only by another thread
-// being given address space this call then replaces (mapped where the
-// range was unmapped, or handed out by an allocator that owns the range),
-// a race on address space the program has without pinshim, whose memory
-// this call destroys either way (shim/INVARIANTS.md, 8).
-__attribute__((always_inline)) inline bool NothingThere(const optimize::PageHookLine& line,
-                                                        const void* addr, size_t len) {
-  const auto start = reinterpret_cast<uintptr_t>(addr);
-  return PINSHIM_LIKELY(line.optimizing && len != 0 && len <= UINTPTR_MAX - start &&
-                        !g_allocations.MayHoldAny(start, start + (len - 1)) &&
-                        !line.MayHoldAny(start, start + len));
-}
-
 template <typename RealMmap>
 __attribute__((noinline)) void* MmapFixed(void* addr, size_t len, int prot, int flags, int fd,
                                           off64_t off, RealMmap real_mmap) {

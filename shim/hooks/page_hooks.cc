@@ -69,7 +69,9 @@ __attribute__((noinline)) int AdviseChangingPages(int (*real)(void*, size_t, int
 // (raw_syscall.h), and otherwise reads the real function only now.
 __attribute__((noinline)) int MadviseChangingPages(void* addr, size_t len, int advice,
                                                    uint8_t effects) {
-  if (PageLine().raw_calls) {
+  const optimize::PageHookLine& line = PageLine();
+  if (line.raw_calls && NothingThere(line, addr, len)) return RawMadvise(addr, len, advice);
+  if (line.raw_calls) {
     return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), RawMadvise, addr, len,
                                     advice);
   }
