@@ -156,7 +156,9 @@ static_assert(AdviceMasksAgree(), "AdviceEffects answers as AdviceEffectsOf");
 
 // Page changes in progress, so that no registration pins the pages of a
 // range while a call is replacing them. The hooks mark their range before
-// they look at what is pinned and clear it after the call; a registration,
+// they look at what is pinned and clear it after the call (all but a
+// MAP_FIXED, munmap or madvise of a range that holds no tracked allocation
+// and no pinning: hooks/page_change_scope.h, NothingThere); a registration,
 // once its entry is visible to those hooks, asks whether any marked range
 // overlaps it, and pins nothing if so (it is retried at a later copy).
 //
