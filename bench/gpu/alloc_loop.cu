@@ -4,10 +4,15 @@
 // is queued before its free, so reuse must also respect stream order. With
 // "copyonly", one block is allocated before the loop and each step is the
 // copy alone: the pace the stream keeps for such copies ("copyevent": each
-// copy followed by an event record, as optimize mode's pool fences do).
+// copy followed by an event record on its stream, as optimize mode's copy
+// fences do; "copylegacy": on the legacy stream, as the pool's free-time
+// fences do, which the blocking stream's next copy waits for;
+// "copylegacywait": that, then cudaEventQuery until the event completed, so
+// the copy's time in "detail" is how long such a fence takes to complete).
 // Prints the time per pair. With "detail", each timed call is also timed on
 // its own: percentiles of the allocation, the copy call and the free.
-// Usage: alloc_loop BYTES PAIRS [pair|copy|copyonly|copyevent] [WARMUP (default 8)] [detail]
+// Usage: alloc_loop BYTES PAIRS [pair|copy|copyonly|copyevent|copylegacy|copylegacywait]
+//        [WARMUP (default 8)] [detail]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,7 +38,9 @@ int main(int argc, char** argv) {
   }
   const size_t bytes = strtoull(argv[1], nullptr, 0);
   const int pairs = atoi(argv[2]);
-  const bool copy_event = argc > 3 && strcmp(argv[3], "copyevent") == 0;
+  const bool legacy_wait = argc > 3 && strcmp(argv[3], "copylegacywait") == 0;
+  const bool copy_legacy = legacy_wait || (argc > 3 && strcmp(argv[3], "copylegacy") == 0);
+  const bool copy_event = copy_legacy || (argc > 3 && strcmp(argv[3], "copyevent") == 0);
   const bool copy_only = copy_event || (argc > 3 && strcmp(argv[3], "copyonly") == 0);
   const bool copy = copy_only || (argc > 3 && strcmp(argv[3], "copy") == 0);
   const int warmup = argc > 4 ? atoi(argv[4]) : 8;
@@ -62,7 +69,13 @@ int main(int argc, char** argv) {
     if (timed) t = Clock::now();
     if (copy)
       CHECK(cudaMemcpyAsync(dev, p, 4096 < bytes ? 4096 : bytes, cudaMemcpyHostToDevice, s));
-    if (copy_event) CHECK(cudaEventRecord(ev, s));
+    if (copy_event) CHECK(cudaEventRecord(ev, copy_legacy ? cudaStreamLegacy : s));
+    if (legacy_wait) {
+      cudaError_t q;
+      while ((q = cudaEventQuery(ev)) == cudaErrorNotReady) {
+      }
+      CHECK(q);
+    }
     if (timed) t_copy.push_back(since(t));
     if (timed) t = Clock::now();
     if (!copy_only) CHECK(cudaFreeHost(p));
