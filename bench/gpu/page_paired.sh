@@ -10,15 +10,9 @@
 #   bash bench/gpu/page_paired.sh BUNDLE [ROUNDS [PAIRS [LIB ...]]]
 #   (BUNDLE: scripts/gpu_bundle.sh's .gpu; LIB default BUNDLE/libpinshim.so)
 set -u -o pipefail
-bundle="$(cd "${1:?usage: page_paired.sh BUNDLE [ROUNDS [PAIRS [LIB ...]]]}" && pwd)"
-rounds="${2:-3}"
-pairs="${3:-200000}"
-shift $(($# < 3 ? $# : 3))
-libs=("$@")
-((${#libs[@]})) || libs=("$bundle/libpinshim.so")
+. "$(dirname "$0")/side_args.sh" page_paired.sh 200000 "$@"
 bench="$bundle/bench/page_call_bench"
 [ -x "$bench" ] || { echo "page_paired: no $bench (run scripts/gpu_bundle.sh)" >&2; exit 2; }
-for v in $(env | sed -n 's/^\(PINSHIM_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
 echo "meltdown: $(cat /sys/devices/system/cpu/vulnerabilities/meltdown 2>/dev/null || echo unknown)"
 echo "flags: $(grep -m1 -o -w -E 'pcid|invpcid|pti|hypervisor' /proc/cpuinfo | sort -u | tr '\n' ' ')"

@@ -5,8 +5,9 @@
 # the allocation + free pairs: every pair of the run, the first (the
 # driver's own allocation of the first slab) included. For each library
 # given, ROUNDS rounds, the libraries of a round in rotating order; each
-# run also prints the pool's line of the optimize summary and the timed
-# pairs' allocation and free as alloc_loop's host clock saw them.
+# run also prints the summary's optimize line (the pool_ counters among
+# them) and the timed pairs' allocation and free as alloc_loop's host
+# clock saw them.
 #
 #   bash bench/gpu/pool_loop.sh BUNDLE [ROUNDS [PAIRS [LIB ...]]]
 #   (BUNDLE: scripts/gpu_bundle.sh's .gpu; PAIRS: timed pairs after 2 x
@@ -17,13 +18,7 @@
 # the pool (the first among them) and their milliseconds, the pairs served
 # from what the pool held (count, mean, median us).
 set -u -o pipefail
-bundle="$(cd "${1:?usage: pool_loop.sh BUNDLE [ROUNDS [PAIRS [LIB ...]]]}" && pwd)"
-rounds="${2:-3}"
-pairs="${3:-2000}"
-shift $(($# < 3 ? $# : 3))
-libs=("$@")
-((${#libs[@]})) || libs=("$bundle/libpinshim.so")
-for v in $(env | sed -n 's/^\(PINSHIM_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+. "$(dirname "$0")/side_args.sh" pool_loop.sh 2000 "$@"
 . "$(dirname "$0")/bundle_env.sh" "$bundle"
 loop=/tmp/pool_loop_alloc_loop
 nvcc -O2 -gencode arch=compute_90,code=sm_90 -o "$loop" "$(dirname "$0")/alloc_loop.cu" || exit 1
@@ -43,7 +38,7 @@ print("round %s %-22s %9s %6d mean %.3f median %.3f; grew %d %.1f ms; held %d %.
     sys.argv[1], sys.argv[2], sys.argv[3], p["pairs"], p["pair_us"]["mean"], p["pair_us"]["median"],
     p["growth_pairs"], p["growth_ms"], p["held_pairs"], h["mean"], h["median"]))' \
         "$r" "${lib##*/}" "$n"
-      echo "$summary" | grep -E "pool" | sed 's/^/    /'
+      echo "$summary" | grep "^pinshim: optimize" | sed 's/^/    /'
       grep -E "^  (alloc|free)" "$tr.out" | sed 's/^/  timed pairs, host clock: /'
       rm -rf "$tr" "$tr.out"
     done
