@@ -14,6 +14,7 @@
 #include "analyzer/library_path.h"
 #include "shim/core/config.h"
 #include "shim/core/size.h"
+#include "shim/hooks/profile_file.h"
 #include "shim/optimize/site_profile.h"
 
 extern char** environ;
@@ -316,7 +317,7 @@ int RunRunCommand(int argc, char** argv) {
   if (config.profile[0] != '\0') {
     static optimize::SiteProfile profile;  // large; kept off the stack
     char err[optimize::kProfileErrorLen];
-    if (!profile.Load(config.profile, err, sizeof(err))) return UsageError(err);
+    if (!LoadProfile(config.profile, &profile, err, sizeof(err))) return UsageError(err);
   }
 
   if (config.trace_dir[0] != '\0') {

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "analyzer/report/format.h"
+
 namespace pinshim {
 namespace report {
 namespace {
@@ -57,12 +59,17 @@ BandwidthModel::BandwidthModel() : source_("H200 defaults") {
   }
 }
 
+constexpr uint64_t kMaxCalibrationBytes = uint64_t{1} << 20;
+
 bool BandwidthModel::LoadCalibration(const std::string& path, std::string* error) {
-  std::ifstream in(path);
-  if (!in) {
-    *error = "calibration file " + path + ": cannot open";
+  // A calibration is a few dozen lines; a FIFO or a device is refused.
+  std::string text;
+  std::string why;
+  if (!ReadWholeFile(path, kMaxCalibrationBytes, &text, &why)) {
+    *error = "calibration file " + path + ": cannot open: " + why;
     return false;
   }
+  std::istringstream in(text);
   std::vector<Point> fresh[2][2];
   std::string line;
   int lineno = 0;

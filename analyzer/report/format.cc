@@ -1,5 +1,11 @@
 #include "analyzer/report/format.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "shim/core/safe_file.h"
+
 #include <cmath>
 #include <cstdio>
 
@@ -94,6 +100,28 @@ const char* BudgetLimiterName(trace::BudgetLimiter limiter) {
     case trace::BudgetLimiter::kLedger: return "ledger";
   }
   return "unknown";
+}
+
+bool ReadWholeFile(const std::string& path, uint64_t max_bytes, std::string* out,
+                   std::string* error, bool* missing) {
+  if (missing != nullptr) *missing = false;
+  FileFacts facts;
+  const int fd = OpenRegularForRead(path.c_str(), max_bytes, &facts);
+  if (fd < 0) {
+    if (missing != nullptr) *missing = fd == -ENOENT;
+    *error = SafeFileReason(-fd);
+    if (fd == -kFileTooLarge) *error += " (" + FormatBytes(max_bytes) + " at most)";
+    return false;
+  }
+  out->assign(static_cast<size_t>(facts.size), '\0');
+  const long n = ReadUpTo(fd, &(*out)[0], out->size());
+  close(fd);
+  if (n < 0) {
+    *error = SafeFileReason(static_cast<int>(-n));
+    return false;
+  }
+  out->resize(static_cast<size_t>(n));
+  return true;
 }
 
 }  // namespace report

@@ -28,6 +28,13 @@ const char* BudgetOwnerName(trace::BudgetOwner owner);
 const char* BudgetDecisionName(trace::BudgetDecision decision);
 const char* BudgetLimiterName(trace::BudgetLimiter limiter);
 
+// Reads a whole file of at most max_bytes, opened without blocking (a FIFO
+// or a device is refused: shim/core/safe_file.h). False with *error the
+// reason ("not a regular file", the errno's text), and *missing set when
+// nothing is there.
+bool ReadWholeFile(const std::string& path, uint64_t max_bytes, std::string* out,
+                   std::string* error, bool* missing = nullptr);
+
 }  // namespace report
 }  // namespace pinshim
 

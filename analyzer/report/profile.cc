@@ -9,6 +9,7 @@
 #include <map>
 
 #include "analyzer/report/format.h"
+#include "shim/core/safe_file.h"
 #include "shim/optimize/site.h"
 #include "shim/optimize/site_profile.h"
 
@@ -208,22 +209,14 @@ bool WriteProfile(const std::string& path, const HotSites& sites, size_t traces,
     if (s.processes > 1) text += ", in " + std::to_string(s.processes) + " processes";
     text += "\nsite " + s.FramesText() + "\n";
   }
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what, int e) {
-    *error = "cannot write the profile " + path + ": " + what + strerror(e);
-    unlink(tmp.c_str());
-    return false;
-  };
-  FILE* f = fopen(tmp.c_str(), "w");
-  if (f == nullptr) {
-    const int e = errno;
-    *error = "cannot write the profile " + path + ": cannot create " + tmp + ": " + strerror(e);
+  // Through an unguessable temporary name beside it, renamed into place; a
+  // link, a FIFO or another user's file at the name is refused
+  // (shim/core/safe_file.h).
+  const int err = ReplaceWithData(path.c_str(), 0644, text.data(), text.size());
+  if (err != 0) {
+    *error = "cannot write the profile " + path + ": " + SafeFileReason(err);
     return false;
   }
-  const bool wrote = fwrite(text.data(), 1, text.size(), f) == text.size() && fflush(f) == 0;
-  const int write_errno = errno;
-  if (fclose(f) != 0 || !wrote) return fail("", wrote ? errno : write_errno);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename " + tmp + ": ", errno);
   return true;
 }
 

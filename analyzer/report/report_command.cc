@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "analyzer/report/analysis.h"
+#include "analyzer/report/format.h"
 #include "analyzer/report/frameworks.h"
 #include "analyzer/report/html_report.h"
 #include "analyzer/report/json_report.h"
@@ -25,6 +26,7 @@
 #include "analyzer/report/symbol_archive.h"
 #include "analyzer/report/text_report.h"
 #include "analyzer/report/trace_reader.h"
+#include "shim/optimize/site_profile.h"
 #include "shim/trace/trace_format.h"
 
 namespace pinshim {
@@ -166,6 +168,31 @@ void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& shared,
   for (auto& t : pool) t.join();
 }
 
+// Why --profile-out must not write to out, or "": it is one of the traces
+// being read, or an existing file other than a profile (a slip of the
+// finger must not cost a file). The name itself is checked again when
+// written (WriteProfile: no link, FIFO or other user's file).
+std::string ProfileOutProblem(const std::string& out, const std::vector<std::string>& traces) {
+  struct stat target;
+  if (stat(out.c_str(), &target) != 0) return "";
+  for (const std::string& t : traces) {
+    struct stat st;
+    if (stat(t.c_str(), &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) {
+      return "is the trace " + t + ", which is being read";
+    }
+  }
+  if (!S_ISREG(target.st_mode)) return "exists and is not a regular file";
+  std::string head;
+  std::string error;
+  const std::string header = optimize::kProfileHeader;
+  if (target.st_size > 0 &&
+      (!ReadWholeFile(out, uint64_t{64} << 20, &head, &error) ||
+       head.compare(0, header.size() - 1, header, 0, header.size() - 1) != 0)) {
+    return "exists and is not a pinshim profile";
+  }
+  return "";
+}
+
 }  // namespace
 
 int RunReportCommand(int argc, char** argv) {
@@ -253,6 +280,13 @@ int RunReportCommand(int argc, char** argv) {
   }
   std::vector<std::string> problems;
   std::vector<std::string> files = CollectInputs(paths, &problems);
+  if (profile_set) {
+    const std::string why = ProfileOutProblem(profile_out, files);
+    if (!why.empty()) {
+      Complain("--profile-out " + profile_out + ": " + why + "; nothing written");
+      return 2;
+    }
+  }
   std::vector<Input> inputs(files.size());
   for (size_t i = 0; i < files.size(); ++i) inputs[i].path = files[i];
   const auto archives = LoadArchives(inputs, &problems);

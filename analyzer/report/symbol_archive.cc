@@ -1,7 +1,5 @@
 #include "analyzer/report/symbol_archive.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -9,11 +7,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "analyzer/report/format.h"
+#include "shim/core/safe_file.h"
+
 namespace pinshim {
 namespace report {
 namespace {
 
 constexpr char kVersionLine[] = "pinshim-symbols 1";
+constexpr uint64_t kMaxArchiveBytes = uint64_t{1} << 30;
 
 std::string Hex(const std::string& raw) {
   static const char kDigits[] = "0123456789abcdef";
@@ -71,13 +73,14 @@ std::string ArchiveModuleKey(const Module& m) {
 }
 
 bool SymbolArchive::Load(const std::string& path, std::string* error, bool* missing) {
-  *missing = false;
-  std::ifstream in(path);
-  if (!in) {
-    *missing = errno == ENOENT;
-    *error = path + ": " + strerror(errno);
+  // Without blocking on a FIFO planted at the name.
+  std::string text;
+  std::string why;
+  if (!ReadWholeFile(path, kMaxArchiveBytes, &text, &why, missing)) {
+    *error = path + ": " + why;
     return false;
   }
+  std::istringstream in(text);
   std::string line;
   if (!std::getline(in, line) || line != kVersionLine) {
     *error = path + ": not a pinshim symbol archive of version 1 (first line: \"" +
@@ -185,17 +188,11 @@ bool SymbolArchive::Write(const std::string& path, std::string* error) const {
     }
   }
   const std::string text = out.str();
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  FILE* file = fopen(tmp.c_str(), "w");
-  if (file == nullptr) {
-    *error = tmp + ": " + strerror(errno);
-    return false;
-  }
-  bool ok = fwrite(text.data(), 1, text.size(), file) == text.size();
-  ok = fclose(file) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": " + strerror(errno);
-    unlink(tmp.c_str());
+  // Renamed into place from an unguessable temporary name; a link, a FIFO or
+  // another user's file at the name is refused (shim/core/safe_file.h).
+  const int err = ReplaceWithData(path.c_str(), 0644, text.data(), text.size());
+  if (err != 0) {
+    *error = path + ": " + SafeFileReason(err);
     return false;
   }
   return true;

@@ -1,12 +1,14 @@
 #include "analyzer/report/symbolizer.h"
 
 #include "analyzer/report/symbol_archive.h"
+#include "shim/core/safe_file.h"
 
 #include <cxxabi.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cstdio>
@@ -271,6 +273,49 @@ std::string Frame::Describe(bool short_names) const {
   return out;
 }
 
+namespace {
+
+// Modules larger than this are not read.
+constexpr uint64_t kMaxModuleBytes = uint64_t{8} << 30;
+
+// True when every place libdw's standard search looks for separate debug
+// information (beside the file, in its .debug folder, under /usr/lib/debug,
+// and by build id) holds nothing or a regular file: a FIFO or a device
+// planted there would block it or feed it without end.
+bool DebugPlacesAreFiles(Dwfl_Module* mod, const char* file_name, const char* debuglink) {
+  std::vector<std::string> places;
+  const unsigned char* bits = nullptr;
+  GElf_Addr vaddr;
+  const int n = dwfl_module_build_id(mod, &bits, &vaddr);
+  if (n > 1) {
+    const std::string id = Hex(std::string(reinterpret_cast<const char*>(bits), n));
+    places.push_back("/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug");
+  }
+  if (file_name != nullptr && debuglink != nullptr) {
+    const std::string file = file_name;
+    const size_t slash = file.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
+    places.push_back(dir + "/" + debuglink);
+    places.push_back(dir + "/.debug/" + debuglink);
+    places.push_back("/usr/lib/debug" + (dir[0] == '/' ? dir : "/" + dir) + "/" + debuglink);
+  }
+  for (const std::string& p : places) {
+    struct stat st;
+    if (stat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return false;
+  }
+  return true;
+}
+
+int FindDebuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base,
+                  const char* file_name, const char* debuglink_file, GElf_Word debuglink_crc,
+                  char** debuginfo_file_name) {
+  if (!DebugPlacesAreFiles(mod, file_name, debuglink_file)) return -1;
+  return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file,
+                                      debuglink_crc, debuginfo_file_name);
+}
+
+}  // namespace
+
 struct Symbolizer::ModuleHandle {
   Dwfl* dwfl = nullptr;
   Dwfl_Module* mod = nullptr;
@@ -294,22 +339,26 @@ Symbolizer::ModuleHandle* Symbolizer::HandleFor(const Module& m) {
   } else if (m.path.empty()) {
     h->problem = "module without a path";
   } else {
-    struct stat st;
-    if (stat(m.path.c_str(), &st) != 0) {
-      h->problem = "file not found (" + std::string(strerror(errno)) + ")";
+    // The path comes from the trace: opened without blocking, and only a
+    // regular file of a plausible size is handed to libdw (which consumes
+    // the descriptor when it takes the module).
+    const int fd = OpenRegularForRead(m.path.c_str(), kMaxModuleBytes, nullptr);
+    if (fd < 0) {
+      h->problem = -fd == ENOENT ? "file not found (" + std::string(SafeFileReason(-fd)) + ")"
+                                 : "cannot open (" + std::string(SafeFileReason(-fd)) + ")";
     } else {
       static char* debuginfo_path = nullptr;
-      static const Dwfl_Callbacks kCallbacks = {dwfl_build_id_find_elf,
-                                                dwfl_standard_find_debuginfo,
+      static const Dwfl_Callbacks kCallbacks = {dwfl_build_id_find_elf, FindDebuginfo,
                                                 dwfl_offline_section_address, &debuginfo_path};
       h->dwfl = dwfl_begin(&kCallbacks);
       if (h->dwfl != nullptr) {
         dwfl_report_begin(h->dwfl);
         h->mod =
-            dwfl_report_elf(h->dwfl, Basename(m.path).c_str(), m.path.c_str(), -1, m.bias, false);
+            dwfl_report_elf(h->dwfl, Basename(m.path).c_str(), m.path.c_str(), fd, m.bias, false);
         dwfl_report_end(h->dwfl, nullptr, nullptr);
       }
       if (h->mod == nullptr) {
+        close(fd);
         h->problem = std::string("cannot read ELF: ") + dwfl_errmsg(-1);
       } else if (!m.build_id.empty()) {
         const unsigned char* bits = nullptr;

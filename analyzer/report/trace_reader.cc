@@ -1,7 +1,6 @@
 #include "analyzer/report/trace_reader.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,6 +12,8 @@
 #include <queue>
 
 #include "analyzer/report/format.h"
+#include "analyzer/report/range_crc.h"
+#include "shim/core/safe_file.h"
 #include "shim/trace/crc32c.h"
 
 namespace pinshim {
@@ -27,6 +28,52 @@ namespace {
 // offset is taken for garbage, which keeps resynchronisation fast.
 constexpr uint8_t kMaxResyncFrameType = 32;
 
+// Traces are read whole into memory; a larger file is refused.
+constexpr uint64_t kMaxTraceBytes = uint64_t{64} << 30;
+
+// A small file of /proc, read without blocking; "" when unreadable.
+std::string ReadProcFile(const std::string& path) {
+  const int fd = OpenRegularForRead(path.c_str(), uint64_t{1} << 20, nullptr);
+  if (fd < 0) return "";
+  char buf[8192];
+  const long n = ReadUpTo(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// 1 when the process that wrote the trace still runs on this machine, 0 when
+// it is gone (no such pid, or a pid started after the trace did: recycled),
+// -1 when that cannot be told (another host, no /proc, no start time).
+int WriterRunning(const ProcessInfo& p) {
+  char host[256] = {};
+  if (p.pid == 0 || p.start_realtime_ns == 0 || gethostname(host, sizeof(host) - 1) != 0 ||
+      p.hostname != host) {
+    return -1;
+  }
+  const std::string stat = ReadProcFile("/proc/" + std::to_string(p.pid) + "/stat");
+  if (stat.empty()) return access("/proc/self/stat", R_OK) == 0 ? 0 : -1;
+  // Field 22, start time in clock ticks after boot, counted after the
+  // command's closing parenthesis (the command may hold spaces).
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  const char* q = stat.c_str() + paren + 1;
+  unsigned long long ticks = 0;
+  for (int field = 3; field <= 22 && *q != '\0'; ++field) {
+    while (*q == ' ') ++q;
+    if (field == 22) ticks = strtoull(q, nullptr, 10);
+    while (*q != ' ' && *q != '\0') ++q;
+  }
+  const std::string proc_stat = ReadProcFile("/proc/stat");
+  const size_t btime = proc_stat.find("\nbtime ");
+  const long hz = sysconf(_SC_CLK_TCK);
+  if (ticks == 0 || btime == std::string::npos || hz <= 0) return -1;
+  const double boot_s = strtod(proc_stat.c_str() + btime + 7, nullptr);
+  const double started_s = boot_s + static_cast<double>(ticks) / static_cast<double>(hz);
+  // The traced process started no later than its trace (give or take the
+  // clocks' granularity); a later start is another process with its pid.
+  return started_s <= static_cast<double>(p.start_realtime_ns) * 1e-9 + 2.0 ? 1 : 0;
+}
+
 bool GetString(const uint8_t** p, const uint8_t* end, std::string* out) {
   uint64_t n;
   const uint8_t* q = *p;
@@ -38,44 +85,39 @@ bool GetString(const uint8_t** p, const uint8_t* end, std::string* out) {
 
 }  // namespace
 
-TraceReader::~TraceReader() {
-  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
-}
+TraceReader::~TraceReader() = default;
 
 bool TraceReader::Open(const std::string& path, std::string* error) {
   path_ = path;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Without blocking on a FIFO or a device, and read into memory rather than
+  // mapped, so that a file truncated while it is read only ends early.
+  FileFacts facts;
+  const int fd = OpenRegularForRead(path.c_str(), kMaxTraceBytes, &facts);
   if (fd < 0) {
-    *error = path + ": cannot open: " + strerror(errno);
-    return false;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    *error = path + ": cannot stat: " + strerror(errno);
-    close(fd);
-    return false;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    *error = path + ": not a regular file";
-    close(fd);
+    *error = path + ": cannot open: " + SafeFileReason(-fd);
+    if (-fd == kFileTooLarge) *error += " (" + FormatBytes(kMaxTraceBytes) + " at most)";
     return false;
   }
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  damage_.seconds_since_modified = static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) +
-                                   static_cast<double>(now.tv_nsec - st.st_mtim.tv_nsec) * 1e-9;
-  size_t size = static_cast<size_t>(st.st_size);
+  const int64_t now_ns = static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  damage_.seconds_since_modified = static_cast<double>(now_ns - facts.mtime_ns) * 1e-9;
+  size_t size = static_cast<size_t>(facts.size);
   if (size > 0) {
-    void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      *error = path + ": cannot map: " + strerror(errno);
+    owned_.reset(new (std::nothrow) uint8_t[size]);
+    if (owned_ == nullptr) {
+      *error = path + ": not enough memory to read its " + FormatBytes(size);
       close(fd);
       return false;
     }
-    madvise(m, size, MADV_SEQUENTIAL);
-    mapping_ = m;
-    mapping_size_ = size;
-    data_ = static_cast<const uint8_t*>(m);
+    const long got = ReadUpTo(fd, owned_.get(), size);
+    if (got < 0) {
+      *error = path + ": cannot read: " + SafeFileReason(static_cast<int>(-got));
+      close(fd);
+      return false;
+    }
+    size = static_cast<size_t>(got);  // shorter when truncated meanwhile
+    data_ = owned_.get();
   }
   close(fd);
   size_ = size;
@@ -83,6 +125,7 @@ bool TraceReader::Open(const std::string& path, std::string* error) {
     *error = path + ": " + *error;
     return false;
   }
+  if (!damage_.has_end && has_process_) damage_.writer_running = WriterRunning(process_);
   return true;
 }
 
@@ -123,9 +166,13 @@ bool TraceReader::Scan(std::string* error) {
     damage_.header_crc_bad = true;
   }
 
+  // Every frame check, including the resynchronising scan's at every offset
+  // of a damaged region, checksums through one RangeCrc: the scan's work is
+  // linear in the file on any bytes (range_crc.h).
+  RangeCrc crc(data_, size_);
   uint64_t pos = header_bytes;
   while (pos < size_) {
-    if (FrameAt(pos, false)) {
+    if (FrameAt(pos, false, &crc)) {
       uint32_t len = trace::LoadU32(data_ + pos + 4);
       const uint8_t* payload = data_ + pos + trace::kFrameHeaderBytes;
       HandleFrame(data_[pos + 8], payload, payload + len, pos);
@@ -135,7 +182,7 @@ bool TraceReader::Scan(std::string* error) {
     // Damage: find the next frame that checks out.
     uint64_t start = pos;
     uint64_t next = pos + 1;
-    while (next < size_ && !FrameAt(next, true)) ++next;
+    while (next < size_ && !FrameAt(next, true, &crc)) ++next;
     uint64_t lost = next - start;
     if (damage_.skipped_regions == 0) damage_.first_bad_offset = start;
     ++damage_.skipped_regions;
@@ -152,14 +199,14 @@ bool TraceReader::Scan(std::string* error) {
   return true;
 }
 
-bool TraceReader::FrameAt(uint64_t pos, bool resync) const {
+bool TraceReader::FrameAt(uint64_t pos, bool resync, RangeCrc* crc) const {
   if (size_ - pos < trace::kFrameHeaderBytes) return false;
   uint32_t len = trace::LoadU32(data_ + pos + 4);
   uint8_t type = data_[pos + 8];
   if (len > trace::kMaxFramePayload || len > size_ - pos - trace::kFrameHeaderBytes) return false;
   if (type == 0 || (resync && type > kMaxResyncFrameType)) return false;
-  uint32_t crc = trace::Crc32cExtend(0, data_ + pos + 8, 1 + static_cast<size_t>(len));
-  return crc == trace::UnmaskCrc(trace::LoadU32(data_ + pos));
+  const uint64_t begin = pos + 8;  // the type byte, then the payload
+  return crc->Crc(begin, begin + 1 + len) == trace::UnmaskCrc(trace::LoadU32(data_ + pos));
 }
 
 void TraceReader::HandleFrame(uint8_t type, const uint8_t* p, const uint8_t* end, uint64_t offset) {
@@ -818,13 +865,24 @@ std::string TraceReader::DescribeDamage() const {
     add(std::to_string(damage_.bad_events) + " undecodable records skipped");
   }
   if (!damage_.has_end) {
-    if (damage_.seconds_since_modified >= 0 && damage_.seconds_since_modified < 5) {
+    // "Still running" only when the process is seen running: a process that
+    // stopped writing (killed, crashed, or its disk full) can have changed
+    // the file a moment ago too.
+    if (damage_.writer_running == 1) {
+      add("no end record: the process (pid " + std::to_string(process_.pid) +
+          ") is still running, so this report is partial");
+    } else if (damage_.writer_running == 0) {
+      add("no end record: the process ended without closing its trace (killed, crashed, or "
+          "the trace could not be written to the end, as on a full disk), so its last events "
+          "are missing");
+    } else if (damage_.seconds_since_modified >= 0 && damage_.seconds_since_modified < 5) {
       add("no end record and the file changed " +
           std::to_string(static_cast<int>(damage_.seconds_since_modified)) +
-          " s ago: the process is probably still running, so this report is partial");
+          " s ago: the process may still be running, or it stopped writing (killed, crashed, "
+          "disk full), so this report is partial");
     } else {
-      add("no end record: the process was killed or crashed, so its last events (up to a few "
-          "hundred ms) are missing");
+      add("no end record: the process was killed or crashed, or the trace could not be written "
+          "to the end (a full disk), so its last events are missing");
     }
   }
   if (damage_.dropped_events > 0) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,6 +23,8 @@
 
 namespace pinshim {
 namespace report {
+
+class RangeCrc;
 
 // Stack ids above this are treated as unknown (a writer never gets near it;
 // it keeps per-stack tables of damaged traces bounded).
@@ -110,6 +113,9 @@ struct Damage {
   bool has_end = false;  // a clean shutdown wrote the end record
   uint64_t end_ns = 0;
   double seconds_since_modified = -1;  // of the file, when read from disk
+  // Without an end record: 1 when the writing process is seen still running
+  // on this host, 0 when it is gone, -1 when that cannot be told.
+  int writer_running = -1;
 
   bool Any() const { return skipped_bytes != 0 || bad_events != 0 || header_crc_bad || !has_end; }
 };
@@ -205,7 +211,9 @@ class TraceReader {
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
 
-  // Maps and scans the file. Returns false with a one-line message when
+  // Reads and scans the file (opened without blocking: a FIFO or a device
+  // is refused; read into memory, so that truncation while reading cannot
+  // fault). Returns false with a one-line message when
   // nothing in it is usable (empty, not a trace, another format version);
   // damage past the header is not an error (see damage()).
   bool Open(const std::string& path, std::string* error);
@@ -254,7 +262,7 @@ class TraceReader {
 
   bool Scan(std::string* error);
   void HandleFrame(uint8_t type, const uint8_t* p, const uint8_t* end, uint64_t offset);
-  bool FrameAt(uint64_t pos, bool resync) const;
+  bool FrameAt(uint64_t pos, bool resync, RangeCrc* crc) const;
   void ParseProcess(const uint8_t* p, const uint8_t* end);
   void ParseModules(const uint8_t* p, const uint8_t* end);
   void ParseStack(const uint8_t* p, const uint8_t* end);
@@ -265,8 +273,7 @@ class TraceReader {
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
-  void* mapping_ = nullptr;
-  size_t mapping_size_ = 0;
+  std::unique_ptr<uint8_t[]> owned_;  // the file's bytes, when read from disk
   ProcessInfo process_;
   bool has_process_ = false;
   std::vector<ModuleMap> module_maps_;

@@ -133,6 +133,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
     return status;
   }
   memcpy(metrics_path_, options.metrics_path ? options.metrics_path : "", path_len + 1);
+  metrics_failing_.store(false, kRelaxed);
   process_budget_ = options.process_bytes;
   process_limit_ = options.process_bytes != 0 ? options.process_bytes : UINT64_MAX;
   policy_ = options.policy;
@@ -552,8 +553,7 @@ uint32_t Budget::ReclaimDead() {
 BudgetStatus Budget::Tick() {
   if (!enabled_.load(std::memory_order_acquire)) return BudgetStatus();
   ReclaimDead();
-  if (metrics_path_[0] == '\0') return BudgetStatus();
-  return WriteMetricsFile(metrics_path_);
+  return WriteMetricsNow();
 }
 
 BudgetSnapshot Budget::Snapshot() const {

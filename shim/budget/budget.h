@@ -232,6 +232,11 @@ class Budget {
   // written to a temporary file in the same directory, then renamed.
   BudgetStatus WriteMetricsFile(const char* path) const;
 
+  // Writes the configured metrics file, if any. The message is set only when
+  // writing starts failing (one warning per run of failures, with the
+  // reason) or works again after failing; otherwise it is empty.
+  BudgetStatus WriteMetricsNow();
+
   // Current numbers (each read atomically, not all at one instant).
   BudgetSnapshot Snapshot() const;
 
@@ -302,6 +307,7 @@ class Budget {
   Ledger ledger_;
   ProcessIdentity self_ = {};  // written under the ledger lock
   char metrics_path_[4096] = {};
+  std::atomic<bool> metrics_failing_{false};
   char message_[640] = {};
 };
 

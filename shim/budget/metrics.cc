@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "shim/budget/budget.h"
+#include "shim/core/safe_file.h"
 
 namespace pinshim {
 namespace budget {
@@ -220,33 +221,54 @@ void WriteBody(const Budget& budget, FdWriter& w) {
 
 BudgetStatus Budget::WriteMetricsFile(const char* path) const {
   BudgetStatus status;
-  char tmp[4096 + 32];
-  int n = snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, static_cast<int>(getpid()));
-  if (path == nullptr || path[0] == '\0' || n < 0 || static_cast<size_t>(n) >= sizeof(tmp)) {
+  if (path == nullptr || path[0] == '\0') {
     status.code = BudgetStatus::kInvalid;
     snprintf(status.message, sizeof(status.message), "bad metrics file path");
     return status;
   }
-  // The temporary name lies in the target's directory (rename is atomic only
-  // within one file system) and does not end in .prom, so the collector never
-  // reads a half-written file.
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    status.code = BudgetStatus::kInvalid;
-    snprintf(status.message, sizeof(status.message), "cannot write metrics file %.400s: %s", tmp,
-             strerror(errno));
-    return status;
+  // Written under a fresh, unguessable name beside the target (rename is
+  // atomic only within one file system) that does not end in .prom, so the
+  // collector never reads a half-written file and nobody can plant a file or
+  // link under that name; then renamed over the target, which must be
+  // missing or a regular file of this user's, whose permission bits stay
+  // (safe_file.h). A new file is 0644 less the umask: the collector usually
+  // runs as another user.
+  ReplaceFile file;
+  int err = BeginReplace(path, 0644, &file);
+  if (err == 0) {
+    FdWriter writer(file.fd);
+    WriteBody(*this, writer);
+    err = writer.Flush();
+    if (err == 0) {
+      err = CommitReplace(&file);
+    } else {
+      AbortReplace(&file);
+    }
   }
-  FdWriter writer(fd);
-  WriteBody(*this, writer);
-  int err = writer.Flush();
-  if (close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && rename(tmp, path) != 0) err = errno;
   if (err != 0) {
-    unlink(tmp);
     status.code = BudgetStatus::kInvalid;
     snprintf(status.message, sizeof(status.message), "cannot write metrics file %.400s: %s", path,
-             strerror(err));
+             SafeFileReason(err));
+  }
+  return status;
+}
+
+BudgetStatus Budget::WriteMetricsNow() {
+  BudgetStatus status;
+  if (metrics_path_[0] == '\0') return status;
+  status = WriteMetricsFile(metrics_path_);
+  const bool failed = !status.ok();
+  const bool was_failing = metrics_failing_.exchange(failed, std::memory_order_relaxed);
+  if (failed && !was_failing) {
+    // The first failure of a run of them says so, once.
+    const size_t used = strlen(status.message);
+    snprintf(status.message + used, sizeof(status.message) - used,
+             "; retrying every few seconds, no further warning until it works again");
+  } else if (!failed && was_failing) {
+    snprintf(status.message, sizeof(status.message), "metrics file %.400s written again",
+             metrics_path_);
+  } else {
+    status.message[0] = '\0';
   }
   return status;
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "shim/core/fixed_text.h"
+#include "shim/core/safe_file.h"
 #include "shim/core/size.h"
 
 namespace pinshim {
@@ -259,6 +260,8 @@ void AppendErrno(FixedText* text, int e) {
     case EIO: text->Append("input/output error"); return;
     case EMFILE:
     case ENFILE: text->Append("too many open files"); return;
+    case kFileNotRegular:
+    case kFileTooLarge: text->Append(SafeFileReason(e)); return;
     default: text->Append("error ").AppendUint(static_cast<uint64_t>(e));
   }
 }
@@ -381,12 +384,15 @@ void FileProblem(ParseState* state, const char* path, const char* what, int err_
 // bounded stack) and applies each line. "named": the file was asked for
 // explicitly, so its absence is an error too.
 void ReadConfigFile(ParseState* state, const char* path, bool named) {
-  int fd;
-  do {
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
+  // Without blocking: a FIFO or a device at the name is refused at once
+  // instead of holding up the program before main.
+  const int fd = OpenRegularForRead(path, kMaxConfigFileBytes, nullptr);
+  if (fd == -kFileTooLarge) {
+    FileProblem(state, path, "config file larger than the limit of ", 0, kMaxConfigFileBytes);
+    return;
+  }
   if (fd < 0) {
-    const int e = errno;
+    const int e = -fd;
     if (!named && e == ENOENT) return;
     FileProblem(state, path, "cannot open config file: ", e, 0);
     return;

@@ -663,10 +663,10 @@ TEST_F(ConfigTest, UnreadableFileIsAnError) {
     EXPECT_EQ(Error(0), path + ": cannot open config file: permission denied");
     EXPECT_TRUE(config_.forced_observe);
   }
-  // A directory opens but cannot be read.
+  // A directory is not a regular file.
   Env dir({"PINSHIM_CONFIG=" + dir_});
   EXPECT_FALSE(Parse(&dir));
-  EXPECT_EQ(Error(0), dir_ + ": cannot read config file: is a directory");
+  EXPECT_EQ(Error(0), dir_ + ": cannot open config file: not a regular file");
   EXPECT_TRUE(config_.forced_observe);
 }
 
@@ -727,6 +727,19 @@ TEST_F(ConfigTest, OversizedFileIsAnError) {
   EXPECT_TRUE(config_.forced_observe);
   EXPECT_EQ(config_.mode, kModeObserve);
   EXPECT_STREQ(config_.config_file, "");
+}
+
+// A FIFO or a device named as the config file is refused at once: the
+// library parses the configuration before the program's main.
+TEST_F(ConfigTest, FifoOrDeviceIsRefusedWithoutBlocking) {
+  const std::string fifo = dir_ + "/fifo.conf";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    Env env({"PINSHIM_CONFIG=" + path, "PINSHIM_MODE=enforce"});
+    EXPECT_FALSE(Parse(&env));
+    EXPECT_EQ(Error(0), path + ": cannot open config file: not a regular file");
+    EXPECT_TRUE(config_.forced_observe);
+  }
 }
 
 TEST_F(ConfigTest, OverlongLineAndNulByteAreErrors) {

@@ -12,6 +12,7 @@
 #include "shim/core/log.h"
 #include "shim/core/phdr.h"
 #include "shim/hooks/driver_table.h"
+#include "shim/hooks/profile_file.h"
 #include "shim/hooks/raw_syscall.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
@@ -119,7 +120,7 @@ void StartOptimizing() {
   optimize::InitSiteCapture();
   if (g_config.profile[0] != '\0') {
     char err[optimize::kProfileErrorLen];
-    if (g_profile.Load(g_config.profile, err, sizeof(err))) {
+    if (LoadProfile(g_config.profile, &g_profile, err, sizeof(err))) {
       optimize::Optimizer::Process().hot_sites().SetProfile(&ProfileContains);
     } else {
       LogLine("profile not used: %s", err);
@@ -249,7 +250,8 @@ __attribute__((destructor)) static void PinshimDestructor() {
   trace::StopRecorder();
   // The last word on this process's counters, however short it ran.
   if (g_enforce && g_config.metrics_file[0] != '\0') {
-    budget::Budget::Process().WriteMetricsFile(g_config.metrics_file);
+    const budget::BudgetStatus status = budget::Budget::Process().WriteMetricsNow();
+    if (status.message[0] != '\0') LogLine("%s", status.message);
   }
 }
 

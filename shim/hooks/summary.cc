@@ -2,12 +2,15 @@
 // optimize mode what pinshim pinned, reused and staged.
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 
 #include "shim/core/log.h"
+#include "shim/core/safe_file.h"
 #include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
@@ -41,13 +44,39 @@ void WriteOptimizeSummary(int fd) {
   WriteAll(fd, line, n);
 }
 
+// The program's name as the summary shows it: a byte that could move the
+// terminal's cursor or start a new line becomes '?', so that a name cannot
+// forge lines of the summary.
+void PrintableName(const char* name, char* out, size_t len) {
+  size_t n = 0;
+  for (; name[n] != '\0' && n + 1 < len; ++n) {
+    const unsigned char c = static_cast<unsigned char>(name[n]);
+    out[n] = c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
+  }
+  out[n] = '\0';
+}
+
+// Several processes may append to one summary file (no %p in its name): each
+// appends its record under an exclusive flock, so records never interleave.
+// Whoever can open the file can hold that lock too, so the wait is bounded;
+// after it the record is appended without the lock.
+void LockForAppend(int fd) {
+  for (int round = 0; round < 200; ++round) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) return;
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
 }  // namespace
 
 void WriteSummaryAtExit() {
   if (g_config.summary == SummaryTarget::kNone || !g_cuda_seen.load()) return;
   char mode[64];
   FormatMode(g_config.mode, mode, sizeof(mode));
-  const char* program = program_invocation_short_name ? program_invocation_short_name : "?";
+  char program[256];
+  PrintableName(program_invocation_short_name ? program_invocation_short_name : "?", program,
+                sizeof(program));
   if (g_config.summary == SummaryTarget::kStderr) {
     WriteSummary(STDERR_FILENO, getpid(), program, mode, ApiName);
     WriteOptimizeSummary(STDERR_FILENO);
@@ -58,14 +87,18 @@ void WriteSummaryAtExit() {
     LogLine("PINSHIM_SUMMARY path too long; summary not written");
     return;
   }
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Appended, never truncated: without %p every process of a run adds its
+  // own record to the one file. A link, a FIFO or another user's file at the
+  // name is refused (safe_file.h).
+  const int fd = OpenForAppend(path, 0644);
   if (fd < 0) {
-    LogLine("cannot write summary to %s: %s", path, strerror(errno));
+    LogLine("cannot write summary to %s: %s", path, SafeFileReason(-fd));
     return;
   }
+  LockForAppend(fd);
   WriteSummary(fd, getpid(), program, mode, ApiName);
   WriteOptimizeSummary(fd);
-  close(fd);
+  close(fd);  // releases the lock
 }
 
 }  // namespace pinshim

@@ -22,7 +22,9 @@ void* MetricsMain(void*) {
   prctl(PR_SET_NAME, "pinshim-metrics", 0, 0, 0);
   ReentryGuard::HoldForever(Reentry::kHook);
   for (;;) {
-    budget::Budget::Process().Tick();
+    // A message only when writing the metrics starts failing or works again.
+    const budget::BudgetStatus status = budget::Budget::Process().Tick();
+    if (status.message[0] != '\0') LogLine("%s", status.message);
     struct timespec ts = {kMetricsPeriodMs / 1000, (kMetricsPeriodMs % 1000) * 1000000L};
     nanosleep(&ts, nullptr);
   }

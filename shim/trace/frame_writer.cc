@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "shim/core/safe_file.h"
 #include "shim/trace/crc32c.h"
 
 namespace pinshim {
@@ -36,9 +37,12 @@ void EncodeFrameHeader(FrameType type, const struct iovec* parts, int n_parts,
   out[8] = type_byte;
 }
 
-bool WriteFrame(int fd, FrameType type, const struct iovec* parts, int n_parts) {
+bool WriteFrame(int fd, FrameType type, const struct iovec* parts, int n_parts, int* error) {
   constexpr int kMaxParts = 8;
-  if (fd < 0 || n_parts > kMaxParts - 1) return false;
+  if (fd < 0 || n_parts > kMaxParts - 1) {
+    if (error != nullptr) *error = fd < 0 ? EBADF : EINVAL;
+    return false;
+  }
   uint8_t header[kFrameHeaderBytes];
   EncodeFrameHeader(type, parts, n_parts, header);
   struct iovec iov[kMaxParts];
@@ -55,6 +59,7 @@ bool WriteFrame(int fd, FrameType type, const struct iovec* parts, int n_parts) 
   do {
     n = writev(fd, iov, n_parts + 1);
   } while (n < 0 && errno == EINTR);
+  if (error != nullptr) *error = n < 0 ? errno : n == static_cast<ssize_t>(total) ? 0 : ENOSPC;
   errno = saved_errno;
   // A short write (disk full) leaves a torn frame that the reader skips; a
   // retry could interleave with another thread's frame, so there is none.
@@ -110,9 +115,10 @@ int CreateTraceFile(const char* dir, const char* program, long pid, char* path, 
       errno = saved_errno;
       return -1;
     }
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) {
-      snprintf(err, err_len, "cannot create trace file %s: %s", path, strerror(errno));
+    // A new file only, never through a link planted at the name.
+    fd = CreateExclusive(path, O_APPEND, 0644);
+    if (fd < 0 && fd != -EEXIST) {
+      snprintf(err, err_len, "cannot create trace file %s: %s", path, SafeFileReason(-fd));
       errno = saved_errno;
       return -1;
     }

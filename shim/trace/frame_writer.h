@@ -25,8 +25,10 @@ void EncodeFileHeader(uint8_t out[kFileHeaderBytes]);
 
 // Appends one frame made of `parts` with a single writev, so frames written
 // concurrently by several threads never interleave (O_APPEND). Returns false
-// when the kernel did not take all of it.
-bool WriteFrame(int fd, FrameType type, const struct iovec* parts, int n_parts);
+// when the kernel did not take all of it, with the reason in *error when
+// given (ENOSPC for a short write).
+bool WriteFrame(int fd, FrameType type, const struct iovec* parts, int n_parts,
+                int* error = nullptr);
 
 // Fills the 9-byte frame header for a payload given as `parts`.
 void EncodeFrameHeader(FrameType type, const struct iovec* parts, int n_parts,

@@ -24,8 +24,10 @@
 #include <cstring>
 #include <new>
 
+#include "shim/core/log.h"
 #include "shim/core/phdr.h"
 #include "shim/core/reentry.h"
+#include "shim/core/safe_file.h"
 #include "shim/trace/call_site.h"
 #include "shim/trace/copy_watch.h"
 #include "shim/trace/frame_writer.h"
@@ -99,6 +101,7 @@ struct Global {
   std::atomic<int64_t> registered_program{0};
   std::atomic<int64_t> pinned_pinshim{0};
   std::atomic<uint64_t> dropped{0};
+  std::atomic<bool> write_failed{false};  // a batch could not be written (warned once)
   std::atomic<uint64_t> batches{0};
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> samples{0};
@@ -186,11 +189,18 @@ void Flush(ThreadBuffer* b) {
   size_t header_len = b->enc.EncodeHeader(b->tid, header);
   struct iovec parts[2] = {{header, header_len},
                            {const_cast<uint8_t*>(b->enc.data()), b->enc.size()}};
-  if (WriteFrame(g.fd, FrameType::kEvents, parts, 2)) {
+  int error = 0;
+  if (WriteFrame(g.fd, FrameType::kEvents, parts, 2, &error)) {
     g.batches.fetch_add(1, std::memory_order_relaxed);
     g.bytes.fetch_add(kFrameHeaderBytes + header_len + b->enc.size(), std::memory_order_relaxed);
   } else {
     g.dropped.fetch_add(b->enc.count(), std::memory_order_relaxed);
+    // Said once per process: the trace will lack its end record too (a full
+    // disk has no room for it), and the report can only say it is missing.
+    if (!g.write_failed.exchange(true, std::memory_order_relaxed)) {
+      LogLine("cannot write the trace %s: %s; events from now on are lost", g.path,
+              SafeFileReason(error));
+    }
   }
   b->enc.Reset();
 }
@@ -702,6 +712,7 @@ void StartSampler() {
 
 bool OpenTrace(long forked_from, char* err, size_t err_len) {
   g.owner_pid = static_cast<long>(getpid());
+  g.write_failed.store(false, std::memory_order_relaxed);
   g.fd = CreateTraceFile(g.trace_dir, g.exe, static_cast<long>(getpid()), g.path, sizeof(g.path),
                          err, err_len);
   if (g.fd < 0) return false;

@@ -152,6 +152,14 @@ std::string Everything() {
   return b.bytes();
 }
 
+// Bytes in which every other offset looks like a frame header of a large
+// frame whose checksum fails: the resynchronising scan's worst case.
+std::string ResyncPattern(size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out.push_back(i % 2 == 1 ? '\0' : static_cast<char>(1 + i % 31));
+  return out;
+}
+
 bool Write(const std::string& dir, const std::string& name, const std::string& bytes) {
   std::string path = dir + "/" + name;
   FILE* f = fopen(path.c_str(), "wb");
@@ -171,6 +179,7 @@ int main(int argc, char** argv) {
   std::string all = Everything();
   bool ok = Write(dir, "everything.pstrace", all) &&
             Write(dir, "header_only.pstrace", all.substr(0, 32)) &&
-            Write(dir, "torn.pstrace", all.substr(0, all.size() * 2 / 3));
+            Write(dir, "torn.pstrace", all.substr(0, all.size() * 2 / 3)) &&
+            Write(dir, "resync_pattern.pstrace", all.substr(0, 32) + ResyncPattern(32768));
   return ok ? 0 : 1;
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the trace reader (and the analysis and reports behind it) with
-# libFuzzer for a bounded time. Needs clang; builds outside Bazel (whose
-# toolchain is gcc).
+# libFuzzer for a bounded time, then its resynchronisation over damaged bytes
+# (analyzer/report/fuzz/resync_fuzzer.cc) for as long again. Needs clang;
+# builds outside Bazel (whose toolchain is gcc).
 #
-#   tests/trace/fuzz/run_fuzzer.sh [SECONDS]     default 60
+#   tests/trace/fuzz/run_fuzzer.sh [SECONDS]     default 60, per target
 #
 # Crashes found are copied into tests/trace/fuzz/regressions/, which
 # //tests/trace:fuzz_regression_test replays on every test run: fix the
@@ -16,7 +17,8 @@ cuda="${CUDA_HOME:-/usr/local/cuda}"
 work="${FUZZ_WORK_DIR:-/tmp/pinshim-fuzz}"
 mkdir -p "$work/corpus" "$work/artifacts"
 
-sources=(analyzer/report/*.cc analyzer/report/rules/*.cc shim/trace/crc32c.cc shim/core/events.cc)
+sources=(analyzer/report/*.cc analyzer/report/rules/*.cc shim/trace/crc32c.cc shim/core/events.cc
+         shim/core/safe_file.cc)
 filtered=()
 for s in "${sources[@]}"; do
   case "$s" in *_test.cc|*/report_main.cc) ;; *) filtered+=("$s") ;; esac
@@ -26,14 +28,23 @@ echo "building the fuzzer in $work"
 clang++ "${flags[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   "${filtered[@]}" analyzer/report/fuzz/trace_reader_fuzzer.cc -ldw -lelf -lpthread \
   -o "$work/trace_reader_fuzzer"
+clang++ "${flags[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  analyzer/report/trace_reader.cc analyzer/report/range_crc.cc analyzer/report/format.cc \
+  shim/trace/crc32c.cc shim/core/safe_file.cc analyzer/report/fuzz/resync_fuzzer.cc \
+  -o "$work/resync_fuzzer"
 clang++ "${flags[@]}" tests/trace/fuzz/make_seeds.cc tests/trace/trace_builder.cc \
-  shim/trace/frame_writer.cc shim/trace/crc32c.cc -o "$work/make_seeds"
+  shim/trace/frame_writer.cc shim/trace/crc32c.cc shim/core/safe_file.cc -o "$work/make_seeds"
 "$work/make_seeds" "$work/corpus"
 cp tests/trace/fuzz/regressions/* "$work/corpus/" 2>/dev/null || true
+mkdir -p "$work/resync_corpus"
+cp "$work/corpus"/* "$work/resync_corpus/"
 
 status=0
 "$work/trace_reader_fuzzer" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
   -artifact_prefix="$work/artifacts/" -print_final_stats=1 "$work/corpus" || status=$?
+# Inputs up to 256 KiB: the time limit catches a scan that is not linear.
+"$work/resync_fuzzer" -max_total_time="$seconds" -max_len=262144 -timeout=10 \
+  -artifact_prefix="$work/artifacts/" -print_final_stats=1 "$work/resync_corpus" || status=$?
 found=0
 for a in "$work"/artifacts/crash-* "$work"/artifacts/leak-* "$work"/artifacts/timeout-* \
          "$work"/artifacts/oom-*; do
