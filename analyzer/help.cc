@@ -50,7 +50,7 @@ void PrintVariables(FILE* out) {
                 "variable names without PINSHIM_ in lower case (mode, "
                 "budget, node_budget, policy, trace_dir, summary, "
                 "track_threshold, metrics_file, sample_ms, pin_cap, idle_trim_s, "
-                "ledger_shared, profile); '#' starts a comment at the start "
+                "ledger_shared, ledger_path, profile); '#' starts a comment at the start "
                 "of a line or after a blank. A named file that cannot be "
                 "read is an error.");
   PrintVariable(out, kLibraryVariable, "the library beside pinshim", "a file path",

@@ -12,7 +12,7 @@ export PINSHIM_CONFIG=
 unset PINSHIM_LIBRARY LD_PRELOAD PINSHIM_MODE PINSHIM_BUDGET PINSHIM_NODE_BUDGET \
   PINSHIM_TRACE_DIR PINSHIM_SUMMARY PINSHIM_POLICY PINSHIM_TRACK_THRESHOLD \
   PINSHIM_METRICS_FILE PINSHIM_SAMPLE_MS PINSHIM_PIN_CAP PINSHIM_LEDGER_SHARED \
-  PINSHIM_PROFILE
+  PINSHIM_LEDGER_PATH PINSHIM_PROFILE
 
 failures=0
 fail() {
@@ -77,7 +77,8 @@ for help in "--help" "-h" "help"; do
   for word in run archive PINSHIM_MODE PINSHIM_TRACE_DIR PINSHIM_SUMMARY PINSHIM_BUDGET \
       PINSHIM_NODE_BUDGET PINSHIM_POLICY PINSHIM_TRACK_THRESHOLD PINSHIM_CONFIG \
       PINSHIM_METRICS_FILE PINSHIM_SAMPLE_MS PINSHIM_PIN_CAP \
-      PINSHIM_LEDGER_SHARED PINSHIM_PROFILE PINSHIM_COPY_GUARD PINSHIM_LIBRARY; do
+      PINSHIM_LEDGER_SHARED PINSHIM_LEDGER_PATH PINSHIM_PROFILE PINSHIM_COPY_GUARD \
+      PINSHIM_LIBRARY; do
     grep -q -- "${word}" "${TMP}/out" || fail "${help} does not mention ${word}"
   done
 done
@@ -87,7 +88,7 @@ for help in "run --help" "run -h" "help run"; do
   [[ "${STATUS}" == 0 ]] || fail "${help}: status ${STATUS}"
   for word in --mode --trace-dir --summary --budget --node-budget --policy \
       --track-threshold --metrics-file --profile --config --pin-cap \
-      --sample-ms --ledger-shared --copy-guard PINSHIM_LIBRARY PINSHIM_PROFILE 127; do
+      --sample-ms --ledger-shared --ledger --copy-guard PINSHIM_LIBRARY PINSHIM_PROFILE 127; do
     grep -q -- "${word}" "${TMP}/out" || fail "${help} does not mention ${word}"
   done
 done
@@ -193,7 +194,7 @@ printf '# pinshim profile v1\nsite 0a1b+0x10\n' >p.out
 LD_PRELOAD=libm.so.6 run_pinshim run --mode optimize,enforce --budget 1G \
   --node-budget 50% --policy fallback --track-threshold 1M --trace-dir rel/traces \
   --summary --metrics-file m.jsonl --profile p.out --sample-ms 20 --pin-cap 2G \
-  --ledger-shared --config "" -- env
+  --ledger-shared --ledger rel/ledger --config "" -- env
 [[ "${STATUS}" == 0 ]] || fail "run env: status ${STATUS}: ${ERR}"
 [[ -z "${ERR}" ]] || fail "run env printed: ${ERR}"
 check_var() {
@@ -213,6 +214,7 @@ check_var PINSHIM_PROFILE "${TMP}/p.out"
 check_var PINSHIM_SAMPLE_MS 20
 check_var PINSHIM_PIN_CAP 2G
 check_var PINSHIM_LEDGER_SHARED 1
+check_var PINSHIM_LEDGER_PATH "${TMP}/rel/ledger"
 check_var PINSHIM_CONFIG ""
 [[ -d rel/traces ]] || fail "trace directory rel/traces was not created"
 [[ -z "$(ls -A rel/traces)" ]] || fail "the writability probe was left behind"

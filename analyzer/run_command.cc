@@ -67,7 +67,10 @@ const RunOption kRunOptions[] = {
      "how often the trace samples pinned bytes, RSS and swap, 1 to 60000 "
      "milliseconds."},
     {"--ledger-shared", "0|1", "PINSHIM_LEDGER_SHARED", Value::kOptional, "1", PathKind::kNone,
-     "one node budget ledger for all users instead of one per user."},
+     "one node budget ledger for the users of its group instead of one per user."},
+    {"--ledger", "FILE", "PINSHIM_LEDGER_PATH", Value::kRequired, nullptr, PathKind::kPath,
+     "keep the node budget's ledger in FILE instead of /dev/shm (every process sharing the "
+     "node budget must name the same file)."},
     {"--wc-guard", "0|1", "PINSHIM_WC_GUARD", Value::kOptional, "1", PathKind::kNone,
      "sample plain CPU loads of write-combined memory (with --trace-dir)."},
     {"--python-frames", "0|1", "PINSHIM_PYTHON_FRAMES", Value::kOptional, "1", PathKind::kNone,

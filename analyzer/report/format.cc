@@ -102,6 +102,34 @@ const char* BudgetLimiterName(trace::BudgetLimiter limiter) {
   return "unknown";
 }
 
+std::string Printable(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const bool c1 = c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(s[i + 1]) <= 0x9f;
+    if (c >= 0x20 && c != 0x7f && !c1) {
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      char buf[16];
+      if (c1) {
+        snprintf(buf, sizeof(buf), "\\xc2\\x%02x", static_cast<unsigned char>(s[++i]));
+      } else {
+        snprintf(buf, sizeof(buf), "\\x%02x", c);
+      }
+      out += buf;
+    }
+  }
+  return out;
+}
+
 bool ReadWholeFile(const std::string& path, uint64_t max_bytes, std::string* out,
                    std::string* error, bool* missing) {
   if (missing != nullptr) *missing = false;

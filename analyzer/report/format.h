@@ -28,6 +28,12 @@ const char* BudgetOwnerName(trace::BudgetOwner owner);
 const char* BudgetDecisionName(trace::BudgetDecision decision);
 const char* BudgetLimiterName(trace::BudgetLimiter limiter);
 
+// s for a terminal: control bytes (C0, DEL, and C1 as UTF-8 encodes them),
+// newlines included, written as \n, \r, \t or \xNN, so that a name from a
+// trace or a ledger (a program's, a Python function's) cannot move the
+// cursor, retitle the window or start a line that reads like the report's.
+std::string Printable(const std::string& s);
+
 // Reads a whole file of at most max_bytes, opened without blocking (a FIFO
 // or a device is refused: shim/core/safe_file.h). False with *error the
 // reason ("not a regular file", the errno's text), and *missing set when

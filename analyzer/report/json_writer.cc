@@ -55,6 +55,15 @@ void JsonWriter::Escape(const std::string& s, std::string* out) {
         default: snprintf(buf, sizeof(buf), "\\u%04x", c); out->append(buf);
       }
       ++i;
+    } else if (c == 0x7f ||
+               (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+                static_cast<unsigned char>(s[i + 1]) <= 0x9f)) {
+      // DEL and the C1 controls, which a terminal may act on, escaped too.
+      char buf[8];
+      const unsigned code = c == 0x7f ? 0x7fu : static_cast<unsigned char>(s[i + 1]);
+      snprintf(buf, sizeof(buf), "\\u%04x", code);
+      out->append(buf);
+      i += c == 0x7f ? 1 : 2;
     } else {
       size_t n = Utf8Length(s, i);
       if (n == 0) {

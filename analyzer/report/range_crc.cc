@@ -15,7 +15,7 @@ namespace {
 // CRC-32C's polynomial, bit-reflected: bit 31 is the coefficient of x^0.
 constexpr uint32_t kPoly = 0x82f63b78u;
 constexpr uint32_t kOne = 0x80000000u;  // the polynomial 1
-constexpr size_t kLowBytes = 4096;       // shifts split as high * 4096 + low
+constexpr size_t kLowBytes = 4096;      // shifts split as high * 4096 + low
 
 // a * b modulo the polynomial.
 uint32_t MulMod(uint32_t a, uint32_t b) {

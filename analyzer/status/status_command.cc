@@ -32,6 +32,7 @@ using report::JsonWriter;
 
 constexpr int kExitOk = 0;
 constexpr int kExitProblem = 2;
+constexpr int kExitDamaged = 3;
 
 // One process of the ledger, copied out under the lock.
 struct ProcessRow {
@@ -68,6 +69,12 @@ struct NodeView {
   uint64_t reclaimed_processes = 0;
   uint64_t reclaimed_bytes = 0;
   std::vector<ProcessRow> processes;
+  // Its lock was held past the bounded wait: read without it.
+  bool lock_held = false;
+  std::string lock_note;
+  // What Ledger::CheckDamage found: problems, and the first one.
+  uint32_t damage = 0;
+  std::string first_damage;
 
   uint64_t headroom() const { return budget > pinned ? budget - pinned : 0; }
 };
@@ -82,6 +89,15 @@ const char* PolicyText(uint8_t policy) {
 void ReadLedger(Ledger& ledger, NodeView* view) {
   const LedgerHeader& h = ledger.header();
   const bool locked = ledger.writable() && ledger.Lock();
+  if (ledger.writable() && !locked) {
+    char note[640] = "the ledger's lock could not be taken";
+    ledger.TakeLockWarning(note, sizeof(note));
+    view->lock_held = true;
+    view->lock_note = note;
+  }
+  char damage[256] = "";
+  view->damage = ledger.CheckDamage(locked, damage, sizeof(damage));
+  view->first_damage = damage;
   if (locked) {
     const uint64_t before = h.reclaimed_bytes.load();
     view->reclaimed_now = ledger.ReclaimDeadLocked();
@@ -133,9 +149,17 @@ void ReadLedger(Ledger& ledger, NodeView* view) {
 }
 
 void PrintText(const NodeView& v, FILE* out) {
-  fprintf(out, "Node ledger %s (%s)\n", v.path.c_str(),
-          v.shared ? "shared by all users" : "per user");
-  if (!v.reclaimed_now_checked) {
+  fprintf(out, "Node ledger %s (%s)\n", report::Printable(v.path).c_str(),
+          v.shared ? "shared by the users of its group" : "per user");
+  if (v.damage > 0) {
+    fprintf(out, "DAMAGED: %s%s; the numbers below cannot be trusted.\n",
+            report::Printable(v.first_damage).c_str(),
+            v.damage > 1 ? (" (and " + std::to_string(v.damage - 1) + " more)").c_str() : "");
+  }
+  if (v.lock_held) {
+    fprintf(out, "Read without the lock (%s): dead processes were not reclaimed.\n",
+            report::Printable(v.lock_note).c_str());
+  } else if (!v.reclaimed_now_checked) {
     fprintf(out, "Read-only access: dead processes were not reclaimed.\n");
   } else if (v.reclaimed_now > 0) {
     fprintf(out, "Reclaimed %u dead process%s holding %s.\n", v.reclaimed_now,
@@ -167,9 +191,10 @@ void PrintText(const NodeView& v, FILE* out) {
     fprintf(out,
             "%8u  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8" PRIu64 "  %7" PRIu64
             "  %9" PRIu64 "  %9" PRIu64 "%s\n",
-            r.pid, r.command.c_str(), PolicyText(r.policy), FormatBytes(r.bytes[0]).c_str(),
-            FormatBytes(r.bytes[1]).c_str(), FormatBytes(r.bytes[2]).c_str(),
-            FormatBytes(r.bytes[3]).c_str(), FormatBytes(r.total).c_str(),
+            r.pid, report::Printable(r.command).c_str(), PolicyText(r.policy),
+            FormatBytes(r.bytes[0]).c_str(), FormatBytes(r.bytes[1]).c_str(),
+            FormatBytes(r.bytes[2]).c_str(), FormatBytes(r.bytes[3]).c_str(),
+            FormatBytes(r.total).c_str(),
             r.process_budget == 0 ? "none" : FormatBytes(r.process_budget).c_str(), r.grants,
             r.denials, r.fallbacks, r.evictions, r.same_pid_ns ? "" : "  (other pid namespace)");
   }
@@ -194,6 +219,19 @@ void PrintJson(const NodeView& v, FILE* out) {
   json.Bool(true);
   json.Key("shared");
   json.Bool(v.shared);
+  json.Key("damage");
+  if (v.damage == 0) {
+    json.Null();
+  } else {
+    json.BeginObject();
+    json.Key("problems");
+    json.Uint(v.damage);
+    json.Key("first");
+    json.String(v.first_damage);
+    json.EndObject();
+  }
+  json.Key("lock_held");
+  json.Bool(v.lock_held);
   json.Key("layout_version");
   json.Uint(budget::kLedgerVersion);
   json.Key("reclaimed_now");
@@ -267,15 +305,17 @@ void PrintJson(const NodeView& v, FILE* out) {
   fprintf(out, "%s\n", text.c_str());
 }
 
-// The PINSHIM_LEDGER_SHARED setting the library would see here.
-bool SharedFromConfig() {
+// The PINSHIM_LEDGER_SHARED and PINSHIM_LEDGER_PATH settings the library
+// would see here.
+void LedgerFromConfig(StatusRequest* request) {
   auto config = std::make_unique<Config>();
   auto errors = std::make_unique<ConfigErrors>();
   ConfigInput input = {};
   input.envp = environ;
   ParseConfig(input, config.get(),
               errors.get());  // an invalid setting keeps its default
-  return config->ledger_shared;
+  request->shared = config->ledger_shared;
+  request->ledger_path = config->ledger_path;
 }
 
 }  // namespace
@@ -301,14 +341,16 @@ void PrintStatusHelp(FILE* out) {
                6, 79);
   fprintf(out, "  --ledger PATH\n");
   PrintWrapped(out,
-               "show the ledger at PATH instead of the default "
+               "show the ledger at PATH instead of PINSHIM_LEDGER_PATH or the default "
                "/dev/shm/pinshim-ledger-<uid> (or /dev/shm/pinshim-ledger-shared).",
                6, 79);
   fprintf(out, "  -h, --help\n      show this help.\n\n");
   PrintWrapped(out,
                "Exit status: 0 when the ledger was shown or there is none; 2 for a "
                "bad option, or a ledger that cannot be read, belongs to another "
-               "user (without --shared) or has another layout.",
+               "user (without --shared), is writable by users it must not trust or "
+               "has another layout; 3 when it is damaged (shown, with what is wrong). "
+               "Its lock is waited for 2 seconds at most.",
                0, 79);
 }
 
@@ -345,10 +387,12 @@ int ShowStatus(const StatusRequest& request, FILE* out, FILE* err) {
         fprintf(out,
                 "No node ledger at %s: no process with a node budget has run here "
                 "since boot.\n",
-                view.path.c_str());
+                report::Printable(view.path).c_str());
       }
       return kExitOk;
-    default: fprintf(err, "pinshim status: %s\n", message); return kExitProblem;
+    default:
+      fprintf(err, "pinshim status: %s\n", report::Printable(message).c_str());
+      return kExitProblem;
   }
   ReadLedger(ledger, &view);
   ledger.Close();
@@ -357,13 +401,20 @@ int ShowStatus(const StatusRequest& request, FILE* out, FILE* err) {
   } else {
     PrintText(view, out);
   }
+  if (view.lock_held)
+    fprintf(err, "pinshim status: %s\n", report::Printable(view.lock_note).c_str());
+  if (view.damage > 0) {
+    fprintf(err, "pinshim status: node ledger %s is damaged: %s\n",
+            report::Printable(view.path).c_str(), report::Printable(view.first_damage).c_str());
+    return kExitDamaged;
+  }
   return kExitOk;
 }
 
 int RunStatusCommand(int argc, char** argv) {
   StatusRequest request;
   request.uid = geteuid();
-  request.shared = SharedFromConfig();
+  LedgerFromConfig(&request);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {

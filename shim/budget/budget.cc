@@ -100,6 +100,7 @@ BudgetOptions BudgetOptionsFromConfig(const Config& config) {
   options.node_bytes = config.has_node_budget ? config.node_budget_bytes : 0;
   options.policy = config.policy;
   options.shared_ledger = config.ledger_shared;
+  options.ledger_path = config.ledger_path;
   options.metrics_path = config.metrics_file;
   return options;
 }
@@ -141,73 +142,7 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
   ResetCounters();
   slot_.store(kSlotOff, kRelaxed);
 
-  if (options.node_bytes != 0) {
-    // Reservations are counted in 48 bits (see kAvailableBytesMask); a node
-    // budget beyond that is no limit on any real machine.
-    const uint64_t node_bytes = Min(options.node_bytes, kLedgerMaxNodeBudget);
-    char default_path[128];
-    const char* path = options.ledger_path;
-    if (path == nullptr || path[0] == '\0') {
-      DefaultLedgerPath(options.shared_ledger, geteuid(), default_path, sizeof(default_path));
-      path = default_path;
-    }
-    LedgerOpenOptions open_options;
-    open_options.path = path;
-    open_options.shared = options.shared_ledger;
-    open_options.create = true;
-    open_options.uid = geteuid();
-    char why[512];
-    if (ledger_.Open(open_options, why, sizeof(why)) != LedgerOpen::kOk) {
-      status.code = BudgetStatus::kProcessOnly;
-      snprintf(status.message, sizeof(status.message),
-               "%s; node budget off, enforcing the process budget only", why);
-    } else {
-      ReadSelfIdentity(&self_);
-      int slot = -1;
-      uint64_t in_force = node_bytes;
-      ReentryGuard in_ledger(Reentry::kLedger);
-      const bool locked = ledger_.Lock();
-      if (locked) {
-        LedgerHeader& h = ledger_.header();
-        ledger_.ReclaimDeadLocked();
-        // The strictest budget among the live processes wins, so no process
-        // sees the node exceed what it was told; with nobody left, the
-        // newcomer's budget replaces a stale one.
-        uint64_t stored = Min(h.node_budget.load(kRelaxed), kLedgerMaxNodeBudget);
-        if (stored == 0 || ledger_.LiveSlotsLocked() == 0 || node_bytes < stored) {
-          h.node_budget.store(node_bytes, kRelaxed);
-          // Unused reservations made under the larger budget would let
-          // their owners keep charging past the new one; take them all
-          // back, so that only what is pinned still counts.
-          if (stored != 0 && node_bytes < stored)
-            ledger_.TakeUnusedLocked(kLedgerSlotCount, UINT64_MAX);
-        } else {
-          in_force = stored;
-        }
-        slot = ledger_.ClaimSlotLocked(self_, process_budget_, static_cast<uint8_t>(policy_));
-        ledger_.Unlock();
-      }
-      if (slot < 0) {
-        status.code = BudgetStatus::kProcessOnly;
-        snprintf(status.message, sizeof(status.message),
-                 "node ledger %.400s %s; node budget off, enforcing the "
-                 "process budget only",
-                 path, locked ? "is full (4096 processes)" : "has a broken lock");
-        ledger_.Close();
-      } else {
-        quantum_.store(ReservationQuantum(in_force), kRelaxed);
-        slot_.store(slot, std::memory_order_release);
-        if (in_force != node_bytes) {
-          snprintf(status.message, sizeof(status.message),
-                   "node budget of %llu bytes set by other running processes "
-                   "is smaller than the configured %llu; using %llu",
-                   static_cast<unsigned long long>(in_force),
-                   static_cast<unsigned long long>(node_bytes),
-                   static_cast<unsigned long long>(in_force));
-        }
-      }
-    }
-  }
+  if (options.node_bytes != 0) InitNode(options, &status);
 
   if (this == &g_process_budget) {
     static bool registered = false;
@@ -219,6 +154,97 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
   }
   enabled_.store(true, std::memory_order_release);
   return status;
+}
+
+// The node budget fails closed: asked for, but not kept (the ledger cannot
+// be opened, is someone else's, is full, or its lock is held), it refuses
+// every pinning the policy decides on, rather than letting the process pin
+// without a node cap. Which problems clear by themselves (a lock freed, a
+// slot freed) the next charge finds out.
+void Budget::InitNode(const BudgetOptions& options, BudgetStatus* status) {
+  // Reservations are counted in 48 bits (see kAvailableBytesMask); a node
+  // budget beyond that is no limit on any real machine.
+  node_bytes_ = Min(options.node_bytes, kLedgerMaxNodeBudget);
+  char default_path[128];
+  const char* path = options.ledger_path;
+  if (path == nullptr || path[0] == '\0') {
+    DefaultLedgerPath(options.shared_ledger, geteuid(), default_path, sizeof(default_path));
+    path = default_path;
+  }
+  LedgerOpenOptions open_options;
+  open_options.path = path;
+  open_options.shared = options.shared_ledger;
+  open_options.create = true;
+  open_options.uid = geteuid();
+  char why[512];
+  if (ledger_.Open(open_options, why, sizeof(why)) != LedgerOpen::kOk) {
+    status->code = BudgetStatus::kNodeRefused;
+    snprintf(status->message, sizeof(status->message),
+             "%s; the node budget cannot be kept, so pinning is refused (PINSHIM_POLICY decides "
+             "what the program gets)",
+             why);
+    slot_.store(kSlotRefused, kRelaxed);
+    return;
+  }
+  slot_.store(kSlotPending, kRelaxed);
+  ReentryGuard in_ledger(Reentry::kLedger);
+  if (!ledger_.Lock()) {
+    char line[512];
+    if (!ledger_.TakeLockWarning(line, sizeof(line))) snprintf(line, sizeof(line), "%s", why);
+    status->code = BudgetStatus::kNodeRefused;
+    snprintf(status->message, sizeof(status->message), "%s", line);
+    return;
+  }
+  ledger_.ReclaimDeadLocked();
+  const int32_t slot = EnsureSlotLocked(in_ledger);
+  const uint64_t in_force = ledger_.header().node_budget.load(kRelaxed);
+  ledger_.Unlock();
+  if (slot < 0) {
+    status->code = BudgetStatus::kNodeRefused;
+    snprintf(status->message, sizeof(status->message), "%s", message_);
+  } else if (in_force != node_bytes_) {
+    snprintf(status->message, sizeof(status->message),
+             "node budget of %llu bytes set by other running processes "
+             "is smaller than the configured %llu; using %llu",
+             static_cast<unsigned long long>(in_force),
+             static_cast<unsigned long long>(node_bytes_),
+             static_cast<unsigned long long>(in_force));
+  }
+}
+
+// Sets the node budget this process was configured with, when it is the
+// first, or stricter than the one in force, and claims a slot.
+int32_t Budget::JoinLocked(const ReentryGuard& in_ledger) {
+  LedgerHeader& h = ledger_.header();
+  // The strictest budget among the live processes wins, so no process sees
+  // the node exceed what it was told; with nobody left, the newcomer's
+  // budget replaces a stale one.
+  const uint64_t stored = Min(h.node_budget.load(kRelaxed), kLedgerMaxNodeBudget);
+  if (stored == 0 || ledger_.LiveSlotsLocked() == 0 || node_bytes_ < stored) {
+    h.node_budget.store(node_bytes_, kRelaxed);
+    // Unused reservations made under the larger budget would let their
+    // owners keep charging past the new one; take them all back, so that
+    // only what is pinned still counts.
+    if (stored != 0 && node_bytes_ < stored) ledger_.TakeUnusedLocked(kLedgerSlotCount, UINT64_MAX);
+  }
+  (void)in_ledger;
+  ReadSelfIdentity(&self_);
+  int claimed = ledger_.ClaimSlotLocked(self_, process_budget_, static_cast<uint8_t>(policy_));
+  if (claimed < 0 && ledger_.ReclaimDeadLocked() > 0) {
+    claimed = ledger_.ClaimSlotLocked(self_, process_budget_, static_cast<uint8_t>(policy_));
+  }
+  if (claimed < 0) {
+    snprintf(message_, sizeof(message_),
+             "node ledger %.400s is full (%u processes); the node budget cannot be kept for "
+             "pid %u, so its pinning is refused until a slot is free",
+             ledger_.path(), kLedgerSlotCount, self_.pid);
+    return kSlotPending;
+  }
+  quantum_.store(ReservationQuantum(h.node_budget.load(kRelaxed)), kRelaxed);
+  slot_.store(claimed, std::memory_order_release);
+  message_[0] = '\0';
+  full_warned_.store(false, kRelaxed);
+  return claimed;
 }
 
 Decision Budget::Charge(Owner owner, uint64_t bytes) {
@@ -286,6 +312,10 @@ Limiter Budget::TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
     return NodeCharge(owner, bytes, shortfall);
   }
   if (slot == kSlotOff) return LocalCharge(owner, bytes, shortfall);
+  if (slot == kSlotRefused) {
+    *shortfall = bytes;
+    return Limiter::kLedger;
+  }
   return NodeCharge(owner, bytes, shortfall);  // pending or closed
 }
 
@@ -316,8 +346,13 @@ Limiter Budget::NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {
       } else if (slot >= 0) {
         result = ChargeFromReservationLocked(in_ledger, slot, owner, bytes, shortfall);
         ledger_.RebuildTotalsLocked();
+      } else if (message_[0] != '\0' && !full_warned_.exchange(true, kRelaxed)) {
+        Warn(message_);
       }
       ledger_.Unlock();
+    } else {
+      char line[512];
+      if (ledger_.TakeLockWarning(line, sizeof(line))) Warn(line);
     }
   }
   // The ledger just turned out to be full: the process budget alone applies.
@@ -382,32 +417,18 @@ Limiter Budget::ChargeFromReservationLocked(const ReentryGuard& /*in_ledger*/, i
   }
 }
 
-int32_t Budget::EnsureSlotLocked(const ReentryGuard& /*in_ledger*/) {
+int32_t Budget::EnsureSlotLocked(const ReentryGuard& in_ledger) {
   int32_t slot = slot_.load(kRelaxed);
   if (slot >= 0) {
     if (OwnsSlotLocked(slot)) return slot;
-    // Not ours any more (it cannot be judged dead while we run, so only a
-    // damaged ledger gets here): claim a fresh one rather than charge another
-    // process's slot. What the lost slot held is lost with it; releases of
-    // those bytes then find nothing to take.
+    // Not ours any more (a damaged ledger, or reclaimed while this process
+    // was stopped in another pid namespace): claim a fresh one rather than
+    // charge another process's slot. What the lost slot held is lost with
+    // it; releases of those bytes then find nothing to take.
     slot = kSlotPending;
   }
   if (slot != kSlotPending) return slot;
-  ReadSelfIdentity(&self_);
-  int claimed = ledger_.ClaimSlotLocked(self_, process_budget_, static_cast<uint8_t>(policy_));
-  if (claimed < 0 && ledger_.ReclaimDeadLocked() > 0) {
-    claimed = ledger_.ClaimSlotLocked(self_, process_budget_, static_cast<uint8_t>(policy_));
-  }
-  if (claimed < 0) {
-    snprintf(message_, sizeof(message_),
-             "node ledger is full (4096 processes); node budget off for pid "
-             "%u, enforcing the process budget only",
-             self_.pid);
-    slot_.store(kSlotOff, kRelaxed);
-    return kSlotOff;
-  }
-  slot_.store(claimed, std::memory_order_release);
-  return claimed;
+  return JoinLocked(in_ledger);
 }
 
 void Budget::Release(Owner owner, uint64_t bytes) {
@@ -510,7 +531,7 @@ void Budget::AfterForkChild() {
 void Budget::Shutdown() {
   if (!enabled_.load(std::memory_order_acquire)) return;
   const int32_t seen = slot_.load(kRelaxed);
-  if (seen == kSlotOff || seen == kSlotClosed) return;
+  if (seen == kSlotOff || seen == kSlotClosed || seen == kSlotRefused) return;
   ReentryGuard in_ledger(Reentry::kLedger, ReentryGuard::kFirstEntry);
   if (!in_ledger.held()) return;
   if (ledger_.Lock()) {
@@ -539,7 +560,8 @@ void Budget::Shutdown() {
 }
 
 uint32_t Budget::ReclaimDead() {
-  if (!ledger_.is_open() || slot_.load(kRelaxed) == kSlotOff) return 0;
+  const int32_t seen = slot_.load(kRelaxed);
+  if (!ledger_.is_open() || seen == kSlotOff || seen == kSlotRefused) return 0;
   ReentryGuard in_ledger(Reentry::kLedger, ReentryGuard::kFirstEntry);
   if (!in_ledger.held()) return 0;
   uint32_t reclaimed = 0;
@@ -552,8 +574,21 @@ uint32_t Budget::ReclaimDead() {
 
 BudgetStatus Budget::Tick() {
   if (!enabled_.load(std::memory_order_acquire)) return BudgetStatus();
+  Heartbeat();
   ReclaimDead();
   return WriteMetricsNow();
+}
+
+void Budget::Heartbeat() {
+  const int32_t slot = slot_.load(std::memory_order_acquire);
+  if (slot >= 0 && ledger_.is_open()) ledger_.Heartbeat(static_cast<uint32_t>(slot));
+}
+
+void Budget::SetWarner(Warner warner) { warner_.store(warner, std::memory_order_release); }
+
+void Budget::Warn(const char* line) {
+  Warner warner = warner_.load(std::memory_order_acquire);
+  if (warner != nullptr) warner(line);
 }
 
 BudgetSnapshot Budget::Snapshot() const {
@@ -595,6 +630,7 @@ void Budget::CloseForTesting() {
   slot_.store(kSlotOff, kRelaxed);
   quantum_.store(0, kRelaxed);
   ledger_.Close();
+  warner_.store(nullptr, kRelaxed);
   evictor_.store(nullptr, kRelaxed);
   recorder_.store(nullptr, kRelaxed);
 }

@@ -105,7 +105,9 @@ enum class Limiter : uint8_t {
   kProcess = 1,  // the process budget
   kNode = 2,     // the node budget
   kLedger = 3,   // the node ledger could not be consulted (closed at exit,
-                 // lock broken, or re-entered from a signal handler)
+                 // refused, full, its lock held too long or broken, or
+                 // re-entered from a signal handler): the node budget
+                 // fails closed
 };
 
 const char* DecisionName(Decision decision);  // "granted", "denied", "fallback"
@@ -124,21 +126,24 @@ struct BudgetOptions {
   uint64_t node_bytes = 0;     // 0: no node budget and no ledger
   Policy policy = Policy::kDeny;
   Policy after_evict = Policy::kDeny;  // kDeny or kFallback
-  bool shared_ledger = false;          // one ledger for all users (mode 0666)
+  bool shared_ledger = false;          // one ledger for a group of users (mode 0660)
   const char* ledger_path = nullptr;   // null or "": DefaultLedgerPath()
   const char* metrics_path = nullptr;  // written by Tick(); null or "": none
 };
 
 // The options PINSHIM_BUDGET, PINSHIM_NODE_BUDGET, PINSHIM_POLICY,
-// PINSHIM_LEDGER_SHARED and PINSHIM_METRICS_FILE ask for (kDeny after
+// PINSHIM_LEDGER_SHARED, PINSHIM_LEDGER_PATH and PINSHIM_METRICS_FILE ask for (kDeny after
 // eviction). The result points into config, which must outlive Init().
 BudgetOptions BudgetOptionsFromConfig(const Config& config);
 
 struct BudgetStatus {
   enum Code : uint8_t {
-    kOk = 0,           // message may still hold a note
-    kProcessOnly = 1,  // the node ledger was refused; the process budget holds
-    kInvalid = 2,      // bad options or a failed write; nothing changed
+    kOk = 0,  // message may still hold a note
+    // A node budget was asked for but cannot be kept now (the ledger was
+    // refused, is full, or its lock is held): pinning is refused by policy
+    // until it can (never, for a refused ledger); message says why.
+    kNodeRefused = 1,
+    kInvalid = 2,  // bad options or a failed write; nothing changed
   };
   Code code = kOk;
   char message[640] = {};  // one line, no newline; empty when nothing to say
@@ -194,9 +199,10 @@ class Budget {
   // (pthread_atfork) and the at-exit slot release.
   static Budget& Process();
 
-  // Turns enforcement on. Call once, before any Charge. kProcessOnly when the
-  // node ledger was refused (foreign owner, other layout, full, unreadable):
-  // the process budget still applies and message says why.
+  // Turns enforcement on. Call once, before any Charge. kNodeRefused when a
+  // node budget was asked for and cannot be kept (foreign owner, unsafe
+  // mode, other layout, unreadable, full, lock held): the node budget fails
+  // closed, and message says why.
   BudgetStatus Init(const BudgetOptions& options);
 
   // Asks to pin bytes for owner and applies the policy. Always kGranted
@@ -213,6 +219,11 @@ class Budget {
   // Installs the decision recorder (null: none). Safe at any time.
   void SetRecorder(Recorder recorder);
 
+  // Installs where warnings go after Init (null: nowhere): one line each
+  // time the ledger's lock stalls or the ledger is full. Safe at any time.
+  using Warner = void (*)(const char* line);
+  void SetWarner(Warner warner);
+
   // In a fork child: restart at zero and claim a fresh slot on first charge.
   // The process-wide instance has it registered with pthread_atfork.
   void AfterForkChild();
@@ -221,9 +232,15 @@ class Budget {
   // The process-wide instance runs it at exit.
   void Shutdown();
 
-  // For the library's sampler thread, every few seconds: reclaims the slots
-  // of dead processes and writes the metrics file if one was configured.
+  // For the library's metrics thread, every few seconds: renews this
+  // process's heartbeat in its ledger slot, reclaims the slots of dead
+  // processes and writes the metrics file if one was configured (the message
+  // as WriteMetricsNow's).
   BudgetStatus Tick();
+
+  // Renews the heartbeat of this process's ledger slot, if it holds one: all
+  // the library's thread does every few seconds without a metrics file.
+  void Heartbeat();
 
   // Frees the ledger slots of dead processes now; returns how many.
   uint32_t ReclaimDead();
@@ -255,6 +272,7 @@ class Budget {
   static constexpr int32_t kSlotPending = -1;  // in the ledger, slot claimed lazily
   static constexpr int32_t kSlotClosed = -2;   // slot freed at exit
   static constexpr int32_t kSlotOff = -3;      // no node budget for this process
+  static constexpr int32_t kSlotRefused = -4;  // node budget asked for, ledger refused
 
   Limiter TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
   // The process budget alone: no ledger slot, none yet, or none any more.
@@ -267,6 +285,11 @@ class Budget {
                                       uint64_t bytes, uint64_t* shortfall);
   // Gives back the reservation above one quantum, under the lock.
   void ReturnExcess();
+  // Init's node part: opens the ledger, joins it, or fails closed.
+  void InitNode(const BudgetOptions& options, BudgetStatus* status);
+  // Sets the node budget and claims a slot; kSlotPending when it is full.
+  int32_t JoinLocked(const ReentryGuard& in_ledger);
+  void Warn(const char* line);
   int32_t EnsureSlotLocked(const ReentryGuard& in_ledger);
   bool OwnsSlotLocked(int32_t slot) const;
   uint64_t ProcessPinned() const;
@@ -298,6 +321,8 @@ class Budget {
   Policy after_evict_ = Policy::kDeny;
   std::atomic<Evictor> evictor_{nullptr};
   std::atomic<Recorder> recorder_{nullptr};
+  std::atomic<Warner> warner_{nullptr};
+  uint64_t node_bytes_ = 0;  // the node budget configured, capped
 
   // Rare paths.
   alignas(64) std::atomic<uint64_t> denials_{0};
@@ -308,6 +333,7 @@ class Budget {
   ProcessIdentity self_ = {};  // written under the ledger lock
   char metrics_path_[4096] = {};
   std::atomic<bool> metrics_failing_{false};
+  std::atomic<bool> full_warned_{false};  // the ledger-full message was given
   char message_[640] = {};
 };
 

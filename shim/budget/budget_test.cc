@@ -512,7 +512,9 @@ TEST(NodeBudgetTest, ProcessInstanceResetsInChildrenAndReleasesAtExit) {
   ledger.Close();
 }
 
-TEST(NodeBudgetTest, FullLedgerFallsBackToProcessBudget) {
+// A node budget that cannot be kept fails closed: nothing is pinned that
+// the node could not account for, until a slot is free.
+TEST(NodeBudgetTest, FullLedgerRefusesPinningUntilASlotIsFree) {
   const std::string path = UniqueLedgerPath("full");
   Ledger ledger;
   ASSERT_TRUE(OpenLedger(path, &ledger, true));
@@ -524,12 +526,18 @@ TEST(NodeBudgetTest, FullLedgerFallsBackToProcessBudget) {
   ledger.Unlock();
   TestBudget b;
   BudgetStatus st = b.Init(WithNode(path, kMiB, 10 * kMiB));
-  EXPECT_EQ(st.code, BudgetStatus::kProcessOnly);
+  EXPECT_EQ(st.code, BudgetStatus::kNodeRefused);
   EXPECT_NE(std::string(st.message).find("is full (4096 processes)"), std::string::npos)
       << st.message;
-  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kDenied);
+  EXPECT_NE(std::string(st.message).find("refused"), std::string::npos) << st.message;
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kDenied);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+  ASSERT_TRUE(ledger.Lock());
+  ledger.FreeSlotLocked(7);
+  ledger.Unlock();
   EXPECT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
-  EXPECT_FALSE(b.Snapshot().node_active);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);  // the process budget
+  EXPECT_TRUE(b.Snapshot().node_active);
   ledger.Close();
 }
 
@@ -543,18 +551,80 @@ void WriteLedgerWithVersion(const std::string& path, uint32_t version) {
   close(fd);
 }
 
-TEST(NodeBudgetTest, OtherLayoutVersionFallsBackToProcessBudget) {
+TEST(NodeBudgetTest, OtherLayoutVersionRefusesPinning) {
   const std::string path = UniqueLedgerPath("version");
   WriteLedgerWithVersion(path, 7);
   TestBudget b;
   BudgetStatus st = b.Init(WithNode(path, kMiB, 10 * kMiB));
-  EXPECT_EQ(st.code, BudgetStatus::kProcessOnly);
+  EXPECT_EQ(st.code, BudgetStatus::kNodeRefused);
   const std::string msg = st.message;
   EXPECT_NE(msg.find("layout version 7"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("process budget only"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pinning is refused"), std::string::npos) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos);
-  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, kMiB), Decision::kGranted);
   EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1), Decision::kDenied);
+  EXPECT_FALSE(b.Snapshot().node_active);
+}
+
+// Another user plants a FIFO or a file of their own at the ledger's name: the
+// open does not block, and the node cap fails closed instead of off.
+TEST(NodeBudgetTest, PlantedFifoOrForeignFileFailsClosed) {
+  const std::string path = UniqueLedgerPath("planted");
+  ASSERT_EQ(mkfifo(path.c_str(), 0666), 0);
+  TestBudget a;
+  BudgetStatus st = a.Init(WithNode(path, 0, 10 * kMiB, Policy::kFallback));
+  EXPECT_EQ(st.code, BudgetStatus::kNodeRefused);
+  EXPECT_NE(std::string(st.message).find("not a regular file"), std::string::npos) << st.message;
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 4096), Decision::kFallback);
+  unlink(path.c_str());
+  int fd = open(path.c_str(), O_RDWR | O_CREAT, 0666);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fchmod(fd, 0666), 0);
+  close(fd);
+  TestBudget b;
+  st = b.Init(WithNode(path, 0, 10 * kMiB));
+  EXPECT_EQ(st.code, BudgetStatus::kNodeRefused);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 4096), Decision::kDenied);
+}
+
+std::vector<std::string> g_warnings;
+void CollectWarning(const char* line) { g_warnings.push_back(line); }
+
+// Another process holds the ledger's lock and is stopped: the start-up waits
+// a bounded time and says so once; pinning fails closed meanwhile (here by
+// falling back to pageable memory) and works again once the lock is free.
+TEST(NodeBudgetTest, StalledLedgerLockFailsClosedWithOneWarning) {
+  const std::string path = UniqueLedgerPath("stalled");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t holder = fork();
+  if (holder == 0) {
+    if (!ledger.Lock()) _exit(1);
+    (void)!write(ready[1], "x", 1);
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  g_warnings.clear();
+  TestBudget a;
+  a.SetWarner(CollectWarning);
+  BudgetStatus st = a.Init(WithNode(path, 0, 10 * kMiB, Policy::kFallback));
+  EXPECT_EQ(st.code, BudgetStatus::kNodeRefused);
+  EXPECT_NE(std::string(st.message).find("held for over 2 s"), std::string::npos) << st.message;
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 4096), Decision::kFallback);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 4096), Decision::kFallback);
+  EXPECT_TRUE(g_warnings.empty()) << "Init's message was the warning of this stall";
+  kill(holder, SIGKILL);
+  int status;
+  waitpid(holder, &status, 0);
+  EXPECT_EQ(a.Charge(Owner::kProgramAlloc, 4096), Decision::kGranted);
+  EXPECT_TRUE(a.Snapshot().node_active);
+  EXPECT_EQ(a.ledger().header().node_budget.load(), 10 * kMiB);
+  close(ready[0]);
+  close(ready[1]);
+  ledger.Close();
 }
 
 TEST(NodeBudgetTest, EvictMakesRoomOnTheNode) {
@@ -643,7 +713,7 @@ TEST(NodeBudgetTest, RefusedChargeReclaimsTheDeadFirst) {
   EXPECT_EQ(a.ledger().header().reclaimed_processes.load(), 1u);
 }
 
-TEST(NodeBudgetTest, SharedLedgerIsCreatedForEveryUser) {
+TEST(NodeBudgetTest, SharedLedgerIsCreatedForItsGroup) {
   const std::string path = UniqueLedgerPath("mode");
   const std::string shared_path = UniqueLedgerPath("mode-shared");
   TestBudget a;
@@ -656,7 +726,8 @@ TEST(NodeBudgetTest, SharedLedgerIsCreatedForEveryUser) {
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(stat(shared_path.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  EXPECT_EQ(st.st_mode & 0777, 0660u) << "its group shares it; nobody else may write it";
+  EXPECT_EQ(st.st_gid, getegid());
 }
 
 // --- Reservations: the node path without the lock.

@@ -1,11 +1,13 @@
 #include "shim/budget/ledger.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -87,8 +89,9 @@ int CreateLedger(const char* path, bool shared, uid_t uid) {
   if (fd < 0) return errno;
   int err = 0;
   void* map = MAP_FAILED;
-  // The umask must not narrow a shared ledger: every user needs to write it.
-  if (fchmod(fd, shared ? 0666 : 0600) != 0 ||
+  // The umask must not narrow a shared ledger: its group needs to write it.
+  // Nobody else may (see Trust in ledger.h).
+  if (fchmod(fd, shared ? 0660 : 0600) != 0 ||
       ftruncate(fd, static_cast<off_t>(kLedgerFileBytes)) != 0) {
     err = errno;
   } else {
@@ -133,7 +136,51 @@ LedgerOpen ForeignLedger(const char* path, uid_t owner, uid_t uid, char* message
   return LedgerOpen::kForeign;
 }
 
+// A ledger others may write: any of them could stop, kill or bypass the
+// processes that map it.
+LedgerOpen UnsafeLedger(const char* path, mode_t mode, bool shared, char* message, size_t len) {
+  char detail[200];
+  snprintf(detail, sizeof(detail),
+           "mode %04o lets %s write it, and whoever can write it can stop, crash or bypass the "
+           "processes that use it; refusing it (remove it, or chmod %s)",
+           static_cast<unsigned>(mode & 07777), shared ? "every user" : "other users",
+           shared ? "o-w" : "go-w");
+  Say(message, len, "node ledger %s: %s", path, detail);
+  return LedgerOpen::kUnsafe;
+}
+
+// The heartbeat tag: bits of the start time of the process that claimed the
+// slot, written by pinshims that keep heartbeats. A pinshim of the same
+// layout that does not keep them leaves a previous owner's tag, which then
+// does not match its own start time: its slot is never judged by heartbeat.
+void HeartbeatTag(uint64_t start_time, uint8_t (&tag)[3]) {
+  const uint64_t h = (start_time + 1) * 0x9e3779b97f4a7c15ull;
+  tag[0] = static_cast<uint8_t>(h >> 40);
+  tag[1] = static_cast<uint8_t>(h >> 48);
+  tag[2] = static_cast<uint8_t>(h >> 56);
+}
+
+void SetHeartbeatTag(LedgerSlot* s, uint64_t start_time) {
+  HeartbeatTag(start_time, s->heartbeat_tag);
+}
+
+bool HeartbeatKept(const LedgerSlot& s) {
+  uint8_t tag[3];
+  HeartbeatTag(s.start_time.load(kRelaxed), tag);
+  return s.heartbeat_s.load(kRelaxed) != 0 && memcmp(tag, s.heartbeat_tag, sizeof(tag)) == 0;
+}
+
+uint32_t NowSeconds() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint32_t>(ts.tv_sec);
+}
+
 }  // namespace
+
+void Ledger::Heartbeat(uint32_t index) const {
+  slot(index).heartbeat_s.store(NowSeconds(), kRelaxed);
+}
 
 const char* OwnerName(Owner owner) {
   switch (owner) {
@@ -174,11 +221,12 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message, size_t 
   // A racing creator or remover can change the picture between our calls;
   // a few rounds settle it.
   for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
-    fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO planted at the name must not block the open.
+    fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0) break;
     int err = errno;
     if ((err == EACCES || err == EROFS) && !options.create) {
-      fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
       if (fd >= 0) {
         writable = false;
         break;
@@ -217,6 +265,8 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message, size_t 
     result = LedgerOpen::kBadLayout;
   } else if (!options.shared && st.st_uid != options.uid) {
     result = ForeignLedger(path, st.st_uid, options.uid, message, message_len);
+  } else if ((st.st_mode & (options.shared ? 0002 : 0022)) != 0) {
+    result = UnsafeLedger(path, st.st_mode, options.shared, message, message_len);
   } else if (static_cast<uint64_t>(st.st_size) < sizeof(prefix) ||
              pread(fd, &prefix, sizeof(prefix), 0) != static_cast<ssize_t>(sizeof(prefix))) {
     Say(message, message_len, "%s is not a pinshim node ledger (%s)", path, "too short");
@@ -253,6 +303,9 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message, size_t 
   header_ = static_cast<LedgerHeader*>(map);
   writable_ = writable;
   pid_ns_ = SelfPidNamespace();
+  snprintf(path_, sizeof(path_), "%s", path);
+  lock_stalled_.store(false, kRelaxed);
+  stall_warned_.store(false, kRelaxed);
   return LedgerOpen::kOk;
 }
 
@@ -267,6 +320,59 @@ LedgerSlot& Ledger::slot(uint32_t index) const {
   return reinterpret_cast<LedgerSlot*>(base)[index];
 }
 
+namespace {
+
+// glibc's robust mutex keeps its owner's thread id in the lock word, with
+// these bits beside it (the kernel's robust-futex protocol).
+constexpr uint32_t kFutexTidMask = 0x3fffffff;
+constexpr uint32_t kFutexOwnerDied = 0x40000000;
+
+#if defined(__GLIBC__)
+int* LockWord(LedgerHeader* h) { return &h->mutex.__data.__lock; }
+#endif
+
+// True while a thread with this id exists in our pid namespace.
+bool ThreadExists(uint32_t tid) {
+  if (kill(static_cast<pid_t>(tid), 0) == 0 || errno == EPERM) return true;
+  char proc[32];
+  snprintf(proc, sizeof(proc), "/proc/%u", tid);
+  struct stat st;
+  return stat(proc, &st) == 0 || access("/proc/self", F_OK) != 0;
+}
+
+uint64_t DeadlineAfter(uint64_t ns) { return MonotonicNs() + ns; }
+
+}  // namespace
+
+bool Ledger::HasForeignSlots() const {
+  uint32_t high = header_->slot_high.load(kRelaxed);
+  if (high > kLedgerSlotCount) high = kLedgerSlotCount;
+  for (uint32_t i = 0; i < high; ++i) {
+    const LedgerSlot& s = slot(i);
+    if (s.pid.load(kRelaxed) != 0 && s.pid_ns.load(kRelaxed) != pid_ns_) return true;
+  }
+  return false;
+}
+
+bool Ledger::BreakLockOfVanishedHolder(uint64_t waited_ns) {
+#if defined(__GLIBC__)
+  // Critical sections last microseconds: only a wait this long is looked at.
+  if (waited_ns < 50 * 1000 * 1000) return false;
+  int* word = LockWord(header_);
+  int seen = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  const uint32_t tid = static_cast<uint32_t>(seen) & kFutexTidMask;
+  if (tid == 0 || (static_cast<uint32_t>(seen) & kFutexOwnerDied) != 0) return false;
+  if (ThreadExists(tid) || HasForeignSlots()) return false;
+  // What the kernel does for a holder that dies: the next locker then gets
+  // EOWNERDEAD and repairs the ledger (see Lock()).
+  const int died = static_cast<int>(static_cast<uint32_t>(seen) | kFutexOwnerDied);
+  return __atomic_compare_exchange_n(word, &seen, died, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+#else
+  (void)waited_ns;
+  return false;
+#endif
+}
+
 bool Ledger::Lock() {
   // The critical sections are a few dozen instructions: while the holder runs
   // on another CPU, a short spin hands the lock over far sooner than sleeping
@@ -276,38 +382,53 @@ bool Ledger::Lock() {
     rc = pthread_mutex_trylock(&header_->mutex);
     if (rc == EBUSY) CpuRelax();
   }
+  const uint64_t start = MonotonicNs();
+  const uint64_t deadline =
+      DeadlineAfter(lock_stalled_.load(kRelaxed) ? kLedgerLockRetryNs : kLedgerLockWaitNs);
   // Sleep in bounded rounds. When a holder dies the kernel wakes a single
   // waiter, and when that waiter is a thread of a process dying at the same
   // moment (its sibling, say) the wake-up is lost and every other waiter
   // would sleep forever. Each round that times out looks at the lock again
-  // and finds the dead owner itself.
+  // and finds the dead owner itself, or a holder whose thread is gone.
+  while (rc == EBUSY || rc == ETIMEDOUT) {
+    const uint64_t now = MonotonicNs();
+    if (now >= deadline) break;
+    if (BreakLockOfVanishedHolder(now - start)) continue;
 #if defined(__SANITIZE_THREAD__)
-  // ThreadSanitizer intercepts neither pthread_mutex_clocklock nor a dead
-  // owner's EOWNERDEAD from pthread_mutex_timedlock: it would not see the
-  // lock taken, and would report the unlock and every access made under
-  // it. Its builds poll with trylock instead, which it follows in full.
-  while (rc == EBUSY) {
+    // ThreadSanitizer intercepts neither pthread_mutex_clocklock nor a dead
+    // owner's EOWNERDEAD from pthread_mutex_timedlock: it would not see the
+    // lock taken, and would report the unlock and every access made under
+    // it. Its builds poll with trylock instead, which it follows in full.
     struct timespec pause = {0, 50000};
     nanosleep(&pause, nullptr);
     rc = pthread_mutex_trylock(&header_->mutex);
-  }
 #else
-  while (rc == EBUSY || rc == ETIMEDOUT) {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += kLockWaitRoundNs;
+    until.tv_nsec += static_cast<long>(std::min<uint64_t>(kLockWaitRoundNs, deadline - now));
     if (until.tv_nsec >= 1000000000) {
       until.tv_sec += 1;
       until.tv_nsec -= 1000000000;
     }
     rc = pthread_mutex_clocklock(&header_->mutex, CLOCK_MONOTONIC, &until);
-  }
 #endif
+  }
+  if (rc == EBUSY || rc == ETIMEDOUT) {
+#if defined(__GLIBC__)
+    stalled_holder_.store(
+        static_cast<uint32_t>(__atomic_load_n(LockWord(header_), __ATOMIC_RELAXED)) & kFutexTidMask,
+        kRelaxed);
+#endif
+    lock_stalled_.store(true, kRelaxed);
+    return false;
+  }
+  if (rc != 0 && rc != EOWNERDEAD) return false;
+  lock_stalled_.store(false, kRelaxed);
+  stall_warned_.store(false, kRelaxed);
   if (rc == 0) {
     LockTaken();
     return true;
   }
-  if (rc != EOWNERDEAD) return false;
   // The holder died somewhere inside an update. The slots are the truth;
   // make the totals agree with them (finishing a take it left half done),
   // then drop the dead. Marking the mutex consistent only afterwards means a
@@ -318,6 +439,18 @@ bool Ledger::Lock() {
   header_->recoveries.fetch_add(1, kRelaxed);
   pthread_mutex_consistent(&header_->mutex);
   LockTaken();
+  return true;
+}
+
+bool Ledger::TakeLockWarning(char* message, size_t len) {
+  if (!lock_stalled_.load(kRelaxed) || stall_warned_.exchange(true, kRelaxed)) return false;
+  const uint32_t tid = stalled_holder_.load(kRelaxed);
+  snprintf(message, len,
+           "node ledger %s: its lock has been held for over %llu s (by thread %u%s); pinning "
+           "that needs the ledger is refused until it is free (PINSHIM_POLICY decides what the "
+           "program gets)",
+           path_, static_cast<unsigned long long>(kLedgerLockWaitNs / 1000000000), tid,
+           HasForeignSlots() ? ", perhaps of another pid namespace" : ", which is stopped or hung");
   return true;
 }
 
@@ -351,6 +484,8 @@ int Ledger::ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget, 
   s.process_budget.store(process_budget, kRelaxed);
   s.reserved.store(0, kRelaxed);
   s.left_pid.store(0, kRelaxed);
+  s.heartbeat_s.store(NowSeconds(), kRelaxed);
+  SetHeartbeatTag(&s, id.start_time);
   s.available.store(0, kRelaxed);
   for (auto& b : s.bytes) b.store(0, kRelaxed);
   s.grants.store(0, kRelaxed);
@@ -397,10 +532,23 @@ uint32_t Ledger::ReclaimDeadLocked() {
   uint64_t bytes = 0;
   uint32_t high = header_->slot_high.load(kRelaxed);
   if (high > kLedgerSlotCount) high = kLedgerSlotCount;
+  const uint32_t now_s = NowSeconds();
   for (uint32_t i = 0; i < high; ++i) {
     LedgerSlot& s = slot(i);
     uint32_t pid = s.pid.load(kRelaxed);
-    if (pid == 0 || s.pid_ns.load(kRelaxed) != pid_ns_) continue;
+    if (pid == 0) continue;
+    if (s.pid_ns.load(kRelaxed) != pid_ns_) {
+      // Another pid namespace: judged by its heartbeat, never by its pid.
+      // Freed as a slot its process left (closed to charges, reused last),
+      // so that a process misjudged while stopped finds its slot gone and
+      // claims a fresh one rather than charging another's.
+      const uint32_t beat = s.heartbeat_s.load(kRelaxed);
+      if (!HeartbeatKept(s) || now_s < beat || now_s - beat < kForeignSlotStaleS) continue;
+      for (auto& b : s.bytes) bytes += b.load(kRelaxed);
+      LeaveSlotLocked(i);
+      ++reclaimed;
+      continue;
+    }
     if (CheckProcess(pid, s.start_time.load(kRelaxed)) != Liveness::kDead) continue;
     for (auto& b : s.bytes) bytes += b.load(kRelaxed);
     FreeSlotLocked(i);
@@ -416,6 +564,47 @@ uint32_t Ledger::ReclaimDeadLocked() {
   // reclaim before they read.
   RebuildTotalsLocked();
   return reclaimed;
+}
+
+uint32_t Ledger::CheckDamage(bool locked, char* message, size_t len) const {
+  uint32_t problems = 0;
+  auto problem = [&](const char* fmt, unsigned long long a, unsigned long long b) {
+    if (problems++ == 0 && message != nullptr && len > 0) snprintf(message, len, fmt, a, b);
+  };
+  const LedgerHeader& h = *header_;
+  const uint32_t high = h.slot_high.load(kRelaxed);
+  if (high > kLedgerSlotCount)
+    problem("slot table end %llu beyond its %llu slots", high, kLedgerSlotCount);
+  const uint64_t budget = h.node_budget.load(kRelaxed);
+  if (budget > kLedgerMaxNodeBudget)
+    problem("node budget %llu beyond the largest, %llu", budget, kLedgerMaxNodeBudget);
+  uint64_t reserved_sum = 0;
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < std::min(high, kLedgerSlotCount); ++i) {
+    const LedgerSlot& s = slot(i);
+    const uint32_t pid = s.pid.load(kRelaxed);
+    if (pid == 0) continue;
+    ++live;
+    // Linux pids stay below 2^22 (PID_MAX_LIMIT).
+    if (pid > (1u << 22)) problem("slot %llu names pid %llu, which no Linux process has", i, pid);
+    const uint64_t reserved = s.reserved.load(kRelaxed);
+    if (reserved > kLedgerMaxNodeBudget) {
+      problem("slot %llu reserves %llu bytes, beyond any node budget", i, reserved);
+    }
+    for (const auto& b : s.bytes) {
+      if (b.load(kRelaxed) > kLedgerMaxNodeBudget) {
+        problem("slot %llu counts %llu pinned bytes, beyond any node budget", i, b.load(kRelaxed));
+      }
+    }
+    reserved_sum += reserved;
+  }
+  if (live > 0 && budget == 0) problem("%llu processes in it but no node budget", live, 0);
+  // Reservations change only under the lock, and their total with them.
+  if (locked && reserved_sum != h.reserved.load(kRelaxed)) {
+    problem("the node total of reservations (%llu bytes) is not the slots' sum (%llu bytes)",
+            h.reserved.load(kRelaxed), reserved_sum);
+  }
+  return problems;
 }
 
 bool Ledger::ReclaimDueLocked(uint64_t interval_ns) const {

@@ -44,8 +44,18 @@
 //
 // Dead processes: a slot whose (pid, start time) no longer names a running
 // process is reclaimed: its reservation returns to the node and the slot is
-// freed. Only slots of the caller's own pid namespace are judged, since a pid
-// means nothing in another namespace.
+// freed. A pid means nothing in another pid namespace, so a slot of another
+// namespace is judged by its heartbeat instead (LedgerSlot::heartbeat_s, which
+// its process renews every few seconds): silent for kForeignSlotStaleS, it is
+// reclaimed, and kept from reuse while others are free.
+//
+// Trust: whoever can write the file can stop every process that maps it (by
+// holding the lock), kill them (by truncating it: their next access faults)
+// or rewrite their budgets. A per-user ledger is mode 0600 and must belong to
+// its user and be writable by nobody else; a shared ledger is created mode
+// 0660 (its group shares the node budget) and refused when anyone may write
+// it (o+w). Waiting for the lock is bounded (Lock()), and a holder whose
+// thread no longer exists is declared dead so that the lock is recovered.
 #ifndef PINSHIM_SHIM_BUDGET_LEDGER_H_
 #define PINSHIM_SHIM_BUDGET_LEDGER_H_
 
@@ -117,7 +127,7 @@ struct LedgerPrefix {
 struct alignas(64) LedgerSlot {
   std::atomic<uint32_t> pid;  // 0: free. Published last when claimed.
   uint8_t policy;             // the process's Policy, for display
-  uint8_t unused[3];
+  uint8_t heartbeat_tag[3];   // see HeartbeatKept in ledger.cc
   std::atomic<uint64_t> start_time;
   std::atomic<uint64_t> pid_ns;
   std::atomic<uint64_t> process_budget;  // 0: none
@@ -128,7 +138,9 @@ struct alignas(64) LedgerSlot {
   // its other threads may still be finishing a charge or release on this
   // slot, so it is not claimed again while that process lives.
   std::atomic<uint32_t> left_pid;
-  uint32_t unused2;
+  // CLOCK_REALTIME seconds, renewed by the process every few seconds while
+  // it holds the slot (Budget::Heartbeat); 0 from a pinshim that does not.
+  std::atomic<uint32_t> heartbeat_s;
   char comm[kCommBytes];  // written before pid is published
 
   // The owner's threads take from available and give back to it without the
@@ -185,6 +197,14 @@ static_assert(sizeof(LedgerHeader) <= kLedgerHeaderBytes, "header outgrew its pa
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "shared-memory counters must be address-free");
 
+// A slot of another pid namespace whose heartbeat is this old is reclaimed.
+constexpr uint32_t kForeignSlotStaleS = 600;
+
+// The longest Lock() waits for the lock; after a wait that long it waits
+// only kLedgerLockRetryNs until the lock has been taken again.
+constexpr uint64_t kLedgerLockWaitNs = uint64_t{2} * 1000 * 1000 * 1000;
+constexpr uint64_t kLedgerLockRetryNs = 10 * 1000 * 1000;
+
 constexpr uint64_t kLedgerFileBytes =
     kLedgerHeaderBytes + uint64_t{kLedgerSlotCount} * sizeof(LedgerSlot);
 
@@ -205,6 +225,7 @@ enum class LedgerOpen : uint8_t {
   kUnreadable,  // cannot open, create or map it
   kForeign,     // owned by another user and not in shared mode
   kBadLayout,   // not a ledger, or another layout version
+  kUnsafe,      // writable by users it must not trust (see Trust above)
 };
 
 // Points at which SetLedgerCrashHookForTesting's hook is called, each in the
@@ -247,9 +268,33 @@ class Ledger {
   LedgerSlot& slot(uint32_t index) const;
 
   // Takes the lock. When its previous holder died, first rebuilds the totals
-  // from the slots and reclaims dead processes. False if the lock is broken.
+  // from the slots and reclaims dead processes. False if the lock is broken,
+  // or after waiting kLedgerLockWaitNs (kLedgerLockRetryNs when the previous
+  // wait of this mapping already timed out and nobody got the lock since):
+  // a stopped holder, or a lock word forged by someone who can write the
+  // file, costs each caller that long at most. A holder whose thread does
+  // not exist is declared dead (and the lock recovered), unless the ledger
+  // has slots of another pid namespace, whose thread ids mean nothing here.
   bool Lock();
   void Unlock();
+
+  // After Lock() returned false: true once per run of failed Lock() calls
+  // (the next success starts a new run), with one line in message saying
+  // who holds the lock. For a single warning per stall.
+  bool TakeLockWarning(char* message, size_t len);
+
+  // Renews slot index's heartbeat (LedgerSlot::heartbeat_s); its own
+  // process calls it every few seconds, without the lock.
+  void Heartbeat(uint32_t index) const;
+
+  // The path the ledger was opened at.
+  const char* path() const { return path_; }
+
+  // Looks for what no run of pinshim writes: totals that disagree with the
+  // slots, values beyond any budget, impossible pids. Returns how many
+  // problems, the first in message. Exact under the lock; without it (read
+  // access only) only what no concurrent update can make untrue.
+  uint32_t CheckDamage(bool locked, char* message, size_t len) const;
 
   // --- The rest requires the lock.
 
@@ -319,9 +364,18 @@ class Ledger {
   uint64_t ReleaseLocked(uint32_t index, Owner owner, uint64_t bytes);
 
  private:
+  // True when a slot of another pid namespace is claimed (read racily).
+  bool HasForeignSlots() const;
+  // Marks the lock's holder dead when its thread does not exist (see Lock).
+  bool BreakLockOfVanishedHolder(uint64_t waited_ns);
+
   LedgerHeader* header_ = nullptr;
   bool writable_ = false;
   uint64_t pid_ns_ = 0;
+  std::atomic<bool> lock_stalled_{false};    // the last wait timed out
+  std::atomic<bool> stall_warned_{false};    // ... and TakeLockWarning said so
+  std::atomic<uint32_t> stalled_holder_{0};  // the thread id in the lock word then
+  char path_[256] = {};
 };
 
 // CLOCK_MONOTONIC in nanoseconds.

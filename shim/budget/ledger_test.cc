@@ -484,6 +484,173 @@ TEST(LedgerTest, WaiterWhoseWakeUpWasLostStillGetsTheLock) {
   ledger.Close();
 }
 
+// --- Hostile or stalled neighbours: bounded waits, recovered locks.
+
+// A process that holds the lock and is stopped: the wait is bounded, says
+// so once, and the next wait is short until the lock is taken again.
+TEST(LedgerTest, StoppedHolderCostsABoundedWaitAndOneWarning) {
+  const std::string path = UniqueLedgerPath("stopped");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t holder = fork();
+  if (holder == 0) {
+    if (!ledger.Lock()) _exit(1);
+    (void)!write(ready[1], "x", 1);
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  EXPECT_FALSE(ledger.Lock()) << "the wait must end";
+  char line[640];
+  ASSERT_TRUE(ledger.TakeLockWarning(line, sizeof(line)));
+  EXPECT_NE(std::string(line).find("held for over 2 s"), std::string::npos) << line;
+  EXPECT_NE(std::string(line).find(std::to_string(holder)), std::string::npos) << line;
+  EXPECT_FALSE(ledger.Lock());
+  EXPECT_FALSE(ledger.TakeLockWarning(line, sizeof(line))) << "one warning per stall";
+  kill(holder, SIGKILL);  // dies holding it: the kernel marks the owner dead
+  int status;
+  waitpid(holder, &status, 0);
+  ASSERT_TRUE(ledger.Lock());
+  EXPECT_EQ(ledger.header().recoveries.load(), 1u);
+  ledger.Unlock();
+  ledger.Close();
+  close(ready[0]);
+  close(ready[1]);
+}
+
+// A thread id that does not exist, written into the lock word by whoever can
+// write the file (or left by a holder the kernel could not clean up after):
+// declared dead after a short wait, and the ledger repaired as for a death.
+TEST(LedgerTest, LockWordNamingAVanishedThreadIsRecovered) {
+  const std::string path = UniqueLedgerPath("vanished");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  int status;
+  waitpid(gone, &status, 0);
+  int* word = &ledger.header().mutex.__data.__lock;
+  __atomic_store_n(word, static_cast<int>(gone), __ATOMIC_SEQ_CST);
+  ASSERT_TRUE(ledger.Lock());
+  EXPECT_EQ(ledger.header().recoveries.load(), 1u);
+  ledger.Unlock();
+  ASSERT_TRUE(ledger.Lock());  // and it works as before
+  ledger.Unlock();
+  ledger.Close();
+}
+
+// With a slot of another pid namespace in the ledger, a thread id that does
+// not exist here may be a live holder there: the lock is not broken, only
+// waited for (bounded).
+TEST(LedgerTest, VanishedThreadIsNotJudgedWhenAnotherPidNamespaceTakesPart) {
+  const std::string path = UniqueLedgerPath("vanished-ns");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  ProcessIdentity elsewhere;
+  ReadSelfIdentity(&elsewhere);
+  elsewhere.pid_ns += 1;
+  ASSERT_TRUE(ledger.Lock());
+  ASSERT_GE(ledger.ClaimSlotLocked(elsewhere, 0, 0), 0);
+  ledger.Unlock();
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  int status;
+  waitpid(gone, &status, 0);
+  int* word = &ledger.header().mutex.__data.__lock;
+  __atomic_store_n(word, static_cast<int>(gone), __ATOMIC_SEQ_CST);
+  EXPECT_FALSE(ledger.Lock());
+  EXPECT_EQ(ledger.header().recoveries.load(), 0u);
+  char line[640];
+  ASSERT_TRUE(ledger.TakeLockWarning(line, sizeof(line)));
+  EXPECT_NE(std::string(line).find("another pid namespace"), std::string::npos) << line;
+  ledger.Close();
+}
+
+// A slot of another pid namespace cannot be judged by its pid: it is
+// reclaimed once its heartbeat is kForeignSlotStaleS old, as a slot its
+// process left (closed to charges), and not before.
+TEST(LedgerTest, SlotOfAnotherPidNamespaceIsReclaimedWhenItsHeartbeatStops) {
+  const std::string path = UniqueLedgerPath("heartbeat");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  ledger.header().node_budget.store(1000);
+  ProcessIdentity elsewhere;
+  ReadSelfIdentity(&elsewhere);
+  elsewhere.pid_ns += 1;
+  ASSERT_TRUE(ledger.Lock());
+  const int fresh = ClaimWithBytes(ledger, elsewhere, 100);
+  const int stale = ClaimWithBytes(ledger, elsewhere, 200);
+  ledger.Heartbeat(fresh);
+  ledger.slot(stale).heartbeat_s.fetch_sub(kForeignSlotStaleS + 1);
+  EXPECT_EQ(ledger.ReclaimDeadLocked(), 1u);
+  EXPECT_NE(ledger.slot(fresh).pid.load(), 0u);
+  EXPECT_EQ(ledger.slot(stale).pid.load(), 0u);
+  EXPECT_NE(ledger.slot(stale).available.load() & kAvailableClosed, 0u);
+  EXPECT_EQ(ledger.header().pinned.load(), 100u);
+  // A slot claimed by a pinshim that keeps no heartbeat (its tag is not the
+  // claimer's) is never judged by one.
+  ledger.slot(fresh).heartbeat_tag[0] ^= 1;
+  ledger.slot(fresh).heartbeat_s.fetch_sub(kForeignSlotStaleS + 1);
+  EXPECT_EQ(ledger.ReclaimDeadLocked(), 0u);
+  ledger.Unlock();
+  ledger.Close();
+}
+
+TEST(LedgerTest, RefusesALedgerOthersMayWrite) {
+  const std::string path = UniqueLedgerPath("unsafe");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  ledger.Close();
+  char msg[512];
+  ASSERT_EQ(chmod(path.c_str(), 0620), 0);
+  EXPECT_EQ(ledger.Open(Options(path), msg, sizeof(msg)), LedgerOpen::kUnsafe);
+  EXPECT_NE(std::string(msg).find("mode 0620"), std::string::npos) << msg;
+  LedgerOpenOptions shared = Options(path);
+  shared.shared = true;
+  EXPECT_EQ(ledger.Open(shared, msg, sizeof(msg)), LedgerOpen::kOk) << "its group may, shared";
+  ledger.Close();
+  ASSERT_EQ(chmod(path.c_str(), 0666), 0);
+  EXPECT_EQ(ledger.Open(shared, msg, sizeof(msg)), LedgerOpen::kUnsafe);
+  EXPECT_NE(std::string(msg).find("every user"), std::string::npos) << msg;
+  EXPECT_FALSE(ledger.is_open());
+}
+
+TEST(LedgerTest, FifoAtTheNameIsRefusedWithoutBlocking) {
+  const std::string path = UniqueLedgerPath("fifo");
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  Ledger ledger;
+  char msg[512];
+  EXPECT_EQ(ledger.Open(Options(path, false), msg, sizeof(msg)), LedgerOpen::kBadLayout);
+  EXPECT_NE(std::string(msg).find("not a regular file"), std::string::npos) << msg;
+  ASSERT_EQ(chmod(path.c_str(), 0400), 0);  // the read-only open must not block either
+  EXPECT_NE(ledger.Open(Options(path, false), msg, sizeof(msg)), LedgerOpen::kOk);
+}
+
+TEST(LedgerTest, DamageIsFoundAndNamed) {
+  const std::string path = UniqueLedgerPath("damage");
+  Ledger ledger;
+  ASSERT_TRUE(OpenLedger(path, &ledger, true));
+  ledger.header().node_budget.store(1000);
+  ProcessIdentity self;
+  ReadSelfIdentity(&self);
+  ASSERT_TRUE(ledger.Lock());
+  const int slot = ClaimWithBytes(ledger, self, 100);
+  char msg[256];
+  EXPECT_EQ(ledger.CheckDamage(true, msg, sizeof(msg)), 0u);
+  ledger.header().reserved.store(5);
+  EXPECT_EQ(ledger.CheckDamage(true, msg, sizeof(msg)), 1u);
+  EXPECT_NE(std::string(msg).find("not the slots' sum"), std::string::npos) << msg;
+  EXPECT_EQ(ledger.CheckDamage(false, msg, sizeof(msg)), 0u) << "racy without the lock";
+  ledger.slot(slot).bytes[0].store(~uint64_t{0});
+  ledger.slot(slot).pid.store(1u << 30);
+  EXPECT_EQ(ledger.CheckDamage(false, msg, sizeof(msg)), 2u);
+  ledger.Unlock();
+  ledger.Close();
+}
+
 INSTANTIATE_TEST_SUITE_P(BothUpdates, DeathInLockTest,
                          ::testing::Values(CrashPoint::kChargeMidUpdate,
                                            CrashPoint::kReleaseMidUpdate));

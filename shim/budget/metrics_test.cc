@@ -175,6 +175,61 @@ TEST(MetricsTest, UnwritableDirectoryIsReportedAndLeavesNothing) {
   EXPECT_NE(std::string(st.message).find("No such file or directory"), std::string::npos);
 }
 
+// Writing that starts failing says so once, then nothing until it works.
+TEST(MetricsTest, FailuresWarnOnceEachTimeTheyStart) {
+  const std::string dir = TempPath("failing");
+  const std::string path = dir + "/pinshim.prom";
+  TestBudget b;
+  BudgetOptions o;
+  o.process_bytes = kMiB;
+  o.metrics_path = path.c_str();
+  ASSERT_TRUE(b.Init(o).ok());
+  BudgetStatus st = b.WriteMetricsNow();  // the directory does not exist yet
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message).find("cannot write metrics file " + path), std::string::npos)
+      << st.message;
+  st = b.WriteMetricsNow();
+  EXPECT_FALSE(st.ok());
+  EXPECT_STREQ(st.message, "") << "no second warning while it keeps failing";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  st = b.WriteMetricsNow();
+  EXPECT_TRUE(st.ok());
+  EXPECT_NE(std::string(st.message).find("written again"), std::string::npos) << st.message;
+  EXPECT_STREQ(b.WriteMetricsNow().message, "");
+  ASSERT_EQ(rename(dir.c_str(), (dir + ".gone").c_str()), 0);
+  EXPECT_NE(std::string(b.WriteMetricsNow().message).find("cannot write"), std::string::npos)
+      << "a new run of failures warns again";
+}
+
+// Another user's link, or their file, at the metrics path (a directory both
+// may write): nothing is written through the link, their file is not
+// replaced, and the user's own file keeps its mode.
+TEST(MetricsTest, NeverWritesThroughALinkAndKeepsTheFilesMode) {
+  const std::string dir = TempPath("links");
+  mkdir(dir.c_str(), 0755);
+  const std::string victim = dir + "/victim";
+  {
+    std::ofstream v(victim);
+    v << "precious\n";
+  }
+  const std::string path = dir + "/pinshim.prom";
+  ASSERT_EQ(symlink(victim.c_str(), path.c_str()), 0);
+  TestBudget b;
+  ASSERT_TRUE(b.Init(BudgetOptions()).ok());
+  BudgetStatus st = b.WriteMetricsFile(path.c_str());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message).find("symbolic link"), std::string::npos) << st.message;
+  EXPECT_EQ(ReadFile(victim), "precious\n");
+  unlink(path.c_str());
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_TRUE(b.WriteMetricsFile(path.c_str()).ok());
+  struct stat st_after;
+  ASSERT_EQ(stat(path.c_str(), &st_after), 0);
+  EXPECT_EQ(st_after.st_mode & 0777, 0600u) << "not widened to 0644";
+}
+
 // Readers see the old file or the new one, never a mixture or a prefix.
 TEST(MetricsTest, ReplacementIsAtomic) {
   const std::string dir = TempPath("atomic");

@@ -51,8 +51,13 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "to the driver once it was idle this many seconds; 0 keeps it until "
      "the cap or a budget needs it."},
     {ConfigKey::kLedgerShared, "PINSHIM_LEDGER_SHARED", "ledger_shared", "0", "0 or 1",
-     "1 makes the node's budget ledger one for all users (created "
-     "world-writable) instead of one per user."},
+     "1 makes the node's budget ledger one shared by the users of its group "
+     "(created mode 0660) instead of one per user (docs/production.md)."},
+    {ConfigKey::kLedgerPath, "PINSHIM_LEDGER_PATH", "ledger_path", "/dev/shm/pinshim-ledger-<uid>",
+     "a file path",
+     "Where the node budget's ledger is, instead of /dev/shm/pinshim-ledger-<uid> (or "
+     "/dev/shm/pinshim-ledger-shared); every process sharing a node budget must name the "
+     "same file."},
     {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none", "a file path",
      "Optimize mode only: a profile of hot allocation sites (pinshim report "
      "--profile-out) whose allocations are served from the pinned arena from "
@@ -529,6 +534,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->summary_path[0] = '\0';
   config->metrics_file[0] = '\0';
   config->profile[0] = '\0';
+  config->ledger_path[0] = '\0';
   config->config_file[0] = '\0';
 }
 
@@ -583,6 +589,7 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* er
                              "; accepted: an integer from 0 to 86400 (seconds)",
                              &config->idle_trim_s, err, err_len);
     case ConfigKey::kLedgerShared: return ParseFlag(value, &config->ledger_shared, err, err_len);
+    case ConfigKey::kLedgerPath: return CopyPath(value, config->ledger_path, err, err_len);
     case ConfigKey::kProfile: return CopyPath(value, config->profile, err, err_len);
     case ConfigKey::kWcGuard: return ParseFlag(value, &config->wc_guard, err, err_len);
     case ConfigKey::kPinInPlace: return ParseFlag(value, &config->pin_in_place, err, err_len);

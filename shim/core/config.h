@@ -40,6 +40,9 @@
 //       memory left idle this long; 0 = only under pressure
 // | PINSHIM_LEDGER_SHARED   | ledger_shared   | 0                  |
 //       0 or 1
+// | PINSHIM_LEDGER_PATH     | ledger_path     | /dev/shm/...       |
+//       file path of the node ledger (default: /dev/shm/pinshim-ledger-<uid>
+//       or, shared, /dev/shm/pinshim-ledger-shared)
 // | PINSHIM_PROFILE         | profile         | none               |
 //       file path
 // | PINSHIM_WC_GUARD        | wc_guard        | 0                  |
@@ -109,6 +112,7 @@ enum class ConfigKey : uint8_t {
   kPinCap,
   kIdleTrimS,
   kLedgerShared,
+  kLedgerPath,
   kProfile,
   kWcGuard,
   kPinInPlace,
@@ -169,6 +173,7 @@ struct Config {
   char summary_path[kConfigPathMax];  // set when summary == kFile
   char metrics_file[kConfigPathMax];  // "" = none
   char profile[kConfigPathMax];       // "" = none
+  char ledger_path[kConfigPathMax];   // "" = the default for the user or shared
   char config_file[kConfigPathMax];   // the file that was read, "" = none
 };
 

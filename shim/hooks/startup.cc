@@ -137,6 +137,8 @@ void StartOptimizing() {
   g_optimize = true;
 }
 
+void WarnLine(const char* line) { LogLine("%s", line); }
+
 // Enforce mode: the budgets from the configuration. Without any budget there
 // is nothing to enforce (pinned bytes are still counted by the summary).
 void StartEnforcing() {
@@ -148,6 +150,8 @@ void StartEnforcing() {
   budget::BudgetStatus status = budget::Budget::Process().Init(options);
   // Every decision goes into the trace (a no-op without one).
   budget::Budget::Process().SetRecorder(trace::RecordBudgetDecisionRecord);
+  // A stalled ledger lock or a full ledger, later on: one line each time.
+  budget::Budget::Process().SetWarner(WarnLine);
   if (status.message[0] != '\0') LogLine("%s", status.message);
   g_enforce = status.code != budget::BudgetStatus::kInvalid;
 }

@@ -13,18 +13,25 @@
 namespace pinshim {
 namespace {
 
-// The metrics file is rewritten every few seconds by a thread of pinshim's
-// own, started only when PINSHIM_METRICS_FILE is set in enforce mode. It takes
-// none of the program's signals. A fork child starts its own.
+// A thread of pinshim's own, in enforce mode with a node budget or a
+// PINSHIM_METRICS_FILE: every few seconds it renews the process's heartbeat
+// in the node ledger (how processes of other pid namespaces tell it lives)
+// and, with a metrics file, reclaims dead processes and rewrites the file.
+// It takes none of the program's signals. A fork child starts its own.
 constexpr unsigned kMetricsPeriodMs = 2000;
 
 void* MetricsMain(void*) {
   prctl(PR_SET_NAME, "pinshim-metrics", 0, 0, 0);
   ReentryGuard::HoldForever(Reentry::kHook);
+  const bool metrics = g_config.metrics_file[0] != '\0';
   for (;;) {
-    // A message only when writing the metrics starts failing or works again.
-    const budget::BudgetStatus status = budget::Budget::Process().Tick();
-    if (status.message[0] != '\0') LogLine("%s", status.message);
+    if (metrics) {
+      // A message only when writing the metrics starts failing or works again.
+      const budget::BudgetStatus status = budget::Budget::Process().Tick();
+      if (status.message[0] != '\0') LogLine("%s", status.message);
+    } else {
+      budget::Budget::Process().Heartbeat();
+    }
     struct timespec ts = {kMetricsPeriodMs / 1000, (kMetricsPeriodMs % 1000) * 1000000L};
     nanosleep(&ts, nullptr);
   }
@@ -65,9 +72,11 @@ void* TrimMain(void*) {
 }  // namespace
 
 void StartMetricsThread() {
-  if (!g_enforce || g_config.metrics_file[0] == '\0') return;
+  if (!g_enforce || (g_config.metrics_file[0] == '\0' && !g_config.has_node_budget)) return;
   if (!StartQuietThread(MetricsMain)) {
-    LogLine("cannot start the metrics thread; %s will not be updated", g_config.metrics_file);
+    LogLine("cannot start pinshim's metrics thread; %s",
+            g_config.metrics_file[0] != '\0' ? "the metrics file will not be updated"
+                                             : "no heartbeat in the node ledger");
   }
 }
 

@@ -106,13 +106,12 @@ int main(int argc, char** argv) {
   if (what == "resync" && argc == 4) return Write(argv[2], Resync(strtoul(argv[3], 0, 10))) ? 0 : 1;
   if (what == "names" && argc == 3) {
     const std::string hostile = kHostile;
-    return Write(argv[2], HotCopies("/usr/bin/app" + hostile, "/opt/lib" + hostile + ".so",
-                                    hostile))
+    return Write(argv[2],
+                 HotCopies("/usr/bin/app" + hostile, "/opt/lib" + hostile + ".so", hostile))
                ? 0
                : 1;
   }
   if (what == "module" && argc == 4) return Write(argv[2], HotCopies("app", argv[3], "x")) ? 0 : 1;
-  fprintf(stderr,
-          "usage: make_crafted_trace resync OUT MIB | names OUT | module OUT PATH\n");
+  fprintf(stderr, "usage: make_crafted_trace resync OUT MIB | names OUT | module OUT PATH\n");
   return 2;
 }

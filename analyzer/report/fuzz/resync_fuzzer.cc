@@ -7,9 +7,9 @@
 // - a file with a good header is accepted, whatever follows it.
 // Built by tests/trace/fuzz/run_fuzzer.sh; fuzz_regression_test replays the
 // kept inputs through it.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
