@@ -117,6 +117,18 @@ expect 2 "pinshim run: --node-budget \"\": empty; accepted: ${SIZE_OR_PERCENT}" 
   run --node-budget= true
 expect 2 "pinshim run: --track-threshold \"10%\": a percentage is not accepted here; accepted: ${SIZE_FORMS}" \
   run --track-threshold 10% true
+# Careless values: one line each, nothing run.
+expect 2 "pinshim run: --trace-dir needs a value (DIR), not \"--\" (write --trace-dir=VALUE for a value that starts with '--')" \
+  run --trace-dir -- true
+expect 2 'pinshim run: --summary= needs a FILE; see pinshim run --help' run --summary= true
+expect 2 'pinshim run: --summary "yes": a word, not a file name; accepted: 0 (none), 1 (stderr) or a file path (write ./yes for a file of that name)' \
+  run --summary=yes true
+PINSHIM_SUMMARY=yes expect_prefix 2 'pinshim run: PINSHIM_SUMMARY="yes": a word, not a file name' \
+  run true
+expect_prefix 2 'pinshim run: --track-threshold "0": below 4K' run --track-threshold 0 true
+expect_prefix 2 'pinshim run: --budget "0": a budget of 0 bytes would refuse every pinning' \
+  run --mode enforce --budget 0 true
+expect_prefix 2 'pinshim run: --node-budget "0": a budget of 0 bytes' run --node-budget=0 true
 expect 2 "pinshim run: --pin-cap \"lots\": not a number; accepted: ${SIZE_OR_PERCENT}" \
   run --pin-cap lots true
 expect 2 'pinshim run: --policy "drop": unknown policy; accepted: deny, fallback, evict' \

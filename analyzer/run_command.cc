@@ -264,11 +264,24 @@ int RunRunCommand(int argc, char** argv) {
       value = arg.substr(eq + 1);
     } else if (option->value == Value::kOptional) {
       value = option->implicit;
-    } else if (i + 1 < argc) {
+    } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
       value = argv[++i];
+    } else if (i + 1 < argc) {
+      // "--trace-dir -- prog": the next word is an option or the end of
+      // them, not the value; a value that starts with "--" is written with '='.
+      return UsageError(std::string(option->name) + " needs a value (" + option->metavar +
+                        "), not \"" + argv[i + 1] + "\" (write " + option->name +
+                        "=VALUE for a value that starts with '--')");
     } else {
       return UsageError(std::string(option->name) + " needs a value (" + option->metavar +
                         "); see pinshim run --help");
+    }
+    // An empty file name given on purpose is a slip, not "none" (--config ""
+    // is the one way to say no config file).
+    if (value.empty() && option->path != PathKind::kNone &&
+        option->variable != kConfigFileVariable) {
+      return UsageError(std::string(option->name) + "= needs a " + option->metavar +
+                        "; see pinshim run --help");
     }
     settings.push_back({option, value});
   }

@@ -30,7 +30,7 @@ constexpr char kUsage[] =
     "they change. An archive already in DIR is kept and added to.\n";
 
 void Complain(const std::string& line) {
-  std::string out = "pinshim archive: " + line + "\n";
+  std::string out = "pinshim archive: " + Printable(line) + "\n";
   fwrite(out.data(), 1, out.size(), stderr);
 }
 

@@ -202,7 +202,9 @@ bool WriteProfile(const std::string& path, const HotSites& sites, size_t traces,
   int n = 0;
   for (const HotAllocSite& s : sites.sites) {
     text += "#\n# " + std::to_string(++n) + ". " +
-            (s.where.empty() ? std::string("(not symbolized)") : s.where) + ": " +
+            // One comment line: a newline in a name must not start a line
+            // the loader would read as a site.
+            (s.where.empty() ? std::string("(not symbolized)") : Printable(s.where)) + ": " +
             Plural(s.allocations, "buffer", "buffers") + " copied " +
             Plural(s.copies, "time", "times") + ", " + FormatBytes(s.bytes) + " in all; " +
             FormatSeconds(s.seconds_lost) + " lost if pageable";

@@ -60,7 +60,7 @@ constexpr char kUsage[] =
 enum class Format { kText, kJson, kHtml, kPerfetto };
 
 void Complain(const std::string& line) {
-  std::string out = "pinshim report: " + line + "\n";
+  std::string out = "pinshim report: " + Printable(line) + "\n";
   fwrite(out.data(), 1, out.size(), stderr);
 }
 

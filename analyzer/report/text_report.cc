@@ -75,14 +75,18 @@ void Evidence(const Value& ev, std::string* out) {
     if (!IsScalar(m.second) || m.second.kind() == Value::Kind::kSite) continue;
     line += (line.empty() ? "" : "; ") + Words(m.first) + " " + Inline(m.second);
   }
-  if (!line.empty()) *out += "    evidence: " + line + "\n";
+  if (!line.empty()) *out += "    evidence: " + Printable(line) + "\n";
   for (const auto& m : ev.members()) {
     if (m.second.kind() == Value::Kind::kSite) {
-      *out += "    " + Words(m.first) + ": " + Scalar(m.second) + "\n";
+      *out += "    " + Words(m.first) + ": " + Printable(Scalar(m.second)) + "\n";
     } else if (!IsScalar(m.second)) {
       *out += "    " + Words(m.first) + ":\n";
-      for (const Value& item : m.second.items()) *out += "      - " + Inline(item) + "\n";
-      if (m.second.kind() == Value::Kind::kObject) *out += "      " + Inline(m.second) + "\n";
+      for (const Value& item : m.second.items()) {
+        *out += "      - " + Printable(Inline(item)) + "\n";
+      }
+      if (m.second.kind() == Value::Kind::kObject) {
+        *out += "      " + Printable(Inline(m.second)) + "\n";
+      }
     }
   }
 }
@@ -106,7 +110,7 @@ void ShortStack(const Site& site, std::string* out) {
       *out += "      ...\n";
       break;
     }
-    *out += "      " + f.Describe(true) + (f.inlined ? " [inlined]" : "") + "\n";
+    *out += "      " + Printable(f.Describe(true)) + (f.inlined ? " [inlined]" : "") + "\n";
     ++shown;
   }
   if (python) {
@@ -122,7 +126,7 @@ void ShortStack(const Site& site, std::string* out) {
         under += "      ...\n";
         break;
       }
-      under += "      " + f.Describe(true) + (f.inlined ? " [inlined]" : "") + "\n";
+      under += "      " + Printable(f.Describe(true)) + (f.inlined ? " [inlined]" : "") + "\n";
       ++listed;
     }
     if (!under.empty()) *out += "    under it, innermost first:\n" + under;
@@ -298,9 +302,10 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
                         : "allocation " + std::to_string(b.alloc_id);
     *out += "        - " + FormatBytes(b.bytes_copied) + " in " +
             Counted(b.copies, "copy", "copies") + " of " + what + ", copied at " +
-            b.copied_at.Short() + "\n";
+            Printable(b.copied_at.Short()) + "\n";
     *out += std::string("          ") + (b.pinned ? "pinned by pinshim (" : "left alone (") +
-            PartWords(b.by) + (b.reason.empty() ? "" : ": " + b.reason) + "): " + b.detail + "\n";
+            PartWords(b.by) + (b.reason.empty() ? "" : ": " + b.reason) +
+            "): " + Printable(b.detail) + "\n";
   }
   if (o.hot_buffers > o.buffers.size()) {
     *out += "        ... and " + FormatCount(o.hot_buffers - o.buffers.size()) + " more\n";
@@ -325,7 +330,7 @@ std::string ProcessTitle(const ProcessReport& p) {
   if (!p.info.python.empty()) {
     t += "  Python " + p.info.python + (p.info.python_frames ? "" : " (Python frames off)");
   }
-  return t;
+  return Printable(t);
 }
 
 }  // namespace
@@ -350,7 +355,7 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
            r.findings.size() == 1 ? "finding" : "findings", counts[2], counts[2] == 1 ? "" : "s",
            counts[1], counts[1] == 1 ? "" : "s", counts[0], FormatSeconds(lost).c_str());
   *out += head;
-  for (const std::string& p : r.problems) *out += "  unreadable: " + p + "\n";
+  for (const std::string& p : r.problems) *out += "  unreadable: " + Printable(p) + "\n";
   *out += "\n";
   for (size_t i = 0; i < r.processes.size(); ++i) {
     const ProcessReport& p = r.processes[i];
@@ -373,9 +378,9 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
             (p.findings.size() == 1 ? " finding\n" : " findings\n");
     if (s.budget.decisions != 0) *out += "    " + BudgetLine(s.budget) + "\n";
     if (p.own.optimize_mode) OwnPinningSection(p.own, out);
-    *out += "    trace " + p.path + (p.damage.empty() ? " (complete)\n" : "\n");
-    if (!p.damage.empty()) *out += "    note: " + p.damage + "\n";
-    for (const std::string& sp : p.symbol_problems) *out += "    symbols: " + sp + "\n";
+    *out += "    trace " + Printable(p.path) + (p.damage.empty() ? " (complete)\n" : "\n");
+    if (!p.damage.empty()) *out += "    note: " + Printable(p.damage) + "\n";
+    for (const std::string& sp : p.symbol_problems) *out += "    symbols: " + Printable(sp) + "\n";
   }
   if (r.findings.empty()) {
     *out += "\nNo findings.\n";
@@ -396,13 +401,14 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
       }
       *out += "  in " + procs;
     }
-    *out += "\n    " + f.explanation + "\n";
-    *out += "    at " + f.site.Short() + "\n";
+    // Names in these texts come from the traced program: escaped.
+    *out += "\n    " + Printable(f.explanation) + "\n";
+    *out += "    at " + Printable(f.site.Short()) + "\n";
     Evidence(f.evidence, out);
     ShortStack(f.site, out);
     *out += (f.generic_fix.empty() ? std::string("    fix: ")
                                    : "    fix (" + FrameworkTitle(f.framework) + "): ") +
-            f.fix + "\n";
+            Printable(f.fix) + "\n";
   }
 }
 

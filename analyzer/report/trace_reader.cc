@@ -872,9 +872,9 @@ std::string TraceReader::DescribeDamage() const {
       add("no end record: the process (pid " + std::to_string(process_.pid) +
           ") is still running, so this report is partial");
     } else if (damage_.writer_running == 0) {
-      add("no end record: the process ended without closing its trace (killed, crashed, or "
-          "the trace could not be written to the end, as on a full disk), so its last events "
-          "are missing");
+      add("no end record: the process has ended without closing its trace (it was killed or "
+          "crashed, or the trace could not be written to the end, as on a full disk), so its "
+          "last events are missing");
     } else if (damage_.seconds_since_modified >= 0 && damage_.seconds_since_modified < 5) {
       add("no end record and the file changed " +
           std::to_string(static_cast<int>(damage_.seconds_since_modified)) +

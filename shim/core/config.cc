@@ -20,12 +20,13 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "Directory the per-process trace files are written to, for pinshim "
      "report."},
     {ConfigKey::kSummary, "PINSHIM_SUMMARY", "summary", "0",
-     "0 (none), 1 (stderr) or a file path where %p becomes the pid", "Prints a summary at exit."},
+     "0 (none), 1 (stderr) or a file path where %p becomes the pid",
+     "Prints a summary at exit; to a file, every process appends its own record."},
     {ConfigKey::kBudget, "PINSHIM_BUDGET", "budget", "none",
-     "a size or a percentage of physical memory",
+     "a size above 0 or a percentage of physical memory",
      "Most bytes the process may have pinned (enforce mode)."},
     {ConfigKey::kNodeBudget, "PINSHIM_NODE_BUDGET", "node_budget", "none",
-     "a size or a percentage of physical memory",
+     "a size above 0 or a percentage of physical memory",
      "Most bytes all processes under pinshim on this node may have pinned "
      "together (enforce mode)."},
     {ConfigKey::kPolicy, "PINSHIM_POLICY", "policy", "deny", "deny, fallback or evict",
@@ -33,7 +34,7 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "it as out of memory, fallback hands out pageable memory, evict releases "
      "pinshim's own pinned memory first."},
     {ConfigKey::kTrackThreshold, "PINSHIM_TRACK_THRESHOLD", "track_threshold", "64K",
-     "a size (no percentage)",
+     "a size of at least 4K (no percentage)",
      "Host allocations of at least this size are tracked; below 64 KiB "
      "pinning does not speed copies up."},
     {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none", "a file path",
@@ -234,6 +235,16 @@ bool ParseFlag(const char* value, bool* flag, char* err, size_t err_len) {
   return false;
 }
 
+// A summary target that is a word, not a path: taken for a mistake.
+bool IsSummaryWord(const char* word, size_t len) {
+  static const char* const kWords[] = {"yes", "no", "true",   "false",  "on",  "off",
+                                       "y",   "n",  "stderr", "stdout", "none"};
+  for (const char* w : kWords) {
+    if (WordIs(word, len, w)) return true;
+  }
+  return false;
+}
+
 bool ParseSizeValue(const char* value, bool percent_allowed, uint64_t physical, uint64_t* out,
                     char* err, size_t err_len) {
   if (percent_allowed && physical == 0) {
@@ -250,6 +261,23 @@ bool ParseSizeValue(const char* value, bool percent_allowed, uint64_t physical, 
     }
   }
   return ParseSize(value, percent_allowed ? physical : 0, out, err, err_len);
+}
+
+// A budget: a size or percentage that comes to more than 0 bytes. A budget
+// of 0 would refuse every pinning, which is never what was meant; no budget
+// is said by leaving the setting out.
+bool ParseBudget(const char* value, uint64_t physical, uint64_t* out, char* err, size_t err_len) {
+  uint64_t bytes = 0;
+  if (!ParseSizeValue(value, true, physical, &bytes, err, err_len)) return false;
+  if (bytes == 0) {
+    FixedText(err, err_len)
+        .Append(
+            "a budget of 0 bytes would refuse every pinning; accepted: a size above 0 or a "
+            "percentage (leave the budget unset for none)");
+    return false;
+  }
+  *out = bytes;
+  return true;
 }
 
 // Appends the reason for errno value e. strerror is avoided: it may
@@ -558,25 +586,41 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* er
         config->summary_path[0] = '\0';
         return true;
       }
+      if (IsSummaryWord(word, len)) {
+        FixedText(err, err_len)
+            .Append(
+                "a word, not a file name; accepted: 0 (none), 1 (stderr) or a file path "
+                "(write ./")
+            .Append(word, len)
+            .Append(" for a file of that name)");
+        return false;
+      }
       if (!CopyPath(value, config->summary_path, err, err_len)) return false;
       config->summary = SummaryTarget::kFile;
       return true;
     }
     case ConfigKey::kBudget:
-      if (!ParseSizeValue(value, true, physical, &config->budget_bytes, err, err_len)) {
-        return false;
-      }
+      if (!ParseBudget(value, physical, &config->budget_bytes, err, err_len)) return false;
       config->has_budget = true;
       return true;
     case ConfigKey::kNodeBudget:
-      if (!ParseSizeValue(value, true, physical, &config->node_budget_bytes, err, err_len)) {
-        return false;
-      }
+      if (!ParseBudget(value, physical, &config->node_budget_bytes, err, err_len)) return false;
       config->has_node_budget = true;
       return true;
     case ConfigKey::kPolicy: return ParsePolicy(value, &config->policy, err, err_len);
-    case ConfigKey::kTrackThreshold:
-      return ParseSizeValue(value, false, physical, &config->track_threshold_bytes, err, err_len);
+    case ConfigKey::kTrackThreshold: {
+      uint64_t bytes = 0;
+      if (!ParseSizeValue(value, false, physical, &bytes, err, err_len)) return false;
+      if (bytes < kMinTrackThreshold) {
+        FixedText(err, err_len)
+            .Append(
+                "below 4K, tracking would slow every small malloc and pinning such "
+                "allocations gains nothing; accepted: a size of at least 4K");
+        return false;
+      }
+      config->track_threshold_bytes = bytes;
+      return true;
+    }
     case ConfigKey::kMetricsFile: return CopyPath(value, config->metrics_file, err, err_len);
     case ConfigKey::kSampleMs:
       return ParseBoundedInt(value, 1, kMaxSampleMs,

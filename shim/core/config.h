@@ -17,16 +17,18 @@
 // | PINSHIM_TRACE_DIR       | trace_dir       | no trace           |
 //       directory for the per-process traces
 // | PINSHIM_SUMMARY         | summary         | 0                  |
-//       0 = none, 1 = stderr at exit, else a file path (%p = pid)
+//       0 = none, 1 = stderr at exit, else a file path (%p = pid) that
+//       every process appends its record to; a word such as yes, true or
+//       stderr is refused (write ./yes for a file of that name)
 // | PINSHIM_BUDGET          | budget          | none               |
-//       size or %: pinned bytes per process
+//       size or %, above 0: pinned bytes per process
 // | PINSHIM_NODE_BUDGET     | node_budget     | none               |
-//       size or %: pinned bytes per node
+//       size or %, above 0: pinned bytes per node
 // | PINSHIM_POLICY          | policy          | deny               |
 //       deny, fallback or evict
 // | PINSHIM_TRACK_THRESHOLD | track_threshold | 64K                |
-//       size; allocations at or above it are tracked (below 64 KiB
-//       pinning gains nothing on the H200)
+//       size, at least 4K; allocations at or above it are tracked (below
+//       64 KiB pinning gains nothing on the H200)
 // | PINSHIM_CONFIG          | -               | /etc/pinshim.conf  |
 //       config file path; "" = no file; default read only if present
 // | PINSHIM_METRICS_FILE    | metrics_file    | none               |
@@ -135,6 +137,9 @@ constexpr const char* kDefaultConfigFile = "/etc/pinshim.conf";
 constexpr const char* kConfigFileVariable = "PINSHIM_CONFIG";
 
 constexpr uint64_t kDefaultTrackThreshold = 64 * 1024;
+// Tracking smaller allocations slows every malloc and pinning them gains
+// nothing: a smaller PINSHIM_TRACK_THRESHOLD is refused.
+constexpr uint64_t kMinTrackThreshold = 4 * 1024;
 constexpr uint32_t kDefaultSampleMs = 10;
 constexpr uint32_t kMaxSampleMs = 60000;
 constexpr uint32_t kDefaultPinCapPercent = 25;

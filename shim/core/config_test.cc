@@ -332,14 +332,14 @@ TEST_F(ConfigTest, OtherErrorsKeepDefaultsWithoutFallback) {
 }
 
 TEST_F(ConfigTest, BoundaryValuesAccepted) {
-  Env env({"PINSHIM_SAMPLE_MS=60000", "PINSHIM_LEDGER_SHARED=0", "PINSHIM_TRACK_THRESHOLD=0",
-           "PINSHIM_PIN_CAP=100%", "PINSHIM_BUDGET=0", "PINSHIM_POLICY=Fallback"});
+  Env env({"PINSHIM_SAMPLE_MS=60000", "PINSHIM_LEDGER_SHARED=0", "PINSHIM_TRACK_THRESHOLD=4K",
+           "PINSHIM_PIN_CAP=100%", "PINSHIM_BUDGET=1", "PINSHIM_POLICY=Fallback"});
   ASSERT_TRUE(Parse(&env)) << Error(0);
   EXPECT_EQ(config_.sample_ms, 60000u);
-  EXPECT_EQ(config_.track_threshold_bytes, 0u);
+  EXPECT_EQ(config_.track_threshold_bytes, 4096u);
   EXPECT_EQ(config_.pin_cap_bytes, kPhysical);
   EXPECT_TRUE(config_.has_budget);
-  EXPECT_EQ(config_.budget_bytes, 0u);
+  EXPECT_EQ(config_.budget_bytes, 1u);
   EXPECT_EQ(config_.policy, Policy::kFallback);
   Env one({"PINSHIM_SAMPLE_MS=1"});
   ASSERT_TRUE(Parse(&one));
@@ -409,6 +409,36 @@ TEST_F(ConfigTest, IdleTrimSeconds) {
     EXPECT_NE(Error(0).find("accepted: an integer from 0 to 86400"), std::string::npos) << Error(0);
     EXPECT_EQ(config_.idle_trim_s, 10u) << bad;
   }
+}
+
+// Values that parse but cannot be meant: refused with one line each; a
+// refused budget drops the mode to observe, as any invalid budget does.
+TEST_F(ConfigTest, NonsenseValuesAreRefused) {
+  struct Case {
+    const char* entry;
+    const char* message;
+    bool forced_observe;
+  } cases[] = {
+      {"PINSHIM_BUDGET=0", "PINSHIM_BUDGET=\"0\": a budget of 0 bytes would refuse", true},
+      {"PINSHIM_NODE_BUDGET=0K", "PINSHIM_NODE_BUDGET=\"0K\": a budget of 0 bytes", true},
+      {"PINSHIM_TRACK_THRESHOLD=0", "PINSHIM_TRACK_THRESHOLD=\"0\": below 4K", false},
+      {"PINSHIM_TRACK_THRESHOLD=4095", "PINSHIM_TRACK_THRESHOLD=\"4095\": below 4K", false},
+      {"PINSHIM_SUMMARY=yes", "PINSHIM_SUMMARY=\"yes\": a word, not a file name", false},
+      {"PINSHIM_SUMMARY= True ", "PINSHIM_SUMMARY=\" True \": a word, not a file name", false},
+      {"PINSHIM_SUMMARY=stderr", "PINSHIM_SUMMARY=\"stderr\": a word", false},
+  };
+  for (const Case& c : cases) {
+    Env env({"PINSHIM_MODE=enforce", c.entry});
+    EXPECT_FALSE(Parse(&env)) << c.entry;
+    ASSERT_EQ(errors_.count, 1) << c.entry;
+    EXPECT_EQ(Error(0).rfind(c.message, 0), 0u) << Error(0);
+    EXPECT_EQ(config_.forced_observe, c.forced_observe) << c.entry;
+    EXPECT_EQ(config_.track_threshold_bytes, 64u * 1024) << c.entry;
+    EXPECT_EQ(config_.summary, SummaryTarget::kNone) << c.entry;
+  }
+  Env file({"PINSHIM_SUMMARY=./yes"});
+  ASSERT_TRUE(Parse(&file));
+  EXPECT_STREQ(config_.summary_path, "./yes");
 }
 
 TEST_F(ConfigTest, SummaryForms) {

@@ -106,6 +106,10 @@ class HtmlReportTest(unittest.TestCase):
                         r"<iframe", r"@import", r"url\((?!data:)", r"https?://"):
             self.assertIsNone(re.search(pattern, self.html), pattern)
         self.assertIn("default-src 'none'", self.html)
+        # The page's one script runs by its hash; no inline script runs else.
+        scripts = re.search(r"script-src ([^;\"]*)", self.html).group(1)
+        self.assertNotIn("unsafe-inline", scripts)
+        self.assertRegex(scripts, r"^'sha256-[A-Za-z0-9+/]{43}='$")
 
     def test_renders_every_finding_charts_and_tables_without_errors(self):
         self.assertGreaterEqual(len(self.data["findings"]), 8)
