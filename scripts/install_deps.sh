@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(bazel-bootstrap g++ libgtest-dev libgmock-dev libbenchmark-dev libunwind-dev
           libdw-dev libelf-dev python3 python3-dev clang libclang-rt-14-dev
-          clang-format-14 chromium)
+          clang-format-14 chromium util-linux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

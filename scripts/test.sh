@@ -13,8 +13,17 @@ scripts/install_deps.sh || exit 2
 logs="$(mktemp -d /tmp/pinshim-test.XXXXXX)"
 quiet='^(Loading|Analyzing|INFO: (Analyzed|Found|Elapsed|Build completed|From))'
 
+# Interpreters the Python-frames test runs besides the system's: pyenv's,
+# where there is one (the test itself looks into no home directory).
+pythons="${PINSHIM_TEST_PYTHONS:-}"
+for p in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/python3 \
+         "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/python; do
+  [ -x "$p" ] && pythons="${pythons:+$pythons:}$p"
+done
+
 start=$SECONDS
-bazel test //... --test_output=errors 2>&1 | tee "$logs/plain.log" | grep -Ev "$quiet"
+bazel test //... --test_output=errors --test_env=PINSHIM_TEST_PYTHONS="$pythons" 2>&1 |
+  tee "$logs/plain.log" | grep -Ev "$quiet"
 status=${PIPESTATUS[0]}
 echo "the suite took $((SECONDS - start))s"
 

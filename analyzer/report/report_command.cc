@@ -174,6 +174,9 @@ void AnalyzeAll(std::vector<Input>* inputs, const AnalysisOptions& shared,
 // written (WriteProfile: no link, FIFO or other user's file).
 std::string ProfileOutProblem(const std::string& out, const std::vector<std::string>& traces) {
   struct stat target;
+  if (lstat(out.c_str(), &target) == 0 && S_ISLNK(target.st_mode)) {
+    return "is a symbolic link, which is not followed";
+  }
   if (stat(out.c_str(), &target) != 0) return "";
   for (const std::string& t : traces) {
     struct stat st;

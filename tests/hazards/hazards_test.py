@@ -57,6 +57,10 @@ def run(env_extra, trace_dir=None):
         env["LD_PRELOAD"] = LIB
         summary = os.path.join(TMP, "summary.%d" % len(os.listdir(TMP)))
         env["PINSHIM_SUMMARY"] = summary
+        # Nothing outside the test's directory: no config file of the
+        # machine's, no node ledger but the test's own.
+        env["PINSHIM_CONFIG"] = ""
+        env["PINSHIM_LEDGER_PATH"] = os.path.join(TMP, "node-ledger")
         env.update(env_extra)
         if trace_dir:
             env["PINSHIM_TRACE_DIR"] = trace_dir

@@ -64,11 +64,17 @@ RunResult RunProgram(const std::vector<std::string>& argv, bool preload,
   }
   env.push_back("LD_LIBRARY_PATH=" + g_fake_dir +
                 (inherited_path.empty() ? "" : ":" + inherited_path));
+  // First, so that they win over the defaults below (the first of two
+  // entries with one name is the one getenv finds).
+  for (auto& e : extra_env) env.push_back(e);
   if (preload) {
     env.push_back("LD_PRELOAD=" + g_lib);
     env.push_back("PINSHIM_SUMMARY=" + dir + "/summary.%p");
+    // Nothing outside the test's directory: not the machine's config file,
+    // not its node ledger.
+    env.push_back("PINSHIM_CONFIG=");
+    env.push_back("PINSHIM_LEDGER_PATH=" + dir + "/node-ledger");
   }
-  for (auto& e : extra_env) env.push_back(e);
   std::vector<char*> envp, args;
   for (auto& e : env) envp.push_back(&e[0]);
   envp.push_back(nullptr);
@@ -301,19 +307,53 @@ TEST(EnforceTest, FallbackServesPageableMemoryThatBehaves) {
       << r.summaries[0];
 }
 
+// The node ledger is the test's own (PINSHIM_LEDGER_PATH), never the
+// machine's /dev/shm/pinshim-ledger-<uid>.
 TEST(EnforceTest, MetricsFileAndNodeLedger) {
   std::string dir = MakeTempDir();
   std::string metrics = dir + "/pinshim.prom";
+  std::string ledger = dir + "/ledger";
   RunResult r = RunProgram({g_client, "budget"}, true,
                            {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=2M", "PINSHIM_NODE_BUDGET=64M",
-                            "PINSHIM_METRICS_FILE=" + metrics});
+                            "PINSHIM_METRICS_FILE=" + metrics, "PINSHIM_LEDGER_PATH=" + ledger});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   std::string text = ReadFile(metrics);
   EXPECT_NE(text.find("# TYPE pinshim_"), std::string::npos) << text;
-  EXPECT_NE(text.find("pinshim_"), std::string::npos) << text;
+  EXPECT_NE(text.find("pinshim_node_budget_bytes 67108864"), std::string::npos) << text;
   // Two denials (the 4M allocation and the 4M registration) are counted.
-  EXPECT_NE(text.find("denials"), std::string::npos) << text;
+  EXPECT_NE(text.find("pinshim_denials_total{"), std::string::npos) << text;
+  EXPECT_EQ(access(ledger.c_str(), F_OK), 0) << "the ledger is the test's own";
+}
+
+// A metrics file that cannot be written is said once, and the program runs
+// on as before.
+TEST(EnforceTest, UnwritableMetricsFileWarnsOnce) {
+  RunResult r = RunProgram({g_client, "budget"}, true,
+                           {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=2M",
+                            "PINSHIM_METRICS_FILE=/nonexistent-pinshim-dir/x.prom"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("cannot write metrics file /nonexistent-pinshim-dir/x.prom"),
+            std::string::npos)
+      << r.err;
+}
+
+// Without %p, every process appends its own record to the one summary file.
+TEST(SummaryTest, OneFileKeepsEveryProcessRecord) {
+  std::string dir = MakeTempDir();
+  const std::string summary = dir + "/all.txt";
+  for (int i = 0; i < 2; ++i) {
+    RunResult r = RunProgram({g_client, "budget"}, true, {"PINSHIM_SUMMARY=" + summary});
+    ASSERT_EQ(r.status, 0) << r.err;
+  }
+  const std::string text = ReadFile(summary);
+  size_t records = 0;
+  for (size_t at = text.find("pinshim: summary pid="); at != std::string::npos;
+       at = text.find("pinshim: summary pid=", at + 1)) {
+    ++records;
+  }
+  EXPECT_EQ(records, 2u) << text;
 }
 
 TEST(EnforceTest, WithinBudgetNothingChanges) {

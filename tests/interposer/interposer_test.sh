@@ -8,6 +8,7 @@ set -u
 client=$1 counter=$(realpath "$2") lib=$(realpath "$3") driver=$(realpath "$4")
 export LD_LIBRARY_PATH="$driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for v in $(env | sed -n 's/^\(PINSHIM_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+export PINSHIM_CONFIG=  # not the machine's config file
 want="mmap=200 munmap=100 madvise=100 failures=0"
 status=0
 check() {
