@@ -336,7 +336,7 @@ void PrintStatusHelp(FILE* out) {
   PrintWrapped(out, "print JSON instead of a table; byte counts are exact.", 6, 79);
   fprintf(out, "  --shared\n");
   PrintWrapped(out,
-               "show the ledger shared by all users (the default when "
+               "show the ledger shared by the users of its group (the default when "
                "PINSHIM_LEDGER_SHARED=1).",
                6, 79);
   fprintf(out, "  --ledger PATH\n");

@@ -24,7 +24,7 @@ void PrintStatusHelp(FILE* out);
 // What to show, once the options are parsed.
 struct StatusRequest {
   std::string ledger_path;  // empty: the default ledger for shared and uid
-  bool shared = false;      // the ledger shared by all users
+  bool shared = false;      // the ledger shared by the users of its group
   bool json = false;
   uid_t uid = 0;  // the user acting; a ledger must be theirs unless shared
 };
