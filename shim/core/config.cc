@@ -85,7 +85,7 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "memory pinned in place, read its source only once the work queued before it "
      "on its stream completed (the synchronization the CUDA documentation states "
      "for pageable memory); 0 reads it as the driver does (measured on the H200; "
-     "README, \"Staged copies\")."},
+     "docs/optimize.md, \"Staged copies\")."},
     {ConfigKey::kPythonFrames, "PINSHIM_PYTHON_FRAMES", "python_frames", "1", "0 or 1",
      "1 records the calling thread's Python frames (file, line, function) "
      "with every call site in Python programs (CPython 3.10 to 3.13); 0 "

@@ -8,7 +8,7 @@ DRIVER_DIR goes first on LD_LIBRARY_PATH (the simulated driver); leave it
 out to run against the real driver (the GPU tier does).
 
 A case that cannot be made right stays here as a named expected failure
-(EXPECTED_FAILURES, printed as XFAIL, listed in README's limits); one that
+(EXPECTED_FAILURES, printed as XFAIL, listed in docs/limits.md); one that
 starts passing is reported (XPASS) and fails, so the list stays true."""
 
 import json
@@ -51,7 +51,7 @@ LEFT_OUT = {
     for kind in ("malloc", "mmap", "hotsite")
 }
 
-# (configuration, case) -> why it fails, as README's limits say.
+# (configuration, case) -> why it fails, as docs/limits.md says.
 # A page change no hook can see (a raw madvise system call) leaves in-place
 # pinning stale: only page verification (or no in-place pinning) catches it.
 EXPECTED_FAILURES = {
@@ -131,7 +131,7 @@ def main():
                 else:
                     cases.append((config, name, None, False))
             elif expected_failure:
-                print("XFAIL %s / %s (%s; README's limits)" %
+                print("XFAIL %s / %s (%s; docs/limits.md)" %
                       (config, name, EXPECTED_FAILURES[(config, name)]))
                 cases.append((config, name, None, True))
             else:
