@@ -150,6 +150,8 @@ const Entry kEntries[] = {
     LEGACY("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags),
     PER_THREAD("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags_ptsz),
     LEGACY("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    LEGACY("cuStreamGetFlags", 5050, cuStreamGetFlags),
+    PER_THREAD("cuStreamGetFlags", 7000, cuStreamGetFlags_ptsz),
     LEGACY("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
     PER_THREAD("cuLaunchHostFunc", 10000, cuLaunchHostFunc_ptsz),
     LEGACY("cuStreamAddCallback", 5000, cuStreamAddCallback),

@@ -134,6 +134,8 @@ TEST_F(ProcAddressTest, NewestAbiAtTheVersionAndTheStreamVariantAsked) {
       {"cuStreamSynchronize", 7000, kPerThread, "cuStreamSynchronize_ptsz"},
       {"cuStreamQuery", 7000, kPerThread, "cuStreamQuery_ptsz"},
       {"cuStreamWaitEvent", 7000, kPerThread, "cuStreamWaitEvent_ptsz"},
+      {"cuStreamGetFlags", 5050, 0, "cuStreamGetFlags"},
+      {"cuStreamGetFlags", 7000, kPerThread, "cuStreamGetFlags_ptsz"},
       {"cuEventRecord", 7000, kPerThread, "cuEventRecord_ptsz"},
       {"cuEventDestroy", 4000, 0, "cuEventDestroy_v2"},
       {"cuEventElapsedTime", 2000, 0, "cuEventElapsedTime"},
