@@ -18,7 +18,8 @@ CUresult cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTable
   }
   fakecuda::DebugLog("cuGetExportTable(%s): not simulated", id);
   return fakecuda::NotSimulated(
-      "cuGetExportTable", "the CUDA runtime's private tables; programs built with cudart stop here");
+      "cuGetExportTable",
+      "the CUDA runtime's private tables; programs built with cudart stop here");
 }
 
 }  // extern "C"

@@ -16,7 +16,7 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   if (CUresult err = fakecuda::RequireInit()) return err;
   const char* setting = std::getenv("CUDA_MODULE_LOADING");
   *mode = setting != nullptr && std::strcmp(setting, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING
-                                                                     : CU_MODULE_LAZY_LOADING;
+                                                                   : CU_MODULE_LAZY_LOADING;
   return CUDA_SUCCESS;
 }
 
