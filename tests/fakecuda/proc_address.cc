@@ -5,7 +5,6 @@
 // called, that the entry point is not simulated, and returns
 // CUDA_ERROR_NOT_SUPPORTED.
 #include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <utility>
@@ -48,7 +47,6 @@ const Entry kEntries[] = {
     LEGACY("cuDriverGetVersion", 2020, cuDriverGetVersion),
     LEGACY("cuGetExportTable", 3000, cuGetExportTable),
     LEGACY("cuGetErrorName", 6000, cuGetErrorName),
-    LEGACY("cuModuleGetLoadingMode", 11070, cuModuleGetLoadingMode),
     LEGACY("cuGetErrorString", 6000, cuGetErrorString),
     LEGACY("cuDeviceGet", 2000, cuDeviceGet),
     LEGACY("cuDeviceGetCount", 2000, cuDeviceGetCount),
@@ -57,6 +55,7 @@ const Entry kEntries[] = {
     LEGACY("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
     LEGACY("cuDeviceGetUuid", 9020, cuDeviceGetUuid),
     LEGACY("cuDeviceGetUuid", 11040, cuDeviceGetUuid_v2),
+    LEGACY("cuModuleGetLoadingMode", 11070, cuModuleGetLoadingMode),
     LEGACY("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
     LEGACY("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
     LEGACY("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
@@ -179,8 +178,8 @@ const Entry kEntries[] = {
 #undef PER_THREAD
 
 // The stub kAbis[I] resolves to when nothing here implements it. Callers pass
-// that ABI's arguments; a function taking none ignores them (the platform's
-// calling convention leaves arguments to the caller).
+// that ABI's arguments; a function that takes none ignores them (in the
+// x86-64 calling convention the caller owns its arguments).
 template <size_t I>
 CUresult Unsimulated() {
   return NotSimulated(kAbis[I].name);

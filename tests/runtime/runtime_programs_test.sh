@@ -71,6 +71,7 @@ named="fakecuda: cuGetExportTable is not simulated: the CUDA runtime's private t
 work="$(ls -d "$TMPDIR"/pinshim-gpu-tier.* | head -n 1)"
 for spec in "${programs[@]}"; do
   name="${spec%%=*}"
+  before=$failures
   for mode in base run preload; do
     err="$work/run/$name/$mode.err"
     [ "$(grep -c '^fakecuda: ' "$err")" -eq 1 ] && grep -qxF "$named" "$err" ||
@@ -80,7 +81,8 @@ for spec in "${programs[@]}"; do
     grep -q '^pinshim: totals copies=0 copy_bytes=0 pin_calls=0$' "$summary" 2> /dev/null ||
       fail "$name $mode: no summary with zero copies and pinned operations"
   done
-  echo "XFAIL $name: the CUDA runtime stops at start-up on the simulated driver, alike with and without pinshim"
+  [ "$failures" -eq "$before" ] &&
+    echo "XFAIL $name: the CUDA runtime stops at start-up on the simulated driver, alike with and without pinshim"
 done
 
 echo "runtime_programs_test: $failures failure(s)"

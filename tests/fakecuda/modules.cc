@@ -1,15 +1,15 @@
-// Entry points the CUDA runtime calls on its way to the memory, copy and
-// stream API: module loading mode, device identity and context queries.
+// Modules and kernels are not simulated: their entry points resolve to stubs
+// that say so (proc_address.cc). Only the loading mode is answered, which
+// the CUDA runtime asks for at start-up.
 #include <cstdlib>
 #include <cstring>
 
-#include "tests/fakecuda/driver_behavior.h"
 #include "tests/fakecuda/internal.h"
 
 extern "C" {
 
-// Documented: lazy loading unless CUDA_MODULE_LOADING=EAGER (the default
-// became lazy in CUDA 12.2).
+// Documented: lazy loading unless CUDA_MODULE_LOADING=EAGER (lazy became the
+// default in CUDA 12.2).
 CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   FAKECUDA_ENTER("cuModuleGetLoadingMode");
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
