@@ -18,7 +18,9 @@
 # $OUT/matrix/table.txt and the end of the output.
 #
 # MATRIX_PARTS: any of "cpp cold py" (default all). MATRIX_PY_ROUNDS: the
-# Python cells' rounds. MATRIX_COMPARE_LIB: a second libpinshim.so, run as
+# Python cells' rounds. MATRIX_FIRST_ROUND (default 1): the number of the
+# first C++ round, so that rounds run in several calls add up; raw lines are
+# appended to $OUT/matrix/raw.txt. MATRIX_COMPARE_LIB: a second libpinshim.so, run as
 # variant "compare" in optimize mode beside the bundle's (side by side
 # against another build), with MATRIX_COMPARE_ENV's settings added.
 set -uo pipefail
@@ -66,10 +68,13 @@ PY_CELLS=""
 for b in 5 32 112; do
   for w in 0 2 4; do PY_CELLS+=" dataloader:$b:$w:pin dataloader:$b:$w:nopin"; done
 done
+# Without copies at all: what the loop could reach with copies free.
+PY_CELLS+=" dataloader:5:2:nocopy dataloader:5:4:nocopy dataloader:32:2:nocopy dataloader:32:4:nocopy"
 for f in torch cupy; do PY_CELLS+=" numpy:$f:4:fresh numpy:$f:64:fresh numpy:$f:64:reuse"; done
 
 raw="$W/raw.txt"
-: > "$raw"
+FIRST=${MATRIX_FIRST_ROUND:-1}
+LAST=$((FIRST + ROUNDS - 1))
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -87,13 +92,13 @@ cpp_run() {
 }
 
 if has cpp; then
-  for ((r = 1; r <= ROUNDS; r++)); do
+  for ((r = FIRST; r <= LAST; r++)); do
     for v in $(order $r); do cpp_run $r "$v" $CPP_CELLS; done
-    echo "cpp round $r of $ROUNDS done ($(date -u +%T))"
+    echo "cpp round $r of $FIRST..$LAST done ($(date -u +%T))"
   done
 fi
 if has cold; then
-  for ((r = 1; r <= ROUNDS; r++)); do
+  for ((r = FIRST; r <= LAST; r++)); do
     for s in $COLD_SIZES; do
       for v in $(order $r); do cpp_run $r "$v" "cold:$s"; done
     done

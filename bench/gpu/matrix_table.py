@@ -118,6 +118,10 @@ def targets(rows):
             target("DataLoader b=%d w=%d: optimize nopin vs none pin" % (b, w),
                    ratios(opt("dataloader:%d:%d:nopin" % (b, w)), none("dataloader:%d:%d:pin" % (b, w)),
                           "images_per_s"), 0.95)
+    for b, w in ((5, 2), (5, 4), (32, 2), (32, 4)):
+        target("DataLoader b=%d w=%d: no copies at all (none) vs none pin" % (b, w),
+               ratios(none("dataloader:%d:%d:nocopy" % (b, w)), none("dataloader:%d:%d:pin" % (b, w)),
+                      "images_per_s"), 0.95)
     target("64 MiB reused 30 times vs hand-pinned (whole loop)",
            ratios(opt("reuse:%d:30" % (64 * mib)), none("pinned:%d:30" % (64 * mib)), "step_us"), 0.95)
     for m in ("h2d_gbps", "d2h_gbps"):

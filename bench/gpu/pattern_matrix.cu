@@ -117,7 +117,7 @@ void Print(const std::string& name, const Result& r) {
 
 int StepsFor(size_t bytes) {
   if (bytes >= (size_t{512} << 20)) return 2;
-  if (bytes >= (size_t{256} << 20)) return 3;
+  if (bytes >= (size_t{256} << 20)) return 2;
   if (bytes >= (size_t{64} << 20)) return 8;
   if (bytes >= (size_t{4} << 20)) return 24;
   return 64;

@@ -5,10 +5,12 @@ variants' processes (matrix.sh hands out the turns), so rounds interleave
 without paying the imports and the CUDA start-up each time.
 
 Usage: py_matrix.py ROUNDS GO_FIFO DONE_FIFO CELL...
-  dataloader:BATCH:WORKERS:pin|nopin   a TensorDataset of 3072 float images of
+  dataloader:BATCH:WORKERS:pin|nopin|nocopy   a TensorDataset of 3072 float images of
       3x96x96 (110.6 KB each: a batch of 5, 32 or 112 is about 0.5, 3.4 or
       12 MiB), a small CNN trained for a warm-up and then about 2048 images;
-      images_per_s, and the loss summed over the timed steps
+      images_per_s, and the loss summed over the timed steps; nocopy: without
+      pin_memory, and the batches never copied (the model trains on one batch
+      uploaded before the loop): how fast the loop could go with copies free
   numpy:torch|cupy:MIB:fresh|reuse     a new NumPy array per step (fresh) or one
       rewritten in place, uploaded and downloaded; h2d_gbps and d2h_gbps
       are medians over the steps
@@ -28,7 +30,8 @@ IMAGES = 3072
 TIMED_IMAGES = 2048
 
 
-def dataloader_cell(batch, workers, pin, data, labels):
+def dataloader_cell(batch, workers, mode, data, labels):
+    pin, copy = mode == "pin", mode != "nocopy"
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
                           nn.Flatten(), nn.Linear(256, 10)).cuda()
@@ -39,13 +42,18 @@ def dataloader_cell(batch, workers, pin, data, labels):
                         persistent_workers=workers > 0)
     warm, timed = 4, max(16, TIMED_IMAGES // batch)
     losses, step, t0 = [], 0, None
+    fixed_x = data[:batch].cuda()
+    fixed_y = labels[:batch].cuda()
     while step < warm + timed:
         for x, y in loader:
             if step == warm:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
-            x = x.cuda(non_blocking=pin)
-            y = y.cuda(non_blocking=pin)
+            if copy:
+                x = x.cuda(non_blocking=pin)
+                y = y.cuda(non_blocking=pin)
+            else:
+                x, y = fixed_x, fixed_y
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
@@ -102,7 +110,7 @@ def numpy_cell(framework, mib, fresh):
 def run_cell(spec, data, labels):
     f = spec.split(":")
     if f[0] == "dataloader":
-        return dataloader_cell(int(f[1]), int(f[2]), f[3] == "pin", data, labels)
+        return dataloader_cell(int(f[1]), int(f[2]), f[3], data, labels)
     if f[0] == "numpy":
         try:
             return numpy_cell(f[1], int(f[2]), f[3] == "fresh")
