@@ -55,13 +55,14 @@ has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 KIB=1024 MIB=1048576
 CPP_CELLS=""
-for s in 4096 65536 $MIB $((4 * MIB)) $((16 * MIB)) $((64 * MIB)) $((256 * MIB)) $((1024 * MIB)); do
+for s in 4096 65536 $MIB $((4 * MIB)) $((16 * MIB)) $((64 * MIB)) $((256 * MIB)); do
   CPP_CELLS+=" fresh:$s:sync fresh:$s:async"
 done
+CPP_CELLS+=" fresh:$((1024 * MIB)):sync"
 CPP_CELLS+=" reuse:$((64 * MIB)):2 reuse:$((64 * MIB)):5 reuse:$((64 * MIB)):30"
 CPP_CELLS+=" reuse:$((16 * MIB)):200 reuse:$MIB:200 pinned:$((64 * MIB)):30"
 CPP_CELLS+=" bw:$((32 * MIB)) bwpinned:$((32 * MIB))"
-CPP_CELLS+=" threads:$((4 * MIB)):4 threads:$((64 * MIB)):4"
+CPP_CELLS+=" threads:$((4 * MIB)):4 threads:$((16 * MIB)):4"
 CPP_CELLS+=" busy:12 fresh:$((4 * MIB)):sync fresh:$((64 * MIB)):sync busy:0"
 COLD_SIZES="$MIB $((4 * MIB)) $((64 * MIB)) $((256 * MIB))"
 PY_CELLS=""

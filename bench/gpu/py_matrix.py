@@ -7,7 +7,7 @@ without paying the imports and the CUDA start-up each time.
 Usage: py_matrix.py ROUNDS GO_FIFO DONE_FIFO CELL...
   dataloader:BATCH:WORKERS:pin|nopin|nocopy   a TensorDataset of 3072 float images of
       3x96x96 (110.6 KB each: a batch of 5, 32 or 112 is about 0.5, 3.4 or
-      12 MiB), a small CNN trained for a warm-up and then about 2048 images;
+      12 MiB), a small CNN trained for a warm-up and then about 1536 images;
       images_per_s, and the loss summed over the timed steps; nocopy: without
       pin_memory, and the batches never copied (the model trains on one batch
       uploaded before the loop): how fast the loop could go with copies free
@@ -27,7 +27,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 IMAGES = 3072
-TIMED_IMAGES = 2048
+TIMED_IMAGES = 1536
 
 
 def dataloader_cell(batch, workers, mode, data, labels):
