@@ -78,6 +78,9 @@ const RunOption kRunOptions[] = {
      "with --trace-dir)."},
     {"--copy-guard", "0|1", "PINSHIM_COPY_GUARD", Value::kOptional, "1", PathKind::kNone,
      "also catch plain CPU accesses to memory under a queued copy (with --trace-dir)."},
+    {"--self-check", "0|1", "PINSHIM_SELF_CHECK", Value::kOptional, "1", PathKind::kNone,
+     "optimize mode measures its paths against the driver's and stops taking a "
+     "slower one (default 1)."},
     {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired, nullptr, PathKind::kPath,
      "rewrite FILE every 2 seconds and at exit with enforce mode's metrics "
      "(Prometheus text)."},

@@ -23,3 +23,8 @@ if [ ! -f "$cuda/include/cuda.h" ]; then
   echo "pinshim: no CUDA toolkit at $cuda (set CUDA_HOME to the toolkit's folder)" >&2
   exit 2
 fi
+# tests/runtime builds CUDA runtime programs with the toolkit's nvcc.
+if [ ! -x "$cuda/bin/nvcc" ] || [ ! -e "$cuda/lib64/libcudart.so" ]; then
+  echo "pinshim: the CUDA toolkit at $cuda has no bin/nvcc or lib64/libcudart.so (the tests need both)" >&2
+  exit 2
+fi

@@ -101,7 +101,7 @@ def count_report(path, tally, sanitizer):
             note = case.find("skipped")
             message = note.get("message", "") if note is not None else ""
             if sanitizer is None and message.startswith("expected failure"):
-                # Named expected failures (README's limits), listed every run.
+                # Named expected failures (docs/limits.md), listed every run.
                 print(f"expected failure: {case.get('classname')}: {case.get('name')}")
             elif sanitizer is not None:
                 why = " ".join(message.split("\n")[1:]).strip() or message.strip()

@@ -44,6 +44,7 @@ class Replay : public EventVisitor {
       case trace::EventType::kBudgetDecision: BudgetDecision(e); break;
       case trace::EventType::kOwnPin: own_->OnOwnPin(e); break;
       case trace::EventType::kOptimizeCounters: own_->OnCounters(e); break;
+      case trace::EventType::kPathVerdict: own_->OnPathVerdict(e); break;
       default: break;
     }
   }

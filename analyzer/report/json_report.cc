@@ -220,6 +220,33 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Key("most_workers");
   w->Uint(o.staged_workers_max);
   w->EndObject();
+  w->Key("self_check");
+  w->BeginArray();
+  for (const PathVerdictRow& v : o.verdicts) {
+    w->BeginObject();
+    w->Key("path");
+    w->String(v.path);
+    w->Key("dir");
+    w->String(v.dir);
+    w->Key("sync");
+    w->Bool(v.sync);
+    w->Key("size_class_from_bytes");
+    w->Uint(v.size_class == 0 ? 0 : uint64_t{1} << (16 + 2 * v.size_class));
+    w->Key("verdict");
+    w->String(v.slower ? "slower" : "faster");
+    w->Key("path_gbps");
+    w->Double(v.path_gbps);
+    w->Key("driver_gbps");
+    w->Double(v.driver_gbps);
+    w->Key("path_copies");
+    w->Uint(v.path_copies);
+    w->Key("driver_copies");
+    w->Uint(v.driver_copies);
+    w->Key("losses");
+    w->Uint(v.losses);
+    w->EndObject();
+  }
+  w->EndArray();
   w->Key("page_changes");
   w->BeginArray();
   for (const PageChangeDrop& d : o.page_changes) {

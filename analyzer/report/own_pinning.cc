@@ -283,6 +283,29 @@ void OwnPinningTracker::OnCounters(const Event& e) {
   counters_time_ns_ = e.time_ns;
 }
 
+void OwnPinningTracker::OnPathVerdict(const Event& e) {
+  const trace::PathVerdictFields& f = e.verdict;
+  static const char* const kFrom[] = {"0",      "256 KiB", "1 MiB",   "4 MiB",
+                                      "16 MiB", "64 MiB",  "256 MiB", "1 GiB"};
+  const auto key = std::make_tuple(f.dir, f.sync, f.size_class, f.path);
+  auto it = verdicts_.find(key);
+  if (it != verdicts_.end() && it->second.first > e.time_ns) return;
+  PathVerdictRow r;
+  r.dir = f.dir == static_cast<uint64_t>(CopyDir::kDeviceToHost) ? "D2H" : "H2D";
+  r.sync = f.sync != 0;
+  r.size_class = static_cast<uint32_t>(f.size_class);
+  r.size_from = f.size_class < 8 ? kFrom[f.size_class] : "?";
+  r.path = f.path == 1 ? "staged" : f.path == 2 ? "pinned in place" : "unknown";
+  r.slower = f.verdict == 2;
+  r.path_copies = f.path_copies;
+  r.driver_copies = f.driver_copies;
+  r.losses = f.losses;
+  r.path_gbps = f.path_ns_per_mib != 0 ? 1048576.0 / static_cast<double>(f.path_ns_per_mib) : 0;
+  r.driver_gbps =
+      f.driver_ns_per_mib != 0 ? 1048576.0 / static_cast<double>(f.driver_ns_per_mib) : 0;
+  verdicts_[key] = std::make_pair(e.time_ns, r);
+}
+
 void OwnPinningTracker::Classify(Buffer* b) const {
   OwnPinningBuffer& o = b->out;
   const IdState* st = nullptr;
@@ -350,6 +373,8 @@ void OwnPinningTracker::Classify(Buffer* b) const {
 }
 
 OwnPinningSummary OwnPinningTracker::Finish() {
+  s_.verdicts.clear();
+  for (const auto& kv : verdicts_) s_.verdicts.push_back(kv.second.second);
   s_.pinned_pairs = pair_ns_.count();
   s_.pair_ns = {pair_ns_.Mean(), pair_ns_.Median()};
   s_.pair_alloc_ns = {pair_alloc_ns_.Mean(), pair_alloc_ns_.Median()};

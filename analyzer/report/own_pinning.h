@@ -57,6 +57,19 @@ struct PageChangeDrop {
   Site site;  // filled by symbolization
 };
 
+// Optimize mode's self-check (shim/optimize/path_judge.h): its last verdict
+// on one path in one cell (direction, synchronous or not, size class).
+struct PathVerdictRow {
+  std::string dir;  // "H2D" or "D2H"
+  bool sync = false;
+  uint32_t size_class = 0;
+  std::string size_from;  // the class's lower bound: "0", "256 KiB", ...
+  std::string path;       // "staged" or "pinned in place"
+  bool slower = false;    // slower than the driver: no longer taken there
+  uint64_t path_copies = 0, driver_copies = 0, losses = 0;
+  double path_gbps = 0, driver_gbps = 0;  // 0: no figure
+};
+
 struct OwnPinningSummary {
   bool optimize_mode = false;        // the trace was recorded in optimize mode
   bool has_counters = false;         // it has a kOptimizeCounters record
@@ -96,6 +109,7 @@ struct OwnPinningSummary {
   uint64_t growth_pair_ns = 0;  // their durations, summed
   uint64_t held_pairs = 0;
   CallTimes held_pair_ns;
+  std::vector<PathVerdictRow> verdicts;   // the self-check's, by cell
   uint64_t hot_buffers = 0;               // all of them
   std::vector<OwnPinningBuffer> buffers;  // the largest, by bytes copied
 
@@ -124,12 +138,16 @@ class OwnPinningTracker {
   void OnPinnedAlloc(const Event& e);
   void OnOwnPin(const Event& e);
   void OnCounters(const Event& e);
+  void OnPathVerdict(const Event& e);
 
   // The section (sites not yet symbolized).
   OwnPinningSummary Finish();
 
  private:
   uint64_t counters_time_ns_ = 0;  // of the snapshot in s_.counters
+  // The latest verdict per (dir, sync, size class, path), with its time.
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>, std::pair<uint64_t, PathVerdictRow>>
+      verdicts_;
 
   // Which pinned allocations grew the pool: the pool's pinning is recorded
   // during the allocation's call, before the call's own record, on the

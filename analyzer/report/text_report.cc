@@ -274,6 +274,17 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
             " at " + rate + ", up to " + std::to_string(o.staged_workers_max) +
             " threads copying\n";
   }
+  for (const PathVerdictRow& v : o.verdicts) {
+    char line[256];
+    snprintf(line, sizeof(line),
+             "      self-check: %s %s %s copies from %s: %.1f GB/s against the driver's %.1f "
+             "(%s copies on the path, %s on the driver's)%s\n",
+             v.path.c_str(), v.sync ? "synchronous" : "asynchronous", v.dir.c_str(),
+             v.size_from.c_str(), v.path_gbps, v.driver_gbps, FormatCount(v.path_copies).c_str(),
+             FormatCount(v.driver_copies).c_str(),
+             v.slower ? ": slower, so optimize mode stopped taking it there" : "");
+    *out += line;
+  }
   std::string dropped;
   for (const auto& kv : o.dropped_bytes) {
     dropped +=

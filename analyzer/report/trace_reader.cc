@@ -738,6 +738,15 @@ class BatchCursor {
         e.own_detail = static_cast<uint32_t>(f.detail);
         break;
       }
+      case trace::EventType::kPathVerdict: {
+        trace::PathVerdictFields f;
+        if (!trace::GetFields(q, end, &f)) return -1;
+        e.type = trace::EventType::kPathVerdict;
+        e.duration_ns = 0;
+        e.stack = 0;
+        e.verdict = f;
+        break;
+      }
       case trace::EventType::kOptimizeCounters: {
         OptimizeCountersEvent c{};
         if (!trace::GetFields(q, end, &c)) return -1;

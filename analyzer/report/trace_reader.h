@@ -189,6 +189,8 @@ struct Event {
   uint64_t staged_chunk_bytes = 0;
   // kOptimizeCounters
   OptimizeCountersEvent counters{};
+  // kPathVerdict
+  trace::PathVerdictFields verdict{};
 
   // The host side of a copy and its memory kind (source of H2D, destination
   // of D2H; source of H2H).

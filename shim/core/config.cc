@@ -92,7 +92,7 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "memory pinned in place, read its source only once the work queued before it "
      "on its stream completed (the synchronization the CUDA documentation states "
      "for pageable memory); 0 reads it as the driver does (measured on the H200; "
-     "README, \"Staged copies\")."},
+     "docs/optimize.md, \"Staged copies\")."},
     {ConfigKey::kPythonFrames, "PINSHIM_PYTHON_FRAMES", "python_frames", "1", "0 or 1",
      "1 records the calling thread's Python frames (file, line, function) "
      "with every call site in Python programs (CPython 3.10 to 3.13); 0 "
@@ -101,6 +101,11 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "1 also catches plain CPU loads and stores of page-locked memory under "
      "a queued asynchronous copy (copy-race) by protecting its pages until "
      "the copy is seen waited for (needs a trace)."},
+    {ConfigKey::kSelfCheck, "PINSHIM_SELF_CHECK", "self_check", "1", "0 or 1",
+     "1 makes optimize mode measure each of its paths (staging, pinning in "
+     "place) against the driver's own, per direction and size, and stop "
+     "taking one where it is slower; 0 takes every path without measuring "
+     "(for tests and benchmarks of the paths themselves)."},
 };
 
 namespace {
@@ -549,6 +554,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->stage_chunk_bytes = uint64_t{2} << 20;
   config->python_frames = true;
   config->copy_guard = false;
+  config->self_check = true;
   config->forced_observe = false;
   config->sample_ms = kDefaultSampleMs;
   config->idle_trim_s = kDefaultIdleTrimS;
@@ -659,6 +665,7 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* er
     case ConfigKey::kStageOrdered: return ParseFlag(value, &config->stage_ordered, err, err_len);
     case ConfigKey::kPythonFrames: return ParseFlag(value, &config->python_frames, err, err_len);
     case ConfigKey::kCopyGuard: return ParseFlag(value, &config->copy_guard, err, err_len);
+    case ConfigKey::kSelfCheck: return ParseFlag(value, &config->self_check, err, err_len);
     case ConfigKey::kCount: break;
   }
   FixedText(err, err_len).Append("unknown setting");

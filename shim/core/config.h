@@ -53,6 +53,8 @@
 //       0 or 1: Python frames in the trace's call sites
 // | PINSHIM_COPY_GUARD      | copy_guard      | 0                  |
 //       0 or 1
+// | PINSHIM_SELF_CHECK      | self_check      | 1                  |
+//       0 or 1: optimize mode measures its paths against the driver's
 //
 // Sizes: see size.h (integer or decimal, optional binary unit B/K/M/G/T with
 // optional B or iB, any case, 1K = 1024; or P% of physical memory, 0 < P <=
@@ -126,6 +128,7 @@ enum class ConfigKey : uint8_t {
   kStageOrdered,
   kPythonFrames,
   kCopyGuard,
+  kSelfCheck,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -167,6 +170,7 @@ struct Config {
   uint64_t stage_chunk_bytes;  // a ring slot
   bool python_frames;          // record Python frames with call sites
   bool copy_guard;             // catch plain CPU accesses to memory under queued copies
+  bool self_check;             // optimize mode takes a path only where it beats the driver
   uint32_t sample_ms;
   uint32_t idle_trim_s;  // 0: no idle trimming
   uint64_t budget_bytes;

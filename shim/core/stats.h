@@ -26,7 +26,7 @@ void CountNote(Note note);
 // Writes all of buf to fd (retrying interrupted writes); gives up on error.
 void WriteAll(int fd, const char* buf, size_t len);
 
-// Writes the summary, one record per line (format in README.md), to `fd`.
+// Writes the summary, one record per line (format in docs/observe.md), to `fd`.
 // `api_name` maps an ApiId to its ABI symbol name.
 void WriteSummary(int fd, int pid, const char* program, const char* mode,
                   const char* (*api_name)(ApiId));

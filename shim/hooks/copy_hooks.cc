@@ -1,10 +1,12 @@
 // The wrapped copy entry points: 1D, 2D, 3D, arrays, peers and batches.
-// Each one works out what the copy touches (direction, memory kinds, bytes)
-// before the call, lets optimize mode pin, pool or stage it, calls the real
-// driver function and counts the call once. Arguments pass through
+// Each wrapper is mechanical: it describes the call (what it touches,
+// worked out before the call: optimize::CopyCall), hands it with the
+// driver call it would make to optimize::RunCopy (shim/optimize/
+// copy_path.h), which owns every decision optimize mode makes about a
+// copy, and counts and records what happened once. Arguments pass through
 // untouched and every return code is the driver's own (or, where a copy
-// would have run past pinned memory the driver checks, the error the driver
-// gives for that: optimize/stager.h, INVARIANTS.md).
+// would have run past pinned memory the driver checks, the error the
+// driver gives for that: shim/INVARIANTS.md).
 //
 // cuda.h is read as the driver itself reads it (__CUDA_API_VERSION_INTERNAL),
 // which declares every versioned and per-thread ABI name.
@@ -17,8 +19,8 @@
 #include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
-#include "shim/hooks/page_change_scope.h"
 #include "shim/hooks/state.h"
+#include "shim/optimize/copy_path.h"
 #include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 
@@ -29,21 +31,11 @@ using hook::CurrentDevice;
 using hook::NowNs;
 using hook::StartTime;
 
-inline bool IsDeviceSide(MemKind k) { return k == MemKind::kDevice || k == MemKind::kManaged; }
-
-// What a copy touches, worked out before the call (the call may free nothing,
-// but the program's view of its memory is the one at the time of the call).
-struct CopyShape {
-  MemKind src = MemKind::kDevice;
-  MemKind dst = MemKind::kDevice;
-  uint32_t host_flags = 0;
-  uint64_t host_alloc = 0;
-  uint64_t bytes = 0;
-  const void* host_ptr = nullptr;  // the host side, when there is one
-  uint64_t host_span = 0;          // bytes from host_ptr the copy may touch; 0: `bytes`
-  // The other host side of a host-to-host copy (the same span at most).
-  const void* other_host = nullptr;
-};
+using optimize::CopyCall;
+using optimize::CopyForm;
+using optimize::CopyShape;
+using optimize::DirOf;
+using optimize::IsDeviceSide;
 
 // The recorder's contract (trace/recorder.h): no page its write-combined
 // read guard protects may meet the driver. One load when none is guarded.
@@ -57,14 +49,6 @@ inline void OpenGuardedPagesForDriver(const CopyShape& s) {
 inline uint64_t PitchedSpan(size_t src_pitch, size_t dst_pitch, size_t width, uint64_t rows) {
   const uint64_t pitch = src_pitch > dst_pitch ? src_pitch : dst_pitch;
   return pitch * rows + width;
-}
-
-inline CopyDir DirOf(const CopyShape& s) {
-  bool src_dev = IsDeviceSide(s.src), dst_dev = IsDeviceSide(s.dst);
-  if (!src_dev && dst_dev) return CopyDir::kHostToDevice;
-  if (src_dev && !dst_dev) return CopyDir::kDeviceToHost;
-  if (!src_dev && !dst_dev) return CopyDir::kHostToHost;
-  return CopyDir::kDeviceToDevice;
 }
 
 inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
@@ -198,207 +182,91 @@ CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
   return s;
 }
 
-inline void Finish(Api api, const CopyShape& s, CUresult r, bool async, CUstream stream,
-                   uint64_t start_ns, const optimize::StagedInfo* staged = nullptr) {
+inline void Finish(Api api, const CopyCall& c, CUresult r, uint64_t start_ns) {
+  const CopyShape& s = c.shape;
   const CopyDir dir = DirOf(s);
   CountCopy(api, dir, s.src, s.dst, s.host_flags, s.bytes, r != CUDA_SUCCESS);
-  if (start_ns != 0) {
-    CopyEvent e;
-    e.api = api;
-    e.dir = dir;
-    e.src_kind = s.src;
-    e.dst_kind = s.dst;
-    e.async = async;
-    e.bytes = s.bytes;
-    e.host_ptr = s.host_ptr;
-    e.host_alloc_id = s.host_alloc;
-    e.host_flags = s.host_flags;
-    e.stream = stream;
-    e.start_ns = start_ns;
-    e.end_ns = NowNs();
-    e.result = r;
-    if (staged != nullptr) {
-      e.staged_workers = staged->workers;
-      e.staged_chunk_bytes = staged->chunk_bytes;
-    }
-    trace::RecordCopy(e, CurrentDevice());
+  if (start_ns == 0) return;
+  CopyEvent e;
+  e.api = api;
+  e.dir = dir;
+  e.src_kind = s.src;
+  e.dst_kind = s.dst;
+  e.async = c.async;
+  e.bytes = s.bytes;
+  e.host_ptr = s.host_ptr;
+  e.host_alloc_id = s.host_alloc;
+  e.host_flags = s.host_flags;
+  e.stream = c.stream;
+  e.start_ns = start_ns;
+  e.end_ns = NowNs();
+  e.result = r;
+  if (c.staged) {
+    e.staged_workers = c.staged_info.workers;
+    e.staged_chunk_bytes = c.staged_info.chunk_bytes;
   }
+  trace::RecordCopy(e, CurrentDevice());
 }
 
-// Optimize mode: before a copy with a host side, the engine may pin a hot
-// buffer (so this copy already runs pinned); after it, it may have to wait
-// for an async copy that pinning made truly asynchronous (results must be
-// those of the pageable copy the program made). A no-op in other modes.
-// A buffer pinned just now runs this copy pinned, and is recorded so.
-inline optimize::CopyTicket BeforeCopy(CopyShape& s) {
-  if (PINSHIM_LIKELY(!g_optimize) || s.host_ptr == nullptr || !EnsureOptimizerStarted()) {
-    return optimize::CopyTicket();
-  }
-  const CopyDir dir = DirOf(s);
-  if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return optimize::CopyTicket();
-  MemKind& host_kind = dir == CopyDir::kHostToDevice ? s.src : s.dst;
-  optimize::CopyTicket t =
-      optimize::Optimizer::Process().BeforeHostCopy(s.host_ptr, s.bytes, dir, host_kind);
-  if (t.kind == optimize::CopyTicket::kCache && host_kind == MemKind::kPageable) {
-    host_kind = MemKind::kPinnedByPinshim;
-    s.host_flags = optimize::Optimizer::Process().cache().register_flags();
-  }
-  return t;
+// The engine for a copy, in optimize mode: for one with a host side it is
+// started at the first such copy; a batch uses it only once it runs (a
+// batch that succeeded is waited for when any operand may be pinshim's).
+inline optimize::Optimizer* EngineFor(const CopyCall& c) {
+  if (PINSHIM_LIKELY(!g_optimize)) return nullptr;
+  if (c.form == CopyForm::kBatch) return hook::ActiveOptimizer();
+  if (c.shape.host_ptr == nullptr || !EnsureOptimizerStarted()) return nullptr;
+  return &optimize::Optimizer::Process();
 }
 
-// Optimize mode, while the program has a stream capture open: whether this
-// copy goes into a capture (its stream captures, or the driver cannot say,
-// as for the legacy stream while a blocking stream captures). One load when
-// no capture is open.
-inline bool IntoCapture(Api api, const CopyShape& s, CUstream stream) {
-  if (PINSHIM_LIKELY(g_open_captures.load(std::memory_order_relaxed) == 0) ||
-      s.host_ptr == nullptr || !EnsureOptimizerStarted()) {
-    return false;
-  }
-  return optimize::Optimizer::Process().StreamCaptures(
-      optimize::RecordableStream(stream, kDriverEntries[api].per_thread));
-}
-
-// A copy into a capture is the driver's, on the program's memory as the
-// program made it: what pinshim pinned in place under its host side
-// (registration cache, arena) is unpinned for the call (the arena's pinned
-// again after it), so the driver captures pageable memory as without
-// pinshim; it is neither staged nor pinned now. A graph that held pinshim's
-// pinning would fault its context at a launch after pinshim unpinned it (on
-// the H200: bench/RESULTS.md). Pool blocks are the program's pinned memory,
-// and stay so.
-constexpr optimize::PageChange kCopyIntoCapture(OwnPinReason::kCopyIntoCapture, 0,
-                                                optimize::PageChange::kReplacesPrivate |
-                                                    optimize::PageChange::kStaysAnonymous);
-
-// The page-change machinery's marked call (WithPageChange's work, without
-// its re-entry test: the hook guard is held here), for one host side.
-template <typename Fn>
-inline CUresult UnpinnedFor(const void* host, uint64_t len, Fn fn) {
-  const auto start = reinterpret_cast<uintptr_t>(host);
-  const uintptr_t end = len > UINTPTR_MAX - start ? UINTPTR_MAX : start + len;
-  if (host == nullptr || end <= start) return fn();
-  return page_change_internal::CallMarked(start, end, kCopyIntoCapture, false, fn);
-}
-
-// A side classified as pinned by pinshim that is no pool block is cache or
-// arena memory, which the call unpinned: the driver saw pageable memory, and
-// the trace records that.
-inline void SeenPageable(MemKind* kind, const void* host, uint32_t* flags) {
-  optimize::PoolBlockInfo block;
-  if (*kind == MemKind::kPinnedByPinshim &&
-      !optimize::Optimizer::Process().PoolBlock(host, &block)) {
-    *kind = MemKind::kPageable;
-    *flags = 0;
-  }
-}
-
-// Both host sides of a host-to-host copy (its source is host_ptr, its
-// destination other_host), nested.
-template <typename Fn>
-inline CUresult CopyIntoCapture(CopyShape& s, Fn fn) {
-  const uint64_t len = s.host_span != 0 ? s.host_span : s.bytes;
-  const CUresult r =
-      UnpinnedFor(s.host_ptr, len, [&] { return UnpinnedFor(s.other_host, len, fn); });
-  SeenPageable(&s.src, s.host_ptr, &s.host_flags);
-  SeenPageable(&s.dst, s.other_host != nullptr ? s.other_host : s.host_ptr, &s.host_flags);
+// Every copy wrapper: `describe` works out what the call touches; the
+// copy path runs it (the driver's call is `real` with the wrapper's own
+// arguments); the result is counted and recorded.
+template <typename Fn, typename Describe, typename... Args>
+CUresult CopyHook(Api api, bool async, CUstream stream, Describe describe, Args... args) {
+  const Fn real = hook::RealFn<Fn>(api);
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (hook::PassThrough()) return real(args...);
+  const hook::HookScope scope;
+  CopyCall call = describe();
+  call.async = async;
+  call.stream = stream;
+  call.per_thread = kDriverEntries[api].per_thread;
+  call.capture_open = g_open_captures.load(std::memory_order_relaxed) != 0;
+  if (call.form != CopyForm::kBatch) OpenGuardedPagesForDriver(call.shape);
+  const uint64_t start_ns = StartTime();
+  auto driver = [&] { return real(args...); };
+  const CUresult r = optimize::RunCopy(EngineFor(call), &call, driver);
+  Finish(api, call, r, start_ns);
   return r;
 }
 
-inline void AfterCopy(Api api, const optimize::CopyTicket& t, CUresult r, bool async,
-                      CUstream stream) {
-  if (PINSHIM_LIKELY(!g_optimize) || t.kind == optimize::CopyTicket::kNone) return;
-  optimize::Optimizer::Process().AfterHostCopy(t, r, async, stream, kDriverEntries[api].per_thread);
+// Descriptions by form.
+inline CopyCall Plain(const CopyShape& shape) {
+  CopyCall c;
+  c.shape = shape;
+  return c;
 }
-
-// Runs a stageable copy through optimize mode's rings; false: the driver.
-inline bool StageCopy(Api api, const optimize::CopyTicket& t, const void* host, CUdeviceptr dev,
-                      bool async, CUstream stream, CUresult* r, optimize::StagedInfo* info) {
-  return optimize::Optimizer::Process().Stage(t, const_cast<void*>(host), dev, stream,
-                                              kDriverEntries[api].per_thread, !async, r, info);
+inline CopyCall Batch(const CopyShape& shape) {
+  CopyCall c;
+  c.shape = shape;
+  c.form = CopyForm::kBatch;
+  return c;
 }
-
-// An asynchronous upload of memory pinned in place, whose stream has work
-// queued: its first bytes are read now, as the driver reads pageable
-// memory's (Optimizer::UploadEagerHead). *in_flight: whether DMA from the
-// pinned memory is still queued when it returns. False: the driver call.
-inline bool UploadEagerHead(Api api, const optimize::CopyTicket& t, const void* host,
-                            CUdeviceptr dev, CUstream stream, CUresult* r, bool* in_flight) {
-  if (t.kind != optimize::CopyTicket::kCache && t.kind != optimize::CopyTicket::kArena) {
-    return false;
-  }
-  return optimize::Optimizer::Process().UploadEagerHead(
-      t, host, dev, stream, kDriverEntries[api].per_thread, r, in_flight);
+// A 1D copy between one host range and device memory: staging may take it.
+inline CopyCall OneRange(const CopyShape& shape, const void* host, CUdeviceptr dev) {
+  CopyCall c;
+  c.shape = shape;
+  c.form = CopyForm::kStageable;
+  c.host = const_cast<void*>(host);
+  c.dev = dev;
+  return c;
 }
-
 }  // namespace
 }  // namespace pinshim
 
 using namespace pinshim;  // NOLINT: the wrappers below are extern "C"
-using pinshim::hook::ActiveOptimizer;
 
-// What every copy wrapper does before optimize mode decides anything: the
-// shape computed by `shape_expr`, guarded pages opened for the driver, the
-// start time, and a copy into a stream capture made by the driver on the
-// program's own memory (CopyIntoCapture), which returns here.
-#define PINSHIM_COPY_BEGIN(api, type, shape_expr, async, stream, ...)          \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                  \
-  CopyShape shape = shape_expr;                                                \
-  OpenGuardedPagesForDriver(shape);                                            \
-  const uint64_t start_ns = StartTime();                                       \
-  if (PINSHIM_UNLIKELY(IntoCapture(api, shape, stream))) {                     \
-    CUresult r = CopyIntoCapture(shape, [&] { return real_fn(__VA_ARGS__); }); \
-    Finish(api, shape, r, async, stream, start_ns);                            \
-    return r;                                                                  \
-  }
-// A copy whose shape is computed by `shape_expr` before the call; `async`
-// and `stream` say how it was queued (the stream is null for sync copies).
-#define PINSHIM_COPY_ON(api, type, shape_expr, async, stream, ...)              \
-  PINSHIM_COPY_BEGIN(api, type, shape_expr, async, stream, __VA_ARGS__)         \
-  optimize::CopyTicket ticket = BeforeCopy(shape);                              \
-  CUresult r = ticket.refuse ? CUDA_ERROR_INVALID_VALUE : real_fn(__VA_ARGS__); \
-  AfterCopy(api, ticket, r, async, stream);                                     \
-  Finish(api, shape, r, async, stream, start_ns);                               \
-  return r
-// A 1D copy between one host range and device memory, which optimize mode
-// may run through its staging rings (optimize/stager.h) when the host side
-// is pageable memory it does not pin: `host` and `dev` are the two sides.
-#define PINSHIM_COPY_STAGEABLE(api, type, shape_expr, async, stream, host, dev, ...)       \
-  PINSHIM_COPY_BEGIN(api, type, shape_expr, async, stream, __VA_ARGS__)                    \
-  optimize::CopyTicket ticket = BeforeCopy(shape);                                         \
-  CUresult r;                                                                              \
-  optimize::StagedInfo staged;                                                             \
-  bool in_flight = async;                                                                  \
-  const bool was_staged =                                                                  \
-      ticket.stage && StageCopy(api, ticket, host, dev, async, stream, &r, &staged);       \
-  if (was_staged) {                                                                        \
-    /* done */                                                                             \
-  } else if (ticket.refuse) {                                                              \
-    r = CUDA_ERROR_INVALID_VALUE;                                                          \
-  } else if (!async || !UploadEagerHead(api, ticket, host, dev, stream, &r, &in_flight)) { \
-    r = real_fn(__VA_ARGS__);                                                              \
-  }                                                                                        \
-  AfterCopy(api, ticket, r, in_flight, stream);                                            \
-  Finish(api, shape, r, async, stream, start_ns, was_staged ? &staged : nullptr);          \
-  return r
-// Batches: their host operands are many ranges, not one. In optimize mode
-// the call is waited for when it succeeded, so no operand pinshim pinned or
-// pooled is still in use when it returns (as with pageable operands).
-#define PINSHIM_BATCH(api, type, shape_expr, stream, ...)                                    \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                                                \
-  CopyShape shape = shape_expr;                                                              \
-  const uint64_t start_ns = StartTime();                                                     \
-  CUresult r = real_fn(__VA_ARGS__);                                                         \
-  if (r == CUDA_SUCCESS && ActiveOptimizer() != nullptr) {                                   \
-    ActiveOptimizer()->AfterAsyncCopyOnCachedMemory(stream, kDriverEntries[api].per_thread); \
-  }                                                                                          \
-  Finish(api, shape, r, true, stream, start_ns);                                             \
-  return r
-#define PINSHIM_COPY(api, type, shape_expr, ...) \
-  PINSHIM_COPY_ON(api, type, shape_expr, false, nullptr, __VA_ARGS__)
-#define PINSHIM_COPY_ASYNC(api, type, shape_expr, stream, ...) \
-  PINSHIM_COPY_ON(api, type, shape_expr, true, stream, __VA_ARGS__)
-
+namespace pinshim {
 namespace {
 inline CopyShape HtoD(const void* src, size_t n) {
   CopyShape s;
@@ -414,6 +282,11 @@ inline CopyShape DtoH(void* dst, size_t n) {
   s.bytes = n;
   return s;
 }
+inline CopyShape DtoD(size_t n) {
+  CopyShape s;
+  s.bytes = n;  // both sides default to device
+  return s;
+}
 inline CopyShape Generic(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   CopyShape s;
   AnySide(src, &s.src, &s);
@@ -421,56 +294,88 @@ inline CopyShape Generic(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   s.bytes = n;
   return s;
 }
-}  // namespace
+// cuMemcpy/cuMemcpyAsync between unified addresses: the host side is
+// whichever the shape says it is.
+inline CopyCall Unified(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  const CopyShape s = Generic(dst, src, n);
+  const bool up = DirOf(s) == CopyDir::kHostToDevice;
+  return OneRange(s, reinterpret_cast<const void*>(up ? src : dst), up ? dst : src);
+}
 
+// The driver's types of the wrapped entry points, by argument list.
+using Copy1D = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);
+using Copy1DAsync = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+using CopyHtoD = CUresult (*)(CUdeviceptr, const void*, size_t);
+using CopyHtoDAsync = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);
+using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
+using CopyDtoHAsync = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);
+using CopyPeer = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);
+using CopyPeerAsync = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t,
+                                   CUstream);
+using CopyHtoA = CUresult (*)(CUarray, size_t, const void*, size_t);
+using CopyHtoAAsync = CUresult (*)(CUarray, size_t, const void*, size_t, CUstream);
+using CopyAtoH = CUresult (*)(void*, CUarray, size_t, size_t);
+using CopyAtoHAsync = CUresult (*)(void*, CUarray, size_t, size_t, CUstream);
+using Copy2D = CUresult (*)(const CUDA_MEMCPY2D*);
+using Copy2DAsync = CUresult (*)(const CUDA_MEMCPY2D*, CUstream);
+using Copy3D = CUresult (*)(const CUDA_MEMCPY3D*);
+using Copy3DAsync = CUresult (*)(const CUDA_MEMCPY3D*, CUstream);
+using CopyBatch12080 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,
+                                    CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream);
+using CopyBatch13000 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,
+                                    CUmemcpyAttributes*, size_t*, size_t, CUstream);
+using Copy3DBatch12080 = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*, unsigned long long,
+                                      CUstream);
+using Copy3DBatch13000 = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, unsigned long long,
+                                      CUstream);
+
+}  // namespace
+}  // namespace pinshim
+
+// Each wrapper below is one call of CopyHook: its entry point, whether it is
+// asynchronous and on which stream, the description of the call, and its
+// arguments as the driver takes them. The macros only spell out the
+// signatures of an entry point's ABI variants (_v2, _ptds, _ptsz).
 extern "C" {
 
 // --- 1D copies ---------------------------------------------------------------
 
-// Unified addresses: the host side is whichever the shape says it is.
-#define PINSHIM_GENERIC_HOST(shape, dst, src)                                  \
-  (DirOf(shape) == CopyDir::kHostToDevice ? reinterpret_cast<const void*>(src) \
-                                          : reinterpret_cast<const void*>(dst))
-#define PINSHIM_GENERIC_DEV(shape, dst, src) \
-  (DirOf(shape) == CopyDir::kHostToDevice ? (dst) : (src))
-#define DEFINE_GENERIC(name)                                                      \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                     \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);                    \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, Generic(dst, src, n), false, nullptr, \
-                           PINSHIM_GENERIC_HOST(shape, dst, src),                 \
-                           PINSHIM_GENERIC_DEV(shape, dst, src), dst, src, n);    \
+#define DEFINE_GENERIC(name)                                                             \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                            \
+    return CopyHook<Copy1D>(                                                             \
+        kApi_##name, false, nullptr, [&] { return Unified(dst, src, n); }, dst, src, n); \
   }
-#define DEFINE_GENERIC_ASYNC(name)                                                 \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {         \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);           \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, Generic(dst, src, n), true, st,        \
-                           PINSHIM_GENERIC_HOST(shape, dst, src),                  \
-                           PINSHIM_GENERIC_DEV(shape, dst, src), dst, src, n, st); \
+#define DEFINE_GENERIC_ASYNC(name)                                                     \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {             \
+    return CopyHook<Copy1DAsync>(                                                      \
+        kApi_##name, true, st, [&] { return Unified(dst, src, n); }, dst, src, n, st); \
   }
 DEFINE_GENERIC(cuMemcpy)
 DEFINE_GENERIC(cuMemcpy_ptds)
 DEFINE_GENERIC_ASYNC(cuMemcpyAsync)
 DEFINE_GENERIC_ASYNC(cuMemcpyAsync_ptsz)
 
-#define DEFINE_HTOD(name)                                                                         \
-  CUresult name(CUdeviceptr dst, const void* src, size_t n) {                                     \
-    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t);                                    \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, HtoD(src, n), false, nullptr, src, dst, dst, src, n); \
+#define DEFINE_HTOD(name)                                                                        \
+  CUresult name(CUdeviceptr dst, const void* src, size_t n) {                                    \
+    return CopyHook<CopyHtoD>(                                                                   \
+        kApi_##name, false, nullptr, [&] { return OneRange(HtoD(src, n), src, dst); }, dst, src, \
+        n);                                                                                      \
   }
-#define DEFINE_HTOD_ASYNC(name)                                                                 \
-  CUresult name(CUdeviceptr dst, const void* src, size_t n, CUstream st) {                      \
-    using Fn = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream);                        \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, HtoD(src, n), true, st, src, dst, dst, src, n, st); \
+#define DEFINE_HTOD_ASYNC(name)                                                                    \
+  CUresult name(CUdeviceptr dst, const void* src, size_t n, CUstream st) {                         \
+    return CopyHook<CopyHtoDAsync>(                                                                \
+        kApi_##name, true, st, [&] { return OneRange(HtoD(src, n), src, dst); }, dst, src, n, st); \
   }
-#define DEFINE_DTOH(name)                                                                         \
-  CUresult name(void* dst, CUdeviceptr src, size_t n) {                                           \
-    using Fn = CUresult (*)(void*, CUdeviceptr, size_t);                                          \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, DtoH(dst, n), false, nullptr, dst, src, dst, src, n); \
+#define DEFINE_DTOH(name)                                                                        \
+  CUresult name(void* dst, CUdeviceptr src, size_t n) {                                          \
+    return CopyHook<CopyDtoH>(                                                                   \
+        kApi_##name, false, nullptr, [&] { return OneRange(DtoH(dst, n), dst, src); }, dst, src, \
+        n);                                                                                      \
   }
-#define DEFINE_DTOH_ASYNC(name)                                                                 \
-  CUresult name(void* dst, CUdeviceptr src, size_t n, CUstream st) {                            \
-    using Fn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);                              \
-    PINSHIM_COPY_STAGEABLE(kApi_##name, Fn, DtoH(dst, n), true, st, dst, src, dst, src, n, st); \
+#define DEFINE_DTOH_ASYNC(name)                                                                    \
+  CUresult name(void* dst, CUdeviceptr src, size_t n, CUstream st) {                               \
+    return CopyHook<CopyDtoHAsync>(                                                                \
+        kApi_##name, true, st, [&] { return OneRange(DtoH(dst, n), dst, src); }, dst, src, n, st); \
   }
 DEFINE_HTOD(cuMemcpyHtoD_v2)
 DEFINE_HTOD(cuMemcpyHtoD_v2_ptds)
@@ -483,34 +388,26 @@ DEFINE_DTOH_ASYNC(cuMemcpyDtoHAsync_v2_ptsz)
 
 // --- device <-> device ---------------------------------------------------------
 
-namespace {
-inline CopyShape DtoD(size_t n) {
-  CopyShape s;
-  s.bytes = n;  // both sides default to device
-  return s;
-}
-}  // namespace
-
-#define DEFINE_DTOD(name)                                      \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {  \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t); \
-    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, src, n);       \
+#define DEFINE_DTOD(name)                                                          \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n) {                      \
+    return CopyHook<Copy1D>(                                                       \
+        kApi_##name, false, nullptr, [&] { return Plain(DtoD(n)); }, dst, src, n); \
   }
-#define DEFINE_DTOD_ASYNC(name)                                            \
-  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) { \
-    using Fn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);   \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoD(n), st, dst, src, n, st);     \
+#define DEFINE_DTOD_ASYNC(name)                                                  \
+  CUresult name(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st) {       \
+    return CopyHook<Copy1DAsync>(                                                \
+        kApi_##name, true, st, [&] { return Plain(DtoD(n)); }, dst, src, n, st); \
   }
-#define DEFINE_PEER(name)                                                                     \
-  CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) { \
-    using Fn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);          \
-    PINSHIM_COPY(kApi_##name, Fn, DtoD(n), dst, dctx, src, sctx, n);                          \
+#define DEFINE_PEER(name)                                                                      \
+  CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) {  \
+    return CopyHook<CopyPeer>(                                                                 \
+        kApi_##name, false, nullptr, [&] { return Plain(DtoD(n)); }, dst, dctx, src, sctx, n); \
   }
-#define DEFINE_PEER_ASYNC(name)                                                                \
-  CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,    \
-                CUstream st) {                                                                 \
-    using Fn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream); \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoD(n), st, dst, dctx, src, sctx, n, st);             \
+#define DEFINE_PEER_ASYNC(name)                                                              \
+  CUresult name(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,  \
+                CUstream st) {                                                               \
+    return CopyHook<CopyPeerAsync>(                                                          \
+        kApi_##name, true, st, [&] { return Plain(DtoD(n)); }, dst, dctx, src, sctx, n, st); \
   }
 DEFINE_DTOD(cuMemcpyDtoD_v2)
 DEFINE_DTOD(cuMemcpyDtoD_v2_ptds)
@@ -523,25 +420,25 @@ DEFINE_PEER_ASYNC(cuMemcpyPeerAsync_ptsz)
 
 // --- host <-> array ----------------------------------------------------------
 
-#define DEFINE_HTOA(name)                                           \
-  CUresult name(CUarray a, size_t off, const void* src, size_t n) { \
-    using Fn = CUresult (*)(CUarray, size_t, const void*, size_t);  \
-    PINSHIM_COPY(kApi_##name, Fn, HtoD(src, n), a, off, src, n);    \
+#define DEFINE_HTOA(name)                                                                  \
+  CUresult name(CUarray a, size_t off, const void* src, size_t n) {                        \
+    return CopyHook<CopyHtoA>(                                                             \
+        kApi_##name, false, nullptr, [&] { return Plain(HtoD(src, n)); }, a, off, src, n); \
   }
-#define DEFINE_HTOA_ASYNC(name)                                                  \
-  CUresult name(CUarray a, size_t off, const void* src, size_t n, CUstream st) { \
-    using Fn = CUresult (*)(CUarray, size_t, const void*, size_t, CUstream);     \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, HtoD(src, n), st, a, off, src, n, st);   \
+#define DEFINE_HTOA_ASYNC(name)                                                          \
+  CUresult name(CUarray a, size_t off, const void* src, size_t n, CUstream st) {         \
+    return CopyHook<CopyHtoAAsync>(                                                      \
+        kApi_##name, true, st, [&] { return Plain(HtoD(src, n)); }, a, off, src, n, st); \
   }
-#define DEFINE_ATOH(name)                                        \
-  CUresult name(void* dst, CUarray a, size_t off, size_t n) {    \
-    using Fn = CUresult (*)(void*, CUarray, size_t, size_t);     \
-    PINSHIM_COPY(kApi_##name, Fn, DtoH(dst, n), dst, a, off, n); \
+#define DEFINE_ATOH(name)                                                                  \
+  CUresult name(void* dst, CUarray a, size_t off, size_t n) {                              \
+    return CopyHook<CopyAtoH>(                                                             \
+        kApi_##name, false, nullptr, [&] { return Plain(DtoH(dst, n)); }, dst, a, off, n); \
   }
-#define DEFINE_ATOH_ASYNC(name)                                                \
-  CUresult name(void* dst, CUarray a, size_t off, size_t n, CUstream st) {     \
-    using Fn = CUresult (*)(void*, CUarray, size_t, size_t, CUstream);         \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, DtoH(dst, n), st, dst, a, off, n, st); \
+#define DEFINE_ATOH_ASYNC(name)                                                          \
+  CUresult name(void* dst, CUarray a, size_t off, size_t n, CUstream st) {               \
+    return CopyHook<CopyAtoHAsync>(                                                      \
+        kApi_##name, true, st, [&] { return Plain(DtoH(dst, n)); }, dst, a, off, n, st); \
   }
 DEFINE_HTOA(cuMemcpyHtoA_v2)
 DEFINE_HTOA(cuMemcpyHtoA_v2_ptds)
@@ -554,25 +451,25 @@ DEFINE_ATOH_ASYNC(cuMemcpyAtoHAsync_v2_ptsz)
 
 // --- 2D and 3D ---------------------------------------------------------------
 
-#define DEFINE_2D(name)                            \
-  CUresult name(const CUDA_MEMCPY2D* c) {          \
-    using Fn = CUresult (*)(const CUDA_MEMCPY2D*); \
-    PINSHIM_COPY(kApi_##name, Fn, Shape2D(c), c);  \
+#define DEFINE_2D(name)                                                     \
+  CUresult name(const CUDA_MEMCPY2D* c) {                                   \
+    return CopyHook<Copy2D>(                                                \
+        kApi_##name, false, nullptr, [&] { return Plain(Shape2D(c)); }, c); \
   }
-#define DEFINE_2D_ASYNC(name)                                   \
-  CUresult name(const CUDA_MEMCPY2D* c, CUstream st) {          \
-    using Fn = CUresult (*)(const CUDA_MEMCPY2D*, CUstream);    \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape2D(c), st, c, st); \
+#define DEFINE_2D_ASYNC(name)                                             \
+  CUresult name(const CUDA_MEMCPY2D* c, CUstream st) {                    \
+    return CopyHook<Copy2DAsync>(                                         \
+        kApi_##name, true, st, [&] { return Plain(Shape2D(c)); }, c, st); \
   }
-#define DEFINE_3D(name)                            \
-  CUresult name(const CUDA_MEMCPY3D* c) {          \
-    using Fn = CUresult (*)(const CUDA_MEMCPY3D*); \
-    PINSHIM_COPY(kApi_##name, Fn, Shape3D(c), c);  \
+#define DEFINE_3D(name)                                                     \
+  CUresult name(const CUDA_MEMCPY3D* c) {                                   \
+    return CopyHook<Copy3D>(                                                \
+        kApi_##name, false, nullptr, [&] { return Plain(Shape3D(c)); }, c); \
   }
-#define DEFINE_3D_ASYNC(name)                                   \
-  CUresult name(const CUDA_MEMCPY3D* c, CUstream st) {          \
-    using Fn = CUresult (*)(const CUDA_MEMCPY3D*, CUstream);    \
-    PINSHIM_COPY_ASYNC(kApi_##name, Fn, Shape3D(c), st, c, st); \
+#define DEFINE_3D_ASYNC(name)                                             \
+  CUresult name(const CUDA_MEMCPY3D* c, CUstream st) {                    \
+    return CopyHook<Copy3DAsync>(                                         \
+        kApi_##name, true, st, [&] { return Plain(Shape3D(c)); }, c, st); \
   }
 DEFINE_2D(cuMemcpy2D_v2)
 DEFINE_2D(cuMemcpy2D_v2_ptds)
@@ -591,18 +488,16 @@ DEFINE_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz)
   CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,                \
                 CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs, size_t* fail_idx, \
                 CUstream st) {                                                                    \
-    using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*,     \
-                            size_t*, size_t, size_t*, CUstream);                                  \
-    PINSHIM_BATCH(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs, sizes,   \
-                  count, attrs, attr_idxs, num_attrs, fail_idx, st);                              \
+    return CopyHook<CopyBatch12080>(                                                              \
+        kApi_##name, true, st, [&] { return Batch(ShapeBatch(dsts, srcs, sizes, count)); }, dsts, \
+        srcs, sizes, count, attrs, attr_idxs, num_attrs, fail_idx, st);                           \
   }
-#define DEFINE_BATCH_13000(name)                                                                \
-  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,              \
-                CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs, CUstream st) {  \
-    using Fn = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*,   \
-                            size_t*, size_t, CUstream);                                         \
-    PINSHIM_BATCH(kApi_##name, Fn, ShapeBatch(dsts, srcs, sizes, count), st, dsts, srcs, sizes, \
-                  count, attrs, attr_idxs, num_attrs, st);                                      \
+#define DEFINE_BATCH_13000(name)                                                                  \
+  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,                \
+                CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs, CUstream st) {    \
+    return CopyHook<CopyBatch13000>(                                                              \
+        kApi_##name, true, st, [&] { return Batch(ShapeBatch(dsts, srcs, sizes, count)); }, dsts, \
+        srcs, sizes, count, attrs, attr_idxs, num_attrs, st);                                     \
   }
 DEFINE_BATCH_12080(cuMemcpyBatchAsync)
 DEFINE_BATCH_12080(cuMemcpyBatchAsync_ptsz)
@@ -612,14 +507,14 @@ DEFINE_BATCH_13000(cuMemcpyBatchAsync_v2_ptsz)
 #define DEFINE_3DBATCH_12080(name)                                                                 \
   CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_idx, unsigned long long flags, \
                 CUstream st) {                                                                     \
-    using Fn =                                                                                     \
-        CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*, unsigned long long, CUstream);      \
-    PINSHIM_BATCH(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, fail_idx, flags, st);         \
+    return CopyHook<Copy3DBatch12080>(                                                             \
+        kApi_##name, true, st, [&] { return Batch(Shape3DBatch(n, ops)); }, n, ops, fail_idx,      \
+        flags, st);                                                                                \
   }
 #define DEFINE_3DBATCH_13000(name)                                                              \
   CUresult name(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream st) { \
-    using Fn = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, unsigned long long, CUstream);     \
-    PINSHIM_BATCH(kApi_##name, Fn, Shape3DBatch(n, ops), st, n, ops, flags, st);                \
+    return CopyHook<Copy3DBatch13000>(                                                          \
+        kApi_##name, true, st, [&] { return Batch(Shape3DBatch(n, ops)); }, n, ops, flags, st); \
   }
 DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync)
 DEFINE_3DBATCH_12080(cuMemcpy3DBatchAsync_ptsz)

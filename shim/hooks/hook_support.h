@@ -58,6 +58,31 @@ inline optimize::Optimizer* ActiveOptimizer() {
   return opt.active() ? &opt : nullptr;
 }
 
+// Whether a wrapper forwards the call untouched and uncounted: a call
+// pinshim makes itself (nested in another hook, counted once there), or one
+// made before pinshim's start-up finished.
+inline bool PassThrough() {
+  return Reentered(Reentry::kHook) || !g_initialized.load(std::memory_order_relaxed);
+}
+
+// Held by a wrapper for the rest of a call it handles: the driver is noted
+// as in use, and the re-entry guard makes the driver's and pinshim's own
+// calls inside it pass through.
+class HookScope {
+ public:
+  HookScope() = default;
+  HookScope(const HookScope&) = delete;
+  HookScope& operator=(const HookScope&) = delete;
+
+ private:
+  static bool NoteCuda() {
+    if (PINSHIM_UNLIKELY(!g_cuda_seen.load(std::memory_order_relaxed))) NoteCudaSeen();
+    return true;
+  }
+  bool noted_ = NoteCuda();  // before the guard: members start in this order
+  ReentryGuard guard_{Reentry::kHook};
+};
+
 // Records that a driver call which waits for the device's queued work
 // (cuMemFree, measured) returned; a no-op without a trace (start_ns 0).
 void RecordDriverWait(ApiId api, uint64_t start_ns, int result) PINSHIM_HIDDEN;

@@ -128,7 +128,7 @@ void* AllocateAtSite(size_t n, size_t align, bool zero, uint64_t* site, uint32_t
     if (frames.n == 0) return nullptr;
     *site = optimize::SiteKey(frames);
     optimize::Optimizer& opt = optimize::Optimizer::Process();
-    if (!opt.hot_sites().IsHot(*site, frames)) return nullptr;
+    if (!opt.ArenaServes(*site, frames, n)) return nullptr;
     if (opt.arena_on()) {
       p = align != 0 ? Arena().Memalign(align, n) : zero ? Arena().Calloc(1, n) : Arena().Malloc(n);
     }

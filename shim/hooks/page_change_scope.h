@@ -11,6 +11,7 @@
 
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
+#include "shim/optimize/page_change_call.h"
 
 namespace pinshim {
 
@@ -45,41 +46,6 @@ __attribute__((always_inline)) inline bool NothingThere(const optimize::PageHook
                         !line.MayHoldAny(start, start + len));
 }
 
-namespace page_change_internal {
-
-// The range holds, or may hold, what pinshim pinned: dropped before the
-// call, the arena's memory pinned again after it (the engine takes the hook
-// guard).
-template <typename Fn, typename... Args>
-inline auto CallDroppingPinning(uintptr_t start, uintptr_t end, optimize::PageChange what, Fn fn,
-                                Args... args) -> decltype(fn(args...)) {
-  optimize::ArenaChangeTicket arena;
-  optimize::Optimizer& engine = optimize::Optimizer::Process();
-  engine.DropPinningForPageChange(start, end, what, &arena);
-  auto result = fn(args...);
-  if (arena.n != 0) engine.RepinAfterPageChange(arena, what.stays_anonymous());
-  return result;
-}
-
-// Every case but the common one, start to end: the thread has no slot yet
-// or an outer change holds it (PageChangeSlots::Begin), or the range may
-// hold what pinshim pinned. Out of line and reached by a tail call, so the
-// common path keeps nothing across its own call and no ticket on its stack.
-template <typename Fn, typename... Args>
-__attribute__((noinline)) auto CallMarked(uintptr_t start, uintptr_t end, optimize::PageChange what,
-                                          bool marked, Fn fn, Args... args)
-    -> decltype(fn(args...)) {
-  const optimize::PageChangeSlots::Mark mark =
-      marked ? optimize::PageChangeSlots::kSlot : optimize::PageChangeSlots::Begin(start, end);
-  auto result = optimize::Optimizer::Process().MayHoldPinning(start, end, what)
-                    ? CallDroppingPinning(start, end, what, fn, args...)
-                    : fn(args...);
-  optimize::PageChangeSlots::End(mark);
-  return result;
-}
-
-}  // namespace page_change_internal
-
 // WithPageChange where the caller knows optimize mode is on.
 template <typename Fn, typename... Args>
 __attribute__((always_inline)) inline auto WithPageChangeOptimizing(const void* addr, size_t len,
@@ -94,10 +60,10 @@ __attribute__((always_inline)) inline auto WithPageChangeOptimizing(const void* 
   // Marked first: a registration that starts while this looks sees it.
   optimize::PageChangeSlots::Slot* mark = optimize::PageChangeSlots::TryMarkFast(start, end);
   if (PINSHIM_UNLIKELY(mark == nullptr)) {
-    return page_change_internal::CallMarked(start, end, what, false, fn, args...);
+    return optimize::CallMarked(start, end, what, false, fn, args...);
   }
   if (PINSHIM_UNLIKELY(optimize::Optimizer::Process().MayHoldPinning(start, end, what))) {
-    return page_change_internal::CallMarked(start, end, what, true, fn, args...);
+    return optimize::CallMarked(start, end, what, true, fn, args...);
   }
   auto result = fn(args...);
   optimize::PageChangeSlots::EndFast(mark);  // no load of the slot after the call

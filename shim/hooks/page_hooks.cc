@@ -9,7 +9,7 @@
 // Not interposed, and why: shmdt detaches System V segments, which pinshim
 // never pins (they are not malloc or mmap memory); mprotect changes no page;
 // system calls made without libc's wrappers (syscall(SYS_madvise, ...),
-// io_uring, another process) cannot be seen: README's limits, and
+// io_uring, another process) cannot be seen: docs/limits.md, and
 // PINSHIM_VERIFY_PAGES, cover them.
 #include <sys/mman.h>
 #include <sys/shm.h>

@@ -59,6 +59,21 @@ bool ProfileContains(const optimize::SiteFrames& frames) { return g_profile.Cont
 // no-op without one).
 void RecordOwnPinning(const OwnPinEvent& e) { trace::RecordOwnPin(e); }
 
+void RecordVerdict(const optimize::PathCellReport& c) {
+  trace::PathVerdictFields f;
+  f.dir = static_cast<uint64_t>(c.dir);
+  f.sync = c.sync ? 1 : 0;
+  f.size_class = c.size_class;
+  f.path = static_cast<uint64_t>(c.path);
+  f.verdict = static_cast<uint64_t>(c.verdict);
+  f.path_copies = c.path_copies;
+  f.driver_copies = c.driver_copies;
+  f.path_ns_per_mib = c.path_ns_per_mib;
+  f.driver_ns_per_mib = c.driver_ns_per_mib;
+  f.losses = c.losses;
+  trace::RecordPathVerdict(f);
+}
+
 // The sampler's (and the exit's) snapshot of optimize mode's counters.
 bool SnapshotOptimizeCounters(OptimizeCountersEvent* out) {
   const optimize::Optimizer& opt = optimize::Optimizer::Process();
@@ -88,7 +103,10 @@ void StartOptimizing() {
   options.pin_cap_bytes = g_config.pin_cap_bytes;
   options.pool.idle_trim_ns = uint64_t{g_config.idle_trim_s} * 1000000000u;
   options.arena.idle_trim_ns = options.pool.idle_trim_ns;
-  if (g_config.trace_dir[0] != '\0') options.on_own_pin = RecordOwnPinning;
+  if (g_config.trace_dir[0] != '\0') {
+    options.on_own_pin = RecordOwnPinning;
+    options.on_verdict = RecordVerdict;
+  }
   bool in_place = g_config.pin_in_place;
   if (in_place && !KernelCopiesPinnedPagesAtFork()) {
     LogLine(
@@ -134,6 +152,7 @@ void StartOptimizing() {
     budget::Budget::Process().SetEvictor(EvictOwnPinning);
   }
   optimize::Optimizer::Process().Configure(options);
+  optimize::Optimizer::Process().judge().set_enabled(g_config.self_check);
   g_optimize = true;
 }
 

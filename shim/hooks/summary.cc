@@ -26,7 +26,7 @@ namespace {
 void WriteOptimizeSummary(int fd) {
   if (!g_optimize || !optimize::Optimizer::Process().active()) return;
   const optimize::OptimizeCounters c = optimize::Optimizer::Process().Counters();
-  char line[1024];
+  char line[2048];
   size_t n = 0;
   auto add = [&](const char* key, uint64_t value) {
     if (key[0] == '\0') return;  // a counter only the trace records
@@ -68,6 +68,42 @@ void LockForAppend(int fd) {
   }
 }
 
+const char* PathName(optimize::CopyPath p) {
+  switch (p) {
+    case optimize::CopyPath::kStaged: return "staged";
+    case optimize::CopyPath::kPinnedInPlace: return "pinned-in-place";
+    case optimize::CopyPath::kDriver: break;
+  }
+  return "driver";
+}
+
+double GBps(uint64_t ns_per_mib) { return ns_per_mib == 0 ? 0.0 : 1048576.0 / ns_per_mib; }
+
+// The self-check's verdicts (path_judge.h), one line per direction, size
+// class, kind of call and path with one: whether the path beat the driver
+// there, at what speeds, and how often it was found slower.
+void WriteSelfCheckSummary(int fd) {
+  if (!g_optimize || !optimize::Optimizer::Process().active()) return;
+  constexpr int kMax = 2 * 2 * optimize::PathJudge::kClasses * optimize::kCopyPathCount;
+  optimize::PathCellReport cells[kMax];
+  const int n = optimize::Optimizer::Process().judge().Report(cells, kMax);
+  for (int i = 0; i < n && i < kMax; ++i) {
+    const optimize::PathCellReport& c = cells[i];
+    char line[320];
+    const int k = snprintf(
+        line, sizeof(line),
+        "pinshim: self-check path=%s dir=%s size=%s+ call=%s verdict=%s path_gbps=%.2f "
+        "driver_gbps=%.2f path_copies=%llu driver_copies=%llu losses=%llu\n",
+        PathName(c.path), c.dir == CopyDir::kHostToDevice ? "H2D" : "D2H",
+        optimize::PathJudge::ClassName(c.size_class), c.sync ? "sync" : "async",
+        c.verdict == optimize::PathVerdict::kLoses ? "slower" : "faster", GBps(c.path_ns_per_mib),
+        GBps(c.driver_ns_per_mib), static_cast<unsigned long long>(c.path_copies),
+        static_cast<unsigned long long>(c.driver_copies),
+        static_cast<unsigned long long>(c.losses));
+    if (k > 0) WriteAll(fd, line, static_cast<size_t>(k) < sizeof(line) ? k : sizeof(line) - 1);
+  }
+}
+
 }  // namespace
 
 void WriteSummaryAtExit() {
@@ -80,6 +116,7 @@ void WriteSummaryAtExit() {
   if (g_config.summary == SummaryTarget::kStderr) {
     WriteSummary(STDERR_FILENO, getpid(), program, mode, ApiName);
     WriteOptimizeSummary(STDERR_FILENO);
+    WriteSelfCheckSummary(STDERR_FILENO);
     return;
   }
   char path[kConfigPathMax];
@@ -98,6 +135,7 @@ void WriteSummaryAtExit() {
   LockForAppend(fd);
   WriteSummary(fd, getpid(), program, mode, ApiName);
   WriteOptimizeSummary(fd);
+  WriteSelfCheckSummary(fd);
   close(fd);  // releases the lock
 }
 

@@ -47,6 +47,12 @@ void Optimizer::Configure(const OptimizerOptions& options) {
   int expected = kNew;
   if (!state_.compare_exchange_strong(expected, kAttaching)) return;
   options_ = options;
+  judge_.set_callback(options.on_verdict);
+  // Registering for expedited membarriers waits for an RCU grace period
+  // once the process has a second thread; here, at start-up before the
+  // program's threads, it does not. Made at the first copy instead, it cost
+  // that copy milliseconds (bench/RESULTS.md, "2026-12-03, second part").
+  PageChangeSlots::Setup();
   state_.store(kConfigured, std::memory_order_release);
 }
 
@@ -61,7 +67,6 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
     ops_ = ops;
     ok = fences_.Init(&ops_);
   }
-  PageChangeSlots::Setup();
   if (ok && emulated_ == nullptr) {
     emulated_ = static_cast<EmulatedRegistration*>(
         InternalAlloc(sizeof(EmulatedRegistration) * kMaxEmulated));
@@ -99,6 +104,7 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
       StagerOptions so = options_.stager;
       if (options_.on_own_pin != nullptr) so.on_own_pin = options_.on_own_pin;
       if (so.allocations == nullptr) so.allocations = options_.allocations;
+      so.judge = &judge_;
       stager_on_.store(stager_.Init(&ops_, &account_, so));
     }
     // Idle pool slabs and arena extents go first: nobody is using them.
@@ -124,7 +130,7 @@ void Optimizer::NoteHomeContext() {
 }
 
 CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyDir dir,
-                                     MemKind host_kind) {
+                                     MemKind host_kind, bool sync, bool stageable) {
   CopyTicket t;
   if (!active() || host_ptr == nullptr) return t;
   t.host = host_ptr;
@@ -163,11 +169,13 @@ CopyTicket Optimizer::BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyD
         !options_.allocations->Lookup(reinterpret_cast<uintptr_t>(host_ptr), &alloc)) {
       alloc = Region();  // untracked: the cache declines and counts it
     }
-    t.cache = cache_.OnPageableCopy(alloc, host_ptr, bytes, dir);
+    const bool may_pin = judge_.Take(CopyPath::kPinnedInPlace, dir, bytes, sync);
+    t.cache = cache_.OnPageableCopy(alloc, host_ptr, bytes, dir, may_pin);
     if (t.cache.pinned()) t.kind = CopyTicket::kCache;
   }
-  if (host_kind == MemKind::kPageable && t.kind == CopyTicket::kNone &&
-      stager_on_.load(std::memory_order_relaxed) && stager_.Wants(dir, bytes)) {
+  if (host_kind == MemKind::kPageable && t.kind == CopyTicket::kNone && stageable &&
+      stager_on_.load(std::memory_order_relaxed) && stager_.Wants(dir, bytes) &&
+      judge_.Take(CopyPath::kStaged, dir, bytes, sync, Stager::ExpectedWin(dir, bytes))) {
     t.stage = true;
   }
   return t;
@@ -495,6 +503,7 @@ void Optimizer::RepinAfterPageChange(const ArenaChangeTicket& arena, bool stays_
 
 void Optimizer::AfterForkChild() {
   PageChangeSlots::AfterForkChild();
+  judge_.Reset();
   stager_.AfterForkChild();
   active_.store(false, std::memory_order_release);
   arena_.AfterForkChild();
@@ -545,6 +554,11 @@ OptimizeCounters Optimizer::Counters() const {
   c.eager_heads = eager_heads_.load();
   c.eager_bounces = eager_bounces_.load();
   c.stager = stager_.Stats();
+  PathCellReport cells[2 * 2 * PathJudge::kClasses * kCopyPathCount];
+  const int n = judge_.Report(cells, static_cast<int>(sizeof(cells) / sizeof(cells[0])));
+  for (int i = 0; i < n; ++i) c.judge_losing_cells += cells[i].verdict == PathVerdict::kLoses;
+  c.judge_driver_probes = judge_.driver_probes();
+  c.judge_path_retries = judge_.path_retries();
   return c;
 }
 

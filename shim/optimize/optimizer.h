@@ -43,6 +43,7 @@
 #include "shim/optimize/hot_sites.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/page_change.h"
+#include "shim/optimize/path_judge.h"
 #include "shim/optimize/pin_account.h"
 #include "shim/optimize/pin_bounds.h"
 #include "shim/optimize/pinned_pool.h"
@@ -66,6 +67,9 @@ struct OptimizerOptions {
   CacheOptions cache;
   ArenaOptions arena;
   StagerOptions stager;
+  // Told about each change of the self-check's verdict on a path
+  // (path_judge.h). Null: nobody listens.
+  PathVerdictCallback on_verdict = nullptr;
   // Told about every pinning action of pinshim's own: what the pool, the
   // cache and the arena pinned, unpinned (and why) and were refused (and
   // why). Called on the thread that acted, outside every engine lock; never
@@ -128,6 +132,10 @@ struct OptimizeCounters {
   uint64_t eager_heads;
   uint64_t eager_bounces;
   StagerStats stager;
+  // The self-check (path_judge.h).
+  uint64_t judge_losing_cells;
+  uint64_t judge_driver_probes;
+  uint64_t judge_path_retries;
 };
 
 // The subset of the counters the trace records (kOptimizeCounters): the
@@ -152,10 +160,13 @@ class Optimizer {
 
   bool active() const { return active_.load(std::memory_order_acquire); }
 
-  // --- copy hooks: around every host<->device copy ----------------------
+  // --- copy path (copy_path.h): around every host<->device copy ---------
   // host_kind: ClassifyHost's answer for host_ptr. Registers hot pageable
-  // allocations (so this copy may already run pinned).
-  CopyTicket BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyDir dir, MemKind host_kind);
+  // allocations (so this copy may already run pinned). sync: a synchronous
+  // entry point; stageable: a 1D copy that staging could take. Each path
+  // is offered only where the self-check (judge()) lets it.
+  CopyTicket BeforeHostCopy(const void* host_ptr, uint64_t bytes, CopyDir dir, MemKind host_kind,
+                            bool sync, bool stageable);
   // After the real call; async: an *Async entry point; per_thread_api: a
   // _ptsz/_ptds entry point. May wait for the copy (see registration_cache.h).
   void AfterHostCopy(const CopyTicket& ticket, CUresult result, bool async, CUstream stream,
@@ -227,6 +238,13 @@ class Optimizer {
   HostArena& arena() { return arena_; }
   bool arena_on() const { return arena_on_.load(std::memory_order_acquire); }
   HotSites& hot_sites() { return hot_sites_; }
+  // Whether an allocation of `bytes` at `site` comes from the arena: its
+  // site is hot, and memory pinned in place has not lost to the driver in
+  // that size class (path_judge.h).
+  bool ArenaServes(uint64_t site, const SiteFrames& frames, uint64_t bytes) {
+    return hot_sites_.IsHot(site, frames) &&
+           !judge_.LosesAnywhere(CopyPath::kPinnedInPlace, PathJudge::ClassOf(bytes));
+  }
 
   // --- the program's pinned-memory calls --------------------------------
   // cuMemHostAlloc / cuMemAllocHost (flags 0): true when handled (the
@@ -274,6 +292,8 @@ class Optimizer {
   OptimizeCounters Counters() const;
 
   PinnedPool& pool() { return pool_; }
+  PathJudge& judge() { return judge_; }
+  const PathJudge& judge() const { return judge_; }
   Stager& stager() { return stager_; }
   RegistrationCache& cache() { return cache_; }
   FenceManager& fences() { return fences_; }
@@ -303,6 +323,7 @@ class Optimizer {
   Stager stager_;
   std::atomic<bool> stager_on_{false};
   HotSites hot_sites_;
+  PathJudge judge_;
   mutable Mutex emulated_mu_;
   EmulatedRegistration* emulated_ = nullptr;  // kMaxEmulated
   std::atomic<uint64_t> pool_async_notes_{0}, arena_copies_{0}, arena_async_waits_{0};

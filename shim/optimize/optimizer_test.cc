@@ -94,7 +94,7 @@ class OptimizerTest : public ::testing::Test {
   // A copy hook: before, the real call (an upload of memory pinned in place
   // may read its first bytes at the call), after.
   CUresult HtoDAsync(CUdeviceptr dev, const void* src, size_t n) {
-    CopyTicket t = opt_->BeforeHostCopy(src, n, CopyDir::kHostToDevice, Classify(src));
+    CopyTicket t = opt_->BeforeHostCopy(src, n, CopyDir::kHostToDevice, Classify(src), false, true);
     CUresult r;
     bool in_flight = true;
     if (!opt_->UploadEagerHead(t, src, dev, stream_, false, &r, &in_flight)) {
@@ -104,7 +104,7 @@ class OptimizerTest : public ::testing::Test {
     return r;
   }
   CUresult DtoHAsync(void* dst, CUdeviceptr dev, size_t n) {
-    CopyTicket t = opt_->BeforeHostCopy(dst, n, CopyDir::kDeviceToHost, Classify(dst));
+    CopyTicket t = opt_->BeforeHostCopy(dst, n, CopyDir::kDeviceToHost, Classify(dst), false, true);
     CUresult r = cuMemcpyDtoHAsync(dst, dev, n, stream_);
     opt_->AfterHostCopy(t, r, true, stream_, false);
     return r;
@@ -465,7 +465,7 @@ TEST(OptimizerOwnPinning, CapEvictsAndRefusesAndEveryActionIsReported) {
       Region r;
       MemKind kind =
           registrations.Lookup(reinterpret_cast<uintptr_t>(p), &r) ? r.kind : MemKind::kPageable;
-      CopyTicket t = opt->BeforeHostCopy(p, n, CopyDir::kHostToDevice, kind);
+      CopyTicket t = opt->BeforeHostCopy(p, n, CopyDir::kHostToDevice, kind, true, true);
       CUresult res = cuMemcpyHtoD(dev, p, n);
       opt->AfterHostCopy(t, res, false, nullptr, false);
     }
@@ -631,14 +631,15 @@ TEST_F(OptimizerTest, SixteenThreadsMixEverything) {
         }
         const uint8_t seed = static_cast<uint8_t>(t * 13 + i);
         Fill(host, n, seed);
-        CopyTicket tk = opt_->BeforeHostCopy(host, n, CopyDir::kHostToDevice, Classify(host));
+        CopyTicket tk =
+            opt_->BeforeHostCopy(host, n, CopyDir::kHostToDevice, Classify(host), false, true);
         r = cuMemcpyHtoDAsync(dev, host, n, s);
         opt_->AfterHostCopy(tk, r, true, s, false);
         if (pinned != nullptr) {
           cuStreamSynchronize(s);  // the program's own pinned memory: it syncs
         }
         memset(host, 0, n);
-        tk = opt_->BeforeHostCopy(host, n, CopyDir::kDeviceToHost, Classify(host));
+        tk = opt_->BeforeHostCopy(host, n, CopyDir::kDeviceToHost, Classify(host), false, true);
         r = cuMemcpyDtoHAsync(host, dev, n, s);
         opt_->AfterHostCopy(tk, r, true, s, false);
         if (pinned != nullptr) cuStreamSynchronize(s);

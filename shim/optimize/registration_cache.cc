@@ -257,7 +257,7 @@ void RegistrationCache::ReportRefusal(const Region& alloc, OwnPinReason why, int
 }
 
 CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* host_ptr,
-                                              uint64_t bytes, CopyDir dir) {
+                                              uint64_t bytes, CopyDir dir, bool may_pin) {
   CacheTicket ticket;
   if (!active()) return ticket;
   if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return ticket;
@@ -312,6 +312,11 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     // site's buffers were copied hot before.
     const bool hot_site = (alloc.flags & kRegionFromHotSite) != 0;
     if (!hot_site && !CostModel::PaysOff(c->copies, c->accumulated_ns, cost)) return ticket;
+    if (!may_pin) {
+      declined_[static_cast<int>(CacheDecline::kSlowerThanDriver)].fetch_add(
+          1, std::memory_order_relaxed);
+      return ticket;
+    }
     // Some other range (a registration being released, or a stale one of a
     // region the hooks have since changed) is in the way: try again later.
     if (FirstOverlapLocked(alloc.start, alloc.start + alloc.bytes) >= 0) return ticket;

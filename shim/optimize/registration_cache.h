@@ -81,12 +81,13 @@ constexpr int kCacheFailureCount = static_cast<int>(CacheFailure::kCount);
 const char* CacheFailureName(CacheFailure failure);
 
 enum class CacheDecline : uint8_t {
-  kUntracked = 0,      // no tracked allocation owns the memory
-  kSource = 1,         // owned by the driver or pinshim, not by malloc/mmap
-  kSubAllocation = 2,  // inside an mmap region not used as one buffer
-  kTooLarge = 3,       // larger than the cap allows
-  kNotPinnable = 4,    // shared or file-backed memory: never pinned in place
-  kCount = 5,
+  kUntracked = 0,         // no tracked allocation owns the memory
+  kSource = 1,            // owned by the driver or pinshim, not by malloc/mmap
+  kSubAllocation = 2,     // inside an mmap region not used as one buffer
+  kTooLarge = 3,          // larger than the cap allows
+  kNotPinnable = 4,       // shared or file-backed memory: never pinned in place
+  kSlowerThanDriver = 5,  // the self-check measured pinned-in-place copies losing here
+  kCount = 6,
 };
 constexpr int kCacheDeclineCount = static_cast<int>(CacheDecline::kCount);
 
@@ -151,9 +152,10 @@ class RegistrationCache {
   // Before a copy whose host side [host_ptr, host_ptr + bytes) is pageable
   // memory of the tracked allocation `alloc` (from the allocations
   // registry): accounts for the copy and registers the allocation when that
-  // pays off. A pinned() ticket means the copy now runs on cached memory.
-  CacheTicket OnPageableCopy(const Region& alloc, const void* host_ptr, uint64_t bytes,
-                             CopyDir dir);
+  // pays off and may_pin (the self-check's leave) holds. A pinned() ticket
+  // means the copy now runs on cached memory.
+  CacheTicket OnPageableCopy(const Region& alloc, const void* host_ptr, uint64_t bytes, CopyDir dir,
+                             bool may_pin = true);
 
   // Before a copy whose host side lies in memory the registry says pinshim
   // pinned: a pinned() ticket when it is this cache's registration.

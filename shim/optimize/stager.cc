@@ -498,17 +498,31 @@ void Stager::UnpinRing(Lane* lane, OwnPinReason why) {
   lane->ctx.store(nullptr, std::memory_order_relaxed);
 }
 
+// A staged copy runs at about two thirds of pinned memory's speed
+// (bench/RESULTS.md, staged copies).
+static double StagedNs(CopyDir dir, uint64_t bytes) {
+  return 1.5 * CostModel::CopyNs(bytes, dir, true);
+}
+
 bool Stager::WaitsForRing(CopyDir dir, uint64_t bytes, uint64_t ring_bytes) {
-  // A staged copy runs at about two thirds of pinned memory's speed
-  // (bench/RESULTS.md, staged copies).
   const double driver = CostModel::CopyNs(bytes, dir, false);
-  const double staged = 1.5 * CostModel::CopyNs(bytes, dir, true);
-  return driver > CostModel::HostAllocNs(ring_bytes) + staged;
+  return driver > CostModel::HostAllocNs(ring_bytes) + StagedNs(dir, bytes);
+}
+
+double Stager::ExpectedWin(CopyDir dir, uint64_t bytes) {
+  const double staged = StagedNs(dir, bytes);
+  return staged > 0 ? CostModel::CopyNs(bytes, dir, false) / staged : 0.0;
 }
 
 bool Stager::WaitsForRingHere(CopyDir dir, uint64_t bytes) const {
   return !options_.background_rings || nworkers_.load(std::memory_order_relaxed) == 0 ||
          WaitsForRing(dir, bytes, options_.chunk_bytes * options_.slots);
+}
+
+bool Stager::RingWorthIt(CopyDir dir, uint64_t bytes) const {
+  const uint64_t ring = options_.chunk_bytes * options_.slots;
+  return options_.judge == nullptr || WaitsForRing(dir, bytes, ring) ||
+         options_.judge->WorthSetup(dir, CostModel::HostAllocNs(ring));
 }
 
 void Stager::PinRingInBackground(Lane* lane) {
@@ -566,7 +580,14 @@ Stager::Lane* Stager::TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool*
         !l.state.compare_exchange_strong(empty, kLaneBinding, std::memory_order_acquire)) {
       continue;
     }
-    if (!WaitsForRingHere(dir, bytes)) {
+    const bool waits = WaitsForRingHere(dir, bytes);
+    if (!waits && !RingWorthIt(dir, bytes)) {
+      // Not worth a ring yet: the lane stays empty for a later copy.
+      l.state.store(kLaneEmpty, std::memory_order_release);
+      ring_deferred_.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    if (!waits) {
       l.cancelled.store(false, std::memory_order_relaxed);
       l.ctx.store(ctx, std::memory_order_relaxed);
       l.state.store(kLaneWanted, std::memory_order_release);
@@ -647,8 +668,16 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
     return false;
   }
   RelaxedCaptureMode relaxed(ops_);
-  // Started at the first copy staging takes (they may pin its ring).
-  if (workers_started_.load(std::memory_order_acquire) != 2) StartWorkers();
+  // Started at the first copy staging takes (they may pin its ring), once
+  // a ring is worth pinning (TakeLane).
+  if (workers_started_.load(std::memory_order_acquire) != 2) {
+    if (!eager_head && !RingWorthIt(dir, bytes)) {
+      declined_.fetch_add(1, std::memory_order_relaxed);
+      ring_deferred_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    StartWorkers();
+  }
   bool pending = false;
   Lane* lane = TakeLane(ctx, dir, bytes, &pending);
   if (lane == nullptr) {
@@ -1045,6 +1074,7 @@ StagerStats Stager::Stats() const {
   s.busy_cpus = busy_.load();
   s.no_lane = no_lane_.load();
   s.ring_pending = ring_pending_.load();
+  s.ring_deferred = ring_deferred_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();
   s.setup_ns = setup_ns_.load();

@@ -55,6 +55,7 @@
 #include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
 #include "shim/optimize/invariants.h"
+#include "shim/optimize/path_judge.h"
 #include "shim/optimize/pin_account.h"
 
 namespace pinshim {
@@ -80,6 +81,10 @@ struct StagerOptions {
   // hooks' gate); null: nothing to wait for (no teardown can race).
   ContextGate* teardown_gate = nullptr;
   OwnPinCallback on_own_pin = nullptr;
+  // The self-check (path_judge.h): a ring is pinned for copies that could
+  // go without it only once the program has spent as long in the driver's
+  // own copies of that direction as pinning the ring takes. Null: always.
+  const PathJudge* judge = nullptr;
   // The program's device allocations as the hooks saw them (kDevice
   // regions): a copy's device range is checked there first, without a
   // driver call. Null, or not found there: the driver is asked.
@@ -99,7 +104,10 @@ struct StagerStats {
   uint64_t busy_cpus;     // of those: no idle cores
   uint64_t no_lane;       // of those: every lane busy, or no ring
   uint64_t ring_pending;  // of those: their context's ring was being pinned
-  uint64_t capturing;     // of those: their stream was capturing (or its status unknown)
+  // of those: no ring yet, and the program had not yet spent as long in
+  // the driver's copies of that direction as pinning one takes
+  uint64_t ring_deferred;
+  uint64_t capturing;  // of those: their stream was capturing (or its status unknown)
   // Staged passes in which no worker joined within 200 us, so the calling
   // thread copied alone until one did (workers slow to wake, or all busy).
   uint64_t alone;
@@ -154,6 +162,14 @@ class Stager {
   // than pinning the ring and staging the copy) rather than go to the
   // driver while a worker pins the ring.
   static bool WaitsForRing(CopyDir dir, uint64_t bytes, uint64_t ring_bytes);
+  // Whether pinning a ring for this copy pays: it waits for one
+  // (WaitsForRing), or the program spent as long in the driver's copies of
+  // that direction as pinning one takes (StagerOptions::judge).
+  bool RingWorthIt(CopyDir dir, uint64_t bytes) const;
+
+  // The cost model's ratio of the driver's time for a pageable copy of
+  // `bytes` in `dir` to a staged copy's (for PathJudge::Take).
+  static double ExpectedWin(CopyDir dir, uint64_t bytes);
 
   // Whether a copy of `bytes` in `dir` is worth staging (size only; one load).
   bool Wants(CopyDir dir, uint64_t bytes) const {
@@ -269,6 +285,7 @@ class Stager {
   std::atomic<bool> sampling_{false};
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
   std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0}, alone_{0};
+  std::atomic<uint64_t> ring_deferred_{0};
   std::atomic<uint64_t> setup_ns_{0}, wait_ns_{0}, join_ns_{0}, copy_ns_{0}, tail_ns_{0};
   std::atomic<uint64_t> passes_{0}, joined_passes_{0}, helpers_{0};
   std::atomic<uint64_t> pieces_{0}, piece_ns_{0}, issue_ns_{0}, own_pieces_{0};

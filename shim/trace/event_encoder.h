@@ -247,6 +247,10 @@ class BatchEncoder {
     AppendFields(EventType::kOwnPin, time_ns, f);
   }
 
+  void AppendPathVerdict(const PathVerdictFields& f, uint64_t time_ns) {
+    AppendFields(EventType::kPathVerdict, time_ns, f);
+  }
+
   void AppendOptimizeCounters(const OptimizeCountersEvent& c, uint64_t time_ns) {
     AppendFields(EventType::kOptimizeCounters, time_ns, c);
   }

@@ -913,6 +913,14 @@ void RecordOwnPin(const OwnPinEvent& e) {
   AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendOwnPin(e, now, stack); });
 }
 
+void RecordPathVerdict(const PathVerdictFields& f) {
+  RecorderEntry entry;
+  ThreadBuffer* b = entry.buffer();
+  if (b == nullptr) return;
+  const uint64_t now = MonotonicNs();
+  AppendEvent(b, now, [&](BatchEncoder& enc) { enc.AppendPathVerdict(f, now); });
+}
+
 void RecordBudgetDecision(const BudgetDecisionEvent& e) {
   RecorderEntry entry;
   ThreadBuffer* b = entry.buffer();

@@ -103,6 +103,8 @@ void RecordBudgetDecision(const BudgetDecisionEvent& event);
 // actions belong to pinshim and may run on a thread of its own. Like the
 // other Record* calls: no allocation, no lock, no output.
 void RecordOwnPin(const OwnPinEvent& event);
+// A change of optimize mode's self-check verdict (kPathVerdict).
+void RecordPathVerdict(const PathVerdictFields& verdict);
 
 // The memcpy-family hooks call this with the source they are about to read.
 // When it overlaps write-combined pinned memory, records a wc-read misuse

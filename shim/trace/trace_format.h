@@ -164,6 +164,18 @@
 //              Values are those of shim/core/events.h; unknown ones are kept
 //              and reported as "unknown". Event type 49 (skipped by older
 //              readers; kTraceVersion stays 1).
+//   kPathVerdict
+//              a change of optimize mode's self-check verdict on one of its
+//              paths in one cell (shim/optimize/path_judge.h): u direction
+//              (CopyDir), u sync (1: synchronous calls), u size class (0:
+//              under 256 KiB, then by powers of four: 1 from 256 KiB, 2
+//              from 1 MiB, ... 7 from 1 GiB), u path (1 staged, 2 pinned in
+//              place), u verdict (1 faster than the driver's own path, 2
+//              slower: no longer taken there), u copies that took the path,
+//              u copies that took the driver's, u the path's ns per MiB, u
+//              the driver's ns per MiB, u times the path was found slower.
+//              Event type 51 (skipped by older readers; kTraceVersion
+//              stays 1).
 //   kOptimizeCounters
 //              a snapshot of optimize mode's counters, written by the
 //              sampler at each sample when they changed and once at exit
@@ -221,6 +233,7 @@ enum class EventType : uint8_t {
   kBudgetDecision = 48,
   kOwnPin = 49,
   kOptimizeCounters = 50,
+  kPathVerdict = 51,
 };
 
 // kProcess tags. "u", "s" and "text" say how the value bytes are encoded.
@@ -669,6 +682,20 @@ PINSHIM_TRACE_RECORD(GraphFields, PINSHIM_GRAPH_FIELDS);
   X(stack, uint64_t, kAppended, 0) \
   X(detail, uint64_t, kAppended, 0)
 PINSHIM_TRACE_RECORD(OwnPinFields, PINSHIM_OWN_PIN_FIELDS);
+
+// kPathVerdict
+#define PINSHIM_PATH_VERDICT_FIELDS(X)      \
+  X(dir, uint64_t, kFirst, 0)               \
+  X(sync, uint64_t, kFirst, 0)              \
+  X(size_class, uint64_t, kFirst, 0)        \
+  X(path, uint64_t, kFirst, 0)              \
+  X(verdict, uint64_t, kFirst, 0)           \
+  X(path_copies, uint64_t, kFirst, 0)       \
+  X(driver_copies, uint64_t, kFirst, 0)     \
+  X(path_ns_per_mib, uint64_t, kFirst, 0)   \
+  X(driver_ns_per_mib, uint64_t, kFirst, 0) \
+  X(losses, uint64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(PathVerdictFields, PINSHIM_PATH_VERDICT_FIELDS);
 
 // kBudgetDecision: the lines of shim/core/budget_decision.inc, each u.
 struct BudgetDecisionFields {

@@ -7,8 +7,11 @@
 // when it is queued.
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "tests/fakecuda/driver_behavior.h"
 #include "tests/fakecuda/internal.h"
@@ -148,6 +151,33 @@ bool AsyncPageable(Api api, MemKind dst, MemKind src) {
   return api == Api::kAsync && (dst == MemKind::kPageable || src == MemKind::kPageable);
 }
 
+// Test instruments for optimize mode's self-check, not a model of any
+// hardware: FAKECUDA_PAGEABLE_NS_PER_MIB and FAKECUDA_PAGELOCKED_NS_PER_MIB
+// (read once) make each 1D copy between the device and host memory of that
+// kind take at least that long per MiB in the calling thread, so a test can
+// make one path slower than the other on purpose.
+unsigned long NsPerMibFromEnvironment(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(text, &end, 10);
+  return *end == '\0' && v <= 1000000000ul ? v : 0;
+}
+
+void SlowDownOnPurpose(const Span& d, const Span& s, size_t n) {
+  static const unsigned long pageable = NsPerMibFromEnvironment("FAKECUDA_PAGEABLE_NS_PER_MIB");
+  static const unsigned long locked = NsPerMibFromEnvironment("FAKECUDA_PAGELOCKED_NS_PER_MIB");
+  const bool to_device = d.kind == MemKind::kDevice, from_device = s.kind == MemKind::kDevice;
+  if (to_device == from_device) return;
+  const MemKind host = to_device ? s.kind : d.kind;
+  const unsigned long per_mib = host == MemKind::kPageable ? pageable
+                                : host == MemKind::kPinned ? locked
+                                                           : 0;
+  if (per_mib == 0) return;
+  std::this_thread::sleep_for(
+      std::chrono::nanoseconds(static_cast<uint64_t>(per_mib) * n / (size_t{1} << 20)));
+}
+
 CUresult Copy(Naming dst_naming, uintptr_t dst, Naming src_naming, uintptr_t src, size_t n,
               CUstream handle, Api api, bool per_thread_api) {
   Context* ctx;
@@ -156,6 +186,7 @@ CUresult Copy(Naming dst_naming, uintptr_t dst, Naming src_naming, uintptr_t src
   Span d, s;
   if (CUresult err = Resolve(dst_naming, dst, n, &d)) return err;
   if (CUresult err = Resolve(src_naming, src, n, &s)) return err;
+  SlowDownOnPurpose(d, s, n);
   if (api == Api::kSync && d.kind == MemKind::kDevice && s.kind == MemKind::kPageable &&
       behavior::kSyncPageableUploadReturnsBeforeItsDma) {
     // The stream's earlier work first, then the source read into staging

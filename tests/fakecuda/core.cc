@@ -2,6 +2,9 @@
 // test-only knobs of fakecuda_control.h.
 #include <pthread.h>
 
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "tests/fakecuda/fakecuda_control.h"
@@ -27,6 +30,38 @@ Armed g_armed[kMaxArmed];
 int g_armed_used = 0;
 std::atomic<int> g_armed_count{0};
 std::atomic_flag g_armed_lock = ATOMIC_FLAG_INIT;
+
+// Names of the entry points already reported as not simulated.
+constexpr int kMaxReported = 1024;
+const char* g_reported[kMaxReported];
+int g_reported_used = 0;
+std::atomic_flag g_reported_lock = ATOMIC_FLAG_INIT;
+
+// Whether FAKECUDA_DEBUG asks for a trace: -1 until read.
+std::atomic<int> g_debug{-1};
+
+bool DebugEnabled() {
+  int debug = g_debug.load(std::memory_order_relaxed);
+  if (debug < 0) {
+    const char* value = std::getenv("FAKECUDA_DEBUG");
+    debug = value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+    g_debug.store(debug, std::memory_order_relaxed);
+  }
+  return debug != 0;
+}
+
+// True the first time `name` is passed.
+bool FirstReport(const char* name) {
+  while (g_reported_lock.test_and_set(std::memory_order_acquire)) {
+  }
+  bool first = true;
+  for (int i = 0; i < g_reported_used && first; ++i) {
+    first = std::strcmp(g_reported[i], name) != 0;
+  }
+  if (first && g_reported_used < kMaxReported) g_reported[g_reported_used++] = name;
+  g_reported_lock.clear(std::memory_order_release);
+  return first;
+}
 
 void LockArmed() {
   while (g_armed_lock.test_and_set(std::memory_order_acquire)) {
@@ -68,6 +103,8 @@ void ParentAfterFork() {
 }
 
 void ChildAfterFork() {
+  g_reported_used = 0;  // A new process: each name is reported once again.
+  g_reported_lock.clear();
   State& old = S();
   auto* fresh = new State;
   fresh->epoch = old.epoch + 1;
@@ -136,8 +173,27 @@ ApiSite::ApiSite(const char* base_name) : name(base_name) {
                                           std::memory_order_relaxed));
 }
 
+void DebugLog(const char* format, ...) {
+  if (!DebugEnabled()) return;
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof(line), format, args);
+  va_end(args);
+  std::fprintf(stderr, "fakecuda: %s\n", line);
+}
+
+CUresult NotSimulated(const char* base_name, const char* detail) {
+  if (FirstReport(base_name)) {
+    std::fprintf(stderr, "fakecuda: %s is not simulated%s%s\n", base_name,
+                 detail != nullptr ? ": " : "", detail != nullptr ? detail : "");
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 CUresult Enter(ApiSite* site) {
   site->calls.fetch_add(1, std::memory_order_relaxed);
+  DebugLog("%s", site->name);
   if (g_armed_count.load(std::memory_order_acquire) == 0) return CUDA_SUCCESS;
   CUresult error = CUDA_SUCCESS;
   LockArmed();

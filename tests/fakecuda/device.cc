@@ -34,6 +34,17 @@ CUresult CheckDevice(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+// A UUID of its own per device: "fakecuda", zeros, then the device number.
+CUresult DeviceUuid(CUuuid* uuid, CUdevice dev) {
+  if (CUresult err = RequireInit()) return err;
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult err = CheckDevice(dev)) return err;
+  std::memset(uuid->bytes, 0, sizeof(uuid->bytes));
+  std::memcpy(uuid->bytes, "fakecuda", 8);
+  uuid->bytes[15] = static_cast<char>(dev);
+  return CUDA_SUCCESS;
+}
+
 // An H200-like device; attributes not listed read 0.
 int AttributeValue(CUdevice_attribute attribute, CUdevice dev) {
   switch (attribute) {
@@ -484,6 +495,16 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
   if (CUresult err = fakecuda::CheckDevice(dev)) return err;
   *pi = fakecuda::AttributeValue(attrib, dev);
   return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceGetUuid");
+  return fakecuda::DeviceUuid(uuid, dev);
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  FAKECUDA_ENTER("cuDeviceGetUuid");
+  return fakecuda::DeviceUuid(uuid, dev);
 }
 
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {

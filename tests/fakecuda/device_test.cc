@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -67,6 +68,37 @@ TEST(DeviceTest, CountNamesAndAttributes) {
   size_t total = 0;
   EXPECT_EQ(cuDeviceTotalMem(&total, 0), CUDA_SUCCESS);
   EXPECT_GT(total, size_t{100} << 30);
+}
+
+TEST(DeviceTest, UuidOfItsOwnPerDevice) {
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  CUuuid first, again, second;
+  ASSERT_EQ(cuDeviceGetUuid(&first, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDeviceGetUuid(&again, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDeviceGetUuid(&second, 1), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(first.bytes, again.bytes, sizeof(first.bytes)), 0);
+  EXPECT_NE(std::memcmp(first.bytes, second.bytes, sizeof(first.bytes)), 0);
+  // The 9.2 ABI (cuda.h maps the name to the 11.4 one) answers the same.
+  auto v1 =
+      reinterpret_cast<CUresult (*)(CUuuid*, CUdevice)>(dlsym(RTLD_DEFAULT, "cuDeviceGetUuid"));
+  ASSERT_NE(v1, nullptr);
+  ASSERT_EQ(v1(&again, 1), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(second.bytes, again.bytes, sizeof(second.bytes)), 0);
+  EXPECT_EQ(cuDeviceGetUuid(&first, 2), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cuDeviceGetUuid(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST(DeviceTest, ModuleLoadingModeFollowsTheEnvironment) {
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
+  ASSERT_EQ(unsetenv("CUDA_MODULE_LOADING"), 0);
+  ASSERT_EQ(cuModuleGetLoadingMode(&mode), CUDA_SUCCESS);
+  EXPECT_EQ(mode, CU_MODULE_LAZY_LOADING);
+  ASSERT_EQ(setenv("CUDA_MODULE_LOADING", "EAGER", 1), 0);
+  ASSERT_EQ(cuModuleGetLoadingMode(&mode), CUDA_SUCCESS);
+  EXPECT_EQ(mode, CU_MODULE_EAGER_LOADING);
+  ASSERT_EQ(unsetenv("CUDA_MODULE_LOADING"), 0);
+  EXPECT_EQ(cuModuleGetLoadingMode(nullptr), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST(ContextTest, NoCurrentContextIsInvalidContext) {

@@ -39,7 +39,17 @@ struct ApiSite {
 };
 
 // Counts the call; returns the error armed by fakecuda_fail_next, else success.
+// With FAKECUDA_DEBUG set, names the call on stderr.
 CUresult Enter(ApiSite* site);
+
+// With FAKECUDA_DEBUG set (to anything but "0" or ""), prints "fakecuda: "
+// and the formatted line on stderr; prints nothing otherwise.
+void DebugLog(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+// What an entry point that is not simulated does when called: says so on
+// stderr, once per name and process ("fakecuda: cuXxx is not simulated",
+// then ": " and `detail` if given), and returns CUDA_ERROR_NOT_SUPPORTED.
+CUresult NotSimulated(const char* base_name, const char* detail = nullptr);
 
 // First statement of every exported function: counts it and honours
 // fakecuda_fail_next for `base_name` (the name cuGetProcAddress takes).

@@ -39,6 +39,10 @@ TEST(NotInitializedTest, CallsBeforeCuInitThenDeviceCountFromEnvironment) {
   EXPECT_EQ(cuMemcpyHtoD(0x1000, &byte, 1), CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(cuStreamCreate(&stream, 0), CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(cuStreamSynchronize(nullptr), CUDA_ERROR_NOT_INITIALIZED);
+  CUuuid uuid;
+  CUmoduleLoadingMode mode;
+  EXPECT_EQ(cuDeviceGetUuid(&uuid, 0), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(cuModuleGetLoadingMode(&mode), CUDA_ERROR_NOT_INITIALIZED);
 
   EXPECT_EQ(cuInit(1), CUDA_ERROR_INVALID_VALUE);
   ASSERT_EQ(setenv("FAKECUDA_DEVICES", "0", 1), 0);

@@ -1,6 +1,13 @@
-// cuGetProcAddress: the table of entry points by base name, ABI version and
-// stream variant, with the versions cudaTypedefs.h gives them (PFN_<name>_v<N>).
+// cuGetProcAddress: every entry point of a CUDA 13.0 driver by base name, ABI
+// version and stream variant (driver_abis.inc, from the toolkit's typedef
+// headers), answered as that driver answers. An ABI this library implements
+// resolves to its function; any other resolves to a stub that says, when
+// called, that the entry point is not simulated, and returns
+// CUDA_ERROR_NOT_SUPPORTED.
+#include <array>
+#include <cstddef>
 #include <cstring>
+#include <utility>
 
 #include "tests/fakecuda/driver_behavior.h"
 #include "tests/fakecuda/internal.h"
@@ -8,10 +15,23 @@
 namespace fakecuda {
 namespace {
 
-struct Entry {
+// One ABI of an entry point.
+struct Abi {
   const char* name;  // Base name, as cuGetProcAddress takes it.
   int version;       // CUDA version that introduced this ABI.
   bool per_thread;   // The _ptds/_ptsz variant.
+};
+
+constexpr Abi kAbis[] = {
+#include "tests/fakecuda/driver_abis.inc"
+};
+constexpr size_t kAbiCount = sizeof(kAbis) / sizeof(kAbis[0]);
+
+// The ABIs implemented here; each must be one of kAbis.
+struct Entry {
+  const char* name;
+  int version;
+  bool per_thread;
   void* fn;
 };
 
@@ -25,6 +45,7 @@ const Entry kEntries[] = {
     LEGACY("cuGetProcAddress", 12000, cuGetProcAddress_v2),
     LEGACY("cuInit", 2000, cuInit),
     LEGACY("cuDriverGetVersion", 2020, cuDriverGetVersion),
+    LEGACY("cuGetExportTable", 3000, cuGetExportTable),
     LEGACY("cuGetErrorName", 6000, cuGetErrorName),
     LEGACY("cuGetErrorString", 6000, cuGetErrorString),
     LEGACY("cuDeviceGet", 2000, cuDeviceGet),
@@ -32,6 +53,9 @@ const Entry kEntries[] = {
     LEGACY("cuDeviceGetName", 2000, cuDeviceGetName),
     LEGACY("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
     LEGACY("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+    LEGACY("cuDeviceGetUuid", 9020, cuDeviceGetUuid),
+    LEGACY("cuDeviceGetUuid", 11040, cuDeviceGetUuid_v2),
+    LEGACY("cuModuleGetLoadingMode", 11070, cuModuleGetLoadingMode),
     LEGACY("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
     LEGACY("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
     LEGACY("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
@@ -125,6 +149,8 @@ const Entry kEntries[] = {
     LEGACY("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags),
     PER_THREAD("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags_ptsz),
     LEGACY("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    LEGACY("cuStreamGetFlags", 5050, cuStreamGetFlags),
+    PER_THREAD("cuStreamGetFlags", 7000, cuStreamGetFlags_ptsz),
     LEGACY("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
     PER_THREAD("cuLaunchHostFunc", 10000, cuLaunchHostFunc_ptsz),
     LEGACY("cuStreamAddCallback", 5000, cuStreamAddCallback),
@@ -151,6 +177,33 @@ const Entry kEntries[] = {
 #undef LEGACY
 #undef PER_THREAD
 
+// The stub kAbis[I] resolves to when nothing here implements it. Callers pass
+// that ABI's arguments; a function that takes none ignores them (in the
+// x86-64 calling convention the caller owns its arguments).
+template <size_t I>
+CUresult Unsimulated() {
+  return NotSimulated(kAbis[I].name);
+}
+
+using Stub = CUresult (*)();
+
+template <size_t... I>
+constexpr std::array<Stub, sizeof...(I)> StubTable(std::index_sequence<I...>) {
+  return {{&Unsimulated<I>...}};
+}
+
+constexpr std::array<Stub, kAbiCount> kStubs = StubTable(std::make_index_sequence<kAbiCount>());
+
+void* Implementation(const Abi& abi, size_t index) {
+  for (const Entry& entry : kEntries) {
+    if (entry.version == abi.version && entry.per_thread == abi.per_thread &&
+        std::strcmp(entry.name, abi.name) == 0) {
+      return entry.fn;
+    }
+  }
+  return reinterpret_cast<void*>(kStubs[index]);
+}
+
 }  // namespace
 
 CUresult LookupProc(const char* symbol, int version, cuuint64_t flags, void** pfn,
@@ -164,26 +217,33 @@ CUresult LookupProc(const char* symbol, int version, cuuint64_t flags, void** pf
   // the legacy one when the symbol has none at this version.
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   bool known = false;
-  const Entry* legacy = nullptr;
-  const Entry* threaded = nullptr;
-  for (const Entry& entry : kEntries) {
-    if (std::strcmp(entry.name, symbol) != 0) continue;
+  size_t legacy = kAbiCount;
+  size_t threaded = kAbiCount;
+  for (size_t i = 0; i < kAbiCount; ++i) {
+    const Abi& abi = kAbis[i];
+    if (std::strcmp(abi.name, symbol) != 0) continue;
     known = true;
-    if (entry.version > version) continue;
-    const Entry*& best = entry.per_thread ? threaded : legacy;
-    if (best == nullptr || entry.version > best->version) best = &entry;
+    if (abi.version > version) continue;
+    size_t& best = abi.per_thread ? threaded : legacy;
+    if (best == kAbiCount || abi.version > kAbis[best].version) best = i;
   }
-  const Entry* pick = per_thread && threaded != nullptr ? threaded : legacy;
-  if (pick == nullptr) {
+  const size_t pick = per_thread && threaded != kAbiCount ? threaded : legacy;
+  if (pick == kAbiCount) {
     *pfn = nullptr;
     if (status != nullptr) {
       *status =
           known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     }
+    DebugLog("cuGetProcAddress(%s, %d, %llu): not found", symbol, version,
+             static_cast<unsigned long long>(flags));
     return behavior::kProcAddressNotFound;
   }
-  *pfn = pick->fn;
+  *pfn = Implementation(kAbis[pick], pick);
   if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+  DebugLog("cuGetProcAddress(%s, %d, %llu): ABI %d%s%s", symbol, version,
+           static_cast<unsigned long long>(flags), kAbis[pick].version,
+           kAbis[pick].per_thread ? " per-thread" : "",
+           *pfn == reinterpret_cast<void*>(kStubs[pick]) ? ", not simulated" : "");
   return CUDA_SUCCESS;
 }
 

@@ -1,7 +1,9 @@
 // cuGetProcAddress, reached as the CUDA runtime reaches it: the library is
 // dlopen()ed by path (never linked), one dlsym("cuGetProcAddress_v2"), then
-// lookups by base name, version and flags. Also: loading by the plain name
-// libcuda.so.1 through LD_LIBRARY_PATH, with no output.
+// lookups by base name, version and flags; entry points that are not
+// simulated, and cuGetExportTable, which says so when called. Also: loading
+// by the plain name libcuda.so.1 through LD_LIBRARY_PATH, with no output
+// unless FAKECUDA_DEBUG asks for a trace.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
@@ -11,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -131,6 +134,8 @@ TEST_F(ProcAddressTest, NewestAbiAtTheVersionAndTheStreamVariantAsked) {
       {"cuStreamSynchronize", 7000, kPerThread, "cuStreamSynchronize_ptsz"},
       {"cuStreamQuery", 7000, kPerThread, "cuStreamQuery_ptsz"},
       {"cuStreamWaitEvent", 7000, kPerThread, "cuStreamWaitEvent_ptsz"},
+      {"cuStreamGetFlags", 5050, 0, "cuStreamGetFlags"},
+      {"cuStreamGetFlags", 7000, kPerThread, "cuStreamGetFlags_ptsz"},
       {"cuEventRecord", 7000, kPerThread, "cuEventRecord_ptsz"},
       {"cuEventDestroy", 4000, 0, "cuEventDestroy_v2"},
       {"cuEventElapsedTime", 2000, 0, "cuEventElapsedTime"},
@@ -154,7 +159,7 @@ TEST_F(ProcAddressTest, NotFoundAndBadArguments) {
     CUdriverProcAddressQueryResult status;
   };
   const Missing missing[] = {
-      {"cuMemcpyHtoD", 3010, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT},
+      {"cuMemcpyHtoD", 1000, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT},
       {"cuMemcpyBatchAsync", 12060, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT},
       {"cuNoSuchEntryPoint", 13000, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND},
       {"cuMemcpyHtoD_v2", 13000, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND},  // Not a base name.
@@ -172,6 +177,111 @@ TEST_F(ProcAddressTest, NotFoundAndBadArguments) {
   EXPECT_EQ(get_proc_("cuInit", nullptr, 13000, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(get_proc_("cuInit", &fn, 13000, 4, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(get_proc_("cuInit", &fn, 13000, 0, nullptr), CUDA_SUCCESS);  // Status is optional.
+}
+
+// Runs `body` in a forked child whose stderr is captured; returns what it
+// wrote there, and body's return value (or -1 if it died) in *code.
+std::string InChildCapturingStderr(const std::function<int()>& body, int* code) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    _exit(body());
+  }
+  close(fds[1]);
+  std::string output;
+  char buffer[256];
+  ssize_t n;
+  while ((n = read(fds[0], buffer, sizeof(buffer))) > 0) output.append(buffer, n);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return output;
+}
+
+// Every ABI a CUDA 13.0 driver has (the toolkit's typedef headers list them)
+// resolves, as on that driver; one not simulated here resolves to a stub that
+// fails with CUDA_ERROR_NOT_SUPPORTED and names itself on stderr, once.
+TEST_F(ProcAddressTest, EntryPointsNotSimulatedResolveToStubsThatSaySo) {
+  const Case cases[] = {
+      {"cuLaunchKernel", 13000, 0, nullptr},
+      {"cuLaunchKernel", 13000, kPerThread, nullptr},
+      {"cuModuleLoadData", 2000, 0, nullptr},
+      {"cuMemcpyHtoD", 3010, 0, nullptr},  // The 32-bit ABI of CUDA 2.0.
+      {"cuGraphicsGLRegisterBuffer", 13000, 0, nullptr},
+      {"cuVDPAUGetDevice", 13000, 0, nullptr},
+      {"cuEGLStreamConsumerConnect", 13000, 0, nullptr},
+      {"cuProfilerStart", 13000, 0, nullptr},
+  };
+  std::vector<void*> stubs;
+  for (const Case& c : cases) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    EXPECT_EQ(get_proc_(c.symbol, &fn, c.version, c.flags, &status), CUDA_SUCCESS) << c.symbol;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS) << c.symbol;
+    EXPECT_NE(fn, nullptr) << c.symbol;
+    stubs.push_back(fn);
+  }
+  EXPECT_NE(stubs[0], stubs[1]);  // The per-thread ABI is an entry point of its own.
+  EXPECT_NE(stubs[3], Export("cuMemcpyHtoD"));
+  EXPECT_NE(stubs[3], Export("cuMemcpyHtoD_v2"));
+
+  using Launch = PFN_cuLaunchKernel_v4000;
+  int code = -1;
+  const std::string output = InChildCapturingStderr(
+      [&] {
+        auto launch = reinterpret_cast<Launch>(stubs[0]);
+        auto load = reinterpret_cast<PFN_cuModuleLoadData_v2000>(stubs[2]);
+        auto htod = reinterpret_cast<CUresult (*)(unsigned, const void*, unsigned)>(stubs[3]);
+        CUmodule module;
+        char byte = 0;
+        for (int i = 0; i < 2; ++i) {
+          if (launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr) !=
+              CUDA_ERROR_NOT_SUPPORTED) {
+            return 1;
+          }
+        }
+        if (load(&module, &byte) != CUDA_ERROR_NOT_SUPPORTED) return 2;
+        if (htod(0, &byte, 1) != CUDA_ERROR_NOT_SUPPORTED) return 3;
+        return 0;
+      },
+      &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(output,
+            "fakecuda: cuLaunchKernel is not simulated\n"
+            "fakecuda: cuModuleLoadData is not simulated\n"
+            "fakecuda: cuMemcpyHtoD is not simulated\n");
+}
+
+// The CUDA runtime's private tables are not simulated: every UUID is refused,
+// and the first request says so.
+TEST_F(ProcAddressTest, ExportTablesRefusedAndNamedOnce) {
+  void* fn = nullptr;
+  ASSERT_EQ(get_proc_("cuGetExportTable", &fn, 3000, 0, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fn, Export("cuGetExportTable"));
+  auto get_table = reinterpret_cast<PFN_cuGetExportTable_v3000>(fn);
+  int code = -1;
+  const std::string output = InChildCapturingStderr(
+      [&] {
+        CUuuid first, second;
+        std::memset(first.bytes, 0x6b, sizeof(first.bytes));
+        std::memset(second.bytes, 0xd4, sizeof(second.bytes));
+        const void* table = &code;
+        if (get_table(&table, &first) != CUDA_ERROR_NOT_SUPPORTED || table != nullptr) return 1;
+        if (get_table(&table, &second) != CUDA_ERROR_NOT_SUPPORTED) return 2;
+        if (get_table(nullptr, &first) != CUDA_ERROR_INVALID_VALUE) return 3;
+        if (get_table(&table, nullptr) != CUDA_ERROR_INVALID_VALUE) return 4;
+        return 0;
+      },
+      &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(output,
+            "fakecuda: cuGetExportTable is not simulated: the CUDA runtime's private tables; "
+            "programs built with cudart stop here\n");
 }
 
 TEST_F(ProcAddressTest, WorksEndToEndThroughLookedUpPointers) {
@@ -207,8 +317,8 @@ TEST_F(ProcAddressTest, WorksEndToEndThroughLookedUpPointers) {
   EXPECT_EQ(free_dev(dev), CUDA_SUCCESS);
 }
 
-// Runs `argv` with `env_entry` added; returns its exit code and what it printed.
-int RunCaptured(const std::vector<std::string>& argv, const std::string& env_entry,
+// Runs `argv` with `env_entries` added; returns its exit code and what it printed.
+int RunCaptured(const std::vector<std::string>& argv, const std::vector<std::string>& env_entries,
                 std::string* output) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
@@ -218,7 +328,7 @@ int RunCaptured(const std::vector<std::string>& argv, const std::string& env_ent
     dup2(fds[1], 2);
     close(fds[0]);
     close(fds[1]);
-    putenv(const_cast<char*>(env_entry.c_str()));
+    for (const auto& entry : env_entries) putenv(const_cast<char*>(entry.c_str()));
     std::vector<char*> args;
     for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
     args.push_back(nullptr);
@@ -238,9 +348,31 @@ int RunCaptured(const std::vector<std::string>& argv, const std::string& env_ent
 TEST(LoadByNameTest, FoundThroughLdLibraryPathAndSilent) {
   std::string output;
   const int code = RunCaptured({RunfilesPath("tests/fakecuda/driver_client"), DriverLibraryDir()},
-                               "LD_LIBRARY_PATH=" + DriverLibraryDir(), &output);
+                               {"LD_LIBRARY_PATH=" + DriverLibraryDir()}, &output);
   EXPECT_EQ(code, 0) << "driver_client failed at step " << code;
   EXPECT_EQ(output, "");
+  output.clear();
+  EXPECT_EQ(RunCaptured({RunfilesPath("tests/fakecuda/driver_client"), DriverLibraryDir()},
+                        {"LD_LIBRARY_PATH=" + DriverLibraryDir(), "FAKECUDA_DEBUG=0"}, &output),
+            0);
+  EXPECT_EQ(output, "");
+}
+
+// FAKECUDA_DEBUG: every lookup with the ABI it found, and every call.
+TEST(LoadByNameTest, DebugTraceNamesLookupsAndCalls) {
+  std::string output;
+  const int code =
+      RunCaptured({RunfilesPath("tests/fakecuda/driver_client"), DriverLibraryDir()},
+                  {"LD_LIBRARY_PATH=" + DriverLibraryDir(), "FAKECUDA_DEBUG=1"}, &output);
+  EXPECT_EQ(code, 0) << "driver_client failed at step " << code;
+  const char* expected[] = {
+      "fakecuda: cuGetProcAddress(cuGetProcAddress, 12000, 0): ABI 12000\n",
+      "fakecuda: cuGetProcAddress(cuMemcpyDtoH, 7000, 2): ABI 7000 per-thread\n",
+      "fakecuda: cuGetProcAddress(cuNoSuchEntryPoint, 13000, 0): not found\n",
+      "fakecuda: cuInit\n",
+      "fakecuda: cuMemcpyHtoD\n",
+  };
+  for (const char* line : expected) EXPECT_NE(output.find(line), std::string::npos) << line;
 }
 
 }  // namespace

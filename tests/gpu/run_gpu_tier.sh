@@ -7,6 +7,11 @@
 #   bash tests/gpu/run_gpu_tier.sh --selftest checks this script's parsing,
 #                                             comparison and orchestration with
 #                                             canned summaries; needs no GPU
+#   bash tests/gpu/run_gpu_tier.sh --programs LIBDIR NAME=PROGRAM...
+#                                             the same three runs and checks of
+#                                             programs built elsewhere, on
+#                                             whatever driver the loader finds
+#                                             (tests/runtime: the simulated one)
 #
 # For each program (copy_program.cu with the static and the shared CUDA
 # runtime, driver_program.cc through cuGetProcAddress and linked to libcuda,
@@ -539,7 +544,8 @@ corpus() {
   fi
 }
 
-main() {
+# start LIBDIR: the library folder, the work folder and the logs.
+start() {
   LIBDIR="$(cd "$1" && pwd)" || { echo "usage: $0 LIBDIR | --selftest" >&2; exit 2; }
   WORK="$(mktemp -d "${TMPDIR:-/tmp}/pinshim-gpu-tier.XXXXXX")"
   LOGDIR="${OUT:-$WORK/logs}"
@@ -547,6 +553,23 @@ main() {
   : > "$LOGDIR/setup.log"; : > "$LOGDIR/runs.log"; : > "$LOGDIR/summaries.log"
   : > "$LOGDIR/cpu_tests.log"
   echo "pinshim GPU tier: LIBDIR=$LIBDIR work=$WORK logs=$LOGDIR timeout=${TIMEOUT}s"
+}
+
+# programs LIBDIR NAME=PROGRAM...: run_program for each, then the table.
+programs() {
+  start "$1"
+  shift
+  local spec
+  if check_libdir; then
+    for spec in "$@"; do run_program "${spec%%=*}" "${spec#*=}"; done
+  fi
+  echo
+  print_table
+  [ "$FAILED" -eq 0 ]
+}
+
+main() {
+  start "$1"
   {
     echo "== host: $(uname -a)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
@@ -706,6 +729,7 @@ EOF
 
 case "${1:-}" in
   --selftest) selftest ;;
-  ''|-h|--help) sed -n '2,30p' "$0"; exit 2 ;;
+  --programs) shift; programs "$@" ;;
+  ''|-h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 2 ;;
   *) main "$1" ;;
 esac

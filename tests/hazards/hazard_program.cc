@@ -589,7 +589,7 @@ void RunStreamRewrite(Kind kind) {
 }
 
 // A page change the hooks cannot see: madvise by raw system call. Without
-// page verification optimize mode cannot follow it (README's limits).
+// page verification optimize mode cannot follow it (docs/limits.md).
 void RunRawSyscall(Kind kind) {
   std::string name = std::string(KindName(kind)) + " raw_syscall_dontneed";
   if (!Wanted(name)) return;

@@ -649,6 +649,36 @@ void Budget() {
 // A reused pageable buffer (what optimize mode pins in place), freed and
 // allocated again at the same size, and async copies on it: the contents
 // must be what the pageable copies would have produced.
+// A new buffer per step, as programs move their batches: malloc, fill,
+// upload, free; malloc, download on a stream, free. For optimize mode's
+// self-check (the test makes one path slow on purpose).
+void Fresh() {
+  const size_t n = 4 << 20;
+  CUdeviceptr dev;
+  CHECK(d.MemAlloc(&dev, n));
+  // A blocking stream: its download waits for the upload's DMA, which a
+  // synchronous pageable upload may leave queued on the legacy stream.
+  CUstream stream;
+  CHECK(d.StreamCreate(&stream, 0));
+  unsigned long sum = 0;
+  for (int step = 0; step < 200; ++step) {
+    char* up = static_cast<char*>(malloc(n));
+    Fill(up, n, step);
+    CHECK(d.MemcpyHtoD(dev, up, n));
+    g_expect.h2d++;
+    free(up);
+    char* down = static_cast<char*>(malloc(n));
+    CHECK(d.MemcpyDtoHAsync(down, dev, n, stream));
+    CHECK(d.StreamSynchronize(stream));
+    g_expect.d2h++;
+    sum = sum * 31 + Checksum(down, n);
+    free(down);
+    if (step % 50 == 49) printf("fresh %d: %lx\n", step, sum);
+  }
+  CHECK(d.StreamDestroy(stream));
+  CHECK(d.MemFree(dev));
+}
+
 void Hot() {
   const size_t n = 16 << 20;
   CUdeviceptr dev;
@@ -1251,6 +1281,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "hot") == 0) {
     LoadDriver(0);
     Hot();
+  } else if (strcmp(scenario, "fresh") == 0) {
+    LoadDriver(0);
+    Fresh();
   } else if (strcmp(scenario, "idle") == 0) {
     // Pinned memory allocated, freed, then left alone for 3.5 seconds.
     LoadDriver(0);

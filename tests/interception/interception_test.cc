@@ -74,6 +74,12 @@ RunResult RunProgram(const std::vector<std::string>& argv, bool preload,
     // not its node ledger.
     env.push_back("PINSHIM_CONFIG=");
     env.push_back("PINSHIM_LEDGER_PATH=" + dir + "/node-ledger");
+    // These tests check which path optimize mode takes; on the simulated
+    // driver the self-check would weigh speeds that mean nothing. Its own
+    // tests set PINSHIM_SELF_CHECK themselves.
+    bool self_check_set = false;
+    for (auto& e : extra_env) self_check_set |= e.rfind("PINSHIM_SELF_CHECK=", 0) == 0;
+    if (!self_check_set) env.push_back("PINSHIM_SELF_CHECK=0");
   }
   std::vector<char*> envp, args;
   for (auto& e : env) envp.push_back(&e[0]);
@@ -460,6 +466,51 @@ long long OptimizeField(const std::string& summary, const char* name) {
   if (at == std::string::npos) return -1;
   const size_t p = summary.find(std::string(" ") + name + "=", at);
   return p == std::string::npos ? -1 : std::stoll(summary.substr(p + strlen(name) + 2));
+}
+
+// The self-check (shim/optimize/path_judge.h) on a driver made slow on
+// purpose for one path: with page-locked copies slow, staging (whose DMAs
+// run from its pinned rings) loses to the driver's pageable path and is
+// stopped after a few copies, the summary and its self-check lines saying
+// so; with pageable copies slow instead, staging wins and takes nearly
+// every copy. Results as without the library either way.
+TEST(OptimizeTest, SelfCheckStopsAPathTheDriverBeats) {
+  // The slow paths are the simulated driver's knobs; a real driver has its
+  // own speeds, which bench/gpu/matrix.sh measures the self-check against.
+  if (access((g_fake_dir + "/libcuda.so.1").c_str(), F_OK) != 0) {
+    printf("NOT RUN self_check_slow_path: needs the simulated driver's FAKECUDA_*_NS_PER_MIB\n");
+    GTEST_SKIP() << "needs the simulated driver (FAKECUDA_*_NS_PER_MIB)";
+  }
+  const RunResult base = RunProgram({g_client, "fresh"}, false);
+  ASSERT_EQ(base.status, 0) << base.err;
+  const std::vector<std::string> optimize = {"PINSHIM_MODE=optimize", "PINSHIM_SELF_CHECK=1",
+                                             "PINSHIM_PIN_IN_PLACE=0", "PINSHIM_STAGE_WORKERS=1"};
+  std::vector<std::string> slow_locked = optimize;
+  slow_locked.push_back("FAKECUDA_PAGELOCKED_NS_PER_MIB=3000000");
+  const RunResult lose = RunProgram({g_client, "fresh"}, true, slow_locked);
+  EXPECT_EQ(lose.out, base.out);
+  ASSERT_EQ(lose.summaries.size(), 1u) << lose.err;
+  const std::string& l = lose.summaries[0];
+  EXPECT_GE(OptimizeField(l, "judge_losing_cells"), 1) << l;
+  // 400 copies of 4 MiB: the first to the driver, a few tried staged, then
+  // retries after 32, 64, 128 and 256 more.
+  EXPECT_LE(OptimizeField(l, "staged_copies"), 24) << l;
+  EXPECT_NE(l.find("pinshim: self-check path=staged dir=H2D size=4M+ call=sync verdict=slower"),
+            std::string::npos)
+      << l;
+  std::vector<std::string> slow_pageable = optimize;
+  slow_pageable.push_back("FAKECUDA_PAGEABLE_NS_PER_MIB=30000000");
+  const RunResult win = RunProgram({g_client, "fresh"}, true, slow_pageable);
+  EXPECT_EQ(win.out, base.out);
+  ASSERT_EQ(win.summaries.size(), 1u) << win.err;
+  const std::string& w = win.summaries[0];
+  EXPECT_EQ(OptimizeField(w, "judge_losing_cells"), 0) << w;
+  // Most copies staged (a loaded test machine slows the workers now and then).
+  EXPECT_GE(OptimizeField(w, "staged_copies"), 300) << w;
+  EXPECT_GE(OptimizeField(w, "judge_driver_probes"), 2) << w;
+  EXPECT_NE(w.find("pinshim: self-check path=staged dir=H2D size=4M+ call=sync verdict=faster"),
+            std::string::npos)
+      << w;
 }
 
 // Optimize mode in a child that uses CUDA (forked before the parent did):

@@ -443,7 +443,7 @@ class PythonFramesTest(unittest.TestCase):
                     self.assertIsNotNone(held, describe(findings))
                     self.assertEqual(held["site"]["python_status"], "subinterpreter")
                 else:
-                    # README's limit: before 3.12 the thread's running state
+                    # docs/limits.md, Python frames: before 3.12 the thread's running state
                     # is not its own to read, so copies made with the GIL held
                     # inside a subinterpreter entered from this thread are
                     # reported at the line that entered it.

@@ -66,7 +66,7 @@ def main():
         elif worker_ok and workers:
             site = workers[0]["site"]
             print("XFAIL   %s at %s:%d: the copy ran on a thread without a Python state "
-                  "(the framework's worker), reported at %s (%s:%s); see README's limits" % (
+                  "(the framework's worker), reported at %s (%s:%s); see docs/limits.md" % (
                       rule, base, line, site.get("function"), site.get("file"), site.get("line")))
         elif native_ok and of_rule:
             site = of_rule[0]["site"]

@@ -1,0 +1,143 @@
+"""The Python cells of bench/gpu/matrix.sh: PyTorch training fed by a
+DataLoader, and NumPy arrays moved through PyTorch or CuPy, as users' scripts
+do them. One process per variant runs every round, in lockstep with the other
+variants' processes (matrix.sh hands out the turns), so rounds interleave
+without paying the imports and the CUDA start-up each time.
+
+Usage: py_matrix.py ROUNDS GO_FIFO DONE_FIFO CELL...
+  dataloader:BATCH:WORKERS:pin|nopin|nocopy   a TensorDataset of 3072 float images of
+      3x96x96 (110.6 KB each: a batch of 5, 32 or 112 is about 0.5, 3.4 or
+      12 MiB), a small CNN trained for a warm-up and then about 1536 images;
+      images_per_s, and the loss summed over the timed steps; nocopy: without
+      pin_memory, and the batches never copied (the model trains on one batch
+      uploaded before the loop): how fast the loop could go with copies free
+  numpy:torch|cupy:MIB:fresh|reuse     a new NumPy array per step (fresh) or one
+      rewritten in place, uploaded and downloaded; h2d_gbps and d2h_gbps
+      are medians over the steps
+Before each round the process reads one line from GO_FIFO; after it, it
+writes "done" to DONE_FIFO. Round 0 is a warm-up and prints nothing. Lines:
+  round=R cell=NAME METRIC=VALUE ... checksum=C"""
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+IMAGES = 3072
+TIMED_IMAGES = 1536
+
+
+def dataloader_cell(batch, workers, mode, data, labels):
+    pin, copy = mode == "pin", mode != "nocopy"
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+                          nn.Flatten(), nn.Linear(256, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(TensorDataset(data, labels), batch_size=batch, num_workers=workers,
+                        pin_memory=pin, shuffle=True, drop_last=True,
+                        generator=torch.Generator().manual_seed(1),
+                        persistent_workers=workers > 0)
+    warm, timed = 4, max(16, TIMED_IMAGES // batch)
+    losses, step, t0 = [], 0, None
+    fixed_x = data[:batch].cuda()
+    fixed_y = labels[:batch].cuda()
+    while step < warm + timed:
+        for x, y in loader:
+            if step == warm:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            if copy:
+                x = x.cuda(non_blocking=pin)
+                y = y.cuda(non_blocking=pin)
+            else:
+                x, y = fixed_x, fixed_y
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step >= warm:
+                losses.append(loss.detach())
+            step += 1
+            if step == warm + timed:
+                break
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    del loader  # its workers end here
+    checksum = float(torch.stack(losses).sum())
+    return f"images_per_s={timed * batch / dt:.1f} checksum={checksum:.5f}"
+
+
+def numpy_cell(framework, mib, fresh):
+    n = mib << 20
+    if framework == "torch":
+        dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+        sync = torch.cuda.synchronize
+        upload = lambda a: dev.copy_(torch.from_numpy(a))
+        download = lambda: dev.cpu().numpy()
+    else:
+        import cupy as cp
+        dev = cp.empty(n, dtype=cp.uint8)
+        sync = cp.cuda.runtime.deviceSynchronize
+        upload = lambda a: dev.set(a)
+        download = lambda: dev.get()
+    steps = 24 if mib <= 4 else 8
+    up, down, checksum = [], [], 0
+    a = np.empty(n, dtype=np.uint8)
+    for i in range(steps + 2):
+        if fresh:
+            a = np.full(n, i % 251, dtype=np.uint8)  # a new, just written array
+        else:
+            a.fill(i % 251)
+        sync()
+        t0 = time.perf_counter()
+        upload(a)
+        sync()
+        t1 = time.perf_counter()
+        back = download()
+        sync()
+        t2 = time.perf_counter()
+        if i >= 2:
+            up.append(t1 - t0)
+            down.append(t2 - t1)
+        checksum = (checksum * 31 + int(back[n // 2]) + int(back[-1])) % (1 << 64)
+    return (f"h2d_gbps={n / statistics.median(up) / 1e9:.3f} "
+            f"d2h_gbps={n / statistics.median(down) / 1e9:.3f} checksum={checksum:016x}")
+
+
+def run_cell(spec, data, labels):
+    f = spec.split(":")
+    if f[0] == "dataloader":
+        return dataloader_cell(int(f[1]), int(f[2]), f[3], data, labels)
+    if f[0] == "numpy":
+        try:
+            return numpy_cell(f[1], int(f[2]), f[3] == "fresh")
+        except ImportError as e:
+            return f"skipped={type(e).__name__}"
+    raise SystemExit(f"py_matrix: bad cell '{spec}'")
+
+
+def main():
+    rounds, go_path, done_path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    cells = sys.argv[4:]
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    g = torch.Generator().manual_seed(0)
+    data = torch.rand(IMAGES, 3, 96, 96, generator=g)
+    labels = torch.randint(0, 10, (IMAGES,), generator=g)
+    with open(go_path) as go, open(done_path, "w") as done:
+        for r in range(rounds + 1):
+            if not go.readline():
+                return
+            for spec in cells:
+                line = run_cell(spec, data, labels)
+                if r > 0:
+                    print(f"round={r} cell={spec} {line}", flush=True)
+            done.write("done\n")
+            done.flush()
+
+
+if __name__ == "__main__":
+    main()
