@@ -202,6 +202,7 @@ void Budget::InitNode(const BudgetOptions& options, BudgetStatus* status) {
   if (slot < 0) {
     status->code = BudgetStatus::kNodeRefused;
     snprintf(status->message, sizeof(status->message), "%s", message_);
+    full_warned_.store(true, kRelaxed);  // this message is the warning
   } else if (in_force != node_bytes_) {
     snprintf(status->message, sizeof(status->message),
              "node budget of %llu bytes set by other running processes "

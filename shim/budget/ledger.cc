@@ -382,9 +382,12 @@ bool Ledger::Lock() {
     rc = pthread_mutex_trylock(&header_->mutex);
     if (rc == EBUSY) CpuRelax();
   }
-  const uint64_t start = MonotonicNs();
+  // Clocks are read only when the spin did not settle it.
+  const uint64_t start = rc == EBUSY ? MonotonicNs() : 0;
   const uint64_t deadline =
-      DeadlineAfter(lock_stalled_.load(kRelaxed) ? kLedgerLockRetryNs : kLedgerLockWaitNs);
+      rc == EBUSY
+          ? DeadlineAfter(lock_stalled_.load(kRelaxed) ? kLedgerLockRetryNs : kLedgerLockWaitNs)
+          : 0;
   // Sleep in bounded rounds. When a holder dies the kernel wakes a single
   // waiter, and when that waiter is a thread of a process dying at the same
   // moment (its sibling, say) the wake-up is lost and every other waiter

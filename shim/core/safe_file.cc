@@ -216,7 +216,7 @@ int BeginReplace(const char* path, mode_t mode, ReplaceFile* file) {
     }
     file->fd = fd;
     // The user's own permission bits stay as they chose them.
-    if (exists && fchmod(fd, st.st_mode & 07777) != 0) {
+    if (exists && fchmod(fd, st.st_mode & 0777) != 0) {
       const int e = errno;
       AbortReplace(file);
       return e;

@@ -89,7 +89,7 @@ struct ReplaceFile {
 
 // Checks path (nothing there, or a regular file of the caller's own) and
 // creates the temporary file beside it: mode less the umask for a new file,
-// the existing file's permission bits otherwise. Returns 0 or a code; on
+// the existing file's permission bits (rwx, not set-id) otherwise. Returns 0 or a code; on
 // failure nothing was created.
 int BeginReplace(const char* path, mode_t mode, ReplaceFile* file);
 

@@ -254,15 +254,17 @@ class ProfileTest(unittest.TestCase):
         out = pinshim(["report", "--profile-out", missing, self.observe])
         self.assertEqual(out.returncode, 2)
         self.assertEqual(out.stderr.strip().split("\n")[-1],
-                         "pinshim report: cannot write the profile %s: cannot create %s.tmp: "
-                         "No such file or directory" % (missing, missing))
-        # A directory in the way: the rename fails and the temporary file goes.
+                         "pinshim report: cannot write the profile %s: "
+                         "No such file or directory" % missing)
+        # A directory in the way: refused before anything is written, and no
+        # temporary file is left beside it.
         blocked = fresh("blocked")
         out = pinshim(["report", "--profile-out=" + blocked, self.observe])
         self.assertEqual(out.returncode, 2)
-        self.assertIn("pinshim report: cannot write the profile %s: cannot rename" % blocked,
-                      out.stderr)
-        self.assertFalse(os.path.exists(blocked + ".tmp"))
+        self.assertIn("pinshim report: --profile-out %s: exists and is not a regular file" %
+                      blocked, out.stderr)
+        parent, name = os.path.split(blocked)
+        self.assertEqual([f for f in os.listdir(parent) if f.startswith("." + name)], [])
 
     def test_usage(self):
         for args in (["--profile-out"], ["--profile-out=", self.observe]):
