@@ -231,7 +231,13 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
     w->Key("sync");
     w->Bool(v.sync);
     w->Key("size_class_from_bytes");
-    w->Uint(v.size_class == 0 ? 0 : uint64_t{1} << (16 + 2 * v.size_class));
+    // A class beyond the ones a recorder writes (a damaged or crafted trace)
+    // has no size: null, not a shift past 64 bits.
+    if (v.size_class >= 8) {
+      w->Null();
+    } else {
+      w->Uint(v.size_class == 0 ? 0 : uint64_t{1} << (16 + 2 * v.size_class));
+    }
     w->Key("verdict");
     w->String(v.slower ? "slower" : "faster");
     w->Key("path_gbps");
