@@ -45,19 +45,19 @@ struct RunOption {
 // the full description of each is its variable's (pinshim help settings).
 const RunOption kRunOptions[] = {
     {"--mode", "MODE", "PINSHIM_MODE", Value::kRequired, nullptr, PathKind::kNone,
-     "observe (always on), optimize, enforce; combine them with commas: optimize,enforce"},
+     "observe (always on), optimize, enforce, or a list"},
     {"--trace-dir", "DIR", "PINSHIM_TRACE_DIR", Value::kRequired, nullptr, PathKind::kPath,
      "write traces to DIR (created) for pinshim report"},
     {"--summary", "FILE", "PINSHIM_SUMMARY", Value::kOptional, "1", PathKind::kSummary,
-     "print a summary at exit, to stderr or to FILE (%p: the pid)"},
+     "print a summary at exit: stderr, or FILE (%p: pid)"},
     {"--track-threshold", "SIZE", "PINSHIM_TRACK_THRESHOLD", Value::kRequired, nullptr,
-     PathKind::kNone, "track host allocations of at least SIZE (no percentage)"},
+     PathKind::kNone, "track host allocations of at least SIZE"},
     {"--config", "FILE", kConfigFileVariable, Value::kRequired, nullptr, PathKind::kPath,
      "read settings from FILE instead of /etc/pinshim.conf"},
     {"--sample-ms", "MS", "PINSHIM_SAMPLE_MS", Value::kRequired, nullptr, PathKind::kNone,
-     "sample pinned bytes, RSS and swap every MS milliseconds"},
+     "sample pinned bytes, RSS and swap every MS ms"},
     {"--python-frames", "0|1", "PINSHIM_PYTHON_FRAMES", Value::kOptional, "1", PathKind::kNone,
-     "record Python frames with call sites in Python programs"},
+     "record Python frames with call sites"},
     {"--wc-guard", "0|1", "PINSHIM_WC_GUARD", Value::kOptional, "1", PathKind::kNone,
      "catch plain CPU reads of write-combined memory"},
     {"--copy-guard", "0|1", "PINSHIM_COPY_GUARD", Value::kOptional, "1", PathKind::kNone,
@@ -65,21 +65,21 @@ const RunOption kRunOptions[] = {
     {"--pin-cap", "SIZE", "PINSHIM_PIN_CAP", Value::kRequired, nullptr, PathKind::kNone,
      "most bytes pinshim itself pins, e.g. 4G or 25%"},
     {"--idle-trim-s", "S", "PINSHIM_IDLE_TRIM_S", Value::kRequired, nullptr, PathKind::kNone,
-     "give pinned memory idle for S seconds back (0: only when needed)"},
+     "give back pinned memory idle S seconds (0: keep)"},
     {"--profile", "FILE", "PINSHIM_PROFILE", Value::kRequired, nullptr, PathKind::kPath,
-     "serve the hot sites of FILE (pinshim report --profile-out) from the start"},
+     "serve FILE's hot sites (report --profile-out)"},
     {"--self-check", "0|1", "PINSHIM_SELF_CHECK", Value::kOptional, "1", PathKind::kNone,
      "stop taking a path where the driver's own is faster"},
     {"--budget", "SIZE", "PINSHIM_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
-     "most bytes this process may have pinned, e.g. 8G or 25%"},
+     "most bytes this process may pin, e.g. 8G or 25%"},
     {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
-     "most bytes all processes on this node may have pinned together"},
+     "most bytes all processes on the node may pin"},
     {"--policy", "POLICY", "PINSHIM_POLICY", Value::kRequired, nullptr, PathKind::kNone,
      "over budget: deny, fallback or evict"},
     {"--ledger-shared", "0|1", "PINSHIM_LEDGER_SHARED", Value::kOptional, "1", PathKind::kNone,
-     "one node budget ledger for all users instead of one per user"},
+     "one node ledger for all users, not one per user"},
     {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired, nullptr, PathKind::kPath,
-     "rewrite FILE with enforce mode's metrics (Prometheus text)"},
+     "write enforce mode's metrics (Prometheus) to FILE"},
 };
 
 // The help's groups, by what their options need.
@@ -344,8 +344,6 @@ int RunRunCommand(int argc, char** argv) {
     return kExitUsage;
   }
 
-  ReportIneffectiveSettings(config, settings);
-
   // The library reads the profile with the same parser; a bad one would
   // only be a warning there, once the program runs.
   if (config.profile[0] != '\0') {
@@ -371,6 +369,7 @@ int RunRunCommand(int argc, char** argv) {
                       "\" cannot be preloaded: LD_PRELOAD cannot hold a "
                       "path with a space or colon");
   }
+  ReportIneffectiveSettings(config, settings);
   setenv("LD_PRELOAD", PreloadValue(library, getenv("LD_PRELOAD")).c_str(), 1);
   return Execute(cmd);
 }
