@@ -89,27 +89,31 @@ bool LoadDriver(Driver* d, std::string* error) {
   return missing.empty();
 }
 
+// Sets *error to message; returns false, for `return Fail(error, ...)`.
+bool Fail(std::string* error, const std::string& message) {
+  *error = message;
+  return false;
+}
+
 std::string Failed(const char* call, CUresult r) {
   return std::string(call) + " failed with CUDA error " + std::to_string(static_cast<int>(r));
 }
 
 // Makes `device`'s primary context current; fills the header's device line.
-bool OpenDevice(const Driver& d, int device, std::vector<std::string>* header,
-                std::string* error) {
+bool OpenDevice(const Driver& d, int device, std::vector<std::string>* header, std::string* error) {
   CUresult r = d.init(0);
-  if (r != CUDA_SUCCESS) return *error = Failed("cuInit", r), false;
+  if (r != CUDA_SUCCESS) return Fail(error, Failed("cuInit", r));
   CUdevice dev;
   if ((r = d.device_get(&dev, device)) != CUDA_SUCCESS) {
-    return *error = Failed("cuDeviceGet", r) + " (is there a device " + std::to_string(device) +
-                    "?)",
-           false;
+    return Fail(error,
+                Failed("cuDeviceGet", r) + " (is there a device " + std::to_string(device) + "?)");
   }
   CUcontext ctx;
   if ((r = d.retain(&ctx, dev)) != CUDA_SUCCESS) {
-    return *error = Failed("cuDevicePrimaryCtxRetain", r), false;
+    return Fail(error, Failed("cuDevicePrimaryCtxRetain", r));
   }
   if ((r = d.set_current(ctx)) != CUDA_SUCCESS) {
-    return *error = Failed("cuCtxSetCurrent", r), false;
+    return Fail(error, Failed("cuCtxSetCurrent", r));
   }
   char name[256] = "unknown";
   d.device_name(name, sizeof(name), dev);
@@ -157,13 +161,13 @@ struct Buffers {
 
 bool AllocateBuffers(const Driver& d, uint64_t bytes, Buffers* b, std::string* error) {
   b->pageable = std::malloc(bytes);
-  if (b->pageable == nullptr) return *error = "out of host memory", false;
+  if (b->pageable == nullptr) return Fail(error, "out of host memory");
   std::memset(b->pageable, 1, bytes);  // fault its pages in before timing
   CUresult r = d.host_alloc(&b->pinned, bytes);
-  if (r != CUDA_SUCCESS) return *error = Failed("cuMemAllocHost", r), false;
+  if (r != CUDA_SUCCESS) return Fail(error, Failed("cuMemAllocHost", r));
   std::memset(b->pinned, 1, bytes);
   if ((r = d.mem_alloc(&b->device, bytes)) != CUDA_SUCCESS) {
-    return *error = Failed("cuMemAlloc", r), false;
+    return Fail(error, Failed("cuMemAlloc", r));
   }
   return true;
 }
@@ -254,7 +258,7 @@ int ParseArgs(int argc, char** argv, CalibrateArgs* args) {
 
 bool WriteOutput(const std::string& path, const std::string& text, std::string* error) {
   FILE* f = path.empty() ? stdout : std::fopen(path.c_str(), "w");
-  if (f == nullptr) return *error = path + ": " + std::strerror(errno), false;
+  if (f == nullptr) return Fail(error, path + ": " + std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = (path.empty() ? std::fflush(f) : std::fclose(f)) == 0 && ok;
   if (!ok) *error = (path.empty() ? "stdout" : path) + ": " + std::strerror(errno);
@@ -288,13 +292,15 @@ int RunCalibrateCommand(int argc, char** argv) {
   if (status >= 0) return status;
   const char* preload = getenv("LD_PRELOAD");
   if (preload != nullptr && std::strstr(preload, "libpinshim") != nullptr) {
-    return Complain("libpinshim.so is preloaded (LD_PRELOAD): run calibrate on its own, "
-                    "not under pinshim run, to measure the driver's own copies");
+    return Complain(
+        "libpinshim.so is preloaded (LD_PRELOAD): run calibrate on its own, "
+        "not under pinshim run, to measure the driver's own copies");
   }
   Driver driver;
   std::string error;
-  std::vector<std::string> header = {"pinshim calibration: copy bandwidths in GB/s measured by "
-                                     "pinshim calibrate (docs/calibration.md)"};
+  std::vector<std::string> header = {
+      "pinshim calibration: copy bandwidths in GB/s measured by "
+      "pinshim calibrate (docs/calibration.md)"};
   std::vector<CalibrationPoint> points;
   if (!LoadDriver(&driver, &error) || !OpenDevice(driver, args.device, &header, &error) ||
       !Measure(driver, args.max_bytes, &points, &error)) {

@@ -64,8 +64,8 @@ Needs NeedsOf(ConfigKey key) {
   }
 }
 
-std::vector<std::string> IneffectiveSettings(
-    const Config& config, const std::function<std::string(ConfigKey)>& name_of) {
+std::vector<std::string> IneffectiveSettings(const Config& config,
+                                             const std::function<std::string(ConfigKey)>& name_of) {
   std::vector<std::string> lines;
   for (const Requirement& r : kRequirements) {
     if (Met(r.needs, config)) continue;

@@ -33,9 +33,9 @@ class IneffectiveSettingsTest : public ::testing::Test {
 TEST_F(IneffectiveSettingsTest, BudgetAndPolicyWithoutEnforceAreOneLine) {
   Give(ConfigKey::kBudget, "1G", "--budget");
   Give(ConfigKey::kPolicy, "fallback", "--policy");
-  EXPECT_EQ(Lines(), std::vector<std::string>{
-                         "--budget and --policy have no effect without enforce mode "
-                         "(--mode enforce); ignored"});
+  EXPECT_EQ(Lines(),
+            std::vector<std::string>{"--budget and --policy have no effect without enforce mode "
+                                     "(--mode enforce); ignored"});
   Give(ConfigKey::kMode, "enforce", "--mode");
   EXPECT_TRUE(Lines().empty());
 }

@@ -92,9 +92,8 @@ TEST_F(LibraryPathTest, MissingLibraryNamesEveryPlaceTried) {
   std::string library, error;
   EXPECT_FALSE(FindLibrary(exe, nullptr, &library, &error));
   EXPECT_EQ(error, "cannot find libpinshim.so (looked for " + root_ +
-                       "/prefix/bin/../lib/libpinshim.so, " + root_ +
-                       "/prefix/bin/../lib/" + kMultiarchTriplet + "/pinshim/libpinshim.so, " +
-                       root_ +
+                       "/prefix/bin/../lib/libpinshim.so, " + root_ + "/prefix/bin/../lib/" +
+                       kMultiarchTriplet + "/pinshim/libpinshim.so, " + root_ +
                        "/prefix/bin/pinshim.runfiles/pinshim/shim/"
                        "libpinshim.so, " +
                        root_ + "/prefix/bin/../shim/libpinshim.so, " + root_ +
