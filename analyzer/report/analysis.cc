@@ -287,8 +287,8 @@ class SiteResolver {
 
 void SortFindings(std::vector<Finding>* findings) {
   std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
-    if (a.seconds_lost != b.seconds_lost) return a.seconds_lost > b.seconds_lost;
     if (a.severity != b.severity) return a.severity > b.severity;
+    if (a.seconds_lost != b.seconds_lost) return a.seconds_lost > b.seconds_lost;
     if (a.rule != b.rule) return a.rule < b.rule;
     return a.site.Key() < b.site.Key();
   });

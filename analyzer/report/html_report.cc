@@ -766,11 +766,8 @@ const char kScript[] = R"JS(
 void WriteHtmlReport(const MergedReport& r, const std::vector<const TraceReader*>& readers,
                      std::string* out) {
   int counts[3] = {0, 0, 0};
-  double lost = 0;
-  for (const Finding& f : r.findings) {
-    ++counts[static_cast<int>(f.severity)];
-    lost += f.seconds_lost;
-  }
+  for (const Finding& f : r.findings) ++counts[static_cast<int>(f.severity)];
+  const double lost = TotalSecondsLost(r);
   *out +=
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

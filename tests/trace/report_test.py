@@ -88,6 +88,10 @@ class BadInputTest(unittest.TestCase):
         with open(os.path.join(empty, "notes.txt"), "w") as f:
             f.write("not a trace\n")
         self.assert_one_line_error(report([empty]), "no pinshim traces")
+        # It names pinshim run's option, which most users gave, and says
+        # what a program that never reached CUDA leaves: nothing.
+        self.assert_one_line_error(report([empty]), "pinshim run --trace-dir")
+        self.assert_one_line_error(report([empty]), "did the program reach CUDA?")
 
     def test_truncated_trace_reports_what_is_readable(self):
         # Into the end record: the events before it are all there.

@@ -65,6 +65,7 @@ class PageableHot : public Rule {
       f.rule = id();
       f.severity = Severity::kWarning;
       f.stack = kv.first;
+      f.loss_in_copies = true;
       f.seconds_lost = s.lost;
       const char* words =
           s.by_dir[0] && s.by_dir[1] ? "between host and device" : DirectionWords(dir);
