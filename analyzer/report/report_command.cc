@@ -263,12 +263,14 @@ int RunReportCommand(int argc, char** argv) {
 
   std::vector<ProcessReport> reports;
   std::vector<const TraceReader*> readers;
+  std::vector<const SymbolArchive*> reader_archives;
   for (Input& in : inputs) {
     if (in.reader == nullptr) {
       problems.push_back(in.error);
       continue;
     }
     readers.push_back(in.reader.get());
+    reader_archives.push_back(ArchiveFor(archives, in.path));
     reports.push_back(std::move(in.report));
   }
   for (const std::string& p : problems) Complain(p);
@@ -285,7 +287,7 @@ int RunReportCommand(int argc, char** argv) {
     case Format::kJson: WriteJsonReport(merged, &out); break;
     case Format::kHtml: WriteHtmlReport(merged, readers, &out); break;
     case Format::kPerfetto:
-      if (!WritePerfettoTrace(merged, readers, stdout)) {
+      if (!WritePerfettoTrace(merged, readers, reader_archives, stdout)) {
         Complain(std::string("cannot write the timeline: ") + strerror(errno));
         return 2;
       }
