@@ -238,8 +238,9 @@ void PrintRunHelp(bool to_stdout) {
                "Runs CMD with libpinshim.so preloaded. Every option is checked "
                "before CMD runs and sets a PINSHIM_ variable ('pinshim help "
                "settings' describes them all, and the settings that have no "
-               "option); --opt VALUE and --opt=VALUE are the same. '--' may be "
-               "left out when CMD does not start with '-'.",
+               "option); a value follows its option or an '=' (--budget 8G, "
+               "--budget=8G). '--' may be left out when CMD does not start with "
+               "'-'.",
                0, 79);
   for (const HelpGroup& group : kHelpGroups) {
     std::fprintf(out, "\n%s\n", group.title);
