@@ -108,10 +108,11 @@ struct Result {
 
 void Print(const std::string& name, const Result& r) {
   const double h2d = Median(r.h2d_us), d2h = Median(r.d2h_us);
-  printf("cell=%s h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f d2h_call_us=%.1f "
-         "checksum=%016llx\n",
-         name.c_str(), h2d > 0 ? r.bytes / h2d / 1e3 : 0.0, d2h > 0 ? r.bytes / d2h / 1e3 : 0.0,
-         Median(r.step_us), h2d, d2h, static_cast<unsigned long long>(r.checksum));
+  printf(
+      "cell=%s h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f d2h_call_us=%.1f "
+      "checksum=%016llx\n",
+      name.c_str(), h2d > 0 ? r.bytes / h2d / 1e3 : 0.0, d2h > 0 ? r.bytes / d2h / 1e3 : 0.0,
+      Median(r.step_us), h2d, d2h, static_cast<unsigned long long>(r.checksum));
   fflush(stdout);
 }
 
@@ -124,8 +125,7 @@ int StepsFor(size_t bytes) {
 }
 
 // One fresh step: malloc, fill, upload, free; malloc, download, free.
-void FreshStep(size_t bytes, bool async, cudaStream_t stream, void* dev, uint64_t step,
-               Result* r) {
+void FreshStep(size_t bytes, bool async, cudaStream_t stream, void* dev, uint64_t step, Result* r) {
   const auto t0 = Clock::now();
   void* up = malloc(bytes);
   Fill(up, bytes, step);
@@ -171,10 +171,11 @@ void Cold(size_t bytes) {
     d2h += r.d2h_us[s];
     step += r.step_us[s];
   }
-  printf("cell=cold:%zu h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f d2h_call_us=%.1f "
-         "first_h2d_us=%.1f first_d2h_us=%.1f checksum=%016llx\n",
-         bytes, 8.0 * bytes / h2d / 1e3, 8.0 * bytes / d2h / 1e3, step / 8, h2d / 8, d2h / 8,
-         r.h2d_us[0], r.d2h_us[0], static_cast<unsigned long long>(r.checksum));
+  printf(
+      "cell=cold:%zu h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f d2h_call_us=%.1f "
+      "first_h2d_us=%.1f first_d2h_us=%.1f checksum=%016llx\n",
+      bytes, 8.0 * bytes / h2d / 1e3, 8.0 * bytes / d2h / 1e3, step / 8, h2d / 8, d2h / 8,
+      r.h2d_us[0], r.d2h_us[0], static_cast<unsigned long long>(r.checksum));
   fflush(stdout);
   CHECK(cudaFree(dev));
 }
@@ -311,10 +312,11 @@ void Threads(size_t bytes, int n) {
   }
   const double total = double(bytes) * steps * n;
   const double h2d_wall = wall * h2d / (h2d + d2h), d2h_wall = wall * d2h / (h2d + d2h);
-  printf("cell=threads:%zu:%d h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f "
-         "d2h_call_us=%.1f checksum=%016llx\n",
-         bytes, n, total / h2d_wall / 1e3, total / d2h_wall / 1e3, wall / steps, h2d / n / steps,
-         d2h / n / steps, static_cast<unsigned long long>(all.checksum));
+  printf(
+      "cell=threads:%zu:%d h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f "
+      "d2h_call_us=%.1f checksum=%016llx\n",
+      bytes, n, total / h2d_wall / 1e3, total / d2h_wall / 1e3, wall / steps, h2d / n / steps,
+      d2h / n / steps, static_cast<unsigned long long>(all.checksum));
   fflush(stdout);
 }
 

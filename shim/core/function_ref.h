@@ -16,7 +16,8 @@ class FunctionRef;
 template <typename R, typename... Args>
 class FunctionRef<R(Args...)> {
  public:
-  template <typename F, typename = std::enable_if_t<!std::is_same<std::decay_t<F>, FunctionRef>::value>>
+  template <typename F,
+            typename = std::enable_if_t<!std::is_same<std::decay_t<F>, FunctionRef>::value>>
   FunctionRef(F&& f)  // NOLINT: implicit, like a function pointer
       : obj_(const_cast<void*>(static_cast<const void*>(&f))),
         call_([](void* obj, Args... args) -> R {

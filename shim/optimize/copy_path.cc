@@ -78,8 +78,8 @@ CUresult Issue(Optimizer* engine, CopyCall* c, const CopyTicket& t, DriverCall d
   *in_flight = c->async;
   if (t.stage && c->form == CopyForm::kStageable) {
     CUresult r;
-    c->staged = engine->Stage(t, c->host, c->dev, c->stream, c->per_thread, !c->async, &r,
-                              &c->staged_info);
+    c->staged =
+        engine->Stage(t, c->host, c->dev, c->stream, c->per_thread, !c->async, &r, &c->staged_info);
     if (c->staged) return r;
   }
   if (t.refuse) return CUDA_ERROR_INVALID_VALUE;

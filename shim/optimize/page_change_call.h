@@ -15,7 +15,6 @@
 namespace pinshim {
 namespace optimize {
 
-
 // The range holds, or may hold, what pinshim pinned: dropped before the
 // call, the arena's memory pinned again after it (the engine takes the hook
 // guard).
@@ -46,7 +45,6 @@ __attribute__((noinline)) auto CallMarked(uintptr_t start, uintptr_t end, PageCh
   PageChangeSlots::End(mark);
   return result;
 }
-
 
 }  // namespace optimize
 }  // namespace pinshim

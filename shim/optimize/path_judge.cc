@@ -29,8 +29,7 @@ int PathJudge::ClassOf(uint64_t bytes) {
 }
 
 const char* PathJudge::ClassName(int size_class) {
-  static const char* const kNames[kClasses] = {"0",   "256K", "1M",   "4M",
-                                               "16M", "64M",  "256M", "1G"};
+  static const char* const kNames[kClasses] = {"0", "256K", "1M", "4M", "16M", "64M", "256M", "1G"};
   return size_class >= 0 && size_class < kClasses ? kNames[size_class] : "?";
 }
 

@@ -122,10 +122,10 @@ class PathJudge {
     std::atomic<uint64_t> losses[kCopyPathCount] = {};
   };
   static constexpr int kCells = 2 * 2 * kClasses;
-  static constexpr uint32_t kFirstProbeShift = 3;   // a driver probe after 8 winning copies
-  static constexpr uint32_t kMaxProbeShift = 8;     // ... at most every 256
-  static constexpr uint32_t kFirstRetryShift = 5;   // a losing path retried after 32 copies
-  static constexpr uint32_t kMaxRetryShift = 12;    // ... at most every 4096
+  static constexpr uint32_t kFirstProbeShift = 3;  // a driver probe after 8 winning copies
+  static constexpr uint32_t kMaxProbeShift = 8;    // ... at most every 256
+  static constexpr uint32_t kFirstRetryShift = 5;  // a losing path retried after 32 copies
+  static constexpr uint32_t kMaxRetryShift = 12;   // ... at most every 4096
 
   static int IndexOf(CopyDir dir, uint64_t bytes, bool sync);
   bool Probe(Cell& c, int p, uint32_t first_shift);

@@ -18,7 +18,7 @@ struct SimRun {
   uint64_t total_ns = 0, on_path = 0, on_driver = 0;
 };
 SimRun Simulate(PathJudge* j, CopyPath path, int n, uint64_t bytes, uint64_t path_ns,
-             uint64_t driver_ns, CopyDir dir = kH2D, bool sync = true) {
+                uint64_t driver_ns, CopyDir dir = kH2D, bool sync = true) {
   SimRun r;
   for (int i = 0; i < n; ++i) {
     if (j->Take(path, dir, bytes, sync)) {

