@@ -92,7 +92,9 @@ void WriteSummaryAtExit() {
   }
   char path[kConfigPathMax];
   if (!ExpandPidPattern(g_config.summary_path, getpid(), path, sizeof(path))) {
-    LogLine("PINSHIM_SUMMARY path too long; summary not written");
+    LogLine(
+        "the summary file's path (--summary=FILE, PINSHIM_SUMMARY) is too long; summary not "
+        "written");
     return;
   }
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

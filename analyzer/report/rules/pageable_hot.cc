@@ -117,7 +117,7 @@ class PageableHot : public Rule {
                      "\"pinshim's own pinning\" says why (not tracked, refused, or an mmap "
                      "region not used as one buffer)."
                    : " copies; without code changes, run under pinshim's optimize mode "
-                     "(pinshim run --mode optimize).");
+                     "(pinshim run --mode optimize, or PINSHIM_MODE=optimize).");
       out->push_back(std::move(f));
     }
   }
