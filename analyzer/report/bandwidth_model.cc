@@ -38,7 +38,8 @@ bool ParseSize(const std::string& s, double* out) {
 }  // namespace
 
 BandwidthModel::BandwidthModel() : source_("H200 defaults") {
-  // cudaMemcpy medians, GB/s (architecture.md). D2H was not measured below
+  // cudaMemcpy medians, GB/s (bench/RESULTS.md, "The cost model's table").
+  // D2H was not measured below
   // 1 MiB; the H2D small-size points stand in for it.
   struct Row {
     double size, h2d_pageable, h2d_pinned, d2h_pageable, d2h_pinned;

@@ -1,6 +1,7 @@
 // Copy bandwidth by size, direction and host memory kind: how the rules
 // estimate the time a pageable copy lost against a pinned one. Defaults are
-// the H200 measurements (PCIe gen5 x16, CUDA 13.0) from architecture.md; a
+// the H200 measurements (PCIe gen5 x16, CUDA 13.0; bench/RESULTS.md, "The
+// cost model's table"); a
 // calibration file measured on the target machine replaces any of them.
 //
 // Calibration file: one point per line, "DIR KIND SIZE GBPS", where DIR is

@@ -27,6 +27,8 @@
 #include <string>
 #include <thread>
 
+#include "cuda_check.h"
+
 #ifndef MADV_COLD
 #define MADV_COLD 20
 #endif
@@ -39,15 +41,6 @@
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
 #endif
-
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
 
 namespace {
 

@@ -1,5 +1,6 @@
-// What the driver wrappers (copy_hooks.cc, memory_hooks.cc,
-// context_hooks.cc, sync_hooks.cc) share: the real function of an entry
+// What the driver wrappers (copy_hooks.cc, pinned_hooks.cc,
+// device_memory_hooks.cc, pointer_hooks.cc, context_hooks.cc, sync_hooks.cc)
+// share: the real function of an entry
 // point, a driver function looked up once by name, timestamps taken only
 // while a trace is written, the current device, the running optimizer, and
 // the entry macro that makes a nested call forward uncounted.

@@ -102,15 +102,20 @@ CUresult RunHostCopy(Optimizer* engine, CopyCall* c, DriverCall driver) {
   const CopyTicket t =
       engine->BeforeHostCopy(s.host_ptr, s.bytes, dir, host_kind, !c->async, stageable);
   // A buffer pinned just now runs this copy pinned, and is recorded so.
-  if (t.kind == CopyTicket::kCache && host_kind == MemKind::kPageable) {
+  const bool registered_now = t.kind == CopyTicket::kCache && host_kind == MemKind::kPageable;
+  if (registered_now) {
     host_kind = MemKind::kPinnedByPinshim;
     s.host_flags = engine->cache().register_flags();
   }
   bool in_flight;
   const CUresult r = Issue(engine, c, t, driver, &in_flight);
   engine->AfterHostCopy(t, r, in_flight, c->stream, c->per_thread);
+  // A copy that also set its path up (registered its buffer, pinned a
+  // ring) is not that path's speed: the setup's cost is the cost model's
+  // to weigh.
+  const bool setup = registered_now || (c->staged && c->staged_info.pinned_ring);
   CopyPath path;
-  if (r == CUDA_SUCCESS && JudgedPath(*c, t, host_kind, &path)) {
+  if (r == CUDA_SUCCESS && !setup && JudgedPath(*c, t, host_kind, &path)) {
     engine->judge().Record(path, dir, s.bytes, !c->async, MonotonicNs() - start);
   }
   return r;

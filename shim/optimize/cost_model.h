@@ -1,6 +1,6 @@
 // What pinning costs and what it saves, from the measurements on the H200
-// test machine (architecture.md: cudaMemcpy bandwidth and pinning costs,
-// medians, PCIe gen5 x16, CUDA 13.0, driver 580).
+// (bench/RESULTS.md, "The cost model's table": cudaMemcpy bandwidth and
+// pinning costs, medians, PCIe gen5 x16, CUDA 13.0, driver 580).
 //
 // Copy time: t(b, d, kind) = b / BW(b, d, kind), with BW interpolated
 // linearly in log2(size) between the measured sizes and held constant beyond

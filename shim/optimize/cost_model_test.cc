@@ -36,8 +36,9 @@ TEST(CostModel, PinCostsInterpolateTheMeasurements) {
   }
 }
 
-// architecture.md: "pays for itself after about 1 transfer at 16 MiB and
-// about 3 at 1 MiB"; the cache also wants one reuse seen before it pins.
+// bench/RESULTS.md, "The cost model's table": registering pays for itself
+// after about 1 transfer at 16 MiB and about 3 at 1 MiB; the cache also
+// wants one reuse seen before it pins.
 TEST(CostModel, BreakEvenMatchesTheMeasuredRuleOfThumb) {
   EXPECT_EQ(CostModel::BreakEvenCopies(16 * kMiB, 16 * kMiB, CopyDir::kHostToDevice), 2u);
   EXPECT_EQ(CostModel::BreakEvenCopies(1 * kMiB, 1 * kMiB, CopyDir::kHostToDevice), 3u);

@@ -1,6 +1,7 @@
 // The engine as the hooks drive it: copies classified through the
 // registries, the program's pinned-memory calls, releases, fork.
 #include "shim/optimize/optimizer.h"
+#include "shim/optimize/copy_path.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -279,6 +280,44 @@ TEST_F(OptimizerTest, AsyncUploadOfMemoryPinnedInPlaceReadsItsFirst2MiBAtTheCall
       cuMemFree(dev);
     }
   }
+}
+
+// The self-check weighs a path's speed, not its setup: the copy that
+// registers a buffer in place is not counted as a pinned-in-place copy
+// (the cost model weighs the registration); the copies after it are.
+TEST_F(OptimizerTest, SelfCheckLeavesOutTheCopyThatPinned) {
+  const size_t n = 4 * kMiB;
+  char* host = TrackedMalloc(n);
+  Fill(host, n, 3);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, n), CUDA_SUCCESS);
+  int pinned_copies = 0, registered = 0;
+  for (int i = 0; i < 10; ++i) {
+    CopyCall c;
+    c.form = CopyForm::kStageable;
+    c.shape.src = Classify(host);
+    c.shape.dst = MemKind::kDevice;
+    c.shape.host_ptr = host;
+    c.shape.bytes = n;
+    c.host = host;
+    c.dev = dev;
+    const MemKind before = c.shape.src;
+    auto driver = [&] { return cuMemcpyHtoD(dev, host, n); };
+    ASSERT_EQ(RunCopy(opt_.get(), &c, driver), CUDA_SUCCESS);
+    if (before == MemKind::kPinnedByPinshim) ++pinned_copies;
+    if (before == MemKind::kPageable && c.shape.src == MemKind::kPinnedByPinshim) ++registered;
+  }
+  ASSERT_EQ(registered, 1);
+  ASSERT_GE(pinned_copies, 2);
+  PathCellReport cells[16];
+  const int k = opt_->judge().Report(cells, 16);
+  uint64_t judged = 0;
+  for (int i = 0; i < k && i < 16; ++i) {
+    if (cells[i].path == CopyPath::kPinnedInPlace) judged += cells[i].path_copies;
+  }
+  EXPECT_EQ(judged, static_cast<uint64_t>(pinned_copies));
+  cuMemFree(dev);
+  TrackedFree(host, n);
 }
 
 TEST_F(OptimizerTest, UntrackedMemoryIsNeverPinned) {

@@ -550,8 +550,10 @@ void Stager::PinRingInBackground(Lane* lane) {
   }
 }
 
-Stager::Lane* Stager::TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool* pending) {
+Stager::Lane* Stager::TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool* pending,
+                               bool* pinned_now) {
   *pending = false;
+  *pinned_now = false;
   // A free lane of this context first.
   for (int i = 0; i < kMaxLanes; ++i) {
     Lane& l = lanes_[i];
@@ -601,6 +603,7 @@ Stager::Lane* Stager::TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool*
       l.state.store(kLaneEmpty, std::memory_order_release);
       return nullptr;
     }
+    *pinned_now = true;
     l.state.store(kLaneBusy, std::memory_order_release);
     return &l;
   }
@@ -678,8 +681,9 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
     }
     StartWorkers();
   }
-  bool pending = false;
-  Lane* lane = TakeLane(ctx, dir, bytes, &pending);
+  bool pending = false, pinned_now = false;
+  Lane* lane = TakeLane(ctx, dir, bytes, &pending, &pinned_now);
+  if (info != nullptr) info->pinned_ring = pinned_now;
   if (lane == nullptr) {
     declined_.fetch_add(1, std::memory_order_relaxed);
     (pending ? ring_pending_ : no_lane_).fetch_add(1, std::memory_order_relaxed);

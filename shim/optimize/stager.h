@@ -95,6 +95,7 @@ struct StagerOptions {
 struct StagedInfo {
   uint32_t workers = 0;  // threads that copied (the calling thread included)
   uint64_t chunk_bytes = 0;
+  bool pinned_ring = false;  // its ring was pinned on the calling thread, in this call
 };
 
 struct StagerStats {
@@ -249,7 +250,7 @@ class Stager {
   struct Lane;
   struct Job;
 
-  Lane* TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool* pending);
+  Lane* TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool* pending, bool* pinned_now);
   bool WaitsForRingHere(CopyDir dir, uint64_t bytes) const;
   void PinRingInBackground(Lane* lane);
   void ReleaseLane(Lane* lane);

@@ -20,8 +20,8 @@ namespace {
 // (Include/cpython/pystate.h, Include/internal/pycore_frame.h,
 // Include/cpython/code.h, Include/cpython/unicodeobject.h; 3.10's frame is
 // Include/cpython/frameobject.h). They hold for every patch release of a
-// minor version; tests/trace/python_layout_test.py checks them against the
-// headers of every interpreter it finds.
+// minor version; tests/trace/python_frames_test.py (with python_layout_dump) checks them against
+// the headers of every interpreter it finds.
 constexpr PythonLayout Layout310() {
   PythonLayout l;
   l.minor = 10;

@@ -120,7 +120,7 @@ CUresult Erase(Map& map, void* handle) {
 
 }  // namespace
 
-// Measured on the H200 (bench/page_facts.cu, capture_neighbour_*): while one
+// Measured on the H200 (bench/gpu/page_facts.cu, capture_neighbour_*): while one
 // thread captures in global mode, another thread in global mode has
 // cuMemHostRegister, cuMemHostUnregister, cuMemHostAlloc, cuMemFreeHost and
 // cuEventSynchronize refused, and its asynchronous pageable copy on a stream
