@@ -169,6 +169,8 @@ class PackagesTest(unittest.TestCase):
         package = os.path.realpath(glob.glob(os.path.join(
             venv, "lib", "python3*", "site-packages", "pinshim"))[0])
         self.assertEqual(preload[0], "LD_PRELOAD=" + os.path.join(package, "lib", "libpinshim.so"))
+        out = run([python, "-m", "pinshim", "run", "--", "env"], env=clean_env())
+        self.assertIn(preload[0], out.splitlines())
         # The libraries a system may lack come from the wheel.
         ldd = run(["ldd", os.path.join(package, "bin", "pinshim")])
         for lib in ("libdw.so.1", "libelf.so.1"):

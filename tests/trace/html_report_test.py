@@ -67,7 +67,7 @@ class HtmlReportTest(unittest.TestCase):
     def setUpClass(cls):
         cls.chromium = headless_chromium.find_chromium()
         if cls.chromium is None:
-            raise AssertionError("no chromium: scripts/install_deps.sh installs Debian's")
+            raise AssertionError("no chromium: scripts/install_test_deps.sh installs Debian's")
         dirs = run_all()
         out = subprocess.run([REPORT, "--format", "json"] + dirs, capture_output=True, text=True,
                              timeout=300)
