@@ -116,7 +116,7 @@ struct Finding {
   // findings on the same copies may estimate too: a report's total counts
   // the largest of those once (TotalSecondsLost, merge.h).
   bool loss_in_copies = false;
-  std::string fix;          // concrete advice; "{site:N}" expands too
+  std::string fix;  // concrete advice; "{site:N}" expands too
   // The framework the stack shows ("pytorch", "cupy", "jax", "numpy",
   // "python"; "" none: frameworks.h) and, when `fix` is that framework's,
   // the rule's generic fix it replaced ("" otherwise).
