@@ -788,7 +788,7 @@ void WriteHtmlReport(const MergedReport& r, const std::vector<const TraceReader*
   *out += "<p class=\"note\">Bandwidth model: " + Esc(r.model_source) + ".</p>";
   for (const std::string& p : r.problems)
     *out += "<p class=\"warn\">unreadable: " + Esc(p) + "</p>";
-  *out += "<h2>Findings, worst first</h2>";
+  *out += "<h2>Findings, most severe first, then by time lost</h2>";
   if (r.findings.empty()) {
     *out += "<p class=\"empty\">No findings.</p>";
   } else {

@@ -137,7 +137,7 @@ class HtmlReportTest(unittest.TestCase):
         finally:
             b.close()
         self.assertEqual(problems, [])
-        # Every finding, in the JSON report's order (worst first), with its site.
+        # Every finding, in the JSON report's order (most severe first), with its site.
         findings = self.data["findings"]
         self.assertEqual([c[0] for c in cards], [f["rule"] for f in findings])
         for (rule, site_text), f in zip(cards, findings):
