@@ -36,6 +36,28 @@ void PrintWrapped(FILE* out, const std::string& text, int indent, int width) {
   if (!line.empty()) std::fprintf(out, "%s%s\n", pad.c_str(), line.c_str());
 }
 
+void PrintOptionLine(FILE* out, const std::string& head, const std::string& text) {
+  constexpr int kColumn = 27;
+  std::string line = "  " + head;
+  if (static_cast<int>(line.size()) + 1 > kColumn) {
+    std::fprintf(out, "%s\n", line.c_str());
+    line.clear();
+  }
+  line.resize(kColumn, ' ');
+  // The first line of text goes after the head; PrintWrapped indents the rest.
+  std::string rest = text;
+  std::string first;
+  while (!rest.empty()) {
+    const size_t space = rest.find(' ');
+    const std::string word = rest.substr(0, space);
+    if (!first.empty() && kColumn + first.size() + 1 + word.size() > kWidth) break;
+    first += (first.empty() ? "" : " ") + word;
+    rest = space == std::string::npos ? "" : rest.substr(space + 1);
+  }
+  std::fprintf(out, "%s%s\n", line.c_str(), first.c_str());
+  if (!rest.empty()) PrintWrapped(out, rest, kColumn, kWidth);
+}
+
 void PrintVariables(FILE* out) {
   std::fprintf(out,
                "Environment variables read by libpinshim.so at start-up (the "

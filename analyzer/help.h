@@ -11,6 +11,10 @@ namespace pinshim {
 // Writes text word-wrapped to width columns, every line indented by indent.
 void PrintWrapped(FILE* out, const std::string& text, int indent, int width);
 
+// Writes "  head   text": text starting in column 27 (on the next line when
+// head is longer), wrapped at 79 columns.
+void PrintOptionLine(FILE* out, const std::string& head, const std::string& text);
+
 // Writes the description of every PINSHIM_ variable, including
 // PINSHIM_CONFIG and PINSHIM_LIBRARY, and the config file format.
 void PrintVariables(FILE* out);

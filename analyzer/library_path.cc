@@ -40,7 +40,9 @@ std::string Resolve(const std::string& path) {
 std::vector<std::string> LibraryCandidates(const std::string& exe_path) {
   const std::string dir = DirName(exe_path);
   return {
-      dir + "/../lib/libpinshim.so", exe_path + ".runfiles/pinshim/shim/libpinshim.so",
+      dir + "/../lib/libpinshim.so",
+      dir + "/../lib/" + kMultiarchTriplet + "/pinshim/libpinshim.so",
+      exe_path + ".runfiles/pinshim/shim/libpinshim.so",
       dir + "/../shim/libpinshim.so",
       dir + "/libpinshim.so",  // a flat folder holding both files
   };

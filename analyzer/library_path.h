@@ -12,11 +12,24 @@ namespace pinshim {
 // The environment variable that names the library explicitly.
 constexpr const char kLibraryVariable[] = "PINSHIM_LIBRARY";
 
+// The Debian multiarch folder of this architecture (/usr/lib/<triplet>).
+#if defined(__x86_64__)
+constexpr const char kMultiarchTriplet[] = "x86_64-linux-gnu";
+#elif defined(__aarch64__)
+constexpr const char kMultiarchTriplet[] = "aarch64-linux-gnu";
+#else
+#error "pinshim: no Debian multiarch triplet for this architecture"
+#endif
+
 // Places tried for a pinshim binary at exe_path (an absolute path with
 // symbolic links resolved), in order:
-//   <exe_dir>/../lib/libpinshim.so                  installed (PREFIX/bin,
-//   PREFIX/lib) <exe_path>.runfiles/pinshim/shim/libpinshim.so  Bazel runfiles
-//   <exe_dir>/../shim/libpinshim.so                 bazel-bin
+//   <exe_dir>/../lib/libpinshim.so                    installed under a
+//                                                     prefix, the release
+//                                                     archive, the wheel
+//   <exe_dir>/../lib/<triplet>/pinshim/libpinshim.so  the Debian package
+//   <exe_path>.runfiles/pinshim/shim/libpinshim.so    Bazel runfiles
+//   <exe_dir>/../shim/libpinshim.so                   bazel-bin
+//   <exe_dir>/libpinshim.so                           one flat folder
 std::vector<std::string> LibraryCandidates(const std::string& exe_path);
 
 // Sets *library to the absolute, resolved path of libpinshim.so: the file

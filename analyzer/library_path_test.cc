@@ -66,6 +66,16 @@ TEST_F(LibraryPathTest, BazelRunfilesThenBazelBin) {
   EXPECT_EQ(library, root_ + "/bin/analyzer/pinshim.runfiles/pinshim/shim/libpinshim.so");
 }
 
+// The Debian package: /usr/bin/pinshim, /usr/lib/<triplet>/pinshim/libpinshim.so.
+TEST_F(LibraryPathTest, DebianLayout) {
+  const std::string exe = Touch("usr/bin/pinshim");
+  const std::string lib =
+      Touch(std::string("usr/lib/") + kMultiarchTriplet + "/pinshim/libpinshim.so");
+  std::string library, error;
+  ASSERT_TRUE(FindLibrary(exe, nullptr, &library, &error)) << error;
+  EXPECT_EQ(library, lib);
+}
+
 TEST_F(LibraryPathTest, SymlinkedLibraryIsResolved) {
   const std::string exe = Touch("prefix/bin/pinshim");
   const std::string real = Touch("store/libpinshim.so.1");
@@ -82,7 +92,8 @@ TEST_F(LibraryPathTest, MissingLibraryNamesEveryPlaceTried) {
   std::string library, error;
   EXPECT_FALSE(FindLibrary(exe, nullptr, &library, &error));
   EXPECT_EQ(error, "cannot find libpinshim.so (looked for " + root_ +
-                       "/prefix/bin/../lib/libpinshim.so, " + root_ +
+                       "/prefix/bin/../lib/libpinshim.so, " + root_ + "/prefix/bin/../lib/" +
+                       kMultiarchTriplet + "/pinshim/libpinshim.so, " + root_ +
                        "/prefix/bin/pinshim.runfiles/pinshim/shim/"
                        "libpinshim.so, " +
                        root_ + "/prefix/bin/../shim/libpinshim.so, " + root_ +

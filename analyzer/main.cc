@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "analyzer/calibrate_command.h"
 #include "analyzer/help.h"
 #include "analyzer/report/archive_command.h"
 #include "analyzer/report/report_command.h"
@@ -25,27 +26,33 @@ struct Command {
 
 const Command kCommands[] = {
     {"run", "run a program with libpinshim.so preloaded", RunRunCommand},
-    {"report", "turn traces into findings: text, JSON or Perfetto", report::RunReportCommand},
+    {"report", "turn traces into findings: text, JSON, HTML or a Perfetto timeline",
+     report::RunReportCommand},
     {"archive", "make a trace directory self-contained: its symbols kept beside it",
      report::RunArchiveCommand},
     {"status", "show the node's pinned-memory ledger (enforce mode)", RunStatusCommand},
+    {"calibrate", "measure this machine's copy bandwidths for report --calibration",
+     RunCalibrateCommand},
 };
 
 void PrintHelp(FILE* out) {
   std::fprintf(out,
                "pinshim %s: host<->device copy problems in unmodified CUDA "
                "programs\n\n"
-               "usage: pinshim COMMAND [OPTIONS] [ARGS...]\n"
-               "       pinshim help [COMMAND]\n"
-               "       pinshim --version\n\n"
+               "usage: pinshim COMMAND [OPTIONS] [ARGS...]\n\n"
                "Commands:\n",
                kPinshimVersion);
   for (const Command& command : kCommands) {
     std::fprintf(out, "  %-10s %s\n", command.name, command.summary);
   }
-  std::fprintf(out, "  %-10s %s\n\n", "help", "show this help, or a command's");
-  std::fprintf(out, "Run 'pinshim COMMAND --help' for a command's options.\n\n");
-  PrintVariables(out);
+  std::fprintf(out, "  %-10s %s\n", "help", "this help; help COMMAND: a command's options");
+  std::fprintf(out, "  %-10s %s\n\n", "", "help settings: every setting, with its variable");
+  std::fprintf(out,
+               "Example:\n"
+               "  pinshim run --trace-dir traces -- ./train    # run under pinshim\n"
+               "  pinshim report traces                        # what went wrong, where\n\n"
+               "Options: -h, --help; --version. Documentation: man pinshim, and docs/\n"
+               "in the source tree (docs/install.md, docs/configuration.md).\n");
 }
 
 const Command* FindCommand(const char* name) {
@@ -84,6 +91,10 @@ int Main(int argc, char** argv) {
   const char* first = argv[1];
   if (std::strcmp(first, "--help") == 0 || std::strcmp(first, "-h") == 0 ||
       std::strcmp(first, "help") == 0) {
+    if (argc >= 3 && std::strcmp(argv[2], "settings") == 0) {
+      PrintVariables(stdout);
+      return 0;
+    }
     if (argc >= 3) return ShowCommandHelp(argv[2]);
     PrintHelp(stdout);
     return 0;

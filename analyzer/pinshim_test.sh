@@ -74,23 +74,40 @@ run_pinshim --version
 for help in "--help" "-h" "help"; do
   run_pinshim ${help}
   [[ "${STATUS}" == 0 && -z "${ERR}" ]] || fail "${help}: status ${STATUS}"
-  for word in run archive PINSHIM_MODE PINSHIM_TRACE_DIR PINSHIM_SUMMARY PINSHIM_BUDGET \
-      PINSHIM_NODE_BUDGET PINSHIM_POLICY PINSHIM_TRACK_THRESHOLD PINSHIM_CONFIG \
-      PINSHIM_METRICS_FILE PINSHIM_SAMPLE_MS PINSHIM_PIN_CAP \
-      PINSHIM_LEDGER_SHARED PINSHIM_LEDGER_PATH PINSHIM_PROFILE PINSHIM_COPY_GUARD \
-      PINSHIM_LIBRARY; do
+  for word in run report archive status calibrate HTML Perfetto "help settings"; do
     grep -q -- "${word}" "${TMP}/out" || fail "${help} does not mention ${word}"
   done
+  # Short: the settings are in `pinshim help settings`.
+  (( $(wc -l < "${TMP}/out") <= 25 )) || fail "${help} is $(wc -l < "${TMP}/out") lines"
+  grep -q PINSHIM_ "${TMP}/out" && fail "${help} lists settings"
+done
+
+run_pinshim help settings
+[[ "${STATUS}" == 0 && -z "${ERR}" ]] || fail "help settings: status ${STATUS}"
+for word in PINSHIM_MODE PINSHIM_TRACE_DIR PINSHIM_SUMMARY PINSHIM_BUDGET \
+    PINSHIM_NODE_BUDGET PINSHIM_POLICY PINSHIM_TRACK_THRESHOLD PINSHIM_CONFIG \
+    PINSHIM_METRICS_FILE PINSHIM_SAMPLE_MS PINSHIM_PIN_CAP \
+    PINSHIM_LEDGER_SHARED PINSHIM_LEDGER_PATH PINSHIM_PROFILE PINSHIM_COPY_GUARD \
+    PINSHIM_LIBRARY PINSHIM_STAGE_CHUNK PINSHIM_SELF_CHECK; do
+  grep -q -- "${word}" "${TMP}/out" || fail "help settings does not mention ${word}"
 done
 
 for help in "run --help" "run -h" "help run"; do
   run_pinshim ${help}
   [[ "${STATUS}" == 0 ]] || fail "${help}: status ${STATUS}"
   for word in --mode --trace-dir --summary --budget --node-budget --policy \
-      --track-threshold --metrics-file --profile --config --pin-cap \
-      --sample-ms --ledger-shared --ledger --copy-guard PINSHIM_LIBRARY PINSHIM_PROFILE 127; do
+      --track-threshold --metrics-file --profile --config --pin-cap --idle-trim-s \
+      --sample-ms --ledger-shared --ledger --copy-guard --wc-guard --python-frames --self-check \
+      PINSHIM_LIBRARY "help settings" 127; do
     grep -q -- "${word}" "${TMP}/out" || fail "${help} does not mention ${word}"
   done
+  # One line per option, grouped by the mode it needs.
+  for group in "Basics:" "With a trace (--trace-dir):" "Optimize mode (--mode optimize):" \
+      "Enforce mode (--mode enforce):"; do
+    grep -qx -- "${group}" "${TMP}/out" || fail "${help} has no group ${group}"
+  done
+  (( $(grep -c '^  --' "${TMP}/out") == 19 )) || fail "${help}: not one line per option"
+  (( $(wc -l < "${TMP}/out") <= 50 )) || fail "${help} is $(wc -l < "${TMP}/out") lines"
 done
 # Help wraps at 79 columns.
 if awk 'length > 79' "${TMP}/out" | grep -q .; then
@@ -100,8 +117,8 @@ fi
 run_pinshim
 [[ "${STATUS}" == 2 && "${ERR}" == *"usage: pinshim COMMAND"* ]] ||
   fail "no arguments: status ${STATUS}"
-expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, archive, status, help (see pinshim --help)' frobnicate
-expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, archive, status, help (see pinshim --help)' help frobnicate
+expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, archive, status, calibrate, help (see pinshim --help)' frobnicate
+expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, archive, status, calibrate, help (see pinshim --help)' help frobnicate
 expect 2 'pinshim: unknown option "--verbose"; accepted before a command: --help, --version' --verbose
 
 # --- bad input to run: exit 2 and one line naming the problem ----------------
@@ -164,6 +181,18 @@ PINSHIM_POLICY=maybe expect 2 'pinshim run: PINSHIM_POLICY="maybe": unknown poli
 # An option replaces a bad inherited variable.
 PINSHIM_POLICY=maybe run_pinshim run --policy evict -- true
 [[ "${STATUS}" == 0 ]] || fail "--policy over a bad PINSHIM_POLICY: ${STATUS} ${ERR}"
+
+# Settings that do nothing in the chosen mode: one line per kind, naming
+# each as it was given; the command runs anyway.
+expect 0 "pinshim run: --budget and --policy have no effect without enforce mode (--mode enforce); ignored" \
+  run --budget 1G --policy fallback -- true
+expect 0 "" run --mode enforce --budget 1G --policy fallback -- true
+PINSHIM_PIN_CAP=1G expect 0 "pinshim run: PINSHIM_PIN_CAP and --self-check have no effect without optimize mode (--mode optimize); ignored" \
+  run --self-check=0 -- true
+expect 0 "pinshim run: --ledger-shared has no effect without a node budget (--node-budget) in enforce mode; ignored
+pinshim run: --sample-ms and --copy-guard have no effect without a trace (--trace-dir); ignored" \
+  run --sample-ms 5 --copy-guard --ledger-shared -- true
+expect 0 "" run --trace-dir "${TMP}/guarded" --copy-guard -- true
 
 # Trace directories that cannot be created or written.
 touch plainfile

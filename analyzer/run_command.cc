@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "analyzer/help.h"
+#include "analyzer/ineffective_settings.h"
 #include "analyzer/library_path.h"
 #include "shim/core/config.h"
 #include "shim/core/size.h"
@@ -36,63 +37,71 @@ struct RunOption {
   Value value;
   const char* implicit;  // the value when an optional value is left out
   PathKind path;         // relative paths are made absolute
-  const char* help;
+  const char* brief;     // one line for pinshim run --help
 };
 
 // Every option sets one variable; the library reads only the variables, so
-// pinshim run and a hand-set environment behave the same.
+// pinshim run and a hand-set environment behave the same. The help groups
+// options by what they need to act (ineffective_settings.h), in this order;
+// the full description of each is its variable's (pinshim help settings).
 const RunOption kRunOptions[] = {
     {"--mode", "MODE", "PINSHIM_MODE", Value::kRequired, nullptr, PathKind::kNone,
-     "observe, optimize, enforce or a comma-separated combination; observe "
-     "is always on."},
+     "observe (always on), optimize, enforce, or a list"},
     {"--trace-dir", "DIR", "PINSHIM_TRACE_DIR", Value::kRequired, nullptr, PathKind::kPath,
-     "write traces to DIR, which is created if it does not exist; it must "
-     "be writable."},
+     "write traces to DIR (created) for pinshim report"},
     {"--summary", "FILE", "PINSHIM_SUMMARY", Value::kOptional, "1", PathKind::kSummary,
-     "print a summary at exit: to stderr, or with =FILE to FILE (%p is "
-     "replaced by the pid)."},
-    {"--budget", "SIZE", "PINSHIM_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
-     "most bytes the process may have pinned, e.g. 8G or 25%."},
-    {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
-     "most bytes all processes on this node may have pinned together."},
-    {"--policy", "POLICY", "PINSHIM_POLICY", Value::kRequired, nullptr, PathKind::kNone,
-     "deny, fallback or evict: what happens over budget."},
+     "print a summary at exit: stderr, or FILE (%p: pid)"},
     {"--track-threshold", "SIZE", "PINSHIM_TRACK_THRESHOLD", Value::kRequired, nullptr,
-     PathKind::kNone, "track host allocations of at least SIZE (no percentage)."},
-    {"--pin-cap", "SIZE", "PINSHIM_PIN_CAP", Value::kRequired, nullptr, PathKind::kNone,
-     "most bytes pinshim itself pins for optimize mode."},
-    {"--idle-trim-s", "S", "PINSHIM_IDLE_TRIM_S", Value::kRequired, nullptr, PathKind::kNone,
-     "seconds optimize mode keeps idle pinned memory before giving it back (0: until needed)."},
-    {"--sample-ms", "MS", "PINSHIM_SAMPLE_MS", Value::kRequired, nullptr, PathKind::kNone,
-     "how often the trace samples pinned bytes, RSS and swap, 1 to 60000 "
-     "milliseconds."},
-    {"--ledger-shared", "0|1", "PINSHIM_LEDGER_SHARED", Value::kOptional, "1", PathKind::kNone,
-     "one node budget ledger for the users of its group instead of one per user."},
-    {"--ledger", "FILE", "PINSHIM_LEDGER_PATH", Value::kRequired, nullptr, PathKind::kPath,
-     "keep the node budget's ledger in FILE instead of /dev/shm (every process sharing the "
-     "node budget must name the same file)."},
-    {"--wc-guard", "0|1", "PINSHIM_WC_GUARD", Value::kOptional, "1", PathKind::kNone,
-     "sample plain CPU loads of write-combined memory (with --trace-dir)."},
-    {"--python-frames", "0|1", "PINSHIM_PYTHON_FRAMES", Value::kOptional, "1", PathKind::kNone,
-     "record Python frames with call sites in Python programs (default 1; "
-     "with --trace-dir)."},
-    {"--copy-guard", "0|1", "PINSHIM_COPY_GUARD", Value::kOptional, "1", PathKind::kNone,
-     "also catch plain CPU accesses to memory under a queued copy (with --trace-dir)."},
-    {"--self-check", "0|1", "PINSHIM_SELF_CHECK", Value::kOptional, "1", PathKind::kNone,
-     "optimize mode measures its paths against the driver's and stops taking a "
-     "slower one (default 1)."},
-    {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired, nullptr, PathKind::kPath,
-     "rewrite FILE every 2 seconds and at exit with enforce mode's metrics "
-     "(Prometheus text)."},
-    {"--profile", "FILE", "PINSHIM_PROFILE", Value::kRequired, nullptr, PathKind::kPath,
-     "optimize mode only: serve the hot allocation sites listed in FILE (a "
-     "profile written by pinshim report --profile-out) from the pinned "
-     "arena, from their first allocation on; FILE must be a readable v1 "
-     "profile."},
+     PathKind::kNone, "track host allocations of at least SIZE"},
     {"--config", "FILE", kConfigFileVariable, Value::kRequired, nullptr, PathKind::kPath,
-     "read settings from FILE instead of /etc/pinshim.conf; options and "
-     "the environment override it."},
+     "read settings from FILE instead of /etc/pinshim.conf"},
+    {"--sample-ms", "MS", "PINSHIM_SAMPLE_MS", Value::kRequired, nullptr, PathKind::kNone,
+     "sample pinned bytes, RSS and swap every MS ms"},
+    {"--python-frames", "0|1", "PINSHIM_PYTHON_FRAMES", Value::kOptional, "1", PathKind::kNone,
+     "record Python frames with call sites"},
+    {"--wc-guard", "0|1", "PINSHIM_WC_GUARD", Value::kOptional, "1", PathKind::kNone,
+     "catch plain CPU reads of write-combined memory"},
+    {"--copy-guard", "0|1", "PINSHIM_COPY_GUARD", Value::kOptional, "1", PathKind::kNone,
+     "catch CPU accesses to memory under a queued copy"},
+    {"--pin-cap", "SIZE", "PINSHIM_PIN_CAP", Value::kRequired, nullptr, PathKind::kNone,
+     "most bytes pinshim itself pins, e.g. 4G or 25%"},
+    {"--idle-trim-s", "S", "PINSHIM_IDLE_TRIM_S", Value::kRequired, nullptr, PathKind::kNone,
+     "give back pinned memory idle S seconds (0: keep)"},
+    {"--profile", "FILE", "PINSHIM_PROFILE", Value::kRequired, nullptr, PathKind::kPath,
+     "serve FILE's hot sites (report --profile-out)"},
+    {"--self-check", "0|1", "PINSHIM_SELF_CHECK", Value::kOptional, "1", PathKind::kNone,
+     "stop taking a path where the driver's own is faster"},
+    {"--budget", "SIZE", "PINSHIM_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
+     "most bytes this process may pin, e.g. 8G or 25%"},
+    {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
+     "most bytes all processes on the node may pin"},
+    {"--policy", "POLICY", "PINSHIM_POLICY", Value::kRequired, nullptr, PathKind::kNone,
+     "over budget: deny, fallback or evict"},
+    {"--ledger-shared", "0|1", "PINSHIM_LEDGER_SHARED", Value::kOptional, "1", PathKind::kNone,
+     "one node ledger for a group of users, not per user"},
+    {"--ledger", "FILE", "PINSHIM_LEDGER_PATH", Value::kRequired, nullptr, PathKind::kPath,
+     "keep the node ledger in FILE, not in /dev/shm"},
+    {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired, nullptr, PathKind::kPath,
+     "write enforce mode's metrics (Prometheus) to FILE"},
 };
+
+// The help's groups, by what their options need.
+struct HelpGroup {
+  const char* title;
+  Needs needs[2];
+};
+const HelpGroup kHelpGroups[] = {
+    {"Basics:", {Needs::kNothing, Needs::kNothing}},
+    {"With a trace (--trace-dir):", {Needs::kTrace, Needs::kTrace}},
+    {"Optimize mode (--mode optimize):", {Needs::kOptimize, Needs::kOptimize}},
+    {"Enforce mode (--mode enforce):", {Needs::kEnforce, Needs::kNodeLedger}},
+};
+
+// What an option needs: that of the setting it sets (none for --config).
+Needs OptionNeeds(const RunOption& option) {
+  ConfigKey key;
+  return ConfigKeyFromVariable(option.variable, &key) ? NeedsOf(key) : Needs::kNothing;
+}
 
 const char kUsage[] = "usage: pinshim run [OPTIONS] [--] CMD [ARGS...]";
 
@@ -200,6 +209,29 @@ int Execute(char** cmd) {
   return kExitCannotExecute;
 }
 
+struct Setting {
+  const RunOption* option;
+  std::string value;
+};
+
+// One line for each kind of setting that will do nothing in `config`'s mode,
+// naming each as the user gave it: the option, else the variable inherited
+// from the environment. Settings from the config file are the site's
+// defaults and are not reported.
+void ReportIneffectiveSettings(const Config& config, const std::vector<Setting>& settings) {
+  auto name_of = [&](ConfigKey key) -> std::string {
+    const char* variable = kConfigKeys[static_cast<int>(key)].variable;
+    for (auto it = settings.rbegin(); it != settings.rend(); ++it) {
+      if (std::strcmp(it->option->variable, variable) == 0) return it->option->name;
+    }
+    const char* value = getenv(variable);
+    return value != nullptr && value[0] != '\0' ? variable : "";
+  };
+  for (const std::string& line : IneffectiveSettings(config, name_of)) {
+    std::fprintf(stderr, "pinshim run: %s\n", line.c_str());
+  }
+}
+
 }  // namespace
 
 void PrintRunHelp(bool to_stdout) {
@@ -207,42 +239,40 @@ void PrintRunHelp(bool to_stdout) {
   std::fprintf(out, "%s\n\n", kUsage);
   PrintWrapped(out,
                "Runs CMD with libpinshim.so preloaded. Every option is checked "
-               "with the library's own parser before anything runs, together "
-               "with the PINSHIM_ variables already set and the config file; "
-               "each option sets the variable named beside it. '--' may be "
-               "left out when CMD does not start with '-'.",
+               "before CMD runs and sets a PINSHIM_ variable ('pinshim help "
+               "settings' describes them all, and the settings that have no "
+               "option); a value follows its option or an '=' (--budget 8G, "
+               "--budget=8G). '--' may be left out when CMD does not start with "
+               "'-'.",
                0, 79);
-  std::fprintf(out, "\nOptions (--opt VALUE and --opt=VALUE are the same):\n");
-  for (const RunOption& option : kRunOptions) {
-    std::string head = std::string("  ") + option.name;
-    head += option.value == Value::kOptional ? std::string("[=") + option.metavar + "]"
-                                             : std::string(" ") + option.metavar;
-    std::fprintf(out, "%s  (%s)\n", head.c_str(), option.variable);
-    PrintWrapped(out, std::string(option.help), 6, 79);
+  for (const HelpGroup& group : kHelpGroups) {
+    std::fprintf(out, "\n%s\n", group.title);
+    for (const RunOption& option : kRunOptions) {
+      const Needs needs = OptionNeeds(option);
+      if (needs != group.needs[0] && needs != group.needs[1]) continue;
+      std::string head = option.name;
+      head += option.value == Value::kOptional ? std::string("[=") + option.metavar + "]"
+                                               : std::string(" ") + option.metavar;
+      PrintOptionLine(out, head, option.brief);
+    }
   }
-  std::fprintf(out, "  -h, --help\n      show this help.\n\n");
-  PrintWrapped(
-      out,
-      "Exit status: CMD's own; 2 for a bad option or value, a trace "
-      "directory that cannot be created or written, a profile that "
-      "cannot be read, or a missing libpinshim.so; 126 when CMD exists but cannot be executed; "
-      "127 when CMD is not found.",
-      0, 79);
+  PrintOptionLine(out, "-h, --help", "show this help");
   std::fprintf(out, "\n");
   PrintWrapped(out,
-               "libpinshim.so is looked for beside pinshim "
-               "(<prefix>/bin/pinshim -> <prefix>/lib/libpinshim.so), then in "
-               "the Bazel output tree; PINSHIM_LIBRARY names it explicitly.",
+               "An option or PINSHIM_ variable that does nothing in the chosen "
+               "mode is reported in one line, and CMD runs anyway. The library "
+               "is the libpinshim.so installed with pinshim, unless "
+               "PINSHIM_LIBRARY names another.",
                0, 79);
-  std::fprintf(out, "\n");
-  PrintVariables(out);
+  PrintWrapped(out,
+               "Exit status: CMD's own; 2 for a bad option or value, a trace "
+               "directory that cannot be written, an unreadable profile or a "
+               "missing libpinshim.so; 126 when CMD cannot be executed; 127 "
+               "when it is not found.",
+               0, 79);
 }
 
 int RunRunCommand(int argc, char** argv) {
-  struct Setting {
-    const RunOption* option;
-    std::string value;
-  };
   std::vector<Setting> settings;
   int i = 1;
   for (; i < argc; ++i) {
@@ -356,6 +386,7 @@ int RunRunCommand(int argc, char** argv) {
                       "\" cannot be preloaded: LD_PRELOAD cannot hold a "
                       "path with a space or colon");
   }
+  ReportIneffectiveSettings(config, settings);
   setenv("LD_PRELOAD", PreloadValue(library, getenv("LD_PRELOAD")).c_str(), 1);
   return Execute(cmd);
 }

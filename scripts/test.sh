@@ -9,6 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh || exit 2
+scripts/install_test_deps.sh || exit 2
 
 logs="$(mktemp -d /tmp/pinshim-test.XXXXXX)"
 quiet='^(Loading|Analyzing|INFO: (Analyzed|Found|Elapsed|Build completed|From))'

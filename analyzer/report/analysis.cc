@@ -223,23 +223,6 @@ class Replay : public EventVisitor {
   uint64_t pin_seq_ = 0;
 };
 
-Site MakeSite(const SymbolizedStack& s) {
-  Site site;
-  if (s.frames.empty()) return site;
-  site.known = true;
-  site.stack = s.frames;
-  site.site_index = s.site >= 0 ? s.site : 0;
-  const Frame& f = s.frames[site.site_index];
-  site.function = f.function;
-  site.file = f.file;
-  site.line = f.line;
-  site.module = f.module;
-  site.offset = f.offset;
-  site.note = f.note;
-  site.python = s.python;
-  return site;
-}
-
 class SiteResolver {
  public:
   SiteResolver(Symbolizer* sym, bool symbolize) : sym_(sym), symbolize_(symbolize) {}
@@ -285,10 +268,27 @@ class SiteResolver {
 
 }  // namespace
 
+Site MakeSite(const SymbolizedStack& s) {
+  Site site;
+  if (s.frames.empty()) return site;
+  site.known = true;
+  site.stack = s.frames;
+  site.site_index = s.site >= 0 ? s.site : 0;
+  const Frame& f = s.frames[site.site_index];
+  site.function = f.function;
+  site.file = f.file;
+  site.line = f.line;
+  site.module = f.module;
+  site.offset = f.offset;
+  site.note = f.note;
+  site.python = s.python;
+  return site;
+}
+
 void SortFindings(std::vector<Finding>* findings) {
   std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
-    if (a.seconds_lost != b.seconds_lost) return a.seconds_lost > b.seconds_lost;
     if (a.severity != b.severity) return a.severity > b.severity;
+    if (a.seconds_lost != b.seconds_lost) return a.seconds_lost > b.seconds_lost;
     if (a.rule != b.rule) return a.rule < b.rule;
     return a.site.Key() < b.site.Key();
   });

@@ -40,6 +40,9 @@ struct ProcessReport {
   OwnPinningSummary own;                     // pinshim's own pinning (optimize mode)
 };
 
+// A symbolized stack as a call site (Site::known false for an empty one).
+Site MakeSite(const SymbolizedStack& s);
+
 // Analyzes `trace` (opened successfully).
 ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& options);
 

@@ -112,7 +112,11 @@ struct Finding {
   Site site;                // filled by symbolization
   Value evidence = Value::Object();
   double seconds_lost = 0;  // estimate; 0 when the rule cannot estimate
-  std::string fix;          // concrete advice; "{site:N}" expands too
+  // seconds_lost is time spent in the copy calls at `stack`, which other
+  // findings on the same copies may estimate too: a report's total counts
+  // the largest of those once (TotalSecondsLost, merge.h).
+  bool loss_in_copies = false;
+  std::string fix;  // concrete advice; "{site:N}" expands too
   // The framework the stack shows ("pytorch", "cupy", "jax", "numpy",
   // "python"; "" none: frameworks.h) and, when `fix` is that framework's,
   // the rule's generic fix it replaced ("" otherwise).

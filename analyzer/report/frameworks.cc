@@ -94,7 +94,9 @@ std::string Where(const Finding& f, const char* what) {
 }
 
 const char* kOptimizeReused =
-    " Without code changes, pinshim's optimize mode (PINSHIM_MODE=optimize) pins a host buffer "
+    " Without code changes, pinshim's optimize mode (pinshim run --mode optimize, or "
+    "PINSHIM_MODE=optimize) pins a host "
+    "buffer "
     "that is reused in place; it cannot help a new tensor or array every step.";
 const char* kOptimizeWasOn =
     " Optimize mode was on in this run and left these copies pageable: \"pinshim's own "
@@ -156,7 +158,8 @@ std::string PyTorchFix(const Finding& f, bool optimize) {
            "(allocated_bytes against active_bytes) shows what it holds. Pin fewer batches at "
            "once (DataLoader num_workers x prefetch_factor bounds the pinned batches in "
            "flight), reuse pinned buffers, or cap pinning with pinshim's enforce mode "
-           "(PINSHIM_MODE=enforce PINSHIM_BUDGET=...).";
+           "(pinshim run --mode enforce --budget SIZE, or PINSHIM_MODE=enforce "
+           "PINSHIM_BUDGET=SIZE).";
   }
   return "";
 }

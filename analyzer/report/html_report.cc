@@ -794,11 +794,8 @@ std::string JsonForHtml(const std::string& json) {
 void WriteHtmlReport(const MergedReport& r, const std::vector<const TraceReader*>& readers,
                      std::string* out) {
   int counts[3] = {0, 0, 0};
-  double lost = 0;
-  for (const Finding& f : r.findings) {
-    ++counts[static_cast<int>(f.severity)];
-    lost += f.seconds_lost;
-  }
+  for (const Finding& f : r.findings) ++counts[static_cast<int>(f.severity)];
+  const double lost = TotalSecondsLost(r);
   *out +=
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -823,7 +820,7 @@ void WriteHtmlReport(const MergedReport& r, const std::vector<const TraceReader*
   *out += "<p class=\"note\">Bandwidth model: " + Esc(r.model_source) + ".</p>";
   for (const std::string& p : r.problems)
     *out += "<p class=\"warn\">unreadable: " + Esc(p) + "</p>";
-  *out += "<h2>Findings, worst first</h2>";
+  *out += "<h2>Findings, most severe first, then by time lost</h2>";
   if (r.findings.empty()) {
     *out += "<p class=\"empty\">No findings.</p>";
   } else {

@@ -435,11 +435,8 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
 void WriteJsonReport(const MergedReport& r, std::string* out) {
   JsonWriter w(out);
   int counts[3] = {0, 0, 0};
-  double lost = 0;
-  for (const Finding& f : r.findings) {
-    ++counts[static_cast<int>(f.severity)];
-    lost += f.seconds_lost;
-  }
+  for (const Finding& f : r.findings) ++counts[static_cast<int>(f.severity)];
+  const double lost = TotalSecondsLost(r);
   w.BeginObject();
   w.Key("version");
   w.Int(kJsonReportVersion);

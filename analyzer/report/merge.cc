@@ -43,6 +43,28 @@ MergedReport Merge(std::vector<ProcessReport> processes) {
   return m;
 }
 
+double TotalSecondsLost(const MergedReport& r) {
+  double total = 0;
+  std::map<std::string, double> copies;  // process + call site -> the largest loss
+  for (const Finding& f : r.findings) {
+    for (size_t k = 0; k < f.processes.size(); ++k) {
+      const double lost = k < f.seconds_lost_by_process.size() ? f.seconds_lost_by_process[k] : 0;
+      if (!f.loss_in_copies) {
+        total += lost;
+        continue;
+      }
+      // An unknown site is told apart by its stack id, which is the
+      // process's own for a finding merged from unknown sites.
+      std::string key = std::to_string(f.processes[k]) + "\n" +
+                        (f.site.known ? f.site.Key() : "#" + std::to_string(f.stack));
+      double& largest = copies[key];
+      if (lost > largest) largest = lost;
+    }
+  }
+  for (const auto& kv : copies) total += kv.second;
+  return total;
+}
+
 bool HasFindingAtLeast(const MergedReport& r, Severity s) {
   for (const Finding& f : r.findings) {
     if (f.severity >= s) return true;

@@ -14,13 +14,18 @@ namespace report {
 
 struct MergedReport {
   std::vector<ProcessReport> processes;
-  std::vector<Finding> findings;      // merged, sorted by estimated loss
+  std::vector<Finding> findings;      // merged, most severe first, then by estimated loss
   std::vector<std::string> problems;  // inputs that could not be read, one line each
   std::string model_source;           // where bandwidth numbers came from
 };
 
 // Takes ownership of the per-process reports and merges their findings.
 MergedReport Merge(std::vector<ProcessReport> processes);
+
+// The time the findings estimate lost, each copy counted once: for the
+// findings on the copies of one call site in one process (loss_in_copies)
+// the largest estimate, plus every other finding's.
+double TotalSecondsLost(const MergedReport& r);
 
 // True when some finding has at least severity `s`.
 bool HasFindingAtLeast(const MergedReport& r, Severity s);

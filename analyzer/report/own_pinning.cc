@@ -28,7 +28,8 @@ const char* GroupOf(OwnPinPart part) {
 std::string RefusalWords(const std::string& reason, bool cap_known, uint64_t cap) {
   if (reason == "cap") {
     return "pinshim's pin cap" + (cap_known ? " (" + FormatBytes(cap) + ")" : std::string()) +
-           " was full even after evicting idle pinning; raise PINSHIM_PIN_CAP to pin it";
+           " was full even after evicting idle pinning; raise --pin-cap (PINSHIM_PIN_CAP) to pin "
+           "it";
   }
   if (reason == "budget") return "enforce mode's pinned-memory budget refused it";
   if (reason == "memlock_limit") {
@@ -363,7 +364,7 @@ void OwnPinningTracker::Classify(Buffer* b) const {
   } else if (s_.cap_known && o.size > s_.cap_bytes) {
     o.by = "larger_than_cap";
     o.detail = "larger than pinshim's pin cap (" + FormatBytes(s_.cap_bytes) +
-               "); raise PINSHIM_PIN_CAP to pin it";
+               "); raise --pin-cap (PINSHIM_PIN_CAP) to pin it";
   } else {
     o.by = "cost_model";
     o.detail =

@@ -7,18 +7,84 @@
 
 #include "analyzer/report/format.h"
 #include "analyzer/report/json_writer.h"
+#include "analyzer/report/symbolizer.h"
 
 namespace pinshim {
 namespace report {
 namespace {
 
 constexpr size_t kFlushBytes = 4 << 20;
+// Findings get tracks of their own, numbered from here (above any thread id).
+constexpr uint64_t kFindingTrackBase = 2000000000ull;
+
+// The call sites of one trace's stacks, symbolized once each, and the
+// file's stack table ("stackFrames") their frames go into.
+class StackNames {
+ public:
+  StackNames(const TraceReader* trace, const SymbolArchive* archive, uint64_t pid,
+             std::string* frames)
+      : sym_(trace), pid_(pid), frames_(frames) {
+    sym_.UseArchive(archive);
+  }
+
+  // The short call site of `stack` ("" for none), and the id of its
+  // innermost frame in the stack table ("" when it has no frames).
+  const std::pair<std::string, std::string>& Get(uint32_t stack) {
+    auto it = names_.find(stack);
+    if (it != names_.end()) return it->second;
+    const SymbolizedStack& s = sym_.Symbolize(stack);
+    std::pair<std::string, std::string> name;
+    if (!s.frames.empty()) {
+      name.first = MakeSite(s).Short();
+      name.second = AddFrames(stack, s);
+    }
+    return names_[stack] = name;
+  }
+
+ private:
+  // Adds the stack's frames, outermost first, each the parent of the next.
+  std::string AddFrames(uint32_t stack, const SymbolizedStack& s) {
+    std::string parent;
+    for (size_t i = s.frames.size(); i-- > 0;) {
+      const std::string id = std::to_string(pid_) + ":" + std::to_string(stack) + ":" +
+                             std::to_string(s.frames.size() - 1 - i);
+      *frames_ += frames_->empty() ? "\n" : ",\n";
+      JsonWriter::Escape(id, frames_);
+      *frames_ += ":{\"name\":";
+      JsonWriter::Escape(s.frames[i].Describe(true), frames_);
+      *frames_ += ",\"category\":";
+      JsonWriter::Escape(s.frames[i].module, frames_);
+      if (!parent.empty()) {
+        *frames_ += ",\"parent\":";
+        JsonWriter::Escape(parent, frames_);
+      }
+      *frames_ += "}";
+      parent = id;
+    }
+    return parent;
+  }
+
+  Symbolizer sym_;
+  uint64_t pid_;
+  std::string* frames_;
+  std::unordered_map<uint32_t, std::pair<std::string, std::string>> names_;
+};
 
 class TimelineWriter : public EventVisitor {
  public:
   TimelineWriter(const TraceReader* trace, const ProcessReport* report, uint64_t pid,
-                 uint64_t origin_ns, std::string* buf, FILE* out)
-      : trace_(trace), report_(report), pid_(pid), origin_(origin_ns), buf_(buf), out_(out) {}
+                 uint64_t origin_ns, StackNames* stacks, std::string* buf, FILE* out)
+      : trace_(trace),
+        report_(report),
+        pid_(pid),
+        origin_(origin_ns),
+        stacks_(stacks),
+        buf_(buf),
+        out_(out) {
+    for (const Finding& f : report->findings) {
+      if (f.stack != 0) spans_[f.stack] = {0, 0};
+    }
+  }
 
   void Begin() {
     const ProcessInfo& p = report_->info;
@@ -33,10 +99,12 @@ class TimelineWriter : public EventVisitor {
 
   void End() {
     if (budget_ != 0 && last_ns_ != 0) Budget(last_ns_, budget_);
+    for (size_t i = 0; i < report_->findings.size(); ++i) FindingSpan(i);
   }
 
   void OnEvent(const Event& e) override {
     if (e.time_ns > last_ns_) last_ns_ = e.time_ns;
+    if (e.stack != 0) NoteSpan(e);
     if (threads_.insert(e.tid).second)
       Meta("thread_name", e.tid, "thread " + std::to_string(e.tid));
     switch (e.type) {
@@ -70,6 +138,74 @@ class TimelineWriter : public EventVisitor {
     *buf_ += cat;
     *buf_ += "\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(tid) +
              ",\"ts\":" + Micros(t);
+  }
+
+  // Closes an event's args with its call site, and the event with its stack
+  // in the file's stack table ("sf").
+  void EndWithStack(uint32_t stack) {
+    if (stack == 0) {
+      *buf_ += "}}";
+      return;
+    }
+    const auto& name = stacks_->Get(stack);
+    if (!name.first.empty()) {
+      *buf_ += ",\"site\":";
+      JsonWriter::Escape(name.first, buf_);
+    }
+    *buf_ += "}";
+    if (!name.second.empty()) {
+      *buf_ += ",\"sf\":";
+      JsonWriter::Escape(name.second, buf_);
+    }
+    *buf_ += "}";
+  }
+
+  void NoteSpan(const Event& e) {
+    auto it = spans_.find(e.stack);
+    if (it == spans_.end()) return;
+    const uint64_t end = e.time_ns + e.duration_ns;
+    if (it->second.first == 0 || e.time_ns < it->second.first) it->second.first = e.time_ns;
+    if (end > it->second.second) it->second.second = end;
+  }
+
+  // A finding on a track of its own: a slice from the first to the last
+  // event at its call site, or an instant at the end of the process when
+  // its call site has none.
+  void FindingSpan(size_t i) {
+    const Finding& f = report_->findings[i];
+    const uint64_t tid = kFindingTrackBase + i;
+    const std::string title = Upper(SeverityName(f.severity)) + " " + f.rule;
+    Meta("thread_name", static_cast<uint32_t>(tid), "finding: " + title);
+    *buf_ += ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + std::to_string(pid_) +
+             ",\"tid\":" + std::to_string(tid) +
+             ",\"args\":{\"sort_index\":" + std::to_string(-1000000 + static_cast<int>(i)) + "}}";
+    auto it = spans_.find(f.stack);
+    const bool span = it != spans_.end() && it->second.first != 0;
+    const uint64_t start = span ? it->second.first : last_ns_;
+    Start(span ? "X" : "i", title, "finding", static_cast<uint32_t>(tid), start);
+    if (span) *buf_ += ",\"dur\":" + Micros(origin_ + (it->second.second - start));
+    if (!span) *buf_ += ",\"s\":\"t\"";
+    *buf_ += ",\"args\":{\"severity\":";
+    JsonWriter::Escape(SeverityName(f.severity), buf_);
+    *buf_ += ",\"explanation\":";
+    JsonWriter::Escape(f.explanation, buf_);
+    *buf_ += ",\"fix\":";
+    JsonWriter::Escape(f.fix, buf_);
+    *buf_ += ",\"estimated_seconds_lost\":" + Seconds(f.seconds_lost) +
+             ",\"stack\":" + std::to_string(f.stack);
+    EndWithStack(f.stack);
+  }
+
+  static std::string Upper(const char* s) {
+    std::string out = s;
+    for (char& c : out) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+    return out;
+  }
+
+  static std::string Seconds(double s) {
+    char b[32];
+    snprintf(b, sizeof(b), "%.9g", s);
+    return b;
   }
 
   std::string Micros(uint64_t t) const {
@@ -111,7 +247,8 @@ class TimelineWriter : public EventVisitor {
              "\",\"dst\":\"" + MemKindName(e.dst) + "\",\"async\":" + (e.async ? "true" : "false") +
              ",\"stream\":" + Hex(e.stream) + ",\"host_ptr\":" + Hex(e.host_ptr) +
              ",\"device\":" + std::to_string(e.device) + ",\"result\":" + std::to_string(e.result) +
-             ",\"stack\":" + std::to_string(e.stack) + "}}";
+             ",\"stack\":" + std::to_string(e.stack);
+    EndWithStack(e.stack);
   }
 
   void Pin(const Event& e) {
@@ -121,8 +258,8 @@ class TimelineWriter : public EventVisitor {
     *buf_ += ",\"dur\":" + Micros(origin_ + e.duration_ns) + ",\"args\":{\"api\":";
     JsonWriter::Escape(Api(e.api, kOps[static_cast<int>(e.op) & 3]), buf_);
     *buf_ += ",\"bytes\":" + std::to_string(e.bytes) + ",\"ptr\":" + Hex(e.ptr) +
-             ",\"flags\":" + std::to_string(e.flags) + ",\"result\":" + std::to_string(e.result) +
-             "}}";
+             ",\"flags\":" + std::to_string(e.flags) + ",\"result\":" + std::to_string(e.result);
+    EndWithStack(e.stack);
     if (e.result != 0) return;
     int64_t delta = static_cast<int64_t>(e.bytes);
     if (e.op == PinOp::kFree || e.op == PinOp::kUnregister) {
@@ -173,7 +310,8 @@ class TimelineWriter : public EventVisitor {
              ",\"process_budget\":" + std::to_string(e.process_budget) +
              ",\"node_pinned\":" + std::to_string(e.node_pinned) +
              ",\"node_budget\":" + std::to_string(e.node_budget) +
-             ",\"stack\":" + std::to_string(e.stack) + "}}";
+             ",\"stack\":" + std::to_string(e.stack);
+    EndWithStack(e.stack);
   }
 
   void Sync(const Event& e) {
@@ -195,8 +333,8 @@ class TimelineWriter : public EventVisitor {
   void Misuse(const Event& e) {
     Start("i", "wc-read", "misuse", e.tid, e.time_ns);
     *buf_ += ",\"s\":\"t\",\"args\":{\"ptr\":" + Hex(e.ptr) +
-             ",\"bytes\":" + std::to_string(e.bytes) + ",\"stack\":" + std::to_string(e.stack) +
-             "}}";
+             ",\"bytes\":" + std::to_string(e.bytes) + ",\"stack\":" + std::to_string(e.stack);
+    EndWithStack(e.stack);
   }
 
   void HostAlloc(const Event& e) {
@@ -220,6 +358,9 @@ class TimelineWriter : public EventVisitor {
   const ProcessReport* report_;
   uint64_t pid_;
   uint64_t origin_;
+  StackNames* stacks_;
+  // The first and last time of an event at each finding's call site.
+  std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> spans_;
   std::string* buf_;
   FILE* out_;
   bool ok_ = true;
@@ -235,7 +376,7 @@ class TimelineWriter : public EventVisitor {
 }  // namespace
 
 bool WritePerfettoTrace(const MergedReport& report, const std::vector<const TraceReader*>& traces,
-                        FILE* out) {
+                        const std::vector<const SymbolArchive*>& archives, FILE* out) {
   uint64_t origin = UINT64_MAX;
   for (size_t i = 0; i < traces.size(); ++i) {
     const ProcessInfo& p = report.processes[i].info;
@@ -248,6 +389,7 @@ bool WritePerfettoTrace(const MergedReport& report, const std::vector<const Trac
       "\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"pinshim\",\"pid\":0,\"tid\":0,"
       "\"args\":{\"name\":\"pinshim\"}}";
   std::set<uint64_t> pids;
+  std::string frames;  // the stack table, written after the events
   bool ok = true;
   for (size_t i = 0; i < traces.size(); ++i) {
     uint64_t pid = report.processes[i].info.pid;
@@ -256,13 +398,14 @@ bool WritePerfettoTrace(const MergedReport& report, const std::vector<const Trac
       pid = 1000000000ull + i;
       pids.insert(pid);
     }
-    TimelineWriter w(traces[i], &report.processes[i], pid, origin, &buf, out);
+    StackNames stacks(traces[i], i < archives.size() ? archives[i] : nullptr, pid, &frames);
+    TimelineWriter w(traces[i], &report.processes[i], pid, origin, &stacks, &buf, out);
     w.Begin();
     traces[i]->ForEachEvent(&w);
     w.End();
     ok = w.Flush() && w.ok() && ok;
   }
-  buf += "\n]}\n";
+  buf += "\n],\n\"stackFrames\":{" + frames + "\n}}\n";
   ok = fwrite(buf.data(), 1, buf.size(), out) == buf.size() && ok;
   return ok && fflush(out) == 0;
 }

@@ -39,9 +39,9 @@ constexpr char kUsage[] =
     "\n"
     "Reads pinshim traces (a file, or a directory of *.pstrace files; several\n"
     "processes are merged and also shown one by one) and reports misuse of\n"
-    "host memory in GPU copies, sorted by the time it costs. Symbols come from\n"
-    "the programs' files, or first from a directory's pinshim-symbols.txt (made\n"
-    "by pinshim archive) when it has one.\n"
+    "host memory in GPU copies, most severe first, then by the time it costs.\n"
+    "Symbols come from the programs' files, or first from a directory's\n"
+    "pinshim-symbols.txt (made by pinshim archive) when it has one.\n"
     "\n"
     "  --format text       a report for the terminal (default)\n"
     "  --format json       the same as JSON (schema version 1)\n"
@@ -50,7 +50,8 @@ constexpr char kUsage[] =
     "                      table per call site (write it to a file: > report.html)\n"
     "  --format perfetto   a timeline for ui.perfetto.dev (Chrome trace JSON)\n"
     "  --fail-on LEVEL     exit with status 1 when a finding of LEVEL or worse exists\n"
-    "  --calibration FILE  copy bandwidths measured on your machine (see docs)\n"
+    "  --calibration FILE  copy bandwidths of your machine, as pinshim calibrate\n"
+    "                      writes them (docs/calibration.md); default: the H200's\n"
     "  --profile-out FILE  also write the hot allocation sites to FILE, a profile\n"
     "                      for optimize mode (pinshim run --mode optimize --profile\n"
     "                      FILE): malloc'ed buffers copied hot, by pageable-hot's\n"
@@ -96,7 +97,9 @@ std::vector<std::string> CollectInputs(const std::vector<std::string>& paths,
     closedir(d);
     if (found.empty()) {
       problems->push_back(p + ": no pinshim traces (*" + std::string(trace::kTraceExtension) +
-                          ") in this directory; was PINSHIM_TRACE_DIR set for the program?");
+                          ") in this directory: a process writes one when it first calls the CUDA "
+                          "driver while pinshim run --trace-dir (or PINSHIM_TRACE_DIR) "
+                          "names this directory; did the program reach CUDA?");
     }
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
@@ -297,12 +300,14 @@ int RunReportCommand(int argc, char** argv) {
 
   std::vector<ProcessReport> reports;
   std::vector<const TraceReader*> readers;
+  std::vector<const SymbolArchive*> reader_archives;
   for (Input& in : inputs) {
     if (in.reader == nullptr) {
       problems.push_back(in.error);
       continue;
     }
     readers.push_back(in.reader.get());
+    reader_archives.push_back(ArchiveFor(archives, in.path));
     reports.push_back(std::move(in.report));
   }
   for (const std::string& p : problems) Complain(p);
@@ -319,7 +324,7 @@ int RunReportCommand(int argc, char** argv) {
     case Format::kJson: WriteJsonReport(merged, &out); break;
     case Format::kHtml: WriteHtmlReport(merged, readers, &out); break;
     case Format::kPerfetto:
-      if (!WritePerfettoTrace(merged, readers, stdout)) {
+      if (!WritePerfettoTrace(merged, readers, reader_archives, stdout)) {
         Complain(std::string("cannot write the timeline: ") + strerror(errno));
         return 2;
       }

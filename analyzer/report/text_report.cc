@@ -354,11 +354,8 @@ double ProcessDurationSeconds(const ProcessReport& p) {
 
 void WriteTextReport(const MergedReport& r, std::string* out) {
   int counts[3] = {0, 0, 0};
-  double lost = 0;
-  for (const Finding& f : r.findings) {
-    ++counts[static_cast<int>(f.severity)];
-    lost += f.seconds_lost;
-  }
+  for (const Finding& f : r.findings) ++counts[static_cast<int>(f.severity)];
+  const double lost = TotalSecondsLost(r);
   char head[256];
   snprintf(head, sizeof(head),
            "pinshim report: %zu %s, %zu %s (%d error%s, %d warning%s, %d info), about %s lost\n",
@@ -397,7 +394,7 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
     *out += "\nNo findings.\n";
     return;
   }
-  *out += "\nFindings, by estimated time lost:\n";
+  *out += "\nFindings, most severe first, then by estimated time lost:\n";
   for (size_t i = 0; i < r.findings.size(); ++i) {
     const Finding& f = r.findings[i];
     *out += "\n[" + std::to_string(i + 1) + "] " + Upper(SeverityName(f.severity)) + " " + f.rule;

@@ -283,6 +283,11 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
   } else if (decision == Decision::kFallback) {
     Count(&Budget::fallbacks_, &LedgerSlot::fallbacks, &LedgerHeader::fallbacks, 1);
   }
+  // pinshim's own pinning is refused quietly: it copies without it.
+  if (decision != Decision::kGranted &&
+      (owner == Owner::kProgramAlloc || owner == Owner::kProgramRegister)) {
+    ReportRefusal(decision, first, bytes);
+  }
   Recorder recorder = recorder_.load(std::memory_order_acquire);
   if (recorder != nullptr) {
     DecisionRecord record;
@@ -300,6 +305,61 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
     recorder(&record);
   }
   return decision;
+}
+
+namespace {
+
+// "64.0 MiB": bytes for a person, without allocating.
+void FormatBytes(uint64_t bytes, char* out, size_t len) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024 && unit < 4) {
+    v /= 1024;
+    ++unit;
+  }
+  snprintf(out, len, unit == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[unit]);
+}
+
+}  // namespace
+
+void Budget::ReportRefusal(Decision decision, Limiter limiter, uint64_t bytes) {
+  const uint64_t now = MonotonicNs();
+  uint64_t last = last_refusal_line_ns_.load(kRelaxed);
+  if ((last != 0 && now - last < refusal_line_interval_ns_) ||
+      !last_refusal_line_ns_.compare_exchange_strong(last, now, kRelaxed)) {
+    refusals_unreported_.fetch_add(1, kRelaxed);
+    return;
+  }
+  const uint64_t unreported = refusals_unreported_.exchange(0, kRelaxed);
+  char size[32], budget[32], pinned[32], more[96] = "";
+  FormatBytes(bytes, size, sizeof(size));
+  const bool node = limiter == Limiter::kNode && ledger_.is_open();
+  FormatBytes(node ? ledger_.header().node_budget.load(kRelaxed) : process_budget_, budget,
+              sizeof(budget));
+  FormatBytes(node ? ledger_.header().pinned.load(kRelaxed) : ProcessPinned(), pinned,
+              sizeof(pinned));
+  char why[160];
+  if (limiter == Limiter::kLedger) {
+    snprintf(why, sizeof(why), "the node ledger could not be consulted");
+  } else {
+    snprintf(why, sizeof(why), "over the %s budget of %s (%s pinned)", node ? "node" : "process",
+             budget, pinned);
+  }
+  if (unreported != 0) {
+    snprintf(more, sizeof(more), "; %llu more refused since the last such line",
+             static_cast<unsigned long long>(unreported));
+  }
+  char line[512];
+  const int n = snprintf(line, sizeof(line), "pinshim: enforce: %s pinning %s, %s: %s%s\n",
+                         decision == Decision::kDenied ? "denied" : "refused", size, why,
+                         decision == Decision::kDenied ? "the call fails as out of memory"
+                                                       : "pageable memory is handed out instead",
+                         more);
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, line, Min(static_cast<uint64_t>(n), sizeof(line) - 1));
+    (void)ignored;
+  }
 }
 
 Limiter Budget::TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall) {

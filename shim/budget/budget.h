@@ -263,6 +263,11 @@ class Budget {
   // The last message a lazy ledger join produced after fork ("" if none).
   const char* message() const { return message_; }
 
+  // The least time between two lines on stderr for refused pinnings of the
+  // program (default one second); refusals in between are counted into the
+  // next line.
+  void SetRefusalLineIntervalForTesting(uint64_t ns) { refusal_line_interval_ns_ = ns; }
+
   // Shuts down and unmaps the ledger, leaving the instance as before Init.
   // Only when no other thread can be inside Charge or Release; never on the
   // process-wide instance.
@@ -275,6 +280,8 @@ class Budget {
   static constexpr int32_t kSlotRefused = -4;  // node budget asked for, ledger refused
 
   Limiter TryCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
+  // Says on stderr that the program's pinning was refused (rate-limited).
+  void ReportRefusal(Decision decision, Limiter limiter, uint64_t bytes);
   // The process budget alone: no ledger slot, none yet, or none any more.
   Limiter LocalCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
   // Takes the ledger lock: the reservation did not cover the charge.
@@ -329,6 +336,9 @@ class Budget {
   std::atomic<uint64_t> fallbacks_{0};
   std::atomic<uint64_t> evictions_{0};
   std::atomic<uint64_t> evicted_bytes_{0};
+  std::atomic<uint64_t> last_refusal_line_ns_{0};  // 0: no line yet
+  std::atomic<uint64_t> refusals_unreported_{0};
+  uint64_t refusal_line_interval_ns_ = 1000 * 1000 * 1000;
   Ledger ledger_;
   ProcessIdentity self_ = {};  // written under the ledger lock
   char metrics_path_[4096] = {};

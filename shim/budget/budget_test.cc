@@ -241,6 +241,41 @@ TEST(PolicyTest, DenyAndFallback) {
 
 // The decision the pinned-memory hooks make (and the test harness with
 // them): a pinning that fails is not counted, a refused one never runs.
+// A refusal of the program's pinning is one line on stderr when it happens;
+// further ones within the interval are counted into the next line, and
+// pinshim's own refused pinning says nothing.
+TEST(PolicyTest, RefusalsOfTheProgramArePrintedRateLimited) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(4 * kMiB)).ok());
+  b.SetRefusalLineIntervalForTesting(UINT64_MAX / 2);  // never elapses here
+  ASSERT_EQ(b.Charge(Owner::kProgramAlloc, 3 * kMiB), Decision::kGranted);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kDenied);
+  EXPECT_EQ(b.Charge(Owner::kProgramRegister, 2 * kMiB), Decision::kDenied);
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kDenied);
+  EXPECT_EQ(b.Charge(Owner::kPinshimPool, 2 * kMiB), Decision::kDenied);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "pinshim: enforce: denied pinning 2.0 MiB, over the process budget of 4.0 MiB "
+            "(3.0 MiB pinned): the call fails as out of memory\n");
+  b.SetRefusalLineIntervalForTesting(0);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 1536 * 1024), Decision::kDenied);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "pinshim: enforce: denied pinning 1.5 MiB, over the process budget of 4.0 MiB "
+            "(3.0 MiB pinned): the call fails as out of memory; 2 more refused since the last "
+            "such line\n");
+}
+
+TEST(PolicyTest, FallbackRefusalSaysPageableMemoryIsHandedOut) {
+  TestBudget b;
+  ASSERT_TRUE(b.Init(ProcessOnly(kMiB, Policy::kFallback)).ok());
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(b.Charge(Owner::kProgramAlloc, 2 * kMiB), Decision::kFallback);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "pinshim: enforce: refused pinning 2.0 MiB, over the process budget of 1.0 MiB "
+            "(0 B pinned): pageable memory is handed out instead\n");
+}
+
 TEST(ChargeAndPinTest, PinsOnlyWhenGrantedAndUncountsAFailedPinning) {
   TestBudget b;
   ASSERT_TRUE(b.Init(ProcessOnly(4 * kMiB, Policy::kDeny)).ok());

@@ -130,7 +130,7 @@ LedgerOpen ForeignLedger(const char* path, uid_t owner, uid_t uid, char* message
   char detail[160];
   snprintf(detail, sizeof(detail),
            "it belongs to uid %u, not to uid %u; refusing it "
-           "(PINSHIM_LEDGER_SHARED=1 shares one ledger between users)",
+           "(--ledger-shared, or PINSHIM_LEDGER_SHARED=1, shares one ledger between users)",
            static_cast<unsigned>(owner), static_cast<unsigned>(uid));
   Say(message, len, "node ledger %s: %s", path, detail);
   return LedgerOpen::kForeign;

@@ -56,7 +56,7 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "(created mode 0660) instead of one per user (docs/production.md)."},
     {ConfigKey::kLedgerPath, "PINSHIM_LEDGER_PATH", "ledger_path", "/dev/shm/pinshim-ledger-<uid>",
      "a file path",
-     "Where the node budget's ledger is, instead of /dev/shm/pinshim-ledger-<uid> (or "
+     "Where the node's budget ledger is kept, instead of /dev/shm/pinshim-ledger-<uid> (or "
      "/dev/shm/pinshim-ledger-shared); every process sharing a node budget must name the "
      "same file."},
     {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none", "a file path",

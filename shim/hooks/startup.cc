@@ -163,7 +163,9 @@ void WarnLine(const char* line) { LogLine("%s", line); }
 void StartEnforcing() {
   const budget::BudgetOptions options = budget::BudgetOptionsFromConfig(g_config);
   if (options.process_bytes == 0 && options.node_bytes == 0) {
-    LogLine("enforce mode without PINSHIM_BUDGET or PINSHIM_NODE_BUDGET: nothing to enforce");
+    LogLine(
+        "enforce mode without a budget (--budget or --node-budget; PINSHIM_BUDGET or "
+        "PINSHIM_NODE_BUDGET): nothing to enforce");
     return;
   }
   budget::BudgetStatus status = budget::Budget::Process().Init(options);

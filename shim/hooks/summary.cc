@@ -121,7 +121,9 @@ void WriteSummaryAtExit() {
   }
   char path[kConfigPathMax];
   if (!ExpandPidPattern(g_config.summary_path, getpid(), path, sizeof(path))) {
-    LogLine("PINSHIM_SUMMARY path too long; summary not written");
+    LogLine(
+        "the summary file's path (--summary=FILE, PINSHIM_SUMMARY) is too long; summary not "
+        "written");
     return;
   }
   // Appended, never truncated: without %p every process of a run adds its

@@ -323,7 +323,17 @@ TEST(EnforceTest, MetricsFileAndNodeLedger) {
                            {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=2M", "PINSHIM_NODE_BUDGET=64M",
                             "PINSHIM_METRICS_FILE=" + metrics, "PINSHIM_LEDGER_PATH=" + ledger});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.err, "");
+  // The refusals are said when they happen: one line for the first, and at
+  // most one a second after it.
+  ASSERT_FALSE(r.err.empty());
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_EQ(line.rfind("pinshim: enforce: denied pinning 4.0 MiB, over the process budget of "
+                         "2.0 MiB",
+                         0),
+              0u)
+        << r.err;
+  }
   std::string text = ReadFile(metrics);
   EXPECT_NE(text.find("# TYPE pinshim_"), std::string::npos) << text;
   EXPECT_NE(text.find("pinshim_node_budget_bytes 67108864"), std::string::npos) << text;

@@ -67,7 +67,7 @@ class HtmlReportTest(unittest.TestCase):
     def setUpClass(cls):
         cls.chromium = headless_chromium.find_chromium()
         if cls.chromium is None:
-            raise AssertionError("no chromium: scripts/install_deps.sh installs Debian's")
+            raise AssertionError("no chromium: scripts/install_test_deps.sh installs Debian's")
         dirs = run_all()
         out = subprocess.run([REPORT, "--format", "json"] + dirs, capture_output=True, text=True,
                              timeout=300)
@@ -141,7 +141,7 @@ class HtmlReportTest(unittest.TestCase):
         finally:
             b.close()
         self.assertEqual(problems, [])
-        # Every finding, in the JSON report's order (worst first), with its site.
+        # Every finding, in the JSON report's order (most severe first), with its site.
         findings = self.data["findings"]
         self.assertEqual([c[0] for c in cards], [f["rule"] for f in findings])
         for (rule, site_text), f in zip(cards, findings):

@@ -88,6 +88,10 @@ class BadInputTest(unittest.TestCase):
         with open(os.path.join(empty, "notes.txt"), "w") as f:
             f.write("not a trace\n")
         self.assert_one_line_error(report([empty]), "no pinshim traces")
+        # It names pinshim run's option, which most users gave, and says
+        # what a program that never reached CUDA leaves: nothing.
+        self.assert_one_line_error(report([empty]), "pinshim run --trace-dir")
+        self.assert_one_line_error(report([empty]), "did the program reach CUDA?")
 
     def test_truncated_trace_reports_what_is_readable(self):
         # Into the end record: the events before it are all there.
@@ -248,6 +252,36 @@ class PerfettoTest(unittest.TestCase):
         self.assertEqual(len(copies), 40 + 4)
         peak = max(e["args"]["program pinned"] for e in events if e["name"] == "pinned bytes")
         self.assertEqual(peak, 4 * (32 << 20))
+
+        # Stacks are named: each copy carries its symbolized call site and
+        # its stack in the file's stack table, outermost frame last.
+        frames = data["stackFrames"]
+        for e in copies:
+            self.assertRegex(e["args"]["site"], r"\.cc:\d+\)$")
+            chain, sf = [], e["sf"]
+            while sf is not None:
+                chain.append(frames[sf]["name"])
+                sf = frames[sf].get("parent")
+            self.assertIn(e["args"]["site"], chain)
+        # Findings are on the timeline, one track each, spanning the events
+        # at their call site.
+        json_report = json.loads(report(["--format", "json", d]).stdout)
+        findings = [e for e in events if e.get("cat") == "finding"]
+        self.assertEqual(len(findings), len(json_report["findings"]))
+        tracks = {(e["pid"], e["tid"]) for e in findings}
+        self.assertEqual(len(tracks), len(findings))
+        named = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+                 if e["ph"] == "M" and e["name"] == "thread_name"}
+        for e in findings:
+            self.assertTrue(named[(e["pid"], e["tid"])].startswith("finding: "))
+            self.assertIn(e["args"]["severity"], ("info", "warning", "error"))
+            self.assertTrue(e["args"]["explanation"])
+        hot = [e for e in findings if e["name"] == "WARNING pageable-hot"]
+        self.assertEqual(len(hot), 1)
+        hot_copies = [c for c in copies if c["pid"] == hot[0]["pid"] and
+                      c["args"]["site"] == hot[0]["args"]["site"]]
+        self.assertTrue(hot_copies)
+        self.assertEqual(hot[0]["ts"], min(c["ts"] for c in hot_copies))
 
     def test_budget_refusals_are_instants_on_their_thread(self):
         d = fresh_dir("perfetto_budget")

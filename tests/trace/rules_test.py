@@ -101,6 +101,9 @@ def report(args):
     return subprocess.run([REPORT] + args, capture_output=True, text=True, timeout=300)
 
 
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
 class RulesTest(unittest.TestCase):
     reports = {}
     not_run = {}  # program -> why (e.g. the non-portable one on a one-GPU machine)
@@ -298,9 +301,10 @@ class RulesTest(unittest.TestCase):
         self.assertEqual(len(data["processes"]), 3)
         rules = sorted({f["rule"] for f in data["findings"]})
         self.assertEqual(rules, ["pageable-hot", "wc-read"])
-        # Sorted by estimated loss.
-        losses = [f["estimated_seconds_lost"] for f in data["findings"]]
-        self.assertEqual(losses, sorted(losses, reverse=True))
+        # Most severe first, then by estimated loss.
+        order = [(SEVERITY_RANK[f["severity"]], f["estimated_seconds_lost"])
+                 for f in data["findings"]]
+        self.assertEqual(order, sorted(order, reverse=True))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ class AsyncPageable : public Rule {
       f.rule = id();
       f.severity = Severity::kWarning;
       f.stack = kv.first;
+      f.loss_in_copies = true;
       f.seconds_lost = s.lost;
       f.explanation = api + " (" + DirectionWords(s.dir) + ", " + FormatCount(s.calls) +
                       (s.calls == 1 ? " call" : " calls") +

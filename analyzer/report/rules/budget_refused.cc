@@ -124,7 +124,8 @@ class BudgetRefused : public Rule {
             .Set("evicted_bytes", Value::Bytes(s.evicted_bytes));
       }
       f.fix =
-          "Raise PINSHIM_BUDGET/PINSHIM_NODE_BUDGET if the machine can spare the memory, "
+          "Raise --budget/--node-budget (PINSHIM_BUDGET/PINSHIM_NODE_BUDGET) if the machine can "
+          "spare the memory, "
           "or pin less: reuse pinned buffers (a bounded set of staging buffers) instead of "
           "pinning per batch, and free or unregister pinned memory as soon as it is done.";
       out->push_back(std::move(f));

@@ -149,7 +149,8 @@ class OverPinning : public Rule {
     f.fix =
         "Pin less at a time: copy through a bounded set of reused pinned staging buffers "
         "instead of pinning whole datasets, free pinned buffers when done, or cap pinning "
-        "with pinshim's enforce mode (PINSHIM_MODE=enforce PINSHIM_BUDGET=...).";
+        "with pinshim's enforce mode (pinshim run --mode enforce --budget SIZE, or "
+        "PINSHIM_MODE=enforce PINSHIM_BUDGET=SIZE).";
     out->push_back(std::move(f));
   }
 

@@ -65,6 +65,7 @@ class PageableHot : public Rule {
       f.rule = id();
       f.severity = Severity::kWarning;
       f.stack = kv.first;
+      f.loss_in_copies = true;
       f.seconds_lost = s.lost;
       const char* words =
           s.by_dir[0] && s.by_dir[1] ? "between host and device" : DirectionWords(dir);
@@ -116,7 +117,7 @@ class PageableHot : public Rule {
                      "\"pinshim's own pinning\" says why (not tracked, refused, or an mmap "
                      "region not used as one buffer)."
                    : " copies; without code changes, run under pinshim's optimize mode "
-                     "(PINSHIM_MODE=optimize).");
+                     "(pinshim run --mode optimize, or PINSHIM_MODE=optimize).");
       out->push_back(std::move(f));
     }
   }

@@ -68,7 +68,8 @@ class PinnedChurn : public Rule {
                     "with it (see \"pinshim's own pinning\" for the pool's hits)."
                   : "Allocate the pinned buffer once, outside the loop, and reuse it (or "
                     "keep a small pool of them); pinshim's optimize mode "
-                    "(PINSHIM_MODE=optimize) serves repeated pinned allocations from a "
+                    "(pinshim run --mode optimize, or PINSHIM_MODE=optimize) serves repeated "
+                    "pinned allocations from a "
                     "pool without code changes.";
       out->push_back(std::move(f));
     }

@@ -38,6 +38,7 @@ class SmallCopies : public Rule {
       f.rule = id();
       f.severity = Severity::kInfo;
       f.stack = kv.first;
+      f.loss_in_copies = true;
       f.seconds_lost = lost > 0 ? lost : 0;
       f.explanation = FormatCount(s.copies) + " copies smaller than " +
                       FormatBytes(ctx.options->small_copy_bytes) + " (" +

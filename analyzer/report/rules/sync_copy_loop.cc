@@ -45,6 +45,7 @@ class SyncCopyLoop : public Rule {
       f.rule = id();
       f.severity = Severity::kInfo;
       f.stack = kv.first;
+      f.loss_in_copies = true;
       f.seconds_lost = s.hideable_ns * 1e-9;
       f.explanation = FormatCount(s.copies) + " synchronous copies (" +
                       (s.by_dir[0] && s.by_dir[1] ? "both directions" : DirectionWords(dir)) +
