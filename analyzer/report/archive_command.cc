@@ -34,11 +34,6 @@ void Complain(const std::string& line) {
   fwrite(out.data(), 1, out.size(), stderr);
 }
 
-bool EndsWith(const std::string& s, const char* suffix) {
-  size_t n = strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 // The traces of `dir`, sorted; false with a message when there are none.
 bool TracesIn(const std::string& dir, std::vector<std::string>* out, std::string* error) {
   DIR* d = opendir(dir.c_str());

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "analyzer/report/format.h"
+#include "shim/core/bandwidth_defaults.h"
 
 namespace pinshim {
 namespace report {
@@ -40,23 +41,14 @@ bool ParseSize(const std::string& s, double* out) {
 }  // namespace
 
 BandwidthModel::BandwidthModel() : source_("H200 defaults") {
-  // cudaMemcpy medians, GB/s (bench/RESULTS.md, "The cost model's table").
-  // D2H was not measured below
-  // 1 MiB; the H2D small-size points stand in for it.
-  struct Row {
-    double size, h2d_pageable, h2d_pinned, d2h_pageable, d2h_pinned;
-  };
-  static const Row kRows[] = {
-      {4 * kKiB, 0.60, 0.52, 0.60, 0.52},      {64 * kKiB, 2.63, 7.35, 2.63, 7.35},
-      {1 * kMiB, 11.87, 39.06, 7.41, 40.78},   {16 * kMiB, 11.55, 53.45, 8.61, 53.38},
-      {256 * kMiB, 5.80, 55.24, 10.36, 54.78},
-  };
-  for (const Row& r : kRows) {
-    double l = std::log(r.size);
-    curves_[0][0].push_back({l, r.h2d_pageable});
-    curves_[0][1].push_back({l, r.h2d_pinned});
-    curves_[1][0].push_back({l, r.d2h_pageable});
-    curves_[1][1].push_back({l, r.d2h_pinned});
+  // The pinned column (cudaHostAlloc'd memory) stands for every pinned kind.
+  for (int i = 0; i < kCopyBandwidthRows; ++i) {
+    const CopyBandwidthRow& h2d = kHostToDeviceDefaults[i];
+    const CopyBandwidthRow& d2h = kDeviceToHostDefaults[i];
+    curves_[0][0].push_back({std::log(h2d.bytes), h2d.pageable_gbps});
+    curves_[0][1].push_back({std::log(h2d.bytes), h2d.pinned_gbps});
+    curves_[1][0].push_back({std::log(d2h.bytes), d2h.pageable_gbps});
+    curves_[1][1].push_back({std::log(d2h.bytes), d2h.pinned_gbps});
   }
 }
 
@@ -141,20 +133,20 @@ double BandwidthModel::PageableLoss(CopyDir dir, uint64_t bytes) const {
 }
 
 double BandwidthModel::RegisterSeconds(uint64_t bytes) const {
-  // cudaHostRegister + cudaHostUnregister medians, microseconds.
-  static const double kPoints[][2] = {{4 * kKiB, 74 + 36},
-                                      {1 * kMiB, 107 + 52},
-                                      {16 * kMiB, 770 + 322},
-                                      {256 * kMiB, 11611 + 4691}};
+  // cudaHostRegister + cudaHostUnregister, microseconds: linear between
+  // rows, constant below the first, proportional to size above the last.
+  auto us = [](const PinCallCostRow& r) { return r.register_us + r.unregister_us; };
+  const PinCallCostRow* rows = kPinCallCostDefaults;
   double b = static_cast<double>(bytes < 1 ? 1 : bytes);
-  if (b <= kPoints[0][0]) return kPoints[0][1] * 1e-6;
-  for (size_t i = 1; i < 4; ++i) {
-    if (b <= kPoints[i][0]) {
-      double t = (b - kPoints[i - 1][0]) / (kPoints[i][0] - kPoints[i - 1][0]);
-      return (kPoints[i - 1][1] + t * (kPoints[i][1] - kPoints[i - 1][1])) * 1e-6;
+  if (b <= rows[0].bytes) return us(rows[0]) * 1e-6;
+  for (int i = 1; i < kPinCallCostRows; ++i) {
+    if (b <= rows[i].bytes) {
+      double t = (b - rows[i - 1].bytes) / (rows[i].bytes - rows[i - 1].bytes);
+      return (us(rows[i - 1]) + t * (us(rows[i]) - us(rows[i - 1]))) * 1e-6;
     }
   }
-  return kPoints[3][1] * 1e-6 * (b / kPoints[3][0]);
+  const PinCallCostRow& last = rows[kPinCallCostRows - 1];
+  return us(last) * 1e-6 * (b / last.bytes);
 }
 
 }  // namespace report

@@ -28,6 +28,18 @@ const char* BudgetOwnerName(trace::BudgetOwner owner);
 const char* BudgetDecisionName(trace::BudgetDecision decision);
 const char* BudgetLimiterName(trace::BudgetLimiter limiter);
 
+// Raw bytes as lower-case hex, two digits each: "01ab" (build ids).
+std::string HexBytes(const std::string& raw);
+// A number as C writes it in hex: "0x7f12" (handles, addresses).
+std::string HexNumber(uint64_t v);
+
+// Whether s begins (ends) with the given text.
+bool StartsWith(const std::string& s, const char* prefix);
+bool EndsWith(const std::string& s, const char* suffix);
+
+// What follows the last '/' of path; path itself when it has none.
+std::string Basename(const std::string& path);
+
 // s for a terminal: control bytes (C0, DEL, and C1 as UTF-8 encodes them),
 // newlines included, written as \n, \r, \t or \xNN, so that a name from a
 // trace or a ledger (a program's, a Python function's) cannot move the

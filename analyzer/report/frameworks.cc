@@ -2,20 +2,13 @@
 
 #include <cstring>
 
+#include "analyzer/report/format.h"
+
 namespace pinshim {
 namespace report {
 namespace {
 
 bool Has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
-
-bool StartsWith(const std::string& s, const char* prefix) {
-  return s.compare(0, strlen(prefix), prefix) == 0;
-}
-
-std::string Basename(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // Which framework one frame belongs to, kNone for none.
 Framework OfFrame(const Frame& f) {

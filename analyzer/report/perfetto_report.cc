@@ -230,11 +230,8 @@ class TimelineWriter : public EventVisitor {
     return n.empty() ? fallback : n;
   }
 
-  static std::string Hex(uint64_t v) {
-    char b[24];
-    snprintf(b, sizeof(b), "\"0x%llx\"", static_cast<unsigned long long>(v));
-    return b;
-  }
+  // A handle or address as a JSON string ("0x7f12").
+  static std::string Hex(uint64_t v) { return "\"" + HexNumber(v) + "\""; }
 
   void Copy(const Event& e) {
     std::string name = std::string(CopyDirName(e.dir)) + " " + FormatBytes(e.bytes);

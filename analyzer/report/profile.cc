@@ -17,29 +17,8 @@ namespace pinshim {
 namespace report {
 namespace {
 
-std::string Basename(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 bool IsPinshimModule(const Module* m) {
   return m != nullptr && Basename(m->path).compare(0, 10, "libpinshim") == 0;
-}
-
-std::string HexBytes(const std::string& raw) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
-std::string HexNumber(uint64_t v) {
-  char buf[24];
-  snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 // Cuts an allocation stack the way the library cuts a site at run time:

@@ -65,11 +65,6 @@ void Complain(const std::string& line) {
   fwrite(out.data(), 1, out.size(), stderr);
 }
 
-bool EndsWith(const std::string& s, const char* suffix) {
-  size_t n = strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 // Expands PATH arguments into trace files; problems get one line each.
 std::vector<std::string> CollectInputs(const std::vector<std::string>& paths,
                                        std::vector<std::string>* problems) {

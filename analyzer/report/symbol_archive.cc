@@ -17,16 +17,6 @@ namespace {
 constexpr char kVersionLine[] = "pinshim-symbols 1";
 constexpr uint64_t kMaxArchiveBytes = uint64_t{1} << 30;
 
-std::string Hex(const std::string& raw) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
 std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -69,7 +59,7 @@ std::vector<std::string> Fields(const std::string& line) {
 }  // namespace
 
 std::string ArchiveModuleKey(const Module& m) {
-  return m.build_id.empty() ? "p:" + m.path : "b:" + Hex(m.build_id);
+  return m.build_id.empty() ? "p:" + m.path : "b:" + HexBytes(m.build_id);
 }
 
 bool SymbolArchive::Load(const std::string& path, std::string* error, bool* missing) {

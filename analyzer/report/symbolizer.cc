@@ -1,5 +1,6 @@
 #include "analyzer/report/symbolizer.h"
 
+#include "analyzer/report/format.h"
 #include "analyzer/report/symbol_archive.h"
 #include "shim/core/safe_file.h"
 
@@ -19,15 +20,6 @@ namespace pinshim {
 namespace report {
 namespace {
 
-std::string Basename(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-bool StartsWith(const std::string& s, const char* prefix) {
-  return s.compare(0, strlen(prefix), prefix) == 0;
-}
-
 std::string Demangle(const char* name) {
   if (name == nullptr) return "";
   int status = 0;
@@ -38,16 +30,6 @@ std::string Demangle(const char* name) {
     return out;
   }
   return name;
-}
-
-std::string Hex(const std::string& raw) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
 }
 
 // Bazel and other build systems map their working directory to this.
@@ -288,7 +270,7 @@ bool DebugPlacesAreFiles(Dwfl_Module* mod, const char* file_name, const char* de
   GElf_Addr vaddr;
   const int n = dwfl_module_build_id(mod, &bits, &vaddr);
   if (n > 1) {
-    const std::string id = Hex(std::string(reinterpret_cast<const char*>(bits), n));
+    const std::string id = HexBytes(std::string(reinterpret_cast<const char*>(bits), n));
     places.push_back("/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug");
   }
   if (file_name != nullptr && debuglink != nullptr) {
@@ -366,9 +348,9 @@ Symbolizer::ModuleHandle* Symbolizer::HandleFor(const Module& m) {
         int n = dwfl_module_build_id(h->mod, &bits, &vaddr);
         if (n > 0 && std::string(reinterpret_cast<const char*>(bits), static_cast<size_t>(n)) !=
                          m.build_id) {
-          h->problem = "the file changed since the trace was taken (build id " + Hex(m.build_id) +
-                       " traced, " + Hex(std::string(reinterpret_cast<const char*>(bits), n)) +
-                       " on disk)";
+          h->problem = "the file changed since the trace was taken (build id " +
+                       HexBytes(m.build_id) + " traced, " +
+                       HexBytes(std::string(reinterpret_cast<const char*>(bits), n)) + " on disk)";
           h->mod = nullptr;
         }
       }

@@ -20,17 +20,6 @@ constexpr size_t kMaxInFlightPerStream = 4096;
 // Streams modelled one by one; later ones share one index (see NewStream).
 constexpr size_t kMaxStreams = 1024;
 
-bool EndsWith(const std::string& s, const char* suffix) {
-  size_t n = strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-std::string Hex(uint64_t v) {
-  char buf[32];
-  snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 std::string At(uint64_t t_ns, uint64_t start_ns) {
   return FormatSeconds(t_ns >= start_ns ? (t_ns - start_ns) * 1e-9 : 0);
 }
@@ -266,10 +255,11 @@ std::string SyncModel::Describe(const Reason& r) const {
     case Why::kDeviceFree: return "cuMemFree, which waited for the device, at " + when;
     case Why::kFreeHost: return "cuMemFreeHost, which waited for the device, at " + when;
     case Why::kUnregister: return "cuMemHostUnregister, which waited for the device, at " + when;
-    case Why::kEventSync: return "a synchronize of event " + Hex(r.handle) + " at " + when;
-    case Why::kEventQuery: return "a successful query of event " + Hex(r.handle) + " at " + when;
+    case Why::kEventSync: return "a synchronize of event " + HexNumber(r.handle) + " at " + when;
+    case Why::kEventQuery:
+      return "a successful query of event " + HexNumber(r.handle) + " at " + when;
     case Why::kUnrecordedEvent:
-      return "a wait for event " + Hex(r.handle) + " at " + when +
+      return "a wait for event " + HexNumber(r.handle) + " at " + when +
              ", which the trace never saw recorded outside a capture";
     case Why::kUnwrappedHostFunc:
       return "a host function queued on " + on + " at " + when +
@@ -548,8 +538,8 @@ std::string SyncModel::DescribeStream(int index) const {
              ")";
     case Kind::kUser: break;
   }
-  if (!s.flags_known) return "stream " + Hex(s.handle) + " (created outside the trace)";
-  return "stream " + Hex(s.handle) + (s.blocking ? " (blocking)" : " (non-blocking)");
+  if (!s.flags_known) return "stream " + HexNumber(s.handle) + " (created outside the trace)";
+  return "stream " + HexNumber(s.handle) + (s.blocking ? " (blocking)" : " (non-blocking)");
 }
 
 }  // namespace report

@@ -198,12 +198,6 @@ void SetLedgerCrashHookForTesting(void (*hook)(CrashPoint point)) {
 
 void SetLedgerLockHookForTesting(void (*hook)()) { g_lock_hook.store(hook, kRelaxed); }
 
-uint64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 void DefaultLedgerPath(bool shared, uid_t uid, char* out, size_t len) {
   if (shared) {
     snprintf(out, len, "/dev/shm/pinshim-ledger-shared");

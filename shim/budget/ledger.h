@@ -67,6 +67,7 @@
 #include <cstdint>
 
 #include "shim/budget/proc.h"
+#include "shim/core/clock.h"
 
 namespace pinshim {
 namespace budget {
@@ -377,9 +378,6 @@ class Ledger {
   std::atomic<uint32_t> stalled_holder_{0};  // the thread id in the lock word then
   char path_[256] = {};
 };
-
-// CLOCK_MONOTONIC in nanoseconds.
-uint64_t MonotonicNs();
 
 }  // namespace budget
 }  // namespace pinshim

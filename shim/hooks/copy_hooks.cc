@@ -28,7 +28,6 @@ namespace pinshim {
 namespace {
 
 using hook::CurrentDevice;
-using hook::NowNs;
 using hook::StartTime;
 
 using optimize::CopyCall;
@@ -199,7 +198,7 @@ inline void Finish(Api api, const CopyCall& c, CUresult r, uint64_t start_ns) {
   e.host_flags = s.host_flags;
   e.stream = c.stream;
   e.start_ns = start_ns;
-  e.end_ns = NowNs();
+  e.end_ns = MonotonicNs();
   e.result = r;
   if (c.staged) {
     e.staged_workers = c.staged_info.workers;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "shim/core/clock.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
@@ -40,14 +41,8 @@ Fn LazyDriverSymbol(std::atomic<void*>* cache, const char* name, const char* fal
   return reinterpret_cast<Fn>(fn);
 }
 
-inline uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
-
 // 0 (and no clock read) unless a trace is being written.
-inline uint64_t StartTime() { return trace::RecorderActive() ? NowNs() : 0; }
+inline uint64_t StartTime() { return trace::RecorderActive() ? MonotonicNs() : 0; }
 
 // The device of the calling thread's current context, -1 when none.
 int CurrentDevice() PINSHIM_HIDDEN;

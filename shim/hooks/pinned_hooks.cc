@@ -35,7 +35,7 @@ void RecordPinOp(Api api, PinOp op, void* p, uint64_t bytes, uint32_t flags, uin
   e.bytes = bytes;
   e.flags = flags;
   e.start_ns = start_ns;
-  e.end_ns = hook::NowNs();
+  e.end_ns = MonotonicNs();
   e.result = r;
   trace::RecordPin(e, hook::CurrentDevice());
 }

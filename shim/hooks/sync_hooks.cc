@@ -49,7 +49,7 @@ void RecordSyncPoint(ApiId api, trace::SyncKind kind, const void* stream, const 
   e.stream = stream;
   e.event = event;
   e.start_ns = start_ns;
-  e.end_ns = NowNs();
+  e.end_ns = MonotonicNs();
   e.result = r;
   e.device = CurrentDevice();
   trace::RecordSync(e);
@@ -80,7 +80,7 @@ void RecordGraphOp(ApiId api, trace::GraphOp op, const void* stream, const void*
   e.stream = stream;
   e.graph = graph;
   e.start_ns = start_ns;
-  e.end_ns = NowNs();
+  e.end_ns = MonotonicNs();
   e.result = r;
   e.device = CurrentDevice();
   trace::RecordGraph(e);
@@ -95,7 +95,7 @@ void RecordStreamCreated(ApiId api, CUstream* out, unsigned flags, int priority,
   e.flags = flags;
   e.priority = priority;
   e.start_ns = start_ns;
-  e.end_ns = NowNs();
+  e.end_ns = MonotonicNs();
   e.result = r;
   e.device = CurrentDevice();
   trace::RecordStream(e);
@@ -133,7 +133,7 @@ void RecordRun(uint64_t token) {
   e.kind = trace::SyncKind::kHostFuncRun;
   e.stream = nullptr;
   e.event = reinterpret_cast<const void*>(static_cast<uintptr_t>(token));
-  e.start_ns = e.end_ns = NowNs();
+  e.start_ns = e.end_ns = MonotonicNs();
   e.result = CUDA_SUCCESS;
   e.device = -1;
   trace::RecordSync(e);

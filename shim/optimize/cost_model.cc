@@ -2,49 +2,17 @@
 
 #include <cmath>
 
+#include "shim/core/bandwidth_defaults.h"
+
 namespace pinshim {
 namespace optimize {
 namespace {
 
-struct BandwidthRow {
-  double bytes;
-  double pageable_gbps;
-  double registered_gbps;
-};
-
-constexpr double kKiB = 1024.0;
-constexpr double kMiB = 1024.0 * 1024.0;
-
-constexpr BandwidthRow kHostToDevice[] = {
-    {4 * kKiB, 0.60, 0.51},    {64 * kKiB, 2.63, 7.32},   {1 * kMiB, 11.87, 38.80},
-    {16 * kMiB, 11.55, 53.65}, {256 * kMiB, 5.80, 55.14},
-};
-// Below 1 MiB the H2D figures stand in (D2H was measured from 1 MiB up).
-constexpr BandwidthRow kDeviceToHost[] = {
-    {4 * kKiB, 0.60, 0.51},   {64 * kKiB, 2.63, 7.32},    {1 * kMiB, 7.41, 40.26},
-    {16 * kMiB, 8.61, 54.23}, {256 * kMiB, 10.36, 55.19},
-};
-constexpr int kRows = 5;
-
-struct PinCostRow {
-  double bytes;
-  double register_us;
-  double unregister_us;
-};
-constexpr PinCostRow kPinCosts[] = {
-    {4 * kKiB, 74, 36},
-    {1 * kMiB, 107, 52},
-    {16 * kMiB, 770, 322},
-    {256 * kMiB, 11611, 4691},
-};
-// The same shape for cudaHostAlloc (first) and cudaFreeHost (second).
-constexpr PinCostRow kHostAllocCosts[] = {
-    {4 * kKiB, 572, 239},
-    {1 * kMiB, 596, 238},
-    {16 * kMiB, 6661, 1543},
-    {256 * kMiB, 99233, 24660},
-};
-constexpr int kPinRows = 4;
+// The columns of shim/core/bandwidth_defaults.h this model reads: a copy
+// through memory pinned in place runs at the registered figure.
+using BandwidthRow = CopyBandwidthRow;
+constexpr int kRows = kCopyBandwidthRows;
+constexpr int kPinRows = kPinCallCostRows;
 
 double Bandwidth(const BandwidthRow* rows, double bytes, bool registered) {
   auto pick = [registered](const BandwidthRow& r) {
@@ -61,10 +29,16 @@ double Bandwidth(const BandwidthRow* rows, double bytes, bool registered) {
   return pick(rows[kRows - 1]);
 }
 
-// Linear in log-log between rows; constant below the first, proportional
-// to size above the last.
-double CostUs(const PinCostRow* rows, double bytes, bool second) {
-  auto pick = [second](const PinCostRow& r) { return second ? r.unregister_us : r.register_us; };
+// One pinning call's cost: `alloc` picks cudaHostAlloc and cudaFreeHost,
+// else cudaHostRegister and cudaHostUnregister; `second`, the release call
+// of the pair. Linear in log-log between rows; constant below the first,
+// proportional to size above the last.
+double CostUs(bool alloc, double bytes, bool second) {
+  const PinCallCostRow* rows = kPinCallCostDefaults;
+  auto pick = [alloc, second](const PinCallCostRow& r) {
+    if (alloc) return second ? r.free_host_us : r.host_alloc_us;
+    return second ? r.unregister_us : r.register_us;
+  };
   if (bytes <= rows[0].bytes) return pick(rows[0]);
   for (int i = 1; i < kPinRows; ++i) {
     if (bytes <= rows[i].bytes) {
@@ -74,7 +48,7 @@ double CostUs(const PinCostRow* rows, double bytes, bool second) {
       return std::exp(ly0 + f * (ly1 - ly0));
     }
   }
-  const PinCostRow& last = rows[kPinRows - 1];
+  const PinCallCostRow& last = rows[kPinRows - 1];
   return pick(last) * bytes / last.bytes;
 }
 
@@ -84,9 +58,9 @@ double CostModel::CopyNs(uint64_t bytes, CopyDir dir, bool registered) {
   if (bytes == 0) return 0;
   const BandwidthRow* rows;
   if (dir == CopyDir::kHostToDevice) {
-    rows = kHostToDevice;
+    rows = kHostToDeviceDefaults;
   } else if (dir == CopyDir::kDeviceToHost) {
-    rows = kDeviceToHost;
+    rows = kDeviceToHostDefaults;
   } else {
     return 0;
   }
@@ -100,19 +74,19 @@ double CostModel::SavingNs(uint64_t bytes, CopyDir dir) {
 }
 
 double CostModel::HostAllocNs(uint64_t bytes) {
-  return CostUs(kHostAllocCosts, static_cast<double>(bytes), false) * 1000.0;
+  return CostUs(true, static_cast<double>(bytes), false) * 1000.0;
 }
 
 double CostModel::FreeHostNs(uint64_t bytes) {
-  return CostUs(kHostAllocCosts, static_cast<double>(bytes), true) * 1000.0;
+  return CostUs(true, static_cast<double>(bytes), true) * 1000.0;
 }
 
 double CostModel::RegisterNs(uint64_t bytes) {
-  return CostUs(kPinCosts, static_cast<double>(bytes), false) * 1000.0;
+  return CostUs(false, static_cast<double>(bytes), false) * 1000.0;
 }
 
 double CostModel::UnregisterNs(uint64_t bytes) {
-  return CostUs(kPinCosts, static_cast<double>(bytes), true) * 1000.0;
+  return CostUs(false, static_cast<double>(bytes), true) * 1000.0;
 }
 
 uint32_t CostModel::BreakEvenCopies(uint64_t alloc_bytes, uint64_t copy_bytes, CopyDir dir) {

@@ -117,11 +117,5 @@ RelaxedCaptureMode::~RelaxedCaptureMode() {
   }
 }
 
-uint64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 }  // namespace optimize
 }  // namespace pinshim

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "shim/core/clock.h"
+
 namespace pinshim {
 
 class Registry;
@@ -121,9 +123,6 @@ class RelaxedCaptureMode {
   CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
   bool exchanged_ = false;
 };
-
-// CLOCK_MONOTONIC in nanoseconds.
-uint64_t MonotonicNs();
 
 }  // namespace optimize
 }  // namespace pinshim

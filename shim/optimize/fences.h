@@ -174,6 +174,61 @@ class FenceManager {
   static std::atomic<uint64_t> stream_epoch_;
 };
 
+// Attaching a fence to memory an asynchronous copy used, the protocol the
+// pool, the arena and the registration cache share: record the fence
+// before taking the owner's lock (the driver is never called under it),
+// add it under the lock to the memory's FenceSet when that memory is still
+// there, and after the lock wait for it at once when it is not (always
+// safe); then recycle what the set superseded and wait for what it had no
+// slot left for. The caller holds the lock around AddTo:
+//     FenceAttachment attach(fences_, stream);
+//     if (!attach.recorded()) return;  // the stream was waited for instead
+//     { MutexLock lock(&mu_); if (Set* s = Find(p)) attach.AddTo(&s->fences); }
+//     attach.Finish();
+class FenceAttachment {
+ public:
+  // Records a fence on `stream`; `fences` must outlive the attachment.
+  FenceAttachment(FenceManager* fences, CUstream stream) : fences_(fences) {
+    recorded_ = fences_->Record(stream, &fence_);
+  }
+  FenceAttachment(const FenceAttachment&) = delete;
+  FenceAttachment& operator=(const FenceAttachment&) = delete;
+
+  // False when no fence could be recorded: Record waited for the stream
+  // instead, so nothing is pending and there is nothing to attach.
+  bool recorded() const { return recorded_; }
+
+  // Adds the fence to `set`. Called at most once, under the set owner's lock.
+  void AddTo(FenceSet* set) {
+    set->Add(fence_, &superseded_, &must_wait_);
+    added_ = true;
+  }
+
+  // Outside the lock: waits for the fence when it was not added, recycles
+  // the superseded one and waits for the one the set had no slot for.
+  // Returns whether the fence was added.
+  bool Finish() {
+    if (recorded_ && !added_) {
+      fences_->Wait(fence_);
+      fences_->Recycle(fence_);
+    }
+    fences_->Recycle(superseded_);
+    if (must_wait_.id != 0) {
+      fences_->Wait(must_wait_);
+      fences_->Recycle(must_wait_);
+    }
+    return added_;
+  }
+
+ private:
+  FenceManager* fences_;
+  Fence fence_;
+  Fence superseded_;
+  Fence must_wait_;
+  bool recorded_ = false;
+  bool added_ = false;
+};
+
 }  // namespace optimize
 }  // namespace pinshim
 

@@ -659,12 +659,10 @@ void* HostArena::Realloc(void* p, size_t bytes, void* (*fallback)(size_t)) {
 
 void HostArena::NoteAsyncUse(const void* p, uint64_t bytes, CUstream stream) {
   if (!active() || !Owns(p) || bytes == 0) return;
-  Fence f;
-  if (!fences_->Record(stream, &f)) return;  // it waited for the stream instead
+  FenceAttachment attach(fences_, stream);
+  if (!attach.recorded()) return;
   const uintptr_t start = reinterpret_cast<uintptr_t>(p);
   const uintptr_t end = start + bytes;
-  Fence superseded, must_wait;
-  bool added = false;
   {
     MutexLock lock(&mu_);
     Pending* slot = nullptr;
@@ -683,21 +681,11 @@ void HostArena::NoteAsyncUse(const void* p, uint64_t bytes, CUstream stream) {
         slot->fences = FenceSet();
         npending_.fetch_add(1, std::memory_order_relaxed);
       }
-      slot->fences.Add(f, &superseded, &must_wait);
-      added = true;
+      attach.AddTo(&slot->fences);
     }
   }
-  if (!added) {
-    // No room to remember it: wait now, which is always safe.
-    fences_->Wait(f);
-    fences_->Recycle(f);
-    ReapDeferred();
-  }
-  fences_->Recycle(superseded);
-  if (must_wait.id != 0) {
-    fences_->Wait(must_wait);
-    fences_->Recycle(must_wait);
-  }
+  // No room to remember it: Finish waited for it, which is always safe.
+  if (!attach.Finish()) ReapDeferred();
 }
 
 uint64_t HostArena::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why) {

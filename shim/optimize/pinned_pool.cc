@@ -751,29 +751,18 @@ void PinnedPool::NoteAsyncUse(const void* p, CUstream stream) {
   if (!active() || slabs_.size() == 0 || !slabs_.Lookup(reinterpret_cast<uintptr_t>(p), nullptr)) {
     return;
   }
-  Fence f;
-  if (!fences_->Record(stream, &f)) return;  // it waited for the stream instead
-  Fence superseded, must_wait;
-  bool added = false;
+  FenceAttachment attach(fences_, stream);
+  if (!attach.recorded()) return;
   {
     MutexLock lock(&mu_);
     Slab* s;
     Block* b = BlockAtLocked(p, &s);
     if (b != nullptr && b->state != kBlockGone) {
       if (b->state == kBlockFree && b->fences.empty()) fenced_bytes_ += b->bytes;
-      b->fences.Add(f, &superseded, &must_wait);
-      added = true;
+      attach.AddTo(&b->fences);
     }
   }
-  if (!added) {
-    fences_->Wait(f);
-    fences_->Recycle(f);
-  }
-  fences_->Recycle(superseded);
-  if (must_wait.id != 0) {
-    fences_->Wait(must_wait);
-    fences_->Recycle(must_wait);
-  }
+  attach.Finish();
 }
 
 bool PinnedPool::Owns(const void* p) const {

@@ -484,27 +484,16 @@ void RegistrationCache::AfterCopy(const CacheTicket& ticket, CUresult result, bo
 
 void RegistrationCache::NoteAsyncUse(const void* p, CUstream stream) {
   if (!active() || !MaybeCached()) return;
-  Fence f;
-  if (!fences_->Record(stream, &f)) return;  // it waited for the stream instead
-  Fence superseded, must_wait;
-  bool added = false;
+  FenceAttachment attach(fences_, stream);
+  if (!attach.recorded()) return;
   {
     MutexLock lock(&mu_);
     int32_t idx = FindEntryLocked(reinterpret_cast<uintptr_t>(p));
     if (idx >= 0 && entries_[idx].state == kEntryRegistered) {
-      entries_[idx].fences.Add(f, &superseded, &must_wait);
-      added = true;
+      attach.AddTo(&entries_[idx].fences);
     }
   }
-  if (!added) {
-    fences_->Wait(f);
-    fences_->Recycle(f);
-  }
-  fences_->Recycle(superseded);
-  if (must_wait.id != 0) {
-    fences_->Wait(must_wait);
-    fences_->Recycle(must_wait);
-  }
+  attach.Finish();
 }
 
 void RegistrationCache::Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why,

@@ -60,8 +60,6 @@ constexpr uint64_t kAloneNs = 200000;
 
 inline void Pause() { _mm_pause(); }
 
-uint64_t NowNs() { return MonotonicNs(); }
-
 using StreamFn = void (*)(char*, const char*, size_t);
 StreamFn g_stream_copy = &CopyStreaming;
 
@@ -73,8 +71,8 @@ CopyFn g_libc_memcpy = nullptr;
 // Adds the time from its construction to its end to *sum (a phase counter).
 class ElapsedInto {
  public:
-  explicit ElapsedInto(std::atomic<uint64_t>* sum) : sum_(sum), start_ns_(NowNs()) {}
-  ~ElapsedInto() { sum_->fetch_add(NowNs() - start_ns_, std::memory_order_relaxed); }
+  explicit ElapsedInto(std::atomic<uint64_t>* sum) : sum_(sum), start_ns_(MonotonicNs()) {}
+  ~ElapsedInto() { sum_->fetch_add(MonotonicNs() - start_ns_, std::memory_order_relaxed); }
   ElapsedInto(const ElapsedInto&) = delete;
   ElapsedInto& operator=(const ElapsedInto&) = delete;
 
@@ -283,7 +281,7 @@ uint32_t Stager::IdleCoresX16(uint64_t busy, uint64_t total, uint64_t own, uint3
 uint32_t Stager::UsableWorkers() {
   const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
   if (!options_.load_aware) return workers;
-  const uint64_t now = NowNs();
+  const uint64_t now = MonotonicNs();
   uint64_t last = idle_sample_ns_.load(std::memory_order_relaxed);
   if (now - last >= kSampleNs && !sampling_.exchange(true, std::memory_order_acquire)) {
     uint64_t busy, total;
@@ -359,7 +357,7 @@ void Stager::StartWorkers() {
 
 void Stager::WorkerLoop() {
   uint32_t seen = work_gen_.load(std::memory_order_acquire);
-  uint64_t idle_since = NowNs();
+  uint64_t idle_since = MonotonicNs();
   // This thread's CPU time, counted as staging's own (UsableWorkers).
   uint64_t cpu_mark = ThreadCpuNs();
   uint64_t accounted_ns = idle_since;
@@ -367,13 +365,13 @@ void Stager::WorkerLoop() {
     const uint64_t cpu = ThreadCpuNs();
     own_cpu_ns_.fetch_add(cpu - cpu_mark, std::memory_order_relaxed);
     cpu_mark = cpu;
-    accounted_ns = NowNs();
+    accounted_ns = MonotonicNs();
   };
   for (;;) {
     // Spinning counts too: a worker that keeps seeing jobs it does not join
     // (the load sample allowed fewer helpers) never sleeps, and its spinning
     // used to count as the program's load, which allowed fewer helpers still.
-    if (NowNs() - accounted_ns >= kAccountNs) account();
+    if (MonotonicNs() - accounted_ns >= kAccountNs) account();
     bool worked = false;
     for (int i = 0; i < kMaxLanes && active(); ++i) {
       Lane& l = lanes_[i];
@@ -395,7 +393,7 @@ void Stager::WorkerLoop() {
       uint32_t before = 0;
       if (j->live.load(std::memory_order_seq_cst) != 0 &&
           (before = j->joined.fetch_add(1, std::memory_order_acq_rel)) < j->max_workers) {
-        const uint64_t joined_ns = NowNs();
+        const uint64_t joined_ns = MonotonicNs();
         if (before == 0) j->first_join_ns.store(joined_ns, std::memory_order_relaxed);
         uint64_t pieces = 0;
         for (;;) {
@@ -407,7 +405,7 @@ void Stager::WorkerLoop() {
         if (pieces != 0) {
           helpers_.fetch_add(1, std::memory_order_relaxed);
           pieces_.fetch_add(pieces, std::memory_order_relaxed);
-          piece_ns_.fetch_add(NowNs() - joined_ns, std::memory_order_relaxed);
+          piece_ns_.fetch_add(MonotonicNs() - joined_ns, std::memory_order_relaxed);
         }
         copied = true;
       }
@@ -415,20 +413,20 @@ void Stager::WorkerLoop() {
       if (copied) account();
       worked = true;
     }
-    if (worked) idle_since = NowNs();
+    if (worked) idle_since = MonotonicNs();
     const uint32_t gen = work_gen_.load(std::memory_order_acquire);
     if (gen != seen) {
       seen = gen;
       continue;
     }
-    if (NowNs() - idle_since < kSpinNs) {
+    if (MonotonicNs() - idle_since < kSpinNs) {
       Pause();
       continue;
     }
     account();
     Futex(&work_gen_, FUTEX_WAIT, seen);
     seen = work_gen_.load(std::memory_order_acquire);
-    idle_since = NowNs();
+    idle_since = MonotonicNs();
   }
 }
 
@@ -538,7 +536,7 @@ void Stager::PinRingInBackground(Lane* lane) {
     }
     if (pinned) {
       background_rings_.fetch_add(1, std::memory_order_relaxed);
-      lane->last_use_ns.store(NowNs(), std::memory_order_relaxed);
+      lane->last_use_ns.store(MonotonicNs(), std::memory_order_relaxed);
       // Free before the gate opens: a teardown that follows finds the ring.
       lane->state.store(kLaneFree, std::memory_order_release);
     }
@@ -612,20 +610,20 @@ Stager::Lane* Stager::TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool*
 
 bool Stager::WaitForRings(uint64_t timeout_ns) const {
   if (lanes_ == nullptr) return true;
-  const uint64_t start = NowNs();
+  const uint64_t start = MonotonicNs();
   for (;;) {
     bool any = false;
     for (int i = 0; i < kMaxLanes; ++i) {
       any = any || SettingUp(lanes_[i].state.load(std::memory_order_acquire));
     }
     if (!any) return true;
-    if (NowNs() - start >= timeout_ns) return false;
+    if (MonotonicNs() - start >= timeout_ns) return false;
     sched_yield();
   }
 }
 
 void Stager::ReleaseLane(Lane* lane) {
-  lane->last_use_ns.store(NowNs(), std::memory_order_relaxed);
+  lane->last_use_ns.store(MonotonicNs(), std::memory_order_relaxed);
   lane->state.store(kLaneFree, std::memory_order_release);
 }
 
@@ -644,7 +642,7 @@ bool Stager::StageEagerHead(void* host, CUdeviceptr dev, uint64_t bytes, CUstrea
 bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
                        bool sync, bool eager_head, CUresult* result, StagedInfo* info) {
   if (host == nullptr) return false;
-  const uint64_t entered_ns = NowNs();
+  const uint64_t entered_ns = MonotonicNs();
   const uint32_t helpers = UsableWorkers();
   if (options_.load_aware && helpers == 0 && !eager_head) {
     declined_.fetch_add(1, std::memory_order_relaxed);
@@ -736,7 +734,7 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   while (piece > kMinPiece && (bytes / piece) < uint64_t{threads} * 4) piece /= 2;
   CUresult r = CUDA_SUCCESS;
   uint64_t off = 0;
-  setup_ns_.fetch_add(NowNs() - entered_ns, std::memory_order_relaxed);
+  setup_ns_.fetch_add(MonotonicNs() - entered_ns, std::memory_order_relaxed);
   while (off < bytes && r == CUDA_SUCCESS) {
     uint64_t n = bytes - off;
     if (n > chunk * kMaxChunks) n = chunk * kMaxChunks;
@@ -772,7 +770,7 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
 
 CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) {
   const uint32_t S = job->slots;
-  const uint64_t start_ns = NowNs();
+  const uint64_t start_ns = MonotonicNs();
   for (uint32_t k = 0; k < job->nchunks; ++k) {
     job->done[k].store(0, std::memory_order_relaxed);
     job->dma_done[k].store(0, std::memory_order_relaxed);
@@ -818,7 +816,7 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) 
   job->abort.store(0, std::memory_order_relaxed);
   job->joined.store(0, std::memory_order_relaxed);
   job->first_join_ns.store(0, std::memory_order_relaxed);
-  const uint64_t published_ns = NowNs();
+  const uint64_t published_ns = MonotonicNs();
   wait_ns_.fetch_add(published_ns - start_ns, std::memory_order_relaxed);
   job->live.store(1, std::memory_order_release);
   if (job->max_workers != 0) {
@@ -894,7 +892,7 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) 
   auto help = [&]() {
     bool any = job->max_workers == 0;
     if (!any && job->joined.load(std::memory_order_relaxed) == 0 &&
-        NowNs() - published_ns >= kAloneNs) {
+        MonotonicNs() - published_ns >= kAloneNs) {
       any = true;
       if (!alone) {
         alone = true;
@@ -959,7 +957,7 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) 
       if (!progress && !help()) Pause();
     }
   }
-  const uint64_t copied_ns = NowNs();
+  const uint64_t copied_ns = MonotonicNs();
   copy_ns_.fetch_add(copied_ns - published_ns, std::memory_order_relaxed);
   if (r != CUDA_SUCCESS) job->abort.store(1, std::memory_order_release);
   // Every piece taken by then is finished before the host buffer is the
@@ -988,14 +986,14 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) 
     joined_passes_.fetch_add(1, std::memory_order_relaxed);
   }
   passes_.fetch_add(1, std::memory_order_relaxed);
-  tail_ns_.fetch_add(NowNs() - copied_ns, std::memory_order_relaxed);
+  tail_ns_.fetch_add(MonotonicNs() - copied_ns, std::memory_order_relaxed);
   return r;
 }
 
 uint64_t Stager::TrimIdle(bool all) {
   if (!active()) return 0;
   uint64_t freed = 0;
-  const uint64_t now = NowNs();
+  const uint64_t now = MonotonicNs();
   for (int i = 0; i < kMaxLanes; ++i) {
     Lane& l = lanes_[i];
     if (l.state.load(std::memory_order_acquire) != kLaneFree) continue;

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <new>
 
+#include "shim/core/clock.h"
 #include "shim/core/log.h"
 #include "shim/core/phdr.h"
 #include "shim/core/reentry.h"
@@ -129,12 +130,6 @@ Global g;
 
 PINSHIM_TLS ThreadBuffer* t_buffer;
 PINSHIM_TLS uint64_t t_dropped;
-
-uint64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 uint64_t RealtimeNs() {
   struct timespec ts;
