@@ -65,16 +65,17 @@ void PrintVariables(FILE* out) {
   for (const ConfigKeyInfo& info : kConfigKeys) {
     PrintVariable(out, info.variable, info.default_text, info.accepted, info.meaning);
   }
+  std::string file_keys;
+  for (const ConfigKeyInfo& info : kConfigKeys) {
+    file_keys += (file_keys.empty() ? "" : ", ") + std::string(info.file_key);
+  }
   PrintVariable(out, kConfigFileVariable, "/etc/pinshim.conf when it exists",
-                "a file path, or empty "
-                "for no file",
-                "Config file with \"key = value\" lines; keys are the "
-                "variable names without PINSHIM_ in lower case (mode, "
-                "budget, node_budget, policy, trace_dir, summary, "
-                "track_threshold, metrics_file, sample_ms, pin_cap, idle_trim_s, "
-                "ledger_shared, ledger_path, profile); '#' starts a comment at the start "
-                "of a line or after a blank. A named file that cannot be "
-                "read is an error.");
+                "a file path, or empty for no file",
+                "Config file with \"key = value\" lines; keys are the variable names "
+                "without PINSHIM_ in lower case (" +
+                    file_keys +
+                    "); '#' starts a comment at the start of a line or after a blank. A "
+                    "named file that cannot be read is an error.");
   PrintVariable(out, kLibraryVariable, "the library beside pinshim", "a file path",
                 "Read by pinshim run only: the libpinshim.so to preload.");
   std::fprintf(out, "\n");

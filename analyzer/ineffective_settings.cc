@@ -38,32 +38,7 @@ std::string JoinNames(const std::vector<std::string>& names) {
 
 }  // namespace
 
-Needs NeedsOf(ConfigKey key) {
-  switch (key) {
-    case ConfigKey::kBudget:
-    case ConfigKey::kNodeBudget:
-    case ConfigKey::kPolicy:
-    case ConfigKey::kMetricsFile: return Needs::kEnforce;
-    case ConfigKey::kLedgerShared:
-    case ConfigKey::kLedgerPath: return Needs::kNodeLedger;
-    case ConfigKey::kPinCap:
-    case ConfigKey::kIdleTrimS:
-    case ConfigKey::kProfile:
-    case ConfigKey::kPinInPlace:
-    case ConfigKey::kVerifyPages:
-    case ConfigKey::kStage:
-    case ConfigKey::kStageWorkers:
-    case ConfigKey::kStageChunk:
-    case ConfigKey::kStageSlots:
-    case ConfigKey::kStageOrdered:
-    case ConfigKey::kSelfCheck: return Needs::kOptimize;
-    case ConfigKey::kSampleMs:
-    case ConfigKey::kWcGuard:
-    case ConfigKey::kPythonFrames:
-    case ConfigKey::kCopyGuard: return Needs::kTrace;
-    default: return Needs::kNothing;
-  }
-}
+Needs NeedsOf(ConfigKey key) { return ConfigKeyInfoFor(key).needs; }
 
 std::vector<std::string> IneffectiveSettings(const Config& config,
                                              const std::function<std::string(ConfigKey)>& name_of) {

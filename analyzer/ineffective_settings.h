@@ -13,14 +13,8 @@
 
 namespace pinshim {
 
-// What a setting needs before it does anything.
-enum class Needs {
-  kNothing,
-  kOptimize,   // optimize mode
-  kEnforce,    // enforce mode
-  kTrace,      // a trace directory
-  kNodeLedger  // enforce mode with a node budget
-};
+// What a setting needs before it does anything (config_keys.inc's column).
+using Needs = ConfigNeeds;
 
 // The need of each setting (kNothing for those that act in every mode).
 Needs NeedsOf(ConfigKey key);

@@ -41,49 +41,29 @@ struct RunOption {
 };
 
 // Every option sets one variable; the library reads only the variables, so
-// pinshim run and a hand-set environment behave the same. The help groups
-// options by what they need to act (ineffective_settings.h), in this order;
-// the full description of each is its variable's (pinshim help settings).
-const RunOption kRunOptions[] = {
-    {"--mode", "MODE", "PINSHIM_MODE", Value::kRequired, nullptr, PathKind::kNone,
-     "observe (always on), optimize, enforce, or a list"},
-    {"--trace-dir", "DIR", "PINSHIM_TRACE_DIR", Value::kRequired, nullptr, PathKind::kPath,
-     "write traces to DIR (created) for pinshim report"},
-    {"--summary", "FILE", "PINSHIM_SUMMARY", Value::kOptional, "1", PathKind::kSummary,
-     "print a summary at exit: stderr, or FILE (%p: pid)"},
-    {"--track-threshold", "SIZE", "PINSHIM_TRACK_THRESHOLD", Value::kRequired, nullptr,
-     PathKind::kNone, "track host allocations of at least SIZE"},
-    {"--config", "FILE", kConfigFileVariable, Value::kRequired, nullptr, PathKind::kPath,
-     "read settings from FILE instead of /etc/pinshim.conf"},
-    {"--sample-ms", "MS", "PINSHIM_SAMPLE_MS", Value::kRequired, nullptr, PathKind::kNone,
-     "sample pinned bytes, RSS and swap every MS ms"},
-    {"--python-frames", "0|1", "PINSHIM_PYTHON_FRAMES", Value::kOptional, "1", PathKind::kNone,
-     "record Python frames with call sites"},
-    {"--wc-guard", "0|1", "PINSHIM_WC_GUARD", Value::kOptional, "1", PathKind::kNone,
-     "catch plain CPU reads of write-combined memory"},
-    {"--copy-guard", "0|1", "PINSHIM_COPY_GUARD", Value::kOptional, "1", PathKind::kNone,
-     "catch CPU accesses to memory under a queued copy"},
-    {"--pin-cap", "SIZE", "PINSHIM_PIN_CAP", Value::kRequired, nullptr, PathKind::kNone,
-     "most bytes pinshim itself pins, e.g. 4G or 25%"},
-    {"--idle-trim-s", "S", "PINSHIM_IDLE_TRIM_S", Value::kRequired, nullptr, PathKind::kNone,
-     "give back pinned memory idle S seconds (0: keep)"},
-    {"--profile", "FILE", "PINSHIM_PROFILE", Value::kRequired, nullptr, PathKind::kPath,
-     "serve FILE's hot sites (report --profile-out)"},
-    {"--self-check", "0|1", "PINSHIM_SELF_CHECK", Value::kOptional, "1", PathKind::kNone,
-     "stop taking a path where the driver's own is faster"},
-    {"--budget", "SIZE", "PINSHIM_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
-     "most bytes this process may pin, e.g. 8G or 25%"},
-    {"--node-budget", "SIZE", "PINSHIM_NODE_BUDGET", Value::kRequired, nullptr, PathKind::kNone,
-     "most bytes all processes on the node may pin"},
-    {"--policy", "POLICY", "PINSHIM_POLICY", Value::kRequired, nullptr, PathKind::kNone,
-     "over budget: deny, fallback or evict"},
-    {"--ledger-shared", "0|1", "PINSHIM_LEDGER_SHARED", Value::kOptional, "1", PathKind::kNone,
-     "one node ledger for a group of users, not per user"},
-    {"--ledger", "FILE", "PINSHIM_LEDGER_PATH", Value::kRequired, nullptr, PathKind::kPath,
-     "keep the node ledger in FILE, not in /dev/shm"},
-    {"--metrics-file", "FILE", "PINSHIM_METRICS_FILE", Value::kRequired, nullptr, PathKind::kPath,
-     "write enforce mode's metrics (Prometheus) to FILE"},
-};
+// pinshim run and a hand-set environment behave the same. The options are
+// the settings' (config_keys.inc) and --config. The help groups options by
+// what they need to act (ineffective_settings.h), in this order; the full
+// description of each is its variable's (pinshim help settings).
+const std::vector<RunOption>& RunOptions() {
+  static const std::vector<RunOption>* options = [] {
+    auto* list = new std::vector<RunOption>;
+    for (const ConfigKeyInfo& info : kConfigKeys) {
+      if (info.option == nullptr) continue;
+      const bool optional = info.kind == ConfigKind::kFlag || info.kind == ConfigKind::kSummary;
+      const PathKind path = info.kind == ConfigKind::kPath      ? PathKind::kPath
+                            : info.kind == ConfigKind::kSummary ? PathKind::kSummary
+                                                                : PathKind::kNone;
+      list->push_back({info.option, info.metavar, info.variable,
+                       optional ? Value::kOptional : Value::kRequired, optional ? "1" : nullptr,
+                       path, info.option_brief});
+    }
+    list->push_back({"--config", "FILE", kConfigFileVariable, Value::kRequired, nullptr,
+                     PathKind::kPath, "read settings from FILE instead of /etc/pinshim.conf"});
+    return list;
+  }();
+  return *options;
+}
 
 // The help's groups, by what their options need.
 struct HelpGroup {
@@ -182,7 +162,7 @@ std::string PreloadValue(const std::string& library, const char* existing) {
 }
 
 const RunOption* FindOption(const std::string& name) {
-  for (const RunOption& option : kRunOptions) {
+  for (const RunOption& option : RunOptions()) {
     if (name == option.name) return &option;
   }
   return nullptr;
@@ -247,7 +227,7 @@ void PrintRunHelp(bool to_stdout) {
                0, 79);
   for (const HelpGroup& group : kHelpGroups) {
     std::fprintf(out, "\n%s\n", group.title);
-    for (const RunOption& option : kRunOptions) {
+    for (const RunOption& option : RunOptions()) {
       const Needs needs = OptionNeeds(option);
       if (needs != group.needs[0] && needs != group.needs[1]) continue;
       std::string head = option.name;

@@ -4,108 +4,88 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <type_traits>
+
 #include "shim/core/fixed_text.h"
 #include "shim/core/safe_file.h"
 #include "shim/core/size.h"
 
 namespace pinshim {
 
+namespace {
+
+// The Config member type each kind sets.
+template <ConfigKind kind>
+struct FieldOf;
+template <>
+struct FieldOf<ConfigKind::kMode> {
+  using Type = uint32_t;
+};
+template <>
+struct FieldOf<ConfigKind::kPath> {
+  using Type = char[kConfigPathMax];
+};
+template <>
+struct FieldOf<ConfigKind::kSummary> {
+  using Type = SummaryTarget;
+};
+template <>
+struct FieldOf<ConfigKind::kBudget> {
+  using Type = uint64_t;
+};
+template <>
+struct FieldOf<ConfigKind::kPolicy> {
+  using Type = Policy;
+};
+template <>
+struct FieldOf<ConfigKind::kSize> {
+  using Type = uint64_t;
+};
+template <>
+struct FieldOf<ConfigKind::kSizeOrPercent> {
+  using Type = uint64_t;
+};
+template <>
+struct FieldOf<ConfigKind::kInt> {
+  using Type = uint32_t;
+};
+template <>
+struct FieldOf<ConfigKind::kFlag> {
+  using Type = bool;
+};
+
+// Every entry's field has its kind's type, so the parser may write it by offset.
+#define PINSHIM_CONFIG_KEY(key, variable, file_key, kind, field, ...)                          \
+  static_assert(std::is_same<decltype(Config::field), FieldOf<ConfigKind::kind>::Type>::value, \
+                "config_keys.inc: " #key "'s field is not of its kind's type");
+#include "shim/core/config_keys.inc"
+#undef PINSHIM_CONFIG_KEY
+
+}  // namespace
+
 const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
-    {ConfigKey::kMode, "PINSHIM_MODE", "mode", "observe",
-     "comma-separated combination of observe, optimize, enforce",
-     "What pinshim does: observe records transfers and misuse and changes "
-     "nothing; optimize makes pageable copies run at pinned speed; enforce "
-     "applies the pinned-memory budgets. observe is always on."},
-    {ConfigKey::kTraceDir, "PINSHIM_TRACE_DIR", "trace_dir", "no trace", "a directory path",
-     "Directory the per-process trace files are written to, for pinshim "
-     "report."},
-    {ConfigKey::kSummary, "PINSHIM_SUMMARY", "summary", "0",
-     "0 (none), 1 (stderr) or a file path where %p becomes the pid",
-     "Prints a summary at exit; to a file, every process appends its own record."},
-    {ConfigKey::kBudget, "PINSHIM_BUDGET", "budget", "none",
-     "a size above 0 or a percentage of physical memory",
-     "Most bytes the process may have pinned (enforce mode)."},
-    {ConfigKey::kNodeBudget, "PINSHIM_NODE_BUDGET", "node_budget", "none",
-     "a size above 0 or a percentage of physical memory",
-     "Most bytes all processes under pinshim on this node may have pinned "
-     "together (enforce mode)."},
-    {ConfigKey::kPolicy, "PINSHIM_POLICY", "policy", "deny", "deny, fallback or evict",
-     "What enforce mode does with a pinned allocation over budget: deny fails "
-     "it as out of memory, fallback hands out pageable memory, evict releases "
-     "pinshim's own pinned memory first."},
-    {ConfigKey::kTrackThreshold, "PINSHIM_TRACK_THRESHOLD", "track_threshold", "64K",
-     "a size of at least 4K (no percentage)",
-     "Host allocations of at least this size are tracked; below 64 KiB "
-     "pinning does not speed copies up."},
-    {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none", "a file path",
-     "File enforce mode's metrics (Prometheus text) are rewritten to every "
-     "2 seconds and at exit."},
-    {ConfigKey::kSampleMs, "PINSHIM_SAMPLE_MS", "sample_ms", "10", "an integer from 1 to 60000",
-     "How often the trace samples pinned bytes, RSS and swap, in "
-     "milliseconds."},
-    {ConfigKey::kPinCap, "PINSHIM_PIN_CAP", "pin_cap", "25%",
-     "a size or a percentage of physical memory",
-     "Most bytes pinshim itself pins for optimize mode."},
-    {ConfigKey::kIdleTrimS, "PINSHIM_IDLE_TRIM_S", "idle_trim_s", "10",
-     "an integer from 0 to 86400",
-     "Optimize mode gives its pinned memory (pool slabs, arena extents) back "
-     "to the driver once it was idle this many seconds; 0 keeps it until "
-     "the cap or a budget needs it."},
-    {ConfigKey::kLedgerShared, "PINSHIM_LEDGER_SHARED", "ledger_shared", "0", "0 or 1",
-     "1 makes the node's budget ledger one shared by the users of its group "
-     "(created mode 0660) instead of one per user (docs/production.md)."},
-    {ConfigKey::kLedgerPath, "PINSHIM_LEDGER_PATH", "ledger_path", "/dev/shm/pinshim-ledger-<uid>",
-     "a file path",
-     "Where the node's budget ledger is kept, instead of /dev/shm/pinshim-ledger-<uid> (or "
-     "/dev/shm/pinshim-ledger-shared); every process sharing a node budget must name the "
-     "same file."},
-    {ConfigKey::kProfile, "PINSHIM_PROFILE", "profile", "none", "a file path",
-     "Optimize mode only: a profile of hot allocation sites (pinshim report "
-     "--profile-out) whose allocations are served from the pinned arena from "
-     "the first one on."},
-    {ConfigKey::kWcGuard, "PINSHIM_WC_GUARD", "wc_guard", "0", "0 or 1",
-     "1 samples plain CPU loads of write-combined pinned memory by briefly "
-     "protecting one of its pages at a time (needs a trace)."},
-    {ConfigKey::kPinInPlace, "PINSHIM_PIN_IN_PLACE", "pin_in_place", "1", "0 or 1",
-     "Optimize mode only: 0 never pins the program's own pages (no registration "
-     "cache, no arena for hot allocation sites), for programs that change their "
-     "pages in ways no hook sees (raw system calls, io_uring)."},
-    {ConfigKey::kVerifyPages, "PINSHIM_VERIFY_PAGES", "verify_pages", "0", "0 or 1",
-     "Optimize mode only: 1 checks, before each copy through memory pinshim pinned "
-     "in place, that the pages are still the pinned ones (/proc/self/pagemap; needs "
-     "CAP_SYS_ADMIN), and unpins them otherwise."},
-    {ConfigKey::kStage, "PINSHIM_STAGE", "stage", "1", "0 or 1",
-     "Optimize mode only: 1 runs copies of pageable memory it does not pin through "
-     "rings of pinned memory, copied by worker threads; 0 leaves them to the driver."},
-    {ConfigKey::kStageWorkers, "PINSHIM_STAGE_WORKERS", "stage_workers", "0",
-     "an integer from 0 to 32",
-     "Optimize mode only: threads that copy staged copies; 0 takes three quarters of "
-     "the cores, at most 12 (measured on the H200's host); fewer are used while the "
-     "CPUs are busy."},
-    {ConfigKey::kStageChunk, "PINSHIM_STAGE_CHUNK", "stage_chunk", "2M", "a size from 64K to 64M",
-     "Optimize mode only: the size of one slot of a staging ring (rounded down to "
-     "whole pages); the default was measured best on the H200."},
-    {ConfigKey::kStageSlots, "PINSHIM_STAGE_SLOTS", "stage_slots", "8", "an integer from 2 to 8",
-     "Optimize mode only: the slots of one staging ring (copies in flight at once)."},
-    {ConfigKey::kStageOrdered, "PINSHIM_STAGE_ORDERED", "stage_ordered", "0", "0 or 1",
-     "Optimize mode only: 1 makes a staged upload, and an asynchronous upload of "
-     "memory pinned in place, read its source only once the work queued before it "
-     "on its stream completed (the synchronization the CUDA documentation states "
-     "for pageable memory); 0 reads it as the driver does (measured on the H200; "
-     "docs/optimize.md, \"Staged copies\")."},
-    {ConfigKey::kPythonFrames, "PINSHIM_PYTHON_FRAMES", "python_frames", "1", "0 or 1",
-     "1 records the calling thread's Python frames (file, line, function) "
-     "with every call site in Python programs (CPython 3.10 to 3.13); 0 "
-     "keeps native frames only."},
-    {ConfigKey::kCopyGuard, "PINSHIM_COPY_GUARD", "copy_guard", "0", "0 or 1",
-     "1 also catches plain CPU loads and stores of page-locked memory under "
-     "a queued asynchronous copy (copy-race) by protecting its pages until "
-     "the copy is seen waited for (needs a trace)."},
-    {ConfigKey::kSelfCheck, "PINSHIM_SELF_CHECK", "self_check", "1", "0 or 1",
-     "1 makes optimize mode measure each of its paths (staging, pinning in "
-     "place) against the driver's own, per direction and size, and stop "
-     "taking one where it is slower; 0 takes every path without measuring "
-     "(for tests and benchmarks of the paths themselves)."},
+#define PINSHIM_CONFIG_KEY(key, variable, file_key, kind, field, needs, default_value,       \
+                           default_text, min, max, unit, accepted, meaning, option, metavar, \
+                           option_brief)                                                     \
+  {ConfigKey::key,                                                                           \
+   variable,                                                                                 \
+   file_key,                                                                                 \
+   ConfigKind::kind,                                                                         \
+   offsetof(Config, field),                                                                  \
+   ConfigNeeds::needs,                                                                       \
+   default_value,                                                                            \
+   (default_text) != nullptr ? (default_text) : (default_value),                             \
+   min,                                                                                      \
+   max,                                                                                      \
+   unit,                                                                                     \
+   accepted,                                                                                 \
+   meaning,                                                                                  \
+   option,                                                                                   \
+   metavar,                                                                                  \
+   option_brief},
+#include "shim/core/config_keys.inc"
+#undef PINSHIM_CONFIG_KEY
 };
 
 namespace {
@@ -202,28 +182,34 @@ bool ParsePolicy(const char* value, Policy* policy, char* err, size_t err_len) {
   return true;
 }
 
-// An integer in [lo, hi]; `forms` ("; accepted: ...") ends every error.
-bool ParseBoundedInt(const char* value, uint32_t lo, uint32_t hi, const char* forms, uint32_t* out,
-                     char* err, size_t err_len) {
+// Appends "; accepted: ..." for info's values, the end of every message
+// about them: the accepted forms, and the unit where there is one.
+void AppendForms(FixedText* text, const ConfigKeyInfo& info) {
+  text->Append("; accepted: ").Append(info.accepted);
+  if (info.unit != nullptr) text->Append(" (").Append(info.unit).Append(")");
+}
+
+// Writes "<what>; accepted: ..." for info into err; returns false.
+bool ValueError(const char* what, const ConfigKeyInfo& info, char* err, size_t err_len) {
+  FixedText text(err, err_len);
+  text.Append(what);
+  AppendForms(&text, info);
+  return false;
+}
+
+// An integer in [info.min, info.max].
+bool ParseBoundedInt(const char* value, const ConfigKeyInfo& info, uint32_t* out, char* err,
+                     size_t err_len) {
   const char* word = value;
   size_t len = Length(value);
   TrimRange(&word, &len);
-  if (len == 0) {
-    FixedText(err, err_len).Append("empty").Append(forms);
-    return false;
-  }
+  if (len == 0) return ValueError("empty", info, err, err_len);
   uint64_t n = 0;
   for (size_t i = 0; i < len; ++i) {
-    if (word[i] < '0' || word[i] > '9') {
-      FixedText(err, err_len).Append("not an integer").Append(forms);
-      return false;
-    }
-    if (n <= hi) n = n * 10 + static_cast<unsigned>(word[i] - '0');
+    if (word[i] < '0' || word[i] > '9') return ValueError("not an integer", info, err, err_len);
+    if (n <= info.max) n = n * 10 + static_cast<unsigned>(word[i] - '0');
   }
-  if (n < lo || n > hi) {
-    FixedText(err, err_len).Append("out of range").Append(forms);
-    return false;
-  }
+  if (n < info.min || n > info.max) return ValueError("out of range", info, err, err_len);
   *out = static_cast<uint32_t>(n);
   return true;
 }
@@ -538,135 +524,108 @@ const char* LookupEnv(char* const* envp, const char* name) {
 }
 
 void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
-  config->mode = kModeObserve;
-  config->policy = Policy::kDeny;
-  config->summary = SummaryTarget::kNone;
-  config->has_budget = false;
-  config->has_node_budget = false;
-  config->ledger_shared = false;
-  config->wc_guard = false;
-  config->pin_in_place = true;
-  config->verify_pages = false;
-  config->stage = true;
-  config->stage_workers = 0;
-  config->stage_slots = 8;
-  config->stage_ordered = false;
-  config->stage_chunk_bytes = uint64_t{2} << 20;
-  config->python_frames = true;
-  config->copy_guard = false;
-  config->self_check = true;
-  config->forced_observe = false;
-  config->sample_ms = kDefaultSampleMs;
-  config->idle_trim_s = kDefaultIdleTrimS;
-  config->budget_bytes = 0;
-  config->node_budget_bytes = 0;
-  config->track_threshold_bytes = kDefaultTrackThreshold;
-  config->pin_cap_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(physical_bytes) *
-                                                kDefaultPinCapPercent / 100);
+  // Everything off, empty or unset; then each setting's default as its
+  // table entry writes it, through the same parser as the environment (a
+  // percentage fails, leaving 0, only while physical memory is unknown).
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(config);
+  for (size_t i = 0; i < sizeof(Config); ++i) bytes[i] = 0;
   config->physical_bytes = physical_bytes;
-  config->trace_dir[0] = '\0';
-  config->summary_path[0] = '\0';
-  config->metrics_file[0] = '\0';
-  config->profile[0] = '\0';
-  config->ledger_path[0] = '\0';
-  config->config_file[0] = '\0';
+  for (const ConfigKeyInfo& info : kConfigKeys) {
+    if (info.default_value != nullptr) {
+      ParseConfigValue(info.key, info.default_value, config, nullptr, 0);
+    }
+  }
 }
+
+namespace {
+
+// The member of *config at `offset`, of type T (checked per entry above).
+template <typename T>
+T* FieldAt(Config* config, size_t offset) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(config) + offset);
+}
+
+bool ParseSummary(const char* value, Config* config, char* err, size_t err_len) {
+  const char* word = value;
+  size_t len = Length(value);
+  TrimRange(&word, &len);
+  if (len == 0 || (len == 1 && word[0] == '0')) {
+    config->summary = SummaryTarget::kNone;
+    config->summary_path[0] = '\0';
+    return true;
+  }
+  if (len == 1 && word[0] == '1') {
+    config->summary = SummaryTarget::kStderr;
+    config->summary_path[0] = '\0';
+    return true;
+  }
+  if (IsSummaryWord(word, len)) {
+    FixedText(err, err_len)
+        .Append(
+            "a word, not a file name; accepted: 0 (none), 1 (stderr) or a file path "
+            "(write ./")
+        .Append(word, len)
+        .Append(" for a file of that name)");
+    return false;
+  }
+  if (!CopyPath(value, config->summary_path, err, err_len)) return false;
+  config->summary = SummaryTarget::kFile;
+  return true;
+}
+
+// A size in [info.min, info.max] (max 0: no largest), no percentage.
+bool ParseBoundedSize(const char* value, const ConfigKeyInfo& info, uint64_t* out, char* err,
+                      size_t err_len) {
+  uint64_t bytes = 0;
+  if (!ParseSizeValue(value, false, 0, &bytes, err, err_len)) return false;
+  if (info.key == ConfigKey::kTrackThreshold && bytes < info.min) {
+    FixedText(err, err_len)
+        .Append(
+            "below 4K, tracking would slow every small malloc and pinning such "
+            "allocations gains nothing; accepted: a size of at least 4K");
+    return false;
+  }
+  if (bytes < info.min || (info.max != 0 && bytes > info.max)) {
+    return ValueError("out of range", info, err, err_len);
+  }
+  *out = bytes;
+  return true;
+}
+
+}  // namespace
 
 bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* err, size_t err_len) {
   if (value == nullptr) value = "";
+  if (static_cast<int>(key) >= kConfigKeyCount) {
+    FixedText(err, err_len).Append("unknown setting");
+    return false;
+  }
+  const ConfigKeyInfo& info = kConfigKeys[static_cast<int>(key)];
   const uint64_t physical = config->physical_bytes;
-  switch (key) {
-    case ConfigKey::kMode: return ParseMode(value, &config->mode, err, err_len);
-    case ConfigKey::kTraceDir: return CopyPath(value, config->trace_dir, err, err_len);
-    case ConfigKey::kSummary: {
-      const char* word = value;
-      size_t len = Length(value);
-      TrimRange(&word, &len);
-      if (len == 0 || (len == 1 && word[0] == '0')) {
-        config->summary = SummaryTarget::kNone;
-        config->summary_path[0] = '\0';
-        return true;
-      }
-      if (len == 1 && word[0] == '1') {
-        config->summary = SummaryTarget::kStderr;
-        config->summary_path[0] = '\0';
-        return true;
-      }
-      if (IsSummaryWord(word, len)) {
-        FixedText(err, err_len)
-            .Append(
-                "a word, not a file name; accepted: 0 (none), 1 (stderr) or a file path "
-                "(write ./")
-            .Append(word, len)
-            .Append(" for a file of that name)");
+  switch (info.kind) {
+    case ConfigKind::kMode:
+      return ParseMode(value, FieldAt<uint32_t>(config, info.offset), err, err_len);
+    case ConfigKind::kPath:
+      return CopyPath(value, FieldAt<char>(config, info.offset), err, err_len);
+    case ConfigKind::kSummary: return ParseSummary(value, config, err, err_len);
+    case ConfigKind::kBudget: {
+      if (!ParseBudget(value, physical, FieldAt<uint64_t>(config, info.offset), err, err_len)) {
         return false;
       }
-      if (!CopyPath(value, config->summary_path, err, err_len)) return false;
-      config->summary = SummaryTarget::kFile;
+      (key == ConfigKey::kBudget ? config->has_budget : config->has_node_budget) = true;
       return true;
     }
-    case ConfigKey::kBudget:
-      if (!ParseBudget(value, physical, &config->budget_bytes, err, err_len)) return false;
-      config->has_budget = true;
-      return true;
-    case ConfigKey::kNodeBudget:
-      if (!ParseBudget(value, physical, &config->node_budget_bytes, err, err_len)) return false;
-      config->has_node_budget = true;
-      return true;
-    case ConfigKey::kPolicy: return ParsePolicy(value, &config->policy, err, err_len);
-    case ConfigKey::kTrackThreshold: {
-      uint64_t bytes = 0;
-      if (!ParseSizeValue(value, false, physical, &bytes, err, err_len)) return false;
-      if (bytes < kMinTrackThreshold) {
-        FixedText(err, err_len)
-            .Append(
-                "below 4K, tracking would slow every small malloc and pinning such "
-                "allocations gains nothing; accepted: a size of at least 4K");
-        return false;
-      }
-      config->track_threshold_bytes = bytes;
-      return true;
-    }
-    case ConfigKey::kMetricsFile: return CopyPath(value, config->metrics_file, err, err_len);
-    case ConfigKey::kSampleMs:
-      return ParseBoundedInt(value, 1, kMaxSampleMs,
-                             "; accepted: an integer from 1 to 60000 (milliseconds)",
-                             &config->sample_ms, err, err_len);
-    case ConfigKey::kPinCap:
-      return ParseSizeValue(value, true, physical, &config->pin_cap_bytes, err, err_len);
-    case ConfigKey::kIdleTrimS:
-      return ParseBoundedInt(value, 0, kMaxIdleTrimS,
-                             "; accepted: an integer from 0 to 86400 (seconds)",
-                             &config->idle_trim_s, err, err_len);
-    case ConfigKey::kLedgerShared: return ParseFlag(value, &config->ledger_shared, err, err_len);
-    case ConfigKey::kLedgerPath: return CopyPath(value, config->ledger_path, err, err_len);
-    case ConfigKey::kProfile: return CopyPath(value, config->profile, err, err_len);
-    case ConfigKey::kWcGuard: return ParseFlag(value, &config->wc_guard, err, err_len);
-    case ConfigKey::kPinInPlace: return ParseFlag(value, &config->pin_in_place, err, err_len);
-    case ConfigKey::kVerifyPages: return ParseFlag(value, &config->verify_pages, err, err_len);
-    case ConfigKey::kStage: return ParseFlag(value, &config->stage, err, err_len);
-    case ConfigKey::kStageWorkers:
-      return ParseBoundedInt(value, 0, kMaxStageWorkers, "; accepted: an integer from 0 to 32",
-                             &config->stage_workers, err, err_len);
-    case ConfigKey::kStageChunk: {
-      uint64_t bytes = 0;
-      if (!ParseSizeValue(value, false, physical, &bytes, err, err_len)) return false;
-      if (bytes < kMinStageChunk || bytes > kMaxStageChunk) {
-        FixedText(err, err_len).Append("out of range; accepted: a size from 64K to 64M");
-        return false;
-      }
-      config->stage_chunk_bytes = bytes;
-      return true;
-    }
-    case ConfigKey::kStageSlots:
-      return ParseBoundedInt(value, kMinStageSlots, kMaxStageSlots,
-                             "; accepted: an integer from 2 to 8", &config->stage_slots, err,
-                             err_len);
-    case ConfigKey::kStageOrdered: return ParseFlag(value, &config->stage_ordered, err, err_len);
-    case ConfigKey::kPythonFrames: return ParseFlag(value, &config->python_frames, err, err_len);
-    case ConfigKey::kCopyGuard: return ParseFlag(value, &config->copy_guard, err, err_len);
-    case ConfigKey::kSelfCheck: return ParseFlag(value, &config->self_check, err, err_len);
-    case ConfigKey::kCount: break;
+    case ConfigKind::kPolicy:
+      return ParsePolicy(value, FieldAt<Policy>(config, info.offset), err, err_len);
+    case ConfigKind::kSize:
+      return ParseBoundedSize(value, info, FieldAt<uint64_t>(config, info.offset), err, err_len);
+    case ConfigKind::kSizeOrPercent:
+      return ParseSizeValue(value, true, physical, FieldAt<uint64_t>(config, info.offset), err,
+                            err_len);
+    case ConfigKind::kInt:
+      return ParseBoundedInt(value, info, FieldAt<uint32_t>(config, info.offset), err, err_len);
+    case ConfigKind::kFlag:
+      return ParseFlag(value, FieldAt<bool>(config, info.offset), err, err_len);
   }
   FixedText(err, err_len).Append("unknown setting");
   return false;

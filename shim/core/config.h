@@ -8,53 +8,9 @@
 // problems come back as one-line messages in a fixed array.
 //
 // Sources, later ones winning per setting: built-in defaults, the config
-// file, the environment.
-//
-// | variable                | file key        | default            |
-// |-------------------------|-----------------|--------------------|
-// | PINSHIM_MODE            | mode            | observe            |
-//       observe, optimize, enforce, comma-separated; observe always on
-// | PINSHIM_TRACE_DIR       | trace_dir       | no trace           |
-//       directory for the per-process traces
-// | PINSHIM_SUMMARY         | summary         | 0                  |
-//       0 = none, 1 = stderr at exit, else a file path (%p = pid) that
-//       every process appends its record to; a word such as yes, true or
-//       stderr is refused (write ./yes for a file of that name)
-// | PINSHIM_BUDGET          | budget          | none               |
-//       size or %, above 0: pinned bytes per process
-// | PINSHIM_NODE_BUDGET     | node_budget     | none               |
-//       size or %, above 0: pinned bytes per node
-// | PINSHIM_POLICY          | policy          | deny               |
-//       deny, fallback or evict
-// | PINSHIM_TRACK_THRESHOLD | track_threshold | 64K                |
-//       size, at least 4K; allocations at or above it are tracked (below
-//       64 KiB pinning gains nothing on the H200)
-// | PINSHIM_CONFIG          | -               | /etc/pinshim.conf  |
-//       config file path; "" = no file; default read only if present
-// | PINSHIM_METRICS_FILE    | metrics_file    | none               |
-//       file path
-// | PINSHIM_SAMPLE_MS       | sample_ms       | 10                 |
-//       integer 1..60000, milliseconds
-// | PINSHIM_PIN_CAP         | pin_cap         | 25%                |
-//       size or %: cap on pinshim's own pinning
-// | PINSHIM_IDLE_TRIM_S     | idle_trim_s     | 10                 |
-//       integer 0..86400, seconds: optimize mode gives back its pinned
-//       memory left idle this long; 0 = only under pressure
-// | PINSHIM_LEDGER_SHARED   | ledger_shared   | 0                  |
-//       0 or 1
-// | PINSHIM_LEDGER_PATH     | ledger_path     | /dev/shm/...       |
-//       file path of the node ledger (default: /dev/shm/pinshim-ledger-<uid>
-//       or, shared, /dev/shm/pinshim-ledger-shared)
-// | PINSHIM_PROFILE         | profile         | none               |
-//       file path
-// | PINSHIM_WC_GUARD        | wc_guard        | 0                  |
-//       0 or 1
-// | PINSHIM_PYTHON_FRAMES   | python_frames   | 1                  |
-//       0 or 1: Python frames in the trace's call sites
-// | PINSHIM_COPY_GUARD      | copy_guard      | 0                  |
-//       0 or 1
-// | PINSHIM_SELF_CHECK      | self_check      | 1                  |
-//       0 or 1: optimize mode measures its paths against the driver's
+// file, the environment. The settings, their defaults, ranges and texts are
+// the entries of config_keys.inc; PINSHIM_CONFIG names the config file
+// (default /etc/pinshim.conf, read only if present; "" = no file).
 //
 // Sizes: see size.h (integer or decimal, optional binary unit B/K/M/G/T with
 // optional B or iB, any case, 1K = 1024; or P% of physical memory, 0 < P <=
@@ -102,33 +58,33 @@ enum class SummaryTarget : uint8_t {
   kFile = 2,  // Config::summary_path, "%p" still unexpanded
 };
 
-// One setting; the order is the order of documentation and help.
+// How a setting's value is parsed.
+enum class ConfigKind : uint8_t {
+  kMode,           // observe, optimize, enforce, comma-separated
+  kPath,           // a path; "" = none
+  kSummary,        // 0, 1 or a file path
+  kBudget,         // a size above 0 or a percentage; unset = no budget
+  kPolicy,         // deny, fallback, evict
+  kSize,           // a size within [min, max] (max 0: no largest)
+  kSizeOrPercent,  // a size or a percentage of physical memory
+  kInt,            // an integer within [min, max]
+  kFlag,           // 0 or 1
+};
+
+// What must be on before a setting does anything.
+enum class ConfigNeeds : uint8_t {
+  kNothing,
+  kOptimize,   // optimize mode
+  kEnforce,    // enforce mode
+  kTrace,      // a trace directory
+  kNodeLedger  // enforce mode with a node budget
+};
+
+// One setting (config_keys.inc); the order is the order of documentation and help.
 enum class ConfigKey : uint8_t {
-  kMode = 0,
-  kTraceDir,
-  kSummary,
-  kBudget,
-  kNodeBudget,
-  kPolicy,
-  kTrackThreshold,
-  kMetricsFile,
-  kSampleMs,
-  kPinCap,
-  kIdleTrimS,
-  kLedgerShared,
-  kLedgerPath,
-  kProfile,
-  kWcGuard,
-  kPinInPlace,
-  kVerifyPages,
-  kStage,
-  kStageWorkers,
-  kStageChunk,
-  kStageSlots,
-  kStageOrdered,
-  kPythonFrames,
-  kCopyGuard,
-  kSelfCheck,
+#define PINSHIM_CONFIG_KEY(key, ...) key,
+#include "shim/core/config_keys.inc"
+#undef PINSHIM_CONFIG_KEY
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -138,19 +94,6 @@ constexpr size_t kMaxConfigFileBytes = 64 * 1024;
 constexpr size_t kMaxConfigLineBytes = kConfigPathMax + 128;
 constexpr const char* kDefaultConfigFile = "/etc/pinshim.conf";
 constexpr const char* kConfigFileVariable = "PINSHIM_CONFIG";
-
-constexpr uint64_t kDefaultTrackThreshold = 64 * 1024;
-// Tracking smaller allocations slows every malloc and pinning them gains
-// nothing: a smaller PINSHIM_TRACK_THRESHOLD is refused.
-constexpr uint64_t kMinTrackThreshold = 4 * 1024;
-constexpr uint32_t kDefaultSampleMs = 10;
-constexpr uint32_t kMaxSampleMs = 60000;
-constexpr uint32_t kDefaultPinCapPercent = 25;
-constexpr uint32_t kDefaultIdleTrimS = 10;
-constexpr uint32_t kMaxIdleTrimS = 86400;
-constexpr uint32_t kMaxStageWorkers = 32;
-constexpr uint32_t kMinStageSlots = 2, kMaxStageSlots = 8;
-constexpr uint64_t kMinStageChunk = uint64_t{64} << 10, kMaxStageChunk = uint64_t{64} << 20;
 
 struct Config {
   uint32_t mode;  // kMode* bits
@@ -196,14 +139,24 @@ struct ConfigErrors {
   char messages[kMaxConfigErrors][kConfigErrorLen];
 };
 
-// Names and documentation of one setting, for messages and help texts.
+// One entry of config_keys.inc, whose header says what each column means.
 struct ConfigKeyInfo {
   ConfigKey key;
-  const char* variable;      // "PINSHIM_BUDGET"
-  const char* file_key;      // "budget"
-  const char* default_text;  // "(none)"
+  const char* variable;  // "PINSHIM_BUDGET"
+  const char* file_key;  // "budget"
+  ConfigKind kind;
+  size_t offset;  // of the Config member it sets
+  ConfigNeeds needs;
+  const char* default_value;  // parsed by SetConfigDefaults; null: unset
+  const char* default_text;   // "none": how help and docs name the default
+  uint64_t min;
+  uint64_t max;
+  const char* unit;          // "milliseconds", or null
   const char* accepted;      // the accepted forms, one clause
-  const char* meaning;       // what the setting does, one sentence
+  const char* meaning;       // what the setting does
+  const char* option;        // "--budget", or null
+  const char* metavar;       // "SIZE"
+  const char* option_brief;  // one line for pinshim run --help
 };
 
 // Every setting, indexed by ConfigKey.
@@ -234,7 +187,8 @@ struct ConfigInput {
   uint64_t physical_bytes;   // for percentages; 0 means PhysicalMemoryBytes()
 };
 
-// Sets every field of *config to its default (25% pin cap of physical_bytes).
+// Sets every field of *config to its default: the table's default values,
+// parsed as the environment's are (a percentage of physical_bytes).
 void SetConfigDefaults(uint64_t physical_bytes, Config* config);
 
 // Fills *config from defaults, the config file and the environment. Returns

@@ -809,5 +809,99 @@ TEST_F(ConfigTest, PercentWithUnknownPhysicalMemory) {
       << err;
 }
 
+// Every default, as the library has always started: a change of the table
+// that moves one shows here.
+TEST(ConfigTableTest, DefaultsAreTheLibrarysDefaults) {
+  Config config;
+  SetConfigDefaults(uint64_t{64} << 30, &config);
+  EXPECT_EQ(config.mode, kModeObserve);
+  EXPECT_EQ(config.policy, Policy::kDeny);
+  EXPECT_EQ(config.summary, SummaryTarget::kNone);
+  EXPECT_FALSE(config.has_budget);
+  EXPECT_FALSE(config.has_node_budget);
+  EXPECT_EQ(config.budget_bytes, 0u);
+  EXPECT_EQ(config.node_budget_bytes, 0u);
+  EXPECT_FALSE(config.ledger_shared);
+  EXPECT_FALSE(config.forced_observe);
+  EXPECT_FALSE(config.wc_guard);
+  EXPECT_TRUE(config.pin_in_place);
+  EXPECT_FALSE(config.verify_pages);
+  EXPECT_TRUE(config.stage);
+  EXPECT_EQ(config.stage_workers, 0u);
+  EXPECT_EQ(config.stage_slots, 8u);
+  EXPECT_FALSE(config.stage_ordered);
+  EXPECT_EQ(config.stage_chunk_bytes, uint64_t{2} << 20);
+  EXPECT_TRUE(config.python_frames);
+  EXPECT_FALSE(config.copy_guard);
+  EXPECT_TRUE(config.self_check);
+  EXPECT_EQ(config.sample_ms, 10u);
+  EXPECT_EQ(config.idle_trim_s, 10u);
+  EXPECT_EQ(config.track_threshold_bytes, uint64_t{64} << 10);
+  EXPECT_EQ(config.pin_cap_bytes, uint64_t{16} << 30);
+  EXPECT_EQ(config.physical_bytes, uint64_t{64} << 30);
+  for (const char* path : {config.trace_dir, config.summary_path, config.metrics_file,
+                           config.profile, config.ledger_path, config.config_file}) {
+    EXPECT_STREQ(path, "");
+  }
+}
+
+// The columns say the same as the texts help and docs print.
+TEST(ConfigTableTest, TextsAgreeWithTheColumns) {
+  for (int k = 0; k < kConfigKeyCount; ++k) {
+    const ConfigKeyInfo& info = kConfigKeys[k];
+    SCOPED_TRACE(info.variable);
+    EXPECT_EQ(static_cast<int>(info.key), k) << "entries are in ConfigKey order";
+    // The file key is the variable, lower case, without PINSHIM_.
+    std::string file_key = std::string(info.variable).substr(8);
+    for (char& c : file_key) c = static_cast<char>(tolower(c));
+    EXPECT_EQ(std::string(info.variable).substr(0, 8), "PINSHIM_");
+    EXPECT_EQ(file_key, info.file_key);
+    ASSERT_NE(info.default_text, nullptr);
+    if (info.default_value != nullptr) {
+      // A default is a value its own parser accepts.
+      Config config;
+      SetConfigDefaults(uint64_t{64} << 30, &config);
+      char err[kConfigErrorLen];
+      EXPECT_TRUE(ParseConfigValue(info.key, info.default_value, &config, err, sizeof(err))) << err;
+    }
+    switch (info.kind) {
+      case ConfigKind::kInt:
+        EXPECT_EQ(std::string(info.accepted), "an integer from " + std::to_string(info.min) +
+                                                  " to " + std::to_string(info.max));
+        break;
+      case ConfigKind::kFlag:
+        EXPECT_STREQ(info.accepted, "0 or 1");
+        EXPECT_TRUE(info.option == nullptr || std::string(info.metavar) == "0|1");
+        break;
+      case ConfigKind::kPath:
+      case ConfigKind::kBudget: EXPECT_EQ(info.default_value, nullptr); break;
+      default: break;
+    }
+    EXPECT_EQ(info.option == nullptr, info.metavar == nullptr);
+    EXPECT_EQ(info.option == nullptr, info.option_brief == nullptr);
+  }
+}
+
+// A range is the parser's: the bounds pass, one past them fails with the
+// accepted forms.
+TEST(ConfigTableTest, RangesAreParsed) {
+  for (const ConfigKeyInfo& info : kConfigKeys) {
+    if (info.kind != ConfigKind::kInt) continue;
+    SCOPED_TRACE(info.variable);
+    Config config;
+    SetConfigDefaults(uint64_t{64} << 30, &config);
+    char err[kConfigErrorLen];
+    EXPECT_TRUE(
+        ParseConfigValue(info.key, std::to_string(info.min).c_str(), &config, err, sizeof(err)));
+    EXPECT_TRUE(
+        ParseConfigValue(info.key, std::to_string(info.max).c_str(), &config, err, sizeof(err)));
+    ASSERT_FALSE(ParseConfigValue(info.key, std::to_string(info.max + 1).c_str(), &config, err,
+                                  sizeof(err)));
+    EXPECT_EQ(std::string(err).rfind(std::string("out of range; accepted: ") + info.accepted, 0),
+              0u)
+        << err;
+  }
+}
+
 }  // namespace
 }  // namespace pinshim
