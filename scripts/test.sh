@@ -5,7 +5,8 @@
 # UndefinedBehaviorSanitizer and the concurrent ones under ThreadSanitizer
 # (scripts/sanitize.sh), and ends with one line: "N passed, N failed[, N
 # skipped]", counting individual test cases from each test's XML report, the
-# sanitizer runs' included; the fuzzer and the format check count one each.
+# sanitizer runs' included; the fuzzer, the format check and the
+# thread-safety check count one each.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh || exit 2
@@ -48,6 +49,16 @@ else
 fi
 tail -n 1 "$logs/format.log"
 
+# Locking: the annotated sources under clang's -Wthread-safety, after
+# proving the check refuses a file that breaks it
+# (scripts/thread_safety_check.sh).
+if bash scripts/thread_safety_check.sh > "$logs/threadsafety.log" 2>&1; then
+  threadsafety=pass
+else
+  threadsafety=fail
+fi
+tail -n 1 "$logs/threadsafety.log"
+
 # The sanitizers, one build each (.bazelrc: --config=asan|ubsan|tsan), on
 # the simulated driver. PINSHIM_SANITIZERS="" skips them.
 sanitizers=(${PINSHIM_SANITIZERS-asan ubsan tsan})
@@ -61,7 +72,7 @@ for san in "${sanitizers[@]}"; do
   echo "$san took $((SECONDS - start))s"
 done
 
-python3 - "$status" "$fuzz" "$format" "$logs" "${sanitizers[@]}" <<'PY'
+python3 - "$status" "$fuzz" "$format" "$threadsafety" "$logs" "${sanitizers[@]}" <<'PY'
 import glob, os, re, sys, xml.etree.ElementTree as ET
 
 # A target bazel reports as failed whose report shows no failed case (its
@@ -118,8 +129,9 @@ def report_path(testlogs, label):
 status = int(sys.argv[1])
 fuzz = sys.argv[2]
 format_check = sys.argv[3]
-logs = sys.argv[4]
-sanitizers = sys.argv[5:]
+thread_safety = sys.argv[4]
+logs = sys.argv[5]
+sanitizers = sys.argv[6:]
 total = {"passed": 0, "failed": 0, "skipped": 0}
 
 plain = {"passed": 0, "failed": 0, "skipped": 0}
@@ -149,6 +161,12 @@ if format_check == "pass":
 else:
     total["failed"] += 1
     with open(os.path.join(logs, "format.log"), errors="replace") as f:
+        print(f.read().rstrip())
+if thread_safety == "pass":
+    total["passed"] += 1
+else:
+    total["failed"] += 1
+    with open(os.path.join(logs, "threadsafety.log"), errors="replace") as f:
         print(f.read().rstrip())
 
 ok = total["failed"] == 0 and status == 0

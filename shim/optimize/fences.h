@@ -143,9 +143,9 @@ class FenceManager {
 
   // Fork handling (see lock.h). In the child, events are unusable: they are
   // forgotten and Record only ever waits.
-  void PrepareFork() { mu_.PrepareFork(); }
-  void AfterForkParent() { mu_.AfterFork(); }
-  void AfterForkChild();
+  void PrepareFork() ACQUIRE(mu_) { mu_.PrepareFork(); }
+  void AfterForkParent() RELEASE(mu_) { mu_.AfterFork(); }
+  void AfterForkChild() RELEASE(mu_);
 
   uint64_t records() const { return records_.load(std::memory_order_relaxed); }
   uint64_t record_failures() const { return record_failures_.load(std::memory_order_relaxed); }
@@ -164,7 +164,7 @@ class FenceManager {
   bool Push(CUcontext ctx, CUevent event);
 
   const DriverOps* ops_ = nullptr;
-  ContextEvents* table_ = nullptr;  // kMaxContexts entries, guarded by mu_
+  ContextEvents* table_ PT_GUARDED_BY(mu_) = nullptr;  // kMaxContexts entries
   Mutex mu_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> disabled_{false};

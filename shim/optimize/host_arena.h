@@ -109,8 +109,10 @@ class HostArena {
 
   // Reserves the address range. ops, fences and account must outlive the
   // arena. False when nothing could be reserved (the arena stays off).
+  // Called before the arena is active, when no other thread uses it: it
+  // fills the guarded state unlocked.
   bool Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
-            const ArenaOptions& options);
+            const ArenaOptions& options) NO_THREAD_SAFETY_ANALYSIS;
 
   // The context registrations are made in when the allocating thread has
   // none current (registrations are PORTABLE, so any context will do).
@@ -182,9 +184,9 @@ class HostArena {
   // Fork: PrepareFork before the registries' locks are taken. The child
   // keeps using the arena's memory as ordinary memory (the program's blocks
   // stay valid), but allocates nothing new from it.
-  void PrepareFork() { mu_.PrepareFork(); }
-  void AfterForkParent() { mu_.AfterFork(); }
-  void AfterForkChild();
+  void PrepareFork() ACQUIRE(mu_) { mu_.PrepareFork(); }
+  void AfterForkParent() RELEASE(mu_) { mu_.AfterFork(); }
+  void AfterForkChild() RELEASE(mu_);
 
   ArenaStats Stats() const;
   bool active() const { return active_.load(std::memory_order_acquire); }
@@ -245,12 +247,12 @@ class HostArena {
   void* AllocateSmall(uint32_t cls, size_t align);
   void* AllocateLarge(size_t bytes, size_t align);
   bool AllocatePages(uint64_t pages, uint64_t* start, int32_t* ext);
-  int32_t FindRunLocked(uint64_t pages, bool registered) const;
-  uint64_t TakeFromRunLocked(int32_t i, uint64_t pages);
-  bool InsertRunLocked(uint64_t start, uint64_t pages, int32_t ext);
-  void FreePagesLocked(uint64_t start, uint64_t pages, int32_t ext);
+  int32_t FindRunLocked(uint64_t pages, bool registered) const REQUIRES(mu_);
+  uint64_t TakeFromRunLocked(int32_t i, uint64_t pages) REQUIRES(mu_);
+  bool InsertRunLocked(uint64_t start, uint64_t pages, int32_t ext) REQUIRES(mu_);
+  void FreePagesLocked(uint64_t start, uint64_t pages, int32_t ext) REQUIRES(mu_);
   void FreeNow(void* p);
-  bool OverlapsPendingLocked(uintptr_t start, uintptr_t end) const;
+  bool OverlapsPendingLocked(uintptr_t start, uintptr_t end) const REQUIRES(mu_);
   bool DeferIfPending(void* p);
   void ReapDeferred();
   void MaybeTrimIdle();
@@ -261,8 +263,8 @@ class HostArena {
   CUresult PinExtent(int32_t idx, uintptr_t addr, uint64_t bytes, CUcontext ctx,
                      OwnPinReason* refused);
   void UnpinExtent(const Extent& e, OwnPinReason why, uint32_t detail);
-  void LoseExtentLocked(int32_t idx);
-  bool InLostExtentLocked(uintptr_t a) const;
+  void LoseExtentLocked(int32_t idx) REQUIRES(mu_);
+  bool InLostExtentLocked(uintptr_t a) const REQUIRES(mu_);
   uintptr_t PageAddr(uint64_t page) const { return base_ + page * page_; }
 
   const DriverOps* ops_ = nullptr;
@@ -282,15 +284,15 @@ class HostArena {
   std::atomic<bool> active_{false};
 
   mutable Mutex mu_;
-  Run* runs_ = nullptr;  // free runs sorted by start; guarded by mu_
-  uint32_t nruns_ = 0;
-  uint64_t top_ = 0;  // pages below were handed out at least once
-  Extent* extents_ = nullptr;
-  int32_t free_extent_ = -1;
-  SmallClass* classes_ = nullptr;
-  Pending* pending_ = nullptr;     // kMaxPending copy ranges with fences
-  uintptr_t* deferred_ = nullptr;  // kMaxPending blocks whose free waits
-  uint32_t ndeferred_locked_ = 0;
+  Run* runs_ PT_GUARDED_BY(mu_) = nullptr;  // free runs sorted by start
+  uint32_t nruns_ GUARDED_BY(mu_) = 0;
+  uint64_t top_ GUARDED_BY(mu_) = 0;  // pages below were handed out at least once
+  Extent* extents_ PT_GUARDED_BY(mu_) = nullptr;
+  int32_t free_extent_ GUARDED_BY(mu_) = -1;
+  SmallClass* classes_ PT_GUARDED_BY(mu_) = nullptr;
+  Pending* pending_ PT_GUARDED_BY(mu_) = nullptr;     // kMaxPending copy ranges with fences
+  uintptr_t* deferred_ PT_GUARDED_BY(mu_) = nullptr;  // kMaxPending blocks whose free waits
+  uint32_t ndeferred_locked_ GUARDED_BY(mu_) = 0;
   std::atomic<uint32_t> npending_{0};
   std::atomic<uint32_t> ndeferred_{0};
   std::atomic<uint64_t> last_trim_ns_{0};
@@ -298,7 +300,7 @@ class HostArena {
   std::atomic<uint64_t> allocs_{0}, frees_{0}, declined_{0}, deferred_frees_{0}, extents_live_{0};
   std::atomic<uint64_t> registered_bytes_{0}, registrations_{0}, trimmed_{0}, bad_frees_{0};
   std::atomic<uint64_t> repinned_{0}, lost_{0}, page_change_unpins_{0};
-  uint32_t nlost_ = 0;  // extents in state lost; guarded by mu_
+  uint32_t nlost_ GUARDED_BY(mu_) = 0;  // extents in state lost
 };
 
 }  // namespace optimize

@@ -8,31 +8,35 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "shim/core/thread_annotations.h"
+
 namespace pinshim {
 namespace optimize {
 
-class Mutex {
+// Members it guards say GUARDED_BY(mu_), and functions that need it held
+// REQUIRES(mu_) (thread_annotations.h): clang checks both.
+class CAPABILITY("mutex") Mutex {
  public:
   constexpr Mutex() = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
-  void Lock() { pthread_mutex_lock(&mu_); }
-  void Unlock() { pthread_mutex_unlock(&mu_); }
+  void Lock() ACQUIRE() { pthread_mutex_lock(&mu_); }
+  void Unlock() RELEASE() { pthread_mutex_unlock(&mu_); }
 
   // Fork: PrepareFork takes the lock so the child never inherits it held by
   // a thread that does not exist there; both sides release it afterwards.
-  void PrepareFork() { Lock(); }
-  void AfterFork() { Unlock(); }
+  void PrepareFork() ACQUIRE() { Lock(); }
+  void AfterFork() RELEASE() { Unlock(); }
 
  private:
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
 };
 
-class MutexLock {
+class SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex* mu) : mu_(mu) { mu_->Lock(); }
-  ~MutexLock() { mu_->Unlock(); }
+  explicit MutexLock(Mutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
+  ~MutexLock() RELEASE() { mu_->Unlock(); }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 

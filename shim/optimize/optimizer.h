@@ -285,9 +285,12 @@ class Optimizer {
   // cuCtxDestroy / cuDevicePrimaryCtxReset: the driver freed its memory.
   void OnContextDestroyed(CUcontext ctx);
 
-  void PrepareFork();
-  void AfterForkParent();
-  void AfterForkChild();
+  // The components' locks are held from PrepareFork to AfterFork*, across
+  // the fork and across functions, which the analysis cannot follow; each
+  // component's own fork functions say which lock they take and release.
+  void PrepareFork() NO_THREAD_SAFETY_ANALYSIS;
+  void AfterForkParent() NO_THREAD_SAFETY_ANALYSIS;
+  void AfterForkChild() NO_THREAD_SAFETY_ANALYSIS;
 
   OptimizeCounters Counters() const;
 
@@ -325,7 +328,7 @@ class Optimizer {
   HotSites hot_sites_;
   PathJudge judge_;
   mutable Mutex emulated_mu_;
-  EmulatedRegistration* emulated_ = nullptr;  // kMaxEmulated
+  EmulatedRegistration* emulated_ PT_GUARDED_BY(emulated_mu_) = nullptr;  // kMaxEmulated
   std::atomic<uint64_t> pool_async_notes_{0}, arena_copies_{0}, arena_async_waits_{0};
   std::atomic<uint64_t> saved_arena_ns_{0};
   std::atomic<uint64_t> eager_heads_{0}, eager_bounces_{0};

@@ -929,7 +929,7 @@ void PinnedPool::OnContextDestroyed(CUcontext ctx) {
   {
     MutexLock lock(&mu_);
     // Blocks of the context's slabs leave the batches with their slabs.
-    auto drop_from = [&](Batch* bt, uint32_t* count) {
+    auto drop_from = [&](Batch* bt, uint32_t* count) REQUIRES(mu_) {
       Block* nb;
       for (Block* b = bt->blocks.head; b != nullptr; b = nb) {
         nb = b->next;

@@ -199,9 +199,9 @@ class PinnedPool {
 
   // Fork: call PrepareFork in the prepare handler, before the registries'
   // locks are taken; AfterFork* in the parent and child handlers.
-  void PrepareFork();
-  void AfterForkParent();
-  void AfterForkChild();
+  void PrepareFork() ACQUIRE(mu_);
+  void AfterForkParent() RELEASE(mu_);
+  void AfterForkChild() RELEASE(mu_);
 
   PoolStats Stats() const;
   bool active() const { return active_.load(std::memory_order_acquire); }
@@ -271,16 +271,16 @@ class PinnedPool {
   };
 
   uint64_t Now() const;
-  SubPool* FindSubPoolLocked(unsigned int flags, CUcontext ctx, bool create);
+  SubPool* FindSubPoolLocked(unsigned int flags, CUcontext ctx, bool create) REQUIRES(mu_);
   Block* TakeFreeLocked(SubPool* sub, bool large, uint32_t cls, uint64_t bytes, Candidate* cands,
-                        int* ncands);
+                        int* ncands) REQUIRES(mu_);
   int ApplyCompletions(Candidate* cands, int n);  // returns fences seen complete
   // min_blocks: at least this many blocks in a new slab (capped as usual).
   CUresult NewBlock(SubPool* sub_hint, unsigned int flags, CUcontext ctx, uint64_t bytes,
                     uint32_t min_blocks, Block** out);
   CUresult NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, uint64_t block_bytes,
                    uint32_t nblocks, bool dedicated, PinUse use, uint64_t charge, Block** out);
-  Slab* NewSlabStructLocked();
+  Slab* NewSlabStructLocked() REQUIRES(mu_);
   void FinishAllocation(Block* b, uint64_t requested);
   void ReleaseSlabMemory(Slab* s, OwnPinReason why);
   void ReportSlab(OwnPinAction action, const Slab* s, OwnPinReason why, int result) const;
@@ -294,10 +294,12 @@ class PinnedPool {
   int ReapBatches(bool wait);
   // Puts batched blocks on their free lists; a slab left without live
   // blocks counts as idle since freed_ns. Returns how many.
-  int ReleaseBatchBlocksLocked(BlockList* blocks, uint64_t freed_ns);
-  bool HasBatchesLocked() const { return open_.blocks.head != nullptr || nbatches_ != 0; }
+  int ReleaseBatchBlocksLocked(BlockList* blocks, uint64_t freed_ns) REQUIRES(mu_);
+  bool HasBatchesLocked() const REQUIRES(mu_) {
+    return open_.blocks.head != nullptr || nbatches_ != 0;
+  }
   void MaybeTrimIdle();
-  Block* BlockAtLocked(const void* p, Slab** slab) const;
+  Block* BlockAtLocked(const void* p, Slab** slab) const REQUIRES(mu_);
   static void ListPush(BlockList* l, Block* b);
   static void ListPushFront(BlockList* l, Block* b);
   static void ListRemove(BlockList* l, Block* b);
@@ -311,14 +313,14 @@ class PinnedPool {
   std::atomic<bool> active_{false};
 
   mutable Mutex mu_;
-  SubPool* subs_ = nullptr;  // kMaxSubPools, guarded by mu_
-  Slab* spare_slabs_ = nullptr;
-  uint64_t fenced_bytes_ = 0;  // free blocks that still carry fences; guarded by mu_
-  Batch open_ = {};            // freed, no fence yet; guarded by mu_
-  uint32_t open_count_ = 0;
-  Batch* batches_ = nullptr;  // kMaxBatches sealed batches; guarded by mu_
-  int nbatches_ = 0;
-  uint64_t batched_bytes_ = 0;  // open and sealed batches; guarded by mu_
+  SubPool* subs_ PT_GUARDED_BY(mu_) = nullptr;  // kMaxSubPools
+  Slab* spare_slabs_ GUARDED_BY(mu_) = nullptr;
+  uint64_t fenced_bytes_ GUARDED_BY(mu_) = 0;  // free blocks that still carry fences
+  Batch open_ GUARDED_BY(mu_) = {};            // freed, no fence yet
+  uint32_t open_count_ GUARDED_BY(mu_) = 0;
+  Batch* batches_ PT_GUARDED_BY(mu_) = nullptr;  // kMaxBatches sealed batches
+  int nbatches_ GUARDED_BY(mu_) = 0;
+  uint64_t batched_bytes_ GUARDED_BY(mu_) = 0;  // open and sealed batches
   std::atomic<uint64_t> free_batches_{0}, batched_blocks_{0}, batch_growths_{0};
   // Time allocations spent waiting for batched frees since the pool last
   // grew because of it (rent or buy, see Allocate).

@@ -145,9 +145,10 @@ class RegistrationCache {
   RegistrationCache& operator=(const RegistrationCache&) = delete;
 
   // ops, fences and account must outlive the cache. False when internal
-  // memory ran out (the cache then stays off).
+  // memory ran out (the cache then stays off). Called before the cache is
+  // active, when no other thread uses it: it fills the guarded state unlocked.
   bool Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
-            const CacheOptions& options);
+            const CacheOptions& options) NO_THREAD_SAFETY_ANALYSIS;
 
   // Before a copy whose host side [host_ptr, host_ptr + bytes) is pageable
   // memory of the tracked allocation `alloc` (from the allocations
@@ -209,9 +210,11 @@ class RegistrationCache {
   // Fork: PrepareFork before the registries' locks are taken. In the child
   // the cache is off; AfterForkChild also drops its entries from the
   // registrations registry, so call it after that registry is unlocked.
-  void PrepareFork() { mu_.PrepareFork(); }
-  void AfterForkParent() { mu_.AfterFork(); }
-  void AfterForkChild();
+  void PrepareFork() ACQUIRE(mu_) { mu_.PrepareFork(); }
+  void AfterForkParent() RELEASE(mu_) { mu_.AfterFork(); }
+  // In the child, whose only thread is the caller, it clears the guarded
+  // state after releasing the lock.
+  void AfterForkChild() RELEASE(mu_) NO_THREAD_SAFETY_ANALYSIS;
 
   CacheStats Stats() const;
   bool active() const { return active_.load(std::memory_order_acquire); }
@@ -251,11 +254,11 @@ class RegistrationCache {
   struct Candidate;
 
   uint64_t Now() const;
-  Candidate* FindCandidateLocked(uint64_t alloc_id, uint64_t now, bool create);
-  int32_t FindEntryLocked(uintptr_t p) const;
-  int32_t FirstOverlapLocked(uintptr_t start, uintptr_t end) const;
-  int32_t NewEntryLocked(uintptr_t start, uint64_t bytes, uint64_t alloc_id);
-  void DropEntryLocked(int32_t idx);
+  Candidate* FindCandidateLocked(uint64_t alloc_id, uint64_t now, bool create) REQUIRES(mu_);
+  int32_t FindEntryLocked(uintptr_t p) const REQUIRES(mu_);
+  int32_t FirstOverlapLocked(uintptr_t start, uintptr_t end) const REQUIRES(mu_);
+  int32_t NewEntryLocked(uintptr_t start, uint64_t bytes, uint64_t alloc_id) REQUIRES(mu_);
+  void DropEntryLocked(int32_t idx) REQUIRES(mu_);
   void AbortRegistration(int32_t idx, uint64_t alloc_id, CacheFailure why);
   void ReportRefusal(const Region& alloc, OwnPinReason why, int result) const;
   void Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why, uint32_t detail = 0);
@@ -270,12 +273,12 @@ class RegistrationCache {
   std::atomic<bool> active_{false};
 
   mutable Mutex mu_;
-  Entry* entries_ = nullptr;  // options_.max_entries, guarded by mu_
-  int32_t* order_ = nullptr;  // entry indices sorted by start
-  uint32_t norder_ = 0;
-  int32_t free_entry_ = -1;
-  Candidate* candidates_ = nullptr;  // kCandidateSlots
-  uint64_t tick_ = 0;
+  Entry* entries_ PT_GUARDED_BY(mu_) = nullptr;  // options_.max_entries
+  int32_t* order_ PT_GUARDED_BY(mu_) = nullptr;  // entry indices sorted by start
+  uint32_t norder_ GUARDED_BY(mu_) = 0;
+  int32_t free_entry_ GUARDED_BY(mu_) = -1;
+  Candidate* candidates_ PT_GUARDED_BY(mu_) = nullptr;  // kCandidateSlots
+  uint64_t tick_ GUARDED_BY(mu_) = 0;
 
   std::atomic<uint64_t> live_entries_{0};
   // Every live registration lies inside *bounds_ (widened as entries come,
