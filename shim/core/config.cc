@@ -19,6 +19,9 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
     {ConfigKey::kTraceDir, "PINSHIM_TRACE_DIR", "trace_dir", "no trace", "a directory path",
      "Directory the per-process trace files are written to, for pinshim "
      "report."},
+    {ConfigKey::kTraceMax, "PINSHIM_TRACE_MAX", "trace_max", "1G", "a size, 0 for none",
+     "Most bytes of per-event detail in one process's trace; past it the trace "
+     "keeps per-site totals of the copies only (docs/observe.md)."},
     {ConfigKey::kSummary, "PINSHIM_SUMMARY", "summary", "0",
      "0 (none), 1 (stderr) or a file path where %p becomes the pid",
      "Prints a summary at exit; to a file, every process appends its own record."},
@@ -38,8 +41,9 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "Host allocations of at least this size are tracked; below 64 KiB "
      "pinning does not speed copies up."},
     {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none", "a file path",
-     "File enforce mode's metrics (Prometheus text) are rewritten to every "
-     "2 seconds and at exit."},
+     "File the process's metrics (Prometheus text: copies, pinned memory, "
+     "estimated time lost, and in enforce mode the budgets) are rewritten to "
+     "every 2 seconds and at exit, in every mode (docs/production.md)."},
     {ConfigKey::kSampleMs, "PINSHIM_SAMPLE_MS", "sample_ms", "10", "an integer from 1 to 60000",
      "How often the trace samples pinned bytes, RSS and swap, in "
      "milliseconds."},
@@ -561,6 +565,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->budget_bytes = 0;
   config->node_budget_bytes = 0;
   config->track_threshold_bytes = kDefaultTrackThreshold;
+  config->trace_max_bytes = kDefaultTraceMax;
   config->pin_cap_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(physical_bytes) *
                                                 kDefaultPinCapPercent / 100);
   config->physical_bytes = physical_bytes;
@@ -578,6 +583,8 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* er
   switch (key) {
     case ConfigKey::kMode: return ParseMode(value, &config->mode, err, err_len);
     case ConfigKey::kTraceDir: return CopyPath(value, config->trace_dir, err, err_len);
+    case ConfigKey::kTraceMax:
+      return ParseSizeValue(value, false, physical, &config->trace_max_bytes, err, err_len);
     case ConfigKey::kSummary: {
       const char* word = value;
       size_t len = Length(value);
