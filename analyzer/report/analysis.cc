@@ -18,6 +18,12 @@ class Replay : public EventVisitor {
   Replay(std::vector<std::unique_ptr<Rule>>* rules, OwnPinningTracker* own, SyncModel* sync)
       : rules_(*rules), own_(own), sync_(sync) {}
 
+  // Also fills these (both or neither), which must outlive the replay.
+  void KeepSiteTables(CallSiteTable* sites, PinnedSeries* series) {
+    sites_ = sites;
+    series_ = series;
+  }
+
   void OnEvent(const Event& e) override {
     // The model of what has finished goes first: rules ask it about the
     // moment of the event they see.
@@ -63,14 +69,24 @@ class Replay : public EventVisitor {
   void Totals(const SiteTotals& t) {
     for (const trace::SiteCellFields& c : t.cells) {
       summary_.copies += c.copies;
-      if (c.bits & trace::kCopyHasResult) {
-        summary_.failed_copies += c.copies;
-        continue;
-      }
+      const bool failed = (c.bits & trace::kCopyHasResult) != 0;
       const CopyDir dir = static_cast<CopyDir>(c.bits & trace::kCopyDirMask);
       const uint64_t host = dir == CopyDir::kDeviceToHost ? (c.kinds >> 3) & 7 : c.kinds & 7;
       const int kind = dir == CopyDir::kDeviceToDevice ? static_cast<int>(MemKind::kDevice)
                                                        : static_cast<int>(host);
+      if (sites_ != nullptr) {
+        CopyCell cell;
+        cell.copies = c.copies;
+        cell.failed = failed ? c.copies : 0;
+        cell.bytes = failed ? 0 : c.bytes;
+        cell.async_copies = (c.bits & trace::kCopyAsync) ? c.copies : 0;
+        cell.call_ns = c.call_ns;
+        sites_->AddCopies(static_cast<uint32_t>(c.stack), dir, static_cast<MemKind>(kind), cell);
+      }
+      if (failed) {
+        summary_.failed_copies += c.copies;
+        continue;
+      }
       summary_.bytes[static_cast<int>(dir) & 3][kind] += c.bytes;
       summary_.copy_count[static_cast<int>(dir) & 3][kind] += c.copies;
       for (auto& r : rules_) r->OnCopyTotals(c);
@@ -102,6 +118,7 @@ class Replay : public EventVisitor {
 
   void Copy(const Event& e) {
     ++summary_.copies;
+    if (sites_ != nullptr) sites_->OnCopy(e);
     if (e.result != 0) {
       ++summary_.failed_copies;
       return;
@@ -132,6 +149,7 @@ class Replay : public EventVisitor {
   void Pin(const Event& e) {
     ++summary_.pin_calls;
     summary_.pin_call_ns += e.duration_ns;
+    if (sites_ != nullptr) sites_->OnPin(e);
     if (e.result != 0) return;
     if (e.op == PinOp::kAlloc || e.op == PinOp::kRegister) {
       PinnedAlloc a;
@@ -163,6 +181,7 @@ class Replay : public EventVisitor {
       uint64_t bytes = a != nullptr ? a->bytes : e.bytes;
       summary_.pinned_now -= std::min(summary_.pinned_now, bytes);
       if (it != pinned_.end()) pinned_.erase(it);
+      if (series_ != nullptr) series_->Note(e.time_ns, summary_.pinned_now);
     }
   }
 
@@ -226,6 +245,7 @@ class Replay : public EventVisitor {
   }
 
   void NotePinned(uint64_t bytes, uint64_t t) {
+    if (series_ != nullptr) series_->Note(t, bytes);
     if (bytes > summary_.peak_pinned) {
       summary_.peak_pinned = bytes;
       summary_.peak_pinned_ns = t;
@@ -235,6 +255,8 @@ class Replay : public EventVisitor {
   std::vector<std::unique_ptr<Rule>>& rules_;
   OwnPinningTracker* own_;
   SyncModel* sync_;
+  CallSiteTable* sites_ = nullptr;
+  PinnedSeries* series_ = nullptr;
   ProcessSummary summary_;
   std::map<uint64_t, PinnedAlloc> pinned_;
   std::unordered_map<uint64_t, HostAlloc> host_;
@@ -389,6 +411,10 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
   OwnPinningTracker own(&options.model, &options.rules);
   own.Begin(report.info);
   Replay replay(&rules, &own, &sync);
+  if (options.site_tables) {
+    report.pinned_series.Begin(report.info.start_monotonic_ns);
+    replay.KeepSiteTables(&report.sites, &report.pinned_series);
+  }
   trace.ForEachEvent(&replay);
   if (const SiteTotals* totals = trace.site_totals()) {
     replay.Totals(*totals);
@@ -419,6 +445,10 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
   }
   for (PageChangeDrop& d : report.own.page_changes) {
     if (d.stack != 0) d.site = *resolver.Get(d.stack);
+  }
+  if (options.site_tables) {
+    for (const Finding& f : report.findings) report.sites.Mention(f.stack);
+    report.sites.Resolve(trace, [&](uint32_t stack) { return *resolver.Get(stack); });
   }
   SortFindings(&report.findings);
   if (hot_sites != nullptr) {
