@@ -19,9 +19,6 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
     {ConfigKey::kTraceDir, "PINSHIM_TRACE_DIR", "trace_dir", "no trace", "a directory path",
      "Directory the per-process trace files are written to, for pinshim "
      "report."},
-    {ConfigKey::kTraceMax, "PINSHIM_TRACE_MAX", "trace_max", "1G", "a size, 0 for none",
-     "Most bytes of per-event detail in one process's trace; past it the trace "
-     "keeps per-site totals of the copies only (docs/observe.md)."},
     {ConfigKey::kSummary, "PINSHIM_SUMMARY", "summary", "0",
      "0 (none), 1 (stderr) or a file path where %p becomes the pid",
      "Prints a summary at exit; to a file, every process appends its own record."},
@@ -42,8 +39,9 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "pinning does not speed copies up."},
     {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none", "a file path",
      "File the process's metrics (Prometheus text: copies, pinned memory, "
-     "estimated time lost, and in enforce mode the budgets) are rewritten to "
-     "every 2 seconds and at exit, in every mode (docs/production.md)."},
+     "estimated time lost, and the budgets when they are enforced) are "
+     "rewritten to every 2 seconds and at exit, in every mode "
+     "(docs/production.md)."},
     {ConfigKey::kSampleMs, "PINSHIM_SAMPLE_MS", "sample_ms", "10", "an integer from 1 to 60000",
      "How often the trace samples pinned bytes, RSS and swap, in "
      "milliseconds."},
@@ -110,6 +108,9 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "place) against the driver's own, per direction and size, and stop "
      "taking one where it is slower; 0 takes every path without measuring "
      "(for tests and benchmarks of the paths themselves)."},
+    {ConfigKey::kTraceMax, "PINSHIM_TRACE_MAX", "trace_max", "1G", "a size, 0 for none",
+     "Most bytes of per-event detail in one process's trace; past it the trace "
+     "keeps per-site totals of the copies only (needs a trace; docs/observe.md)."},
 };
 
 namespace {

@@ -108,7 +108,6 @@ enum class SummaryTarget : uint8_t {
 enum class ConfigKey : uint8_t {
   kMode = 0,
   kTraceDir,
-  kTraceMax,
   kSummary,
   kBudget,
   kNodeBudget,
@@ -132,6 +131,7 @@ enum class ConfigKey : uint8_t {
   kPythonFrames,
   kCopyGuard,
   kSelfCheck,
+  kTraceMax,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
