@@ -62,8 +62,8 @@ int RunFleetCommand(int argc, char** argv) {
   }
   const char* chosen = getenv(kFleetPythonVariable);
   std::string python = chosen != nullptr && chosen[0] != '\0' ? chosen
-                       : access(kDebianPython, X_OK) == 0 ? kDebianPython
-                                                          : "python3";
+                       : access(kDebianPython, X_OK) == 0     ? kDebianPython
+                                                              : "python3";
   const char* old_path = getenv("PYTHONPATH");
   const std::string path =
       package + (old_path != nullptr && old_path[0] != '\0' ? std::string(":") + old_path : "");
