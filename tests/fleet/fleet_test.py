@@ -77,16 +77,19 @@ def make_fleet(root):
 
 # A cluster started apart from pinshim fleet, as an existing one would be.
 SCHEDULER = """
-import sys, time
+import os, signal, sys, time
 if __name__ == "__main__":
     from distributed import LocalCluster
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None,
                            local_directory=sys.argv[2])
-    with open(sys.argv[1] + ".tmp", "w") as f:
-        f.write(cluster.scheduler_address)
-    import os
-    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-    time.sleep(3600)
+    try:
+        with open(sys.argv[1] + ".tmp", "w") as f:
+            f.write(cluster.scheduler_address)
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        time.sleep(3600)
+    finally:
+        cluster.close()
 """
 
 
@@ -207,8 +210,12 @@ class FleetTest(unittest.TestCase):
             proc = run([PINSHIM, "fleet", "--scheduler", scheduler, "--out", out, host])
             self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
         finally:
-            cluster.kill()
-            cluster.wait()
+            cluster.terminate()
+            try:
+                cluster.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                cluster.kill()
+                cluster.wait()
         with open(os.path.join(out, "summary.json")) as f:
             summary = json.load(f)
         report = json.loads(run([PINSHIM, "report", "--format", "json", host]).stdout)
