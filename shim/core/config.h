@@ -120,6 +120,7 @@ struct Config {
   uint64_t node_budget_bytes;
   uint64_t track_threshold_bytes;
   uint64_t pin_cap_bytes;
+  uint64_t trace_max_bytes;           // 0: traces are not capped
   uint64_t physical_bytes;            // what percentages were taken of; 0 if unknown
   char trace_dir[kConfigPathMax];     // "" = no trace
   char summary_path[kConfigPathMax];  // set when summary == kFile

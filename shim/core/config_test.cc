@@ -837,6 +837,7 @@ TEST(ConfigTableTest, DefaultsAreTheLibrarysDefaults) {
   EXPECT_EQ(config.sample_ms, 10u);
   EXPECT_EQ(config.idle_trim_s, 10u);
   EXPECT_EQ(config.track_threshold_bytes, uint64_t{64} << 10);
+  EXPECT_EQ(config.trace_max_bytes, uint64_t{1} << 30);
   EXPECT_EQ(config.pin_cap_bytes, uint64_t{16} << 30);
   EXPECT_EQ(config.physical_bytes, uint64_t{64} << 30);
   for (const char* path : {config.trace_dir, config.summary_path, config.metrics_file,

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "shim/core/clock.h"
+#include "shim/core/live_counters.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
@@ -46,6 +47,11 @@ Fn LazyDriverSymbol(std::atomic<void*>* cache, const char* name, const char* fal
 
 // 0 (and no clock read) unless a trace is being written.
 inline uint64_t StartTime() { return trace::RecorderActive() ? MonotonicNs() : 0; }
+
+// The same for a copy, which the live metrics (PINSHIM_METRICS_FILE) time too.
+inline uint64_t CopyStartTime() {
+  return trace::RecorderActive() || LiveCountersEnabled() ? MonotonicNs() : 0;
+}
 
 // The device of the calling thread's current context, -1 when none.
 int CurrentDevice() PINSHIM_HIDDEN;
