@@ -20,6 +20,7 @@
 #include "shim/core/macros.h"
 #include "shim/core/reentry.h"
 #include "shim/optimize/cost_model.h"
+#include "shim/optimize/fresh_pages.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/stream_copy.h"
 
@@ -265,6 +266,7 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
   g_libc_memcpy = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memcpy"));
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) g_stream_copy = &CopyStreamingAvx2;
+  huge_pages_ = KernelHugePageMode();
   ops_ = ops;
   exchange_capture_mode_ = ops->thread_exchange_capture_mode;
   account_ = account;
@@ -644,6 +646,14 @@ bool Stager::StageEagerHead(void* host, CUdeviceptr dev, uint64_t bytes, CUstrea
 bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
                        bool sync, bool eager_head, CUresult* result, StagedInfo* info) {
   if (host == nullptr) return false;
+  // Before any check that costs a system or driver call: a program's first
+  // copies, before a ring is worth pinning, go to the driver at its price.
+  if (workers_started_.load(std::memory_order_acquire) != 2 && !eager_head &&
+      !RingWorthIt(dir, bytes)) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    ring_deferred_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   const uint64_t entered_ns = NowNs();
   const uint32_t helpers = UsableWorkers();
   if (options_.load_aware && helpers == 0 && !eager_head) {
@@ -672,15 +682,8 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   }
   RelaxedCaptureMode relaxed(ops_);
   // Started at the first copy staging takes (they may pin its ring), once
-  // a ring is worth pinning (TakeLane).
-  if (workers_started_.load(std::memory_order_acquire) != 2) {
-    if (!eager_head && !RingWorthIt(dir, bytes)) {
-      declined_.fetch_add(1, std::memory_order_relaxed);
-      ring_deferred_.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    }
-    StartWorkers();
-  }
+  // a ring is worth pinning (checked above).
+  if (workers_started_.load(std::memory_order_acquire) != 2) StartWorkers();
   bool pending = false, pinned_now = false;
   Lane* lane = TakeLane(ctx, dir, bytes, &pending, &pinned_now);
   if (info != nullptr) info->pinned_ring = pinned_now;
@@ -734,6 +737,9 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   // every thread gets several.
   uint64_t piece = chunk < kMaxPiece ? chunk : kMaxPiece;
   while (piece > kMinPiece && (bytes / piece) < uint64_t{threads} * 4) piece /= 2;
+  if (!h2d && AdviseFreshDestination(host, bytes, huge_pages_)) {
+    huge_advised_.fetch_add(1, std::memory_order_relaxed);
+  }
   CUresult r = CUDA_SUCCESS;
   uint64_t off = 0;
   setup_ns_.fetch_add(NowNs() - entered_ns, std::memory_order_relaxed);
@@ -1079,6 +1085,7 @@ StagerStats Stager::Stats() const {
   s.no_lane = no_lane_.load();
   s.ring_pending = ring_pending_.load();
   s.ring_deferred = ring_deferred_.load();
+  s.huge_advised = huge_advised_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();
   s.setup_ns = setup_ns_.load();
