@@ -27,6 +27,38 @@ void RecordDeviceAlloc(CUdeviceptr* dptr, uint64_t n, MemKind kind, CUresult r) 
   g_allocations.Insert(reg);
 }
 
+// The stream-ordered allocations and frees, by argument list; `api` names
+// the ABI variant (legacy or per-thread stream).
+CUresult AllocAsync(Api api, CUdeviceptr* dptr, size_t n, CUstream st) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream);
+  const Fn real_fn = hook::RealFn<Fn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n, st);
+  const hook::HookScope scope;
+  CUresult r = real_fn(dptr, n, st);
+  RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
+  return r;
+}
+
+CUresult AllocFromPoolAsync(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+  const Fn real_fn = hook::RealFn<Fn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n, pool, st);
+  const hook::HookScope scope;
+  CUresult r = real_fn(dptr, n, pool, st);
+  RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
+  return r;
+}
+
+CUresult FreeAsync(Api api, CUdeviceptr d, CUstream st) {
+  using Fn = CUresult (*)(CUdeviceptr, CUstream);
+  const Fn real_fn = hook::RealFn<Fn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, d, st);
+  const hook::HookScope scope;
+  CUresult r = real_fn(d, st);
+  if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
+  return r;
+}
+
 }  // namespace
 }  // namespace pinshim
 
@@ -39,7 +71,9 @@ extern "C" {
 
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t n) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAlloc_v2, Fn, dptr, n);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAlloc_v2);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n);
+  const hook::HookScope scope;
   CUresult r = real_fn(dptr, n);
   RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
   return r;
@@ -48,7 +82,9 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t n) {
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                             unsigned int elem) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAllocPitch_v2, Fn, dptr, pitch, width, height, elem);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAllocPitch_v2);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, pitch, width, height, elem);
+  const hook::HookScope scope;
   CUresult r = real_fn(dptr, pitch, width, height, elem);
   if (r == CUDA_SUCCESS && pitch != nullptr) {
     RecordDeviceAlloc(dptr, uint64_t{*pitch} * height, MemKind::kDevice, r);
@@ -58,7 +94,9 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size
 
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t n, unsigned int flags) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAllocManaged, Fn, dptr, n, flags);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAllocManaged);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n, flags);
+  const hook::HookScope scope;
   CUresult r = real_fn(dptr, n, flags);
   RecordDeviceAlloc(dptr, n, MemKind::kManaged, r);
   return r;
@@ -66,7 +104,9 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t n, unsigned int flags) {
 
 CUresult cuMemFree_v2(CUdeviceptr d) {
   using Fn = CUresult (*)(CUdeviceptr);
-  PINSHIM_HOOK_ENTER(kApi_cuMemFree_v2, Fn, d);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemFree_v2);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, d);
+  const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
   CUresult r = real_fn(d);
   if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
@@ -76,35 +116,23 @@ CUresult cuMemFree_v2(CUdeviceptr d) {
   return r;
 }
 
-#define DEFINE_ALLOC_ASYNC(name)                             \
-  CUresult name(CUdeviceptr* dptr, size_t n, CUstream st) {  \
-    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream); \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, dptr, n, st);        \
-    CUresult r = real_fn(dptr, n, st);                       \
-    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);         \
-    return r;                                                \
-  }
-#define DEFINE_ALLOC_POOL_ASYNC(name)                                          \
-  CUresult name(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) { \
-    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);     \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, dptr, n, pool, st);                    \
-    CUresult r = real_fn(dptr, n, pool, st);                                   \
-    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);                           \
-    return r;                                                                  \
-  }
-#define DEFINE_FREE_ASYNC(name)                              \
-  CUresult name(CUdeviceptr d, CUstream st) {                \
-    using Fn = CUresult (*)(CUdeviceptr, CUstream);          \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, d, st);              \
-    CUresult r = real_fn(d, st);                             \
-    if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr); \
-    return r;                                                \
-  }
-DEFINE_ALLOC_ASYNC(cuMemAllocAsync)
-DEFINE_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
-DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync)
-DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync_ptsz)
-DEFINE_FREE_ASYNC(cuMemFreeAsync)
-DEFINE_FREE_ASYNC(cuMemFreeAsync_ptsz)
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t n, CUstream st) {
+  return AllocAsync(kApi_cuMemAllocAsync, dptr, n, st);
+}
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t n, CUstream st) {
+  return AllocAsync(kApi_cuMemAllocAsync_ptsz, dptr, n, st);
+}
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
+  return AllocFromPoolAsync(kApi_cuMemAllocFromPoolAsync, dptr, n, pool, st);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
+  return AllocFromPoolAsync(kApi_cuMemAllocFromPoolAsync_ptsz, dptr, n, pool, st);
+}
+CUresult cuMemFreeAsync(CUdeviceptr d, CUstream st) {
+  return FreeAsync(kApi_cuMemFreeAsync, d, st);
+}
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream st) {
+  return FreeAsync(kApi_cuMemFreeAsync_ptsz, d, st);
+}
 
 }  // extern "C"
