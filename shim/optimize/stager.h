@@ -251,6 +251,7 @@ class Stager {
  private:
   struct Lane;
   struct Job;
+  class Pass;
 
   Lane* TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool* pending, bool* pinned_now);
   bool WaitsForRingHere(CopyDir dir, uint64_t bytes) const;
@@ -263,6 +264,31 @@ class Stager {
   static void* WorkerMain(void* arg);
   void WorkerLoop();
   CUresult RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream);
+  // A staged copy's plan: what it moves, and in what pieces.
+  struct RingCopy {
+    CopyDir dir = CopyDir::kHostToDevice;
+    void* host = nullptr;
+    CUdeviceptr dev = 0;
+    uint64_t bytes = 0;
+    CUstream stream = nullptr;
+    uint32_t threads = 1;  // the calling thread and its helpers
+    uint64_t chunk = 0;
+    uint64_t piece = 0;
+    bool wait_after_eager = false;  // an upload's first kDriverEagerBytes before the stream's work
+  };
+  // Whether staging takes this copy now (counted when not); *helpers: the
+  // workers that may help, *ctx: the current context.
+  bool Admits(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+              bool eager_head, uint32_t* helpers, CUcontext* ctx);
+  // Marks (and, for wait_first, waits for) the work queued before the copy
+  // on its stream; false when the driver refused.
+  bool WaitForEarlierWork(Lane* lane, CUstream stream, bool wait_first, bool wait_after_eager);
+  // The chunk and piece sizes of a copy of bytes through a ring of slots
+  // chunks of ring_chunk, by threads threads.
+  static void PlanPieces(CopyDir dir, uint64_t bytes, uint64_t ring_chunk, uint32_t slots,
+                         uint32_t threads, uint64_t* chunk, uint64_t* piece);
+  // The copy, as passes over the lane's ring; the driver's result.
+  CUresult CopyThroughRing(Lane* lane, const RingCopy& c);
   bool StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
                  bool sync, bool eager_head, CUresult* result, StagedInfo* info);
 
