@@ -326,8 +326,10 @@ void PrintStatusHelp(FILE* out) {
                "Shows the node ledger that enforce mode keeps when a node budget is "
                "set (PINSHIM_NODE_BUDGET): every process in it with its command, "
                "its pinned bytes by owner (program_alloc: cuMemHostAlloc and "
-               "cuMemAllocHost; program_register: cuMemHostRegister; pinshim_pool "
-               "and pinshim_cache: pinshim's own pinning), its process budget and "
+               "cuMemAllocHost; program_register: cuMemHostRegister; program_vmm: "
+               "host-located cuMemCreate allocations; program_pool: what host "
+               "memory pools reserved; pinshim_pool and pinshim_cache: pinshim's own pinning), its "
+               "process budget and "
                "its counters, then the node budget, the node total and the "
                "headroom. Processes that died without leaving are reclaimed first.",
                0, 79);

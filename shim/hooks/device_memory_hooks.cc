@@ -1,5 +1,6 @@
 // Device and managed allocations, recorded so a copy can tell a device
-// pointer from a host one; cuMemFree, which waits for the device, is a
+// pointer from a host one (an allocation from a host memory pool is host
+// memory: vmm_hooks.cc); cuMemFree, which waits for the device, is a
 // completion point of the trace.
 //
 // cuda.h is read as the driver itself reads it (__CUDA_API_VERSION_INTERNAL),
@@ -12,6 +13,7 @@
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
 #include "shim/hooks/state.h"
+#include "shim/hooks/vmm_tables.h"
 
 namespace pinshim {
 namespace {
@@ -84,27 +86,65 @@ CUresult cuMemFree_v2(CUdeviceptr d) {
     RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);         \
     return r;                                                \
   }
-#define DEFINE_ALLOC_POOL_ASYNC(name)                                          \
-  CUresult name(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) { \
-    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);     \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, dptr, n, pool, st);                    \
-    CUresult r = real_fn(dptr, n, pool, st);                                   \
-    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);                           \
-    return r;                                                                  \
-  }
-#define DEFINE_FREE_ASYNC(name)                              \
-  CUresult name(CUdeviceptr d, CUstream st) {                \
-    using Fn = CUresult (*)(CUdeviceptr, CUstream);          \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, d, st);              \
-    CUresult r = real_fn(d, st);                             \
-    if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr); \
-    return r;                                                \
-  }
 DEFINE_ALLOC_ASYNC(cuMemAllocAsync)
 DEFINE_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
-DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync)
-DEFINE_ALLOC_POOL_ASYNC(cuMemAllocFromPoolAsync_ptsz)
-DEFINE_FREE_ASYNC(cuMemFreeAsync)
-DEFINE_FREE_ASYNC(cuMemFreeAsync_ptsz)
+
+}  // extern "C"
+
+namespace {
+
+using FreeAsyncFn = CUresult (*)(CUdeviceptr, CUstream);
+
+// An allocation from a pool: device memory, or pinned host memory when the
+// pool has a host location (vmm_hooks.cc charges and records those).
+CUresult AllocFromPool(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st,
+                       Api free_api) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+  PINSHIM_HOOK_ENTER(api, Fn, dptr, n, pool, st);
+  if (!IsHostPool(pool)) {
+    CUresult r = real_fn(dptr, n, pool, st);
+    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
+    return r;
+  }
+  return HostPoolAlloc(
+      api, dptr, n, pool, [&] { return real_fn(dptr, n, pool, st); },
+      [&] {
+        auto free_fn = hook::RealFn<FreeAsyncFn>(free_api);
+        if (free_fn != nullptr) free_fn(*dptr, st);
+      });
+}
+
+CUresult FreeAsync(Api api, CUdeviceptr d, CUstream st) {
+  PINSHIM_HOOK_ENTER(api, FreeAsyncFn, d, st);
+  const uint64_t start_ns = StartTime();
+  Region reg;
+  const bool host_pool =
+      g_allocations.Lookup(d, &reg) && reg.start == d && reg.kind == MemKind::kPoolHost;
+  CUresult r = real_fn(d, st);
+  if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
+  if (host_pool) HostPoolFree(api, reg, start_ns, r);
+  return r;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
+  return AllocFromPool(kApi_cuMemAllocFromPoolAsync, dptr, n, pool, st, kApi_cuMemFreeAsync);
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
+  return AllocFromPool(kApi_cuMemAllocFromPoolAsync_ptsz, dptr, n, pool, st,
+                       kApi_cuMemFreeAsync_ptsz);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr d, CUstream st) {
+  return FreeAsync(kApi_cuMemFreeAsync, d, st);
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream st) {
+  return FreeAsync(kApi_cuMemFreeAsync_ptsz, d, st);
+}
 
 }  // extern "C"
