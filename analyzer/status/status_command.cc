@@ -183,16 +183,17 @@ void PrintText(const NodeView& v, FILE* out) {
           v.recoveries, v.reclaimed_processes, FormatBytes(v.reclaimed_bytes).c_str());
   if (v.processes.empty()) return;
   fprintf(out,
-          "\n%8s  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8s  %7s  "
+          "\n%8s  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %10s  %10s  %8s  %7s  "
           "%9s  %9s\n",
-          "PID", "COMMAND", "POLICY", "PROG_ALLOC", "PROG_REG", "PIN_POOL", "PIN_CACHE", "TOTAL",
-          "BUDGET", "GRANTS", "DENIALS", "FALLBACKS", "EVICTIONS");
+          "PID", "COMMAND", "POLICY", "PROG_ALLOC", "PROG_REG", "PROG_VMM", "PROG_POOL", "PIN_POOL",
+          "PIN_CACHE", "TOTAL", "BUDGET", "GRANTS", "DENIALS", "FALLBACKS", "EVICTIONS");
   for (const ProcessRow& r : v.processes) {
     fprintf(out,
-            "%8u  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8" PRIu64 "  %7" PRIu64
-            "  %9" PRIu64 "  %9" PRIu64 "%s\n",
+            "%8u  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %10s  %10s  %8" PRIu64
+            "  %7" PRIu64 "  %9" PRIu64 "  %9" PRIu64 "%s\n",
             r.pid, report::Printable(r.command).c_str(), PolicyText(r.policy),
             FormatBytes(r.bytes[0]).c_str(), FormatBytes(r.bytes[1]).c_str(),
+            FormatBytes(r.bytes[4]).c_str(), FormatBytes(r.bytes[5]).c_str(),
             FormatBytes(r.bytes[2]).c_str(), FormatBytes(r.bytes[3]).c_str(),
             FormatBytes(r.total).c_str(),
             r.process_budget == 0 ? "none" : FormatBytes(r.process_budget).c_str(), r.grants,

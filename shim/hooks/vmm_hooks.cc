@@ -146,8 +146,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   if (!HostAllocationProp(prop)) return real_fn(handle, size, prop, flags);
   const bool valid = handle != nullptr && size != 0 && flags == 0;
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-  const Decision d = RefuseFallback(
-      budget::ChargeAndPin(EnforceBudget(valid), Owner::kProgramVmm, size, [&] {
+  const Decision d =
+      RefuseFallback(budget::ChargeAndPin(EnforceBudget(valid), Owner::kProgramVmm, size, [&] {
         r = real_fn(handle, size, prop, flags);
         return r == CUDA_SUCCESS;
       }));
@@ -206,8 +206,8 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags) {
-  using Fn = CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                          unsigned long long);
+  using Fn =
+      CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
   PINSHIM_HOOK_ENTER(kApi_cuMemMap, Fn, ptr, size, offset, handle, flags);
   const uint64_t start_ns = StartTime();
   uint64_t bytes;
@@ -311,11 +311,11 @@ CUresult HostPoolAlloc(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool,
   const uint64_t need = used + n > reserved ? used + n - reserved : 0;
   const bool valid = dptr != nullptr && n != 0;
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-  Decision d = RefuseFallback(budget::ChargeAndPin(
-      need != 0 ? EnforceBudget(valid) : nullptr, Owner::kProgramPool, need, [&] {
-        r = real_call();
-        return r == CUDA_SUCCESS;
-      }));
+  Decision d = RefuseFallback(budget::ChargeAndPin(need != 0 ? EnforceBudget(valid) : nullptr,
+                                                   Owner::kProgramPool, need, [&] {
+                                                     r = real_call();
+                                                     return r == CUDA_SUCCESS;
+                                                   }));
   if (d == Decision::kDenied) r = CUDA_ERROR_OUT_OF_MEMORY;
   if (r == CUDA_SUCCESS && g_enforce && need != 0) charged += need;
   if (r == CUDA_SUCCESS && g_enforce) {
@@ -342,8 +342,7 @@ CUresult HostPoolAlloc(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool,
     g_allocations.Insert(reg);
   }
   CountPin(api, PinOp::kAlloc, 0, n, r != CUDA_SUCCESS);
-  RecordVmmPin(api, PinOp::kAlloc, r == CUDA_SUCCESS ? *dptr : 0, n,
-               start_ns, r);
+  RecordVmmPin(api, PinOp::kAlloc, r == CUDA_SUCCESS ? *dptr : 0, n, start_ns, r);
   return r;
 }
 

@@ -241,11 +241,14 @@ CUresult FreeAsync(CUdeviceptr p, CUstream stream, bool per_thread) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (p == 0 || PoolOfLocked(V(s), p) == nullptr) return CUDA_ERROR_INVALID_VALUE;
   }
-  return Submit(st, [p] {
-    State& s = S();
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (Pool* pool = PoolOfLocked(V(s), p)) PoolGiveLocked(s, pool, p);
-  }, /*wait=*/false);
+  return Submit(
+      st,
+      [p] {
+        State& s = S();
+        std::lock_guard<std::mutex> lock(s.mu);
+        if (Pool* pool = PoolOfLocked(V(s), p)) PoolGiveLocked(s, pool, p);
+      },
+      /*wait=*/false);
 }
 
 }  // namespace
@@ -333,8 +336,8 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
   const size_t align = alignment > g ? alignment : g;
   // addr is a hint; the reservation is placed where the system has room.
   (void)addr;
-  void* raw = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+  void* raw =
+      mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   const auto lo = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t base = (lo + align - 1) / align * align;
@@ -593,8 +596,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t n, CUmemoryPool pool,
   return fakecuda::AllocFromPool(dptr, n, pool, st, /*per_thread=*/false);
 }
 
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t n, CUmemoryPool pool,
-                                      CUstream st) {
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
   FAKECUDA_ENTER("cuMemAllocFromPoolAsync");
   return fakecuda::AllocFromPool(dptr, n, pool, st, /*per_thread=*/true);
 }

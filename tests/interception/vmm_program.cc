@@ -111,8 +111,8 @@ int Import(CUstream s) {
   CUdeviceptr dev;
   CHECK(cuMemAlloc(&dev, size));
   RoundTrip(reinterpret_cast<char*>(va2), size, dev, s, 5);
-  printf("import: shared=%d\n", memcmp(reinterpret_cast<void*>(va),
-                                       reinterpret_cast<void*>(va2), size) == 0);
+  printf("import: shared=%d\n",
+         memcmp(reinterpret_cast<void*>(va), reinterpret_cast<void*>(va2), size) == 0);
   UnmapHost(va2, size);
   UnmapHost(va, size);
   CHECK(cuMemRelease(imported));
