@@ -10,6 +10,7 @@
 #include "analyzer/calibrate_command.h"
 #include "analyzer/help.h"
 #include "analyzer/report/archive_command.h"
+#include "analyzer/report/export_command.h"
 #include "analyzer/report/report_command.h"
 #include "analyzer/run_command.h"
 #include "analyzer/status/status_command.h"
@@ -28,6 +29,8 @@ const Command kCommands[] = {
     {"run", "run a program with libpinshim.so preloaded", RunRunCommand},
     {"report", "turn traces into findings: text, JSON, HTML or a Perfetto timeline",
      report::RunReportCommand},
+    {"export", "write the analysis of traces as tables (JSON Lines) for fleet tools",
+     report::RunExportCommand},
     {"archive", "make a trace directory self-contained: its symbols kept beside it",
      report::RunArchiveCommand},
     {"status", "show the node's pinned-memory ledger (enforce mode)", RunStatusCommand},

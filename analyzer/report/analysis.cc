@@ -17,6 +17,12 @@ class Replay : public EventVisitor {
   Replay(std::vector<std::unique_ptr<Rule>>* rules, OwnPinningTracker* own, SyncModel* sync)
       : rules_(*rules), own_(own), sync_(sync) {}
 
+  // Also fills these (both or neither), which must outlive the replay.
+  void KeepSiteTables(CallSiteTable* sites, PinnedSeries* series) {
+    sites_ = sites;
+    series_ = series;
+  }
+
   void OnEvent(const Event& e) override {
     // The model of what has finished goes first: rules ask it about the
     // moment of the event they see.
@@ -80,6 +86,7 @@ class Replay : public EventVisitor {
 
   void Copy(const Event& e) {
     ++summary_.copies;
+    if (sites_ != nullptr) sites_->OnCopy(e);
     if (e.result != 0) {
       ++summary_.failed_copies;
       return;
@@ -110,6 +117,7 @@ class Replay : public EventVisitor {
   void Pin(const Event& e) {
     ++summary_.pin_calls;
     summary_.pin_call_ns += e.duration_ns;
+    if (sites_ != nullptr) sites_->OnPin(e);
     if (e.result != 0) return;
     if (e.op == PinOp::kAlloc || e.op == PinOp::kRegister) {
       PinnedAlloc a;
@@ -141,6 +149,7 @@ class Replay : public EventVisitor {
       uint64_t bytes = a != nullptr ? a->bytes : e.bytes;
       summary_.pinned_now -= std::min(summary_.pinned_now, bytes);
       if (it != pinned_.end()) pinned_.erase(it);
+      if (series_ != nullptr) series_->Note(e.time_ns, summary_.pinned_now);
     }
   }
 
@@ -204,6 +213,7 @@ class Replay : public EventVisitor {
   }
 
   void NotePinned(uint64_t bytes, uint64_t t) {
+    if (series_ != nullptr) series_->Note(t, bytes);
     if (bytes > summary_.peak_pinned) {
       summary_.peak_pinned = bytes;
       summary_.peak_pinned_ns = t;
@@ -213,6 +223,8 @@ class Replay : public EventVisitor {
   std::vector<std::unique_ptr<Rule>>& rules_;
   OwnPinningTracker* own_;
   SyncModel* sync_;
+  CallSiteTable* sites_ = nullptr;
+  PinnedSeries* series_ = nullptr;
   ProcessSummary summary_;
   std::map<uint64_t, PinnedAlloc> pinned_;
   std::unordered_map<uint64_t, HostAlloc> host_;
@@ -315,6 +327,10 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
   OwnPinningTracker own(&options.model, &options.rules);
   own.Begin(report.info);
   Replay replay(&rules, &own, &sync);
+  if (options.site_tables) {
+    report.pinned_series.Begin(report.info.start_monotonic_ns);
+    replay.KeepSiteTables(&report.sites, &report.pinned_series);
+  }
   trace.ForEachEvent(&replay);
   replay.End();
   report.own = own.Finish();
@@ -341,6 +357,10 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
   }
   for (PageChangeDrop& d : report.own.page_changes) {
     if (d.stack != 0) d.site = *resolver.Get(d.stack);
+  }
+  if (options.site_tables) {
+    for (const Finding& f : report.findings) report.sites.Mention(f.stack);
+    report.sites.Resolve(trace, [&](uint32_t stack) { return *resolver.Get(stack); });
   }
   SortFindings(&report.findings);
   if (hot_sites != nullptr) {

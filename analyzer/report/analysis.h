@@ -11,6 +11,7 @@
 #include "analyzer/report/own_pinning.h"
 #include "analyzer/report/profile.h"
 #include "analyzer/report/rules/rule.h"
+#include "analyzer/report/site_table.h"
 #include "analyzer/report/symbol_archive.h"
 #include "analyzer/report/trace_reader.h"
 
@@ -22,6 +23,8 @@ struct AnalysisOptions {
   BandwidthModel model;
   bool symbolize = true;   // false: sites stay unresolved (benchmarks)
   bool hot_sites = false;  // also collect hot allocation sites (--profile-out)
+  // Also fill ProcessReport::sites and pinned_series (pinshim export).
+  bool site_tables = false;
   // Symbols archived beside the trace (pinshim archive), answered first;
   // null when there is none. Must outlive the analysis.
   const SymbolArchive* archive = nullptr;
@@ -38,6 +41,8 @@ struct ProcessReport {
   std::vector<Finding> findings;             // sorted by estimated loss
   HotSites hot_sites;                        // when AnalysisOptions::hot_sites
   OwnPinningSummary own;                     // pinshim's own pinning (optimize mode)
+  CallSiteTable sites;                       // when AnalysisOptions::site_tables
+  PinnedSeries pinned_series;                // likewise
 };
 
 // A symbolized stack as a call site (Site::known false for an empty one).

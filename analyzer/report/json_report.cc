@@ -432,6 +432,8 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
 
 }  // namespace
 
+void WriteEvidenceJson(const Value& evidence, JsonWriter* w) { WriteValue(evidence, w); }
+
 void WriteJsonReport(const MergedReport& r, std::string* out) {
   JsonWriter w(out);
   int counts[3] = {0, 0, 0};

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "analyzer/report/json_writer.h"
 #include "analyzer/report/merge.h"
 
 namespace pinshim {
@@ -13,6 +14,9 @@ constexpr int kJsonReportVersion = 1;
 
 // Appends the report to *out.
 void WriteJsonReport(const MergedReport& report, std::string* out);
+
+// Writes a finding's evidence as the report does (sites as objects).
+void WriteEvidenceJson(const Value& evidence, JsonWriter* w);
 
 }  // namespace report
 }  // namespace pinshim

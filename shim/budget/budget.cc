@@ -25,6 +25,12 @@ constexpr uint64_t kDenyReclaimIntervalNs = 100 * 1000 * 1000;
 
 Budget g_process_budget;
 
+// Whether the process-wide instance's Init ran (from then on every fork
+// child resets it), and whether one fork handler of the whole process took
+// that reset over (ClaimProcessForkChild).
+std::atomic<bool> g_fork_child_armed{false};
+std::atomic<bool> g_fork_child_claimed{false};
+
 void ProcessForkChild() { g_process_budget.AfterForkChild(); }
 void ProcessAtExit() { g_process_budget.Shutdown(); }
 
@@ -148,7 +154,10 @@ BudgetStatus Budget::Init(const BudgetOptions& options) {
     static bool registered = false;
     if (!registered) {
       registered = true;
-      pthread_atfork(nullptr, nullptr, ProcessForkChild);
+      g_fork_child_armed.store(true, std::memory_order_release);
+      if (!g_fork_child_claimed.load(std::memory_order_acquire)) {
+        pthread_atfork(nullptr, nullptr, ProcessForkChild);
+      }
       atexit(ProcessAtExit);
     }
   }
@@ -574,6 +583,19 @@ void Budget::ResetCounters() {
   fallbacks_.store(0, kRelaxed);
   evictions_.store(0, kRelaxed);
   evicted_bytes_.store(0, kRelaxed);
+}
+
+bool Budget::ClaimProcessForkChild() {
+  if (g_fork_child_armed.load(std::memory_order_acquire)) return false;
+  g_fork_child_claimed.store(true, std::memory_order_release);
+  return true;
+}
+
+void Budget::ProcessAfterForkChild() {
+  if (g_fork_child_claimed.load(std::memory_order_relaxed) &&
+      g_fork_child_armed.load(std::memory_order_relaxed)) {
+    ProcessForkChild();
+  }
 }
 
 void Budget::AfterForkChild() {

@@ -196,8 +196,20 @@ class Budget {
   Budget& operator=(const Budget&) = delete;
 
   // The instance the hooks use. Its Init also registers the fork-child reset
-  // (pthread_atfork) and the at-exit slot release.
+  // (pthread_atfork; unless ClaimProcessForkChild came first) and the
+  // at-exit slot release.
   static Budget& Process();
+
+  // For a process that registers one fork handler for all its parts (the
+  // library's, shim/hooks/fork_handlers.cc), before any Init: the
+  // process-wide instance's Init then registers no fork handler, and the
+  // caller's child handler runs ProcessAfterForkChild where the instance's
+  // own registration at Init would have run it (after every handler
+  // registered earlier). False if an Init came first (it registered).
+  static bool ClaimProcessForkChild();
+  // The process-wide instance's AfterForkChild, once its Init ran; else
+  // nothing (as no handler would have been registered).
+  static void ProcessAfterForkChild();
 
   // Turns enforcement on. Call once, before any Charge. kNodeRefused when a
   // node budget was asked for and cannot be kept (foreign owner, unsafe

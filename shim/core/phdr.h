@@ -30,6 +30,17 @@ int IteratePhdr(PhdrCallback callback, void* data);
 // registration. Safe to re-enter from an allocation hook while it runs.
 void InstallPhdrForkGuard();
 
+// For a process that registers one fork handler for all its parts (the
+// library's, shim/hooks/fork_handlers.cc): true when the guard had not
+// registered itself, in which case it never will, and the caller runs
+// PhdrForkPrepare in its prepare handler and PhdrAfterFork in its parent's
+// and child's handlers, in the places the guard's own registration at
+// that moment would have given them (prepare last, the others first).
+// False when the guard registered itself already: the caller runs neither.
+bool ClaimPhdrForkGuard();
+void PhdrForkPrepare();
+void PhdrAfterFork();
+
 }  // namespace pinshim
 
 #endif  // PINSHIM_SHIM_CORE_PHDR_H_

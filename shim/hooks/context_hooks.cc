@@ -98,7 +98,9 @@ CUcontext ActivePrimaryContext(CUdevice dev) {
 
 CUresult DestroyContextCall(Api api, CUcontext ctx) {
   using Fn = CUresult (*)(CUcontext);
-  PINSHIM_HOOK_ENTER(api, Fn, ctx);
+  const Fn real_fn = hook::RealFn<Fn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, ctx);
+  const hook::HookScope scope;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(ctx);
   Teardown teardown(/*primary=*/false);
@@ -110,7 +112,9 @@ CUresult DestroyContextCall(Api api, CUcontext ctx) {
 // cuDevicePrimaryCtxReset (reset) or cuDevicePrimaryCtxRelease.
 CUresult EndPrimaryContext(Api api, CUdevice dev, bool reset) {
   using Fn = CUresult (*)(CUdevice);
-  PINSHIM_HOOK_ENTER(api, Fn, dev);
+  const Fn real_fn = hook::RealFn<Fn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dev);
+  const hook::HookScope scope;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(dev);
   Teardown teardown(/*primary=*/true);
@@ -148,7 +152,9 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 // Wrapped only to wait while a primary context teardown runs (see above).
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   using Fn = CUresult (*)(CUcontext*, CUdevice);
-  PINSHIM_HOOK_ENTER(kApi_cuDevicePrimaryCtxRetain, Fn, pctx, dev);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuDevicePrimaryCtxRetain);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, pctx, dev);
+  const hook::HookScope scope;
   if (PINSHIM_LIKELY(ActiveOptimizer() == nullptr)) return real_fn(pctx, dev);
   pthread_mutex_lock(&g_primary_mu);
   CUresult r = real_fn(pctx, dev);

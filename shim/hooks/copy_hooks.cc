@@ -224,8 +224,7 @@ inline optimize::Optimizer* EngineFor(const CopyCall& c) {
 template <typename Fn, typename Describe, typename... Args>
 CUresult CopyHook(Api api, bool async, CUstream stream, Describe describe, Args... args) {
   const Fn real = hook::RealFn<Fn>(api);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (hook::PassThrough()) return real(args...);
+  if (!hook::Handles(real)) return hook::Forward(real, args...);
   const hook::HookScope scope;
   CopyCall call = describe();
   call.async = async;

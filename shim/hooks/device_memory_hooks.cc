@@ -29,6 +29,57 @@ void RecordDeviceAlloc(CUdeviceptr* dptr, uint64_t n, MemKind kind, CUresult r) 
   g_allocations.Insert(reg);
 }
 
+// The stream-ordered allocations and frees, by argument list; `api` names
+// the ABI variant (legacy or per-thread stream).
+CUresult AllocAsync(Api api, CUdeviceptr* dptr, size_t n, CUstream st) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream);
+  const Fn real_fn = hook::RealFn<Fn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n, st);
+  const hook::HookScope scope;
+  CUresult r = real_fn(dptr, n, st);
+  RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
+  return r;
+}
+
+using FreeAsyncFn = CUresult (*)(CUdeviceptr, CUstream);
+
+// An allocation from a pool: device memory, or pinned host memory when the
+// pool has a host location (vmm_hooks.cc charges and records those; a pool
+// that grew past enforce mode's budget gives the allocation back through
+// `free_api`).
+CUresult AllocFromPoolAsync(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st,
+                            Api free_api) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+  const Fn real_fn = hook::RealFn<Fn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n, pool, st);
+  const hook::HookScope scope;
+  if (!IsHostPool(pool)) {
+    CUresult r = real_fn(dptr, n, pool, st);
+    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
+    return r;
+  }
+  return HostPoolAlloc(
+      api, dptr, n, pool, [&] { return real_fn(dptr, n, pool, st); },
+      [&] {
+        const FreeAsyncFn free_fn = hook::RealFn<FreeAsyncFn>(free_api);
+        if (free_fn != nullptr) free_fn(*dptr, st);
+      });
+}
+
+CUresult FreeAsync(Api api, CUdeviceptr d, CUstream st) {
+  const FreeAsyncFn real_fn = hook::RealFn<FreeAsyncFn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, d, st);
+  const hook::HookScope scope;
+  const uint64_t start_ns = hook::StartTime();
+  Region reg;
+  const bool host_pool =
+      g_allocations.Lookup(d, &reg) && reg.start == d && reg.kind == MemKind::kPoolHost;
+  CUresult r = real_fn(d, st);
+  if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
+  if (host_pool) HostPoolFree(api, reg, start_ns, r);
+  return r;
+}
+
 }  // namespace
 }  // namespace pinshim
 
@@ -41,7 +92,9 @@ extern "C" {
 
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t n) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAlloc_v2, Fn, dptr, n);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAlloc_v2);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n);
+  const hook::HookScope scope;
   CUresult r = real_fn(dptr, n);
   RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
   return r;
@@ -50,7 +103,9 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t n) {
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                             unsigned int elem) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAllocPitch_v2, Fn, dptr, pitch, width, height, elem);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAllocPitch_v2);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, pitch, width, height, elem);
+  const hook::HookScope scope;
   CUresult r = real_fn(dptr, pitch, width, height, elem);
   if (r == CUDA_SUCCESS && pitch != nullptr) {
     RecordDeviceAlloc(dptr, uint64_t{*pitch} * height, MemKind::kDevice, r);
@@ -60,7 +115,9 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size
 
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t n, unsigned int flags) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAllocManaged, Fn, dptr, n, flags);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAllocManaged);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n, flags);
+  const hook::HookScope scope;
   CUresult r = real_fn(dptr, n, flags);
   RecordDeviceAlloc(dptr, n, MemKind::kManaged, r);
   return r;
@@ -68,7 +125,9 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t n, unsigned int flags) {
 
 CUresult cuMemFree_v2(CUdeviceptr d) {
   using Fn = CUresult (*)(CUdeviceptr);
-  PINSHIM_HOOK_ENTER(kApi_cuMemFree_v2, Fn, d);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemFree_v2);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, d);
+  const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
   CUresult r = real_fn(d);
   if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
@@ -78,71 +137,22 @@ CUresult cuMemFree_v2(CUdeviceptr d) {
   return r;
 }
 
-#define DEFINE_ALLOC_ASYNC(name)                             \
-  CUresult name(CUdeviceptr* dptr, size_t n, CUstream st) {  \
-    using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream); \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, dptr, n, st);        \
-    CUresult r = real_fn(dptr, n, st);                       \
-    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);         \
-    return r;                                                \
-  }
-DEFINE_ALLOC_ASYNC(cuMemAllocAsync)
-DEFINE_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
-
-}  // extern "C"
-
-namespace {
-
-using FreeAsyncFn = CUresult (*)(CUdeviceptr, CUstream);
-
-// An allocation from a pool: device memory, or pinned host memory when the
-// pool has a host location (vmm_hooks.cc charges and records those).
-CUresult AllocFromPool(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st,
-                       Api free_api) {
-  using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
-  PINSHIM_HOOK_ENTER(api, Fn, dptr, n, pool, st);
-  if (!IsHostPool(pool)) {
-    CUresult r = real_fn(dptr, n, pool, st);
-    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
-    return r;
-  }
-  return HostPoolAlloc(
-      api, dptr, n, pool, [&] { return real_fn(dptr, n, pool, st); },
-      [&] {
-        auto free_fn = hook::RealFn<FreeAsyncFn>(free_api);
-        if (free_fn != nullptr) free_fn(*dptr, st);
-      });
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t n, CUstream st) {
+  return AllocAsync(kApi_cuMemAllocAsync, dptr, n, st);
 }
-
-CUresult FreeAsync(Api api, CUdeviceptr d, CUstream st) {
-  PINSHIM_HOOK_ENTER(api, FreeAsyncFn, d, st);
-  const uint64_t start_ns = StartTime();
-  Region reg;
-  const bool host_pool =
-      g_allocations.Lookup(d, &reg) && reg.start == d && reg.kind == MemKind::kPoolHost;
-  CUresult r = real_fn(d, st);
-  if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
-  if (host_pool) HostPoolFree(api, reg, start_ns, r);
-  return r;
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t n, CUstream st) {
+  return AllocAsync(kApi_cuMemAllocAsync_ptsz, dptr, n, st);
 }
-
-}  // namespace
-
-extern "C" {
-
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
-  return AllocFromPool(kApi_cuMemAllocFromPoolAsync, dptr, n, pool, st, kApi_cuMemFreeAsync);
+  return AllocFromPoolAsync(kApi_cuMemAllocFromPoolAsync, dptr, n, pool, st, kApi_cuMemFreeAsync);
 }
-
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
-  return AllocFromPool(kApi_cuMemAllocFromPoolAsync_ptsz, dptr, n, pool, st,
-                       kApi_cuMemFreeAsync_ptsz);
+  return AllocFromPoolAsync(kApi_cuMemAllocFromPoolAsync_ptsz, dptr, n, pool, st,
+                            kApi_cuMemFreeAsync_ptsz);
 }
-
 CUresult cuMemFreeAsync(CUdeviceptr d, CUstream st) {
   return FreeAsync(kApi_cuMemFreeAsync, d, st);
 }
-
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream st) {
   return FreeAsync(kApi_cuMemFreeAsync_ptsz, d, st);
 }

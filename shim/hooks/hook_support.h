@@ -3,7 +3,10 @@
 // share: the real function of an entry
 // point, a driver function looked up once by name, timestamps taken only
 // while a trace is written, the current device, the running optimizer, and
-// the entry macro that makes a nested call forward uncounted.
+// the opening every wrapper has, in three plain statements:
+//   const Fn real = RealFn<Fn>(api);
+//   if (!Handles(real)) return Forward(real, args...);
+//   const HookScope scope;
 // Include after cuda.h.
 #ifndef PINSHIM_SHIM_HOOKS_HOOK_SUPPORT_H_
 #define PINSHIM_SHIM_HOOKS_HOOK_SUPPORT_H_
@@ -66,6 +69,20 @@ inline bool PassThrough() {
   return Reentered(Reentry::kHook) || !g_initialized.load(std::memory_order_relaxed);
 }
 
+// Whether a wrapper handles this call itself: the driver has the entry point
+// and PassThrough does not hold. When not, the wrapper returns Forward.
+template <typename Fn>
+inline bool Handles(Fn real) {
+  return real != nullptr && !PassThrough();
+}
+
+// The answer to a call a wrapper does not handle: the driver's own, uncounted,
+// or CUDA_ERROR_NOT_INITIALIZED from a driver without the entry point.
+template <typename Fn, typename... Args>
+inline CUresult Forward(Fn real, Args... args) {
+  return real == nullptr ? CUDA_ERROR_NOT_INITIALIZED : real(args...);
+}
+
 // Held by a wrapper for the rest of a call it handles: the driver is noted
 // as in use, and the re-entry guard makes the driver's and pinshim's own
 // calls inside it pass through.
@@ -90,18 +107,5 @@ void RecordDriverWait(ApiId api, uint64_t start_ns, int result) PINSHIM_HIDDEN;
 
 }  // namespace hook
 }  // namespace pinshim
-
-// First statement of a wrapper: forwards when nested (count once) or when
-// pinshim is not set up yet; otherwise notes that the driver is in use and
-// holds the depth guard for the rest of the call. Defines `real_fn`.
-#define PINSHIM_HOOK_ENTER(api, type, ...)                                       \
-  auto real_fn = ::pinshim::hook::RealFn<type>(api);                             \
-  if (real_fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                     \
-  if (::pinshim::Reentered(::pinshim::Reentry::kHook) ||                         \
-      !::pinshim::g_initialized.load(std::memory_order_relaxed))                 \
-    return real_fn(__VA_ARGS__);                                                 \
-  if (PINSHIM_UNLIKELY(!::pinshim::g_cuda_seen.load(std::memory_order_relaxed))) \
-    ::pinshim::NoteCudaSeen();                                                   \
-  ::pinshim::ReentryGuard depth_guard(::pinshim::Reentry::kHook)
 
 #endif  // PINSHIM_SHIM_HOOKS_HOOK_SUPPORT_H_

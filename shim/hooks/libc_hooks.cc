@@ -12,10 +12,10 @@
 #include <cstdarg>
 #include <cstring>
 
-#include "shim/hooks/page_change_scope.h"
 #include "shim/hooks/raw_syscall.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
+#include "shim/optimize/page_change_protocol.h"
 #include "shim/trace/recorder.h"
 
 namespace pinshim {
@@ -189,8 +189,8 @@ inline bool MayHoldTracked(const void* addr, size_t len) {
 // MAP_FIXED replaces what was mapped there: pinshim's pinning of it goes
 // first. (MAP_FIXED_NOREPLACE fails rather than replace anything.)
 inline optimize::PageChange MapFixedChange(int prot, int flags) {
-  return PageChangeOf(OwnPinReason::kPageChangeMapFixed, static_cast<uint32_t>(flags),
-                      PrivateAnonymous(prot, flags));
+  return optimize::PageChangeOf(OwnPinReason::kPageChangeMapFixed, static_cast<uint32_t>(flags),
+                                PrivateAnonymous(prot, flags));
 }
 
 // The tracked allocations in [p, p + len) are gone (unmapped, or replaced
@@ -210,8 +210,8 @@ template <typename RealMmap>
 __attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int prot, int flags,
                                                  int fd, off64_t off, RealMmap real_mmap) {
   const bool may_hold_tracked = MayHoldTracked(addr, len);
-  void* p = WithPageChange(addr, len, MapFixedChange(prot, flags), real_mmap, addr, len, prot,
-                           flags, fd, off);
+  void* p = optimize::ChangePages(g_optimize, addr, len, MapFixedChange(prot, flags), real_mmap,
+                                  addr, len, prot, flags, fd, off);
   if (PINSHIM_UNLIKELY(may_hold_tracked) && p != MAP_FAILED) ForgetTracked(p, len);
   return p;
 }
@@ -219,8 +219,8 @@ __attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int pro
 template <typename RealMmap>
 __attribute__((noinline)) void* MmapFixed(void* addr, size_t len, int prot, int flags, int fd,
                                           off64_t off, RealMmap real_mmap) {
-  const optimize::PageHookLine& line = PageLine();
-  if (PINSHIM_UNLIKELY(!NothingThere(line, addr, len))) {
+  const optimize::PageHookLine& line = optimize::PageLine();
+  if (PINSHIM_UNLIKELY(!optimize::NothingThere(line, g_allocations, addr, len))) {
     return MmapFixedGeneral(addr, len, prot, flags, fd, off, real_mmap);
   }
   return line.raw_calls ? RawMmap(addr, len, prot, flags, fd, off)
@@ -261,7 +261,7 @@ template <typename RealMmap>
 __attribute__((always_inline)) inline void* MmapHook(void* addr, size_t len, int prot, int flags,
                                                      int fd, off64_t off, RealMmap real_mmap) {
   if ((flags & MAP_FIXED) != 0) {
-    const optimize::PageHookLine& line = PageLine();
+    const optimize::PageHookLine& line = optimize::PageLine();
     if (PINSHIM_LIKELY(line.optimizing) && (prot == PROT_NONE || len < line.track_threshold)) {
       return MmapFixed(addr, len, prot, flags, fd, off, real_mmap);
     }
@@ -274,8 +274,9 @@ __attribute__((noinline)) int MunmapGeneral(void* addr, size_t len) {
   if (MayHoldTracked(addr, len)) ForgetTracked(addr, len);
   // Whole buffers unmapped are released (the cache records them so); part
   // of one unmapped is a page change of the rest.
-  return WithPageChange(addr, len, PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false),
-                        g_real.munmap, addr, len);
+  return optimize::ChangePages(g_optimize, addr, len,
+                               optimize::PageChangeOf(OwnPinReason::kPageChangeMunmap, 0, false),
+                               g_real.munmap, addr, len);
 }
 
 }  // namespace
@@ -443,8 +444,9 @@ void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
 }
 
 int munmap(void* addr, size_t len) {
-  const optimize::PageHookLine& line = PageLine();
-  if (PINSHIM_UNLIKELY(!NothingThere(line, addr, len))) return MunmapGeneral(addr, len);
+  const optimize::PageHookLine& line = optimize::PageLine();
+  if (PINSHIM_UNLIKELY(!optimize::NothingThere(line, g_allocations, addr, len)))
+    return MunmapGeneral(addr, len);
   return line.raw_calls ? RawMunmap(addr, len) : g_real.munmap(addr, len);
 }
 
@@ -470,14 +472,15 @@ void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
   // place keeps them, but is not told apart); MREMAP_FIXED also replaces
   // whatever was mapped at the target.
   const auto detail = static_cast<uint32_t>(flags);
-  const optimize::PageChange change = PageChangeOf(OwnPinReason::kPageChangeMremap, detail, false);
+  const optimize::PageChange change =
+      optimize::PageChangeOf(OwnPinReason::kPageChangeMremap, detail, false);
   // The target's change nested inside the source's.
   auto remap_into_target = [=] {
-    return WithPageChange((flags & MREMAP_FIXED) != 0 ? new_addr : nullptr,
-                          (flags & MREMAP_FIXED) != 0 ? new_len : 0, change, g_real.mremap, old,
-                          old_len, new_len, flags, new_addr);
+    return optimize::ChangePages(g_optimize, (flags & MREMAP_FIXED) != 0 ? new_addr : nullptr,
+                                 (flags & MREMAP_FIXED) != 0 ? new_len : 0, change, g_real.mremap,
+                                 old, old_len, new_len, flags, new_addr);
   };
-  void* p = WithPageChange(old, old_len, change, remap_into_target);
+  void* p = optimize::ChangePages(g_optimize, old, old_len, change, remap_into_target);
   if (p == MAP_FAILED) {
     if (had) Track(old, old_len, static_cast<RegionSource>(before.source), 0, before.flags);
   } else if (new_len >= g_track_threshold) {

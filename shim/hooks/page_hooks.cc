@@ -4,7 +4,8 @@
 // munmap and mremap are in libc_hooks.cc, with the rest of mmap.) Each one
 // forwards its arguments untouched and returns what libc returns; in
 // optimize mode pinshim's pinning of the range is dealt with first
-// (page_change_scope.h, optimize/page_change.h for the table of advice).
+// (optimize/page_change_protocol.h; optimize/page_change.h for the table of
+// advice).
 //
 // Not interposed, and why: shmdt detaches System V segments, which pinshim
 // never pins (they are not malloc or mmap memory); mprotect changes no page;
@@ -20,9 +21,9 @@
 #include <cerrno>
 #include <cstdint>
 
-#include "shim/hooks/page_change_scope.h"
 #include "shim/hooks/raw_syscall.h"
 #include "shim/hooks/state.h"
+#include "shim/optimize/page_change_protocol.h"
 
 namespace pinshim {
 namespace {
@@ -60,8 +61,8 @@ constexpr optimize::PageChange AdviceChange(int advice, uint8_t effects) {
 // keeps no frame, and this one keeps little across the real call.
 __attribute__((noinline)) int AdviseChangingPages(int (*real)(void*, size_t, int), void* addr,
                                                   size_t len, int advice, uint8_t effects) {
-  return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), real, addr, len,
-                                  advice);
+  return optimize::ChangePages(true, addr, len, AdviceChange(advice, effects), real, addr, len,
+                               advice);
 }
 
 // madvise with advice that changes pages, in optimize mode, the same way:
@@ -69,11 +70,12 @@ __attribute__((noinline)) int AdviseChangingPages(int (*real)(void*, size_t, int
 // (raw_syscall.h), and otherwise reads the real function only now.
 __attribute__((noinline)) int MadviseChangingPages(void* addr, size_t len, int advice,
                                                    uint8_t effects) {
-  const optimize::PageHookLine& line = PageLine();
-  if (line.raw_calls && NothingThere(line, addr, len)) return RawMadvise(addr, len, advice);
+  const optimize::PageHookLine& line = optimize::PageLine();
+  if (line.raw_calls && optimize::NothingThere(line, g_allocations, addr, len))
+    return RawMadvise(addr, len, advice);
   if (line.raw_calls) {
-    return WithPageChangeOptimizing(addr, len, AdviceChange(advice, effects), RawMadvise, addr, len,
-                                    advice);
+    return optimize::ChangePages(true, addr, len, AdviceChange(advice, effects), RawMadvise, addr,
+                                 len, advice);
   }
   auto real = __atomic_load_n(&g_real.madvise, __ATOMIC_RELAXED);
   if (PINSHIM_UNLIKELY(real == nullptr)) return MadviseUnresolved(addr, len, advice);
@@ -94,7 +96,8 @@ extern "C" {
 // known: it is set after they were resolved).
 int madvise(void* addr, size_t len, int advice) {
   uint8_t effects;
-  if (PINSHIM_UNLIKELY(PageLine().optimizing) && (effects = optimize::AdviceEffects(advice)) != 0) {
+  if (PINSHIM_UNLIKELY(optimize::PageLine().optimizing) &&
+      (effects = optimize::AdviceEffects(advice)) != 0) {
     return MadviseChangingPages(addr, len, advice, effects);
   }
   auto real = __atomic_load_n(&g_real.madvise, __ATOMIC_RELAXED);
@@ -138,7 +141,8 @@ ssize_t process_madvise(int pidfd, const struct iovec* iov, size_t vlen, int adv
     if (b + iov[i].iov_len > hi) hi = b + iov[i].iov_len;
   }
   if (hi <= lo) return call();
-  return WithPageChange(reinterpret_cast<void*>(lo), hi - lo, AdviceChange(advice, effects), call);
+  return optimize::ChangePages(g_optimize, reinterpret_cast<void*>(lo), hi - lo,
+                               AdviceChange(advice, effects), call);
 }
 
 // SHM_REMAP attaches a segment over whatever is mapped at shmaddr.
@@ -155,9 +159,9 @@ void* shmat(int shmid, const void* shmaddr, int shmflg) {
   if (shmctl(shmid, IPC_STAT, &ds) == 0) len = ds.shm_segsz;
   uintptr_t at = reinterpret_cast<uintptr_t>(shmaddr);
   if ((shmflg & SHM_RND) != 0) at -= at % SHMLBA;
-  return WithPageChange(
-      reinterpret_cast<void*>(at), len,
-      PageChangeOf(OwnPinReason::kPageChangeShm, static_cast<uint32_t>(shmflg), false),
+  return optimize::ChangePages(
+      g_optimize, reinterpret_cast<void*>(at), len,
+      optimize::PageChangeOf(OwnPinReason::kPageChangeShm, static_cast<uint32_t>(shmflg), false),
       g_real.shmat, shmid, shmaddr, shmflg);
 }
 
@@ -171,8 +175,9 @@ int brk(void* addr) {
   }
   void* now = PINSHIM_LIKELY(!g_optimize) || g_real.sbrk == nullptr ? nullptr : g_real.sbrk(0);
   if (now == nullptr || addr >= now) return g_real.brk(addr);
-  return WithPageChange(addr, reinterpret_cast<uintptr_t>(now) - reinterpret_cast<uintptr_t>(addr),
-                        PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false), g_real.brk, addr);
+  return optimize::ChangePages(
+      g_optimize, addr, reinterpret_cast<uintptr_t>(now) - reinterpret_cast<uintptr_t>(addr),
+      optimize::PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false), g_real.brk, addr);
 }
 
 void* sbrk(intptr_t increment) {
@@ -182,9 +187,9 @@ void* sbrk(intptr_t increment) {
   }
   if (PINSHIM_LIKELY(!g_optimize) || increment >= 0) return g_real.sbrk(increment);
   auto* now = static_cast<char*>(g_real.sbrk(0));
-  return WithPageChange(now + increment, static_cast<size_t>(-increment),
-                        PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false), g_real.sbrk,
-                        increment);
+  return optimize::ChangePages(g_optimize, now + increment, static_cast<size_t>(-increment),
+                               optimize::PageChangeOf(OwnPinReason::kPageChangeBrk, 0, false),
+                               g_real.sbrk, increment);
 }
 
 }  // extern "C"

@@ -133,19 +133,25 @@ CUresult HostAlloc(Api api, void** pp, size_t n, unsigned int flags, Call real_c
 
 CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
   using Fn = CUresult (*)(void**, size_t, unsigned int);
-  PINSHIM_HOOK_ENTER(kApi_cuMemHostAlloc, Fn, pp, n, flags);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemHostAlloc);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, pp, n, flags);
+  const hook::HookScope scope;
   return HostAlloc(kApi_cuMemHostAlloc, pp, n, flags, [&] { return real_fn(pp, n, flags); });
 }
 
 CUresult cuMemAllocHost_v2(void** pp, size_t n) {
   using Fn = CUresult (*)(void**, size_t);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAllocHost_v2, Fn, pp, n);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAllocHost_v2);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, pp, n);
+  const hook::HookScope scope;
   return HostAlloc(kApi_cuMemAllocHost_v2, pp, n, 0, [&] { return real_fn(pp, n); });
 }
 
 CUresult cuMemFreeHost(void* p) {
   using Fn = CUresult (*)(void*);
-  PINSHIM_HOOK_ENTER(kApi_cuMemFreeHost, Fn, p);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemFreeHost);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, p);
+  const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
   Region reg;
   if (optimize::Optimizer* optp = ActiveOptimizer()) {
@@ -191,7 +197,9 @@ CUresult cuMemFreeHost(void* p) {
 namespace {
 CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
   using Fn = CUresult (*)(void*, size_t, unsigned int);
-  PINSHIM_HOOK_ENTER(api, Fn, p, n, flags);
+  const Fn real_fn = hook::RealFn<Fn>(api);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, p, n, flags);
+  const hook::HookScope scope;
   const bool valid = p != nullptr && n != 0;
   const uint64_t start_ns = StartTime();
   CUresult emulated;
@@ -230,7 +238,9 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
 
 CUresult cuMemHostUnregister(void* p) {
   using Fn = CUresult (*)(void*);
-  PINSHIM_HOOK_ENTER(kApi_cuMemHostUnregister, Fn, p);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemHostUnregister);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, p);
+  const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
   Region reg;
   CUresult emulated;
@@ -258,7 +268,9 @@ CUresult cuMemHostUnregister(void* p) {
 
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int flags) {
   using Fn = CUresult (*)(CUdeviceptr*, void*, unsigned int);
-  PINSHIM_HOOK_ENTER(kApi_cuMemHostGetDevicePointer_v2, Fn, out, p, flags);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemHostGetDevicePointer_v2);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, out, p, flags);
+  const hook::HookScope scope;
   CUresult answer;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (opt != nullptr && opt->HostGetDevicePointer(out, p, flags, &answer)) {
@@ -269,7 +281,9 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int fl
 
 CUresult cuMemHostGetFlags(unsigned int* out, void* p) {
   using Fn = CUresult (*)(unsigned int*, void*);
-  PINSHIM_HOOK_ENTER(kApi_cuMemHostGetFlags, Fn, out, p);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemHostGetFlags);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, out, p);
+  const hook::HookScope scope;
   CUresult answer;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (opt != nullptr && opt->HostGetFlags(out, p, &answer)) {

@@ -50,7 +50,9 @@ PointerView ViewOf(optimize::Optimizer& opt, CUdeviceptr ptr, BlockAttributes* b
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   using Fn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
-  PINSHIM_HOOK_ENTER(kApi_cuPointerGetAttribute, Fn, data, attribute, ptr);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuPointerGetAttribute);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, data, attribute, ptr);
+  const hook::HookScope scope;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(data, attribute, ptr);
   BlockAttributes block;
@@ -69,7 +71,9 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
 CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attributes, void** data,
                                 CUdeviceptr ptr) {
   using Fn = CUresult (*)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr);
-  PINSHIM_HOOK_ENTER(kApi_cuPointerGetAttributes, Fn, n, attributes, data, ptr);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuPointerGetAttributes);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, n, attributes, data, ptr);
+  const hook::HookScope scope;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(n, attributes, data, ptr);
   BlockAttributes block;

@@ -13,16 +13,14 @@
 // trace (trace::RecorderOwnedHere), and the real functions are looked up at
 // start-up, never by dlsym inside such a child.
 //
-// fork: handlers registered at start-up keep the registries and optimize
-// mode's engine consistent across the fork; the child counts its own calls.
+// fork: the one fork handler registered at start-up (fork_handlers.cc)
+// keeps the registries and optimize mode's engine consistent across the
+// fork; the child counts its own calls.
 #include <dlfcn.h>
-#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim/core/stats.h"
 #include "shim/hooks/state.h"
-#include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 
 namespace pinshim {
@@ -74,33 +72,7 @@ void BeforeExec() {
   __builtin_unreachable();
 }
 
-void AtForkPrepare() {
-  if (g_optimize) optimize::Optimizer::Process().PrepareFork();
-  g_allocations.LockForFork();
-  g_registrations.LockForFork();
-}
-
-void AtForkParent() {
-  g_registrations.UnlockAfterFork();
-  g_allocations.UnlockAfterFork();
-  if (g_optimize) optimize::Optimizer::Process().AfterForkParent();
-}
-
-void AtForkChild() {
-  g_registrations.UnlockAfterFork();
-  g_allocations.UnlockAfterFork();
-  if (g_optimize) optimize::Optimizer::Process().AfterForkChild();
-  g_capture_sites = false;
-  // The child reports its own calls only; the memory layout it inherited
-  // (and so the registries) stays valid.
-  ResetStats();
-  trace::RecorderAfterForkInChild();
-  StartMetricsThread();
-}
-
 }  // namespace
-
-void InstallForkHandlers() { pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild); }
 
 void ResolveExecFunctions() {
   Lookup(&g_exec.execve, "execve");
@@ -147,7 +119,8 @@ void _Exit(int status) { ExitNow(&g_exec.Exit_, "_Exit", status); }
 
 pid_t fork() {
   if (PINSHIM_UNLIKELY(!EnsureReal())) return static_cast<pid_t>(syscall(SYS_fork));
-  // The handlers InstallForkHandlers registered run around it.
+  // The handlers InstallForkHandlers registered (fork_handlers.cc) run
+  // around it.
   return g_real.fork();
 }
 

@@ -10,7 +10,6 @@
 #include "shim/budget/budget.h"
 #include "shim/core/context_gate.h"
 #include "shim/core/log.h"
-#include "shim/core/phdr.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/profile_file.h"
 #include "shim/hooks/raw_syscall.h"
@@ -241,8 +240,7 @@ void Init() {
     const char* text = strncmp(line, "pinshim: ", 9) == 0 ? line + 9 : line;
     LogLine("%s", text);
   }
-  InstallPhdrForkGuard();  // before any thread of pinshim's iterates modules
-  InstallForkHandlers();
+  InstallForkHandlers();  // before any thread of pinshim's iterates modules
   g_track_threshold = g_config.track_threshold_bytes;
   if ((g_config.mode & kModeEnforce) != 0) {
     StartEnforcing();

@@ -58,7 +58,8 @@ void ResolveRealFunctions() PINSHIM_HIDDEN;
 // Looks up the real exec* and _exit functions (process_hooks.cc); Init
 // calls it, so that no hook has to call dlsym in a vfork child.
 void ResolveExecFunctions() PINSHIM_HIDDEN;
-// Registers the fork handlers (process_hooks.cc); Init calls it.
+// Registers pinshim's one fork handler (fork_handlers.cc); Init calls it
+// before any thread of pinshim's iterates modules.
 void InstallForkHandlers() PINSHIM_HIDDEN;
 
 // pinshim's own threads (threads.cc). The metrics thread runs in enforce

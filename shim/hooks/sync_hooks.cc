@@ -214,6 +214,90 @@ CUresult QueueHostFn(ApiId api, CUstream stream, CUhostFn fn, CUstreamCallback c
   return r;
 }
 
+// --- the wrappers' bodies, by kind of call ----------------------------------
+
+// Whether a call's completion point is recorded whatever it returned, or only
+// when it found the work done (a query that found it busy says nothing).
+enum class RecordWhen { kAlways, kDone };
+
+// A call whose completion meaning is `kind`, recorded after it returned.
+template <typename Fn, typename... Args>
+CUresult SyncCall(Api api, trace::SyncKind kind, RecordWhen when, const void* stream,
+                  const void* event, Args... args) {
+  const Fn real = RealFn<Fn>(api);
+  if (!Handles(real)) return Forward(real, args...);
+  const HookScope scope;
+  const uint64_t start_ns = StartTime();
+  const CUresult r = real(args...);
+  if (when == RecordWhen::kAlways || r == CUDA_SUCCESS) {
+    RecordSyncPoint(api, kind, stream, event, start_ns, r);
+  }
+  return r;
+}
+
+// A capture or graph launch on `stream`, recorded after it returned.
+template <typename Fn, typename... Args>
+CUresult GraphCall(Api api, trace::GraphOp op, const void* stream, const void* graph,
+                   Args... args) {
+  const Fn real = RealFn<Fn>(api);
+  if (!Handles(real)) return Forward(real, args...);
+  const HookScope scope;
+  const uint64_t start_ns = StartTime();
+  const CUresult r = real(args...);
+  RecordGraphOp(api, op, stream, graph, start_ns, r);
+  return r;
+}
+
+// The end of a capture, recorded with the graph it returned.
+CUresult EndCapture(Api api, CUstream st, CUgraph* graph) {
+  using Fn = CUresult (*)(CUstream, CUgraph*);
+  const Fn real = RealFn<Fn>(api);
+  if (!Handles(real)) return Forward(real, st, graph);
+  const HookScope scope;
+  const uint64_t start_ns = StartTime();
+  const CUresult r = real(st, graph);
+  RecordGraphOp(api, trace::GraphOp::kCaptureEnd, st,
+                r == CUDA_SUCCESS && graph != nullptr ? *graph : nullptr, start_ns, r);
+  return r;
+}
+
+// A stream created: traced with its flags and priority (0 without one).
+// The fence manager hears of it first, in every case: any new stream may
+// reuse a destroyed one's handle.
+template <typename Fn, typename... Args>
+CUresult StreamCreate(Api api, CUstream* out, unsigned flags, int priority, Args... args) {
+  optimize::FenceManager::NoteStreamCreated();
+  const Fn real = RealFn<Fn>(api);
+  if (!Handles(real)) return Forward(real, args...);
+  const HookScope scope;
+  const uint64_t start_ns = StartTime();
+  const CUresult r = real(args...);
+  RecordStreamCreated(api, out, flags, priority, start_ns, r);
+  return r;
+}
+
+// cuLaunchHostFunc: the program's function queued through a trampoline.
+CUresult LaunchHostFunc(Api api, CUstream st, CUhostFn fn, void* data) {
+  using Fn = CUresult (*)(CUstream, CUhostFn, void*);
+  const Fn real = RealFn<Fn>(api);
+  if (!Handles(real)) return Forward(real, st, fn, data);
+  const HookScope scope;
+  return QueueHostFn(api, st, fn, nullptr, data, [=](HostFnSlot* slot) {
+    return slot != nullptr ? real(st, RunHostFn, slot) : real(st, fn, data);
+  });
+}
+
+// cuStreamAddCallback: the program's callback queued through a trampoline.
+CUresult AddCallback(Api api, CUstream st, CUstreamCallback cb, void* data, unsigned int flags) {
+  using Fn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);
+  const Fn real = RealFn<Fn>(api);
+  if (!Handles(real)) return Forward(real, st, cb, data, flags);
+  const HookScope scope;
+  return QueueHostFn(api, st, nullptr, cb, data, [=](HostFnSlot* slot) {
+    return slot != nullptr ? real(st, RunStreamCallback, slot, flags) : real(st, cb, data, flags);
+  });
+}
+
 }  // namespace
 
 void RecordDriverWait(ApiId api, uint64_t start_ns, int result) {
@@ -227,48 +311,38 @@ void RecordDriverWait(ApiId api, uint64_t start_ns, int result) {
 using namespace pinshim;        // NOLINT: the wrappers below are extern "C"
 using namespace pinshim::hook;  // NOLINT
 
-// A call whose completion meaning is `kind`, recorded after it returned.
-#define PINSHIM_SYNC(api, type, kind, stream, event, ...) \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);             \
-  const uint64_t start_ns = StartTime();                  \
-  CUresult r = real_fn(__VA_ARGS__);                      \
-  RecordSyncPoint(api, kind, stream, event, start_ns, r); \
-  return r
-
+// Each wrapper below is one call of a body above, with its entry point and
+// its arguments as the driver takes them. The macros only spell out the
+// signatures of an entry point's ABI variants (_ptsz, _ptds).
 extern "C" {
 
 // --- synchronization and events ------------------------------------------------
 
-#define DEFINE_STREAM_SYNC(name)                                                         \
-  CUresult name(CUstream st) {                                                           \
-    using Fn = CUresult (*)(CUstream);                                                   \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamSynchronize, st, nullptr, st); \
+#define DEFINE_STREAM_SYNC(name)                                                              \
+  CUresult name(CUstream st) {                                                                \
+    return SyncCall<CUresult (*)(CUstream)>(kApi_##name, trace::SyncKind::kStreamSynchronize, \
+                                            RecordWhen::kAlways, st, nullptr, st);            \
   }
-#define DEFINE_STREAM_QUERY(name)                                                                \
-  CUresult name(CUstream st) {                                                                   \
-    using Fn = CUresult (*)(CUstream);                                                           \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st);                                                     \
-    const uint64_t start_ns = StartTime();                                                       \
-    CUresult r = real_fn(st);                                                                    \
-    /* Only a query that found the stream idle says anything about completion. */                \
-    if (r == CUDA_SUCCESS)                                                                       \
-      RecordSyncPoint(kApi_##name, trace::SyncKind::kStreamQueryDone, st, nullptr, start_ns, r); \
-    return r;                                                                                    \
+#define DEFINE_STREAM_QUERY(name)                                                           \
+  CUresult name(CUstream st) {                                                              \
+    return SyncCall<CUresult (*)(CUstream)>(kApi_##name, trace::SyncKind::kStreamQueryDone, \
+                                            RecordWhen::kDone, st, nullptr, st);            \
   }
-#define DEFINE_EVENT_RECORD(name)                                                 \
-  CUresult name(CUevent ev, CUstream st) {                                        \
-    using Fn = CUresult (*)(CUevent, CUstream);                                   \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st); \
+#define DEFINE_EVENT_RECORD(name)                                                                \
+  CUresult name(CUevent ev, CUstream st) {                                                       \
+    return SyncCall<CUresult (*)(CUevent, CUstream)>(kApi_##name, trace::SyncKind::kEventRecord, \
+                                                     RecordWhen::kAlways, st, ev, ev, st);       \
   }
-#define DEFINE_EVENT_RECORD_FLAGS(name)                                                  \
-  CUresult name(CUevent ev, CUstream st, unsigned int flags) {                           \
-    using Fn = CUresult (*)(CUevent, CUstream, unsigned int);                            \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kEventRecord, st, ev, ev, st, flags); \
+#define DEFINE_EVENT_RECORD_FLAGS(name)                                                          \
+  CUresult name(CUevent ev, CUstream st, unsigned int flags) {                                   \
+    return SyncCall<CUresult (*)(CUevent, CUstream, unsigned int)>(                              \
+        kApi_##name, trace::SyncKind::kEventRecord, RecordWhen::kAlways, st, ev, ev, st, flags); \
   }
 #define DEFINE_STREAM_WAIT(name)                                                             \
   CUresult name(CUstream st, CUevent ev, unsigned int flags) {                               \
-    using Fn = CUresult (*)(CUstream, CUevent, unsigned int);                                \
-    PINSHIM_SYNC(kApi_##name, Fn, trace::SyncKind::kStreamWaitEvent, st, ev, st, ev, flags); \
+    return SyncCall<CUresult (*)(CUstream, CUevent, unsigned int)>(                          \
+        kApi_##name, trace::SyncKind::kStreamWaitEvent, RecordWhen::kAlways, st, ev, st, ev, \
+        flags);                                                                              \
   }
 DEFINE_STREAM_SYNC(cuStreamSynchronize)
 DEFINE_STREAM_SYNC(cuStreamSynchronize_ptsz)
@@ -282,59 +356,37 @@ DEFINE_STREAM_WAIT(cuStreamWaitEvent)
 DEFINE_STREAM_WAIT(cuStreamWaitEvent_ptsz)
 
 CUresult cuCtxSynchronize() {
-  using Fn = CUresult (*)();
-  PINSHIM_HOOK_ENTER(kApi_cuCtxSynchronize, Fn);
-  const uint64_t start_ns = StartTime();
-  CUresult r = real_fn();
-  RecordSyncPoint(kApi_cuCtxSynchronize, trace::SyncKind::kContextSynchronize, nullptr, nullptr,
-                  start_ns, r);
-  return r;
+  return SyncCall<CUresult (*)()>(kApi_cuCtxSynchronize, trace::SyncKind::kContextSynchronize,
+                                  RecordWhen::kAlways, nullptr, nullptr);
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
-  using Fn = CUresult (*)(CUcontext);
-  PINSHIM_SYNC(kApi_cuCtxSynchronize_v2, Fn, trace::SyncKind::kContextSynchronize, nullptr, nullptr,
-               ctx);
+  return SyncCall<CUresult (*)(CUcontext)>(kApi_cuCtxSynchronize_v2,
+                                           trace::SyncKind::kContextSynchronize,
+                                           RecordWhen::kAlways, nullptr, nullptr, ctx);
 }
 
 CUresult cuEventSynchronize(CUevent ev) {
-  using Fn = CUresult (*)(CUevent);
-  PINSHIM_SYNC(kApi_cuEventSynchronize, Fn, trace::SyncKind::kEventSynchronize, nullptr, ev, ev);
+  return SyncCall<CUresult (*)(CUevent)>(kApi_cuEventSynchronize,
+                                         trace::SyncKind::kEventSynchronize, RecordWhen::kAlways,
+                                         nullptr, ev, ev);
 }
 
 CUresult cuEventQuery(CUevent ev) {
-  using Fn = CUresult (*)(CUevent);
-  PINSHIM_HOOK_ENTER(kApi_cuEventQuery, Fn, ev);
-  const uint64_t start_ns = StartTime();
-  CUresult r = real_fn(ev);
-  if (r == CUDA_SUCCESS) {
-    RecordSyncPoint(kApi_cuEventQuery, trace::SyncKind::kEventQueryDone, nullptr, ev, start_ns, r);
-  }
-  return r;
+  return SyncCall<CUresult (*)(CUevent)>(kApi_cuEventQuery, trace::SyncKind::kEventQueryDone,
+                                         RecordWhen::kDone, nullptr, ev, ev);
 }
 
 // --- stream creation: the flags say whether the legacy stream waits for it -----
 
 CUresult cuStreamCreate(CUstream* out, unsigned int flags) {
-  using Fn = CUresult (*)(CUstream*, unsigned int);
-  // First, in every case: any new stream may reuse a destroyed one's handle.
-  optimize::FenceManager::NoteStreamCreated();
-  PINSHIM_HOOK_ENTER(kApi_cuStreamCreate, Fn, out, flags);
-  const uint64_t start_ns = StartTime();
-  CUresult r = real_fn(out, flags);
-  RecordStreamCreated(kApi_cuStreamCreate, out, flags, 0, start_ns, r);
-  return r;
+  return StreamCreate<CUresult (*)(CUstream*, unsigned int)>(kApi_cuStreamCreate, out, flags, 0,
+                                                             out, flags);
 }
 
 CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int priority) {
-  using Fn = CUresult (*)(CUstream*, unsigned int, int);
-  // First, in every case: any new stream may reuse a destroyed one's handle.
-  optimize::FenceManager::NoteStreamCreated();
-  PINSHIM_HOOK_ENTER(kApi_cuStreamCreateWithPriority, Fn, out, flags, priority);
-  const uint64_t start_ns = StartTime();
-  CUresult r = real_fn(out, flags, priority);
-  RecordStreamCreated(kApi_cuStreamCreateWithPriority, out, flags, priority, start_ns, r);
-  return r;
+  return StreamCreate<CUresult (*)(CUstream*, unsigned int, int)>(
+      kApi_cuStreamCreateWithPriority, out, flags, priority, out, flags, priority);
 }
 
 // Not traced (the analyzer has no green contexts), but its handle may be a
@@ -343,39 +395,32 @@ CUresult cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx green, unsigned int fl
   using Fn = CUresult (*)(CUstream*, CUgreenCtx, unsigned int, int);
   // First, in every case: any new stream may reuse a destroyed one's handle.
   optimize::FenceManager::NoteStreamCreated();
-  PINSHIM_HOOK_ENTER(kApi_cuGreenCtxStreamCreate, Fn, out, green, flags, priority);
-  return real_fn(out, green, flags, priority);
+  const Fn real = RealFn<Fn>(kApi_cuGreenCtxStreamCreate);
+  if (!Handles(real)) return Forward(real, out, green, flags, priority);
+  const HookScope scope;
+  return real(out, green, flags, priority);
 }
 
 // --- stream capture and graph launches ----------------------------------------
 
-#define PINSHIM_GRAPH(api, type, op, stream, graph_expr, ...) \
-  PINSHIM_HOOK_ENTER(api, type, __VA_ARGS__);                 \
-  const uint64_t start_ns = StartTime();                      \
-  CUresult r = real_fn(__VA_ARGS__);                          \
-  RecordGraphOp(api, op, stream, graph_expr, start_ns, r);    \
-  return r
-
 CUresult cuStreamBeginCapture(CUstream st) {
-  using Fn = CUresult (*)(CUstream);
-  PINSHIM_GRAPH(kApi_cuStreamBeginCapture, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st);
+  return GraphCall<CUresult (*)(CUstream)>(kApi_cuStreamBeginCapture, trace::GraphOp::kCaptureBegin,
+                                           st, nullptr, st);
 }
 
 CUresult cuStreamBeginCapture_ptsz(CUstream st) {
-  using Fn = CUresult (*)(CUstream);
-  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_ptsz, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st);
+  return GraphCall<CUresult (*)(CUstream)>(kApi_cuStreamBeginCapture_ptsz,
+                                           trace::GraphOp::kCaptureBegin, st, nullptr, st);
 }
 
 CUresult cuStreamBeginCapture_v2(CUstream st, CUstreamCaptureMode mode) {
-  using Fn = CUresult (*)(CUstream, CUstreamCaptureMode);
-  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_v2, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st,
-                mode);
+  return GraphCall<CUresult (*)(CUstream, CUstreamCaptureMode)>(
+      kApi_cuStreamBeginCapture_v2, trace::GraphOp::kCaptureBegin, st, nullptr, st, mode);
 }
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream st, CUstreamCaptureMode mode) {
-  using Fn = CUresult (*)(CUstream, CUstreamCaptureMode);
-  PINSHIM_GRAPH(kApi_cuStreamBeginCapture_v2_ptsz, Fn, trace::GraphOp::kCaptureBegin, st, nullptr,
-                st, mode);
+  return GraphCall<CUresult (*)(CUstream, CUstreamCaptureMode)>(
+      kApi_cuStreamBeginCapture_v2_ptsz, trace::GraphOp::kCaptureBegin, st, nullptr, st, mode);
 }
 
 #define DEFINE_CAPTURE_TO_GRAPH(name)                                                              \
@@ -383,52 +428,42 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream st, CUstreamCaptureMode mode) {
                 size_t n, CUstreamCaptureMode mode) {                                              \
     using Fn = CUresult (*)(CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t, \
                             CUstreamCaptureMode);                                                  \
-    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kCaptureBegin, st, nullptr, st, graph, deps,    \
-                  edges, n, mode);                                                                 \
+    return GraphCall<Fn>(kApi_##name, trace::GraphOp::kCaptureBegin, st, nullptr, st, graph, deps, \
+                         edges, n, mode);                                                          \
   }
 DEFINE_CAPTURE_TO_GRAPH(cuStreamBeginCaptureToGraph)
 DEFINE_CAPTURE_TO_GRAPH(cuStreamBeginCaptureToGraph_ptsz)
 
-#define DEFINE_END_CAPTURE(name)                                                        \
-  CUresult name(CUstream st, CUgraph* graph) {                                          \
-    using Fn = CUresult (*)(CUstream, CUgraph*);                                        \
-    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kCaptureEnd, st,                     \
-                  r == CUDA_SUCCESS && graph != nullptr ? *graph : nullptr, st, graph); \
-  }
-DEFINE_END_CAPTURE(cuStreamEndCapture)
-DEFINE_END_CAPTURE(cuStreamEndCapture_ptsz)
+CUresult cuStreamEndCapture(CUstream st, CUgraph* graph) {
+  return EndCapture(kApi_cuStreamEndCapture, st, graph);
+}
+CUresult cuStreamEndCapture_ptsz(CUstream st, CUgraph* graph) {
+  return EndCapture(kApi_cuStreamEndCapture_ptsz, st, graph);
+}
 
-#define DEFINE_GRAPH_LAUNCH(name)                                                \
-  CUresult name(CUgraphExec exec, CUstream st) {                                 \
-    using Fn = CUresult (*)(CUgraphExec, CUstream);                              \
-    PINSHIM_GRAPH(kApi_##name, Fn, trace::GraphOp::kLaunch, st, exec, exec, st); \
+#define DEFINE_GRAPH_LAUNCH(name)                                                               \
+  CUresult name(CUgraphExec exec, CUstream st) {                                                \
+    return GraphCall<CUresult (*)(CUgraphExec, CUstream)>(kApi_##name, trace::GraphOp::kLaunch, \
+                                                          st, exec, exec, st);                  \
   }
 DEFINE_GRAPH_LAUNCH(cuGraphLaunch)
 DEFINE_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 
 // --- host functions -----------------------------------------------------------------
 
-#define DEFINE_LAUNCH_HOST_FUNC(name)                                                \
-  CUresult name(CUstream st, CUhostFn fn, void* data) {                              \
-    using Fn = CUresult (*)(CUstream, CUhostFn, void*);                              \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st, fn, data);                               \
-    return QueueHostFn(kApi_##name, st, fn, nullptr, data, [&](HostFnSlot* slot) {   \
-      return slot != nullptr ? real_fn(st, RunHostFn, slot) : real_fn(st, fn, data); \
-    });                                                                              \
-  }
-DEFINE_LAUNCH_HOST_FUNC(cuLaunchHostFunc)
-DEFINE_LAUNCH_HOST_FUNC(cuLaunchHostFunc_ptsz)
+CUresult cuLaunchHostFunc(CUstream st, CUhostFn fn, void* data) {
+  return LaunchHostFunc(kApi_cuLaunchHostFunc, st, fn, data);
+}
+CUresult cuLaunchHostFunc_ptsz(CUstream st, CUhostFn fn, void* data) {
+  return LaunchHostFunc(kApi_cuLaunchHostFunc_ptsz, st, fn, data);
+}
 
-#define DEFINE_ADD_CALLBACK(name)                                                   \
-  CUresult name(CUstream st, CUstreamCallback cb, void* data, unsigned int flags) { \
-    using Fn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);       \
-    PINSHIM_HOOK_ENTER(kApi_##name, Fn, st, cb, data, flags);                       \
-    return QueueHostFn(kApi_##name, st, nullptr, cb, data, [&](HostFnSlot* slot) {  \
-      return slot != nullptr ? real_fn(st, RunStreamCallback, slot, flags)          \
-                             : real_fn(st, cb, data, flags);                        \
-    });                                                                             \
-  }
-DEFINE_ADD_CALLBACK(cuStreamAddCallback)
-DEFINE_ADD_CALLBACK(cuStreamAddCallback_ptsz)
+CUresult cuStreamAddCallback(CUstream st, CUstreamCallback cb, void* data, unsigned int flags) {
+  return AddCallback(kApi_cuStreamAddCallback, st, cb, data, flags);
+}
+CUresult cuStreamAddCallback_ptsz(CUstream st, CUstreamCallback cb, void* data,
+                                  unsigned int flags) {
+  return AddCallback(kApi_cuStreamAddCallback_ptsz, st, cb, data, flags);
+}
 
 }  // extern "C"

@@ -142,7 +142,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                      const CUmemAllocationProp* prop, unsigned long long flags) {
   using Fn = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
                           unsigned long long);
-  PINSHIM_HOOK_ENTER(kApi_cuMemCreate, Fn, handle, size, prop, flags);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemCreate);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, handle, size, prop, flags);
+  const hook::HookScope scope;
   if (!HostAllocationProp(prop)) return real_fn(handle, size, prop, flags);
   const bool valid = handle != nullptr && size != 0 && flags == 0;
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -164,7 +166,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   using Fn = CUresult (*)(CUmemGenericAllocationHandle);
-  PINSHIM_HOOK_ENTER(kApi_cuMemRelease, Fn, handle);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemRelease);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, handle);
+  const hook::HookScope scope;
   uint64_t bytes = 0;
   bool charged = false;
   const bool known = g_handles.Find(handle, &bytes, &charged);
@@ -181,7 +185,9 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
                                         CUmemAllocationHandleType type) {
   using Fn = CUresult (*)(CUmemGenericAllocationHandle*, void*, CUmemAllocationHandleType);
-  PINSHIM_HOOK_ENTER(kApi_cuMemImportFromShareableHandle, Fn, handle, os_handle, type);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemImportFromShareableHandle);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, handle, os_handle, type);
+  const hook::HookScope scope;
   CUresult r = real_fn(handle, os_handle, type);
   // The exporter pinned it (and, under enforce, was charged for it): the
   // importer knows it as pinned, uncharged. Its size is learnt at cuMemMap.
@@ -194,13 +200,17 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAddressReserve, Fn, ptr, size, alignment, addr, flags);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAddressReserve);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, ptr, size, alignment, addr, flags);
+  const hook::HookScope scope;
   return real_fn(ptr, size, alignment, addr, flags);
 }
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   using Fn = CUresult (*)(CUdeviceptr, size_t);
-  PINSHIM_HOOK_ENTER(kApi_cuMemAddressFree, Fn, ptr, size);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemAddressFree);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, ptr, size);
+  const hook::HookScope scope;
   return real_fn(ptr, size);
 }
 
@@ -208,7 +218,9 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
                   unsigned long long flags) {
   using Fn =
       CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-  PINSHIM_HOOK_ENTER(kApi_cuMemMap, Fn, ptr, size, offset, handle, flags);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemMap);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, ptr, size, offset, handle, flags);
+  const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
   uint64_t bytes;
   bool host = g_handles.Find(handle, &bytes);
@@ -236,7 +248,9 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   using Fn = CUresult (*)(CUdeviceptr, size_t);
-  PINSHIM_HOOK_ENTER(kApi_cuMemUnmap, Fn, ptr, size);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemUnmap);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, ptr, size);
+  const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
   Region reg;
   const bool host = g_allocations.Lookup(ptr, &reg) && reg.kind == MemKind::kVmmHost;
@@ -252,7 +266,9 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   using Fn = CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
-  PINSHIM_HOOK_ENTER(kApi_cuMemSetAccess, Fn, ptr, size, desc, count);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemSetAccess);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, ptr, size, desc, count);
+  const hook::HookScope scope;
   return real_fn(ptr, size, desc, count);
 }
 
@@ -260,7 +276,9 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
 
 CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
   using Fn = CUresult (*)(CUmemoryPool*, const CUmemPoolProps*);
-  PINSHIM_HOOK_ENTER(kApi_cuMemPoolCreate, Fn, pool, props);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemPoolCreate);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, pool, props);
+  const hook::HookScope scope;
   CUresult r = real_fn(pool, props);
   if (r == CUDA_SUCCESS && pool != nullptr && props != nullptr && HostLocation(props->location)) {
     g_pools.Insert(reinterpret_cast<uintptr_t>(*pool), 0, false);
@@ -270,7 +288,9 @@ CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   using Fn = CUresult (*)(CUmemoryPool);
-  PINSHIM_HOOK_ENTER(kApi_cuMemPoolDestroy, Fn, pool);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemPoolDestroy);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, pool);
+  const hook::HookScope scope;
   const uint64_t key = reinterpret_cast<uintptr_t>(pool);
   uint64_t charged = 0;
   const bool host = g_pools.Find(key, &charged);
@@ -286,7 +306,9 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
   using Fn = CUresult (*)(CUmemoryPool, size_t);
-  PINSHIM_HOOK_ENTER(kApi_cuMemPoolTrimTo, Fn, pool, keep);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemPoolTrimTo);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, pool, keep);
+  const hook::HookScope scope;
   CUresult r = real_fn(pool, keep);
   if (r == CUDA_SUCCESS && IsHostPool(pool)) ReleasePoolSurplus(pool, PoolReserved(pool));
   return r;

@@ -2,7 +2,7 @@
 
 #include "shim/optimize/driver_ops.h"
 #include "shim/optimize/optimizer.h"
-#include "shim/optimize/page_change_call.h"
+#include "shim/optimize/page_change_protocol.h"
 
 namespace pinshim {
 namespace optimize {

@@ -478,29 +478,6 @@ void Optimizer::AfterForkParent() {
   emulated_mu_.AfterFork();
 }
 
-void Optimizer::DropPinningForPageChange(uintptr_t start, uintptr_t end, PageChange what,
-                                         ArenaChangeTicket* arena) {
-  arena->n = 0;
-  if (!active()) return;
-  const uint64_t n = end - start;
-  ReentryGuard guard(Reentry::kHook);
-  // Each part looks at its own bounds first (MayOverlap).
-  if (what.replaces_private() && cache_on_.load(std::memory_order_relaxed)) {
-    cache_.OnPageChange(start, n, what.reason(), what.detail());
-  }
-  if (what.replaces_private() && arena_on_.load(std::memory_order_relaxed)) {
-    arena_.BeginPageChange(start, n, what.reason(), what.detail(), arena);
-  }
-  if (what.replaces_shared() && pool_on_.load(std::memory_order_relaxed)) {
-    pool_.Retire(start, n, what.reason(), what.detail());
-  }
-}
-
-void Optimizer::RepinAfterPageChange(const ArenaChangeTicket& arena, bool stays_anonymous) {
-  ReentryGuard guard(Reentry::kHook);
-  arena_.EndPageChange(arena, stays_anonymous);
-}
-
 void Optimizer::AfterForkChild() {
   PageChangeSlots::AfterForkChild();
   judge_.Reset();

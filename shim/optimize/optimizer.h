@@ -214,7 +214,7 @@ class Optimizer {
     if (cache_.MaybeCached()) cache_.OnRelease(start, bytes, OwnPinReason::kProgramReleased);
   }
   // Around every call that may change which pages back [start, end)
-  // (page_change.h; the hooks' WithPageChange, which marks the range in
+  // (page_change_protocol.h: ChangePages, which marks the range in
   // PageChangeSlots first). MayHoldPinning: whether the range may hold
   // what pinshim pinned that `what` affects (bounds only, whether or not
   // each part is on: empty where nothing is pinned). Inline: nearly every

@@ -9,6 +9,8 @@
 #include <cerrno>
 
 #include "shim/core/macros.h"
+#include "shim/core/reentry.h"
+#include "shim/optimize/optimizer.h"
 
 namespace pinshim {
 namespace optimize {
@@ -115,6 +117,31 @@ void PageChangeSlots::AfterForkChild() {
   t_fast_ = nullptr;
   t_unslotted_ = 0;
   membarrier_.store(false);
+}
+
+// The engine's side of the protocol (page_change_protocol.h, steps 3 and 5).
+
+void Optimizer::DropPinningForPageChange(uintptr_t start, uintptr_t end, PageChange what,
+                                         ArenaChangeTicket* arena) {
+  arena->n = 0;
+  if (!active()) return;
+  const uint64_t n = end - start;
+  ReentryGuard guard(Reentry::kHook);
+  // Each part looks at its own bounds first (MayOverlap).
+  if (what.replaces_private() && cache_on_.load(std::memory_order_relaxed)) {
+    cache_.OnPageChange(start, n, what.reason(), what.detail());
+  }
+  if (what.replaces_private() && arena_on_.load(std::memory_order_relaxed)) {
+    arena_.BeginPageChange(start, n, what.reason(), what.detail(), arena);
+  }
+  if (what.replaces_shared() && pool_on_.load(std::memory_order_relaxed)) {
+    pool_.Retire(start, n, what.reason(), what.detail());
+  }
+}
+
+void Optimizer::RepinAfterPageChange(const ArenaChangeTicket& arena, bool stays_anonymous) {
+  ReentryGuard guard(Reentry::kHook);
+  arena_.EndPageChange(arena, stays_anonymous);
 }
 
 }  // namespace optimize

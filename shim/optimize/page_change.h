@@ -158,7 +158,7 @@ static_assert(AdviceMasksAgree(), "AdviceEffects answers as AdviceEffectsOf");
 // range while a call is replacing them. The hooks mark their range before
 // they look at what is pinned and clear it after the call (all but a
 // MAP_FIXED, munmap or madvise of a range that holds no tracked allocation
-// and no pinning: hooks/page_change_scope.h, NothingThere); a registration,
+// and no pinning: page_change_protocol.h, NothingThere); a registration,
 // once its entry is visible to those hooks, asks whether any marked range
 // overlaps it, and pins nothing if so (it is retried at a later copy).
 //
