@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#define DCHECK(x)                                                       \
-  do {                                                                  \
-    CUresult r_ = (x);                                                  \
-    if (r_ != CUDA_SUCCESS) {                                           \
+#define DCHECK(x)                                                          \
+  do {                                                                     \
+    CUresult r_ = (x);                                                     \
+    if (r_ != CUDA_SUCCESS) {                                              \
       fprintf(stderr, "%s:%d %s: error %d\n", __FILE__, __LINE__, #x, r_); \
-      exit(1);                                                          \
-    }                                                                   \
+      exit(1);                                                             \
+    }                                                                      \
   } while (0)
 
 namespace {
@@ -95,7 +95,8 @@ void Misuse() {
   printf("misuse what=map_onto_mapped rc=%d\n", cuMemMap(va, 2 * g, 0, h, 0));
   // The CPU's access between cuMemMap and cuMemSetAccess: a fault returns
   // here through the handler.
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = OnFault;
   sigaction(SIGSEGV, &sa, &old);
   sigaction(SIGBUS, &sa, nullptr);
