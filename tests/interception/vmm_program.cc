@@ -93,8 +93,8 @@ int Vmm(int steps, CUstream s) {
   }
   CHECK(cuMemFree(dev));
   printf("vmm: %d steps of %zu bytes: ok\n", steps, size);
-  printf("expect: h2d=%d d2h=%d pin_allocs=%d pin_frees=%d\n", 2 * steps, 2 * steps, 2 * steps,
-         2 * steps);
+  printf("expect: h2d=%d d2h=%d pin_allocs=%d pin_frees=%d host_vmm-host=%d\n", 2 * steps,
+         2 * steps, 2 * steps, 2 * steps, 4 * steps);
   return 0;
 }
 
@@ -120,7 +120,7 @@ int Import(CUstream s) {
   close(fd);
   CHECK(cuMemFree(dev));
   // One create and its release, two maps and unmaps.
-  printf("expect: h2d=2 d2h=2 pin_allocs=3 pin_frees=3\n");
+  printf("expect: h2d=2 d2h=2 pin_allocs=3 pin_frees=3 host_vmm-host=4\n");
   return 0;
 }
 
@@ -159,7 +159,8 @@ int PoolCopies(int steps, CUstream s) {
   CHECK(cuMemPoolDestroy(pool));
   CHECK(cuMemFree(dev));
   printf("pool: %d steps: ok\n", steps);
-  printf("expect: h2d=%d d2h=%d pin_allocs=%d pin_frees=%d\n", 3 * steps, 2 * steps, steps, steps);
+  printf("expect: h2d=%d d2h=%d pin_allocs=%d pin_frees=%d host_host-pool=%d\n", 3 * steps,
+         2 * steps, steps, steps, 5 * steps);
   return 0;
 }
 
