@@ -201,10 +201,15 @@ MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
   Region r;
   const auto addr = reinterpret_cast<uintptr_t>(p);
   MemKind kind = MemKind::kPageable;
+  // Private anonymous memory pinshim tracks was pinned only by calls it saw;
+  // the driver is asked about the rest (untracked memory, and shared
+  // mappings, such as the driver's own of memory it pinned unseen).
+  bool ask_driver = true;
   if (g_allocations.Lookup(addr, &r)) {
     *alloc_id = r.id;
     *flags = r.flags;
     kind = r.kind;
+    ask_driver = (r.flags & kRegionNotPinnable) != 0;
   }
   if (g_registrations.size() != 0 && g_registrations.Lookup(addr, &r)) {
     *flags = r.flags;
@@ -221,7 +226,9 @@ MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
       kind = MemKind::kPinnedByPinshim;
     }
   }
-  if (kind == MemKind::kPageable && DriverHoldsPinned(p, flags)) kind = MemKind::kPinnedByProgram;
+  if (kind == MemKind::kPageable && ask_driver && DriverHoldsPinned(p, flags)) {
+    kind = MemKind::kPinnedByProgram;
+  }
   return kind;
 }
 
