@@ -54,7 +54,7 @@ void RecordVmmPin(Api api, PinOp op, uintptr_t p, uint64_t bytes, uint64_t start
   e.bytes = bytes;
   e.flags = flags;
   e.start_ns = start_ns;
-  e.end_ns = hook::NowNs();
+  e.end_ns = MonotonicNs();
   e.result = r;
   trace::RecordPin(e, hook::CurrentDevice());
 }
