@@ -8,6 +8,7 @@
 #include <string>
 
 #include "analyzer/calibrate_command.h"
+#include "analyzer/fleet_command.h"
 #include "analyzer/help.h"
 #include "analyzer/report/archive_command.h"
 #include "analyzer/report/export_command.h"
@@ -31,6 +32,7 @@ const Command kCommands[] = {
      report::RunReportCommand},
     {"export", "write the analysis of traces as tables (JSON Lines) for fleet tools",
      report::RunExportCommand},
+    {"fleet", "analyze every trace under some directories on a Dask cluster", RunFleetCommand},
     {"archive", "make a trace directory self-contained: its symbols kept beside it",
      report::RunArchiveCommand},
     {"status", "show the node's pinned-memory ledger (enforce mode)", RunStatusCommand},

@@ -117,8 +117,8 @@ fi
 run_pinshim
 [[ "${STATUS}" == 2 && "${ERR}" == *"usage: pinshim COMMAND"* ]] ||
   fail "no arguments: status ${STATUS}"
-expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, export, archive, status, calibrate, help (see pinshim --help)' frobnicate
-expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, export, archive, status, calibrate, help (see pinshim --help)' help frobnicate
+expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, export, fleet, archive, status, calibrate, help (see pinshim --help)' frobnicate
+expect 2 'pinshim: unknown command "frobnicate"; commands: run, report, export, fleet, archive, status, calibrate, help (see pinshim --help)' help frobnicate
 expect 2 'pinshim: unknown option "--verbose"; accepted before a command: --help, --version' --verbose
 
 # --- bad input to run: exit 2 and one line naming the problem ----------------

@@ -182,6 +182,15 @@ def gzip_bytes(data, dst, date):
     os.chmod(dst, 0o644)
 
 
+def fleet_files(source):
+    """(path inside the fleet folder, source path) of `pinshim fleet`'s
+    Python package, which the tool finds beside itself
+    (analyzer/fleet_command.h)."""
+    package = os.path.join(source, "analyzer", "fleet", "pinshim_fleet")
+    return [(os.path.join("pinshim_fleet", name), os.path.join(package, name))
+            for name in sorted(os.listdir(package)) if name.endswith(".py")]
+
+
 def build_deb(version, pinshim, library, source, out, date):
     root = tempfile.mkdtemp(prefix="pinshim-deb.")
     os.chmod(root, 0o755)  # the package's "./": mkdtemp makes it 0700
@@ -189,6 +198,8 @@ def build_deb(version, pinshim, library, source, out, date):
         install_file(pinshim, os.path.join(root, "usr/bin/pinshim"), 0o755)
         install_file(library, os.path.join(root, "usr/lib", TRIPLET, "pinshim/libpinshim.so"),
                      0o644)
+        for name, src in fleet_files(source):
+            install_file(src, os.path.join(root, "usr/lib", TRIPLET, "pinshim/fleet", name), 0o644)
         gzip_file(os.path.join(source, "packaging", "pinshim.1"),
                   os.path.join(root, "usr/share/man/man1/pinshim.1.gz"), date)
         doc = os.path.join(root, "usr/share/doc/pinshim")
@@ -221,7 +232,8 @@ def write_control(root, version, depends):
     description = "\n".join(" " + line for line in DESCRIPTION.splitlines())
     with open(os.path.join(meta, "control"), "w") as f:
         f.write("Package: pinshim\nVersion: %s\nArchitecture: %s\nMaintainer: %s\n"
-                "Installed-Size: %d\nDepends: %s\nSection: devel\nPriority: optional\n"
+                "Installed-Size: %d\nDepends: %s\nSuggests: python3-dask, python3-distributed, "
+                "python3-pandas\nSection: devel\nPriority: optional\n"
                 "Description: %s\n%s\n" % (version, ARCH, MAINTAINER, size_kib, depends,
                                            SUMMARY, description))
     with open(os.path.join(meta, "md5sums"), "w") as f:
@@ -286,6 +298,8 @@ def wheel_tree(version, pinshim, library, source, tree):
     lib = os.path.join(pkg, "lib", "libpinshim.so")
     install_file(pinshim, exe, 0o755)
     install_file(library, lib, 0o755)
+    for name, src in fleet_files(source):
+        install_file(src, os.path.join(pkg, "lib", "pinshim-fleet", name), 0o644)
     vendored = vendor_libraries([pinshim, library], os.path.dirname(lib))
     run(["patchelf", "--set-rpath", "$ORIGIN/../lib", exe])
     run(["patchelf", "--set-rpath", "$ORIGIN", lib])
@@ -392,7 +406,7 @@ def build_archives(version, stripped, debug, source, out, date):
         ("share/doc/pinshim/LICENSE", os.path.join(source, "LICENSE"), 0o644),
         ("share/doc/pinshim/CHANGELOG.md", os.path.join(source, "CHANGELOG.md"), 0o644),
         ("share/doc/pinshim/install.md", os.path.join(source, "docs", "install.md"), 0o644),
-    ]
+    ] + [("lib/pinshim-fleet/" + name, src, 0o644) for name, src in fleet_files(source)]
     release = os.path.join(out, top + ".tar.gz")
     tar_tree(release, top, entries, date)
     # gdb finds a .gnu_debuglink file in a .debug folder beside the binary:

@@ -142,7 +142,7 @@ class PackagesTest(unittest.TestCase):
         with gzip.open(os.path.join(root, "usr/share/man/man1/pinshim.1.gz"), "rt") as f:
             man = f.read()
         self.assertIn(".TH PINSHIM 1", man)
-        for command in ("run", "report", "archive", "status", "calibrate"):
+        for command in ("run", "report", "export", "fleet", "archive", "status", "calibrate"):
             self.assertIn(".B pinshim %s" % command, man)
         self.assertIn("Apache-2.0",
                       open(os.path.join(root, "usr/share/doc/pinshim/copyright")).read())
@@ -151,6 +151,7 @@ class PackagesTest(unittest.TestCase):
         self.assertEqual(run([exe, "--version"]).strip(), "pinshim " + VERSION)
         out = run([exe, "run", "--", "env"], env=clean_env())
         self.assertIn("LD_PRELOAD=" + os.path.realpath(lib), out.splitlines())
+        self.assertIn("usage: pinshim fleet", run([exe, "fleet", "--help"]))
         TracedRun().check(self, [exe], "deb")
 
     def test_wheel_in_virtual_environment(self):
@@ -177,6 +178,7 @@ class PackagesTest(unittest.TestCase):
             self.assertIn("%s => %s/bin/../lib/%s" % (lib, package, lib), ldd)
         ldd = run(["ldd", os.path.join(package, "lib", "libpinshim.so")])
         self.assertIn("libunwind.so.8 => %s/lib/libunwind.so.8" % package, ldd)
+        self.assertIn("usage: pinshim fleet", run([exe, "fleet", "--help"]))
         TracedRun().check(self, [exe], "wheel", via_python=[python, "-m", "pinshim"])
 
     def test_wheel_metadata(self):
@@ -211,6 +213,8 @@ class PackagesTest(unittest.TestCase):
             self.assertEqual(build_id(binary), build_id(debug))
             link = run(["readelf", "--string-dump=.gnu_debuglink", binary])
             self.assertIn(os.path.basename(debug), link)
+        self.assertIn("usage: pinshim fleet", run([os.path.join(prefix, "bin/pinshim"), "fleet",
+                                                   "--help"]))
         unstripped = os.path.getsize(os.path.join(RUNFILES, "analyzer", "pinshim"))
         self.assertLess(os.path.getsize(os.path.join(prefix, "bin/pinshim")), unstripped / 4)
         exe = os.path.join(prefix, "bin", "pinshim")

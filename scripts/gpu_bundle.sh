@@ -16,7 +16,12 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //tests/hazards:hazard_program
          //bench/trace:recorder_bench //tests/trace:python_frames_test
          //bench/page:page_call_bench //shim/core:phdr_test
-         //tests/trace:programs/embed_python //bench/copy:handoff_probe)
+         //tests/trace:programs/embed_python //bench/copy:handoff_probe
+         //tests/trace:make_fleet_traces //tests/trace:programs/async_pageable
+         //tests/trace:programs/budget_refused //tests/trace:programs/over_pinning
+         //tests/trace:programs/pageable_hot //tests/trace:programs/pinned_churn
+         //tests/trace:programs/pinned_unused //tests/trace:programs/small_copies
+         //tests/trace:programs/sync_copy_loop)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
@@ -46,11 +51,19 @@ cp bazel-bin/tests/trace/python_line_check bazel-bin/tests/trace/python_layout_d
    .gpu/rules/tests/trace/
 cp bazel-bin/analyzer/report/pinshim-report .gpu/rules/analyzer/report/
 cp bazel-bin/shim/libpinshim.so .gpu/rules/shim/
+# The fleet analysis (bench/fleet_scaling.sh): its Python package beside
+# pinshim, the trace generator and the recorder programs that seed it.
+mkdir -p .gpu/fleet/programs && cp -r analyzer/fleet/pinshim_fleet .gpu/fleet/
+cp bazel-bin/tests/trace/make_fleet_traces .gpu/fleet/
+for p in async_pageable budget_refused over_pinning pageable_hot pinned_churn pinned_unused \
+         small_copies sync_copy_loop; do
+  cp "bazel-bin/tests/trace/programs/$p" .gpu/fleet/programs/
+done
 # The analyzer's own debug info is not needed there (it reads the programs'),
 # and keeps the bundle small enough to travel.
 strip --strip-debug .gpu/pinshim .gpu/rules/analyzer/pinshim .gpu/rules/analyzer/report/pinshim-report
 # Shared libraries from this machine's packages that the GPU machine may lack.
-for bin in .gpu/* .gpu/bench/* .gpu/hazards/hazard_program .gpu/rules/tests/trace/programs/*_driver .gpu/rules/analyzer/report/* \
+for bin in .gpu/* .gpu/bench/* .gpu/fleet/make_fleet_traces .gpu/fleet/programs/* .gpu/hazards/hazard_program .gpu/rules/tests/trace/programs/*_driver .gpu/rules/analyzer/report/* \
            .gpu/rules/analyzer/pinshim .gpu/rules/tests/trace/python_line_check \
            .gpu/rules/tests/trace/python_layout_dump; do
   [ -f "$bin" ] || continue

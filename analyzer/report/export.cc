@@ -299,8 +299,8 @@ std::map<std::string, std::string> ExportTables(const std::vector<ProcessReport>
                                                 const std::vector<ExportProblem>& problems,
                                                 const std::string& model_source) {
   std::map<std::string, Table> t;
-  for (const char* name : {"processes", "sites", "copies", "pinned_sites", "findings",
-                           "pinned_series", "problems"}) {
+  for (const char* name :
+       {"processes", "sites", "copies", "pinned_sites", "findings", "pinned_series", "problems"}) {
     t[name];
   }
   std::map<std::string, const CallSiteStats*> sites;

@@ -90,7 +90,8 @@ std::string SiteKey(const Site& site, const std::string& build_id_hex) {
   std::string where = "+" + OffsetText(f.offset) + (depth > 0 ? "#" + std::to_string(depth) : "");
   if (!build_id_hex.empty()) return ShortHash('n', build_id_hex + where);
   const size_t slash = f.module.rfind('/');
-  return ShortHash('m', (slash == std::string::npos ? f.module : f.module.substr(slash + 1)) + where);
+  return ShortHash('m',
+                   (slash == std::string::npos ? f.module : f.module.substr(slash + 1)) + where);
 }
 
 std::string SiteBuildId(const TraceReader& trace, uint32_t stack, const Site& site) {

@@ -41,8 +41,8 @@ struct PinCell {
 struct CallSiteStats {
   CopyCell copy[kCopyDirs][kMemKinds];  // [CopyDir][host kind; device for D2D]
   PinCell pin;
-  Site site;        // filled by Resolve
-  std::string key;  // SiteKey of `site`, "" for an unknown site
+  Site site;             // filled by Resolve
+  std::string key;       // SiteKey of `site`, "" for an unknown site
   std::string build_id;  // hex, of the site frame's module; "" none
 };
 
@@ -104,7 +104,7 @@ class PinnedSeries {
 
  private:
   uint64_t origin_ = 0;
-  uint64_t width_ = 1000000;  // 1 ms, doubled as needed
+  uint64_t width_ = 1000000;   // 1 ms, doubled as needed
   std::vector<uint64_t> max_;  // per bucket; 0 is also "nothing seen"
   std::vector<bool> seen_;
 };

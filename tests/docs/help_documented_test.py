@@ -10,7 +10,7 @@ import unittest
 
 RUNFILES = os.path.join(os.environ["TEST_SRCDIR"], os.environ["TEST_WORKSPACE"])
 PINSHIM = os.path.join(RUNFILES, "analyzer", "pinshim")
-COMMANDS = ["run", "report", "export", "archive", "status", "calibrate"]
+COMMANDS = ["run", "report", "export", "fleet", "archive", "status", "calibrate"]
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]")
 VARIABLE = re.compile(r"\bPINSHIM_[A-Z_]*[A-Z]\b")
 

@@ -214,10 +214,12 @@ void WriteOne(const Seed& seed, const Identity& id, uint8_t build_salt, const st
   for (const Frame& f : seed.frames) {
     std::string payload = f.payload;
     if (f.type == FrameType::kProcess) payload = RewriteProcess(payload, id);
-    if (f.type == FrameType::kModules && build_salt != 0) payload = RewriteModules(payload, build_salt);
+    if (f.type == FrameType::kModules && build_salt != 0)
+      payload = RewriteModules(payload, build_salt);
     struct iovec part = {&payload[0], payload.size()};
     int error = 0;
-    if (!trace::WriteFrame(fd, f.type, &part, 1, &error)) Fail(std::string(path) + ": " + strerror(error));
+    if (!trace::WriteFrame(fd, f.type, &part, 1, &error))
+      Fail(std::string(path) + ": " + strerror(error));
   }
   close(fd);
 }
@@ -248,8 +250,9 @@ Options Parse(int argc, char** argv) {
     }
   }
   if (o.out.empty() || o.seeds.empty() || o.count == 0 || o.hosts == 0 || o.programs == 0) {
-    Fail("usage: make_fleet_traces --out DIR --count N [--hosts H] [--programs P] "
-         "[--rebuild-every K] SEED.pstrace...");
+    Fail(
+        "usage: make_fleet_traces --out DIR --count N [--hosts H] [--programs P] "
+        "[--rebuild-every K] SEED.pstrace...");
   }
   return o;
 }
