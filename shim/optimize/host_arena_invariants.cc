@@ -233,9 +233,9 @@ void HostArenaWalker::WalkSmallClasses() {
     r_.Expect(k.cursor <= k.end, "A13 a small class's cursor lies within its span", c, k.cursor);
     if (k.cursor != 0 && k.cursor < k.end) {
       // (A span used up hands out nothing more: where it was matters no longer.)
-      const bool one = Usable(k.cursor) && Usable(k.end - 1) &&
-                       Holding((k.cursor - a_.base_) / a_.page_) ==
-                           Holding((k.end - 1 - a_.base_) / a_.page_);
+      const bool one =
+          Usable(k.cursor) && Usable(k.end - 1) &&
+          Holding((k.cursor - a_.base_) / a_.page_) == Holding((k.end - 1 - a_.base_) / a_.page_);
       r_.Expect(one, "A13 a small class's span lies in one extent in use and not lost", c,
                 k.cursor);
     }

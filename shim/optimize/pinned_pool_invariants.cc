@@ -86,7 +86,8 @@ void PinnedPoolWalker::WalkSubPools() {
       WalkSlab(sub, s, prev, &free_blocks);
     }
     uint64_t listed = 0;
-    for (uint32_t c = 0; c < p_.num_classes_; ++c) listed += WalkFreeList(sub, sub.free[c], false, c);
+    for (uint32_t c = 0; c < p_.num_classes_; ++c)
+      listed += WalkFreeList(sub, sub.free[c], false, c);
     listed += WalkFreeList(sub, sub.large, true, 0);
     r_.Expect(listed == free_blocks, "P10 the free lists hold exactly the free blocks", listed,
               free_blocks);
@@ -141,12 +142,13 @@ void PinnedPoolWalker::CheckSlabShape(const Slab* s) {
   }
   const uint64_t span = s->bytes == 0 ? 1 : s->bytes;
   Region first, last;
-  const bool found = p_.slabs_.Lookup(s->base, &first) && p_.slabs_.Lookup(s->base + span - 1, &last);
+  const bool found =
+      p_.slabs_.Lookup(s->base, &first) && p_.slabs_.Lookup(s->base + span - 1, &last);
   r_.Expect(found && first.id == reinterpret_cast<uint64_t>(s) && first.start == s->base &&
                 first.bytes == span && last.id == first.id,
             "P5 an active slab is in the slab registry under its own id and range", s->base);
-  r_.Expect(s->base >= lo_ && s->base + span <= hi_, "P6 every slab lies inside the bounds", s->base,
-            lo_);
+  r_.Expect(s->base >= lo_ && s->base + span <= hi_, "P6 every slab lies inside the bounds",
+            s->base, lo_);
 }
 
 void PinnedPoolWalker::WalkBlock(const Slab* s, uint32_t j, uint32_t* nlive, uint32_t* nbatched,
@@ -175,8 +177,7 @@ void PinnedPoolWalker::WalkBlock(const Slab* s, uint32_t j, uint32_t* nlive, uin
                         ? b.requested <= b.bytes && b.bytes - b.requested <= b.bytes / 8
                         : b.requested == b.bytes;
   r_.Expect(fits && b.alloc_id != 0,
-            "P15 a live block holds what was asked and has an allocation id", b.requested,
-            b.bytes);
+            "P15 a live block holds what was asked and has an allocation id", b.requested, b.bytes);
 }
 
 uint64_t PinnedPoolWalker::WalkFreeList(const SubPool& sub, const BlockList& l, bool large,

@@ -104,8 +104,7 @@ void RegistrationCacheWalker::CheckFreeListAndBytes() {
   r_.Expect(free_count + c_.norder_ == n_, "C3 the free list holds exactly the free entries",
             free_count, n_ - c_.norder_);
   const uint64_t bytes = c_.bytes_.load(std::memory_order_relaxed);
-  r_.Expect(bytes == registered_, "C6 bytes_ is the registered entries' bytes", bytes,
-            registered_);
+  r_.Expect(bytes == registered_, "C6 bytes_ is the registered entries' bytes", bytes, registered_);
   r_.Expect(c_.account_->pinned_for(PinUse::kCache) == registered_,
             "C6 the account's cache bytes are the registered entries'",
             c_.account_->pinned_for(PinUse::kCache), registered_);
