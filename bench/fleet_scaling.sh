@@ -13,7 +13,7 @@
 # $PINSHIM_PYTHON, else python3); --wheels DIR unpacks every wheel there
 # (dask, distributed, pandas and their dependencies, for that Python) into
 # OUT/site and puts it on PYTHONPATH, for a machine without pip or network.
-# FLEET_TRACES (default 10000) and FLEET_WORKERS (default "1 2 4 8 16")
+# FLEET_TRACES (default 4000) and FLEET_WORKERS (default "1 2 4 8 16")
 # change the sizes.
 set -euo pipefail
 bundle="$(cd "${1:?usage: fleet_scaling.sh BUNDLE [OUT] [--python PY] [--wheels DIR]}" && pwd)"
@@ -32,7 +32,7 @@ done
 [ -n "$out" ] || out="$(mktemp -d /tmp/pinshim-fleet-bench.XXXXXX)"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
-traces="${FLEET_TRACES:-10000}"
+traces="${FLEET_TRACES:-4000}"
 workers_list="${FLEET_WORKERS:-1 2 4 8 16}"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 

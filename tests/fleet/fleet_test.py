@@ -7,8 +7,9 @@ fleet's totals must equal the report's (processes, copies, bytes, each
 rule's findings counted per process, estimated time lost), the corrupt trace
 must be listed with its reason and skipped, the same line in many processes
 and hosts must be one site, and the page must load in headless Chromium
-with no error and no request. Without dask, the command names the packages
-it needs."""
+with no error and no request. An existing cluster (started apart, its
+workers without the fleet package) gives the same totals for one host.
+Without dask, the command names the packages it needs."""
 
 import glob
 import json
@@ -16,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 RUNFILES = os.getcwd()
@@ -71,6 +73,24 @@ def make_fleet(root):
     with open(corrupt, "wb") as f:
         f.write(b"PINSHIMX" + bytes(range(256)) * 4)
     return corrupt
+
+
+# A cluster started apart from pinshim fleet, as an existing one would be.
+SCHEDULER = """
+import os, signal, sys, time
+if __name__ == "__main__":
+    from distributed import LocalCluster
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None,
+                           local_directory=sys.argv[2])
+    try:
+        with open(sys.argv[1] + ".tmp", "w") as f:
+            f.write(cluster.scheduler_address)
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        time.sleep(3600)
+    finally:
+        cluster.close()
+"""
 
 
 class FleetTest(unittest.TestCase):
@@ -167,6 +187,43 @@ class FleetTest(unittest.TestCase):
         self.assertIn("pageable_hot.cc:9", text)
         self.assertIn("corrupt.4242.pstrace", text)
         self.assertEqual(tables, 5)
+
+    def test_an_existing_cluster_gives_the_same_totals(self):
+        script = os.path.join(TMP, "scheduler.py")
+        with open(script, "w") as f:
+            f.write(SCHEDULER)
+        address = os.path.join(TMP, "scheduler.address")
+        space = os.path.join(TMP, "scheduler-space")
+        os.makedirs(space, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        cluster = subprocess.Popen(["/usr/bin/python3", script, address, space], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 240
+            while not os.path.exists(address) and time.time() < deadline:
+                self.assertIsNone(cluster.poll(), "the cluster did not start")
+                time.sleep(0.5)
+            with open(address) as f:
+                scheduler = f.read()
+            host = os.path.join(self.root, "node-3")
+            out = os.path.join(TMP, "fleet-existing")
+            proc = run([PINSHIM, "fleet", "--scheduler", scheduler, "--out", out, host])
+            self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        finally:
+            cluster.terminate()
+            try:
+                cluster.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                cluster.kill()
+                cluster.wait()
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+        report = json.loads(run([PINSHIM, "report", "--format", "json", host]).stdout)
+        self.assertEqual(summary["run"]["workers"], 1)
+        self.assertEqual(summary["totals"]["processes"], len(report["processes"]))
+        self.assertEqual(summary["totals"]["copies"], sum(p["copies"] for p in report["processes"]))
+        self.assertEqual(summary["totals"]["findings"],
+                         sum(len(f["processes"]) for f in report["findings"]))
 
     def test_without_dask_it_names_the_packages(self):
         wrapper = os.path.join(TMP, "python-without-site")

@@ -3,4 +3,7 @@ import sys
 
 from pinshim_fleet.cli import main
 
-sys.exit(main(sys.argv[1:]))
+# Dask's worker processes start by importing the main module: only the
+# command itself runs main().
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

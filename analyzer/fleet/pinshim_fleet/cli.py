@@ -4,7 +4,6 @@ import argparse
 import json
 import logging
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -69,6 +68,8 @@ def parse(argv):
         raise Usage("--out DIR is required")
     if not args.roots:
         raise Usage("no TRACE_ROOT given")
+    if args.scheduler is not None and not args.scheduler:
+        raise Usage("--scheduler needs an address (tcp://host:8786)")
     if args.workers is not None and args.scheduler:
         raise Usage("--workers and --scheduler exclude each other")
     if args.workers is not None and args.workers < 1:
@@ -114,15 +115,6 @@ def prepare_out(directory):
     os.makedirs(directory, exist_ok=True)
     if not os.path.isdir(directory):
         raise Usage("--out %s is not a directory" % directory)
-
-
-def _rss_now():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _rss_peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def start_client(args, scratch):
@@ -192,12 +184,12 @@ def analyze(args):
             mapped_at = time.monotonic()
             futures = run_map(client, batches, args) if batches else []
             map_s = time.monotonic() - mapped_at
-            rss_after_map = client.run(_rss_now)
+            rss_after_map = client.run(tasks.rss_now)
             reduce_at = time.monotonic()
             result = (reduce.finish(reduce.combine_on_cluster(client, futures).result())
                       if futures else None)
             reduce_s = time.monotonic() - reduce_at
-            rss_peak = client.run(_rss_peak)
+            rss_peak = client.run(tasks.rss_peak)
         finally:
             client.close()
             if cluster is not None:
@@ -217,7 +209,7 @@ def analyze(args):
              "traces_per_second": len(traces) / map_s if map_s > 0 else None,
              "worker_rss_after_map_bytes": max(rss_after_map.values(), default=0),
              "worker_peak_rss_bytes": max(rss_peak.values(), default=0),
-             "client_peak_rss_bytes": _rss_peak()}
+             "client_peak_rss_bytes": tasks.rss_peak()}
     return result, stats
 
 

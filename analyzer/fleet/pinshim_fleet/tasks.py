@@ -11,6 +11,7 @@ Reduce: combine() merges any number of partials into one, in a tree of
 tasks, so that the client receives one small partial."""
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -248,3 +249,16 @@ def export_batch(traces, pinshim, calibration=None):
         shutil.rmtree(tmp, ignore_errors=True)
     out["traces"] = len(traces)
     return out
+
+
+# The memory of a worker (client.run), in this module so that the workers of
+# an existing cluster receive them with the tasks.
+def rss_now():
+    """This process's resident set now, in bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_peak():
+    """This process's largest resident set so far, in bytes."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
