@@ -42,8 +42,7 @@ Needs NeedsOf(ConfigKey key) {
   switch (key) {
     case ConfigKey::kBudget:
     case ConfigKey::kNodeBudget:
-    case ConfigKey::kPolicy:
-    case ConfigKey::kMetricsFile: return Needs::kEnforce;
+    case ConfigKey::kPolicy: return Needs::kEnforce;
     case ConfigKey::kLedgerShared:
     case ConfigKey::kLedgerPath: return Needs::kNodeLedger;
     case ConfigKey::kPinCap:
@@ -58,6 +57,7 @@ Needs NeedsOf(ConfigKey key) {
     case ConfigKey::kStageOrdered:
     case ConfigKey::kSelfCheck: return Needs::kOptimize;
     case ConfigKey::kSampleMs:
+    case ConfigKey::kTraceMax:
     case ConfigKey::kWcGuard:
     case ConfigKey::kPythonFrames:
     case ConfigKey::kCopyGuard: return Needs::kTrace;

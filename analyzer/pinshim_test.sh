@@ -97,7 +97,7 @@ for help in "run --help" "run -h" "help run"; do
   [[ "${STATUS}" == 0 ]] || fail "${help}: status ${STATUS}"
   for word in --mode --trace-dir --summary --budget --node-budget --policy \
       --track-threshold --metrics-file --profile --config --pin-cap --idle-trim-s \
-      --sample-ms --ledger-shared --ledger --copy-guard --wc-guard --python-frames --self-check \
+      --sample-ms --trace-max --ledger-shared --ledger --copy-guard --wc-guard --python-frames --self-check \
       PINSHIM_LIBRARY "help settings" 127; do
     grep -q -- "${word}" "${TMP}/out" || fail "${help} does not mention ${word}"
   done
@@ -106,7 +106,7 @@ for help in "run --help" "run -h" "help run"; do
       "Enforce mode (--mode enforce):"; do
     grep -qx -- "${group}" "${TMP}/out" || fail "${help} has no group ${group}"
   done
-  (( $(grep -c '^  --' "${TMP}/out") == 19 )) || fail "${help}: not one line per option"
+  (( $(grep -c '^  --' "${TMP}/out") == 20 )) || fail "${help}: not one line per option"
   (( $(wc -l < "${TMP}/out") <= 50 )) || fail "${help} is $(wc -l < "${TMP}/out") lines"
 done
 # Help wraps at 79 columns.

@@ -49,6 +49,8 @@ const RunOption kRunOptions[] = {
      "observe (always on), optimize, enforce, or a list"},
     {"--trace-dir", "DIR", "PINSHIM_TRACE_DIR", Value::kRequired, nullptr, PathKind::kPath,
      "write traces to DIR (created) for pinshim report"},
+    {"--trace-max", "SIZE", "PINSHIM_TRACE_MAX", Value::kRequired, nullptr, PathKind::kNone,
+     "cap each trace's detail at SIZE (0: none)"},
     {"--summary", "FILE", "PINSHIM_SUMMARY", Value::kOptional, "1", PathKind::kSummary,
      "print a summary at exit: stderr, or FILE (%p: pid)"},
     {"--track-threshold", "SIZE", "PINSHIM_TRACK_THRESHOLD", Value::kRequired, nullptr,

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "analyzer/report/format.h"
 #include "analyzer/report/symbolizer.h"
 
 namespace pinshim {
@@ -62,6 +63,37 @@ class Replay : public EventVisitor {
   }
 
   const ProcessSummary& summary() const { return summary_; }
+
+  // A capped trace's copies after its detail ended, into the totals and
+  // the rules that use them.
+  void Totals(const SiteTotals& t) {
+    for (const trace::SiteCellFields& c : t.cells) {
+      summary_.copies += c.copies;
+      const bool failed = (c.bits & trace::kCopyHasResult) != 0;
+      const CopyDir dir = static_cast<CopyDir>(c.bits & trace::kCopyDirMask);
+      const uint64_t host = dir == CopyDir::kDeviceToHost ? (c.kinds >> 3) & 7 : c.kinds & 7;
+      const int kind = dir == CopyDir::kDeviceToDevice ? static_cast<int>(MemKind::kDevice)
+                                                       : static_cast<int>(host);
+      if (sites_ != nullptr) {
+        CopyCell cell;
+        cell.copies = c.copies;
+        cell.failed = failed ? c.copies : 0;
+        cell.bytes = failed ? 0 : c.bytes;
+        cell.async_copies = (c.bits & trace::kCopyAsync) ? c.copies : 0;
+        cell.call_ns = c.call_ns;
+        sites_->AddCopies(static_cast<uint32_t>(c.stack), dir, static_cast<MemKind>(kind), cell);
+      }
+      if (failed) {
+        summary_.failed_copies += c.copies;
+        continue;
+      }
+      summary_.bytes[static_cast<int>(dir) & 3][kind] += c.bytes;
+      summary_.copy_count[static_cast<int>(dir) & 3][kind] += c.copies;
+      for (auto& r : rules_) r->OnCopyTotals(c);
+    }
+    summary_.copies += t.header.lost;  // counted, without a direction or kind
+    if (t.header.last_ns > summary_.last_ns) summary_.last_ns = t.header.last_ns;
+  }
 
  private:
   // Whether a copy's host side is the program's page-locked memory: its own
@@ -278,6 +310,26 @@ class SiteResolver {
   std::unordered_map<uint32_t, std::shared_ptr<const Site>> cache_;
 };
 
+DetailEnd DescribeDetailEnd(const SiteTotals& t, const std::vector<std::unique_ptr<Rule>>& rules) {
+  DetailEnd d;
+  const trace::SiteTotalsFields& h = t.header;
+  d.ended = true;
+  d.end_ns = h.detail_end_ns;
+  d.cap_bytes = h.detail_bytes;
+  d.copies = h.copies;
+  d.spilled = h.spilled;
+  d.lost = h.lost;
+  d.pins = h.pins;
+  d.host_allocs = h.host_allocs;
+  d.syncs = h.syncs;
+  d.misuses = h.misuses;
+  d.others = h.others;
+  for (const auto& r : rules) {
+    if (!r->UsesSiteTotals()) d.rules_detail_only.push_back(r->id());
+  }
+  return d;
+}
+
 }  // namespace
 
 Site MakeSite(const SymbolizedStack& s) {
@@ -295,6 +347,38 @@ Site MakeSite(const SymbolizedStack& s) {
   site.note = f.note;
   site.python = s.python;
   return site;
+}
+
+std::string DetailEndLine(const ProcessReport& p) {
+  const DetailEnd& d = p.detail;
+  if (!d.ended) return "";
+  std::string at = "";
+  if (d.end_ns >= p.info.start_monotonic_ns && p.info.start_monotonic_ns != 0) {
+    at = " at " + FormatSeconds((d.end_ns - p.info.start_monotonic_ns) * 1e-9);
+  }
+  std::string line = "per-event detail ended" + at + " (the trace reached its cap of " +
+                     FormatBytes(d.cap_bytes) + "); the " + FormatCount(d.copies) +
+                     " copies after it are counted per call site, and the copy totals and the "
+                     "copy rules include them";
+  const uint64_t other = d.pins + d.host_allocs + d.syncs + d.misuses + d.others;
+  if (other != 0) {
+    line += "; " + FormatCount(other) + " other events after it (" + FormatCount(d.pins) +
+            " pinned-memory calls, " + FormatCount(d.host_allocs) + " host allocations, " +
+            FormatCount(d.syncs) + " synchronizations, " + FormatCount(d.misuses) +
+            " misuse records) were counted only";
+  }
+  if (!d.rules_detail_only.empty()) {
+    line += "; these rules judged the detail only and could not decide after it:";
+    for (size_t i = 0; i < d.rules_detail_only.size(); ++i) {
+      line += (i == 0 ? " " : ", ") + d.rules_detail_only[i];
+    }
+  }
+  if (d.spilled != 0) {
+    line += "; " + FormatCount(d.spilled) +
+            " copies found the site table full and are counted without their site";
+  }
+  if (d.lost != 0) line += "; " + FormatCount(d.lost) + " copies are counted without their kind";
+  return line;
 }
 
 void SortFindings(std::vector<Finding>* findings) {
@@ -332,6 +416,10 @@ ProcessReport AnalyzeTrace(const TraceReader& trace, const AnalysisOptions& opti
     replay.KeepSiteTables(&report.sites, &report.pinned_series);
   }
   trace.ForEachEvent(&replay);
+  if (const SiteTotals* totals = trace.site_totals()) {
+    replay.Totals(*totals);
+    report.detail = DescribeDetailEnd(*totals, rules);
+  }
   replay.End();
   report.own = own.Finish();
   report.summary = replay.summary();

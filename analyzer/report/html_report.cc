@@ -712,6 +712,7 @@ std::string ProcessHtml(const ProcessReport& p, size_t index, const TraceReader*
          std::to_string(p.findings.size()) + (p.findings.size() == 1 ? " finding" : " findings") +
          ".</p>";
   if (!p.damage.empty()) out += "<p class=\"warn\">" + Esc(p.damage) + "</p>";
+  if (p.detail.ended) out += "<p class=\"note\">" + Esc(DetailEndLine(p)) + "</p>";
   for (const std::string& sp : p.symbol_problems)
     out += "<p class=\"note\">symbols: " + Esc(sp) + "</p>";
   if (reader == nullptr) return out + "</section>";

@@ -115,6 +115,39 @@ void WriteRefusals(const OwnPinningSummary& o, const char* part, JsonWriter* w) 
 
 void WriteRate(double rate, JsonWriter* w) { rate < 0 ? w->Null() : w->Double(rate); }
 
+// The "detail_end" member of a process: where its trace's detail ended;
+// null when the trace was not capped (SCHEMA.md, "detail_end").
+void WriteDetailEnd(const ProcessReport& p, JsonWriter* w) {
+  const DetailEnd& d = p.detail;
+  if (!d.ended) {
+    w->Null();
+    return;
+  }
+  w->BeginObject();
+  w->Key("time_s");
+  d.end_ns >= p.info.start_monotonic_ns&& p.info.start_monotonic_ns != 0
+      ? w->Double((d.end_ns - p.info.start_monotonic_ns) * 1e-9)
+      : w->Null();
+  const std::pair<const char*, uint64_t> counts[] = {
+      {"cap_bytes", d.cap_bytes},          {"copies_after", d.copies},
+      {"spilled_copies", d.spilled},       {"uncounted_kind_copies", d.lost},
+      {"pin_calls_after", d.pins},         {"host_allocations_after", d.host_allocs},
+      {"synchronizations_after", d.syncs}, {"misuse_records_after", d.misuses},
+      {"other_events_after", d.others},
+  };
+  for (const auto& c : counts) {
+    w->Key(c.first);
+    w->Uint(c.second);
+  }
+  w->Key("rules_detail_only");
+  w->BeginArray();
+  for (const std::string& r : d.rules_detail_only) w->String(r);
+  w->EndArray();
+  w->Key("text");
+  w->String(DetailEndLine(p));
+  w->EndObject();
+}
+
 // {"mean": us, "median": us} of `count` pairs under `key`; null when there
 // are none.
 void WriteCallTimes(const char* key, const OwnPinningSummary::CallTimes& t, uint64_t count,
@@ -475,6 +508,8 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
   w->Bool(p.complete);
   w->Key("damage");
   p.damage.empty() ? w->Null() : w->String(p.damage);
+  w->Key("detail_end");
+  WriteDetailEnd(p, w);
   w->Key("symbol_problems");
   w->BeginArray();
   for (const std::string& sp : p.symbol_problems) w->String(sp);

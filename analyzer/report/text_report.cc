@@ -408,6 +408,7 @@ void WriteTextReport(const MergedReport& r, std::string* out) {
     if (p.own.optimize_mode) OwnPinningSection(p.own, out);
     *out += "    trace " + Printable(p.path) + (p.damage.empty() ? " (complete)\n" : "\n");
     if (!p.damage.empty()) *out += "    note: " + Printable(p.damage) + "\n";
+    if (p.detail.ended) *out += "    detail: " + Printable(DetailEndLine(p)) + "\n";
     for (const std::string& sp : p.symbol_problems) *out += "    symbols: " + Printable(sp) + "\n";
   }
   if (r.findings.empty()) {

@@ -217,6 +217,7 @@ void TraceReader::HandleFrame(uint8_t type, const uint8_t* p, const uint8_t* end
     case trace::FrameType::kStack: ParseStack(p, end); break;
     case trace::FrameType::kPythonCode: ParsePythonCode(p, end); break;
     case trace::FrameType::kEvents: ParseBatch(p, end, offset); break;
+    case trace::FrameType::kSiteTotals: ParseSiteTotals(p, end); break;
     case trace::FrameType::kEnd: {
       uint64_t dropped = 0, overflow = 0, t = 0;
       if (GetVarint(&p, end, &dropped) && GetVarint(&p, end, &overflow) && GetVarint(&p, end, &t)) {
@@ -473,6 +474,41 @@ void TraceReader::ParseBatch(const uint8_t* p, const uint8_t* end, uint64_t offs
   batches_.push_back(b);
 }
 
+// The frame of the highest sequence wins (trace_format.h); a damaged one is
+// skipped whole, so totals are never half of one snapshot.
+void TraceReader::ParseSiteTotals(const uint8_t* p, const uint8_t* end) {
+  SiteTotals t;
+  uint64_t len = 0, count = 0;
+  if (!GetVarint(&p, end, &len) || len > static_cast<uint64_t>(end - p) ||
+      !trace::GetFields(p, p + len, &t.header)) {
+    ++damage_.bad_events;
+    return;
+  }
+  p += len;
+  // Every cell takes at least two bytes: a count beyond that is damage.
+  if (!GetVarint(&p, end, &count) || count > static_cast<uint64_t>(end - p) / 2) {
+    ++damage_.bad_events;
+    return;
+  }
+  t.cells.reserve(static_cast<size_t>(count));
+  for (uint64_t i = 0; i < count; ++i) {
+    trace::SiteCellFields c;
+    if (!GetVarint(&p, end, &len) || len > static_cast<uint64_t>(end - p) ||
+        !trace::GetFields(p, p + len, &c) ||
+        (c.kinds & 7) >= static_cast<uint64_t>(MemKind::kCount) ||
+        ((c.kinds >> 3) & 7) >= static_cast<uint64_t>(MemKind::kCount)) {
+      ++damage_.bad_events;
+      return;
+    }
+    if (c.stack > kMaxStackId) c.stack = 0;
+    p += len;
+    t.cells.push_back(c);
+  }
+  if (has_totals_ && t.header.sequence < totals_.header.sequence) return;
+  totals_ = std::move(t);
+  has_totals_ = true;
+}
+
 const Stack* TraceReader::FindStack(uint32_t id) const {
   auto it = stacks_.find(id);
   return it == stacks_.end() ? nullptr : &it->second;
@@ -551,224 +587,228 @@ class BatchCursor {
   // Stack ids beyond kMaxStackId are taken for none.
   static uint32_t StackId(uint64_t id) { return id > kMaxStackId ? 0 : static_cast<uint32_t>(id); }
 
-  // 1: decoded, 0: unknown type, -1: malformed.
+  // 1: decoded, 0: unknown type, -1: malformed. A switch of one-line
+  // cases, one per event type, each decoder reading its type's field list.
   int Decode(uint8_t type, const uint8_t* q, const uint8_t* end) {
     int64_t dt;
     if (!GetSigned(&q, end, &dt)) return -1;
-    uint64_t time = prev_time_ + static_cast<uint64_t>(dt);
-    Event& e = event_;
-    switch (static_cast<trace::EventType>(type)) {
-      // Presence bits make some of its fields optional: decoded by hand.
-      case trace::EventType::kCopy: {
-        uint64_t u[6];
-        for (int i = 0; i < 6; ++i) {
-          if (!GetVarint(&q, end, &u[i])) return -1;
-        }
-        int64_t ds, dp, da;
-        if (!GetSigned(&q, end, &ds) || !GetSigned(&q, end, &dp) || !GetSigned(&q, end, &da)) {
-          return -1;
-        }
-        uint64_t bits = u[2];
-        uint64_t flags = 0;
-        int64_t result = 0, device = 0;
-        if ((bits & trace::kCopyHasFlags) && !GetVarint(&q, end, &flags)) return -1;
-        if ((bits & trace::kCopyHasResult) && !GetSigned(&q, end, &result)) return -1;
-        if ((bits & trace::kCopyHasDevice) && !GetSigned(&q, end, &device)) return -1;
-        uint64_t staged_workers = 0, staged_chunk = 0;
-        if ((bits & trace::kCopyStaged) &&
-            (!GetVarint(&q, end, &staged_workers) || !GetVarint(&q, end, &staged_chunk))) {
-          return -1;
-        }
-        uint64_t src = u[3] & 7, dst = (u[3] >> 3) & 7;
-        if (src >= static_cast<uint64_t>(MemKind::kCount) ||
-            dst >= static_cast<uint64_t>(MemKind::kCount)) {
-          return -1;
-        }
-        e.type = trace::EventType::kCopy;
-        e.duration_ns = u[0];
-        e.api = static_cast<uint32_t>(u[1]);
-        e.dir = static_cast<CopyDir>(bits & trace::kCopyDirMask);
-        e.async = (bits & trace::kCopyAsync) != 0;
-        e.src = static_cast<MemKind>(src);
-        e.dst = static_cast<MemKind>(dst);
-        e.bytes = u[4];
-        e.stack = StackId(u[5]);
-        prev_stream_ += static_cast<uint64_t>(ds);
-        prev_host_ptr_ += static_cast<uint64_t>(dp);
-        prev_alloc_id_ += static_cast<uint64_t>(da);
-        e.stream = prev_stream_;
-        e.host_ptr = prev_host_ptr_;
-        e.alloc_id = prev_alloc_id_;
-        e.host_flags = static_cast<uint32_t>(flags);
-        e.result = static_cast<int32_t>(result);
-        if (bits & trace::kCopyHasDevice) prev_device_ = static_cast<int32_t>(device);
-        e.device = prev_device_;
-        e.staged_workers = static_cast<uint32_t>(staged_workers);
-        e.staged_chunk_bytes = staged_chunk;
-        break;
-      }
-      case trace::EventType::kPin: {
-        trace::PinFields f;
-        if (!trace::GetFields(q, end, &f) || f.op > 3) return -1;
-        e.type = trace::EventType::kPin;
-        e.duration_ns = f.duration_ns;
-        e.api = static_cast<uint32_t>(f.api);
-        e.op = static_cast<PinOp>(f.op);
-        e.ptr = f.ptr;
-        e.bytes = f.bytes;
-        e.flags = static_cast<uint32_t>(f.flags);
-        e.stack = StackId(f.stack);
-        e.result = static_cast<int32_t>(f.result);
-        e.device = static_cast<int32_t>(f.device);
-        break;
-      }
-      case trace::EventType::kHostAlloc: {
-        trace::HostAllocFields f;
-        if (!trace::GetFields(q, end, &f)) return -1;
-        e.type = trace::EventType::kHostAlloc;
-        e.duration_ns = 0;
-        e.alloc_id = f.alloc_id;
-        e.ptr = f.ptr;
-        e.bytes = f.bytes;
-        e.is_free = (f.bits & 1) != 0;
-        e.source = static_cast<uint8_t>(f.bits >> 1);
-        e.stack = StackId(f.stack);
-        break;
-      }
-      case trace::EventType::kMisuse: {
-        trace::MisuseFields f;
-        if (!trace::GetFields(q, end, &f)) return -1;
-        e.type = trace::EventType::kMisuse;
-        e.duration_ns = 0;
-        e.misuse = static_cast<trace::MisuseKind>(f.kind);
-        e.ptr = f.ptr;
-        e.bytes = f.bytes;
-        e.stack = StackId(f.stack);
-        e.detail = static_cast<uint32_t>(f.detail);
-        break;
-      }
-      case trace::EventType::kSample: {
-        trace::SampleFields f;
-        if (!trace::GetFields(q, end, &f)) return -1;
-        e.type = trace::EventType::kSample;
-        e.duration_ns = 0;
-#define PINSHIM_SAMPLE_FIELD(name, type, layout, absent) e.name = f.name;
-        PINSHIM_SAMPLE_FIELDS(PINSHIM_SAMPLE_FIELD)
-#undef PINSHIM_SAMPLE_FIELD
-        break;
-      }
-      case trace::EventType::kSync: {
-        trace::SyncFields f;
-        if (!trace::GetFields(q, end, &f)) return -1;
-        e.type = trace::EventType::kSync;
-        e.duration_ns = f.duration_ns;
-        e.api = static_cast<uint32_t>(f.api);
-        e.sync = static_cast<trace::SyncKind>(f.kind);
-        prev_sync_stream_ += static_cast<uint64_t>(f.stream);
-        e.stream = prev_sync_stream_;
-        e.event_handle = f.event;
-        e.result = static_cast<int32_t>(f.result);
-        e.device = static_cast<int32_t>(f.device);  // -1 in traces older than the field
-        break;
-      }
-      case trace::EventType::kStream: {
-        trace::StreamFields f;
-        if (!trace::GetFields(q, end, &f)) return -1;
-        e.type = trace::EventType::kStream;
-        e.duration_ns = f.duration_ns;
-        e.api = static_cast<uint32_t>(f.api);
-        e.stream = f.stream;
-        e.flags = static_cast<uint32_t>(f.flags);
-        e.priority = static_cast<int32_t>(f.priority);
-        e.result = static_cast<int32_t>(f.result);
-        e.device = static_cast<int32_t>(f.device);
-        e.stack = 0;
-        break;
-      }
-      case trace::EventType::kGraph: {
-        trace::GraphFields f;
-        if (!trace::GetFields(q, end, &f) || f.op > 255) return -1;
-        e.type = trace::EventType::kGraph;
-        e.duration_ns = f.duration_ns;
-        e.api = static_cast<uint32_t>(f.api);
-        e.graph_op = static_cast<trace::GraphOp>(f.op);
-        e.stream = f.stream;
-        e.graph_handle = f.graph;
-        e.result = static_cast<int32_t>(f.result);
-        e.device = static_cast<int32_t>(f.device);
-        e.stack = 0;
-        break;
-      }
-      case trace::EventType::kBudgetDecision: {
-        trace::BudgetDecisionFields f;
-        if (!trace::GetFields(q, end, &f)) return -1;
-        // Owners, decisions and limiters this reader cannot name are kept
-        // (a newer writer may add some); the report calls them "unknown".
-        if (f.owner > 255 || f.decision > 255 || f.limiter > 255) return -1;
-        e.type = trace::EventType::kBudgetDecision;
-        e.duration_ns = 0;
-        e.budget_owner = static_cast<trace::BudgetOwner>(f.owner);
-        e.budget_decision = static_cast<trace::BudgetDecision>(f.decision);
-        e.budget_limiter = static_cast<trace::BudgetLimiter>(f.limiter);
-        e.evictor_called = (f.evictor_called & trace::kBudgetEvictorCalled) != 0;
-        e.bytes = f.bytes;
-        e.evicted_bytes = f.evicted_bytes;
-        e.process_pinned = f.process_pinned;
-        e.process_budget = f.process_budget;
-        e.node_pinned = f.node_pinned;
-        e.node_budget = f.node_budget;
-        e.stack = StackId(f.stack);
-        break;
-      }
-      case trace::EventType::kOwnPin: {
-        trace::OwnPinFields f;  // stack and detail: 0 in traces older than them
-        if (!trace::GetFields(q, end, &f) || f.action > 255 || f.part > 255 || f.reason > 255) {
-          return -1;
-        }
-        e.type = trace::EventType::kOwnPin;
-        e.duration_ns = 0;
-        e.own_action = static_cast<OwnPinAction>(f.action);
-        e.own_part = static_cast<OwnPinPart>(f.part);
-        e.own_reason = static_cast<OwnPinReason>(f.reason);
-        e.ptr = f.ptr;
-        e.bytes = f.bytes;
-        e.alloc_id = f.alloc_id;
-        e.result = static_cast<int32_t>(f.result);
-        e.stack = StackId(f.stack);
-        e.own_detail = static_cast<uint32_t>(f.detail);
-        break;
-      }
-      case trace::EventType::kPathVerdict: {
-        trace::PathVerdictFields f;
-        if (!trace::GetFields(q, end, &f)) return -1;
-        e.type = trace::EventType::kPathVerdict;
-        e.duration_ns = 0;
-        e.stack = 0;
-        e.verdict = f;
-        break;
-      }
-      case trace::EventType::kOptimizeCounters: {
-        OptimizeCountersEvent c{};
-        if (!trace::GetFields(q, end, &c)) return -1;
-        e.type = trace::EventType::kOptimizeCounters;
-        e.duration_ns = 0;
-        e.stack = 0;
-        e.counters = c;
-        break;
-      }
-      case trace::EventType::kDropped: {
-        trace::DroppedFields f;
-        if (!trace::GetFields(q, end, &f)) return -1;
-        e.type = trace::EventType::kDropped;
-        e.duration_ns = 0;
-        e.dropped = f.count;
-        break;
-      }
+    const uint64_t time = prev_time_ + static_cast<uint64_t>(dt);
+    bool ok;
+    using trace::EventType;
+    switch (static_cast<EventType>(type)) {
+      case EventType::kCopy: ok = Copy(q, end); break;
+      case EventType::kPin: ok = Pin(q, end); break;
+      case EventType::kHostAlloc: ok = HostAlloc(q, end); break;
+      case EventType::kMisuse: ok = Misuse(q, end); break;
+      case EventType::kSample: ok = Sample(q, end); break;
+      case EventType::kSync: ok = Sync(q, end); break;
+      case EventType::kStream: ok = Stream(q, end); break;
+      case EventType::kGraph: ok = Graph(q, end); break;
+      case EventType::kBudgetDecision: ok = BudgetDecision(q, end); break;
+      case EventType::kOwnPin: ok = OwnPin(q, end); break;
+      case EventType::kPathVerdict: ok = PathVerdict(q, end); break;
+      case EventType::kOptimizeCounters: ok = Counters(q, end); break;
+      case EventType::kDropped: ok = Dropped(q, end); break;
       default: prev_time_ = time; return 0;
     }
+    if (!ok) return -1;  // the time base stays that of the last good event
     prev_time_ = time;
-    e.time_ns = time;
+    event_.type = static_cast<EventType>(type);
+    event_.time_ns = time;
     return 1;
+  }
+
+  // Each reads one event type's fields into event_; false when malformed.
+  // Fields an event type does not have are set as Event says (zero).
+  bool Copy(const uint8_t* q, const uint8_t* end) {
+    trace::CopyFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    const uint64_t src = f.kinds & 7, dst = (f.kinds >> 3) & 7;
+    const uint64_t kinds = static_cast<uint64_t>(MemKind::kCount);
+    if (src >= kinds || dst >= kinds) return false;
+    Event& e = event_;
+    e.duration_ns = f.duration_ns;
+    e.api = static_cast<uint32_t>(f.api);
+    e.dir = static_cast<CopyDir>(f.bits & trace::kCopyDirMask);
+    e.async = (f.bits & trace::kCopyAsync) != 0;
+    e.src = static_cast<MemKind>(src);
+    e.dst = static_cast<MemKind>(dst);
+    e.bytes = f.bytes;
+    e.stack = StackId(f.stack);
+    e.stream = prev_stream_ += static_cast<uint64_t>(f.stream);
+    e.host_ptr = prev_host_ptr_ += static_cast<uint64_t>(f.host_ptr);
+    e.alloc_id = prev_alloc_id_ += static_cast<uint64_t>(f.alloc_id);
+    e.host_flags = static_cast<uint32_t>(f.host_flags);
+    e.result = static_cast<int32_t>(f.result);
+    if (f.bits & trace::kCopyHasDevice) prev_device_ = static_cast<int32_t>(f.device);
+    e.device = prev_device_;
+    e.staged_workers = static_cast<uint32_t>(f.staged_workers);
+    e.staged_chunk_bytes = f.staged_chunk_bytes;
+    return true;
+  }
+
+  bool Pin(const uint8_t* q, const uint8_t* end) {
+    trace::PinFields f;
+    if (!trace::GetFields(q, end, &f) || f.op > 3) return false;
+    Event& e = event_;
+    e.duration_ns = f.duration_ns;
+    e.api = static_cast<uint32_t>(f.api);
+    e.op = static_cast<PinOp>(f.op);
+    e.ptr = f.ptr;
+    e.bytes = f.bytes;
+    e.flags = static_cast<uint32_t>(f.flags);
+    e.stack = StackId(f.stack);
+    e.result = static_cast<int32_t>(f.result);
+    e.device = static_cast<int32_t>(f.device);
+    return true;
+  }
+
+  bool HostAlloc(const uint8_t* q, const uint8_t* end) {
+    trace::HostAllocFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    Event& e = event_;
+    e.duration_ns = 0;
+    e.alloc_id = f.alloc_id;
+    e.ptr = f.ptr;
+    e.bytes = f.bytes;
+    e.is_free = (f.bits & 1) != 0;
+    e.source = static_cast<uint8_t>(f.bits >> 1);
+    e.stack = StackId(f.stack);
+    return true;
+  }
+
+  bool Misuse(const uint8_t* q, const uint8_t* end) {
+    trace::MisuseFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    Event& e = event_;
+    e.duration_ns = 0;
+    e.misuse = static_cast<trace::MisuseKind>(f.kind);
+    e.ptr = f.ptr;
+    e.bytes = f.bytes;
+    e.stack = StackId(f.stack);
+    e.detail = static_cast<uint32_t>(f.detail);
+    return true;
+  }
+
+  bool Sample(const uint8_t* q, const uint8_t* end) {
+    trace::SampleFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    event_.duration_ns = 0;
+#define PINSHIM_SAMPLE_FIELD(name, type, layout, absent) event_.name = f.name;
+    PINSHIM_SAMPLE_FIELDS(PINSHIM_SAMPLE_FIELD)
+#undef PINSHIM_SAMPLE_FIELD
+    return true;
+  }
+
+  bool Sync(const uint8_t* q, const uint8_t* end) {
+    trace::SyncFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    Event& e = event_;
+    e.duration_ns = f.duration_ns;
+    e.api = static_cast<uint32_t>(f.api);
+    e.sync = static_cast<trace::SyncKind>(f.kind);
+    e.stream = prev_sync_stream_ += static_cast<uint64_t>(f.stream);
+    e.event_handle = f.event;
+    e.result = static_cast<int32_t>(f.result);
+    e.device = static_cast<int32_t>(f.device);  // -1 in traces older than the field
+    return true;
+  }
+
+  bool Stream(const uint8_t* q, const uint8_t* end) {
+    trace::StreamFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    Event& e = event_;
+    e.duration_ns = f.duration_ns;
+    e.api = static_cast<uint32_t>(f.api);
+    e.stream = f.stream;
+    e.flags = static_cast<uint32_t>(f.flags);
+    e.priority = static_cast<int32_t>(f.priority);
+    e.result = static_cast<int32_t>(f.result);
+    e.device = static_cast<int32_t>(f.device);
+    e.stack = 0;
+    return true;
+  }
+
+  bool Graph(const uint8_t* q, const uint8_t* end) {
+    trace::GraphFields f;
+    if (!trace::GetFields(q, end, &f) || f.op > 255) return false;
+    Event& e = event_;
+    e.duration_ns = f.duration_ns;
+    e.api = static_cast<uint32_t>(f.api);
+    e.graph_op = static_cast<trace::GraphOp>(f.op);
+    e.stream = f.stream;
+    e.graph_handle = f.graph;
+    e.result = static_cast<int32_t>(f.result);
+    e.device = static_cast<int32_t>(f.device);
+    e.stack = 0;
+    return true;
+  }
+
+  // Owners, decisions and limiters this reader cannot name are kept (a
+  // newer writer may add some); the report calls them "unknown".
+  bool BudgetDecision(const uint8_t* q, const uint8_t* end) {
+    trace::BudgetDecisionFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    if (f.owner > 255 || f.decision > 255 || f.limiter > 255) return false;
+    Event& e = event_;
+    e.duration_ns = 0;
+    e.budget_owner = static_cast<trace::BudgetOwner>(f.owner);
+    e.budget_decision = static_cast<trace::BudgetDecision>(f.decision);
+    e.budget_limiter = static_cast<trace::BudgetLimiter>(f.limiter);
+    e.evictor_called = (f.evictor_called & trace::kBudgetEvictorCalled) != 0;
+    e.bytes = f.bytes;
+    e.evicted_bytes = f.evicted_bytes;
+    e.process_pinned = f.process_pinned;
+    e.process_budget = f.process_budget;
+    e.node_pinned = f.node_pinned;
+    e.node_budget = f.node_budget;
+    e.stack = StackId(f.stack);
+    return true;
+  }
+
+  bool OwnPin(const uint8_t* q, const uint8_t* end) {
+    trace::OwnPinFields f;  // stack and detail: 0 in traces older than them
+    if (!trace::GetFields(q, end, &f) || f.action > 255 || f.part > 255 || f.reason > 255) {
+      return false;
+    }
+    Event& e = event_;
+    e.duration_ns = 0;
+    e.own_action = static_cast<OwnPinAction>(f.action);
+    e.own_part = static_cast<OwnPinPart>(f.part);
+    e.own_reason = static_cast<OwnPinReason>(f.reason);
+    e.ptr = f.ptr;
+    e.bytes = f.bytes;
+    e.alloc_id = f.alloc_id;
+    e.result = static_cast<int32_t>(f.result);
+    e.stack = StackId(f.stack);
+    e.own_detail = static_cast<uint32_t>(f.detail);
+    return true;
+  }
+
+  bool PathVerdict(const uint8_t* q, const uint8_t* end) {
+    trace::PathVerdictFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    event_.duration_ns = 0;
+    event_.stack = 0;
+    event_.verdict = f;
+    return true;
+  }
+
+  bool Counters(const uint8_t* q, const uint8_t* end) {
+    OptimizeCountersEvent c{};
+    if (!trace::GetFields(q, end, &c)) return false;
+    event_.duration_ns = 0;
+    event_.stack = 0;
+    event_.counters = c;
+    return true;
+  }
+
+  bool Dropped(const uint8_t* q, const uint8_t* end) {
+    trace::DroppedFields f;
+    if (!trace::GetFields(q, end, &f)) return false;
+    event_.duration_ns = 0;
+    event_.dropped = f.count;
+    return true;
   }
 
   const uint8_t* p_;

@@ -5,9 +5,8 @@
 // events are indexed. Damage does not stop the scan: a bad frame is skipped up
 // to the next frame whose checksum holds, and Damage says how much was lost.
 // Events are then decoded on demand, merged across threads in time order;
-// each event's fields are read by name through the format's field tables
-// (kCopy's by hand), so older and newer writers' records read as
-// trace_format.h says.
+// each event's fields are read by name through the format's field tables,
+// so older and newer writers' records read as trace_format.h says.
 #ifndef PINSHIM_ANALYZER_REPORT_TRACE_READER_H_
 #define PINSHIM_ANALYZER_REPORT_TRACE_READER_H_
 
@@ -200,6 +199,13 @@ struct Event {
   }
 };
 
+// What a capped trace kept once its per-event detail ended (kSiteTotals):
+// per-site copy totals and counts of the other events not written.
+struct SiteTotals {
+  trace::SiteTotalsFields header;
+  std::vector<trace::SiteCellFields> cells;
+};
+
 class EventVisitor {
  public:
   virtual ~EventVisitor() = default;
@@ -248,6 +254,8 @@ class TraceReader {
   size_t batch_count() const { return batches_.size(); }
   uint64_t first_event_ns() const { return first_ns_; }
   uint64_t last_event_ns() const { return last_ns_; }
+  // Null when the trace's detail never ended (no kSiteTotals frame).
+  const SiteTotals* site_totals() const { return has_totals_ ? &totals_ : nullptr; }
 
   // One line describing the damage, "" when there is none worth saying.
   std::string DescribeDamage() const;
@@ -271,6 +279,7 @@ class TraceReader {
   void ParsePythonCode(const uint8_t* p, const uint8_t* end);
   void ParseApiNames(const uint8_t* p, const uint8_t* end);
   void ParseBatch(const uint8_t* p, const uint8_t* end, uint64_t offset);
+  void ParseSiteTotals(const uint8_t* p, const uint8_t* end);
 
   std::string path_;
   const uint8_t* data_ = nullptr;
@@ -288,6 +297,8 @@ class TraceReader {
   uint64_t event_count_ = 0;
   uint64_t first_ns_ = 0;
   uint64_t last_ns_ = 0;
+  SiteTotals totals_;
+  bool has_totals_ = false;
 };
 
 }  // namespace report

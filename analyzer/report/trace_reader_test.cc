@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "shim/trace/site_totals.h"
 #include "tests/trace/trace_builder.h"
 
 namespace pinshim {
@@ -64,6 +65,125 @@ TraceReader* OpenString(const std::string& bytes, std::string* error) {
     return nullptr;
   }
   return r;
+}
+
+// The copy record on the field tables writes the bytes the format has
+// always had (trace_format.h's kCopy): fields in order, the optional ones
+// as the presence bits say; and reads them back.
+TEST(TraceReader, CopyRecordBytesAreTheFormats) {
+  trace::BatchEncoder enc;
+  uint8_t buf[1024];
+  enc.Init(buf, sizeof(buf));
+  CopyEvent e{};
+  e.api = 3;
+  e.dir = CopyDir::kDeviceToHost;
+  e.src_kind = MemKind::kDevice;
+  e.dst_kind = MemKind::kPageable;
+  e.async = true;
+  e.bytes = 300;
+  e.stream = reinterpret_cast<void*>(0x10);
+  e.host_ptr = reinterpret_cast<void*>(0x20);
+  e.host_alloc_id = 2;
+  e.host_flags = 5;
+  e.result = -1;
+  e.staged_workers = 4;
+  e.staged_chunk_bytes = 128;
+  e.start_ns = 1000;
+  e.end_ns = 1100;
+  enc.AppendCopy(e, 7, 1);
+  const uint8_t bits = 1 | trace::kCopyAsync | trace::kCopyHasFlags | trace::kCopyHasResult |
+                       trace::kCopyHasDevice | trace::kCopyStaged;
+  const uint8_t expected[] = {
+      1,    17,  // kCopy, payload length
+      0,         // time delta
+      100,  3,    bits, 5,
+      0xac, 0x02, 7,     // duration, api, bits, kinds (device, pageable), bytes 300, stack
+      0x20, 0x40, 4,     // stream, host pointer, allocation id (zigzag)
+      5,    1,    2,     // flags, result -1, device 1 (zigzag)
+      4,    0x80, 0x01,  // staged workers, chunk bytes 128
+  };
+  ASSERT_EQ(enc.size(), sizeof(expected));
+  EXPECT_EQ(memcmp(buf, expected, sizeof(expected)), 0);
+  // The same device again is not written; nor are absent optional fields.
+  CopyEvent plain{};
+  plain.dir = CopyDir::kHostToDevice;
+  plain.bytes = 1;
+  plain.start_ns = plain.end_ns = 1000;
+  const size_t before = enc.size();
+  enc.AppendCopy(plain, 7, 1);
+  EXPECT_EQ(enc.size() - before, 2u + 10u);
+
+  TraceBuilder b;
+  b.Process(testing::BuilderProcess{});
+  b.batch().AppendCopy(e, 7, 1);
+  b.batch().AppendCopy(plain, 7, 1);
+  b.Flush(10);
+  b.End(5000);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(b.bytes(), &error));
+  ASSERT_NE(r, nullptr) << error;
+  Collect c;
+  r->ForEachEvent(&c);
+  ASSERT_EQ(c.events.size(), 2u);
+  const Event& got = c.events[0];
+  EXPECT_EQ(got.dir, CopyDir::kDeviceToHost);
+  EXPECT_TRUE(got.async);
+  EXPECT_EQ(got.dst, MemKind::kPageable);
+  EXPECT_EQ(got.bytes, 300u);
+  EXPECT_EQ(got.stream, 0x10u);
+  EXPECT_EQ(got.host_ptr, 0x20u);
+  EXPECT_EQ(got.alloc_id, 2u);
+  EXPECT_EQ(got.host_flags, 5u);
+  EXPECT_EQ(got.result, -1);
+  EXPECT_EQ(got.device, 1);
+  EXPECT_EQ(got.staged_workers, 4u);
+  EXPECT_EQ(got.staged_chunk_bytes, 128u);
+  EXPECT_EQ(c.events[1].device, 1);  // carried from the previous copy
+  EXPECT_EQ(c.events[1].staged_workers, 0u);
+  EXPECT_EQ(r->damage().bad_events, 0u);
+}
+
+// kSiteTotals: the frame of the highest sequence is the one read, cells
+// and counts intact.
+TEST(TraceReader, SiteTotalsHighestSequenceWins) {
+  static trace::SiteTotals totals;
+  trace::SiteCopy copy{};
+  copy.stack = 5;
+  copy.dir = CopyDir::kHostToDevice;
+  copy.src = MemKind::kPageable;
+  copy.dst = MemKind::kDevice;
+  copy.bytes = 4096;
+  copy.call_ns = 10;
+  copy.overlap_ns = 3;
+  static uint8_t buf[trace::kMaxSiteTotalsBytes];
+  TraceBuilder b;
+  b.Process(testing::BuilderProcess{});
+  for (uint64_t sequence : {1, 3, 2}) {
+    totals.Add(copy);
+    trace::SiteTotalsFields h;
+    h.version = trace::kSiteTotalsVersion;
+    h.sequence = sequence;
+    h.detail_end_ns = 77;
+    h.detail_bytes = 1 << 20;
+    const size_t n = totals.Encode(h, buf, sizeof(buf));
+    b.Frame(trace::FrameType::kSiteTotals, std::string(reinterpret_cast<char*>(buf), n));
+  }
+  b.End(5000);
+  std::string error;
+  std::unique_ptr<TraceReader> r(OpenString(b.bytes(), &error));
+  ASSERT_NE(r, nullptr) << error;
+  const SiteTotals* t = r->site_totals();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->header.sequence, 3u);
+  EXPECT_EQ(t->header.copies, 2u);  // the frame written second
+  EXPECT_EQ(t->header.detail_end_ns, 77u);
+  ASSERT_EQ(t->cells.size(), 1u);
+  EXPECT_EQ(t->cells[0].stack, 5u);
+  EXPECT_EQ(t->cells[0].copies, 2u);
+  EXPECT_EQ(t->cells[0].bytes, 8192u);
+  EXPECT_EQ(t->cells[0].size_class, 12u);
+  EXPECT_EQ(t->cells[0].overlap_ns, 6u);
+  EXPECT_EQ(r->damage().bad_events, 0u);
 }
 
 // Every field of the process header lands in ProcessInfo (the writer's

@@ -91,6 +91,8 @@
 #include "shim/core/reentry.h"
 
 namespace pinshim {
+class PromWriter;
+
 namespace budget {
 
 enum class Decision : uint8_t {
@@ -260,6 +262,9 @@ class Budget {
   // Writes Prometheus text (textfile-collector style) atomically to path:
   // written to a temporary file in the same directory, then renamed.
   BudgetStatus WriteMetricsFile(const char* path) const;
+  // Families of the process's own that every metrics file gets after the
+  // budget's (the library's copy metrics); null: none. Set once at start-up.
+  static void SetMetricsExtra(void (*write)(PromWriter& w));
 
   // Writes the configured metrics file, if any. The message is set only when
   // writing starts failing (one warning per run of failures, with the

@@ -15,7 +15,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include <atomic>
+
 #include "shim/budget/budget.h"
+#include "shim/core/prom_text.h"
 #include "shim/core/safe_file.h"
 
 namespace pinshim {
@@ -24,47 +27,25 @@ namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
-// Buffered writes to a file descriptor without stdio (which allocates).
-class FdWriter {
- public:
-  explicit FdWriter(int fd) : fd_(fd) {}
-
-  void Printf(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
-    if (used_ + kMaxLine > sizeof(buf_)) Flush();
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf_ + used_, sizeof(buf_) - used_, fmt, ap);
-    va_end(ap);
-    // Lines are far shorter than kMaxLine; a longer one is cut, not overrun.
-    const size_t room = sizeof(buf_) - used_ - 1;
-    if (n > 0) used_ += static_cast<size_t>(n) < room ? static_cast<size_t>(n) : room;
-  }
-
-  // Returns 0 or the first write error.
-  int Flush() {
-    for (size_t off = 0; off < used_ && error_ == 0;) {
-      ssize_t n = write(fd_, buf_ + off, used_ - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        error_ = n < 0 ? errno : EIO;
-        break;
-      }
-      off += static_cast<size_t>(n);
-    }
-    used_ = 0;
-    return error_;
-  }
-
- private:
-  static constexpr size_t kMaxLine = 512;
-  int fd_;
-  int error_ = 0;
-  size_t used_ = 0;
-  char buf_[16384];
-};
+using FdWriter = PromWriter;
 
 void Family(FdWriter& w, const char* name, const char* type, const char* help) {
-  w.Printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  w.Family(name, type, help);
+}
+
+// Extra families of the process's own (live_counters.h), set by the library.
+std::atomic<void (*)(PromWriter&)> g_extra{nullptr};
+
+// The memory kind of an owner's pinning, as the copy metrics' `memory`
+// label names it (docs/production.md: an open list).
+const char* KindOfOwner(Owner o) {
+  switch (o) {
+    case Owner::kProgramAlloc: return "pinned";
+    case Owner::kProgramRegister: return "registered";
+    case Owner::kPinshimPool:
+    case Owner::kPinshimCache: return "pinshim";
+  }
+  return "unknown";
 }
 
 // One process as the metrics see it.
@@ -126,12 +107,14 @@ void Labels(const ProcessRow& row, char (&out)[48]) {
 // The per-process families: pinned bytes by owner, budget, counters.
 void WriteProcessFamilies(const Budget& budget, FdWriter& w) {
   char labels[48];
-  Family(w, "pinshim_pinned_bytes", "gauge", "Host memory pinned by a process, by owner.");
+  Family(w, "pinshim_pinned_bytes", "gauge",
+         "Host memory pinned by a process, by owner and memory kind.");
   ForEachProcess(budget, [&](const ProcessRow& row) {
     Labels(row, labels);
     for (int o = 0; o < kOwnerCount; ++o) {
-      w.Printf("pinshim_pinned_bytes{%s,owner=\"%s\"} %llu\n", labels,
-               OwnerName(static_cast<Owner>(o)), static_cast<unsigned long long>(row.bytes[o]));
+      w.Printf("pinshim_pinned_bytes{%s,owner=\"%s\",kind=\"%s\"} %llu\n", labels,
+               OwnerName(static_cast<Owner>(o)), KindOfOwner(static_cast<Owner>(o)),
+               static_cast<unsigned long long>(row.bytes[o]));
     }
   });
   Family(w, "pinshim_process_budget_bytes", "gauge",
@@ -227,12 +210,17 @@ void WriteNodeFamilies(const Budget& budget, const LedgerHeader& h, FdWriter& w)
 
 void WriteBody(const Budget& budget, FdWriter& w) {
   WriteProcessFamilies(budget, w);
+  if (auto* extra = g_extra.load(std::memory_order_acquire)) extra(w);
   const Ledger& ledger = budget.ledger();
   if (!ledger.is_open()) return;
   WriteNodeFamilies(budget, ledger.header(), w);
 }
 
 }  // namespace
+
+void Budget::SetMetricsExtra(void (*write)(PromWriter& w)) {
+  g_extra.store(write, std::memory_order_release);
+}
 
 BudgetStatus Budget::WriteMetricsFile(const char* path) const {
   BudgetStatus status;

@@ -101,10 +101,16 @@ TEST(MetricsTest, ProcessOnlyBudget) {
   Exposition e = Parse(text);
   EXPECT_TRUE(e.problems.empty()) << e.problems[0] << "\n" << text;
   const std::string me = "pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
-  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_alloc\"}"), 3 * kMiB);
-  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_register\"}"), 0u);
-  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"pinshim_pool\"}"), 0u);
-  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"pinshim_cache\"}"), kMiB);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_alloc\",kind=\"pinned\"}"),
+            3 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me +
+                        ",owner=\"program_register\",kind=\"registered\"}"),
+            0u);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"pinshim_pool\",kind=\"pinshim\"}"),
+            0u);
+  EXPECT_EQ(
+      e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"pinshim_cache\",kind=\"pinshim\"}"),
+      kMiB);
   EXPECT_EQ(e.values.at("pinshim_process_budget_bytes{" + me + "}"), 8 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_grants_total{" + me + "}"), 2u);
   EXPECT_EQ(e.values.at("pinshim_denials_total{" + me + "}"), 0u);
@@ -135,8 +141,10 @@ TEST(MetricsTest, NodeLedgerShowsEveryProcessAndTheNode) {
   const std::string pid = "pid=\"" + std::to_string(getpid()) + "\"";
   const std::string la = pid + ",slot=\"" + std::to_string(a.Snapshot().slot) + "\"";
   const std::string lb = pid + ",slot=\"" + std::to_string(b.Snapshot().slot) + "\"";
-  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + la + ",owner=\"program_alloc\"}"), 6 * kMiB);
-  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + lb + ",owner=\"pinshim_pool\"}"), 3 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + la + ",owner=\"program_alloc\",kind=\"pinned\"}"),
+            6 * kMiB);
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + lb + ",owner=\"pinshim_pool\",kind=\"pinshim\"}"),
+            3 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_process_budget_bytes{" + la + "}"), 0u);
   EXPECT_EQ(e.values.at("pinshim_process_budget_bytes{" + lb + "}"), 4 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_denials_total{" + lb + "}"), 1u);
@@ -251,7 +259,8 @@ TEST(MetricsTest, ReplacementIsAtomic) {
       // The grants counter and the pinned bytes move together.
       const std::string me = "{pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
       uint64_t grants = e.values[std::string("pinshim_grants_total") + me + "}"];
-      uint64_t pinned = e.values["pinshim_pinned_bytes" + me + ",owner=\"program_alloc\"}"];
+      uint64_t pinned =
+          e.values["pinshim_pinned_bytes" + me + ",owner=\"program_alloc\",kind=\"pinned\"}"];
       if (pinned != grants * 4096) torn.fetch_add(1);
       reads.fetch_add(1);
     }

@@ -38,8 +38,10 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "Host allocations of at least this size are tracked; below 64 KiB "
      "pinning does not speed copies up."},
     {ConfigKey::kMetricsFile, "PINSHIM_METRICS_FILE", "metrics_file", "none", "a file path",
-     "File enforce mode's metrics (Prometheus text) are rewritten to every "
-     "2 seconds and at exit."},
+     "File the process's metrics (Prometheus text: copies, pinned memory, "
+     "estimated time lost, and the budgets when they are enforced) are "
+     "rewritten to every 2 seconds and at exit, in every mode "
+     "(docs/production.md)."},
     {ConfigKey::kSampleMs, "PINSHIM_SAMPLE_MS", "sample_ms", "10", "an integer from 1 to 60000",
      "How often the trace samples pinned bytes, RSS and swap, in "
      "milliseconds."},
@@ -106,6 +108,9 @@ const ConfigKeyInfo kConfigKeys[kConfigKeyCount] = {
      "place) against the driver's own, per direction and size, and stop "
      "taking one where it is slower; 0 takes every path without measuring "
      "(for tests and benchmarks of the paths themselves)."},
+    {ConfigKey::kTraceMax, "PINSHIM_TRACE_MAX", "trace_max", "1G", "a size, 0 for none",
+     "Most bytes of per-event detail in one process's trace; past it the trace "
+     "keeps per-site totals of the copies only (needs a trace; docs/observe.md)."},
 };
 
 namespace {
@@ -561,6 +566,7 @@ void SetConfigDefaults(uint64_t physical_bytes, Config* config) {
   config->budget_bytes = 0;
   config->node_budget_bytes = 0;
   config->track_threshold_bytes = kDefaultTrackThreshold;
+  config->trace_max_bytes = kDefaultTraceMax;
   config->pin_cap_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(physical_bytes) *
                                                 kDefaultPinCapPercent / 100);
   config->physical_bytes = physical_bytes;
@@ -578,6 +584,8 @@ bool ParseConfigValue(ConfigKey key, const char* value, Config* config, char* er
   switch (key) {
     case ConfigKey::kMode: return ParseMode(value, &config->mode, err, err_len);
     case ConfigKey::kTraceDir: return CopyPath(value, config->trace_dir, err, err_len);
+    case ConfigKey::kTraceMax:
+      return ParseSizeValue(value, false, physical, &config->trace_max_bytes, err, err_len);
     case ConfigKey::kSummary: {
       const char* word = value;
       size_t len = Length(value);

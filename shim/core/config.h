@@ -16,6 +16,8 @@
 //       observe, optimize, enforce, comma-separated; observe always on
 // | PINSHIM_TRACE_DIR       | trace_dir       | no trace           |
 //       directory for the per-process traces
+// | PINSHIM_TRACE_MAX       | trace_max       | 1G                 |
+//       size, 0 = none: past it a trace keeps per-site totals only
 // | PINSHIM_SUMMARY         | summary         | 0                  |
 //       0 = none, 1 = stderr at exit, else a file path (%p = pid) that
 //       every process appends its record to; a word such as yes, true or
@@ -129,6 +131,7 @@ enum class ConfigKey : uint8_t {
   kPythonFrames,
   kCopyGuard,
   kSelfCheck,
+  kTraceMax,
   kCount,
 };
 constexpr int kConfigKeyCount = static_cast<int>(ConfigKey::kCount);
@@ -143,6 +146,7 @@ constexpr uint64_t kDefaultTrackThreshold = 64 * 1024;
 // Tracking smaller allocations slows every malloc and pinning them gains
 // nothing: a smaller PINSHIM_TRACK_THRESHOLD is refused.
 constexpr uint64_t kMinTrackThreshold = 4 * 1024;
+constexpr uint64_t kDefaultTraceMax = uint64_t{1} << 30;
 constexpr uint32_t kDefaultSampleMs = 10;
 constexpr uint32_t kMaxSampleMs = 60000;
 constexpr uint32_t kDefaultPinCapPercent = 25;
@@ -177,6 +181,7 @@ struct Config {
   uint64_t node_budget_bytes;
   uint64_t track_threshold_bytes;
   uint64_t pin_cap_bytes;
+  uint64_t trace_max_bytes;           // 0: traces are not capped
   uint64_t physical_bytes;            // what percentages were taken of; 0 if unknown
   char trace_dir[kConfigPathMax];     // "" = no trace
   char summary_path[kConfigPathMax];  // set when summary == kFile

@@ -1,5 +1,7 @@
 #include "shim/core/stats.h"
 
+#include "shim/core/live_counters.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -84,6 +86,7 @@ void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags,
 }
 
 void CountPin(ApiId api, PinOp op, uint32_t flags, uint64_t bytes, bool failed) {
+  if (!failed) CountLivePin(op, bytes);
   uint64_t key = kUsed | kPinRecord | (uint64_t{api} << 32) | (uint64_t(op) << 48) | flags;
   Add(key, bytes, failed);
 }
@@ -151,6 +154,7 @@ void WriteSummary(int fd, int pid, const char* program, const char* mode,
 }
 
 void ResetStats() {
+  ResetLiveCounters();
   for (Slot& s : g_slots) {
     s.calls.store(0, std::memory_order_relaxed);
     s.bytes.store(0, std::memory_order_relaxed);

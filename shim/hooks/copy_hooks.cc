@@ -27,9 +27,9 @@
 namespace pinshim {
 namespace {
 
+using hook::CopyStartTime;
 using hook::CurrentDevice;
 using hook::NowNs;
-using hook::StartTime;
 
 using optimize::CopyCall;
 using optimize::CopyForm;
@@ -182,11 +182,22 @@ CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
   return s;
 }
 
-inline void Finish(Api api, const CopyCall& c, CUresult r, uint64_t start_ns) {
+// `host_before`: the host side's kind before the copy path ran (which may
+// pin it in place).
+inline void Finish(Api api, const CopyCall& c, CUresult r, uint64_t start_ns, MemKind host_before) {
   const CopyShape& s = c.shape;
   const CopyDir dir = DirOf(s);
   CountCopy(api, dir, s.src, s.dst, s.host_flags, s.bytes, r != CUDA_SUCCESS);
   if (start_ns == 0) return;
+  const uint64_t end_ns = NowNs();
+  const MemKind host_after = dir == CopyDir::kDeviceToHost ? s.dst : s.src;
+  if (LiveCountersEnabled()) {
+    CountLiveCopy(LiveCopy{
+        dir, s.src, s.dst, c.async, r != CUDA_SUCCESS, c.staged,
+        host_before == MemKind::kPageable && host_after == MemKind::kPinnedByPinshim && !c.staged,
+        s.bytes, start_ns, end_ns - start_ns});
+  }
+  if (!trace::RecorderActive()) return;
   CopyEvent e;
   e.api = api;
   e.dir = dir;
@@ -199,7 +210,7 @@ inline void Finish(Api api, const CopyCall& c, CUresult r, uint64_t start_ns) {
   e.host_flags = s.host_flags;
   e.stream = c.stream;
   e.start_ns = start_ns;
-  e.end_ns = NowNs();
+  e.end_ns = end_ns;
   e.result = r;
   if (c.staged) {
     e.staged_workers = c.staged_info.workers;
@@ -232,10 +243,12 @@ CUresult CopyHook(Api api, bool async, CUstream stream, Describe describe, Args.
   call.per_thread = kDriverEntries[api].per_thread;
   call.capture_open = g_open_captures.load(std::memory_order_relaxed) != 0;
   if (call.form != CopyForm::kBatch) OpenGuardedPagesForDriver(call.shape);
-  const uint64_t start_ns = StartTime();
+  const uint64_t start_ns = CopyStartTime();
+  const MemKind host_before =
+      DirOf(call.shape) == CopyDir::kDeviceToHost ? call.shape.dst : call.shape.src;
   auto driver = [&] { return real(args...); };
   const CUresult r = optimize::RunCopy(EngineFor(call), &call, driver);
-  Finish(api, call, r, start_ns);
+  Finish(api, call, r, start_ns, host_before);
   return r;
 }
 

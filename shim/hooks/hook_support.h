@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "shim/core/live_counters.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
@@ -51,6 +52,11 @@ inline uint64_t NowNs() {
 
 // 0 (and no clock read) unless a trace is being written.
 inline uint64_t StartTime() { return trace::RecorderActive() ? NowNs() : 0; }
+
+// The same for a copy, which the live metrics (PINSHIM_METRICS_FILE) time too.
+inline uint64_t CopyStartTime() {
+  return trace::RecorderActive() || LiveCountersEnabled() ? NowNs() : 0;
+}
 
 // The device of the calling thread's current context, -1 when none.
 int CurrentDevice() PINSHIM_HIDDEN;

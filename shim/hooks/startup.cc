@@ -183,6 +183,7 @@ void StartTracing() {
   FormatMode(g_config.mode, mode, sizeof(mode));
   options.mode = mode;
   options.sample_ms = g_config.sample_ms;
+  options.trace_max = g_config.trace_max_bytes;
   options.budget_bytes = g_config.has_budget ? g_config.budget_bytes : 0;
   options.wc_guard = g_config.wc_guard;
   options.python_frames = g_config.python_frames;
@@ -242,8 +243,10 @@ void Init() {
   }
   InstallForkHandlers();  // before any thread of pinshim's iterates modules
   g_track_threshold = g_config.track_threshold_bytes;
-  if ((g_config.mode & kModeEnforce) != 0) {
-    StartEnforcing();
+  if (g_config.metrics_file[0] != '\0') UseLiveMetrics();
+  if ((g_config.mode & kModeEnforce) != 0) StartEnforcing();
+  // Enforce mode's thread also keeps the ledger's heartbeat.
+  if ((g_config.mode & kModeEnforce) != 0 || g_config.metrics_file[0] != '\0') {
     StartMetricsThread();
   }
   if ((g_config.mode & kModeOptimize) != 0) {
@@ -275,6 +278,8 @@ __attribute__((destructor)) static void PinshimDestructor() {
   if (g_enforce && g_config.metrics_file[0] != '\0') {
     const budget::BudgetStatus status = budget::Budget::Process().WriteMetricsNow();
     if (status.message[0] != '\0') LogLine("%s", status.message);
+  } else if (g_config.metrics_file[0] != '\0') {
+    WriteLiveMetricsFile();
   }
 }
 

@@ -66,6 +66,11 @@ void InstallForkHandlers() PINSHIM_HIDDEN;
 // mode with PINSHIM_METRICS_FILE (a fork child starts its own); the trim
 // thread in optimize mode with PINSHIM_IDLE_TRIM_S (false: not started).
 void StartMetricsThread() PINSHIM_HIDDEN;
+// Live metrics in every mode (metrics_file.cc): UseLiveMetrics at start-up
+// when PINSHIM_METRICS_FILE is set; WriteLiveMetricsFile writes observe and
+// optimize mode's file (enforce mode's budget writes its own).
+void UseLiveMetrics() PINSHIM_HIDDEN;
+void WriteLiveMetricsFile() PINSHIM_HIDDEN;
 bool StartTrimThread() PINSHIM_HIDDEN;
 
 // Writes the summary PINSHIM_SUMMARY asks for, at exit (summary.cc).

@@ -1,5 +1,6 @@
-// pinshim's own threads: the metrics writer (enforce mode) and the idle trim
-// (optimize mode). Each starts with every signal blocked and counts nothing.
+// pinshim's own threads: the metrics writer (enforce mode, or any mode with
+// PINSHIM_METRICS_FILE) and the idle trim (optimize mode). Each starts with every signal blocked
+// and counts nothing.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -25,7 +26,9 @@ void* MetricsMain(void*) {
   ReentryGuard::HoldForever(Reentry::kHook);
   const bool metrics = g_config.metrics_file[0] != '\0';
   for (;;) {
-    if (metrics) {
+    if (!g_enforce) {
+      WriteLiveMetricsFile();  // observe and optimize: this process's own file
+    } else if (metrics) {
       // A message only when writing the metrics starts failing or works again.
       const budget::BudgetStatus status = budget::Budget::Process().Tick();
       if (status.message[0] != '\0') LogLine("%s", status.message);
@@ -72,7 +75,8 @@ void* TrimMain(void*) {
 }  // namespace
 
 void StartMetricsThread() {
-  if (!g_enforce || (g_config.metrics_file[0] == '\0' && !g_config.has_node_budget)) return;
+  const bool metrics = g_config.metrics_file[0] != '\0';
+  if (!metrics && !(g_enforce && g_config.has_node_budget)) return;
   if (!StartQuietThread(MetricsMain)) {
     LogLine("cannot start pinshim's metrics thread; %s",
             g_config.metrics_file[0] != '\0' ? "the metrics file will not be updated"

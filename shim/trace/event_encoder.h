@@ -113,33 +113,28 @@ class BatchEncoder {
 
   // Each Append* requires HasRoom().
   void AppendCopy(const CopyEvent& e, uint32_t stack, int device) {
-    uint8_t* p = Begin(EventType::kCopy, e.start_ns);
-    uint32_t bits = static_cast<uint32_t>(e.dir) & kCopyDirMask;
-    if (e.async) bits |= kCopyAsync;
-    if (e.host_flags != 0) bits |= kCopyHasFlags;
-    if (e.result != 0) bits |= kCopyHasResult;
-    if (device != prev_device_) bits |= kCopyHasDevice;
-    if (e.staged_workers != 0) bits |= kCopyStaged;
-    p = PutVarint(p, Duration(e.start_ns, e.end_ns));
-    p = PutVarint(p, e.api);
-    p = PutVarint(p, bits);
-    p = PutVarint(p, static_cast<uint32_t>(e.src_kind) | (static_cast<uint32_t>(e.dst_kind) << 3));
-    p = PutVarint(p, e.bytes);
-    p = PutVarint(p, stack);
-    p = PutDelta(p, reinterpret_cast<uintptr_t>(e.stream), &prev_stream_);
-    p = PutDelta(p, reinterpret_cast<uintptr_t>(e.host_ptr), &prev_host_ptr_);
-    p = PutDelta(p, e.host_alloc_id, &prev_alloc_id_);
-    if (bits & kCopyHasFlags) p = PutVarint(p, e.host_flags);
-    if (bits & kCopyHasResult) p = PutSigned(p, e.result);
-    if (bits & kCopyHasDevice) {
-      p = PutSigned(p, device);
-      prev_device_ = device;
-    }
-    if (bits & kCopyStaged) {
-      p = PutVarint(p, e.staged_workers);
-      p = PutVarint(p, e.staged_chunk_bytes);
-    }
-    End(p);
+    CopyFields f;
+    f.bits = static_cast<uint32_t>(e.dir) & kCopyDirMask;
+    if (e.async) f.bits |= kCopyAsync;
+    if (e.host_flags != 0) f.bits |= kCopyHasFlags;
+    if (e.result != 0) f.bits |= kCopyHasResult;
+    if (device != prev_device_) f.bits |= kCopyHasDevice;
+    if (e.staged_workers != 0) f.bits |= kCopyStaged;
+    f.duration_ns = Duration(e.start_ns, e.end_ns);
+    f.api = e.api;
+    f.kinds = static_cast<uint32_t>(e.src_kind) | (static_cast<uint32_t>(e.dst_kind) << 3);
+    f.bytes = e.bytes;
+    f.stack = stack;
+    f.stream = Delta(reinterpret_cast<uintptr_t>(e.stream), &prev_stream_);
+    f.host_ptr = Delta(reinterpret_cast<uintptr_t>(e.host_ptr), &prev_host_ptr_);
+    f.alloc_id = Delta(e.host_alloc_id, &prev_alloc_id_);
+    f.host_flags = e.host_flags;
+    f.result = e.result;
+    f.device = device;
+    prev_device_ = device;
+    f.staged_workers = e.staged_workers;
+    f.staged_chunk_bytes = e.staged_chunk_bytes;
+    AppendFields(EventType::kCopy, e.start_ns, f);
   }
 
   void AppendPin(const PinEvent& e, uint32_t stack, int device) {
@@ -304,10 +299,6 @@ class BatchEncoder {
       len_ += 1 + n + payload;
     }
     ++count_;
-  }
-
-  static uint8_t* PutDelta(uint8_t* p, uint64_t value, uint64_t* prev) {
-    return PutSigned(p, Delta(value, prev));
   }
 
   static int64_t Delta(uint64_t value, uint64_t* prev) {

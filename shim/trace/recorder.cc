@@ -33,6 +33,7 @@
 #include "shim/trace/frame_writer.h"
 #include "shim/trace/module_map.h"
 #include "shim/trace/python_frames.h"
+#include "shim/trace/site_totals.h"
 #include "shim/trace/wc_guard.h"
 #include "shim/trace/wc_ranges.h"
 
@@ -43,6 +44,8 @@ namespace {
 constexpr size_t kBatchBytes = 64 * 1024;
 constexpr uint64_t kOwnerFlushAgeNs = 100 * 1000000ull;
 constexpr uint64_t kIdleFlushAgeNs = 250 * 1000000ull;
+// How often the site totals of a capped trace are brought up to date.
+constexpr uint64_t kSiteTotalsPeriodNs = 1000 * 1000000ull;
 constexpr size_t kModuleBufBytes = kMaxFramePayload;
 constexpr size_t kMaxModules = 4096;
 constexpr int kStackSlotsLog2 = 18;
@@ -69,6 +72,7 @@ struct ThreadBuffer {
   PythonRawFrame python_raw[kMaxPythonFrames];
   PythonCodeInfo python_code;
   uint8_t python_payload[kMaxPythonCodePayload];
+  SiteGaps gaps;  // past the cap: the thread's recent synchronous copies
   alignas(64) uint8_t data[kBatchBytes];
 };
 
@@ -120,6 +124,24 @@ struct Global {
   ModuleKey* keys = nullptr;      // of the latest map
   ModuleKey* new_keys = nullptr;  // scratch for the next one
   size_t n_keys = 0;
+  // PINSHIM_TRACE_MAX (see CappedFile below).
+  uint64_t trace_max = 0;
+  std::atomic<uint64_t> file_bytes{0};  // written to the file so far
+  std::atomic<int> appending{0};        // O_APPEND writes under way
+  std::atomic<bool> detail_ended{false};
+  std::atomic<uint64_t> detail_end_ns{0};
+  std::atomic<int> tail_lock{0};  // serializes every write once detail ended
+  bool tail_ready = false;        // under tail_lock: tail_end is the file's end
+  int tail_fd = -1;               // the same file without O_APPEND, for rewrites
+  uint64_t tail_end = 0;
+  uint64_t totals_offset = 0;  // of the latest kSiteTotals frame (0: none yet)
+  uint64_t totals_frame_bytes = 0;
+  uint64_t totals_sequence = 0;
+  uint64_t next_totals_ns = 0;  // the sampler's next snapshot
+  uint8_t* totals_buf = nullptr;
+  std::atomic<uint64_t> totals_written{0};
+  std::atomic<bool> positions_unknown{false};  // a write failed part way
+  SiteTotals totals;
   char trace_dir[PATH_MAX] = {};
   char mode[64] = {};
   char path[PATH_MAX] = {};
@@ -182,7 +204,174 @@ bool ClaimAsFlusher(ThreadBuffer* b, bool wait) {
 
 void Release(ThreadBuffer* b) { b->state.store(kIdle, std::memory_order_release); }
 
-// Writes the batch out; the caller holds it.
+// --- The capped file ----------------------------------------------------------
+// While detail lasts, frames are appended (O_APPEND) by any thread, each
+// counted in file_bytes; a batch is written only if it keeps file_bytes
+// within trace_max. The first batch that would not ends detail: that batch
+// and every later one are folded into the site totals instead. Once the
+// appends under way have finished, every write (stacks, modules, totals,
+// the end) is serialized by tail_lock, so the file's end is known and the
+// latest kSiteTotals frame can be rewritten in place while it is last.
+
+void LockTail() {
+  for (;;) {
+    int expected = 0;
+    if (g.tail_lock.compare_exchange_weak(expected, 1, std::memory_order_acquire)) break;
+    sched_yield();
+  }
+  if (g.tail_ready) return;
+  // Appends that began before detail ended finish their one writev.
+  while (g.appending.load(std::memory_order_acquire) != 0) sched_yield();
+  g.tail_end = g.file_bytes.load(std::memory_order_acquire);
+  char self[64];
+  snprintf(self, sizeof(self), "/proc/self/fd/%d", g.fd);
+  g.tail_fd = open(self, O_WRONLY | O_CLOEXEC);
+  g.tail_ready = true;
+}
+
+void UnlockTail() { g.tail_lock.store(0, std::memory_order_release); }
+
+void NoteDetailEnd(uint64_t t) {
+  g.detail_ended.store(true, std::memory_order_release);
+  uint64_t cur = g.detail_end_ns.load(std::memory_order_relaxed);
+  while ((cur == 0 || t < cur) &&
+         !g.detail_end_ns.compare_exchange_weak(cur, t, std::memory_order_relaxed)) {
+  }
+}
+
+// Appends a frame while detail lasts. `reserve`: only if it fits trace_max
+// (batches); false when it was not written because detail ended.
+bool AppendWhileDetailed(FrameType type, const struct iovec* parts, int n, bool reserve,
+                         bool* written, int* error) {
+  size_t bytes = kFrameHeaderBytes;
+  for (int i = 0; i < n; ++i) bytes += parts[i].iov_len;
+  g.appending.fetch_add(1, std::memory_order_acq_rel);
+  bool ok = !g.detail_ended.load(std::memory_order_acquire);
+  if (ok && reserve && g.trace_max != 0) {
+    uint64_t cur = g.file_bytes.load(std::memory_order_relaxed);
+    do {
+      ok = cur + bytes <= g.trace_max;
+    } while (ok && !g.file_bytes.compare_exchange_weak(cur, cur + bytes));
+  } else if (ok) {
+    g.file_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  if (ok) {
+    *written = WriteFrame(g.fd, type, parts, n, error);
+    // A partial write leaves the file's end unknown: no rewrite in place.
+    if (!*written) g.positions_unknown.store(true, std::memory_order_relaxed);
+  }
+  g.appending.fetch_sub(1, std::memory_order_acq_rel);
+  return ok;
+}
+
+// Writes a frame at the file's end once detail ended; the caller holds the
+// tail lock.
+bool AppendAtTail(FrameType type, const struct iovec* parts, int n, int* error) {
+  size_t bytes = kFrameHeaderBytes;
+  for (int i = 0; i < n; ++i) bytes += parts[i].iov_len;
+  if (!WriteFrame(g.fd, type, parts, n, error)) {
+    g.positions_unknown.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  g.tail_end += bytes;
+  g.file_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
+}
+
+// Any frame but a batch: appended while detail lasts, else at the tail.
+bool WriteMetaFrame(FrameType type, const struct iovec* parts, int n) {
+  bool written = false;
+  int error = 0;
+  if (AppendWhileDetailed(type, parts, n, false, &written, &error)) return written;
+  LockTail();
+  written = AppendAtTail(type, parts, n, &error);
+  UnlockTail();
+  return written;
+}
+
+// Counts the events of a batch past the cap: copies per site, the rest by
+// type. The caller holds the batch.
+void FoldBatch(ThreadBuffer* b) {
+  const uint8_t* p = b->enc.data();
+  const uint8_t* end = p + b->enc.size();
+  uint64_t time = b->enc.first_time();
+  NoteDetailEnd(time);
+  while (p < end) {
+    const uint8_t type = *p++;
+    uint64_t len = 0;
+    int64_t dt = 0;
+    if (!GetVarint(&p, end, &len) || len > static_cast<uint64_t>(end - p)) break;
+    const uint8_t* q = p;
+    p += len;
+    if (!GetSigned(&q, p, &dt)) continue;
+    time += static_cast<uint64_t>(dt);
+    switch (static_cast<EventType>(type)) {
+      case EventType::kCopy: break;
+      case EventType::kPin: g.totals.CountNotDetailed(NotDetailed::kPin); continue;
+      case EventType::kHostAlloc: g.totals.CountNotDetailed(NotDetailed::kHostAlloc); continue;
+      case EventType::kSync: g.totals.CountNotDetailed(NotDetailed::kSync); continue;
+      case EventType::kMisuse: g.totals.CountNotDetailed(NotDetailed::kMisuse); continue;
+      default: g.totals.CountNotDetailed(NotDetailed::kOther); continue;
+    }
+    CopyFields f;
+    if (!GetFields(q, p, &f)) continue;
+    SiteCopy c;
+    c.stack = static_cast<uint32_t>(f.stack);
+    c.api = static_cast<ApiId>(f.api);
+    c.dir = static_cast<CopyDir>(f.bits & kCopyDirMask);
+    c.async = (f.bits & kCopyAsync) != 0;
+    c.failed = (f.bits & kCopyHasResult) != 0;
+    c.src = static_cast<MemKind>(f.kinds & 7);
+    c.dst = static_cast<MemKind>((f.kinds >> 3) & 7);
+    c.bytes = f.bytes;
+    c.call_ns = f.duration_ns;
+    const bool host_device = c.dir == CopyDir::kHostToDevice || c.dir == CopyDir::kDeviceToHost;
+    c.overlap_ns = !c.async && host_device ? b->gaps.Overlap(c.stack, time, f.duration_ns) : 0;
+    g.totals.Add(c);
+    g.totals.NoteTime(time + f.duration_ns);
+  }
+}
+
+// Writes the site totals when they changed (always when `final`): in place
+// while the previous frame is the file's last, else appended.
+void WriteSiteTotals(bool final) {
+  if (!g.detail_ended.load(std::memory_order_acquire) || g.totals_buf == nullptr) return;
+  if (!g.totals.TakeChanged() && !final) return;
+  LockTail();
+  SiteTotalsFields h;
+  h.version = kSiteTotalsVersion;
+  h.sequence = ++g.totals_sequence;
+  h.detail_end_ns = g.detail_end_ns.load(std::memory_order_relaxed);
+  h.detail_bytes = g.trace_max;
+  const size_t len = g.totals.Encode(h, g.totals_buf, kMaxSiteTotalsBytes);
+  struct iovec part = {g.totals_buf, len};
+  const bool last = g.totals_offset != 0 && g.totals_offset + g.totals_frame_bytes == g.tail_end;
+  if (last && g.tail_fd >= 0 && !g.positions_unknown.load(std::memory_order_relaxed)) {
+    uint8_t header[kFrameHeaderBytes];
+    EncodeFrameHeader(FrameType::kSiteTotals, &part, 1, header);
+    struct iovec parts[2] = {{header, sizeof(header)}, part};
+    const size_t bytes = sizeof(header) + len;
+    if (pwritev(g.tail_fd, parts, 2, static_cast<off_t>(g.totals_offset)) ==
+        static_cast<ssize_t>(bytes)) {
+      g.file_bytes.fetch_add(bytes - g.totals_frame_bytes, std::memory_order_relaxed);
+      g.tail_end = g.totals_offset + bytes;
+      g.totals_frame_bytes = bytes;
+      g.totals_written.fetch_add(1, std::memory_order_relaxed);
+    }
+  } else {
+    const uint64_t at = g.tail_end;
+    int error = 0;
+    if (AppendAtTail(FrameType::kSiteTotals, &part, 1, &error)) {
+      g.totals_offset = at;
+      g.totals_frame_bytes = g.tail_end - at;
+      g.totals_written.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  UnlockTail();
+}
+
+// Writes the batch out, or past the cap folds it into the site totals; the
+// caller holds it.
 void Flush(ThreadBuffer* b) {
   if (b->enc.count() == 0) return;
   uint8_t header[kMaxBatchHeaderBytes];
@@ -190,7 +379,10 @@ void Flush(ThreadBuffer* b) {
   struct iovec parts[2] = {{header, header_len},
                            {const_cast<uint8_t*>(b->enc.data()), b->enc.size()}};
   int error = 0;
-  if (WriteFrame(g.fd, FrameType::kEvents, parts, 2, &error)) {
+  bool written = false;
+  if (!AppendWhileDetailed(FrameType::kEvents, parts, 2, true, &written, &error)) {
+    FoldBatch(b);
+  } else if (written) {
     g.batches.fetch_add(1, std::memory_order_relaxed);
     g.bytes.fetch_add(kFrameHeaderBytes + header_len + b->enc.size(), std::memory_order_relaxed);
   } else {
@@ -221,6 +413,7 @@ void Adopt(ThreadBuffer* b) {
   // Entries of a previous owner point into a stack that may be gone.
   for (auto& e : b->cache.entries) e.epoch = 0;
   b->cache.hits = b->cache.misses = 0;
+  b->gaps.Reset();
   b->cache.stack_top = CurrentThreadStackTop();
   t_buffer = b;
   if (g.key_ok) pthread_setspecific(g.key, b);
@@ -278,7 +471,7 @@ void WriteStack(uint32_t id, const CapturedStack& stack) {
   uint8_t payload[kMaxStackPayload];
   size_t n = EncodeStack(id, g.generation.load(std::memory_order_acquire), stack, payload);
   struct iovec part = {payload, n};
-  WriteFrame(g.fd, FrameType::kStack, &part, 1);
+  WriteMetaFrame(FrameType::kStack, &part, 1);
 }
 
 // Writes each code object the first time a stack names it.
@@ -288,7 +481,7 @@ class CodeWriter final : public PythonCodeSink {
   void NewCode(uint32_t id, const PythonCodeInfo& info) override {
     size_t n = EncodePythonCode(id, info, b_->python_payload);
     struct iovec part = {b_->python_payload, n};
-    WriteFrame(g.fd, FrameType::kPythonCode, &part, 1);
+    WriteMetaFrame(FrameType::kPythonCode, &part, 1);
   }
 
  private:
@@ -455,7 +648,7 @@ void WriteProcessFrame(long forked_from, int64_t rank) {
   w.Unsigned(ProcessTag::kPythonFrames, g.python_frames ? 1 : 0);
   w.Unsigned(ProcessTag::kCopyGuard, g.copy_guard ? 1 : 0);
   struct iovec part = {buf, static_cast<size_t>(w.p - buf)};
-  WriteFrame(g.fd, FrameType::kProcess, &part, 1);
+  WriteMetaFrame(FrameType::kProcess, &part, 1);
 }
 
 void WriteApiNames() {
@@ -484,7 +677,7 @@ void WriteApiNames() {
   memcpy(count_at, head, head_len);
   p -= kMaxVarint - head_len;
   struct iovec part = {buf, static_cast<size_t>(p - buf)};
-  WriteFrame(g.fd, FrameType::kApiNames, &part, 1);
+  WriteMetaFrame(FrameType::kApiNames, &part, 1);
 }
 
 void WriteModules() {
@@ -507,7 +700,7 @@ void WriteModules() {
     g.new_keys = t;
     g.n_keys = n_new;
     struct iovec part = {g.module_buf, len};
-    WriteFrame(g.fd, FrameType::kModules, &part, 1);
+    WriteMetaFrame(FrameType::kModules, &part, 1);
     g.generation.store(gen, std::memory_order_release);
   }
   g.modules_busy.store(0, std::memory_order_release);
@@ -680,6 +873,11 @@ void* SamplerMain(void*) {
       next_sample = now + uint64_t{g.sample_ms} * 1000000;
     }
     RewriteModulesIfLoadsChanged();
+    if (g.detail_ended.load(std::memory_order_acquire) && now >= g.next_totals_ns) {
+      FlushIdle(now, true);
+      WriteSiteTotals(false);
+      g.next_totals_ns = now + kSiteTotalsPeriodNs;
+    }
     FlushIdle(now, false);
     if (g.wc_guard) WcGuardTick(now, g.wc_guard_ms, window_ms);
   }
@@ -710,12 +908,31 @@ void StartSampler() {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
+// A new file: detail starts again, with no totals.
+void ResetCappedFile() {
+  g.file_bytes.store(kFileHeaderBytes);
+  g.appending.store(0);
+  g.detail_ended.store(false);
+  g.detail_end_ns.store(0);
+  g.tail_lock.store(0);
+  g.tail_ready = false;
+  if (g.tail_fd >= 0) close(g.tail_fd);
+  g.tail_fd = -1;
+  g.tail_end = 0;
+  g.totals_offset = g.totals_frame_bytes = g.totals_sequence = 0;
+  g.next_totals_ns = 0;
+  g.totals_written.store(0);
+  g.positions_unknown.store(false);
+  g.totals.Reset();
+}
+
 bool OpenTrace(long forked_from, char* err, size_t err_len) {
   g.owner_pid = static_cast<long>(getpid());
   g.write_failed.store(false, std::memory_order_relaxed);
   g.fd = CreateTraceFile(g.trace_dir, g.exe, static_cast<long>(getpid()), g.path, sizeof(g.path),
                          err, err_len);
   if (g.fd < 0) return false;
+  ResetCappedFile();
   WriteProcessFrame(forked_from, JobRank());
   WriteApiNames();
   WriteModules();
@@ -749,6 +966,14 @@ bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
   g.api_name = options.api_name;
   g.api_count = options.api_count;
   g.optimize_counters = options.optimize_counters;
+  g.trace_max = options.trace_max;
+  if (g.trace_max != 0 && g.totals_buf == nullptr) {
+    g.totals_buf = static_cast<uint8_t*>(MapBytes(kMaxSiteTotalsBytes));
+    if (g.totals_buf == nullptr) {
+      snprintf(err, err_len, "cannot map memory for the trace's site totals");
+      return false;
+    }
+  }
   memset(&g.last_counters, 0, sizeof(g.last_counters));
   g.python_frames = options.python_frames;
   long ps = sysconf(_SC_PAGESIZE);
@@ -1016,7 +1241,7 @@ void WriteEnd() {
   p = PutVarint(p, g.stacks.overflows());
   p = PutVarint(p, MonotonicNs());
   struct iovec part = {payload, static_cast<size_t>(p - payload)};
-  WriteFrame(g.fd, FrameType::kEnd, &part, 1);
+  WriteMetaFrame(FrameType::kEnd, &part, 1);
 }
 
 }  // namespace
@@ -1032,6 +1257,11 @@ void RecorderBeforeExec() {
   if (!RecorderOwnedHere()) return;
   TakeCounters(MonotonicNs(), true);
   FlushIdle(MonotonicNs(), true);
+  {
+    // A signal handler on this thread must not wait for the tail it holds.
+    ReentryGuard inside(Reentry::kRecorder);
+    WriteSiteTotals(true);
+  }
   WriteEnd();
 }
 
@@ -1053,6 +1283,7 @@ void StopRecorder() {
   StopWcGuard();
   CopyWatchReset();
   FlushIdle(MonotonicNs(), true);
+  WriteSiteTotals(true);
   WriteEnd();
   // The descriptor stays open: a thread that saw the recorder active a moment
   // ago may still write a frame, and must not hit a reused descriptor.
@@ -1068,6 +1299,8 @@ RecorderStats GetRecorderStats() {
   s.batches_written = g.batches.load();
   s.bytes_written = g.bytes.load();
   s.samples_taken = g.samples.load();
+  s.detail_ended = g.detail_ended.load();
+  s.site_totals_written = g.totals_written.load();
   return s;
 }
 

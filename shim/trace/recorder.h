@@ -43,6 +43,10 @@ struct RecorderOptions {
   bool python_frames = true;             // PINSHIM_PYTHON_FRAMES: Python frames in stacks
   bool copy_guard = false;               // guard the pages of queued copies (copy_watch.h)
   uint32_t wc_guard_ms = 20;             // how often the guard arms a page
+  // PINSHIM_TRACE_MAX: bytes of the file past which events are no longer
+  // written one by one; copies are then counted per site (kSiteTotals) and
+  // other events counted only. 0: no cap.
+  uint64_t trace_max = 0;
   // Names of entry points for the trace's API table; ids [0, api_count).
   const char* (*api_name)(ApiId) = nullptr;
   uint32_t api_count = 0;
@@ -167,6 +171,8 @@ struct RecorderStats {
   uint64_t batches_written;
   uint64_t bytes_written;
   uint64_t samples_taken;
+  bool detail_ended;             // the trace reached PINSHIM_TRACE_MAX
+  uint64_t site_totals_written;  // kSiteTotals frames written or rewritten
 };
 RecorderStats GetRecorderStats();
 

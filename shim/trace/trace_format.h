@@ -77,10 +77,28 @@
 //              may name a code id whose frame a torn tail lost: readers show
 //              it as unknown). Frame type 7; readers that do not know it skip
 //              it, so kTraceVersion stays 1.
+//   kSiteTotals
+//              what a capped trace (PINSHIM_TRACE_MAX) keeps once its
+//              per-event detail ended: per-site totals of the copies made
+//              since, and counts of the other events not written. u header
+//              length, then the header's fields (PINSHIM_SITE_TOTALS_FIELDS,
+//              whose first says this record's own version), then u cell
+//              count, then that many times u cell length and the cell's
+//              fields (PINSHIM_SITE_CELL_FIELDS): one site (stack id), API,
+//              direction, sync or async, memory kinds, failed or not and
+//              size class (floor of log2 of the bytes). Cumulative since
+//              detail ended: a writer
+//              rewrites its latest one in place while it is the file's last
+//              frame, else appends a new one with a higher sequence number;
+//              readers take the frame of the highest sequence and ignore the
+//              rest. Each thread's events are in kEvents up to one batch and
+//              counted here from the next; detail_end_ns is the earliest
+//              time counted here. Frame type 8 (older readers skip it;
+//              kTraceVersion stays 1).
 //
-// Event payloads (after the leading s time delta). Their layouts, kCopy's
-// aside, are defined by the field lists at the end of this header, which the
-// encoder and the reader both go by; the fields are described here.
+// Event payloads (after the leading s time delta). Their layouts are defined
+// by the field lists at the end of this header, which the encoder and the
+// reader both go by; the fields are described here.
 //   kCopy      u duration ns, u api, u bits (CopyBit), u kinds (src | dst << 3),
 //              u bytes, u stack id, s stream (delta), s host pointer (delta),
 //              s host allocation id (delta);
@@ -214,7 +232,8 @@ enum class FrameType : uint8_t {
   kEvents = 5,
   kEnd = 6,
   kPythonCode = 7,
-  // 8..255: reserved; readers skip frames of types they do not know.
+  kSiteTotals = 8,
+  // 9..255: reserved; readers skip frames of types they do not know.
 };
 
 enum class EventType : uint8_t {
@@ -457,8 +476,8 @@ inline bool GetSigned(const uint8_t** p, const uint8_t* end, int64_t* v) {
 }
 
 // --- Event payloads as field lists ---------------------------------------
-// Every event payload but kCopy's (whose presence bits make fields optional)
-// is a flat list of fields after the leading time delta. The lists below
+// Every event payload is a list of fields after the leading time delta
+// (kCopy's has optional ones, which its presence bits announce). The lists below
 // (and, for the payloads that cross other boundaries,
 // shim/core/optimize_counters.inc and shim/core/budget_decision.inc) are the
 // only definition of those layouts: each one makes a record struct, one
@@ -473,29 +492,63 @@ inline bool GetSigned(const uint8_t** p, const uint8_t* end, int64_t* v) {
 // of the first layout; a reader skips fields after the last it knows (a
 // newer writer's).
 
-enum class FieldLayout : uint8_t { kFirst, kAppended };
+// FieldTable<R>::kFields: R's fields in the order they are written.
+template <typename R>
+struct FieldTable;
+
+// FieldPresence<R>::kMember: the member holding R's presence bits; none
+// (null) for records without optional fields.
+template <typename R>
+struct FieldPresence {
+  static constexpr uint64_t R::*kMember = nullptr;
+};
+
+// A third layout serves records whose fields are optional (kCopy's):
+// kWhen(bits), present exactly when the record's presence field (named by
+// FieldPresence<R>::kMember, read before it) has one of those bits set; a
+// field so marked is of the first layout otherwise.
+enum class FieldLayout : uint8_t { kFirst, kAppended, kWhen };
+
+// A field's layout as the lists name it: kFirst, kAppended or kWhen(bits).
+struct FieldPlace {
+  FieldLayout layout;
+  uint64_t when_bits;
+};
+struct FieldPlaces {
+  static constexpr FieldPlace kFirst{FieldLayout::kFirst, 0};
+  static constexpr FieldPlace kAppended{FieldLayout::kAppended, 0};
+  static constexpr FieldPlace kWhen(uint64_t bits) { return FieldPlace{FieldLayout::kWhen, bits}; }
+};
 
 // One field of record struct R: exactly one of u and s is set.
 template <typename R>
 struct Field {
   const char* name;
   FieldLayout layout;
-  uint64_t R::*u;  // written u
-  int64_t R::*s;   // written s
+  uint64_t R::*u;      // written u
+  int64_t R::*s;       // written s
+  uint64_t when_bits;  // kWhen: the presence bits that make it present
 };
 
 template <typename R>
-constexpr Field<R> MakeField(const char* name, FieldLayout layout, uint64_t R::*member) {
-  return Field<R>{name, layout, member, nullptr};
+constexpr Field<R> MakeField(const char* name, FieldPlace place, uint64_t R::*member) {
+  return Field<R>{name, place.layout, member, nullptr, place.when_bits};
 }
 template <typename R>
-constexpr Field<R> MakeField(const char* name, FieldLayout layout, int64_t R::*member) {
-  return Field<R>{name, layout, nullptr, member};
+constexpr Field<R> MakeField(const char* name, FieldPlace place, int64_t R::*member) {
+  return Field<R>{name, place.layout, nullptr, member, place.when_bits};
 }
 
-// FieldTable<R>::kFields: R's fields in the order they are written.
+// Whether field f of r is in the record: always, except kWhen fields whose
+// bits the record's presence field lacks.
 template <typename R>
-struct FieldTable;
+constexpr bool FieldPresent(const Field<R>& f, const R& r) {
+  constexpr uint64_t R::*presence = FieldPresence<R>::kMember;
+  if constexpr (presence != nullptr) {
+    if (f.layout == FieldLayout::kWhen) return (r.*presence & f.when_bits) != 0;
+  }
+  return true;
+}
 
 template <typename R>
 constexpr size_t FieldCount() {
@@ -516,11 +569,22 @@ constexpr bool AppendedLast() {
   return true;
 }
 
+// Whether every kWhen field has a presence field to go by.
+template <typename R>
+constexpr bool PresenceDeclared() {
+  for (const Field<R>& f : FieldTable<R>::kFields) {
+    if (f.layout == FieldLayout::kWhen && f.when_bits == 0) return false;
+    if (f.layout == FieldLayout::kWhen && FieldPresence<R>::kMember == nullptr) return false;
+  }
+  return true;
+}
+
 // One field of R, written or read; the table entry is a constant, so each
 // compiles to a plain member access.
 template <typename R, size_t I>
 inline uint8_t* PutField(uint8_t* p, const R& r) {
   constexpr Field<R> f = FieldTable<R>::kFields[I];
+  if (!FieldPresent(f, r)) return p;
   if constexpr (f.s != nullptr) {
     return PutSigned(p, r.*f.s);
   } else {
@@ -533,6 +597,7 @@ inline uint8_t* PutField(uint8_t* p, const R& r) {
 template <typename R, size_t I>
 inline bool GetField(const uint8_t** p, const uint8_t* end, R* r, bool* ok) {
   constexpr Field<R> f = FieldTable<R>::kFields[I];
+  if (!FieldPresent(f, *r)) return true;
   if (*p == end) {
     *ok = f.layout == FieldLayout::kAppended;
     return false;
@@ -578,18 +643,53 @@ inline bool GetFields(const uint8_t* p, const uint8_t* end, R* r) {
 
 #define PINSHIM_FIELD_MEMBER(name, type, layout, absent) type name = absent;
 #define PINSHIM_FIELD_ROW(name, type, layout, absent) \
-  MakeField(#name, FieldLayout::layout, &R::name),
+  MakeField(#name, FieldPlaces::layout, &R::name),
 // struct Record, one member per field of FIELDS, and its FieldTable.
-#define PINSHIM_TRACE_RECORD(Record, FIELDS)                           \
-  struct Record {                                                      \
-    FIELDS(PINSHIM_FIELD_MEMBER)                                       \
-  };                                                                   \
-  template <>                                                          \
-  struct FieldTable<Record> {                                          \
-    using R = Record;                                                  \
-    static constexpr Field<R> kFields[] = {FIELDS(PINSHIM_FIELD_ROW)}; \
-  };                                                                   \
-  static_assert(AppendedLast<Record>(), #Record ": fields are only appended")
+#define PINSHIM_TRACE_RECORD(Record, FIELDS) \
+  struct Record {                            \
+    FIELDS(PINSHIM_FIELD_MEMBER)             \
+  };                                         \
+  PINSHIM_TRACE_RECORD_TABLE(Record, FIELDS)
+
+// The same for a record with optional fields, present as its member
+// PRESENCE says (kWhen).
+#define PINSHIM_TRACE_RECORD_WITH_PRESENCE(Record, FIELDS, PRESENCE) \
+  struct Record {                                                    \
+    FIELDS(PINSHIM_FIELD_MEMBER)                                     \
+  };                                                                 \
+  template <>                                                        \
+  struct FieldPresence<Record> {                                     \
+    static constexpr uint64_t Record::*kMember = &Record::PRESENCE;  \
+  };                                                                 \
+  PINSHIM_TRACE_RECORD_TABLE(Record, FIELDS)
+
+#define PINSHIM_TRACE_RECORD_TABLE(Record, FIELDS)                             \
+  template <>                                                                  \
+  struct FieldTable<Record> {                                                  \
+    using R = Record;                                                          \
+    static constexpr Field<R> kFields[] = {FIELDS(PINSHIM_FIELD_ROW)};         \
+  };                                                                           \
+  static_assert(AppendedLast<Record>(), #Record ": fields are only appended"); \
+  static_assert(PresenceDeclared<Record>(), #Record ": optional fields need bits")
+
+// kCopy. stream, host_ptr and alloc_id are the deltas the format describes;
+// kinds is src | dst << 3; device is written only when it changed.
+#define PINSHIM_COPY_FIELDS(X)                       \
+  X(duration_ns, uint64_t, kFirst, 0)                \
+  X(api, uint64_t, kFirst, 0)                        \
+  X(bits, uint64_t, kFirst, 0)                       \
+  X(kinds, uint64_t, kFirst, 0)                      \
+  X(bytes, uint64_t, kFirst, 0)                      \
+  X(stack, uint64_t, kFirst, 0)                      \
+  X(stream, int64_t, kFirst, 0)                      \
+  X(host_ptr, int64_t, kFirst, 0)                    \
+  X(alloc_id, int64_t, kFirst, 0)                    \
+  X(host_flags, uint64_t, kWhen(kCopyHasFlags), 0)   \
+  X(result, int64_t, kWhen(kCopyHasResult), 0)       \
+  X(device, int64_t, kWhen(kCopyHasDevice), 0)       \
+  X(staged_workers, uint64_t, kWhen(kCopyStaged), 0) \
+  X(staged_chunk_bytes, uint64_t, kWhen(kCopyStaged), 0)
+PINSHIM_TRACE_RECORD_WITH_PRESENCE(CopyFields, PINSHIM_COPY_FIELDS, bits);
 
 // kPin
 #define PINSHIM_PIN_FIELDS(X)         \
@@ -696,6 +796,49 @@ PINSHIM_TRACE_RECORD(OwnPinFields, PINSHIM_OWN_PIN_FIELDS);
   X(driver_ns_per_mib, uint64_t, kFirst, 0) \
   X(losses, uint64_t, kFirst, 0)
 PINSHIM_TRACE_RECORD(PathVerdictFields, PINSHIM_PATH_VERDICT_FIELDS);
+
+// kSiteTotals header.
+constexpr uint64_t kSiteTotalsVersion = 1;
+#define PINSHIM_SITE_TOTALS_FIELDS(X)                                        \
+  X(version, uint64_t, kFirst, 0)       /* kSiteTotalsVersion */             \
+  X(sequence, uint64_t, kFirst, 0)      /* higher: later */                  \
+  X(detail_end_ns, uint64_t, kFirst, 0) /* first event not in detail */      \
+  X(last_ns, uint64_t, kFirst, 0)       /* latest event counted */           \
+  X(detail_bytes, uint64_t, kFirst, 0)  /* the cap that ended detail */      \
+  X(copies, uint64_t, kFirst, 0)        /* copies in the cells */            \
+  X(spilled, uint64_t, kFirst, 0)       /* of those, without their site */   \
+  X(lost, uint64_t, kFirst, 0)          /* copies not counted: table full */ \
+  X(pins, uint64_t, kFirst, 0)          /* kPin events not written */        \
+  X(host_allocs, uint64_t, kFirst, 0)   /* kHostAlloc events not written */  \
+  X(syncs, uint64_t, kFirst, 0)         /* kSync events not written */       \
+  X(misuses, uint64_t, kFirst, 0)       /* kMisuse events not written */     \
+  X(others, uint64_t, kFirst, 0)        /* other events not written */
+PINSHIM_TRACE_RECORD(SiteTotalsFields, PINSHIM_SITE_TOTALS_FIELDS);
+
+// One kSiteTotals cell. bits: CopyDir in kCopyDirMask, kCopyAsync, and
+// kCopyHasResult for copies that failed; kinds as kCopy's.
+#define PINSHIM_SITE_CELL_FIELDS(X)  \
+  X(stack, uint64_t, kFirst, 0)      \
+  X(api, uint64_t, kFirst, 0)        \
+  X(bits, uint64_t, kFirst, 0)       \
+  X(kinds, uint64_t, kFirst, 0)      \
+  X(size_class, uint64_t, kFirst, 0) \
+  X(copies, uint64_t, kFirst, 0)     \
+  X(bytes, uint64_t, kFirst, 0)      \
+  X(call_ns, uint64_t, kFirst, 0)    \
+  X(overlap_ns, uint64_t, kFirst, 0)
+PINSHIM_TRACE_RECORD(SiteCellFields, PINSHIM_SITE_CELL_FIELDS);
+// overlap_ns: for synchronous host<->device copies, the sum over each copy
+// of the smaller of its duration and the calling thread's host time since
+// its previous copy from the same site (what the sync-copy-loop rule
+// estimates), as far as the writer's small per-thread memory of sites goes.
+
+// Cells a writer keeps at most, and the most a cell takes encoded.
+constexpr size_t kMaxSiteCells = 2048;
+constexpr size_t kMaxSiteCellBytes = 1 + FieldCount<SiteCellFields>() * kMaxVarint;
+constexpr size_t kMaxSiteTotalsBytes = kMaxVarint + FieldCount<SiteTotalsFields>() * kMaxVarint +
+                                       kMaxVarint + kMaxSiteCells * kMaxSiteCellBytes;
+static_assert(kMaxSiteTotalsBytes <= kMaxFramePayload, "site totals fit one frame");
 
 // kBudgetDecision: the lines of shim/core/budget_decision.inc, each u.
 struct BudgetDecisionFields {

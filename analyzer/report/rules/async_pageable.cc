@@ -32,6 +32,29 @@ class AsyncPageable : public Rule {
     if (blocked > 0) s.lost += blocked;
   }
 
+  // The time blocked, per size class: the calls' time less the cost of
+  // truly asynchronous calls, as a whole.
+  void OnCopyTotals(const trace::SiteCellFields& c) override {
+    const CopyDir dir = static_cast<CopyDir>(c.bits & trace::kCopyDirMask);
+    const MemKind host =
+        static_cast<MemKind>(dir == CopyDir::kDeviceToHost ? (c.kinds >> 3) & 7 : c.kinds & 7);
+    if (!(c.bits & trace::kCopyAsync) || host != MemKind::kPageable ||
+        (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost)) {
+      return;
+    }
+    SiteStats& s = sites_[static_cast<uint32_t>(c.stack)];
+    if (s.calls == 0) {
+      s.api = static_cast<uint32_t>(c.api);
+      s.dir = dir;
+    }
+    s.calls += c.copies;
+    s.bytes += c.bytes;
+    s.call_ns += c.call_ns;
+    const double blocked = c.call_ns * 1e-9 - static_cast<double>(c.copies) * kAsyncCallSeconds;
+    if (blocked > 0) s.lost += blocked;
+  }
+  bool UsesSiteTotals() const override { return true; }
+
   void Finish(const RuleContext& ctx, std::vector<Finding>* out) override {
     for (auto& kv : sites_) {
       const SiteStats& s = kv.second;

@@ -41,6 +41,24 @@ class PageableHot : public Rule {
     s.last_buffer->bytes += e.bytes;
   }
 
+  // Totals of one size class: their loss at their average size.
+  void OnCopyTotals(const trace::SiteCellFields& c) override {
+    const CopyDir dir = static_cast<CopyDir>(c.bits & trace::kCopyDirMask);
+    const MemKind host =
+        static_cast<MemKind>(dir == CopyDir::kDeviceToHost ? (c.kinds >> 3) & 7 : c.kinds & 7);
+    if ((dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) ||
+        host != MemKind::kPageable || c.copies == 0) {
+      return;
+    }
+    SiteStats& s = sites_[static_cast<uint32_t>(c.stack)];
+    s.copies += c.copies;
+    s.bytes += c.bytes;
+    s.lost += static_cast<double>(c.copies) * Loss(dir, c.bytes / c.copies);
+    s.call_ns += c.call_ns;
+    s.by_dir[dir == CopyDir::kDeviceToHost ? 1 : 0] += c.copies;
+  }
+  bool UsesSiteTotals() const override { return true; }
+
   void Finish(const RuleContext& ctx, std::vector<Finding>* out) override {
     const BandwidthModel& m = *ctx.model;
     for (auto& kv : sites_) {

@@ -141,6 +141,12 @@ class Rule {
   virtual void OnSample(const Event& e) {}
   // A decision of enforce mode's budget, granted ones included.
   virtual void OnBudgetDecision(const Event& e) {}
+  // Copies counted per site after a capped trace's detail ended
+  // (kSiteTotals), successful ones only, after every event. Rules that
+  // take them return true from UsesSiteTotals; the others judged the
+  // detail only, which the report says.
+  virtual void OnCopyTotals(const trace::SiteCellFields& cell) {}
+  virtual bool UsesSiteTotals() const { return false; }
   // Pinned allocations still live when the trace ends at `end_ns`.
   virtual void OnEnd(const std::vector<const PinnedAlloc*>& still_pinned, uint64_t end_ns) {}
 

@@ -26,6 +26,20 @@ class SmallCopies : public Rule {
     ++s.by_dir[e.dir == CopyDir::kDeviceToHost ? 1 : 0];
   }
 
+  void OnCopyTotals(const trace::SiteCellFields& c) override {
+    const CopyDir dir = static_cast<CopyDir>(c.bits & trace::kCopyDirMask);
+    if ((dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) || c.copies == 0 ||
+        c.bytes / c.copies >= options_->small_copy_bytes) {
+      return;
+    }
+    SiteStats& s = sites_[static_cast<uint32_t>(c.stack)];
+    s.copies += c.copies;
+    s.bytes += c.bytes;
+    s.call_ns += c.call_ns;
+    s.by_dir[dir == CopyDir::kDeviceToHost ? 1 : 0] += c.copies;
+  }
+  bool UsesSiteTotals() const override { return true; }
+
   void Finish(const RuleContext& ctx, std::vector<Finding>* out) override {
     for (auto& kv : sites_) {
       const SiteStats& s = kv.second;

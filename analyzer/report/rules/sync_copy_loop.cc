@@ -36,6 +36,22 @@ class SyncCopyLoop : public Rule {
     t.last_duration = e.duration_ns;
   }
 
+  // The writer summed each copy's overlappable time as OnCopy does.
+  void OnCopyTotals(const trace::SiteCellFields& c) override {
+    const CopyDir dir = static_cast<CopyDir>(c.bits & trace::kCopyDirMask);
+    if ((c.bits & trace::kCopyAsync) ||
+        (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost)) {
+      return;
+    }
+    SiteStats& s = sites_[static_cast<uint32_t>(c.stack)];
+    s.copies += c.copies;
+    s.bytes += c.bytes;
+    s.call_ns += c.call_ns;
+    s.hideable_ns += c.overlap_ns;
+    s.by_dir[dir == CopyDir::kDeviceToHost ? 1 : 0] += c.copies;
+  }
+  bool UsesSiteTotals() const override { return true; }
+
   void Finish(const RuleContext& ctx, std::vector<Finding>* out) override {
     for (auto& kv : sites_) {
       const SiteStats& s = kv.second;

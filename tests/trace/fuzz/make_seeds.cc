@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "shim/trace/site_totals.h"
 #include "tests/trace/trace_builder.h"
 
 namespace {
@@ -20,6 +21,43 @@ using pinshim::PinEvent;
 using pinshim::PinOp;
 using pinshim::testing::TraceBuilder;
 namespace trace = pinshim::trace;
+
+// Two kSiteTotals frames, a later one and an earlier one (which the reader
+// must ignore), with copies of every kind, a failed one and a spilled one.
+void SiteTotalsFrames(TraceBuilder* b, uint64_t t) {
+  static trace::SiteTotals totals;
+  static uint8_t buf[trace::kMaxSiteTotalsBytes];
+  trace::SiteCopy c{};
+  c.stack = 1;
+  c.api = 1;
+  c.dir = CopyDir::kHostToDevice;
+  c.src = MemKind::kPageable;
+  c.dst = MemKind::kDevice;
+  c.bytes = 4096;
+  c.call_ns = 2000;
+  totals.Add(c);
+  c.async = true;
+  c.failed = true;
+  totals.Add(c);
+  c.dir = CopyDir::kDeviceToHost;
+  c.src = MemKind::kDevice;
+  c.dst = MemKind::kPinnedByProgram;
+  c.failed = false;
+  c.bytes = 1 << 20;
+  c.overlap_ns = 500;
+  totals.Add(c);
+  totals.CountNotDetailed(trace::NotDetailed::kSync);
+  totals.NoteTime(t);
+  for (uint64_t sequence : {2, 1}) {
+    trace::SiteTotalsFields h;
+    h.version = trace::kSiteTotalsVersion;
+    h.sequence = sequence;
+    h.detail_end_ns = t - 1000;
+    h.detail_bytes = 1 << 16;
+    const size_t n = totals.Encode(h, buf, sizeof(buf));
+    b->Frame(trace::FrameType::kSiteTotals, std::string(reinterpret_cast<char*>(buf), n));
+  }
+}
 
 CopyEvent Copy(uint64_t t, uint64_t bytes, bool async, MemKind host, uint64_t ptr) {
   CopyEvent e{};
@@ -148,6 +186,7 @@ std::string Everything() {
   e.AppendOptimizeCounters(counters, t + 79000);
   e.AppendDropped(3, t + 80000);
   b.Flush(7);
+  SiteTotalsFrames(&b, t + 85000);
   b.End(t + 90000);
   return b.bytes();
 }
