@@ -24,7 +24,11 @@ def parse(path):
         fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
         if "cell" not in fields or "round" not in fields or "variant" not in fields:
             continue
-        rows[(fields["cell"], fields["variant"])][int(fields["round"])] = fields
+        key, rnd = (fields["cell"], fields["variant"]), int(fields["round"])
+        if rnd in rows[key]:
+            # One cell twice in a round would hide one of its runs.
+            sys.exit("matrix_table: cell %s (%s) twice in round %d" % (key[0], key[1], rnd))
+        rows[key][rnd] = fields
     return rows
 
 

@@ -20,7 +20,8 @@
 //   bwpinned:BYTES            the same with a cudaHostAlloc'd buffer
 //   threads:BYTES:N           N threads, each the fresh:BYTES:sync step
 //   busy:K                    K threads spinning on the CPU for the cells
-//                             that follow (busy:0 stops them)
+//                             that follow (busy:0 stops them); those cells
+//                             print their names with ":busyK" added
 // Each cell prints one line:
 //   cell=NAME h2d_gbps=X d2h_gbps=Y step_us=Z h2d_call_us=A d2h_call_us=B checksum=C
 // h2d_gbps/d2h_gbps: bytes over the time of the copy calls (and the
@@ -99,13 +100,23 @@ struct Result {
   uint64_t bytes = 0;
 };
 
+// Spinning threads started by a busy:K cell (0: none).
+int g_busy = 0;
+
+// A cell's printed name: as given, with ":busyK" while K threads spin, so a
+// cell run again under busy cores is a row of its own.
+std::string Tagged(const std::string& name) {
+  return g_busy > 0 ? name + ":busy" + std::to_string(g_busy) : name;
+}
+
 void Print(const std::string& name, const Result& r) {
   const double h2d = Median(r.h2d_us), d2h = Median(r.d2h_us);
   printf(
       "cell=%s h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f d2h_call_us=%.1f "
       "checksum=%016llx\n",
-      name.c_str(), h2d > 0 ? r.bytes / h2d / 1e3 : 0.0, d2h > 0 ? r.bytes / d2h / 1e3 : 0.0,
-      Median(r.step_us), h2d, d2h, static_cast<unsigned long long>(r.checksum));
+      Tagged(name).c_str(), h2d > 0 ? r.bytes / h2d / 1e3 : 0.0,
+      d2h > 0 ? r.bytes / d2h / 1e3 : 0.0, Median(r.step_us), h2d, d2h,
+      static_cast<unsigned long long>(r.checksum));
   fflush(stdout);
 }
 
@@ -306,9 +317,10 @@ void Threads(size_t bytes, int n) {
   const double total = double(bytes) * steps * n;
   const double h2d_wall = wall * h2d / (h2d + d2h), d2h_wall = wall * d2h / (h2d + d2h);
   printf(
-      "cell=threads:%zu:%d h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f "
+      "cell=%s h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f "
       "d2h_call_us=%.1f checksum=%016llx\n",
-      bytes, n, total / h2d_wall / 1e3, total / d2h_wall / 1e3, wall / steps, h2d / n / steps,
+      Tagged("threads:" + std::to_string(bytes) + ":" + std::to_string(n)).c_str(),
+      total / h2d_wall / 1e3, total / d2h_wall / 1e3, wall / steps, h2d / n / steps,
       d2h / n / steps, static_cast<unsigned long long>(all.checksum));
   fflush(stdout);
 }
@@ -317,6 +329,7 @@ std::atomic<bool> g_spin_stop{false};
 std::vector<std::thread> g_spinners;
 
 void Busy(int k) {
+  g_busy = k;
   g_spin_stop.store(true);
   for (auto& t : g_spinners) t.join();
   g_spinners.clear();

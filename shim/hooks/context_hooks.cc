@@ -149,13 +149,21 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   return EndPrimaryContext(kApi_cuDevicePrimaryCtxRelease_v2, dev, /*reset=*/false);
 }
 
-// Wrapped only to wait while a primary context teardown runs (see above).
+// Wrapped to wait while a primary context teardown runs (see above), and
+// to attach optimize mode's engine when the program makes its context (the
+// CUDA runtime's first call that needs one), not at its first copy: the
+// attach's driver lookups and its thread then cost the context's creation,
+// which takes far longer, instead of the copy.
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   using Fn = CUresult (*)(CUcontext*, CUdevice);
   const Fn real_fn = hook::RealFn<Fn>(kApi_cuDevicePrimaryCtxRetain);
   if (!hook::Handles(real_fn)) return hook::Forward(real_fn, pctx, dev);
   const hook::HookScope scope;
-  if (PINSHIM_LIKELY(ActiveOptimizer() == nullptr)) return real_fn(pctx, dev);
+  if (PINSHIM_LIKELY(ActiveOptimizer() == nullptr)) {
+    const CUresult r = real_fn(pctx, dev);
+    if (r == CUDA_SUCCESS && g_optimize) EnsureOptimizerStarted();
+    return r;
+  }
   pthread_mutex_lock(&g_primary_mu);
   CUresult r = real_fn(pctx, dev);
   pthread_mutex_unlock(&g_primary_mu);

@@ -20,6 +20,7 @@
 #include "shim/core/macros.h"
 #include "shim/core/reentry.h"
 #include "shim/optimize/cost_model.h"
+#include "shim/optimize/fresh_pages.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/stream_copy.h"
 
@@ -265,6 +266,7 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
   g_libc_memcpy = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memcpy"));
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) g_stream_copy = &CopyStreamingAvx2;
+  huge_pages_ = KernelHugePageMode();
   ops_ = ops;
   exchange_capture_mode_ = ops->thread_exchange_capture_mode;
   account_ = account;
@@ -641,27 +643,30 @@ bool Stager::StageEagerHead(void* host, CUdeviceptr dev, uint64_t bytes, CUstrea
   return StageImpl(CopyDir::kHostToDevice, host, dev, bytes, stream, false, true, result, info);
 }
 
-bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
-                       bool sync, bool eager_head, CUresult* result, StagedInfo* info) {
-  if (host == nullptr) return false;
-  const uint64_t entered_ns = NowNs();
-  const uint32_t helpers = UsableWorkers();
-  if (options_.load_aware && helpers == 0 && !eager_head) {
+bool Stager::Admits(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+                    bool eager_head, uint32_t* helpers, CUcontext* ctx) {
+  // Before any check that costs a system or driver call: a program's first
+  // copies, before a ring is worth pinning, go to the driver at its price.
+  if (workers_started_.load(std::memory_order_acquire) != 2 && !eager_head &&
+      !RingWorthIt(dir, bytes)) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    ring_deferred_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  *helpers = UsableWorkers();
+  if (options_.load_aware && *helpers == 0 && !eager_head) {
     declined_.fetch_add(1, std::memory_order_relaxed);
     busy_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   // The host range must be mapped (the driver answers for one that is not;
   // a worker would fault).
-  {
-    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(host) / page * page;
-    const uintptr_t hi = reinterpret_cast<uintptr_t>(host) + bytes;
-    if (syscall(SYS_msync, lo, hi - lo, MS_ASYNC) != 0) return false;
-  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(host) / page * page;
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(host) + bytes;
+  if (syscall(SYS_msync, lo, hi - lo, MS_ASYNC) != 0) return false;
   if (!eager_head && !DeviceRangeOk(*ops_, options_.allocations, dev, bytes)) return false;
-  CUcontext ctx = nullptr;
-  if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return false;
+  if (ops_->ctx_get_current(ctx) != CUDA_SUCCESS || *ctx == nullptr) return false;
   // A stream that captures would record the ring's DMAs into the program's
   // graph, which would copy the ring (whatever it holds then) at every
   // launch: the driver answers for such a copy, as without pinshim.
@@ -670,17 +675,86 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
     capturing_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  return true;
+}
+
+bool Stager::WaitForEarlierWork(Lane* lane, CUstream stream, bool wait_first,
+                                bool wait_after_eager) {
+  if (!wait_first && !wait_after_eager) return true;
+  CUresult e = ops_->event_record(lane->before, stream);
+  if (e == CUDA_SUCCESS && wait_first) e = ops_->event_synchronize(lane->before);
+  return e == CUDA_SUCCESS;
+}
+
+void Stager::PlanPieces(CopyDir dir, uint64_t bytes, uint64_t ring_chunk, uint32_t slots,
+                        uint32_t threads, uint64_t* chunk_out, uint64_t* piece_out) {
+  // Chunks small enough that several are in flight for short copies, so a
+  // DMA always overlaps the copying of the next one. Short copies to the
+  // host: two chunks, so the first DMA overlaps the copying out of the
+  // second. Short copies to the device: one chunk, one DMA, which runs after
+  // the call returned (issuing a DMA costs the call more than the overlap
+  // gains at that size: bench/RESULTS.md). Longer ones fill the ring.
+  const uint64_t page = 4096;
+  const uint64_t short_copy = uint64_t{2} << 20;
+  uint64_t chunk = ring_chunk;
+  if (bytes <= short_copy && dir == CopyDir::kHostToDevice) {
+    chunk = (bytes + page - 1) / page * page;
+  } else if (bytes <= short_copy) {
+    chunk = ((bytes + 1) / 2 + page - 1) / page * page;
+  } else {
+    while (chunk > (uint64_t{1} << 20) && bytes < chunk * slots) chunk /= 2;
+  }
+  if (chunk > ring_chunk) chunk = ring_chunk;
+  chunk = chunk / page * page;
+  // Pieces of 256 KiB (the staging probe's), smaller for short copies so
+  // every thread gets several.
+  uint64_t piece = chunk < kMaxPiece ? chunk : kMaxPiece;
+  while (piece > kMinPiece && (bytes / piece) < uint64_t{threads} * 4) piece /= 2;
+  *chunk_out = chunk;
+  *piece_out = piece;
+}
+
+CUresult Stager::CopyThroughRing(Lane* lane, const RingCopy& c) {
+  Job* job = lane->job;
+  CUresult r = CUDA_SUCCESS;
+  uint64_t off = 0;
+  while (off < c.bytes && r == CUDA_SUCCESS) {
+    uint64_t n = c.bytes - off;
+    if (n > c.chunk * kMaxChunks) n = c.chunk * kMaxChunks;
+    if (c.wait_after_eager) {
+      if (off == 0 && n > kDriverEagerBytes) n = kDriverEagerBytes;
+      if (off == kDriverEagerBytes) {
+        r = ops_->event_synchronize(lane->before);
+        if (r != CUDA_SUCCESS) break;  // the earlier work's error, as the driver returns it
+      }
+    }
+    job->h2d = c.dir == CopyDir::kHostToDevice;
+    job->host = static_cast<char*>(c.host) + off;
+    job->chunk = c.chunk;
+    job->bytes = n;
+    job->piece = c.piece;
+    job->slots = lane->slots;
+    job->nchunks = static_cast<uint32_t>((n + c.chunk - 1) / c.chunk);
+    job->ppc = static_cast<uint32_t>((c.chunk + c.piece - 1) / c.piece);
+    job->total = uint64_t{job->nchunks} * job->ppc;
+    job->max_workers = c.threads - 1;
+    r = RunJob(lane, job, c.dev + off, c.stream);
+    off += n;
+  }
+  return r;
+}
+
+bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+                       bool sync, bool eager_head, CUresult* result, StagedInfo* info) {
+  if (host == nullptr) return false;
+  const uint64_t entered_ns = NowNs();
+  uint32_t helpers = 0;
+  CUcontext ctx = nullptr;
+  if (!Admits(dir, host, dev, bytes, stream, eager_head, &helpers, &ctx)) return false;
   RelaxedCaptureMode relaxed(ops_);
   // Started at the first copy staging takes (they may pin its ring), once
-  // a ring is worth pinning (TakeLane).
-  if (workers_started_.load(std::memory_order_acquire) != 2) {
-    if (!eager_head && !RingWorthIt(dir, bytes)) {
-      declined_.fetch_add(1, std::memory_order_relaxed);
-      ring_deferred_.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    }
-    StartWorkers();
-  }
+  // a ring is worth pinning (Admits).
+  if (workers_started_.load(std::memory_order_acquire) != 2) StartWorkers();
   bool pending = false, pinned_now = false;
   Lane* lane = TakeLane(ctx, dir, bytes, &pending, &pinned_now);
   if (info != nullptr) info->pinned_ring = pinned_now;
@@ -697,187 +771,185 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   // work. What fails here (the stream, or an error of that earlier work) the
   // driver answers for, as without pinshim.
   const bool h2d = dir == CopyDir::kHostToDevice;
-  const bool wait_first = h2d && (sync || options_.ordered_reads);
-  const bool wait_after_eager = h2d && !wait_first && bytes > kDriverEagerBytes;
-  if (wait_first || wait_after_eager) {
-    CUresult e = ops_->event_record(lane->before, stream);
-    if (e == CUDA_SUCCESS && wait_first) e = ops_->event_synchronize(lane->before);
-    if (e != CUDA_SUCCESS) {
-      ReleaseLane(lane);
-      declined_.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    }
+  RingCopy c;
+  c.wait_after_eager = h2d && !(sync || options_.ordered_reads) && bytes > kDriverEagerBytes;
+  if (!WaitForEarlierWork(lane, stream, h2d && (sync || options_.ordered_reads),
+                          c.wait_after_eager)) {
+    ReleaseLane(lane);
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    return false;
   }
-  Job* job = lane->job;
   const uint64_t cpu_start = ThreadCpuNs();
-  // Chunks small enough that several are in flight for short copies, so a
-  // DMA always overlaps the copying of the next one. Short copies to the
-  // host: two chunks, so the first DMA overlaps the copying out of the
-  // second. Short copies to the device: one chunk, one DMA, which runs after
-  // the call returned (issuing a DMA costs the call more than the overlap
-  // gains at that size: bench/RESULTS.md). Longer ones fill the ring.
-  const uint64_t page = 4096;
-  const uint64_t short_copy = uint64_t{2} << 20;
-  uint64_t chunk = lane->chunk_bytes;
-  if (bytes <= short_copy && dir == CopyDir::kHostToDevice) {
-    chunk = (bytes + page - 1) / page * page;
-  } else if (bytes <= short_copy) {
-    chunk = ((bytes + 1) / 2 + page - 1) / page * page;
-  } else {
-    while (chunk > (uint64_t{1} << 20) && bytes < chunk * lane->slots) chunk /= 2;
-  }
-  if (chunk > lane->chunk_bytes) chunk = lane->chunk_bytes;
-  chunk = chunk / page * page;
   const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
-  const uint32_t threads = (helpers < workers ? helpers : workers) + 1;
-  // Pieces of 256 KiB (the staging probe's), smaller for short copies so
-  // every thread gets several.
-  uint64_t piece = chunk < kMaxPiece ? chunk : kMaxPiece;
-  while (piece > kMinPiece && (bytes / piece) < uint64_t{threads} * 4) piece /= 2;
-  CUresult r = CUDA_SUCCESS;
-  uint64_t off = 0;
-  setup_ns_.fetch_add(NowNs() - entered_ns, std::memory_order_relaxed);
-  while (off < bytes && r == CUDA_SUCCESS) {
-    uint64_t n = bytes - off;
-    if (n > chunk * kMaxChunks) n = chunk * kMaxChunks;
-    if (wait_after_eager) {
-      if (off == 0 && n > kDriverEagerBytes) n = kDriverEagerBytes;
-      if (off == kDriverEagerBytes) {
-        r = ops_->event_synchronize(lane->before);
-        if (r != CUDA_SUCCESS) break;  // the earlier work's error, as the driver returns it
-      }
-    }
-    job->h2d = dir == CopyDir::kHostToDevice;
-    job->host = static_cast<char*>(host) + off;
-    job->chunk = chunk;
-    job->bytes = n;
-    job->piece = piece;
-    job->slots = lane->slots;
-    job->nchunks = static_cast<uint32_t>((n + chunk - 1) / chunk);
-    job->ppc = static_cast<uint32_t>((chunk + piece - 1) / piece);
-    job->total = uint64_t{job->nchunks} * job->ppc;
-    job->max_workers = threads - 1;
-    r = RunJob(lane, job, dev + off, stream);
-    off += n;
+  c.dir = dir;
+  c.host = host;
+  c.dev = dev;
+  c.bytes = bytes;
+  c.stream = stream;
+  c.threads = (helpers < workers ? helpers : workers) + 1;
+  PlanPieces(dir, bytes, lane->chunk_bytes, lane->slots, c.threads, &c.chunk, &c.piece);
+  if (!h2d && AdviseFreshDestination(host, bytes, huge_pages_)) {
+    huge_advised_.fetch_add(1, std::memory_order_relaxed);
   }
+  setup_ns_.fetch_add(NowNs() - entered_ns, std::memory_order_relaxed);
+  const CUresult r = CopyThroughRing(lane, c);
   ReleaseLane(lane);
   own_cpu_ns_.fetch_add(ThreadCpuNs() - cpu_start, std::memory_order_relaxed);
   copies_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  info->workers = threads;
-  info->chunk_bytes = chunk;
+  info->workers = c.threads;
+  info->chunk_bytes = c.chunk;
   *result = r;
   return true;
 }
 
-CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) {
-  const uint32_t S = job->slots;
-  const uint64_t start_ns = NowNs();
-  for (uint32_t k = 0; k < job->nchunks; ++k) {
-    job->done[k].store(0, std::memory_order_relaxed);
-    job->dma_done[k].store(0, std::memory_order_relaxed);
-  }
-  // A host-to-device copy the ring holds whole reuses no slot: one event,
-  // after its last DMA, tells every chunk's completion (stream order), and
-  // it writes the ring's bytes after the previous such copy's, so that
-  // back-to-back uploads overlap their copying with the DMA before. Every
-  // other job starts at the ring's start, one event per slot.
-  const bool whole = job->h2d && job->nchunks <= S;
-  const uint64_t span = uint64_t{whole ? job->nchunks : S} * job->chunk;
-  const uint64_t base = whole && lane->cursor + span <= lane->ring_bytes ? lane->cursor : 0;
-  // Earlier copies' DMAs from the bytes this job writes finish first, and
-  // so do those of an event it records again.
-  auto finish = [&](uint32_t e) {
-    CUresult q = ops_->event_synchronize(lane->events[e]);
-    (void)q;  // an error here is the earlier copy's, already returned
-    lane->pending[e] = false;
-  };
-  for (uint32_t e = 0; e < S; ++e) {
-    if (lane->pending[e] &&
-        (!whole || (lane->busy_lo[e] < base + span && base < lane->busy_hi[e]))) {
-      finish(e);
+// One pass of a job over the ring: the calling thread's side of it (the
+// DMAs it queues and reaps, the pieces it copies itself), while workers
+// copy the other pieces.
+class Stager::Pass {
+ public:
+  Pass(Stager* stager, Lane* lane, Job* job, CUdeviceptr dev, CUstream stream)
+      : st_(stager), lane_(lane), job_(job), dev_(dev), stream_(stream), S_(job->slots) {}
+
+  CUresult Run() {
+    const uint64_t start_ns = NowNs();
+    ClaimRing();
+    Publish();
+    published_ns_ = NowNs();
+    st_->wait_ns_.fetch_add(published_ns_ - start_ns, std::memory_order_relaxed);
+    job_->live.store(1, std::memory_order_release);
+    if (job_->max_workers != 0) {
+      st_->work_gen_.fetch_add(1, std::memory_order_acq_rel);
+      Futex(&st_->work_gen_, FUTEX_WAKE, job_->max_workers);
     }
-  }
-  uint32_t whole_ev = 0;  // a whole upload's event: a free one, else the oldest
-  if (whole) {
-    while (whole_ev < S && lane->pending[whole_ev]) ++whole_ev;
-    if (whole_ev == S) {
-      whole_ev = 0;
-      for (uint32_t e = 1; e < S; ++e) {
-        if (lane->recorded[e] < lane->recorded[whole_ev]) whole_ev = e;
-      }
-      finish(whole_ev);
-    }
-  }
-  // The next whole upload starts after this one, or, after a larger one,
-  // at the slot whose DMA was queued first of those that may still run.
-  lane->cursor = whole ? base + span : job->h2d ? uint64_t{job->nchunks % S} * job->chunk : 0;
-  job->ring = lane->ring + base;
-  for (uint32_t s = 0; s < S; ++s) job->slot_gen[s].store(1, std::memory_order_relaxed);
-  job->next.store(0, std::memory_order_relaxed);
-  job->abort.store(0, std::memory_order_relaxed);
-  job->joined.store(0, std::memory_order_relaxed);
-  job->first_join_ns.store(0, std::memory_order_relaxed);
-  const uint64_t published_ns = NowNs();
-  wait_ns_.fetch_add(published_ns - start_ns, std::memory_order_relaxed);
-  job->live.store(1, std::memory_order_release);
-  if (job->max_workers != 0) {
-    work_gen_.fetch_add(1, std::memory_order_acq_rel);
-    Futex(&work_gen_, FUTEX_WAKE, job->max_workers);
-  }
-  CUresult r = CUDA_SUCCESS;
-  // A synchronous host-to-device copy returns as the driver's own pageable
-  // one does: once the stream's earlier work completed (Stage waited for it
-  // before any byte was read) and the source was read, its last DMAs
-  // possibly still queued (measured on the H200: page_facts
-  // sync_h2d_return, bench/RESULTS.md).
-  // DMAs queued and not yet seen complete, oldest first: chunk indices.
-  uint32_t inflight[kMaxSlots];
-  uint32_t head = 0, tail = 0;  // inflight[head % S .. tail % S)
-  uint32_t issued = 0;          // chunks whose DMA was queued
-  uint32_t finished = 0;        // device to host: chunks copied out
-  // The event chunk k's DMA completes with.
-  auto event_of = [&](uint32_t k) { return whole ? whole_ev : k % S; };
-  auto issue = [&](uint32_t k) {
-    const ElapsedInto timed(&issue_ns_);
-    const uint32_t s = k % S;
-    char* slot = job->Slot(k);
-    const uint64_t len = job->ChunkLen(k);
-    CUresult e = job->h2d
-                     ? ops_->memcpy_htod_async(dev + uint64_t{k} * job->chunk, slot, len, stream)
-                     : ops_->memcpy_dtoh_async(slot, dev + uint64_t{k} * job->chunk, len, stream);
-    if (e != CUDA_SUCCESS) return e;
-    ++issued;
-    if (!whole || k + 1 == job->nchunks) {
-      // Claimed before the record: a later job waits for these bytes.
-      const uint32_t ev = event_of(k);
-      lane->pending[ev] = true;
-      lane->busy_lo[ev] = whole ? base : base + uint64_t{s} * job->chunk;
-      lane->busy_hi[ev] = whole ? base + span : lane->busy_lo[ev] + job->chunk;
-      lane->recorded[ev] = ++lane->records;
-      e = ops_->event_record(lane->events[ev], stream);
-      if (e != CUDA_SUCCESS) return e;
-      inflight[tail++ % S] = k;
-    }
-    return CUDA_SUCCESS;
-  };
-  // Sees the oldest queued DMA complete, if it has.
-  auto reap = [&]() {
-    if (head == tail) return false;
-    const uint32_t k = inflight[head % S];
-    const uint32_t s = k % S;
-    CUresult q = ops_->event_query(lane->events[event_of(k)]);
-    if (q == CUDA_ERROR_NOT_READY) return false;
-    if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) r = q;
-    lane->pending[event_of(k)] = false;
-    ++head;
-    if (job->h2d) {
-      job->slot_gen[s].store(k / S + 2, std::memory_order_release);
+    if (job_->h2d) {
+      Uploads();
     } else {
-      job->dma_done[k].store(1, std::memory_order_release);
+      Downloads();
+    }
+    const uint64_t copied_ns = NowNs();
+    st_->copy_ns_.fetch_add(copied_ns - published_ns_, std::memory_order_relaxed);
+    Close();
+    const uint64_t joined_at = job_->first_join_ns.load(std::memory_order_relaxed);
+    if (joined_at != 0) {
+      st_->join_ns_.fetch_add(joined_at > published_ns_ ? joined_at - published_ns_ : 0,
+                              std::memory_order_relaxed);
+      st_->joined_passes_.fetch_add(1, std::memory_order_relaxed);
+    }
+    st_->passes_.fetch_add(1, std::memory_order_relaxed);
+    st_->tail_ns_.fetch_add(NowNs() - copied_ns, std::memory_order_relaxed);
+    return r_;
+  }
+
+ private:
+  // Where in the ring the job writes, once earlier copies' DMAs from those
+  // bytes (and those of an event it records again) finished. A host-to-
+  // device copy the ring holds whole reuses no slot: one event, after its
+  // last DMA, tells every chunk's completion (stream order), and it writes
+  // the ring's bytes after the previous such copy's, so that back-to-back
+  // uploads overlap their copying with the DMA before. Every other job
+  // starts at the ring's start, one event per slot.
+  void ClaimRing() {
+    whole_ = job_->h2d && job_->nchunks <= S_;
+    span_ = uint64_t{whole_ ? job_->nchunks : S_} * job_->chunk;
+    base_ = whole_ && lane_->cursor + span_ <= lane_->ring_bytes ? lane_->cursor : 0;
+    for (uint32_t e = 0; e < S_; ++e) {
+      if (lane_->pending[e] &&
+          (!whole_ || (lane_->busy_lo[e] < base_ + span_ && base_ < lane_->busy_hi[e]))) {
+        Finish(e);
+      }
+    }
+    if (whole_) {  // a whole upload's event: a free one, else the oldest
+      while (whole_ev_ < S_ && lane_->pending[whole_ev_]) ++whole_ev_;
+      if (whole_ev_ == S_) {
+        whole_ev_ = 0;
+        for (uint32_t e = 1; e < S_; ++e) {
+          if (lane_->recorded[e] < lane_->recorded[whole_ev_]) whole_ev_ = e;
+        }
+        Finish(whole_ev_);
+      }
+    }
+    // The next whole upload starts after this one, or, after a larger one,
+    // at the slot whose DMA was queued first of those that may still run.
+    lane_->cursor = whole_      ? base_ + span_
+                    : job_->h2d ? uint64_t{job_->nchunks % S_} * job_->chunk
+                                : 0;
+  }
+
+  // Waits for an earlier copy's DMAs behind event e (an error there is
+  // that copy's, already returned).
+  void Finish(uint32_t e) {
+    CUresult q = st_->ops_->event_synchronize(lane_->events[e]);
+    (void)q;
+    lane_->pending[e] = false;
+  }
+
+  // The job's shared state, reset before workers may join.
+  void Publish() {
+    for (uint32_t k = 0; k < job_->nchunks; ++k) {
+      job_->done[k].store(0, std::memory_order_relaxed);
+      job_->dma_done[k].store(0, std::memory_order_relaxed);
+    }
+    job_->ring = lane_->ring + base_;
+    for (uint32_t s = 0; s < S_; ++s) job_->slot_gen[s].store(1, std::memory_order_relaxed);
+    job_->next.store(0, std::memory_order_relaxed);
+    job_->abort.store(0, std::memory_order_relaxed);
+    job_->joined.store(0, std::memory_order_relaxed);
+    job_->first_join_ns.store(0, std::memory_order_relaxed);
+  }
+
+  // The event chunk k's DMA completes with.
+  uint32_t EventOf(uint32_t k) const { return whole_ ? whole_ev_ : k % S_; }
+
+  // Queues chunk k's DMA, and the event that tells its completion.
+  CUresult Issue(uint32_t k) {
+    const ElapsedInto timed(&st_->issue_ns_);
+    const uint32_t s = k % S_;
+    char* slot = job_->Slot(k);
+    const uint64_t len = job_->ChunkLen(k);
+    const CUdeviceptr dev = dev_ + uint64_t{k} * job_->chunk;
+    CUresult e = job_->h2d ? st_->ops_->memcpy_htod_async(dev, slot, len, stream_)
+                           : st_->ops_->memcpy_dtoh_async(slot, dev, len, stream_);
+    if (e != CUDA_SUCCESS) return e;
+    ++issued_;
+    if (whole_ && k + 1 != job_->nchunks) return CUDA_SUCCESS;
+    // Claimed before the record: a later job waits for these bytes.
+    const uint32_t ev = EventOf(k);
+    lane_->pending[ev] = true;
+    lane_->busy_lo[ev] = whole_ ? base_ : base_ + uint64_t{s} * job_->chunk;
+    lane_->busy_hi[ev] = whole_ ? base_ + span_ : lane_->busy_lo[ev] + job_->chunk;
+    lane_->recorded[ev] = ++lane_->records;
+    e = st_->ops_->event_record(lane_->events[ev], stream_);
+    if (e != CUDA_SUCCESS) return e;
+    inflight_[tail_++ % S_] = k;
+    return CUDA_SUCCESS;
+  }
+
+  // Sees the oldest queued DMA complete, if it has.
+  bool Reap() {
+    if (head_ == tail_) return false;
+    const uint32_t k = inflight_[head_ % S_];
+    const uint32_t s = k % S_;
+    CUresult q = st_->ops_->event_query(lane_->events[EventOf(k)]);
+    if (q == CUDA_ERROR_NOT_READY) return false;
+    if (q != CUDA_SUCCESS && r_ == CUDA_SUCCESS) r_ = q;
+    lane_->pending[EventOf(k)] = false;
+    ++head_;
+    if (job_->h2d) {
+      job_->slot_gen[s].store(k / S_ + 2, std::memory_order_release);
+    } else {
+      job_->dma_done[k].store(1, std::memory_order_release);
     }
     return true;
-  };
+  }
+
+  // Reaps only when no piece is ready to copy: every query is a driver
+  // call, and they slow the DMAs' submission when made back to back.
+  bool ReapIfIdle() {
+    const uint64_t next = job_->next.load(std::memory_order_relaxed);
+    return (next >= job_->total || !job_->Ready(next)) && Reap();
+  }
+
   // One piece of the calling thread's own, when one is ready. With helper
   // workers it copies only where it has no DMA left to queue before the
   // job's end: the pieces of an upload's last chunk (whose DMA waits for
@@ -887,109 +959,125 @@ CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) 
   // kAloneNs (every worker busy, pinning a ring for another copy, say): then
   // it copies until one does. Its share matters for short uploads: memory
   // the program just wrote sits in this core's cache, which the workers read
-  // only through it (on the H200's host 18 to 19 GB/s together, with 4 to
-  // 12 of them and any copy routine: bench/copy/handoff_probe,
-  // bench/RESULTS.md).
-  bool alone = false;  // no worker joined within kAloneNs
-  auto help = [&]() {
-    bool any = job->max_workers == 0;
-    if (!any && job->joined.load(std::memory_order_relaxed) == 0 &&
-        NowNs() - published_ns >= kAloneNs) {
+  // only through it (bench/RESULTS.md, "2026-12-02, third part").
+  bool Help() {
+    bool any = job_->max_workers == 0;
+    if (!any && job_->joined.load(std::memory_order_relaxed) == 0 &&
+        NowNs() - published_ns_ >= kAloneNs) {
       any = true;
-      if (!alone) {
-        alone = true;
-        alone_.fetch_add(1, std::memory_order_relaxed);
+      if (!alone_) {
+        alone_ = true;
+        st_->alone_.fetch_add(1, std::memory_order_relaxed);
       }
     }
-    uint64_t p = job->next.load(std::memory_order_relaxed);
-    while (p < job->total && job->Ready(p)) {
-      const bool mine = any || (job->h2d ? p / job->ppc + 1 == job->nchunks
-                                         : issued == job->nchunks && head == tail);
+    uint64_t p = job_->next.load(std::memory_order_relaxed);
+    while (p < job_->total && job_->Ready(p)) {
+      const bool mine = any || (job_->h2d ? p / job_->ppc + 1 == job_->nchunks
+                                          : issued_ == job_->nchunks && head_ == tail_);
       if (!mine) return false;
-      if (job->next.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) {
-        job->Copy(p);
-        own_pieces_.fetch_add(1, std::memory_order_relaxed);
+      if (job_->next.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) {
+        job_->Copy(p);
+        st_->own_pieces_.fetch_add(1, std::memory_order_relaxed);
         return true;
       }
     }
     return false;
-  };
-  if (job->h2d) {
-    while (issued < job->nchunks && r == CUDA_SUCCESS) {
+  }
+
+  // A synchronous host-to-device copy returns as the driver's own pageable
+  // one does: once the stream's earlier work completed (StageImpl waited
+  // for it before any byte was read) and the source was read, its last
+  // DMAs possibly still queued (bench/RESULTS.md, page_facts
+  // sync_h2d_return).
+  void Uploads() {
+    while (issued_ < job_->nchunks && r_ == CUDA_SUCCESS) {
       bool progress = false;
-      if (job->done[issued].load(std::memory_order_acquire) == job->ppc) {
-        if (CUresult e = issue(issued)) {
-          r = e;
+      if (job_->done[issued_].load(std::memory_order_acquire) == job_->ppc) {
+        if (CUresult e = Issue(issued_)) {
+          r_ = e;
           break;
         }
         progress = true;
       }
-      // Asked only when a piece waits for a slot: every query is a driver
-      // call, and they slow the DMAs' submission when made back to back.
-      const uint64_t next = job->next.load(std::memory_order_relaxed);
-      if (!progress && (next >= job->total || !job->Ready(next))) progress = reap();
-      if (!progress && !help()) Pause();
+      if (!progress) progress = ReapIfIdle();
+      if (!progress && !Help()) Pause();
     }
-  } else {
-    while (finished < job->nchunks && r == CUDA_SUCCESS) {
+  }
+
+  // Each chunk's DMA once its slot's previous chunk was copied out (and,
+  // for the first round, its previous DMA completed); chunks copied out as
+  // their DMAs complete.
+  void Downloads() {
+    while (finished_ < job_->nchunks && r_ == CUDA_SUCCESS) {
       bool progress = false;
-      // The next DMA, once its slot's previous chunk was copied out (and,
-      // for the first round, its previous DMA completed).
-      if (issued < job->nchunks) {
-        const uint32_t k = issued;
-        const bool free_slot = k < S ? job->slot_gen[k].load(std::memory_order_acquire) != 0
-                                     : job->done[k - S].load(std::memory_order_acquire) == job->ppc;
+      if (issued_ < job_->nchunks) {
+        const uint32_t k = issued_;
+        const bool free_slot =
+            k < S_ ? job_->slot_gen[k].load(std::memory_order_acquire) != 0
+                   : job_->done[k - S_].load(std::memory_order_acquire) == job_->ppc;
         if (free_slot) {
-          if (CUresult e = issue(k)) {
-            r = e;
+          if (CUresult e = Issue(k)) {
+            r_ = e;
             break;
           }
           progress = true;
         }
       }
-      {
-        const uint64_t next = job->next.load(std::memory_order_relaxed);
-        if (!progress && (next >= job->total || !job->Ready(next))) progress = reap();
-      }
-      while (finished < job->nchunks &&
-             job->done[finished].load(std::memory_order_acquire) == job->ppc) {
-        ++finished;
+      if (!progress) progress = ReapIfIdle();
+      while (finished_ < job_->nchunks &&
+             job_->done[finished_].load(std::memory_order_acquire) == job_->ppc) {
+        ++finished_;
         progress = true;
       }
-      if (!progress && !help()) Pause();
+      if (!progress && !Help()) Pause();
     }
   }
-  const uint64_t copied_ns = NowNs();
-  copy_ns_.fetch_add(copied_ns - published_ns, std::memory_order_relaxed);
-  if (r != CUDA_SUCCESS) job->abort.store(1, std::memory_order_release);
-  // Every piece taken by then is finished before the host buffer is the
-  // program's again.
-  // Sequentially consistent, with the worker's inside-then-live: a store
-  // followed by a load of another variable may otherwise pass each other
-  // (x86's store buffer does), and a worker joining at that moment would
-  // see the job live while this thread sees it outside.
-  job->live.store(0, std::memory_order_seq_cst);
-  job->next.store(job->total, std::memory_order_seq_cst);
-  while (job->inside.load(std::memory_order_seq_cst) != 0) Pause();
-  if (r == CUDA_SUCCESS && !job->h2d) {
+
+  // Ends the pass: every piece taken by then is finished before the host
+  // buffer is the program's again, and a download's DMAs completed.
+  void Close() {
+    if (r_ != CUDA_SUCCESS) job_->abort.store(1, std::memory_order_release);
+    // Sequentially consistent, with the worker's inside-then-live: a store
+    // followed by a load of another variable may otherwise pass each other
+    // (x86's store buffer does), and a worker joining at that moment would
+    // see the job live while this thread sees it outside.
+    job_->live.store(0, std::memory_order_seq_cst);
+    job_->next.store(job_->total, std::memory_order_seq_cst);
+    while (job_->inside.load(std::memory_order_seq_cst) != 0) Pause();
+    if (r_ != CUDA_SUCCESS || job_->h2d) return;
     // Device-to-host copies return with the data in place: their DMAs
     // completed by now; the events say so and free the slots.
-    while (head != tail) {
-      CUresult q = ops_->event_synchronize(lane->events[event_of(inflight[head % S])]);
-      if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) r = q;
-      ++head;
+    while (head_ != tail_) {
+      CUresult q = st_->ops_->event_synchronize(lane_->events[EventOf(inflight_[head_ % S_])]);
+      if (q != CUDA_SUCCESS && r_ == CUDA_SUCCESS) r_ = q;
+      ++head_;
     }
-    for (uint32_t e = 0; e < S; ++e) lane->pending[e] = false;
+    for (uint32_t e = 0; e < S_; ++e) lane_->pending[e] = false;
   }
-  const uint64_t joined_at = job->first_join_ns.load(std::memory_order_relaxed);
-  if (joined_at != 0) {
-    join_ns_.fetch_add(joined_at > published_ns ? joined_at - published_ns : 0,
-                       std::memory_order_relaxed);
-    joined_passes_.fetch_add(1, std::memory_order_relaxed);
-  }
-  passes_.fetch_add(1, std::memory_order_relaxed);
-  tail_ns_.fetch_add(NowNs() - copied_ns, std::memory_order_relaxed);
-  return r;
+
+  Stager* const st_;
+  Lane* const lane_;
+  Job* const job_;
+  const CUdeviceptr dev_;
+  const CUstream stream_;
+  const uint32_t S_;
+  bool whole_ = false;
+  uint64_t span_ = 0;
+  uint64_t base_ = 0;
+  uint32_t whole_ev_ = 0;
+  uint64_t published_ns_ = 0;
+  CUresult r_ = CUDA_SUCCESS;
+  // DMAs queued and not yet seen complete, oldest first: chunk indices in
+  // inflight_[head_ % S_ .. tail_ % S_).
+  uint32_t inflight_[kMaxSlots];
+  uint32_t head_ = 0, tail_ = 0;
+  uint32_t issued_ = 0;    // chunks whose DMA was queued
+  uint32_t finished_ = 0;  // device to host: chunks copied out
+  bool alone_ = false;     // no worker joined within kAloneNs
+};
+
+CUresult Stager::RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream) {
+  return Pass(this, lane, job, dev, stream).Run();
 }
 
 uint64_t Stager::TrimIdle(bool all) {
@@ -1079,6 +1167,7 @@ StagerStats Stager::Stats() const {
   s.no_lane = no_lane_.load();
   s.ring_pending = ring_pending_.load();
   s.ring_deferred = ring_deferred_.load();
+  s.huge_advised = huge_advised_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();
   s.setup_ns = setup_ns_.load();

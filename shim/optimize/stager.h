@@ -54,6 +54,7 @@
 #include "shim/core/events.h"
 #include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
+#include "shim/optimize/fresh_pages.h"
 #include "shim/optimize/invariants.h"
 #include "shim/optimize/path_judge.h"
 #include "shim/optimize/pin_account.h"
@@ -108,7 +109,8 @@ struct StagerStats {
   // of those: no ring yet, and the program had not yet spent as long in
   // the driver's copies of that direction as pinning one takes
   uint64_t ring_deferred;
-  uint64_t capturing;  // of those: their stream was capturing (or its status unknown)
+  uint64_t huge_advised;  // downloads whose fresh destination was advised for huge pages
+  uint64_t capturing;     // of those: their stream was capturing (or its status unknown)
   // Staged passes in which no worker joined within 200 us, so the calling
   // thread copied alone until one did (workers slow to wake, or all busy).
   uint64_t alone;
@@ -249,6 +251,7 @@ class Stager {
  private:
   struct Lane;
   struct Job;
+  class Pass;
 
   Lane* TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool* pending, bool* pinned_now);
   bool WaitsForRingHere(CopyDir dir, uint64_t bytes) const;
@@ -261,6 +264,31 @@ class Stager {
   static void* WorkerMain(void* arg);
   void WorkerLoop();
   CUresult RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream);
+  // A staged copy's plan: what it moves, and in what pieces.
+  struct RingCopy {
+    CopyDir dir = CopyDir::kHostToDevice;
+    void* host = nullptr;
+    CUdeviceptr dev = 0;
+    uint64_t bytes = 0;
+    CUstream stream = nullptr;
+    uint32_t threads = 1;  // the calling thread and its helpers
+    uint64_t chunk = 0;
+    uint64_t piece = 0;
+    bool wait_after_eager = false;  // an upload's first kDriverEagerBytes before the stream's work
+  };
+  // Whether staging takes this copy now (counted when not); *helpers: the
+  // workers that may help, *ctx: the current context.
+  bool Admits(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
+              bool eager_head, uint32_t* helpers, CUcontext* ctx);
+  // Marks (and, for wait_first, waits for) the work queued before the copy
+  // on its stream; false when the driver refused.
+  bool WaitForEarlierWork(Lane* lane, CUstream stream, bool wait_first, bool wait_after_eager);
+  // The chunk and piece sizes of a copy of bytes through a ring of slots
+  // chunks of ring_chunk, by threads threads.
+  static void PlanPieces(CopyDir dir, uint64_t bytes, uint64_t ring_chunk, uint32_t slots,
+                         uint32_t threads, uint64_t* chunk, uint64_t* piece);
+  // The copy, as passes over the lane's ring; the driver's result.
+  CUresult CopyThroughRing(Lane* lane, const RingCopy& c);
   bool StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
                  bool sync, bool eager_head, CUresult* result, StagedInfo* info);
 
@@ -287,6 +315,8 @@ class Stager {
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
   std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0}, alone_{0};
   std::atomic<uint64_t> ring_deferred_{0};
+  std::atomic<uint64_t> huge_advised_{0};
+  HugePageMode huge_pages_ = HugePageMode::kUnknown;
   std::atomic<uint64_t> setup_ns_{0}, wait_ns_{0}, join_ns_{0}, copy_ns_{0}, tail_ns_{0};
   std::atomic<uint64_t> passes_{0}, joined_passes_{0}, helpers_{0};
   std::atomic<uint64_t> pieces_{0}, piece_ns_{0}, issue_ns_{0}, own_pieces_{0};

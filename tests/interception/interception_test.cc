@@ -496,7 +496,7 @@ TEST(OptimizeTest, SelfCheckStopsAPathTheDriverBeats) {
   const std::vector<std::string> optimize = {"PINSHIM_MODE=optimize", "PINSHIM_SELF_CHECK=1",
                                              "PINSHIM_PIN_IN_PLACE=0", "PINSHIM_STAGE_WORKERS=1"};
   std::vector<std::string> slow_locked = optimize;
-  slow_locked.push_back("FAKECUDA_PAGELOCKED_NS_PER_MIB=3000000");
+  slow_locked.push_back("FAKECUDA_PAGELOCKED_NS_PER_MIB=30000000");
   const RunResult lose = RunProgram({g_client, "fresh"}, true, slow_locked);
   EXPECT_EQ(lose.out, base.out);
   ASSERT_EQ(lose.summaries.size(), 1u) << lose.err;
