@@ -103,7 +103,7 @@ class Replay : public EventVisitor {
   bool PageLocked(const Event& e) {
     if (!e.IsHostDeviceCopy()) return false;
     MemKind k = e.HostKind();
-    if (k == MemKind::kPinnedByProgram || k == MemKind::kRegisteredByProgram) return true;
+    if (IsProgramPageLocked(k)) return true;
     return k == MemKind::kPinnedByPinshim && PinnedAt(e.host_ptr) != nullptr;
   }
 

@@ -79,6 +79,8 @@ const char* BudgetOwnerName(trace::BudgetOwner owner) {
     case trace::BudgetOwner::kProgramRegister: return "program_register";
     case trace::BudgetOwner::kPinshimPool: return "pinshim_pool";
     case trace::BudgetOwner::kPinshimCache: return "pinshim_cache";
+    case trace::BudgetOwner::kProgramVmm: return "program_vmm";
+    case trace::BudgetOwner::kProgramPool: return "program_pool";
   }
   return "unknown";
 }

@@ -292,8 +292,10 @@ void SyncModel::OnEvent(const Event& e, bool page_locked) {
     case trace::EventType::kStream: OnStream(e); break;
     case trace::EventType::kGraph: OnGraph(e); break;
     case trace::EventType::kPin:
-      // C5: the driver waits for the device before it releases pinned memory.
-      if (e.result == 0 && (e.op == PinOp::kFree || e.op == PinOp::kUnregister)) {
+      // C5: the driver waits for the device before it releases pinned memory
+      // (not a host pool's cuMemFreeAsync, which is stream-ordered).
+      if (e.result == 0 && (e.op == PinOp::kFree || e.op == PinOp::kUnregister) &&
+          (e.flags & trace::kPinFlagStreamOrdered) == 0) {
         const int device = DeviceOf(e);
         Clock sure;
         for (size_t i = 0; i < streams_.size(); ++i) {

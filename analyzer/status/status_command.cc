@@ -183,16 +183,17 @@ void PrintText(const NodeView& v, FILE* out) {
           v.recoveries, v.reclaimed_processes, FormatBytes(v.reclaimed_bytes).c_str());
   if (v.processes.empty()) return;
   fprintf(out,
-          "\n%8s  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8s  %7s  "
+          "\n%8s  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %10s  %10s  %8s  %7s  "
           "%9s  %9s\n",
-          "PID", "COMMAND", "POLICY", "PROG_ALLOC", "PROG_REG", "PIN_POOL", "PIN_CACHE", "TOTAL",
-          "BUDGET", "GRANTS", "DENIALS", "FALLBACKS", "EVICTIONS");
+          "PID", "COMMAND", "POLICY", "PROG_ALLOC", "PROG_REG", "PROG_VMM", "PROG_POOL", "PIN_POOL",
+          "PIN_CACHE", "TOTAL", "BUDGET", "GRANTS", "DENIALS", "FALLBACKS", "EVICTIONS");
   for (const ProcessRow& r : v.processes) {
     fprintf(out,
-            "%8u  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %8" PRIu64 "  %7" PRIu64
-            "  %9" PRIu64 "  %9" PRIu64 "%s\n",
+            "%8u  %-15s  %-8s  %10s  %10s  %10s  %10s  %10s  %10s  %10s  %10s  %8" PRIu64
+            "  %7" PRIu64 "  %9" PRIu64 "  %9" PRIu64 "%s\n",
             r.pid, report::Printable(r.command).c_str(), PolicyText(r.policy),
             FormatBytes(r.bytes[0]).c_str(), FormatBytes(r.bytes[1]).c_str(),
+            FormatBytes(r.bytes[4]).c_str(), FormatBytes(r.bytes[5]).c_str(),
             FormatBytes(r.bytes[2]).c_str(), FormatBytes(r.bytes[3]).c_str(),
             FormatBytes(r.total).c_str(),
             r.process_budget == 0 ? "none" : FormatBytes(r.process_budget).c_str(), r.grants,
@@ -347,8 +348,10 @@ void PrintStatusHelp(FILE* out) {
                "Shows the node ledger that enforce mode keeps when a node budget is "
                "set (PINSHIM_NODE_BUDGET): every process in it with its command, "
                "its pinned bytes by owner (program_alloc: cuMemHostAlloc and "
-               "cuMemAllocHost; program_register: cuMemHostRegister; pinshim_pool "
-               "and pinshim_cache: pinshim's own pinning), its process budget and "
+               "cuMemAllocHost; program_register: cuMemHostRegister; program_vmm: "
+               "host-located cuMemCreate allocations; program_pool: what host "
+               "memory pools reserved; pinshim_pool and pinshim_cache: pinshim's own pinning), its "
+               "process budget and "
                "its counters, then the node budget, the node total and the "
                "headroom. Processes that died without leaving are reclaimed first.",
                0, 79);

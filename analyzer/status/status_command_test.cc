@@ -124,7 +124,7 @@ TEST(StatusCommandTest, ShowsProcessesAndTheNodeAfterReclaimingTheDead) {
             std::string::npos)
       << t;
   EXPECT_NE(t.find("Pinned by owner: program_alloc 3.00 MiB, program_register 1.00 MiB, "
-                   "pinshim_pool 0 B, pinshim_cache 0 B\n"),
+                   "pinshim_pool 0 B, pinshim_cache 0 B, program_vmm 0 B, program_pool 0 B\n"),
             std::string::npos)
       << t;
   EXPECT_NE(t.find("grants 3, denials 1, fallbacks 0"), std::string::npos) << t;
@@ -163,7 +163,7 @@ TEST(StatusCommandTest, JsonHasExactNumbers) {
   for (const std::string& want : {
            std::string("\"exists\":true"),
            std::string("\"shared\":false"),
-           std::string("\"layout_version\":2"),
+           std::string("\"layout_version\":3"),
            std::string("\"reclaimed_now\":{\"processes\":1,\"bytes\":1000}"),
            std::string("\"node_budget_bytes\":10485760"),
            std::string("\"pinned_bytes\":12345"),

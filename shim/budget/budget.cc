@@ -293,8 +293,8 @@ Decision Budget::Charge(Owner owner, uint64_t bytes) {
     Count(&Budget::fallbacks_, &LedgerSlot::fallbacks, &LedgerHeader::fallbacks, 1);
   }
   // pinshim's own pinning is refused quietly: it copies without it.
-  if (decision != Decision::kGranted &&
-      (owner == Owner::kProgramAlloc || owner == Owner::kProgramRegister)) {
+  if (decision != Decision::kGranted && owner != Owner::kPinshimPool &&
+      owner != Owner::kPinshimCache) {
     ReportRefusal(decision, first, bytes);
   }
   Recorder recorder = recorder_.load(std::memory_order_acquire);

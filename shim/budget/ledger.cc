@@ -188,6 +188,8 @@ const char* OwnerName(Owner owner) {
     case Owner::kProgramRegister: return "program_register";
     case Owner::kPinshimPool: return "pinshim_pool";
     case Owner::kPinshimCache: return "pinshim_cache";
+    case Owner::kProgramVmm: return "program_vmm";
+    case Owner::kProgramPool: return "program_pool";
   }
   return "unknown";
 }

@@ -77,17 +77,20 @@ enum class Owner : uint8_t {
   kProgramRegister = 1,  // cuMemHostRegister by the program
   kPinshimPool = 2,      // pinshim's pooled pinned arena
   kPinshimCache = 3,     // pinshim's registration cache
+  kProgramVmm = 4,       // host-located cuMemCreate allocations by the program
+  kProgramPool = 5,      // memory reserved by the program's host memory pools
 };
-constexpr int kOwnerCount = 4;
+constexpr int kOwnerCount = 6;
 
-// "program_alloc", "program_register", "pinshim_pool", "pinshim_cache".
+// "program_alloc", "program_register", "pinshim_pool", "pinshim_cache",
+// "program_vmm", "program_pool".
 const char* OwnerName(Owner owner);
 
 constexpr uint64_t kLedgerMagic = 0x3147444c534e4950ULL;  // "PINSLDG1" in file order
 // The layout is named by the version and by the sizes in LedgerPrefix
 // together: a ledger whose slot or file size differs is refused as surely as
 // one of another version.
-constexpr uint32_t kLedgerVersion = 2;  // 2: per-slot reservations (192-byte slots)
+constexpr uint32_t kLedgerVersion = 3;  // 3: six owners (2: per-slot reservations, 192-byte slots)
 constexpr uint32_t kLedgerSlotCount = 4096;
 constexpr uint32_t kLedgerHeaderBytes = 4096;
 constexpr uint32_t kLedgerFlagShared = 1u << 0;

@@ -147,7 +147,7 @@ TEST(LedgerTest, RefusesOtherLayoutsWithOneLine) {
     off_t size;
     const char* expect;
   } cases[] = {
-      {"newer version", good, static_cast<off_t>(kLedgerFileBytes), "layout version 3"},
+      {"newer version", good, static_cast<off_t>(kLedgerFileBytes), "layout version 4"},
       {"bad magic", good, static_cast<off_t>(kLedgerFileBytes), "bad magic"},
       {"other slot count", good, static_cast<off_t>(kLedgerFileBytes), "with 8 slots"},
       {"truncated file", good, 4096, "in 4096 bytes"},

@@ -10,6 +10,8 @@ const char* MemKindName(MemKind kind) {
     case MemKind::kPinnedByPinshim: return "pinshim";
     case MemKind::kManaged: return "managed";
     case MemKind::kDevice: return "device";
+    case MemKind::kVmmHost: return "vmm-host";
+    case MemKind::kPoolHost: return "host-pool";
     default: return "unknown";
   }
 }

@@ -19,8 +19,19 @@ enum class MemKind : uint8_t {
   kPinnedByPinshim = 3,      // pinshim's pool, arena or registration cache
   kManaged = 4,              // cuMemAllocManaged
   kDevice = 5,               // device memory
-  kCount = 6,
+  // Page-locked host memory of the virtual memory management API: a
+  // host-located cuMemCreate allocation where cuMemMap mapped it.
+  kVmmHost = 6,
+  kPoolHost = 7,  // an allocation from a memory pool with a host location
+  kCount = 8,     // the trace packs a kind in 3 bits: no more room
 };
+// Whether the kind is host memory the driver holds page-locked for the
+// program (its allocations, registrations, VMM host memory, host pools):
+// copies of it run by DMA from the program's own pages.
+inline bool IsProgramPageLocked(MemKind k) {
+  return k == MemKind::kPinnedByProgram || k == MemKind::kRegisteredByProgram ||
+         k == MemKind::kVmmHost || k == MemKind::kPoolHost;
+}
 const char* MemKindName(MemKind kind);
 
 enum class CopyDir : uint8_t {

@@ -1,5 +1,6 @@
 // Device and managed allocations, recorded so a copy can tell a device
-// pointer from a host one; cuMemFree, which waits for the device, is a
+// pointer from a host one (an allocation from a host memory pool is host
+// memory: vmm_hooks.cc); cuMemFree, which waits for the device, is a
 // completion point of the trace.
 //
 // cuda.h is read as the driver itself reads it (__CUDA_API_VERSION_INTERNAL),
@@ -12,6 +13,7 @@
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
 #include "shim/hooks/state.h"
+#include "shim/hooks/vmm_tables.h"
 
 namespace pinshim {
 namespace {
@@ -39,23 +41,42 @@ CUresult AllocAsync(Api api, CUdeviceptr* dptr, size_t n, CUstream st) {
   return r;
 }
 
-CUresult AllocFromPoolAsync(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
+using FreeAsyncFn = CUresult (*)(CUdeviceptr, CUstream);
+
+// An allocation from a pool: device memory, or pinned host memory when the
+// pool has a host location (vmm_hooks.cc charges and records those; a pool
+// that grew past enforce mode's budget gives the allocation back through
+// `free_api`).
+CUresult AllocFromPoolAsync(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st,
+                            Api free_api) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
   const Fn real_fn = hook::RealFn<Fn>(api);
   if (!hook::Handles(real_fn)) return hook::Forward(real_fn, dptr, n, pool, st);
   const hook::HookScope scope;
-  CUresult r = real_fn(dptr, n, pool, st);
-  RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
-  return r;
+  if (!IsHostPool(pool)) {
+    CUresult r = real_fn(dptr, n, pool, st);
+    RecordDeviceAlloc(dptr, n, MemKind::kDevice, r);
+    return r;
+  }
+  return HostPoolAlloc(
+      api, dptr, n, pool, [&] { return real_fn(dptr, n, pool, st); },
+      [&] {
+        const FreeAsyncFn free_fn = hook::RealFn<FreeAsyncFn>(free_api);
+        if (free_fn != nullptr) free_fn(*dptr, st);
+      });
 }
 
 CUresult FreeAsync(Api api, CUdeviceptr d, CUstream st) {
-  using Fn = CUresult (*)(CUdeviceptr, CUstream);
-  const Fn real_fn = hook::RealFn<Fn>(api);
+  const FreeAsyncFn real_fn = hook::RealFn<FreeAsyncFn>(api);
   if (!hook::Handles(real_fn)) return hook::Forward(real_fn, d, st);
   const hook::HookScope scope;
+  const uint64_t start_ns = hook::StartTime();
+  Region reg;
+  const bool host_pool =
+      g_allocations.Lookup(d, &reg) && reg.start == d && reg.kind == MemKind::kPoolHost;
   CUresult r = real_fn(d, st);
   if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
+  if (host_pool) HostPoolFree(api, reg, start_ns, r);
   return r;
 }
 
@@ -123,10 +144,11 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t n, CUstream st) {
   return AllocAsync(kApi_cuMemAllocAsync_ptsz, dptr, n, st);
 }
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
-  return AllocFromPoolAsync(kApi_cuMemAllocFromPoolAsync, dptr, n, pool, st);
+  return AllocFromPoolAsync(kApi_cuMemAllocFromPoolAsync, dptr, n, pool, st, kApi_cuMemFreeAsync);
 }
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
-  return AllocFromPoolAsync(kApi_cuMemAllocFromPoolAsync_ptsz, dptr, n, pool, st);
+  return AllocFromPoolAsync(kApi_cuMemAllocFromPoolAsync_ptsz, dptr, n, pool, st,
+                            kApi_cuMemFreeAsync_ptsz);
 }
 CUresult cuMemFreeAsync(CUdeviceptr d, CUstream st) {
   return FreeAsync(kApi_cuMemFreeAsync, d, st);

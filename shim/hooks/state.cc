@@ -1,6 +1,11 @@
 // The state every hook shares (state.h): the real functions, the
 // registries, the bootstrap pool that serves allocations made while the
 // real functions are looked up, and the classification of host pointers.
+//
+// cuda.h is read as the driver itself reads it (__CUDA_API_VERSION_INTERNAL).
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
 #include "shim/hooks/state.h"
 
 #include <dlfcn.h>
@@ -20,6 +25,7 @@
 #include "shim/core/log.h"
 #include "shim/core/stats.h"
 #include "shim/hooks/driver_table.h"
+#include "shim/hooks/hook_support.h"
 #include "shim/optimize/optimizer.h"
 #include "shim/optimize/page_frames.h"
 #include "shim/optimize/site_profile.h"
@@ -133,16 +139,77 @@ void DropTraceIfNoCuda() {
 
 uint64_t NextAllocId() { return g_next_alloc_id.fetch_add(1, std::memory_order_relaxed); }
 
+namespace {
+
+// Granules (2 MiB) of host memory the driver said it does not hold pinned,
+// one per slot: asked once, remembered until another granule takes the slot.
+constexpr int kUnpinnedGranuleShift = 21;
+constexpr size_t kUnpinnedSlots = 1024;
+std::atomic<uintptr_t> g_driver_unpinned[kUnpinnedSlots];
+
+// Whether the driver holds [p] pinned although pinshim saw no call pin it
+// (pinned before pinshim was loaded, or by a library loaded with
+// RTLD_DEEPBIND). A yes is remembered as a registration of the range the
+// driver names, a no for p's granule; either way the driver is asked once.
+bool DriverHoldsPinned(const void* p, uint32_t* flags) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t tag = (addr >> kUnpinnedGranuleShift) + 1;
+  std::atomic<uintptr_t>& slot = g_driver_unpinned[tag % kUnpinnedSlots];
+  if (p == nullptr || slot.load(std::memory_order_relaxed) == tag) return false;
+  using GetAttr = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+  static std::atomic<void*> get_attr_fn{nullptr};
+  auto get_attr = hook::LazyDriverSymbol<GetAttr>(&get_attr_fn, "cuPointerGetAttribute");
+  unsigned int type = 0;
+  if (get_attr == nullptr ||
+      get_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) != CUDA_SUCCESS ||
+      type != CU_MEMORYTYPE_HOST) {
+    slot.store(tag, std::memory_order_relaxed);
+    return false;
+  }
+  CUdeviceptr start = 0;
+  size_t bytes = 0;
+  if (get_attr(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) != CUDA_SUCCESS ||
+      get_attr(&bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr) != CUDA_SUCCESS || start > addr ||
+      addr - start >= bytes) {
+    start = addr;
+    bytes = 1;
+  }
+  using GetFlags = CUresult (*)(unsigned int*, void*);
+  static std::atomic<void*> get_flags_fn{nullptr};
+  auto get_flags = hook::LazyDriverSymbol<GetFlags>(&get_flags_fn, "cuMemHostGetFlags");
+  unsigned int driver_flags = 0;
+  if (get_flags == nullptr || get_flags(&driver_flags, const_cast<void*>(p)) != CUDA_SUCCESS) {
+    driver_flags = 0;
+  }
+  Region r;
+  r.start = start;
+  r.bytes = bytes;
+  r.id = NextAllocId();
+  r.flags = driver_flags;
+  r.kind = MemKind::kPinnedByProgram;
+  r.source = kSourceDriver;
+  g_registrations.Insert(r);
+  *flags = driver_flags;
+  return true;
+}
+
+}  // namespace
+
 MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
   *flags = 0;
   *alloc_id = 0;
   Region r;
   const auto addr = reinterpret_cast<uintptr_t>(p);
   MemKind kind = MemKind::kPageable;
+  // Private anonymous memory pinshim tracks was pinned only by calls it saw;
+  // the driver is asked about the rest (untracked memory, and shared
+  // mappings, such as the driver's own of memory it pinned unseen).
+  bool ask_driver = true;
   if (g_allocations.Lookup(addr, &r)) {
     *alloc_id = r.id;
     *flags = r.flags;
     kind = r.kind;
+    ask_driver = (r.flags & kRegionNotPinnable) != 0;
   }
   if (g_registrations.size() != 0 && g_registrations.Lookup(addr, &r)) {
     *flags = r.flags;
@@ -158,6 +225,9 @@ MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
       *alloc_id = block.alloc_id;
       kind = MemKind::kPinnedByPinshim;
     }
+  }
+  if (kind == MemKind::kPageable && ask_driver && DriverHoldsPinned(p, flags)) {
+    kind = MemKind::kPinnedByProgram;
   }
   return kind;
 }

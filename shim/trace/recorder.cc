@@ -818,9 +818,7 @@ void OnCopyGuardAccess(void* ucontext, uintptr_t address, bool write) {
 // asynchronous copies really run after the call returns (pageable memory
 // is staged or copied before it returns; pinshim's own pinning is waited
 // for by optimize mode).
-bool WatchedKind(MemKind k) {
-  return k == MemKind::kPinnedByProgram || k == MemKind::kRegisteredByProgram;
-}
+bool WatchedKind(MemKind k) { return IsProgramPageLocked(k); }
 
 // dlopen is interposed by a tail-jumping thunk (glibc resolves a bare name
 // against the caller's RUNPATH, so pinshim cannot call it on the program's

@@ -110,6 +110,10 @@
 //              rings; the memory kinds stay the program's).
 //   kPin       u duration ns, u api, u op (PinOp), u pointer, u bytes,
 //              u flags, u stack id, s result, s device (-1 unknown).
+//              The pinned memory of the VMM API and of host memory pools
+//              comes as kAlloc (cuMemMap, cuMemAllocFromPoolAsync) and
+//              kFree (cuMemUnmap, cuMemFreeAsync), flags 0 except
+//              kPinFlagStreamOrdered.
 //   kHostAlloc u allocation id, u pointer, u bytes, u bits (bit 0 free,
 //              bits 1.. source), u stack id.
 //   kMisuse    u kind (MisuseKind), u pointer, u bytes, u stack id,
@@ -215,6 +219,11 @@ namespace trace {
 
 constexpr char kTraceMagic[8] = {'P', 'I', 'N', 'S', 'H', 'I', 'M', 'T'};
 constexpr uint16_t kTraceVersion = 1;
+
+// A kPin kFree flag: the release is stream-ordered (cuMemFreeAsync of a
+// host-pool allocation), so the driver does not wait for the device at the
+// call. No pinning flag of the driver's uses this bit.
+constexpr uint32_t kPinFlagStreamOrdered = 1u << 30;
 constexpr size_t kFileHeaderBytes = 32;
 constexpr size_t kFrameHeaderBytes = 9;
 constexpr uint32_t kMaxFramePayload = 4u << 20;
@@ -379,6 +388,8 @@ enum class BudgetOwner : uint8_t {
   kProgramRegister = 1,  // cuMemHostRegister by the program
   kPinshimPool = 2,      // pinshim's pooled pinned arena
   kPinshimCache = 3,     // pinshim's registration cache
+  kProgramVmm = 4,       // host-located cuMemCreate allocations by the program
+  kProgramPool = 5,      // memory reserved by the program's host memory pools
 };
 enum class BudgetDecision : uint8_t {
   kGranted = 0,   // pinned

@@ -146,6 +146,54 @@ constexpr bool kReuseDestroyedContextHandles = true;
 // Not measured: cuStreamDestroy on the NULL/legacy/per-thread handles.
 constexpr CUresult kDestroySpecialStream = CUDA_ERROR_INVALID_HANDLE;
 
+// ---- The virtual memory management API and memory pools (vmm.cc) ----------
+// Each pick below is checked on the H200 by bench/gpu/vmm_host_probe.cu and
+// corrected here if the driver answers otherwise.
+
+// Documented: sizes, offsets and addresses of cuMemCreate, cuMemMap and
+// cuMemAddressReserve are multiples of the minimum granularity that
+// cuMemGetAllocationGranularity reports; the pick is the device's 2 MiB,
+// minimum and recommended, for host and host-NUMA locations alike.
+constexpr size_t kVmmHostGranularityMinimum = size_t{2} << 20;
+constexpr size_t kVmmHostGranularityRecommended = size_t{2} << 20;
+
+// Documented: cuMemMap maps only onto a reservation's unmapped addresses,
+// within the allocation (offset + size), at granularity multiples; and
+// cuMemUnmap takes whole mappings. Not documented: the error for each
+// misuse. The pick is CUDA_ERROR_INVALID_VALUE for all of them.
+constexpr CUresult kVmmMisuse = CUDA_ERROR_INVALID_VALUE;
+
+// Documented: cuMemRelease of a handle that is still mapped succeeds; the
+// memory goes when its last mapping does.
+constexpr bool kVmmReleaseWhileMappedSucceeds = true;
+
+// Not documented: cuMemAddressFree of a reservation that still holds
+// mappings. The pick: refused with kVmmMisuse.
+constexpr bool kVmmFreeMappedReservationRefused = true;
+
+// Documented: cuMemMap does not make the range accessible; cuMemSetAccess
+// does. Not documented for host locations: whether the CPU may touch the
+// memory between the two. The pick: it may (as NCCL's host buffers assume),
+// and the device's access is what cuMemSetAccess grants.
+constexpr bool kVmmHostCpuAccessAtMap = true;
+
+// Not documented: what cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+// answers for VMM host memory and host-pool allocations. The pick:
+// CU_MEMORYTYPE_HOST for both; cuMemHostGetFlags refuses both
+// (CUDA_ERROR_INVALID_VALUE), as they are not cuMemHostAlloc memory.
+constexpr unsigned kVmmHostMemoryType = CU_MEMORYTYPE_HOST;
+
+// Not documented: how much a host memory pool reserves when it grows. The
+// pick: the request rounded up to the host granularity. A pool here keeps
+// what it reserved until cuMemPoolTrimTo or cuMemPoolDestroy (the driver
+// may also give memory above the release threshold back at a
+// synchronization).
+constexpr size_t kHostPoolGrowth = kVmmHostGranularityMinimum;
+
+// Documented: cuMemExportToShareableHandle needs the handle type among the
+// allocation's requestedHandleTypes. Not documented: the error otherwise.
+constexpr CUresult kExportTypeNotRequested = CUDA_ERROR_INVALID_VALUE;
+
 }  // namespace behavior
 }  // namespace fakecuda
 

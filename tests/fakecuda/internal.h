@@ -214,6 +214,12 @@ struct State {
   std::vector<size_t> device_used;  // Bytes, per device.
 
   std::map<uintptr_t, HostRange> host_allocs;
+  // Page-locked host memory of the virtual memory management API (vmm.cc):
+  // host-located allocations where they are mapped, and the memory host
+  // pools reserved. Copies reach it through the program's addresses.
+  std::map<uintptr_t, HostRange> vmm_host;
+  // Handles, reservations, mappings and pools (vmm.cc); made at first use.
+  std::shared_ptr<struct VmmState> vmm;
   std::map<uintptr_t, HostRange> registrations;
   uint64_t next_buffer_id = 1;
 

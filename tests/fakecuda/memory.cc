@@ -211,7 +211,8 @@ CUresult RegisterHost(void* p, size_t bytesize, unsigned flags) {
   if (s.arena_size != 0 && lo < s.dev_base + s.arena_size && hi > s.dev_base) {
     return CUDA_ERROR_INVALID_VALUE;  // Device addresses are not host memory.
   }
-  if (Overlaps(s.registrations, lo, hi) || Overlaps(s.host_allocs, lo, hi)) {
+  if (Overlaps(s.registrations, lo, hi) || Overlaps(s.host_allocs, lo, hi) ||
+      Overlaps(s.vmm_host, lo, hi)) {
     return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   }
   // The pages must exist; msync fails with ENOMEM on any unmapped page.
@@ -254,6 +255,7 @@ PointerInfo Describe(State& s, uintptr_t p) {
   }
   HostRange* range = FindContaining(s.host_allocs, p);
   if (range == nullptr) range = FindContaining(s.registrations, p);
+  if (range == nullptr) range = FindContaining(s.vmm_host, p);
   if (range != nullptr)
     info = {true, false, false, range->base, range->size, range->ctx, range->id};
   return info;
@@ -302,7 +304,7 @@ CUresult WriteAttribute(const PointerInfo& info, CUpointer_attribute attribute, 
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: Put(data, Bool{info.managed}); return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      Put(data, k ? info.ctx->device : -2);
+      Put(data, k && info.ctx != nullptr ? info.ctx->device : -2);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
       Put(data, Bool{info.device && !info.managed});
@@ -401,6 +403,7 @@ CUresult ResolveHostRange(const void* p, size_t len, Span* out) {
   }
   HostRange* range = FindContaining(s.host_allocs, a);
   if (range == nullptr) range = FindContaining(s.registrations, a);
+  if (range == nullptr) range = FindContaining(s.vmm_host, a);
   if (range != nullptr && !Fits(range->base, range->size, a, len)) {
     return behavior::kCopyPastPageLockedEnd;
   }
@@ -424,6 +427,7 @@ CUresult ResolveDeviceRange(CUdeviceptr p, size_t len, Span* out) {
   // Unified addressing: page-locked host memory is device-accessible as is.
   HostRange* range = FindContaining(s.host_allocs, p);
   if (range == nullptr) range = FindContaining(s.registrations, p);
+  if (range == nullptr) range = FindContaining(s.vmm_host, p);
   if (range == nullptr || !Fits(range->base, range->size, p, len)) return CUDA_ERROR_INVALID_VALUE;
   *out = {reinterpret_cast<char*>(p), MemKind::kPinned, range->held};
   return CUDA_SUCCESS;

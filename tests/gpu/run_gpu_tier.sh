@@ -111,8 +111,8 @@ derive_counts() {
       else if (d == "H2H") { v["h2h"] += ok; host = "" }
       else if (d == "D2D") { v["d2d"] += ok; host = "" }
       else { err("unknown dir: " $0); next }
-      if (kv["src"] !~ /^(pageable|pinned|registered|pinshim|managed|device)$/ ||
-          kv["dst"] !~ /^(pageable|pinned|registered|pinshim|managed|device)$/) {
+      if (kv["src"] !~ /^(pageable|pinned|registered|pinshim|managed|device|vmm-host|host-pool)$/ ||
+          kv["dst"] !~ /^(pageable|pinned|registered|pinshim|managed|device|vmm-host|host-pool)$/) {
         err("unknown kind: " $0); next
       }
       fl = hexval(kv["flags"])
@@ -385,6 +385,13 @@ build_programs() {
       -L"$cuda_home/lib64/stubs" -L"$cuda_home/targets/x86_64-linux/lib/stubs" \
       -L/usr/lib/x86_64-linux-gnu -Xlinker --no-as-needed -lcuda
   fi
+  if wanted vmm_host || wanted vmm_import || wanted host_pool; then
+    # The CI program of VMM host and host-pool memory, on the real driver.
+    build vmm_program "$nvcc" "${common[@]}" \
+      -o "$b/vmm_program" "$HERE/../interception/vmm_program.cc" \
+      -L"$cuda_home/lib64/stubs" -L"$cuda_home/targets/x86_64-linux/lib/stubs" \
+      -L/usr/lib/x86_64-linux-gnu -Xlinker --no-as-needed -lcuda
+  fi
 }
 
 # ---- checks before anything runs --------------------------------------------------
@@ -580,6 +587,9 @@ main() {
     local b="$WORK/bin" p
     for p in copy_static copy_shared driver_dlopen driver_linked; do
       wanted "$p" && [ -x "$b/$p" ] && run_program "$p" "$b/$p"
+    done
+    for p in vmm_host=vmm vmm_import=import host_pool=pool; do
+      wanted "${p%%=*}" && [ -x "$b/vmm_program" ] && run_program "${p%%=*}" "$b/vmm_program" "${p#*=}"
     done
     if wanted torch; then
       if "$PYTHON" -c 'import torch' > /dev/null 2>&1; then

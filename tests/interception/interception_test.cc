@@ -24,7 +24,7 @@ extern char** environ;
 
 namespace {
 
-std::string g_lib, g_client, g_linked_client, g_fake_dir, g_pinshim, g_example;
+std::string g_lib, g_client, g_linked_client, g_fake_dir, g_pinshim, g_example, g_vmm_program;
 
 struct RunResult {
   int status = -1;
@@ -845,6 +845,63 @@ TEST(InterceptionTest, ProgramLinkedAgainstLibcuda) {
 
 // Processes that never touch CUDA behave byte for byte as without pinshim
 // and print nothing, even with a summary requested.
+// --- pinned host memory of the VMM API and of host memory pools ------------
+
+// Every copy of the program's memory kind, counted with its direction, and
+// never a pageable one (the driver's own mappings are not the program's).
+void CheckVmmKind(const std::string& what, const char* kind, const char* mode) {
+  RunResult without = RunProgram({g_vmm_program, what}, false);
+  RunResult with = RunProgram({g_vmm_program, what}, true, {std::string("PINSHIM_MODE=") + mode});
+  ASSERT_EQ(without.status, 0) << without.err;
+  ASSERT_EQ(with.status, 0) << with.err;
+  EXPECT_EQ(without.out, with.out);
+  CheckCounts(with);
+  ASSERT_EQ(with.summaries.size(), 1u);
+  const std::string& s = with.summaries[0];
+  EXPECT_EQ(s.find("src=pageable"), std::string::npos) << mode << "\n" << s;
+  EXPECT_EQ(s.find("dst=pageable"), std::string::npos) << mode << "\n" << s;
+  EXPECT_NE(s.find(std::string("dir=H2D src=") + kind + " dst=device"), std::string::npos) << s;
+  EXPECT_NE(s.find(std::string("dir=D2H src=device dst=") + kind), std::string::npos) << s;
+  // Optimize mode neither staged nor pinned anything of it.
+  if (std::string(mode) == "optimize") {
+    EXPECT_NE(s.find(" staged_copies=0 "), std::string::npos) << s;
+    EXPECT_NE(s.find(" cache_registrations=0 "), std::string::npos) << s;
+  }
+}
+
+TEST(VmmHostTest, VmmHostAllocationsAreCountedAsPinnedInEveryMode) {
+  for (const char* mode : {"observe", "optimize", "enforce"}) CheckVmmKind("vmm", "vmm-host", mode);
+}
+
+TEST(VmmHostTest, ImportedVmmHostAllocationsAreCountedAsPinned) {
+  for (const char* mode : {"observe", "optimize"}) CheckVmmKind("import", "vmm-host", mode);
+}
+
+TEST(VmmHostTest, HostPoolAllocationsAreCountedAsPinnedInEveryMode) {
+  for (const char* mode : {"observe", "optimize", "enforce"}) {
+    CheckVmmKind("pool", "host-pool", mode);
+  }
+}
+
+TEST(VmmHostTest, EnforceChargesVmmHostAndPoolMemory) {
+  const char* expected =
+      "create 2g: 0\ncreate 2g more: 2\nrelease: 0\ncreate 2g after release: 0\n"
+      "pool 1 MiB: 0\npool 4g: 2\nrelease b: 0\npool 2g after release: 0\ndestroy: 0\n";
+  RunResult free_run = RunProgram({g_vmm_program, "budget"}, true);
+  ASSERT_EQ(free_run.status, 0) << free_run.err;
+  EXPECT_EQ(free_run.out.find(": 2\n"), std::string::npos) << free_run.out;
+  for (const char* policy : {"deny", "fallback", "evict"}) {
+    RunResult r = RunProgram(
+        {g_vmm_program, "budget"}, true,
+        {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=6M", std::string("PINSHIM_POLICY=") + policy});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, expected) << policy << "\n" << r.err;
+    const bool says =
+        r.err.find("fallback policy cannot serve pageable memory for VMM") != std::string::npos;
+    EXPECT_EQ(says, std::string(policy) == "fallback") << r.err;
+  }
+}
+
 TEST(InterceptionTest, NonCudaProcessesAreUntouched) {
   const std::vector<std::vector<std::string>> commands = {
       {"/bin/ls", "-la", "/usr/include/linux"},
@@ -875,8 +932,10 @@ TEST(InterceptionTest, NonCudaProcessesAreUntouched) {
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
-  if (argc < 7) {
-    fprintf(stderr, "usage: %s LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR PINSHIM EXAMPLE\n",
+  if (argc < 8) {
+    fprintf(stderr,
+            "usage: %s LIBPINSHIM CLIENT LINKED_CLIENT FAKE_DRIVER_DIR PINSHIM EXAMPLE "
+            "VMM_PROGRAM\n",
             argv[0]);
     return 2;
   }
@@ -890,5 +949,6 @@ int main(int argc, char** argv) {
   g_fake_dir = abs(argv[4]);
   g_pinshim = abs(argv[5]);
   g_example = abs(argv[6]);
+  g_vmm_program = abs(argv[7]);
   return RUN_ALL_TESTS();
 }

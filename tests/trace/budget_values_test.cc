@@ -18,7 +18,9 @@ static_assert(Same(trace::BudgetOwner::kProgramAlloc, budget::Owner::kProgramAll
 static_assert(Same(trace::BudgetOwner::kProgramRegister, budget::Owner::kProgramRegister), "");
 static_assert(Same(trace::BudgetOwner::kPinshimPool, budget::Owner::kPinshimPool), "");
 static_assert(Same(trace::BudgetOwner::kPinshimCache, budget::Owner::kPinshimCache), "");
-static_assert(budget::kOwnerCount == 4, "a new owner needs a trace value");
+static_assert(Same(trace::BudgetOwner::kProgramVmm, budget::Owner::kProgramVmm), "");
+static_assert(Same(trace::BudgetOwner::kProgramPool, budget::Owner::kProgramPool), "");
+static_assert(budget::kOwnerCount == 6, "a new owner needs a trace value");
 static_assert(Same(trace::BudgetDecision::kGranted, budget::Decision::kGranted), "");
 static_assert(Same(trace::BudgetDecision::kDenied, budget::Decision::kDenied), "");
 static_assert(Same(trace::BudgetDecision::kFallback, budget::Decision::kFallback), "");

@@ -42,8 +42,8 @@ class BudgetRefused : public Rule {
   const char* id() const override { return "budget-refused"; }
 
   void OnBudgetDecision(const Event& e) override {
-    bool program = e.budget_owner == trace::BudgetOwner::kProgramAlloc ||
-                   e.budget_owner == trace::BudgetOwner::kProgramRegister;
+    bool program = e.budget_owner != trace::BudgetOwner::kPinshimPool &&
+                   e.budget_owner != trace::BudgetOwner::kPinshimCache;
     bool denied = e.budget_decision == trace::BudgetDecision::kDenied;
     bool fallback = e.budget_decision == trace::BudgetDecision::kFallback;
     if (!program || (!denied && !fallback)) return;
@@ -52,10 +52,11 @@ class BudgetRefused : public Rule {
     if (fallback) ++s.fallback;
     s.bytes += e.bytes;
     s.largest = std::max(s.largest, e.bytes);
-    if (e.budget_owner == trace::BudgetOwner::kProgramAlloc) {
-      ++s.allocations;
-    } else {
+    // VMM host allocations and host-pool growth are allocations too.
+    if (e.budget_owner == trace::BudgetOwner::kProgramRegister) {
       ++s.registrations;
+    } else {
+      ++s.allocations;
     }
     s.limiters.insert(e.budget_limiter);
     if (e.evictor_called) {

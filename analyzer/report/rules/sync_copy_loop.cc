@@ -24,6 +24,7 @@ class SyncCopyLoop : public Rule {
     s.bytes += e.bytes;
     s.call_ns += e.duration_ns;
     ++s.by_dir[e.dir == CopyDir::kDeviceToHost ? 1 : 0];
+    if (e.HostKind() == MemKind::kPageable) ++s.pageable;
     Thread& t = s.last_tid == e.tid && s.last_thread != nullptr ? *s.last_thread : s.threads[e.tid];
     s.last_tid = e.tid;
     s.last_thread = &t;
@@ -73,12 +74,13 @@ class SyncCopyLoop : public Rule {
           .Set("time_in_calls", Value::Seconds(s.call_ns * 1e-9))
           .Set("overlappable_time", Value::Seconds(s.hideable_ns * 1e-9))
           .Set("threads", Value::Int(static_cast<int64_t>(s.threads.size())));
-      f.fix =
-          "Queue the copies with cudaMemcpyAsync on a stream, from pinned buffers, and "
-          "synchronize once (cudaStreamSynchronize or an event) where the data is needed; "
-          "up to " +
-          FormatSeconds(s.hideable_ns * 1e-9) +
-          " of the host work between them could then run during the transfers.";
+      f.fix = std::string("Queue the copies with cudaMemcpyAsync on a stream, ") +
+              (s.pageable != 0 ? "from pinned buffers, and "
+                               : "(their memory is pinned already) and ") +
+              "synchronize once (cudaStreamSynchronize or an event) where the data is needed; "
+              "up to " +
+              FormatSeconds(s.hideable_ns * 1e-9) +
+              " of the host work between them could then run during the transfers.";
       out->push_back(std::move(f));
     }
   }
@@ -95,6 +97,7 @@ class SyncCopyLoop : public Rule {
     uint64_t call_ns = 0;
     uint64_t hideable_ns = 0;
     uint64_t by_dir[2] = {0, 0};
+    uint64_t pageable = 0;  // copies of pageable memory: pinning it is part of the fix
     std::unordered_map<uint32_t, Thread> threads;
     uint32_t last_tid = 0;
     Thread* last_thread = nullptr;

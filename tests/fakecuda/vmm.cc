@@ -1,0 +1,614 @@
+// The virtual memory management API and stream-ordered memory pools, for
+// host locations: what NCCL's cuMem host buffers and CUDA 12.6+ pinned
+// pools are made of.
+//
+// A host-located allocation (cuMemCreate with a HOST or HOST_NUMA location)
+// is a memfd of its size: its pages stay put whatever the mappings do, as
+// page-locked memory's do. cuMemAddressReserve reserves address space
+// without access; cuMemMap maps the memfd there (shared), cuMemUnmap puts
+// the reservation back. An exported handle is a duplicate of the memfd, so
+// an importer maps the same pages. A host pool reserves shared anonymous
+// memory as it grows and carves allocations from it. Mapped allocations and
+// the pools' memory are listed in State::vmm_host, which the copies and the
+// pointer queries of memory.cc consult. Device locations are not simulated.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "tests/fakecuda/driver_behavior.h"
+#include "tests/fakecuda/internal.h"
+
+namespace fakecuda {
+
+namespace behavior = ::fakecuda::behavior;
+
+// A physical allocation: the handle cuMemCreate or an import gave.
+struct Physical {
+  int fd = -1;
+  size_t size = 0;
+  CUmemAllocationProp prop{};
+  bool released = false;  // cuMemRelease called; freed with its last mapping
+  int mappings = 0;
+};
+
+struct Mapping {
+  size_t size = 0;
+  CUmemGenericAllocationHandle handle = 0;
+};
+
+// A host pool: chunks of reserved memory, each with its free extents.
+struct PoolChunk {
+  size_t size = 0;
+  std::map<size_t, size_t> free;  // offset -> length
+  size_t blocks = 0;              // allocations carved from it and not freed
+};
+
+struct Pool {
+  CUmemPoolProps props{};
+  bool destroyed = false;  // cuMemPoolDestroy called; gone with its last block
+  cuuint64_t reserved = 0, used = 0, reserved_high = 0, used_high = 0, threshold = 0;
+  std::map<uintptr_t, PoolChunk> chunks;
+  std::map<uintptr_t, std::pair<size_t, uintptr_t>> blocks;  // pointer -> (length, chunk)
+};
+
+struct VmmState {
+  CUmemGenericAllocationHandle next_handle = 0x1000;
+  std::map<CUmemGenericAllocationHandle, Physical> handles;
+  std::map<uintptr_t, size_t> reservations;  // base -> length
+  std::map<uintptr_t, Mapping> mappings;     // base -> mapping
+  std::unordered_map<Pool*, std::unique_ptr<Pool>> pools;
+};
+
+namespace {
+
+constexpr size_t kPoolAlign = 256;
+
+VmmState& V(State& s) {
+  if (s.vmm == nullptr) s.vmm = std::make_shared<VmmState>();
+  return *s.vmm;
+}
+
+bool HostLocation(const CUmemLocation& l) {
+  return l.type == CU_MEM_LOCATION_TYPE_HOST || l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+         l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+}
+
+bool Multiple(size_t n, size_t g) { return n % g == 0; }
+
+// The range [lo, lo + len) lies in one reservation.
+bool InReservation(const VmmState& v, uintptr_t lo, size_t len) {
+  auto it = v.reservations.upper_bound(lo);
+  if (it == v.reservations.begin()) return false;
+  --it;
+  return lo - it->first < it->second && len <= it->second - (lo - it->first);
+}
+
+bool AnyMapping(const VmmState& v, uintptr_t lo, size_t len) {
+  auto it = v.mappings.upper_bound(lo);
+  if (it != v.mappings.begin() && std::prev(it)->first + std::prev(it)->second.size > lo) {
+    return true;
+  }
+  return it != v.mappings.end() && it->first < lo + len;
+}
+
+void DropPhysicalIfUnusedLocked(VmmState& v, CUmemGenericAllocationHandle h) {
+  auto it = v.handles.find(h);
+  if (it == v.handles.end() || !it->second.released || it->second.mappings != 0) return;
+  close(it->second.fd);
+  v.handles.erase(it);
+}
+
+HostRange VmmRange(uintptr_t base, size_t size, State& s) {
+  HostRange r;
+  r.base = base;
+  r.size = size;
+  r.mapped = size;
+  Context* ctx = nullptr;
+  if (CurrentContext(&ctx) != CUDA_SUCCESS) ctx = nullptr;
+  r.ctx = ctx;
+  r.id = s.next_buffer_id++;
+  return r;
+}
+
+CUresult CheckProp(const CUmemAllocationProp* prop) {
+  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!HostLocation(prop->location)) {
+    return NotSimulated("cuMemCreate", "only host locations are simulated");
+  }
+  if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id != 0) {
+    return CUDA_ERROR_INVALID_VALUE;  // one NUMA node here
+  }
+  return CUDA_SUCCESS;
+}
+
+// Carves n bytes from the pool, growing it by a chunk when nothing fits.
+CUresult PoolTakeLocked(State& s, Pool* pool, size_t n, uintptr_t* out) {
+  const size_t len = (n + kPoolAlign - 1) / kPoolAlign * kPoolAlign;
+  for (auto& [base, chunk] : pool->chunks) {
+    for (auto it = chunk.free.begin(); it != chunk.free.end(); ++it) {
+      if (it->second < len) continue;
+      const size_t off = it->first, rest = it->second - len;
+      chunk.free.erase(it);
+      if (rest != 0) chunk.free[off + len] = rest;
+      ++chunk.blocks;
+      *out = base + off;
+      pool->blocks[*out] = {len, base};
+      return CUDA_SUCCESS;
+    }
+  }
+  const size_t g = behavior::kHostPoolGrowth;
+  const size_t grow = (len + g - 1) / g * g;
+  void* p = mmap(nullptr, grow, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto base = reinterpret_cast<uintptr_t>(p);
+  PoolChunk& chunk = pool->chunks[base];
+  chunk.size = grow;
+  if (grow > len) chunk.free[len] = grow - len;
+  chunk.blocks = 1;
+  pool->blocks[base] = {len, base};
+  pool->reserved += grow;
+  if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
+  s.vmm_host[base] = VmmRange(base, grow, s);
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+void ReleaseChunkLocked(State& s, Pool* pool, std::map<uintptr_t, PoolChunk>::iterator it) {
+  munmap(reinterpret_cast<void*>(it->first), it->second.size);
+  s.vmm_host.erase(it->first);
+  pool->reserved -= it->second.size;
+  pool->chunks.erase(it);
+}
+
+// Gives back empty chunks until the pool holds at most `keep` bytes.
+void TrimLocked(State& s, Pool* pool, size_t keep) {
+  for (auto it = pool->chunks.begin(); it != pool->chunks.end() && pool->reserved > keep;) {
+    auto next = std::next(it);
+    if (it->second.blocks == 0) ReleaseChunkLocked(s, pool, it);
+    it = next;
+  }
+}
+
+void PoolGiveLocked(State& s, Pool* pool, uintptr_t p) {
+  auto b = pool->blocks.find(p);
+  if (b == pool->blocks.end()) return;
+  const size_t len = b->second.first;
+  PoolChunk& chunk = pool->chunks[b->second.second];
+  const size_t off = p - b->second.second;
+  pool->blocks.erase(b);
+  pool->used -= len;
+  --chunk.blocks;
+  auto next = chunk.free.lower_bound(off);
+  size_t start = off, total = len;
+  if (next != chunk.free.end() && next->first == off + len) {
+    total += next->second;
+    next = chunk.free.erase(next);
+  }
+  if (next != chunk.free.begin() && std::prev(next)->first + std::prev(next)->second == off) {
+    start = std::prev(next)->first;
+    total += std::prev(next)->second;
+    chunk.free.erase(std::prev(next));
+  }
+  chunk.free[start] = total;
+  if (pool->destroyed && pool->blocks.empty()) TrimLocked(s, pool, 0);
+}
+
+// The pool holding allocation p, if any.
+Pool* PoolOfLocked(VmmState& v, uintptr_t p) {
+  for (auto& [handle, pool] : v.pools) {
+    if (pool->blocks.count(p) != 0) return pool.get();
+  }
+  return nullptr;
+}
+
+Pool* LivePoolLocked(VmmState& v, CUmemoryPool handle) {
+  auto it = v.pools.find(reinterpret_cast<Pool*>(handle));
+  return it == v.pools.end() || it->second->destroyed ? nullptr : it->second.get();
+}
+
+CUresult AllocFromPool(CUdeviceptr* dptr, size_t n, CUmemoryPool handle, CUstream stream,
+                       bool per_thread) {
+  std::shared_ptr<Stream> st;
+  if (CUresult err = ResolveStream(stream, per_thread, &st)) return err;
+  if (dptr == nullptr || n == 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Pool* pool = LivePoolLocked(V(s), handle);
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uintptr_t p;
+  if (CUresult err = PoolTakeLocked(s, pool, n, &p)) return err;
+  pool->used += pool->blocks[p].first;
+  if (pool->used > pool->used_high) pool->used_high = pool->used;
+  *dptr = p;
+  return CUDA_SUCCESS;
+}
+
+// The block goes back to its pool when the work queued before it is done.
+CUresult FreeAsync(CUdeviceptr p, CUstream stream, bool per_thread) {
+  std::shared_ptr<Stream> st;
+  if (CUresult err = ResolveStream(stream, per_thread, &st)) return err;
+  State& s = S();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (p == 0 || PoolOfLocked(V(s), p) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Submit(
+      st,
+      [p] {
+        State& s = S();
+        std::lock_guard<std::mutex> lock(s.mu);
+        if (Pool* pool = PoolOfLocked(V(s), p)) PoolGiveLocked(s, pool, p);
+      },
+      /*wait=*/false);
+}
+
+}  // namespace
+}  // namespace fakecuda
+
+using fakecuda::Mapping;
+using fakecuda::Physical;
+using fakecuda::Pool;
+using fakecuda::S;
+using fakecuda::State;
+using fakecuda::V;
+using fakecuda::VmmState;
+namespace behavior = fakecuda::behavior;
+
+extern "C" {
+
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                       CUmemAllocationGranularity_flags option) {
+  FAKECUDA_ENTER("cuMemGetAllocationGranularity");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult err = fakecuda::CheckProp(prop)) return err;
+  if (option == CU_MEM_ALLOC_GRANULARITY_MINIMUM) {
+    *granularity = behavior::kVmmHostGranularityMinimum;
+  } else if (option == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
+    *granularity = behavior::kVmmHostGranularityRecommended;
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags) {
+  FAKECUDA_ENTER("cuMemCreate");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  if (handle == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult err = fakecuda::CheckProp(prop)) return err;
+  if (size == 0 || !fakecuda::Multiple(size, behavior::kVmmHostGranularityMinimum)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  const CUmemGenericAllocationHandle h = v.next_handle++;
+  Physical& phys = v.handles[h];
+  phys.fd = fd;
+  phys.size = size;
+  phys.prop = *prop;
+  *handle = h;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  FAKECUDA_ENTER("cuMemRelease");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  auto it = v.handles.find(handle);
+  if (it == v.handles.end() || it->second.released) return CUDA_ERROR_INVALID_VALUE;
+  if (it->second.mappings != 0 && !behavior::kVmmReleaseWhileMappedSucceeds) {
+    return behavior::kVmmMisuse;
+  }
+  it->second.released = true;
+  fakecuda::DropPhysicalIfUnusedLocked(v, handle);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+  FAKECUDA_ENTER("cuMemAddressReserve");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  const size_t g = behavior::kVmmHostGranularityMinimum;
+  if (ptr == nullptr || size == 0 || flags != 0 || !fakecuda::Multiple(size, g) ||
+      (alignment != 0 && (alignment & (alignment - 1)) != 0)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const size_t align = alignment > g ? alignment : g;
+  // addr is a hint; the reservation is placed where the system has room.
+  (void)addr;
+  void* raw =
+      mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto lo = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t base = (lo + align - 1) / align * align;
+  if (base > lo) munmap(raw, base - lo);
+  const uintptr_t tail = base + size;
+  if (lo + size + align > tail) munmap(reinterpret_cast<void*>(tail), lo + size + align - tail);
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  V(s).reservations[base] = size;
+  *ptr = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  FAKECUDA_ENTER("cuMemAddressFree");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  auto it = v.reservations.find(ptr);
+  if (it == v.reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  if (behavior::kVmmFreeMappedReservationRefused && fakecuda::AnyMapping(v, ptr, size)) {
+    return behavior::kVmmMisuse;
+  }
+  munmap(reinterpret_cast<void*>(ptr), size);
+  v.reservations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+  FAKECUDA_ENTER("cuMemMap");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  const size_t g = behavior::kVmmHostGranularityMinimum;
+  if (flags != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  auto h = v.handles.find(handle);
+  if (h == v.handles.end() || h->second.released) return CUDA_ERROR_INVALID_VALUE;
+  Physical& phys = h->second;
+  if (!fakecuda::Multiple(ptr, g) || !fakecuda::Multiple(size, g) ||
+      !fakecuda::Multiple(offset, g) || offset > phys.size || size > phys.size - offset ||
+      !fakecuda::InReservation(v, ptr, size) || fakecuda::AnyMapping(v, ptr, size)) {
+    return behavior::kVmmMisuse;
+  }
+  const int prot = behavior::kVmmHostCpuAccessAtMap ? PROT_READ | PROT_WRITE : PROT_NONE;
+  if (mmap(reinterpret_cast<void*>(ptr), size, prot, MAP_SHARED | MAP_FIXED, phys.fd,
+           static_cast<off_t>(offset)) == MAP_FAILED) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  ++phys.mappings;
+  v.mappings[ptr] = Mapping{size, handle};
+  s.vmm_host[ptr] = fakecuda::VmmRange(ptr, size, s);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  FAKECUDA_ENTER("cuMemUnmap");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  // Whole mappings only, covering the range exactly.
+  uintptr_t at = ptr;
+  while (at < ptr + size) {
+    auto m = v.mappings.find(at);
+    if (m == v.mappings.end()) return behavior::kVmmMisuse;
+    at += m->second.size;
+  }
+  if (size == 0 || at != ptr + size) return behavior::kVmmMisuse;
+  for (at = ptr; at < ptr + size;) {
+    auto m = v.mappings.find(at);
+    const Mapping map = m->second;
+    v.mappings.erase(m);
+    s.vmm_host.erase(at);
+    mmap(reinterpret_cast<void*>(at), map.size, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    auto h = v.handles.find(map.handle);
+    if (h != v.handles.end()) --h->second.mappings;
+    fakecuda::DropPhysicalIfUnusedLocked(v, map.handle);
+    at += map.size;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  FAKECUDA_ENTER("cuMemSetAccess");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  if (desc == nullptr || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  for (uintptr_t at = ptr; at < ptr + size;) {
+    auto m = v.mappings.find(at);
+    if (m == v.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+    at += m->second.size;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const CUmemLocation& l = desc[i].location;
+    if (l.type == CU_MEM_LOCATION_TYPE_DEVICE && (l.id < 0 || l.id >= s.device_count)) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (desc[i].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags) {
+  FAKECUDA_ENTER("cuMemExportToShareableHandle");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  if (shareable == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return fakecuda::NotSimulated("cuMemExportToShareableHandle", "only POSIX file descriptors");
+  }
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  auto h = v.handles.find(handle);
+  if (h == v.handles.end() || h->second.released) return CUDA_ERROR_INVALID_VALUE;
+  if ((h->second.prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+    return behavior::kExportTypeNotRequested;
+  }
+  const int fd = dup(h->second.fd);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *static_cast<int*>(shareable) = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                        CUmemAllocationHandleType type) {
+  FAKECUDA_ENTER("cuMemImportFromShareableHandle");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return fakecuda::NotSimulated("cuMemImportFromShareableHandle", "only POSIX file descriptors");
+  }
+  // The file descriptor travels in the pointer's bits.
+  const int given = static_cast<int>(reinterpret_cast<uintptr_t>(os_handle));
+  struct stat st;
+  if (fstat(given, &st) != 0 || st.st_size <= 0) return CUDA_ERROR_INVALID_VALUE;
+  const int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  const CUmemGenericAllocationHandle h = v.next_handle++;
+  Physical& phys = v.handles[h];
+  phys.fd = fd;
+  phys.size = static_cast<size_t>(st.st_size);
+  phys.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  phys.prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  phys.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  *handle = h;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                CUmemGenericAllocationHandle handle) {
+  FAKECUDA_ENTER("cuMemGetAllocationPropertiesFromHandle");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  auto h = v.handles.find(handle);
+  if (h == v.handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  *prop = h->second.prop;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  FAKECUDA_ENTER("cuMemPoolCreate");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  if (pool == nullptr || props == nullptr || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!fakecuda::HostLocation(props->location)) {
+    return fakecuda::NotSimulated("cuMemPoolCreate", "only host locations are simulated");
+  }
+  if (props->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && props->location.id != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto made = std::make_unique<Pool>();
+  made->props = *props;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Pool* p = made.get();
+  V(s).pools[p] = std::move(made);
+  *pool = reinterpret_cast<CUmemoryPool>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  FAKECUDA_ENTER("cuMemPoolDestroy");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Pool* p = fakecuda::LivePoolLocked(V(s), pool);
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // Documented: memory still allocated from it goes when it is freed.
+  p->destroyed = true;
+  fakecuda::TrimLocked(s, p, 0);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  FAKECUDA_ENTER("cuMemPoolSetAccess");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (fakecuda::LivePoolLocked(V(s), pool) == nullptr || (map == nullptr && count != 0)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const CUmemLocation& l = map[i].location;
+    if (l.type == CU_MEM_LOCATION_TYPE_DEVICE && (l.id < 0 || l.id >= s.device_count)) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  FAKECUDA_ENTER("cuMemPoolTrimTo");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Pool* p = fakecuda::LivePoolLocked(V(s), pool);
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  fakecuda::TrimLocked(s, p, keep);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  FAKECUDA_ENTER("cuMemPoolGetAttribute");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Pool* p = fakecuda::LivePoolLocked(V(s), pool);
+  if (p == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  cuuint64_t* out = static_cast<cuuint64_t*>(value);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *out = p->threshold; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *out = p->reserved; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *out = p->reserved_high; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *out = p->used; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *out = p->used_high; return CUDA_SUCCESS;
+    default: return fakecuda::NotSimulated("cuMemPoolGetAttribute", "that attribute");
+  }
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
+  FAKECUDA_ENTER("cuMemAllocFromPoolAsync");
+  return fakecuda::AllocFromPool(dptr, n, pool, st, /*per_thread=*/false);
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t n, CUmemoryPool pool, CUstream st) {
+  FAKECUDA_ENTER("cuMemAllocFromPoolAsync");
+  return fakecuda::AllocFromPool(dptr, n, pool, st, /*per_thread=*/true);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream st) {
+  FAKECUDA_ENTER("cuMemFreeAsync");
+  return fakecuda::FreeAsync(p, st, /*per_thread=*/false);
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream st) {
+  FAKECUDA_ENTER("cuMemFreeAsync");
+  return fakecuda::FreeAsync(p, st, /*per_thread=*/true);
+}
+
+}  // extern "C"
