@@ -112,13 +112,99 @@ std::vector<std::pair<double, double>> Thin(const std::vector<std::pair<double, 
   return out;
 }
 
+// A chart's size and margins, in SVG units.
+constexpr double kChartW = 720, kChartH = 210, kChartLeft = 78, kChartRight = 12, kChartTop = 10,
+                 kChartBottom = 28;
+
+// Where times and values land in a chart's plot area (clamped to it).
+struct ChartScale {
+  double x_max;
+  double top;
+  double plot_w = kChartW - kChartLeft - kChartRight;
+  double plot_h = kChartH - kChartTop - kChartBottom;
+  double X(double t) const { return kChartLeft + plot_w * std::min(1.0, std::max(0.0, t / x_max)); }
+  double Y(double v) const {
+    return kChartTop + plot_h * (1 - std::min(1.0, std::max(0.0, v / top)));
+  }
+};
+
+// One series drawn: markers, or a line of steps.
+std::string SeriesSvg(const Series& s, const ChartScale& sc, Unit unit) {
+  std::vector<std::pair<double, double>> pts = Thin(s.points, sc.x_max, 700);
+  std::string out;
+  if (s.markers) {
+    out += "<g fill=\"" + s.color + "\"><title>" + Esc(s.name) + "</title>";
+    for (const auto& p : pts) {
+      out += "<circle class=\"marker\" r=\"3\" cx=\"" + Num(sc.X(p.first)) + "\" cy=\"" +
+             Num(sc.Y(p.second)) + "\"/>";
+    }
+    return out + "</g>";
+  }
+  std::string path;
+  double peak = 0;
+  // Steps: a value holds until the next one (samples, buckets and the
+  // totals after each call alike); a straight line would invent values.
+  for (size_t i = 0; i < pts.size(); ++i) {
+    if (i == 0) {
+      path = "M" + Num(sc.X(pts[i].first)) + " " + Num(sc.Y(pts[i].second));
+    } else {
+      path += " H" + Num(sc.X(pts[i].first)) + " V" + Num(sc.Y(pts[i].second));
+    }
+    peak = std::max(peak, pts[i].second);
+  }
+  if (pts.size() == 1) {
+    path += " L" + Num(sc.X(pts[0].first) + 1) + " " + Num(sc.Y(pts[0].second));
+  }
+  return "<path class=\"line\" stroke=\"" + s.color + "\" d=\"" + path + "\"><title>" +
+         Esc(s.name + " (peak " + Label(unit, peak) + ")") + "</title></path>";
+}
+
+// The grid, the ticks of both axes and the limits' lines.
+std::string ChartAxes(const ChartScale& sc, double step, const std::vector<Limit>& limits,
+                      Unit unit) {
+  std::string out;
+  for (double v = 0; v <= sc.top + step / 2; v += step) {
+    out += "<line class=\"grid\" x1=\"" + Num(kChartLeft, 0) + "\" x2=\"" +
+           Num(kChartW - kChartRight, 0) + "\" y1=\"" + Num(sc.Y(v)) + "\" y2=\"" + Num(sc.Y(v)) +
+           "\"/>";
+    out += "<text class=\"tick\" x=\"" + Num(kChartLeft - 6, 0) + "\" y=\"" + Num(sc.Y(v) + 4) +
+           "\" text-anchor=\"end\">" + Esc(Label(unit, v)) + "</text>";
+  }
+  double xs = NiceStep(sc.x_max, 6);
+  for (double t = 0; t <= sc.x_max * 1.0001; t += xs) {
+    out += "<text class=\"tick\" x=\"" + Num(sc.X(t)) + "\" y=\"" + Num(kChartH - 10, 0) +
+           "\" text-anchor=\"middle\">" + Esc(FormatSeconds(t)) + "</text>";
+  }
+  for (const Limit& l : limits) {
+    out += "<line class=\"limit\" stroke=\"" + l.color + "\" x1=\"" + Num(kChartLeft, 0) +
+           "\" x2=\"" + Num(kChartW - kChartRight, 0) + "\" y1=\"" + Num(sc.Y(l.value)) +
+           "\" y2=\"" + Num(sc.Y(l.value)) + "\"><title>" +
+           Esc(l.name + ": " + Label(unit, l.value)) + "</title></line>";
+  }
+  return out;
+}
+
+// The legend under a chart: its series, then its limits.
+std::string ChartLegend(const std::vector<Series>& series, const std::vector<Limit>& limits,
+                        Unit unit) {
+  std::string out = "<div class=\"legend\">";
+  for (const Series& s : series) {
+    out += "<span><i class=\"" + std::string(s.markers ? "dot" : "") +
+           "\" style=\"background:" + s.color + "\"></i>" + Esc(s.name) + "</span>";
+  }
+  for (const Limit& l : limits) {
+    out += "<span><i class=\"dash\" style=\"border-color:" + l.color + "\"></i>" +
+           Esc(l.name + " " + Label(unit, l.value)) + "</span>";
+  }
+  return out + "</div>";
+}
+
 std::string Chart(const std::string& title, const std::string& note, const std::vector<Series>& all,
                   const std::vector<Limit>& limits, double x_max, Unit unit) {
   std::vector<Series> series;
   for (const Series& s : all) {
     if (!s.points.empty()) series.push_back(s);
   }
-  constexpr double kW = 720, kH = 210, kLeft = 78, kRight = 12, kTop = 10, kBottom = 28;
   double y_max = 0;
   for (const Series& s : series) {
     for (const auto& p : s.points) y_max = std::max(y_max, p.second);
@@ -133,67 +219,14 @@ std::string Chart(const std::string& title, const std::string& note, const std::
   }
   if (y_max <= 0) y_max = 1;
   double step = unit == Unit::kBytes ? NiceByteStep(y_max, 4) : NiceStep(y_max, 4);
-  double top = std::ceil(y_max * 1.04 / step) * step;
-  double plot_w = kW - kLeft - kRight, plot_h = kH - kTop - kBottom;
-  auto X = [&](double t) { return kLeft + plot_w * std::min(1.0, std::max(0.0, t / x_max)); };
-  auto Y = [&](double v) { return kTop + plot_h * (1 - std::min(1.0, std::max(0.0, v / top))); };
-  out += "<svg class=\"chart\" viewBox=\"0 0 " + Num(kW, 0) + " " + Num(kH, 0) +
+  ChartScale sc{x_max, std::ceil(y_max * 1.04 / step) * step};
+  out += "<svg class=\"chart\" viewBox=\"0 0 " + Num(kChartW, 0) + " " + Num(kChartH, 0) +
          "\" role=\"img\" aria-label=\"" + Esc(title) + "\">";
-  out += "<rect x=\"" + Num(kLeft, 0) + "\" y=\"" + Num(kTop, 0) + "\" width=\"" + Num(plot_w, 0) +
-         "\" height=\"" + Num(plot_h, 0) + "\" class=\"plot\"/>";
-  for (double v = 0; v <= top + step / 2; v += step) {
-    out += "<line class=\"grid\" x1=\"" + Num(kLeft, 0) + "\" x2=\"" + Num(kW - kRight, 0) +
-           "\" y1=\"" + Num(Y(v)) + "\" y2=\"" + Num(Y(v)) + "\"/>";
-    out += "<text class=\"tick\" x=\"" + Num(kLeft - 6, 0) + "\" y=\"" + Num(Y(v) + 4) +
-           "\" text-anchor=\"end\">" + Esc(Label(unit, v)) + "</text>";
-  }
-  double xs = NiceStep(x_max, 6);
-  for (double t = 0; t <= x_max * 1.0001; t += xs) {
-    out += "<text class=\"tick\" x=\"" + Num(X(t)) + "\" y=\"" + Num(kH - 10, 0) +
-           "\" text-anchor=\"middle\">" + Esc(FormatSeconds(t)) + "</text>";
-  }
-  for (const Limit& l : limits) {
-    out += "<line class=\"limit\" stroke=\"" + l.color + "\" x1=\"" + Num(kLeft, 0) + "\" x2=\"" +
-           Num(kW - kRight, 0) + "\" y1=\"" + Num(Y(l.value)) + "\" y2=\"" + Num(Y(l.value)) +
-           "\"><title>" + Esc(l.name + ": " + Label(unit, l.value)) + "</title></line>";
-  }
-  for (const Series& s : series) {
-    std::vector<std::pair<double, double>> pts = Thin(s.points, x_max, 700);
-    if (s.markers) {
-      out += "<g fill=\"" + s.color + "\"><title>" + Esc(s.name) + "</title>";
-      for (const auto& p : pts) {
-        out += "<circle class=\"marker\" r=\"3\" cx=\"" + Num(X(p.first)) + "\" cy=\"" +
-               Num(Y(p.second)) + "\"/>";
-      }
-      out += "</g>";
-      continue;
-    }
-    std::string path;
-    double peak = 0;
-    // Steps: a value holds until the next one (samples, buckets and the
-    // totals after each call alike); a straight line would invent values.
-    for (size_t i = 0; i < pts.size(); ++i) {
-      if (i == 0) {
-        path = "M" + Num(X(pts[i].first)) + " " + Num(Y(pts[i].second));
-      } else {
-        path += " H" + Num(X(pts[i].first)) + " V" + Num(Y(pts[i].second));
-      }
-      peak = std::max(peak, pts[i].second);
-    }
-    if (pts.size() == 1) path += " L" + Num(X(pts[0].first) + 1) + " " + Num(Y(pts[0].second));
-    out += "<path class=\"line\" stroke=\"" + s.color + "\" d=\"" + path + "\"><title>" +
-           Esc(s.name + " (peak " + Label(unit, peak) + ")") + "</title></path>";
-  }
-  out += "</svg><div class=\"legend\">";
-  for (const Series& s : series) {
-    out += "<span><i class=\"" + std::string(s.markers ? "dot" : "") +
-           "\" style=\"background:" + s.color + "\"></i>" + Esc(s.name) + "</span>";
-  }
-  for (const Limit& l : limits) {
-    out += "<span><i class=\"dash\" style=\"border-color:" + l.color + "\"></i>" +
-           Esc(l.name + " " + Label(unit, l.value)) + "</span>";
-  }
-  out += "</div></figure>";
+  out += "<rect x=\"" + Num(kChartLeft, 0) + "\" y=\"" + Num(kChartTop, 0) + "\" width=\"" +
+         Num(sc.plot_w, 0) + "\" height=\"" + Num(sc.plot_h, 0) + "\" class=\"plot\"/>";
+  out += ChartAxes(sc, step, limits, unit);
+  for (const Series& s : series) out += SeriesSvg(s, sc, unit);
+  out += "</svg>" + ChartLegend(series, limits, unit) + "</figure>";
   return out;
 }
 
@@ -535,6 +568,70 @@ std::string Cell(uint64_t sort_value, const std::string& text) {
   return "<td data-v=\"" + std::to_string(sort_value) + "\">" + Esc(text) + "</td>";
 }
 
+// The name of a stack's site for the table (the file's name only), and its
+// whole description for the tooltip (empty when the stack has no site).
+void NameSite(Symbolizer* sym, uint32_t stack, std::string* name, std::string* title) {
+  *name = "unknown site";
+  if (stack != 0) {
+    const SymbolizedStack& st = sym->Symbolize(stack);
+    if (const Frame* f = st.SiteFrame()) {
+      // The table is narrow: the file's name only; the whole site in the
+      // tooltip (and the key keeps sites in different files apart).
+      Frame brief = *f;
+      size_t slash = brief.file.rfind('/');
+      if (slash != std::string::npos) brief.file = brief.file.substr(slash + 1);
+      *name = brief.Describe(true);
+      *title = f->Describe(false);
+      const char* why = PythonStatusWords(st.python);
+      if (why[0] != '\0') *name += std::string(" [") + why + "]";
+    } else if (!st.frames.empty()) {
+      *name = st.frames[0].Describe(true);
+    }
+  }
+}
+
+// Each finding's rule, on the row of the site it names.
+void NoteFindingRules(const ProcessReport& p, std::map<std::string, SiteRow>* rows) {
+  for (const Finding& f : p.findings) {
+    if (!f.site.known || f.site.site_index < 0) continue;
+    auto it = rows->find(f.site.stack[static_cast<size_t>(f.site.site_index)].Describe(false));
+    if (it != rows->end() && std::find(it->second.rules.begin(), it->second.rules.end(), f.rule) ==
+                                 it->second.rules.end()) {
+      it->second.rules.push_back(f.rule);
+    }
+  }
+}
+
+// One row of the call-site table.
+std::string SiteRowHtml(const SiteRow& r) {
+  std::string out;
+  const SiteStats& s = r.s;
+  std::string kinds;
+  for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) {
+    if (s.by_kind[k] == 0 || k == static_cast<int>(MemKind::kDevice)) continue;
+    kinds += (kinds.empty() ? "" : ", ") + std::string(MemKindName(static_cast<MemKind>(k))) + " " +
+             FormatBytes(s.by_kind[k]);
+  }
+  double gbps = s.sync_ns > 0 ? s.sync_bytes / (s.sync_ns * 1e-9) : 0;
+  std::string rules;
+  for (const std::string& rule : r.rules) rules += (rules.empty() ? "" : ", ") + rule;
+  out +=
+      "<tr><td class=\"name\" title=\"" + Esc(r.title) + "\"><code>" + Esc(r.name) + "</code></td>";
+  out += Cell(s.copies,
+              FormatCount(s.copies) + (s.failed ? " (" + FormatCount(s.failed) + " failed)" : ""));
+  out += Cell(s.bytes, FormatBytes(s.bytes));
+  out += Cell(s.by_dir[0], s.by_dir[0] ? FormatBytes(s.by_dir[0]) : "-");
+  out += Cell(s.by_dir[1], s.by_dir[1] ? FormatBytes(s.by_dir[1]) : "-");
+  out += "<td>" + Esc(kinds.empty() ? "-" : kinds) + "</td>";
+  out += Cell(s.call_ns, FormatSeconds(s.call_ns * 1e-9));
+  out += Cell(static_cast<uint64_t>(gbps), gbps > 0 ? FormatGbps(gbps) : "-");
+  out +=
+      Cell(s.pin_bytes,
+           s.pin_allocs ? FormatCount(s.pin_allocs) + " (" + FormatBytes(s.pin_bytes) + ")" : "-");
+  out += "<td>" + Esc(rules.empty() ? "-" : rules) + "</td></tr>";
+  return out;
+}
+
 std::string SiteTable(const Collector& c, const TraceReader& reader, const ProcessReport& p) {
   Symbolizer sym(&reader);
   std::map<std::string, SiteRow> rows;
@@ -560,23 +657,8 @@ std::string SiteTable(const Collector& c, const TraceReader& reader, const Proce
       ++rest_stacks;
       continue;
     }
-    std::string name = "unknown site", title;
-    if (stack != 0) {
-      const SymbolizedStack& st = sym.Symbolize(stack);
-      if (const Frame* f = st.SiteFrame()) {
-        // The table is narrow: the file's name only; the whole site in the
-        // tooltip (and the key keeps sites in different files apart).
-        Frame brief = *f;
-        size_t slash = brief.file.rfind('/');
-        if (slash != std::string::npos) brief.file = brief.file.substr(slash + 1);
-        name = brief.Describe(true);
-        title = f->Describe(false);
-        const char* why = PythonStatusWords(st.python);
-        if (why[0] != '\0') name += std::string(" [") + why + "]";
-      } else if (!st.frames.empty()) {
-        name = st.frames[0].Describe(true);
-      }
-    }
+    std::string name, title;
+    NameSite(&sym, stack, &name, &title);
     SiteRow& row = rows[title.empty() ? name : title];
     row.name = name;
     row.title = title;
@@ -586,14 +668,7 @@ std::string SiteTable(const Collector& c, const TraceReader& reader, const Proce
     rest.name = "other sites (" + FormatCount(rest_stacks) + " stacks, not named)";
     rows["\x7f"] = rest;  // a key no site has
   }
-  for (const Finding& f : p.findings) {
-    if (!f.site.known || f.site.site_index < 0) continue;
-    auto it = rows.find(f.site.stack[static_cast<size_t>(f.site.site_index)].Describe(false));
-    if (it != rows.end() && std::find(it->second.rules.begin(), it->second.rules.end(), f.rule) ==
-                                it->second.rules.end()) {
-      it->second.rules.push_back(f.rule);
-    }
-  }
+  NoteFindingRules(p, &rows);
   std::vector<const SiteRow*> order;
   for (const auto& kv : rows) order.push_back(&kv.second);
   std::sort(order.begin(), order.end(), [](const SiteRow* a, const SiteRow* b) {
@@ -607,30 +682,7 @@ std::string SiteTable(const Collector& c, const TraceReader& reader, const Proce
       "<th>GB/s in sync calls</th><th>pinned allocations</th><th>findings</th></tr></thead><tbody>";
   for (size_t i = 0; i < order.size() && i < kMaxRows; ++i) {
     const SiteRow& r = *order[i];
-    const SiteStats& s = r.s;
-    std::string kinds;
-    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) {
-      if (s.by_kind[k] == 0 || k == static_cast<int>(MemKind::kDevice)) continue;
-      kinds += (kinds.empty() ? "" : ", ") + std::string(MemKindName(static_cast<MemKind>(k))) +
-               " " + FormatBytes(s.by_kind[k]);
-    }
-    double gbps = s.sync_ns > 0 ? s.sync_bytes / (s.sync_ns * 1e-9) : 0;
-    std::string rules;
-    for (const std::string& rule : r.rules) rules += (rules.empty() ? "" : ", ") + rule;
-    out += "<tr><td class=\"name\" title=\"" + Esc(r.title) + "\"><code>" + Esc(r.name) +
-           "</code></td>";
-    out += Cell(s.copies, FormatCount(s.copies) +
-                              (s.failed ? " (" + FormatCount(s.failed) + " failed)" : ""));
-    out += Cell(s.bytes, FormatBytes(s.bytes));
-    out += Cell(s.by_dir[0], s.by_dir[0] ? FormatBytes(s.by_dir[0]) : "-");
-    out += Cell(s.by_dir[1], s.by_dir[1] ? FormatBytes(s.by_dir[1]) : "-");
-    out += "<td>" + Esc(kinds.empty() ? "-" : kinds) + "</td>";
-    out += Cell(s.call_ns, FormatSeconds(s.call_ns * 1e-9));
-    out += Cell(static_cast<uint64_t>(gbps), gbps > 0 ? FormatGbps(gbps) : "-");
-    out += Cell(s.pin_bytes, s.pin_allocs
-                                 ? FormatCount(s.pin_allocs) + " (" + FormatBytes(s.pin_bytes) + ")"
-                                 : "-");
-    out += "<td>" + Esc(rules.empty() ? "-" : rules) + "</td></tr>";
+    out += SiteRowHtml(r);
   }
   out += "</tbody></table>";
   if (order.size() > kMaxRows) {

@@ -115,7 +115,7 @@ void WriteRefusals(const OwnPinningSummary& o, const char* part, JsonWriter* w) 
 
 void WriteRate(double rate, JsonWriter* w) { rate < 0 ? w->Null() : w->Double(rate); }
 
-// The "optimize" member of a process: pinshim's own pinning.
+// The "detail_end" member of a process: where its trace's detail ended;
 // null when the trace was not capped (SCHEMA.md, "detail_end").
 void WriteDetailEnd(const ProcessReport& p, JsonWriter* w) {
   const DetailEnd& d = p.detail;
@@ -148,11 +148,25 @@ void WriteDetailEnd(const ProcessReport& p, JsonWriter* w) {
   w->EndObject();
 }
 
-void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
-  const OptimizeCountersEvent& c = o.counters;
+// {"mean": us, "median": us} of `count` pairs under `key`; null when there
+// are none.
+void WriteCallTimes(const char* key, const OwnPinningSummary::CallTimes& t, uint64_t count,
+                    JsonWriter* w) {
+  w->Key(key);
+  if (count == 0) {
+    w->Null();
+    return;
+  }
   w->BeginObject();
-  w->Key("counters_recorded");
-  w->Bool(o.has_counters);
+  w->Key("mean");
+  w->Double(static_cast<double>(t.mean_ns) / 1000.0);
+  w->Key("median");
+  w->Double(static_cast<double>(t.median_ns) / 1000.0);
+  w->EndObject();
+}
+
+// The "pinned_bytes" member: peak, final and cap.
+void WritePinnedBytes(const OwnPinningSummary& o, JsonWriter* w) {
   w->Key("pinned_bytes");
   w->BeginObject();
   w->Key("peak");
@@ -162,6 +176,11 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Key("cap");
   o.cap_known&& o.cap_bytes != UINT64_MAX ? w->Uint(o.cap_bytes) : w->Null();
   w->EndObject();
+}
+
+// The "pool" member: the pinned pool's hits, pairs and refusals.
+void WritePool(const OwnPinningSummary& o, JsonWriter* w) {
+  const OptimizeCountersEvent& c = o.counters;
   w->Key("pool");
   w->BeginObject();
   w->Key("hits");
@@ -174,32 +193,23 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Uint(c.pool_dedicated);
   w->Key("pairs");
   w->Uint(o.pinned_pairs);
-  // {"mean": us, "median": us} of `count` pairs; null when there are none.
-  auto times = [&](const char* key, const OwnPinningSummary::CallTimes& t, uint64_t count) {
-    w->Key(key);
-    if (count == 0) {
-      w->Null();
-      return;
-    }
-    w->BeginObject();
-    w->Key("mean");
-    w->Double(static_cast<double>(t.mean_ns) / 1000.0);
-    w->Key("median");
-    w->Double(static_cast<double>(t.median_ns) / 1000.0);
-    w->EndObject();
-  };
-  times("pair_us", o.pair_ns, o.pinned_pairs);
-  times("alloc_us", o.pair_alloc_ns, o.pinned_pairs);
-  times("free_us", o.pair_free_ns, o.pinned_pairs);
+  WriteCallTimes("pair_us", o.pair_ns, o.pinned_pairs, w);
+  WriteCallTimes("alloc_us", o.pair_alloc_ns, o.pinned_pairs, w);
+  WriteCallTimes("free_us", o.pair_free_ns, o.pinned_pairs, w);
   w->Key("growth_pairs");
   w->Uint(o.growth_pairs);
   w->Key("growth_ms");
   w->Double(static_cast<double>(o.growth_pair_ns) / 1e6);
   w->Key("held_pairs");
   w->Uint(o.held_pairs);
-  times("held_pair_us", o.held_pair_ns, o.held_pairs);
+  WriteCallTimes("held_pair_us", o.held_pair_ns, o.held_pairs, w);
   WriteRefusals(o, "pool", w);
   w->EndObject();
+}
+
+// The "cache" member: the registration cache's work and what it declined.
+void WriteCache(const OwnPinningSummary& o, JsonWriter* w) {
+  const OptimizeCountersEvent& c = o.counters;
   w->Key("cache");
   w->BeginObject();
   w->Key("buffers_registered");
@@ -231,6 +241,11 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Uint(c.cache_declined_too_large);
   w->EndObject();
   w->EndObject();
+}
+
+// The "arena" member.
+void WriteArena(const OwnPinningSummary& o, JsonWriter* w) {
+  const OptimizeCountersEvent& c = o.counters;
   w->Key("arena");
   w->BeginObject();
   w->Key("allocations");
@@ -239,8 +254,10 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Uint(c.arena_copies);
   WriteRefusals(o, "arena", w);
   w->EndObject();
-  w->Key("dropped_bytes");
-  WriteCounts(o.dropped_bytes, w);
+}
+
+// The "staged" member: staged copies and their speed.
+void WriteStaged(const OwnPinningSummary& o, JsonWriter* w) {
   w->Key("staged");
   w->BeginObject();
   w->Key("copies");
@@ -252,60 +269,63 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Key("most_workers");
   w->Uint(o.staged_workers_max);
   w->EndObject();
-  w->Key("self_check");
-  w->BeginArray();
-  for (const PathVerdictRow& v : o.verdicts) {
-    w->BeginObject();
-    w->Key("path");
-    w->String(v.path);
-    w->Key("dir");
-    w->String(v.dir);
-    w->Key("sync");
-    w->Bool(v.sync);
-    w->Key("size_class_from_bytes");
-    // A class beyond the ones a recorder writes (a damaged or crafted trace)
-    // has no size: null, not a shift past 64 bits.
-    if (v.size_class >= 8) {
-      w->Null();
-    } else {
-      w->Uint(v.size_class == 0 ? 0 : uint64_t{1} << (16 + 2 * v.size_class));
-    }
-    w->Key("verdict");
-    w->String(v.slower ? "slower" : "faster");
-    w->Key("path_gbps");
-    w->Double(v.path_gbps);
-    w->Key("driver_gbps");
-    w->Double(v.driver_gbps);
-    w->Key("path_copies");
-    w->Uint(v.path_copies);
-    w->Key("driver_copies");
-    w->Uint(v.driver_copies);
-    w->Key("losses");
-    w->Uint(v.losses);
-    w->EndObject();
+}
+
+// One element of "self_check": a path's verdict against the driver.
+void WriteVerdict(const PathVerdictRow& v, JsonWriter* w) {
+  w->BeginObject();
+  w->Key("path");
+  w->String(v.path);
+  w->Key("dir");
+  w->String(v.dir);
+  w->Key("sync");
+  w->Bool(v.sync);
+  w->Key("size_class_from_bytes");
+  // A class beyond the ones a recorder writes (a damaged or crafted trace)
+  // has no size: null, not a shift past 64 bits.
+  if (v.size_class >= 8) {
+    w->Null();
+  } else {
+    w->Uint(v.size_class == 0 ? 0 : uint64_t{1} << (16 + 2 * v.size_class));
   }
-  w->EndArray();
-  w->Key("page_changes");
-  w->BeginArray();
-  for (const PageChangeDrop& d : o.page_changes) {
-    w->BeginObject();
-    w->Key("call");
-    w->String(d.call);
-    w->Key("part");
-    w->String(d.part);
-    w->Key("action");
-    w->String(d.action);
-    w->Key("detail");
-    w->Uint(d.detail);
-    w->Key("times");
-    w->Uint(d.times);
-    w->Key("bytes");
-    w->Uint(d.bytes);
-    w->Key("site");
-    WriteSite(d.site, w);
-    w->EndObject();
-  }
-  w->EndArray();
+  w->Key("verdict");
+  w->String(v.slower ? "slower" : "faster");
+  w->Key("path_gbps");
+  w->Double(v.path_gbps);
+  w->Key("driver_gbps");
+  w->Double(v.driver_gbps);
+  w->Key("path_copies");
+  w->Uint(v.path_copies);
+  w->Key("driver_copies");
+  w->Uint(v.driver_copies);
+  w->Key("losses");
+  w->Uint(v.losses);
+  w->EndObject();
+}
+
+// One element of "page_changes": what page changes dropped, by call and part.
+void WritePageChangeDrop(const PageChangeDrop& d, JsonWriter* w) {
+  w->BeginObject();
+  w->Key("call");
+  w->String(d.call);
+  w->Key("part");
+  w->String(d.part);
+  w->Key("action");
+  w->String(d.action);
+  w->Key("detail");
+  w->Uint(d.detail);
+  w->Key("times");
+  w->Uint(d.times);
+  w->Key("bytes");
+  w->Uint(d.bytes);
+  w->Key("site");
+  WriteSite(d.site, w);
+  w->EndObject();
+}
+
+// The "estimated_seconds_saved" member.
+void WriteSavedSeconds(const OwnPinningSummary& o, JsonWriter* w) {
+  const OptimizeCountersEvent& c = o.counters;
   w->Key("estimated_seconds_saved");
   w->BeginObject();
   w->Key("copies");
@@ -313,44 +333,118 @@ void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
   w->Key("allocations");
   w->Double(c.saved_alloc_ns * 1e-9);
   w->EndObject();
+}
+
+// One element of "buffers": a hot buffer and how it was handled.
+void WriteBuffer(const OwnPinningBuffer& b, JsonWriter* w) {
+  w->BeginObject();
+  w->Key("allocation");
+  b.alloc_id != 0 ? w->Uint(b.alloc_id) : w->Null();
+  w->Key("address");
+  w->Uint(b.address);
+  w->Key("size");
+  b.size != 0 ? w->Uint(b.size) : w->Null();
+  w->Key("allocated_at");
+  WriteSite(b.allocated_at, w);
+  w->Key("copied_at");
+  WriteSite(b.copied_at, w);
+  w->Key("copies");
+  w->Uint(b.copies);
+  w->Key("bytes_copied");
+  w->Uint(b.bytes_copied);
+  w->Key("copies_pinned");
+  w->Uint(b.copies_pinned);
+  w->Key("handled");
+  w->String(b.pinned ? "pinned" : "left_alone");
+  w->Key("by");
+  w->String(b.by);
+  w->Key("reason");
+  b.reason.empty() ? w->Null() : w->String(b.reason);
+  w->Key("unpinned");
+  b.unpinned.empty() ? w->Null() : w->String(b.unpinned);
+  w->Key("refusals");
+  w->Uint(b.refusals);
+  w->Key("detail");
+  w->String(b.detail);
+  w->EndObject();
+}
+
+// The "optimize" member of a process: pinshim's own pinning.
+void WriteOwnPinning(const OwnPinningSummary& o, JsonWriter* w) {
+  w->BeginObject();
+  w->Key("counters_recorded");
+  w->Bool(o.has_counters);
+  WritePinnedBytes(o, w);
+  WritePool(o, w);
+  WriteCache(o, w);
+  WriteArena(o, w);
+  w->Key("dropped_bytes");
+  WriteCounts(o.dropped_bytes, w);
+  WriteStaged(o, w);
+  w->Key("self_check");
+  w->BeginArray();
+  for (const PathVerdictRow& v : o.verdicts) WriteVerdict(v, w);
+  w->EndArray();
+  w->Key("page_changes");
+  w->BeginArray();
+  for (const PageChangeDrop& d : o.page_changes) WritePageChangeDrop(d, w);
+  w->EndArray();
+  WriteSavedSeconds(o, w);
   w->Key("hot_buffers");
   w->Uint(o.hot_buffers);
   w->Key("buffers");
   w->BeginArray();
-  for (const OwnPinningBuffer& b : o.buffers) {
-    w->BeginObject();
-    w->Key("allocation");
-    b.alloc_id != 0 ? w->Uint(b.alloc_id) : w->Null();
-    w->Key("address");
-    w->Uint(b.address);
-    w->Key("size");
-    b.size != 0 ? w->Uint(b.size) : w->Null();
-    w->Key("allocated_at");
-    WriteSite(b.allocated_at, w);
-    w->Key("copied_at");
-    WriteSite(b.copied_at, w);
-    w->Key("copies");
-    w->Uint(b.copies);
-    w->Key("bytes_copied");
-    w->Uint(b.bytes_copied);
-    w->Key("copies_pinned");
-    w->Uint(b.copies_pinned);
-    w->Key("handled");
-    w->String(b.pinned ? "pinned" : "left_alone");
-    w->Key("by");
-    w->String(b.by);
-    w->Key("reason");
-    b.reason.empty() ? w->Null() : w->String(b.reason);
-    w->Key("unpinned");
-    b.unpinned.empty() ? w->Null() : w->String(b.unpinned);
-    w->Key("refusals");
-    w->Uint(b.refusals);
-    w->Key("detail");
-    w->String(b.detail);
-    w->EndObject();
-  }
+  for (const OwnPinningBuffer& b : o.buffers) WriteBuffer(b, w);
   w->EndArray();
   w->EndObject();
+}
+
+// The "bytes_moved" member: bytes copied by direction and memory kind.
+void WriteBytesMoved(const ProcessSummary& s, JsonWriter* w) {
+  w->Key("bytes_moved");
+  w->BeginObject();
+  for (int d = 0; d < 4; ++d) {
+    bool any = false;
+    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) any |= s.copy_count[d][k] != 0;
+    if (!any) continue;
+    w->Key(CopyDirName(static_cast<CopyDir>(d)));
+    w->BeginObject();
+    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) {
+      if (s.copy_count[d][k] == 0) continue;
+      w->Key(MemKindName(static_cast<MemKind>(k)));
+      w->Uint(s.bytes[d][k]);
+    }
+    w->EndObject();
+  }
+  w->EndObject();
+}
+
+// The "budget" member's value: enforce mode's decisions, null without any.
+void WriteBudget(const BudgetSummary& b, JsonWriter* w) {
+  if (b.decisions == 0) {
+    w->Null();
+  } else {
+    w->BeginObject();
+    w->Key("decisions");
+    w->Uint(b.decisions);
+    w->Key("granted");
+    w->Uint(b.granted);
+    w->Key("denied");
+    w->Uint(b.denied);
+    w->Key("fallback");
+    w->Uint(b.fallback);
+    w->Key("evictions");
+    w->Uint(b.evictions);
+    w->Key("evicted_bytes");
+    w->Uint(b.evicted_bytes);
+    w->Key("refused_bytes");
+    w->Uint(b.refused_bytes);
+    w->Key("process_budget");
+    b.process_budget ? w->Uint(b.process_budget) : w->Null();
+    w->Key("node_budget");
+    b.node_budget ? w->Uint(b.node_budget) : w->Null();
+    w->EndObject();
+  }
 }
 
 void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
@@ -393,22 +487,7 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
   w->Uint(s.failed_copies);
   w->Key("threads");
   w->Uint(s.threads);
-  w->Key("bytes_moved");
-  w->BeginObject();
-  for (int d = 0; d < 4; ++d) {
-    bool any = false;
-    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) any |= s.copy_count[d][k] != 0;
-    if (!any) continue;
-    w->Key(CopyDirName(static_cast<CopyDir>(d)));
-    w->BeginObject();
-    for (int k = 0; k < static_cast<int>(MemKind::kCount); ++k) {
-      if (s.copy_count[d][k] == 0) continue;
-      w->Key(MemKindName(static_cast<MemKind>(k)));
-      w->Uint(s.bytes[d][k]);
-    }
-    w->EndObject();
-  }
-  w->EndObject();
+  WriteBytesMoved(s, w);
   w->Key("peak_pinned_bytes");
   w->Uint(s.peak_pinned);
   w->Key("peak_rss_bytes");
@@ -418,31 +497,7 @@ void WriteProcess(const ProcessReport& p, size_t index, JsonWriter* w) {
   w->Key("budget_bytes");
   i.budget_bytes ? w->Uint(i.budget_bytes) : w->Null();
   w->Key("budget");
-  const BudgetSummary& b = s.budget;
-  if (b.decisions == 0) {
-    w->Null();
-  } else {
-    w->BeginObject();
-    w->Key("decisions");
-    w->Uint(b.decisions);
-    w->Key("granted");
-    w->Uint(b.granted);
-    w->Key("denied");
-    w->Uint(b.denied);
-    w->Key("fallback");
-    w->Uint(b.fallback);
-    w->Key("evictions");
-    w->Uint(b.evictions);
-    w->Key("evicted_bytes");
-    w->Uint(b.evicted_bytes);
-    w->Key("refused_bytes");
-    w->Uint(b.refused_bytes);
-    w->Key("process_budget");
-    b.process_budget ? w->Uint(b.process_budget) : w->Null();
-    w->Key("node_budget");
-    b.node_budget ? w->Uint(b.node_budget) : w->Null();
-    w->EndObject();
-  }
+  WriteBudget(s.budget, w);
   w->Key("optimize");
   if (p.own.optimize_mode) {
     WriteOwnPinning(p.own, w);

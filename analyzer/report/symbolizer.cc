@@ -361,6 +361,67 @@ Symbolizer::ModuleHandle* Symbolizer::HandleFor(const Module& m) {
   return raw;
 }
 
+namespace {
+
+// The frames of the functions inlined at addr (offset in the compile unit
+// cu's module), innermost first, each with the location inside it: from
+// *file and *line (the address's own), which move out to where each was
+// inlined. *outer_name gets the function around them where the symbol
+// table had none.
+void InlinedFrames(Dwarf_Die* cu, Dwarf_Addr addr, const Frame& base, std::string* file, int* line,
+                   std::string* outer_name, std::vector<Frame>* out) {
+  Dwarf_Die* scopes = nullptr;
+  int n = dwarf_getscopes(cu, addr, &scopes);
+  Dwarf_Files* files = nullptr;
+  size_t nfiles = 0;
+  bool have_files = dwarf_getsrcfiles(cu, &files, &nfiles) == 0;
+  for (int i = 0; i < n; ++i) {
+    int tag = dwarf_tag(&scopes[i]);
+    if (tag == DW_TAG_inlined_subroutine) {
+      Frame f = base;
+      f.function = DieName(&scopes[i]);
+      f.file = *file;
+      f.line = *line;
+      f.inlined = true;
+      out->push_back(f);
+      // Where it was inlined is the location in the function around it.
+      Dwarf_Attribute attr;
+      Dwarf_Word call_file = 0, call_line = 0;
+      file->clear();
+      *line = 0;
+      if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attr), &call_file) == 0 &&
+          have_files && call_file < nfiles) {
+        *file = CleanPath(dwarf_filesrc(files, call_file, nullptr, nullptr));
+      }
+      if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attr), &call_line) == 0) {
+        *line = static_cast<int>(call_line);
+      }
+    } else if (tag == DW_TAG_subprogram) {
+      if (outer_name->empty()) *outer_name = DieName(&scopes[i]);
+      break;
+    }
+  }
+  free(scopes);
+}
+
+}  // namespace
+
+bool Symbolizer::FromArchive(const Module& m, const Frame& base, bool exact,
+                             std::vector<Frame>* out) {
+  if (archive_ == nullptr) return false;
+  const std::vector<Frame>* archived = archive_->Lookup(m, base.offset, exact);
+  if (archived == nullptr) return false;
+  for (Frame f : *archived) {
+    f.ip = base.ip;
+    f.module = m.path;
+    f.offset = base.offset;
+    out->push_back(f);
+  }
+  std::string problem = archive_->Problem(m);
+  if (!problem.empty()) archived_problems_[m.path + "@" + std::to_string(m.bias)] = problem;
+  return true;
+}
+
 void Symbolizer::SymbolizeIp(uint64_t ip, bool exact, uint32_t generation,
                              std::vector<Frame>* out) {
   Frame base;
@@ -375,19 +436,7 @@ void Symbolizer::SymbolizeIp(uint64_t ip, bool exact, uint32_t generation,
   }
   base.module = m->path;
   base.offset = ip - m->bias;
-  if (archive_ != nullptr) {
-    if (const std::vector<Frame>* archived = archive_->Lookup(*m, base.offset, exact)) {
-      for (Frame f : *archived) {
-        f.ip = ip;
-        f.module = m->path;
-        f.offset = base.offset;
-        out->push_back(f);
-      }
-      std::string problem = archive_->Problem(*m);
-      if (!problem.empty()) archived_problems_[m->path + "@" + std::to_string(m->bias)] = problem;
-      return;
-    }
-  }
+  if (FromArchive(*m, base, exact, out)) return;
   ModuleHandle* h = HandleFor(*m);
   if (h->mod == nullptr) {
     base.note = h->problem;
@@ -413,38 +462,7 @@ void Symbolizer::SymbolizeIp(uint64_t ip, bool exact, uint32_t generation,
   Dwarf_Addr bias = 0;
   Dwarf_Die* cu = dwfl_module_addrdie(h->mod, addr, &bias);
   if (cu != nullptr) {
-    Dwarf_Die* scopes = nullptr;
-    int n = dwarf_getscopes(cu, addr - bias, &scopes);
-    Dwarf_Files* files = nullptr;
-    size_t nfiles = 0;
-    bool have_files = dwarf_getsrcfiles(cu, &files, &nfiles) == 0;
-    for (int i = 0; i < n; ++i) {
-      int tag = dwarf_tag(&scopes[i]);
-      if (tag == DW_TAG_inlined_subroutine) {
-        Frame f = base;
-        f.function = DieName(&scopes[i]);
-        f.file = file;
-        f.line = line;
-        f.inlined = true;
-        out->push_back(f);
-        // Where it was inlined is the location in the function around it.
-        Dwarf_Attribute attr;
-        Dwarf_Word call_file = 0, call_line = 0;
-        file.clear();
-        line = 0;
-        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attr), &call_file) == 0 &&
-            have_files && call_file < nfiles) {
-          file = CleanPath(dwarf_filesrc(files, call_file, nullptr, nullptr));
-        }
-        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attr), &call_line) == 0) {
-          line = static_cast<int>(call_line);
-        }
-      } else if (tag == DW_TAG_subprogram) {
-        if (outer_name.empty()) outer_name = DieName(&scopes[i]);
-        break;
-      }
-    }
-    free(scopes);
+    InlinedFrames(cu, addr - bias, base, &file, &line, &outer_name, out);
   } else if (sym_name != nullptr) {
     base.note = "no debug information";
   } else {

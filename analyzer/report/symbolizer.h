@@ -113,6 +113,9 @@ class Symbolizer {
   struct ModuleHandle;
   ModuleHandle* HandleFor(const Module& m);
   void SymbolizeIp(uint64_t ip, bool exact, uint32_t generation, std::vector<Frame>* out);
+  // The frames the symbol archive holds for base's address in module m
+  // (true), or nothing when it has none (false).
+  bool FromArchive(const Module& m, const Frame& base, bool exact, std::vector<Frame>* out);
 
   void AddPythonFrames(const Stack& stack, SymbolizedStack* out) const;
 

@@ -355,6 +355,100 @@ void SyncModel::OnCopy(const Event& e, bool page_locked) {
   }
 }
 
+void SyncModel::OnStreamDone(const Event& e, uint64_t end, int device) {
+  int i = Resolve(e.stream, e.api, e.tid, device);
+  if (streams_[i].capture != 0) return;
+  Schedule(
+      end, streams_[i].sure, Clock(), false,
+      Reason{e.sync == trace::SyncKind::kStreamSynchronize ? Why::kStreamSync : Why::kStreamQuery,
+             i, e.time_ns},
+      i);
+}
+
+void SyncModel::OnAllDone(const Event& e, uint64_t end, int device) {
+  Clock sure;
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i].device == device || !streams_[i].flags_known) sure.Join(streams_[i].sure);
+  }
+  Schedule(
+      end, sure, Clock(), true,
+      Reason{e.sync == trace::SyncKind::kContextSynchronize ? Why::kContextSync : Why::kDeviceFree,
+             -1, e.time_ns});
+}
+
+void SyncModel::OnEventRecord(const Event& e, int device) {
+  int i = Resolve(e.stream, e.api, e.tid, device);
+  Mark& m = events_[e.event_handle];
+  m = Mark();
+  if (streams_[i].capture != 0) {
+    m.capture = streams_[i].capture;  // G1: a capture's fork point, not a record
+    return;
+  }
+  Op(i);
+  m.valid = true;
+  m.sure = streams_[i].sure;
+  m.poss = PossOf(i);
+}
+
+void SyncModel::OnEventDone(const Event& e, uint64_t end) {
+  auto it = events_.find(e.event_handle);
+  if (it != events_.end() && it->second.valid) {
+    Schedule(
+        end, it->second.sure, it->second.poss, false,
+        Reason{e.sync == trace::SyncKind::kEventSynchronize ? Why::kEventSync : Why::kEventQuery,
+               -1, e.time_ns, e.event_handle});
+  } else {
+    Schedule(end, Clock(), Clock(), true,
+             Reason{Why::kUnrecordedEvent, -1, e.time_ns, e.event_handle});
+  }
+}
+
+void SyncModel::OnStreamWaitEvent(const Event& e, int device) {
+  int i = Resolve(e.stream, e.api, e.tid, device);
+  auto it = events_.find(e.event_handle);
+  const Mark* m = it == events_.end() ? nullptr : &it->second;
+  if (streams_[i].capture != 0) return;
+  if (m != nullptr && m->capture != 0) {
+    streams_[i].capture = m->capture;  // G1: joins the capture
+    return;
+  }
+  // S4 (and S1: a wait on the legacy stream is an action on it).
+  Op(i);
+  StreamState& s = streams_[i];
+  if (m != nullptr && m->valid) {
+    s.sure.Join(m->sure);
+    if (SureBlocking(s)) blocking_union_[s.device].Join(s.sure);
+    (InGroup(s) ? group_poss_ : s.poss).Join(m->poss);
+  } else {
+    (InGroup(s) ? group_poss_ : s.poss).Join(Issued());
+  }
+  if (InGroup(s)) ++group_poss_version_;
+}
+
+void SyncModel::OnHostFuncQueued(const Event& e, int device) {
+  int i = Resolve(e.stream, e.api, e.tid, device);
+  if (streams_[i].capture != 0) return;  // a graph node: see G2
+  Op(i);
+  if (e.event_handle == 0) {
+    // Not wrapped: when it ran is not in the trace, so it may have run
+    // at any moment from now on, touching what its stream had done.
+    Schedule(e.time_ns, Clock(), PossOf(i), false, Reason{Why::kUnwrappedHostFunc, i, e.time_ns});
+    return;
+  }
+  Mark& m = host_fns_[e.event_handle];
+  m.valid = true;
+  m.sure = streams_[i].sure;
+  m.poss = PossOf(i);
+}
+
+void SyncModel::OnHostFuncRun(const Event& e) {
+  auto it = host_fns_.find(e.event_handle);
+  if (it == host_fns_.end()) return;
+  Schedule(e.time_ns, it->second.sure, it->second.poss, false,
+           Reason{Why::kHostFunc, -1, e.time_ns});
+  host_fns_.erase(it);
+}
+
 void SyncModel::OnSync(const Event& e) {
   ++sync_events_;
   if (e.result != 0) {
@@ -366,103 +460,15 @@ void SyncModel::OnSync(const Event& e) {
   const int device = DeviceOf(e);
   switch (e.sync) {
     case trace::SyncKind::kStreamSynchronize:
-    case trace::SyncKind::kStreamQueryDone: {
-      int i = Resolve(e.stream, e.api, e.tid, device);
-      if (streams_[i].capture != 0) return;
-      Schedule(end, streams_[i].sure, Clock(), false,
-               Reason{e.sync == trace::SyncKind::kStreamSynchronize ? Why::kStreamSync
-                                                                    : Why::kStreamQuery,
-                      i, e.time_ns},
-               i);
-      break;
-    }
+    case trace::SyncKind::kStreamQueryDone: OnStreamDone(e, end, device); break;
     case trace::SyncKind::kContextSynchronize:
-    case trace::SyncKind::kDeviceFree: {
-      Clock sure;
-      for (size_t i = 0; i < streams_.size(); ++i) {
-        if (streams_[i].device == device || !streams_[i].flags_known) sure.Join(streams_[i].sure);
-      }
-      Schedule(end, sure, Clock(), true,
-               Reason{e.sync == trace::SyncKind::kContextSynchronize ? Why::kContextSync
-                                                                     : Why::kDeviceFree,
-                      -1, e.time_ns});
-      break;
-    }
-    case trace::SyncKind::kEventRecord: {
-      int i = Resolve(e.stream, e.api, e.tid, device);
-      Mark& m = events_[e.event_handle];
-      m = Mark();
-      if (streams_[i].capture != 0) {
-        m.capture = streams_[i].capture;  // G1: a capture's fork point, not a record
-        return;
-      }
-      Op(i);
-      m.valid = true;
-      m.sure = streams_[i].sure;
-      m.poss = PossOf(i);
-      break;
-    }
+    case trace::SyncKind::kDeviceFree: OnAllDone(e, end, device); break;
+    case trace::SyncKind::kEventRecord: OnEventRecord(e, device); break;
     case trace::SyncKind::kEventSynchronize:
-    case trace::SyncKind::kEventQueryDone: {
-      auto it = events_.find(e.event_handle);
-      if (it != events_.end() && it->second.valid) {
-        Schedule(end, it->second.sure, it->second.poss, false,
-                 Reason{e.sync == trace::SyncKind::kEventSynchronize ? Why::kEventSync
-                                                                     : Why::kEventQuery,
-                        -1, e.time_ns, e.event_handle});
-      } else {
-        Schedule(end, Clock(), Clock(), true,
-                 Reason{Why::kUnrecordedEvent, -1, e.time_ns, e.event_handle});
-      }
-      break;
-    }
-    case trace::SyncKind::kStreamWaitEvent: {
-      int i = Resolve(e.stream, e.api, e.tid, device);
-      auto it = events_.find(e.event_handle);
-      const Mark* m = it == events_.end() ? nullptr : &it->second;
-      if (streams_[i].capture != 0) return;
-      if (m != nullptr && m->capture != 0) {
-        streams_[i].capture = m->capture;  // G1: joins the capture
-        return;
-      }
-      // S4 (and S1: a wait on the legacy stream is an action on it).
-      Op(i);
-      StreamState& s = streams_[i];
-      if (m != nullptr && m->valid) {
-        s.sure.Join(m->sure);
-        if (SureBlocking(s)) blocking_union_[s.device].Join(s.sure);
-        (InGroup(s) ? group_poss_ : s.poss).Join(m->poss);
-      } else {
-        (InGroup(s) ? group_poss_ : s.poss).Join(Issued());
-      }
-      if (InGroup(s)) ++group_poss_version_;
-      break;
-    }
-    case trace::SyncKind::kHostFuncQueued: {
-      int i = Resolve(e.stream, e.api, e.tid, device);
-      if (streams_[i].capture != 0) return;  // a graph node: see G2
-      Op(i);
-      if (e.event_handle == 0) {
-        // Not wrapped: when it ran is not in the trace, so it may have run
-        // at any moment from now on, touching what its stream had done.
-        Schedule(e.time_ns, Clock(), PossOf(i), false,
-                 Reason{Why::kUnwrappedHostFunc, i, e.time_ns});
-        return;
-      }
-      Mark& m = host_fns_[e.event_handle];
-      m.valid = true;
-      m.sure = streams_[i].sure;
-      m.poss = PossOf(i);
-      break;
-    }
-    case trace::SyncKind::kHostFuncRun: {
-      auto it = host_fns_.find(e.event_handle);
-      if (it == host_fns_.end()) return;
-      Schedule(e.time_ns, it->second.sure, it->second.poss, false,
-               Reason{Why::kHostFunc, -1, e.time_ns});
-      host_fns_.erase(it);
-      break;
-    }
+    case trace::SyncKind::kEventQueryDone: OnEventDone(e, end); break;
+    case trace::SyncKind::kStreamWaitEvent: OnStreamWaitEvent(e, device); break;
+    case trace::SyncKind::kHostFuncQueued: OnHostFuncQueued(e, device); break;
+    case trace::SyncKind::kHostFuncRun: OnHostFuncRun(e); break;
     default: break;
   }
 }

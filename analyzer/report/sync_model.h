@@ -230,6 +230,18 @@ class SyncModel {
   void Prune();
   void OnCopy(const Event& e, bool page_locked);
   void OnSync(const Event& e);
+  // OnSync by kind of call (a successful one; `end` is when it returned):
+  // a stream's work done (synchronize, idle query), every stream's
+  // (context synchronize, cuMemFree), an event recorded, an event's work
+  // done (synchronize, query), a stream waiting for an event, a host
+  // function queued, and one starting.
+  void OnStreamDone(const Event& e, uint64_t end, int device);
+  void OnAllDone(const Event& e, uint64_t end, int device);
+  void OnEventRecord(const Event& e, int device);
+  void OnEventDone(const Event& e, uint64_t end);
+  void OnStreamWaitEvent(const Event& e, int device);
+  void OnHostFuncQueued(const Event& e, int device);
+  void OnHostFuncRun(const Event& e);
   void OnGraph(const Event& e);
   void OnStream(const Event& e);
   int DeviceOf(const Event& e) const { return e.device < 0 ? 0 : e.device; }

@@ -219,17 +219,9 @@ const char* PartWords(const std::string& by) {
 }
 
 // The "pinshim's own pinning" section of one process in optimize mode.
-void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
+// The pool's line, and its allocation-free pairs' times.
+void PoolLines(const OwnPinningSummary& o, std::string* out) {
   const OptimizeCountersEvent& c = o.counters;
-  *out += "    pinshim's own pinning (optimize mode):\n";
-  std::string cap = !o.cap_known                ? "cap unknown"
-                    : o.cap_bytes == UINT64_MAX ? "no cap"
-                                                : "cap " + FormatBytes(o.cap_bytes);
-  *out += "      pinned by pinshim: peak " + FormatBytes(o.peak_bytes) + ", at the end " +
-          FormatBytes(o.final_bytes) + "; " + cap + "\n";
-  if (!o.has_counters) {
-    *out += "      (no counters record: optimize mode never started, or the process was killed)\n";
-  }
   const double pool_rate = o.PoolHitRate();
   *out += "      pool: " + Counted(c.pool_hits, "hit", "hits") + ", " +
           Counted(c.pool_misses, "miss", "misses") +
@@ -253,18 +245,10 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
       *out += "\n";
     }
   }
+}
 
-  const double cache_rate = o.CacheHitRate();
-  *out += "      registration cache: " +
-          Counted(o.cache_buffers_registered, "buffer registered", "buffers registered") + " (" +
-          Counted(c.cache_registrations, "registration", "registrations") + "); " +
-          FormatCount(o.cache_copies_pinned) + " of " +
-          FormatCount(o.cache_copies_pinned + o.cache_copies_pageable) +
-          " copies of tracked pageable buffers served pinned" +
-          (cache_rate >= 0 ? " (" + Percent(cache_rate) + ")" : std::string()) +
-          Refusals(o, "cache") + "\n";
-  *out += "      arena: " + Counted(c.arena_allocs, "allocation", "allocations") + " served" +
-          Refusals(o, "arena") + "\n";
+// Staged copies' line, and the self-check's verdicts.
+void StagedLines(const OwnPinningSummary& o, std::string* out) {
   if (o.staged_copies != 0) {
     char rate[64];
     snprintf(rate, sizeof(rate), "%.1f GB/s",
@@ -285,6 +269,10 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
              v.slower ? ": slower, so optimize mode stopped taking it there" : "");
     *out += line;
   }
+}
+
+// What pinshim dropped, and the page changes that made it drop pinning.
+void DroppedLines(const OwnPinningSummary& o, std::string* out) {
   std::string dropped;
   for (const auto& kv : o.dropped_bytes) {
     dropped +=
@@ -299,8 +287,10 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
               ": " + OwnDropWords(d.call) + ", at " + d.site.Short() + "\n";
     }
   }
-  *out += "      estimated time saved: " + FormatSeconds(c.saved_copy_ns * 1e-9) + " in copies, " +
-          FormatSeconds(c.saved_alloc_ns * 1e-9) + " in allocations\n";
+}
+
+// The buffers copied hot, by bytes copied, and how each was handled.
+void HotBufferLines(const OwnPinningSummary& o, std::string* out) {
   if (o.hot_buffers == 0) {
     *out += "      buffers copied hot: none\n";
     return;
@@ -321,6 +311,36 @@ void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
   if (o.hot_buffers > o.buffers.size()) {
     *out += "        ... and " + FormatCount(o.hot_buffers - o.buffers.size()) + " more\n";
   }
+}
+
+void OwnPinningSection(const OwnPinningSummary& o, std::string* out) {
+  const OptimizeCountersEvent& c = o.counters;
+  *out += "    pinshim's own pinning (optimize mode):\n";
+  std::string cap = !o.cap_known                ? "cap unknown"
+                    : o.cap_bytes == UINT64_MAX ? "no cap"
+                                                : "cap " + FormatBytes(o.cap_bytes);
+  *out += "      pinned by pinshim: peak " + FormatBytes(o.peak_bytes) + ", at the end " +
+          FormatBytes(o.final_bytes) + "; " + cap + "\n";
+  if (!o.has_counters) {
+    *out += "      (no counters record: optimize mode never started, or the process was killed)\n";
+  }
+  PoolLines(o, out);
+  const double cache_rate = o.CacheHitRate();
+  *out += "      registration cache: " +
+          Counted(o.cache_buffers_registered, "buffer registered", "buffers registered") + " (" +
+          Counted(c.cache_registrations, "registration", "registrations") + "); " +
+          FormatCount(o.cache_copies_pinned) + " of " +
+          FormatCount(o.cache_copies_pinned + o.cache_copies_pageable) +
+          " copies of tracked pageable buffers served pinned" +
+          (cache_rate >= 0 ? " (" + Percent(cache_rate) + ")" : std::string()) +
+          Refusals(o, "cache") + "\n";
+  *out += "      arena: " + Counted(c.arena_allocs, "allocation", "allocations") + " served" +
+          Refusals(o, "arena") + "\n";
+  StagedLines(o, out);
+  DroppedLines(o, out);
+  *out += "      estimated time saved: " + FormatSeconds(c.saved_copy_ns * 1e-9) + " in copies, " +
+          FormatSeconds(c.saved_alloc_ns * 1e-9) + " in allocations\n";
+  HotBufferLines(o, out);
 }
 
 std::string FrameworkTitle(const std::string& name) {

@@ -210,50 +210,39 @@ void JsonOwners(const uint64_t (&bytes)[kOwnerCount], JsonWriter* json) {
   json->EndObject();
 }
 
-void PrintJson(const NodeView& v, FILE* out) {
-  std::string text;
-  JsonWriter json(&text);
-  json.BeginObject();
-  json.Key("ledger");
-  json.String(v.path);
-  json.Key("exists");
-  json.Bool(true);
-  json.Key("shared");
-  json.Bool(v.shared);
-  json.Key("damage");
+// The "damage" member: what the ledger's check found, null when nothing.
+void JsonDamage(const NodeView& v, JsonWriter* json) {
+  json->Key("damage");
   if (v.damage == 0) {
-    json.Null();
+    json->Null();
   } else {
-    json.BeginObject();
-    json.Key("problems");
-    json.Uint(v.damage);
-    json.Key("first");
-    json.String(v.first_damage);
-    json.EndObject();
+    json->BeginObject();
+    json->Key("problems");
+    json->Uint(v.damage);
+    json->Key("first");
+    json->String(v.first_damage);
+    json->EndObject();
   }
-  json.Key("lock_held");
-  json.Bool(v.lock_held);
-  json.Key("layout_version");
-  json.Uint(budget::kLedgerVersion);
-  json.Key("reclaimed_now");
+}
+
+// The "reclaimed_now" member: what this look reclaimed, null when it could
+// not (read-only access).
+void JsonReclaimedNow(const NodeView& v, JsonWriter* json) {
+  json->Key("reclaimed_now");
   if (v.reclaimed_now_checked) {
-    json.BeginObject();
-    json.Key("processes");
-    json.Uint(v.reclaimed_now);
-    json.Key("bytes");
-    json.Uint(v.reclaimed_now_bytes);
-    json.EndObject();
+    json->BeginObject();
+    json->Key("processes");
+    json->Uint(v.reclaimed_now);
+    json->Key("bytes");
+    json->Uint(v.reclaimed_now_bytes);
+    json->EndObject();
   } else {
-    json.Null();  // read-only access: nothing was reclaimed
+    json->Null();  // read-only access: nothing was reclaimed
   }
-  json.Key("node_budget_bytes");
-  json.Uint(v.budget);
-  json.Key("pinned_bytes");
-  json.Uint(v.pinned);
-  json.Key("headroom_bytes");
-  json.Uint(v.headroom());
-  json.Key("pinned_by_owner");
-  JsonOwners(v.by_owner, &json);
+}
+
+// The "counters" member: the ledger's decision counters.
+void JsonCounters(const NodeView& v, JsonWriter* json) {
   const std::pair<const char*, uint64_t> counters[] = {
       {"grants", v.grants},
       {"denials", v.denials},
@@ -264,42 +253,74 @@ void PrintJson(const NodeView& v, FILE* out) {
       {"reclaimed_processes", v.reclaimed_processes},
       {"reclaimed_bytes", v.reclaimed_bytes},
   };
-  json.Key("counters");
-  json.BeginObject();
+  json->Key("counters");
+  json->BeginObject();
   for (const auto& [name, value] : counters) {
-    json.Key(name);
-    json.Uint(value);
+    json->Key(name);
+    json->Uint(value);
   }
-  json.EndObject();
+  json->EndObject();
+}
+
+// One element of "processes": a process holding a slot, and its share.
+void JsonProcess(const ProcessRow& r, JsonWriter* json) {
+  json->BeginObject();
+  json->Key("pid");
+  json->Uint(r.pid);
+  json->Key("command");
+  json->String(r.command);
+  json->Key("same_pid_namespace");
+  json->Bool(r.same_pid_ns);
+  json->Key("policy");
+  json->String(PolicyText(r.policy));
+  json->Key("pinned_bytes");
+  json->Uint(r.total);
+  json->Key("pinned_by_owner");
+  JsonOwners(r.bytes, json);
+  const std::pair<const char*, uint64_t> fields[] = {
+      {"process_budget_bytes", r.process_budget},
+      {"grants", r.grants},
+      {"denials", r.denials},
+      {"fallbacks", r.fallbacks},
+      {"evictions", r.evictions},
+      {"evicted_bytes", r.evicted_bytes},
+  };
+  for (const auto& [name, value] : fields) {
+    json->Key(name);
+    json->Uint(value);
+  }
+  json->EndObject();
+}
+
+void PrintJson(const NodeView& v, FILE* out) {
+  std::string text;
+  JsonWriter json(&text);
+  json.BeginObject();
+  json.Key("ledger");
+  json.String(v.path);
+  json.Key("exists");
+  json.Bool(true);
+  json.Key("shared");
+  json.Bool(v.shared);
+  JsonDamage(v, &json);
+  json.Key("lock_held");
+  json.Bool(v.lock_held);
+  json.Key("layout_version");
+  json.Uint(budget::kLedgerVersion);
+  JsonReclaimedNow(v, &json);
+  json.Key("node_budget_bytes");
+  json.Uint(v.budget);
+  json.Key("pinned_bytes");
+  json.Uint(v.pinned);
+  json.Key("headroom_bytes");
+  json.Uint(v.headroom());
+  json.Key("pinned_by_owner");
+  JsonOwners(v.by_owner, &json);
+  JsonCounters(v, &json);
   json.Key("processes");
   json.BeginArray();
   for (const ProcessRow& r : v.processes) {
-    json.BeginObject();
-    json.Key("pid");
-    json.Uint(r.pid);
-    json.Key("command");
-    json.String(r.command);
-    json.Key("same_pid_namespace");
-    json.Bool(r.same_pid_ns);
-    json.Key("policy");
-    json.String(PolicyText(r.policy));
-    json.Key("pinned_bytes");
-    json.Uint(r.total);
-    json.Key("pinned_by_owner");
-    JsonOwners(r.bytes, &json);
-    const std::pair<const char*, uint64_t> fields[] = {
-        {"process_budget_bytes", r.process_budget},
-        {"grants", r.grants},
-        {"denials", r.denials},
-        {"fallbacks", r.fallbacks},
-        {"evictions", r.evictions},
-        {"evicted_bytes", r.evicted_bytes},
-    };
-    for (const auto& [name, value] : fields) {
-      json.Key(name);
-      json.Uint(value);
-    }
-    json.EndObject();
+    JsonProcess(r, &json);
   }
   json.EndArray();
   json.EndObject();

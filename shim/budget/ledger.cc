@@ -208,23 +208,27 @@ void DefaultLedgerPath(bool shared, uid_t uid, char* out, size_t len) {
   }
 }
 
-LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message, size_t message_len) {
-  if (message != nullptr && message_len > 0) message[0] = '\0';
-  Close();
+namespace {
+
+// Opens the ledger file at options.path into *fd (read-write, or read-only
+// with *writable false where only that is allowed), creating it where
+// asked; kOk when *fd is open, else why not (said in message).
+LedgerOpen OpenLedgerFile(const LedgerOpenOptions& options, int* fd, bool* writable, char* message,
+                          size_t message_len) {
   const char* path = options.path;
-  bool writable = true;
-  int fd = -1;
+  *writable = true;
+  *fd = -1;
   // A racing creator or remover can change the picture between our calls;
   // a few rounds settle it.
-  for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
+  for (int attempt = 0; attempt < 4 && *fd < 0; ++attempt) {
     // O_NONBLOCK: a FIFO planted at the name must not block the open.
-    fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0) break;
+    *fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (*fd >= 0) break;
     int err = errno;
     if ((err == EACCES || err == EROFS) && !options.create) {
-      fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-      if (fd >= 0) {
-        writable = false;
+      *fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      if (*fd >= 0) {
+        *writable = false;
         break;
       }
       err = errno;
@@ -244,11 +248,18 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message, size_t 
       return LedgerOpen::kUnreadable;
     }
   }
-  if (fd < 0) {
+  if (*fd < 0) {
     Say(message, message_len, "cannot open the node ledger %s: %s", path, "it keeps disappearing");
     return LedgerOpen::kUnreadable;
   }
+  return LedgerOpen::kOk;
+}
 
+// Whether the open ledger file fd is a safe pinshim ledger of this
+// layout: kOk, else why not (said in message).
+LedgerOpen CheckLedgerFile(int fd, const LedgerOpenOptions& options, char* message,
+                           size_t message_len) {
+  const char* path = options.path;
   struct stat st;
   LedgerPrefix prefix;
   char detail[160];
@@ -284,6 +295,20 @@ LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message, size_t 
     Say(message, message_len, "node ledger %s has %s", path, detail);
     result = LedgerOpen::kBadLayout;
   }
+  return result;
+}
+
+}  // namespace
+
+LedgerOpen Ledger::Open(const LedgerOpenOptions& options, char* message, size_t message_len) {
+  if (message != nullptr && message_len > 0) message[0] = '\0';
+  Close();
+  const char* path = options.path;
+  bool writable = true;
+  int fd = -1;
+  const LedgerOpen opened = OpenLedgerFile(options, &fd, &writable, message, message_len);
+  if (opened != LedgerOpen::kOk) return opened;
+  const LedgerOpen result = CheckLedgerFile(fd, options, message, message_len);
   if (result != LedgerOpen::kOk) {
     close(fd);
     return result;

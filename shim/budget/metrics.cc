@@ -104,7 +104,8 @@ void Labels(const ProcessRow& row, char (&out)[48]) {
   }
 }
 
-void WriteBody(const Budget& budget, FdWriter& w) {
+// The per-process families: pinned bytes by owner, budget, counters.
+void WriteProcessFamilies(const Budget& budget, FdWriter& w) {
   char labels[48];
   Family(w, "pinshim_pinned_bytes", "gauge",
          "Host memory pinned by a process, by owner and memory kind.");
@@ -139,28 +140,10 @@ void WriteBody(const Budget& budget, FdWriter& w) {
                static_cast<unsigned long long>(row.counters[c]));
     });
   }
+}
 
-  if (auto* extra = g_extra.load(std::memory_order_acquire)) extra(w);
-  const Ledger& ledger = budget.ledger();
-  if (!ledger.is_open()) return;
-  const LedgerHeader& h = ledger.header();
-  // Reservations are what the node budget is divided into; the part of a
-  // reservation above the pinned bytes is what the process may still pin
-  // without asking the ledger.
-  Family(w, "pinshim_reserved_bytes", "gauge",
-         "Node budget reserved by a process: its pinned bytes plus what it "
-         "may pin without taking the ledger lock.");
-  ForEachProcess(budget, [&](const ProcessRow& row) {
-    Labels(row, labels);
-    w.Printf("pinshim_reserved_bytes{%s} %llu\n", labels,
-             static_cast<unsigned long long>(row.reserved));
-  });
-  Family(w, "pinshim_node_pinned_bytes", "gauge",
-         "Host memory pinned on the node by processes in the ledger, by owner.");
-  for (int o = 0; o < kOwnerCount; ++o) {
-    w.Printf("pinshim_node_pinned_bytes{owner=\"%s\"} %llu\n", OwnerName(static_cast<Owner>(o)),
-             static_cast<unsigned long long>(h.pinned_by_owner[o].load(kRelaxed)));
-  }
+// The node's single values: budget, reservations, processes, counters.
+void WriteNodeValues(const Budget& budget, const LedgerHeader& h, FdWriter& w) {
   struct NodeValue {
     const char* name;
     const char* type;
@@ -199,6 +182,38 @@ void WriteBody(const Budget& budget, FdWriter& w) {
     Family(w, v.name, v.type, v.help);
     w.Printf("%s %llu\n", v.name, static_cast<unsigned long long>(v.value));
   }
+}
+
+// The node families of an open ledger: reservations by process, pinned
+// bytes by owner, and the node's single values.
+void WriteNodeFamilies(const Budget& budget, const LedgerHeader& h, FdWriter& w) {
+  char labels[48];
+  // Reservations are what the node budget is divided into; the part of a
+  // reservation above the pinned bytes is what the process may still pin
+  // without asking the ledger.
+  Family(w, "pinshim_reserved_bytes", "gauge",
+         "Node budget reserved by a process: its pinned bytes plus what it "
+         "may pin without taking the ledger lock.");
+  ForEachProcess(budget, [&](const ProcessRow& row) {
+    Labels(row, labels);
+    w.Printf("pinshim_reserved_bytes{%s} %llu\n", labels,
+             static_cast<unsigned long long>(row.reserved));
+  });
+  Family(w, "pinshim_node_pinned_bytes", "gauge",
+         "Host memory pinned on the node by processes in the ledger, by owner.");
+  for (int o = 0; o < kOwnerCount; ++o) {
+    w.Printf("pinshim_node_pinned_bytes{owner=\"%s\"} %llu\n", OwnerName(static_cast<Owner>(o)),
+             static_cast<unsigned long long>(h.pinned_by_owner[o].load(kRelaxed)));
+  }
+  WriteNodeValues(budget, h, w);
+}
+
+void WriteBody(const Budget& budget, FdWriter& w) {
+  WriteProcessFamilies(budget, w);
+  if (auto* extra = g_extra.load(std::memory_order_acquire)) extra(w);
+  const Ledger& ledger = budget.ledger();
+  if (!ledger.is_open()) return;
+  WriteNodeFamilies(budget, ledger.header(), w);
 }
 
 }  // namespace

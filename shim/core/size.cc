@@ -76,6 +76,82 @@ const char* SizeFormsText(bool percent_allowed) {
                            "4096, 512K, 1.5GiB";
 }
 
+namespace {
+
+// A decimal number kept exact as whole + fraction / scale (scale = 10^
+// fraction_digits); all arithmetic is done in 128 bits so overflow is
+// detected, not wrapped.
+struct Decimal {
+  u128 whole = 0;
+  u128 fraction = 0;
+  u128 scale = 1;
+  int fraction_digits = 0;
+  bool any_digit = false;
+  bool whole_too_big = false;
+};
+
+// Reads the digits (and a fraction after '.') at p into *d; returns where
+// they end.
+const char* ReadDecimal(const char* p, Decimal* d) {
+  for (; IsDigit(*p); ++p) {
+    d->any_digit = true;
+    d->whole = d->whole * 10 + static_cast<unsigned>(*p - '0');
+    if (d->whole > kMaxBytes) {
+      d->whole_too_big = true;
+      d->whole = kMaxBytes + 1;  // stays bounded however many digits follow
+    }
+  }
+  if (*p != '.') return p;
+  ++p;
+  for (; IsDigit(*p); ++p) {
+    d->any_digit = true;
+    if (d->fraction_digits < kMaxFractionDigits) {
+      d->fraction = d->fraction * 10 + static_cast<unsigned>(*p - '0');
+      d->scale *= 10;
+      ++d->fraction_digits;
+    }
+  }
+  return p;
+}
+
+// d percent of physical_bytes into *bytes; false (err set) unless it is
+// above 0 and at most 100.
+bool PercentBytes(const Decimal& d, uint64_t physical_bytes, u128* bytes, char* err,
+                  size_t err_len) {
+  const u128 scaled = d.whole_too_big ? kMaxBytes : d.whole * d.scale + d.fraction;
+  if (scaled == 0 || scaled > 100 * d.scale) {
+    return Fail(err, err_len, true, "percentage must be above 0 and at most 100");
+  }
+  *bytes = static_cast<u128>(physical_bytes) * scaled / (100 * d.scale);
+  return true;
+}
+
+// d in the unit unit[0, unit_len) (none: bytes) into *bytes; false (err
+// set) for an unknown unit or more than 2^64 - 1 bytes.
+bool UnitBytes(const Decimal& d, const char* unit, size_t unit_len, bool percent_allowed,
+               u128* bytes, char* err, size_t err_len) {
+  uint64_t multiplier = 0;
+  for (const Unit& u : kUnits) {
+    if (UnitMatches(unit, unit_len, u.name)) {
+      multiplier = u.bytes;
+      break;
+    }
+  }
+  if (multiplier == 0) {
+    return Fail(err, err_len, percent_allowed, "unknown unit", unit, unit_len);
+  }
+  if (d.whole_too_big) {
+    return Fail(err, err_len, percent_allowed, "too large (over 2^64 - 1 bytes)");
+  }
+  *bytes = d.whole * multiplier + d.fraction * multiplier / d.scale;
+  if (*bytes > kMaxBytes) {
+    return Fail(err, err_len, percent_allowed, "too large (over 2^64 - 1 bytes)");
+  }
+  return true;
+}
+
+}  // namespace
+
 bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out, char* err,
                size_t err_len) {
   const bool percent_allowed = physical_bytes != 0;
@@ -84,35 +160,9 @@ bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out, char* e
   while (IsBlank(*p)) ++p;
   if (*p == '\0') return Fail(err, err_len, percent_allowed, "empty");
   if (*p == '-') return Fail(err, err_len, percent_allowed, "negative");
-
-  // The number is kept exact as whole + fraction / 10^fraction_digits; all
-  // arithmetic is done in 128 bits so overflow is detected, not wrapped.
-  u128 whole = 0;
-  u128 fraction = 0;
-  u128 scale = 1;
-  int fraction_digits = 0;
-  bool any_digit = false;
-  bool whole_too_big = false;
-  for (; IsDigit(*p); ++p) {
-    any_digit = true;
-    whole = whole * 10 + static_cast<unsigned>(*p - '0');
-    if (whole > kMaxBytes) {
-      whole_too_big = true;
-      whole = kMaxBytes + 1;  // stays bounded however many digits follow
-    }
-  }
-  if (*p == '.') {
-    ++p;
-    for (; IsDigit(*p); ++p) {
-      any_digit = true;
-      if (fraction_digits < kMaxFractionDigits) {
-        fraction = fraction * 10 + static_cast<unsigned>(*p - '0');
-        scale *= 10;
-        ++fraction_digits;
-      }
-    }
-  }
-  if (!any_digit) return Fail(err, err_len, percent_allowed, "not a number");
+  Decimal d;
+  p = ReadDecimal(p, &d);
+  if (!d.any_digit) return Fail(err, err_len, percent_allowed, "not a number");
   while (IsBlank(*p)) ++p;
 
   const char* unit = p;
@@ -138,30 +188,9 @@ bool ParseSize(const char* text, uint64_t physical_bytes, uint64_t* out, char* e
     if (!percent_allowed) {
       return Fail(err, err_len, false, "a percentage is not accepted here");
     }
-    // percent = whole + fraction/scale; must be > 0 and <= 100.
-    const u128 scaled = whole_too_big ? kMaxBytes : whole * scale + fraction;
-    if (scaled == 0 || scaled > 100 * scale) {
-      return Fail(err, err_len, true, "percentage must be above 0 and at most 100");
-    }
-    bytes = static_cast<u128>(physical_bytes) * scaled / (100 * scale);
-  } else {
-    uint64_t multiplier = 0;
-    for (const Unit& u : kUnits) {
-      if (UnitMatches(unit, unit_len, u.name)) {
-        multiplier = u.bytes;
-        break;
-      }
-    }
-    if (multiplier == 0) {
-      return Fail(err, err_len, percent_allowed, "unknown unit", unit, unit_len);
-    }
-    if (whole_too_big) {
-      return Fail(err, err_len, percent_allowed, "too large (over 2^64 - 1 bytes)");
-    }
-    bytes = whole * multiplier + fraction * multiplier / scale;
-    if (bytes > kMaxBytes) {
-      return Fail(err, err_len, percent_allowed, "too large (over 2^64 - 1 bytes)");
-    }
+    if (!PercentBytes(d, physical_bytes, &bytes, err, err_len)) return false;
+  } else if (!UnitBytes(d, unit, unit_len, percent_allowed, &bytes, err, err_len)) {
+    return false;
   }
   *out = static_cast<uint64_t>(bytes);
   if (err != nullptr && err_len > 0) err[0] = '\0';

@@ -230,6 +230,7 @@ class HostArena {
   // registered extent.
   enum class Corruption { kRuns, kExtentLive, kRegisteredBytes };
   bool CorruptForTesting(Corruption what);
+  friend class HostArenaWalker;  // host_arena_invariants.cc
 #endif
 
  private:

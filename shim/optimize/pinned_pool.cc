@@ -7,81 +7,11 @@
 
 #include "shim/core/internal_alloc.h"
 #include "shim/optimize/cost_model.h"
+#include "shim/optimize/pinned_pool_parts.h"
 #include "shim/optimize/size_classes.h"
 
 namespace pinshim {
 namespace optimize {
-namespace {
-
-enum BlockState : uint8_t {
-  kBlockFree = 0,     // listed, may carry fences
-  kBlockLive = 1,     // the program's
-  kBlockFreeing = 2,  // between the program's free and the list
-  kBlockGone = 3,     // its slab is being given back
-  kBlockBatched = 4,  // freed; on a batch list until the batch's fence completed
-  kBlockRetired = 5,  // free, but its slab is retired: on no list, never reused
-};
-
-enum SlabState : uint8_t {
-  kSlabActive = 0,
-  kSlabReleasing = 1,  // detached; its memory is on its way back to the driver
-  kSlabSpare = 2,      // the struct is unused
-};
-
-constexpr unsigned int kKnownFlags =
-    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
-
-// Enough classes for kMaxPooledLimit at 4 KiB pages (2^18 pages).
-constexpr uint32_t kMaxPoolClasses = kPoolExactClasses + 14 * kPoolClassesPerDoubling + 1;
-constexpr uint32_t kDedicatedClass = UINT32_MAX;
-constexpr uint64_t kMaxRequest = uint64_t{1} << 46;  // 64 TiB
-
-}  // namespace
-
-struct PinnedPool::Block {
-  uintptr_t base;
-  uint64_t bytes;
-  uint64_t requested;
-  uint64_t alloc_id;
-  Slab* slab;
-  Block* prev;
-  Block* next;
-  unsigned int flags;
-  uint8_t state;
-  FenceSet fences;
-};
-
-struct PinnedPool::Slab {
-  uintptr_t base;
-  uint64_t bytes;
-  uint64_t block_bytes;
-  CUcontext ctx;
-  SubPool* sub;
-  uint32_t cls;
-  uint32_t nblocks;
-  uint32_t nlive;     // blocks live, being freed, or batched
-  uint32_t nbatched;  // of those, freed and waiting for their batch's fence
-  uint64_t idle_since_ns;
-  uint64_t charged;
-  PinUse use;
-  uint8_t state;
-  bool dedicated;
-  bool keep_on_free;  // dedicated blocks above max_pooled_bytes are kept for reuse
-  bool retired;       // the program changed its pages: no block of it is reused
-  Slab* prev;
-  Slab* next;
-  Block blocks[kMaxBlocksPerSlab];
-};
-
-struct PinnedPool::SubPool {
-  bool used;
-  unsigned int flags;
-  CUcontext ctx;
-  Slab* slabs;
-  BlockList large;
-  BlockList free[kMaxPoolClasses];
-};
-
 void PinnedPool::ListPush(BlockList* l, Block* b) {
   b->next = nullptr;
   b->prev = l->tail;
@@ -369,6 +299,107 @@ void PinnedPool::FinishAllocation(Block* b, uint64_t requested) {
   live_block_bytes_.fetch_add(b->bytes, std::memory_order_relaxed);
 }
 
+void PinnedPool::StampBlockLocked(Block* b, uint64_t bytes, unsigned int flags) {
+  b->requested = bytes;
+  b->flags = flags;
+  b->alloc_id = options_.next_alloc_id != nullptr
+                    ? options_.next_alloc_id()
+                    : next_id_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void PinnedPool::LookForFree(unsigned int flags, CUcontext ctx, bool large, uint32_t cls,
+                             uint64_t bytes, FreeLook* look) {
+  look->block = nullptr;
+  look->ncands = 0;
+  MutexLock lock(&mu_);
+  look->sub = FindSubPoolLocked(flags, ctx, true);
+  if (look->sub != nullptr) {
+    look->block = TakeFreeLocked(look->sub, large, cls, bytes, look->cands, &look->ncands);
+  }
+  if (look->block != nullptr) StampBlockLocked(look->block, bytes, flags);
+  look->batched = HasBatchesLocked();
+  look->sealed = nbatches_ != 0;
+  look->over = fenced_bytes_ + batched_bytes_ >= options_.max_fenced_bytes;
+}
+
+bool PinnedPool::GrowInsteadOfWaiting(uint64_t slab_ns, uint32_t cls, uint32_t* grow_blocks) {
+  if (poll_waits_.load(std::memory_order_relaxed) < kWaitsBeforeGrowth ||
+      poll_debt_ns_.load(std::memory_order_relaxed) < slab_ns / 16) {
+    return false;
+  }
+  poll_debt_ns_.store(0, std::memory_order_relaxed);
+  poll_waits_.store(0, std::memory_order_relaxed);
+  batch_growths_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t block_bytes = PoolClassPages(cls) * page_;
+  uint64_t per_batch = options_.free_batch_bytes / block_bytes;
+  if (per_batch > options_.free_batch_blocks) per_batch = options_.free_batch_blocks;
+  *grow_blocks = static_cast<uint32_t>(per_batch);
+  return true;
+}
+
+bool PinnedPool::WaitStep(int round, FreeLook* look, uint64_t poll_until) {
+  // Fences usually complete within microseconds: poll a little before
+  // paying for a new slab, and past max_fenced_bytes wait rather than grow
+  // without bound.
+  const bool polling = round < 3 || (look->batched && MonotonicNs() < poll_until);
+  if (!polling) {
+    if (!look->over) return false;
+    fence_waits_.fetch_add(1, std::memory_order_relaxed);
+    if (look->batched) {
+      SealBatch(true);
+      ReapBatches(true);
+    } else {
+      fences_->Wait(look->cands[0].fence);
+    }
+  } else if (round >= 1) {
+    Backoff();
+  }
+  if (look->batched) {
+    // The open batch gets its fence now unless sealed ones are still out
+    // (those come back first; a fence per allocation would cost more).
+    if (round == 0 && !look->sealed) SealBatch(false);
+    ReapBatches(false);
+  }
+  ApplyCompletions(look->cands, look->ncands);
+  return true;
+}
+
+// Waiting for batched frees to come back is worth up to an eighth of what a
+// new slab costs the driver; a fence on an idle device completes within
+// microseconds. But waits that keep coming mean the pool is too small for
+// its batches to complete before their blocks are wanted: once at least
+// kWaitsBeforeGrowth allocations waited and the time spent waiting adds up
+// to a sixteenth of a slab's cost (rent or buy), the pool grows instead, by
+// a slab that holds a whole batch. A program that allocates a handful of
+// times never gets there.
+PinnedPool::Block* PinnedPool::TakeOrWait(unsigned int flags, CUcontext ctx, bool large,
+                                          uint32_t cls, uint64_t bytes, SubPool** sub,
+                                          uint32_t* grow_blocks) {
+  uint64_t poll_until = 0;
+  uint64_t poll_start = 0;
+  Block* b = nullptr;
+  for (int round = 0;; ++round) {
+    FreeLook look;
+    LookForFree(flags, ctx, large, cls, bytes, &look);
+    *sub = look.sub;
+    b = look.block;
+    // Done: a block, or none free even behind a fence.
+    if (b != nullptr || (look.ncands == 0 && !look.batched)) break;
+    if (round == 0 && look.batched) {
+      const uint64_t slab_ns = static_cast<uint64_t>(CostModel::HostAllocNs(bytes));
+      if (!look.over && !large && GrowInsteadOfWaiting(slab_ns, cls, grow_blocks)) break;
+      poll_start = MonotonicNs();
+      poll_until = poll_start + slab_ns / 8;
+    }
+    if (!WaitStep(round, &look, poll_until)) break;
+  }
+  if (poll_start != 0) {
+    poll_debt_ns_.fetch_add(MonotonicNs() - poll_start, std::memory_order_relaxed);
+    poll_waits_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return b;
+}
+
 CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
   // Absurd sizes: only the driver can say what it answers to those.
   if (!active() || pp == nullptr || (flags & ~kKnownFlags) != 0 || bytes > kMaxRequest) {
@@ -381,85 +412,9 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
   const bool large = bytes > options_.max_pooled_bytes;
   const uint64_t pages = bytes == 0 ? 1 : (bytes + page_ - 1) / page_;
   const uint32_t cls = large ? 0 : PoolClassOfPages(pages);
-  Block* b = nullptr;
   SubPool* sub = nullptr;
-  // Waiting for batched frees to come back is worth up to an eighth of what
-  // a new slab costs the driver; a fence on an idle device completes within
-  // microseconds. But waits that keep coming mean the pool is too small for
-  // its batches to complete before their blocks are wanted: once at least
-  // kWaitsBeforeGrowth allocations waited and the time spent waiting adds up
-  // to a sixteenth of a slab's cost (rent or buy), the pool grows instead,
-  // by a slab that holds a whole batch. A program that allocates a handful
-  // of times never gets there.
-  uint64_t poll_until = 0;
-  uint64_t poll_start = 0;
   uint32_t grow_blocks = 0;
-  for (int round = 0;; ++round) {
-    Candidate cands[kMaxCandidates];
-    int ncands = 0;
-    bool over = false;
-    bool batched = false;
-    bool sealed = false;
-    {
-      MutexLock lock(&mu_);
-      sub = FindSubPoolLocked(flags, ctx, true);
-      if (sub != nullptr) b = TakeFreeLocked(sub, large, cls, bytes, cands, &ncands);
-      if (b != nullptr) {
-        b->requested = bytes;
-        b->flags = flags;
-        b->alloc_id = options_.next_alloc_id != nullptr
-                          ? options_.next_alloc_id()
-                          : next_id_.fetch_add(1, std::memory_order_relaxed);
-      }
-      batched = HasBatchesLocked();
-      sealed = nbatches_ != 0;
-      over = fenced_bytes_ + batched_bytes_ >= options_.max_fenced_bytes;
-    }
-    if (b != nullptr || (ncands == 0 && !batched)) break;
-    // Only fenced (or batched) blocks are free. Fences usually complete
-    // within microseconds: poll a little before paying for a new slab, and
-    // past max_fenced_bytes wait rather than grow without bound.
-    if (round == 0 && batched) {
-      const uint64_t slab_ns = static_cast<uint64_t>(CostModel::HostAllocNs(bytes));
-      if (!over && !large && poll_waits_.load(std::memory_order_relaxed) >= kWaitsBeforeGrowth &&
-          poll_debt_ns_.load(std::memory_order_relaxed) >= slab_ns / 16) {
-        poll_debt_ns_.store(0, std::memory_order_relaxed);
-        poll_waits_.store(0, std::memory_order_relaxed);
-        batch_growths_.fetch_add(1, std::memory_order_relaxed);
-        const uint64_t block_bytes = PoolClassPages(cls) * page_;
-        uint64_t per_batch = options_.free_batch_bytes / block_bytes;
-        if (per_batch > options_.free_batch_blocks) per_batch = options_.free_batch_blocks;
-        grow_blocks = static_cast<uint32_t>(per_batch);
-        break;
-      }
-      poll_start = MonotonicNs();
-      poll_until = poll_start + slab_ns / 8;
-    }
-    const bool polling = round < 3 || (batched && MonotonicNs() < poll_until);
-    if (!polling) {
-      if (!over) break;
-      fence_waits_.fetch_add(1, std::memory_order_relaxed);
-      if (batched) {
-        SealBatch(true);
-        ReapBatches(true);
-      } else {
-        fences_->Wait(cands[0].fence);
-      }
-    } else if (round >= 1) {
-      Backoff();
-    }
-    if (batched) {
-      // The open batch gets its fence now unless sealed ones are still out
-      // (those come back first; a fence per allocation would cost more).
-      if (round == 0 && !sealed) SealBatch(false);
-      ReapBatches(false);
-    }
-    ApplyCompletions(cands, ncands);
-  }
-  if (poll_start != 0) {
-    poll_debt_ns_.fetch_add(MonotonicNs() - poll_start, std::memory_order_relaxed);
-    poll_waits_.fetch_add(1, std::memory_order_relaxed);
-  }
+  Block* b = TakeOrWait(flags, ctx, large, cls, bytes, &sub, &grow_blocks);
   if (b != nullptr) {
     hits_.fetch_add(1, std::memory_order_relaxed);
     saved_ns_.fetch_add(
@@ -470,11 +425,7 @@ CUresult PinnedPool::Allocate(void** pp, size_t bytes, unsigned int flags) {
     CUresult r = NewBlock(sub, flags, ctx, bytes, grow_blocks, &b);
     if (r != CUDA_SUCCESS) return r;
     MutexLock lock(&mu_);
-    b->requested = bytes;
-    b->flags = flags;
-    b->alloc_id = options_.next_alloc_id != nullptr
-                      ? options_.next_alloc_id()
-                      : next_id_.fetch_add(1, std::memory_order_relaxed);
+    StampBlockLocked(b, bytes, flags);
   }
   FinishAllocation(b, bytes);
   *pp = reinterpret_cast<void*>(b->base);
@@ -514,6 +465,77 @@ void PinnedPool::ReleaseSlabMemory(Slab* s, OwnPinReason why) {
   spare_slabs_ = s;
 }
 
+bool PinnedPool::TakeBackLocked(Block* b, Slab* s, PoolBlockInfo* freed, Fence* dropped,
+                                int* ndropped) {
+  if (freed != nullptr) {
+    memset(freed, 0, sizeof(*freed));
+    freed->base = b->base;
+    freed->requested = b->requested;
+    freed->block_bytes = b->bytes;
+    freed->flags = b->flags;
+    freed->alloc_id = b->alloc_id;
+  }
+  if (!s->dedicated || s->keep_on_free) {
+    b->state = kBlockFreeing;
+    return false;
+  }
+  b->state = kBlockGone;
+  s->nlive = 0;
+  s->state = kSlabReleasing;
+  if (s->sub != nullptr) {
+    if (s->prev != nullptr)
+      s->prev->next = s->next;
+    else
+      s->sub->slabs = s->next;
+    if (s->next != nullptr) s->next->prev = s->prev;
+  }
+  *ndropped = b->fences.TakeAll(dropped);
+  return true;
+}
+
+CUresult PinnedPool::GiveBackDedicated(Slab* s, const Fence* dropped, int ndropped) {
+  // The driver's own free waits for the device, as it would have.
+  slabs_.Remove(s->base, nullptr);
+  CUresult r;
+  {
+    ScopedContext scope(ops_, s->ctx);
+    r = ops_->mem_free_host(reinterpret_cast<void*>(s->base));
+  }
+  account_->Release(s->use, s->charged);
+  ReportSlab(OwnPinAction::kUnpinned, s, OwnPinReason::kProgramReleased, r);
+  slab_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+  for (int i = 0; i < ndropped; ++i) fences_->Recycle(dropped[i]);
+  MutexLock lock(&mu_);
+  s->state = kSlabSpare;
+  s->next = spare_slabs_;
+  spare_slabs_ = s;
+  return r;
+}
+
+void PinnedPool::ListFreedBlock(Block* b, Slab* s) {
+  if (!options_.fence_on_free) {
+    MutexLock lock(&mu_);
+    BlockList one = {b, b};
+    b->prev = b->next = nullptr;
+    ReleaseBatchBlocksLocked(&one, Now());
+    return;
+  }
+  // Into the open batch; its shared fence is recorded once it is full.
+  bool seal;
+  {
+    MutexLock lock(&mu_);
+    b->state = kBlockBatched;
+    s->nbatched++;
+    ListPush(&open_.blocks, b);
+    open_.bytes += b->bytes;
+    ++open_count_;
+    batched_bytes_ += b->bytes;
+    seal = open_count_ >= options_.free_batch_blocks || open_.bytes >= options_.free_batch_bytes;
+  }
+  batched_blocks_.fetch_add(1, std::memory_order_relaxed);
+  if (seal) SealBatch(false);
+}
+
 bool PinnedPool::Free(void* p, CUresult* result, PoolBlockInfo* freed) {
   if (!active() || slabs_.size() == 0) return false;
   Region reg;
@@ -528,7 +550,7 @@ bool PinnedPool::Free(void* p, CUresult* result, PoolBlockInfo* freed) {
   Slab* s = nullptr;
   Block* b;
   bool give_back;
-  uint64_t requested, bytes, base;
+  uint64_t requested, bytes;
   Fence dropped[FenceSet::kSlots];
   int ndropped = 0;
   {
@@ -541,77 +563,16 @@ bool PinnedPool::Free(void* p, CUresult* result, PoolBlockInfo* freed) {
     }
     requested = b->requested;
     bytes = b->bytes;
-    base = b->base;
-    if (freed != nullptr) {
-      memset(freed, 0, sizeof(*freed));
-      freed->base = base;
-      freed->requested = requested;
-      freed->block_bytes = bytes;
-      freed->flags = b->flags;
-      freed->alloc_id = b->alloc_id;
-    }
-    give_back = s->dedicated && !s->keep_on_free;
-    if (give_back) {
-      b->state = kBlockGone;
-      s->nlive = 0;
-      s->state = kSlabReleasing;
-      if (s->sub != nullptr) {
-        if (s->prev != nullptr)
-          s->prev->next = s->next;
-        else
-          s->sub->slabs = s->next;
-        if (s->next != nullptr) s->next->prev = s->prev;
-      }
-      ndropped = b->fences.TakeAll(dropped);
-    } else {
-      b->state = kBlockFreeing;
-    }
+    give_back = TakeBackLocked(b, s, freed, dropped, &ndropped);
   }
   live_blocks_.fetch_sub(1, std::memory_order_relaxed);
   live_requested_.fetch_sub(requested, std::memory_order_relaxed);
   live_block_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   if (give_back) {
-    // The driver's own free waits for the device, as it would have.
-    slabs_.Remove(s->base, nullptr);
-    CUresult r;
-    {
-      ScopedContext scope(ops_, s->ctx);
-      r = ops_->mem_free_host(reinterpret_cast<void*>(s->base));
-    }
-    account_->Release(s->use, s->charged);
-    ReportSlab(OwnPinAction::kUnpinned, s, OwnPinReason::kProgramReleased, r);
-    slab_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
-    for (int i = 0; i < ndropped; ++i) fences_->Recycle(dropped[i]);
-    {
-      MutexLock lock(&mu_);
-      s->state = kSlabSpare;
-      s->next = spare_slabs_;
-      spare_slabs_ = s;
-    }
-    *result = r;
+    *result = GiveBackDedicated(s, dropped, ndropped);
     return true;
   }
-  if (options_.fence_on_free) {
-    // Into the open batch; its shared fence is recorded once it is full.
-    bool seal;
-    {
-      MutexLock lock(&mu_);
-      b->state = kBlockBatched;
-      s->nbatched++;
-      ListPush(&open_.blocks, b);
-      open_.bytes += b->bytes;
-      ++open_count_;
-      batched_bytes_ += b->bytes;
-      seal = open_count_ >= options_.free_batch_blocks || open_.bytes >= options_.free_batch_bytes;
-    }
-    batched_blocks_.fetch_add(1, std::memory_order_relaxed);
-    if (seal) SealBatch(false);
-  } else {
-    MutexLock lock(&mu_);
-    BlockList one = {b, b};
-    b->prev = b->next = nullptr;
-    ReleaseBatchBlocksLocked(&one, Now());
-  }
+  ListFreedBlock(b, s);
   *result = CUDA_SUCCESS;
   MaybeTrimIdle();
   return true;
@@ -811,22 +772,51 @@ CUresult PinnedPool::GetDevicePointer(CUdeviceptr* dptr, void* p, unsigned int f
   return r;
 }
 
-uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why) {
-  if (!active()) return 0;
+void PinnedPool::SettleBatches(bool wait) {
   // Freed blocks waiting in batches keep their slabs busy: settle them
   // (an eviction waits for their fences; the idle trim only asks).
-  SealBatch(!idle_only);
-  if (idle_only) {
+  SealBatch(wait);
+  if (!wait) {
     ReapBatches(false);
-  } else {
-    for (;;) {
-      {
-        MutexLock lock(&mu_);
-        if (nbatches_ == 0) break;
-      }
-      ReapBatches(true);
-    }
+    return;
   }
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (nbatches_ == 0) break;
+    }
+    ReapBatches(true);
+  }
+}
+
+bool PinnedPool::DetachIfCleanLocked(SubPool* sub, Slab* s, Candidate* cands, int* ncands) {
+  bool clean = true;
+  for (uint32_t j = 0; j < s->nblocks; ++j) {
+    Block& b = s->blocks[j];
+    if (b.fences.empty()) continue;
+    clean = false;
+    Fence fs[FenceSet::kSlots];
+    int k = b.fences.Copy(fs);
+    for (int m = 0; m < k && *ncands < kMaxCandidates; ++m) cands[(*ncands)++] = {&b, fs[m]};
+  }
+  if (!clean) return false;
+  for (uint32_t j = 0; j < s->nblocks; ++j) {
+    Block& b = s->blocks[j];
+    if (b.state != kBlockRetired) ListRemove(s->dedicated ? &sub->large : &sub->free[s->cls], &b);
+    b.state = kBlockGone;
+  }
+  if (s->prev != nullptr)
+    s->prev->next = s->next;
+  else
+    sub->slabs = s->next;
+  if (s->next != nullptr) s->next->prev = s->prev;
+  s->state = kSlabReleasing;
+  return true;
+}
+
+uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why) {
+  if (!active()) return 0;
+  SettleBatches(!idle_only);
   uint64_t freed = 0;
   const uint64_t now = Now();
   // Each round gives back the clean slabs and asks the driver about the
@@ -851,28 +841,7 @@ uint64_t PinnedPool::TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReaso
               (options_.idle_trim_ns == 0 || now - s->idle_since_ns < options_.idle_trim_ns)) {
             continue;
           }
-          bool clean = true;
-          for (uint32_t j = 0; j < s->nblocks; ++j) {
-            Block& b = s->blocks[j];
-            if (b.fences.empty()) continue;
-            clean = false;
-            Fence fs[FenceSet::kSlots];
-            int k = b.fences.Copy(fs);
-            for (int m = 0; m < k && ncands < kMaxCandidates; ++m) cands[ncands++] = {&b, fs[m]};
-          }
-          if (!clean) continue;
-          for (uint32_t j = 0; j < s->nblocks; ++j) {
-            Block& b = s->blocks[j];
-            if (b.state != kBlockRetired)
-              ListRemove(s->dedicated ? &sub.large : &sub.free[s->cls], &b);
-            b.state = kBlockGone;
-          }
-          if (s->prev != nullptr)
-            s->prev->next = s->next;
-          else
-            sub.slabs = s->next;
-          if (s->next != nullptr) s->next->prev = s->prev;
-          s->state = kSlabReleasing;
+          if (!DetachIfCleanLocked(&sub, s, cands, &ncands)) continue;
           s->next = victims;
           victims = s;
           planned += s->bytes;
@@ -1068,245 +1037,6 @@ PoolStats PinnedPool::Stats() const {
 void PinnedPool::ReleaseAllForTesting() {
   TrimImpl(UINT64_MAX, false, OwnPinReason::kEvictedForCap);
 }
-
-#ifdef PINSHIM_DEBUG_INVARIANTS
-
-namespace {
-// Walks longer than these mean a list runs in a circle.
-constexpr uint64_t kMaxListWalk = uint64_t{1} << 24;
-}  // namespace
-
-PINSHIM_INVARIANT_WALKER InvariantReport PinnedPool::CheckInvariants() const {
-  InvariantReport r;
-  if (!active()) return r;  // off (not started, or a fork child): nothing is pooled
-  MutexLock lock(&mu_);
-  const uintptr_t lo = bounds_->lo.load(std::memory_order_relaxed);
-  const uintptr_t hi = bounds_->hi.load(std::memory_order_relaxed);
-  uint64_t live = 0, live_requested = 0, live_bytes = 0, slab_bytes = 0, fenced = 0;
-  uint64_t batched = 0;
-  uint64_t charged[kPinUseCount] = {};
-  // With every sub-pool slot taken, a slab may serve its one block on no
-  // list (NewSlab): the totals then only bound what the lists show.
-  bool all_used = true;
-  for (int i = 0; i < kMaxSubPools; ++i) {
-    const SubPool& sub = subs_[i];
-    if (!sub.used) {
-      all_used = false;
-      continue;
-    }
-    r.Expect((sub.flags & ~kKnownFlags) == 0 && sub.ctx != nullptr,
-             "P1 a used sub-pool has known flags and a context", sub.flags);
-    for (int j = i + 1; j < kMaxSubPools; ++j) {
-      r.Expect(!(subs_[j].used && subs_[j].flags == sub.flags && subs_[j].ctx == sub.ctx),
-               "P1 no two sub-pools share flags and context", i, j);
-    }
-    uint64_t free_blocks = 0;
-    uint64_t walked = 0;
-    const Slab* prev = nullptr;
-    for (const Slab* s = sub.slabs; s != nullptr; prev = s, s = s->next) {
-      if (++walked > kMaxListWalk) {
-        r.Fail("P2 a slab list runs in a circle");
-        break;
-      }
-      r.Expect(s->prev == prev, "P2 a slab list is doubly linked");
-      r.Expect(s->state == kSlabActive && s->sub == &sub,
-               "P2 a slab on a sub-pool's list is active and names it", s->state);
-      r.Expect(s->nblocks >= 1 && s->nblocks <= options_.max_blocks_per_slab,
-               "P3 1 <= nblocks <= max_blocks_per_slab", s->nblocks);
-      r.Expect(s->bytes == s->block_bytes * s->nblocks, "P3 a slab's blocks tile it", s->bytes,
-               s->block_bytes * s->nblocks);
-      r.Expect(s->base % page_ == 0, "P3 a slab is page-aligned", s->base);
-      if (s->dedicated) {
-        r.Expect(s->cls == kDedicatedClass && s->nblocks == 1 && s->use == PinUse::kPoolDedicated,
-                 "P4 a dedicated slab is one block of its own", s->nblocks);
-        r.Expect(s->keep_on_free == (s->bytes > options_.max_pooled_bytes),
-                 "P4 a dedicated slab is kept for reuse only above max_pooled_bytes", s->bytes);
-      } else {
-        r.Expect(s->cls < num_classes_ && s->block_bytes == PoolClassPages(s->cls) * page_ &&
-                     s->use == PinUse::kPoolSlab && !s->keep_on_free,
-                 "P4 a pooled slab's block size is its class's", s->block_bytes, s->cls);
-      }
-      const uint64_t span = s->bytes == 0 ? 1 : s->bytes;
-      Region first, last;
-      const bool found = slabs_.Lookup(s->base, &first) && slabs_.Lookup(s->base + span - 1, &last);
-      r.Expect(found && first.id == reinterpret_cast<uint64_t>(s) && first.start == s->base &&
-                   first.bytes == span && last.id == first.id,
-               "P5 an active slab is in the slab registry under its own id and range", s->base);
-      r.Expect(s->base >= lo && s->base + span <= hi, "P6 every slab lies inside the bounds",
-               s->base, lo);
-      uint32_t nlive = 0, nbatched = 0;
-      for (uint32_t j = 0; j < s->nblocks && j < kMaxBlocksPerSlab; ++j) {
-        const Block& b = s->blocks[j];
-        r.Expect(b.base == s->base + j * s->block_bytes && b.bytes == s->block_bytes && b.slab == s,
-                 "P3 block i of a slab starts at base + i * block_bytes and names it", j);
-        r.Expect(b.state <= kBlockRetired && b.state != kBlockGone && b.state != kBlockFreeing,
-                 "P7 no block of an active slab is gone or being freed", b.state);
-        r.Expect(s->retired ? b.state != kBlockFree : b.state != kBlockRetired,
-                 "P9 a retired slab has no free block, one not retired no retired block", b.state,
-                 s->retired);
-        r.Expect(b.fences.WellFormed(), "P14 a block's fence set is well formed", j);
-        if (b.state == kBlockLive || b.state == kBlockFreeing || b.state == kBlockBatched) ++nlive;
-        if (b.state == kBlockBatched) ++nbatched;
-        if (b.state == kBlockFree) {
-          ++free_blocks;
-          if (!b.fences.empty()) fenced += b.bytes;
-        }
-        if (b.state == kBlockLive) {
-          ++live;
-          live_requested += b.requested;
-          live_bytes += b.bytes;
-          const bool fits = !s->dedicated ? b.requested <= b.bytes
-                            : s->keep_on_free
-                                ? b.requested <= b.bytes && b.bytes - b.requested <= b.bytes / 8
-                                : b.requested == b.bytes;
-          r.Expect(fits && b.alloc_id != 0,
-                   "P15 a live block holds what was asked and has an allocation id", b.requested,
-                   b.bytes);
-        }
-      }
-      r.Expect(s->nlive == nlive, "P8 nlive counts a slab's live, freeing and batched blocks",
-               s->nlive, nlive);
-      r.Expect(s->nbatched == nbatched, "P8 nbatched counts a slab's batched blocks", s->nbatched,
-               nbatched);
-      batched += nbatched;
-      slab_bytes += s->bytes;
-      charged[static_cast<int>(s->use)] += s->charged;
-    }
-    uint64_t listed = 0;
-    auto walk_free_list = [&](const BlockList& l, bool large, uint32_t cls) {
-      const Block* before = nullptr;
-      uint64_t n = 0;
-      for (const Block* b = l.head; b != nullptr; before = b, b = b->next) {
-        if (++n > kMaxListWalk) {
-          r.Fail("P10 a free list runs in a circle");
-          break;
-        }
-        r.Expect(b->prev == before, "P10 a free list is doubly linked");
-        r.Expect(b->state == kBlockFree, "P10 a block on a free list is free", b->state);
-        const Slab* s = b->slab;
-        r.Expect(s->sub == &sub && s->state == kSlabActive &&
-                     (large ? s->dedicated && s->keep_on_free : !s->dedicated && s->cls == cls),
-                 "P10 a free block is on the list of its sub-pool and class", cls);
-      }
-      r.Expect(l.tail == before, "P10 a free list's tail is its last block");
-      listed += n;
-    };
-    for (uint32_t c = 0; c < num_classes_; ++c) walk_free_list(sub.free[c], false, c);
-    walk_free_list(sub.large, true, 0);
-    r.Expect(listed == free_blocks, "P10 the free lists hold exactly the free blocks", listed,
-             free_blocks);
-  }
-  // Batches.
-  uint64_t in_batches = 0, batch_bytes = 0;
-  auto walk_batch = [&](const Batch& bt) {
-    uint64_t n = 0, bytes = 0;
-    const Block* before = nullptr;
-    for (const Block* b = bt.blocks.head; b != nullptr; before = b, b = b->next) {
-      if (++n > kMaxListWalk) {
-        r.Fail("P11 a batch list runs in a circle");
-        break;
-      }
-      r.Expect(b->prev == before, "P11 a batch list is doubly linked");
-      r.Expect(b->state == kBlockBatched && b->slab->state == kSlabActive,
-               "P11 a block on a batch list is batched, of an active slab", b->state);
-      bytes += b->bytes;
-    }
-    r.Expect(bt.blocks.tail == before, "P11 a batch list's tail is its last block");
-    r.Expect(bt.bytes == bytes, "P11 a batch's bytes are its blocks'", bt.bytes, bytes);
-    in_batches += n;
-    batch_bytes += bt.bytes;
-    return n;
-  };
-  r.Expect(open_.fence.id == 0, "P12 the open batch carries no fence", open_.fence.id);
-  const uint64_t open_blocks = walk_batch(open_);
-  r.Expect(open_count_ == open_blocks, "P11 open_count_ counts the open batch's blocks",
-           open_count_, open_blocks);
-  int sealed = 0;
-  for (int i = 0; i < kMaxBatches; ++i) {
-    const Batch& bt = batches_[i];
-    if (bt.fence.id == 0) {
-      r.Expect(bt.blocks.head == nullptr && bt.blocks.tail == nullptr && bt.bytes == 0,
-               "P11 an unused batch slot is empty", i);
-      continue;
-    }
-    ++sealed;
-    r.Expect(bt.fence.event != nullptr, "P12 a sealed batch holds a recorded fence", i);
-    walk_batch(bt);
-  }
-  r.Expect(sealed == nbatches_, "P11 nbatches_ counts the sealed batches", sealed, nbatches_);
-  r.Expect(in_batches == batched, "P11 every batched block is on exactly one batch list",
-           in_batches, batched);
-  r.Expect(batched_bytes_ == batch_bytes, "P11 batched_bytes_ is the batches' bytes",
-           batched_bytes_, batch_bytes);
-  r.Expect(batched_blocks_.load(std::memory_order_relaxed) == batched,
-           "P11 batched_blocks_ counts the batched blocks",
-           batched_blocks_.load(std::memory_order_relaxed), batched);
-  r.Expect(fenced_bytes_ == fenced, "P13 fenced_bytes_ is the free blocks' fenced bytes",
-           fenced_bytes_, fenced);
-  auto same = [all_used](uint64_t counter, uint64_t walked_total) {
-    return all_used ? counter >= walked_total : counter == walked_total;
-  };
-  r.Expect(same(live_blocks_.load(std::memory_order_relaxed), live),
-           "P16 live_blocks_ counts the live blocks", live_blocks_.load(), live);
-  r.Expect(same(live_requested_.load(std::memory_order_relaxed), live_requested),
-           "P16 live_requested_ is the live blocks' requested bytes", live_requested_.load(),
-           live_requested);
-  r.Expect(same(live_block_bytes_.load(std::memory_order_relaxed), live_bytes),
-           "P16 live_block_bytes_ is the live blocks' bytes", live_block_bytes_.load(), live_bytes);
-  r.Expect(same(slab_bytes_.load(std::memory_order_relaxed), slab_bytes),
-           "P16 slab_bytes_ is the slabs' bytes", slab_bytes_.load(), slab_bytes);
-  for (PinUse use : {PinUse::kPoolSlab, PinUse::kPoolDedicated}) {
-    const uint64_t held = account_->pinned_for(use);
-    r.Expect(same(held, charged[static_cast<int>(use)]),
-             "P17 the account holds what the pool's slabs were charged", held,
-             charged[static_cast<int>(use)]);
-  }
-  uint64_t spares = 0;
-  for (const Slab* s = spare_slabs_; s != nullptr; s = s->next) {
-    if (++spares > kMaxListWalk) {
-      r.Fail("P18 the spare list runs in a circle");
-      break;
-    }
-    r.Expect(s->state == kSlabSpare, "P18 a spare slab struct is marked spare", s->state);
-  }
-  return r;
-}
-
-bool PinnedPool::CorruptForTesting(Corruption what) {
-  if (!active()) return false;
-  MutexLock lock(&mu_);
-  switch (what) {
-    case Corruption::kBounds:
-      // Above every user-space address: slabs fall below lo.
-      bounds_->lo.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
-      return true;
-    case Corruption::kLiveCounter:
-      live_requested_.fetch_xor(1, std::memory_order_relaxed);
-      return true;
-    case Corruption::kSlabLiveCount:
-    case Corruption::kFreeListState: break;
-  }
-  for (int i = 0; i < kMaxSubPools; ++i) {
-    SubPool& sub = subs_[i];
-    if (!sub.used) continue;
-    if (what == Corruption::kSlabLiveCount && sub.slabs != nullptr) {
-      sub.slabs->nlive ^= 1u << 30;
-      return true;
-    }
-    if (what == Corruption::kFreeListState) {
-      for (uint32_t c = 0; c < num_classes_; ++c) {
-        if (sub.free[c].head != nullptr) {
-          // Free <-> live: a block the lists would hand out again.
-          sub.free[c].head->state ^= kBlockLive;
-          return true;
-        }
-      }
-    }
-  }
-  return false;
-}
-
-#endif  // PINSHIM_DEBUG_INVARIANTS
 
 }  // namespace optimize
 }  // namespace pinshim

@@ -246,6 +246,7 @@ class PinnedPool {
   // a free block) to exist; returns false when it does not.
   enum class Corruption { kSlabLiveCount, kFreeListState, kBounds, kLiveCounter };
   bool CorruptForTesting(Corruption what);
+  friend class PinnedPoolWalker;  // pinned_pool_invariants.cc
 #endif
 
  private:
@@ -281,10 +282,53 @@ class PinnedPool {
   CUresult NewSlab(unsigned int flags, CUcontext ctx, uint32_t cls, uint64_t block_bytes,
                    uint32_t nblocks, bool dedicated, PinUse use, uint64_t charge, Block** out);
   Slab* NewSlabStructLocked() REQUIRES(mu_);
+  // Allocate's steps. What one look at the free lists found: a block
+  // (stamped), or the fenced candidates seen and the batches' state.
+  struct FreeLook {
+    Block* block;
+    SubPool* sub;
+    Candidate cands[kMaxCandidates];
+    int ncands;
+    bool over;     // fenced and batched bytes reached max_fenced_bytes
+    bool batched;  // batches are out
+    bool sealed;   // sealed batches are out
+  };
+  // A block taken for the program: its size, flags and a new allocation id.
+  void StampBlockLocked(Block* b, uint64_t bytes, unsigned int flags) REQUIRES(mu_);
+  void LookForFree(unsigned int flags, CUcontext ctx, bool large, uint32_t cls, uint64_t bytes,
+                   FreeLook* look);
+  // A free block for the request, waiting for fenced or batched ones while
+  // that pays; null when a new block must be made (in *sub's sub-pool,
+  // with at least *grow_blocks blocks).
+  Block* TakeOrWait(unsigned int flags, CUcontext ctx, bool large, uint32_t cls, uint64_t bytes,
+                    SubPool** sub, uint32_t* grow_blocks);
+  // Whether the pool grows by a batch's worth (*grow_blocks) instead of
+  // waiting: waits have cost a sixteenth of a new slab.
+  bool GrowInsteadOfWaiting(uint64_t slab_ns, uint32_t cls, uint32_t* grow_blocks);
+  // Free's steps. The program's block b (of slab s) leaves the program:
+  // *freed describes it; a dedicated slab not kept for reuse is detached
+  // to go back to the driver (true, its fences in dropped), else the block
+  // is being freed (false).
+  bool TakeBackLocked(Block* b, Slab* s, PoolBlockInfo* freed, Fence* dropped, int* ndropped)
+      REQUIRES(mu_);
+  // The detached dedicated slab's memory back to the driver; its answer.
+  CUresult GiveBackDedicated(Slab* s, const Fence* dropped, int ndropped);
+  // A freed pooled block into the open batch, or straight onto its list.
+  void ListFreedBlock(Block* b, Slab* s);
+  // One wait (poll, back off or block) for what *look saw fenced; false
+  // when waiting no longer pays.
+  bool WaitStep(int round, FreeLook* look, uint64_t poll_until);
   void FinishAllocation(Block* b, uint64_t requested);
   void ReleaseSlabMemory(Slab* s, OwnPinReason why);
   void ReportSlab(OwnPinAction action, const Slab* s, OwnPinReason why, int result) const;
   uint64_t TrimImpl(uint64_t bytes_wanted, bool idle_only, OwnPinReason why);
+  // TrimImpl's steps. Seals the open batch and hands completed batches
+  // back; with wait, waits until no batch is out.
+  void SettleBatches(bool wait);
+  // Slab s of *sub, free of live blocks, leaves its lists to be given back
+  // (releasing) unless a block still carries fences: those are added to
+  // cands instead (false).
+  bool DetachIfCleanLocked(SubPool* sub, Slab* s, Candidate* cands, int* ncands) REQUIRES(mu_);
   // Records the shared fence for the open batch (no-op when it is empty).
   // When kMaxBatches are outstanding it waits for the oldest with `wait`,
   // else leaves the open batch open (it is sealed later).

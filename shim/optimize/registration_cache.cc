@@ -13,27 +13,10 @@
 #include "shim/optimize/cost_model.h"
 #include "shim/optimize/page_change.h"
 #include "shim/optimize/page_frames.h"
+#include "shim/optimize/registration_cache_parts.h"
 
 namespace pinshim {
 namespace optimize {
-namespace {
-
-enum EntryState : uint8_t {
-  kEntryFree = 0,
-  kEntryRegistering = 1,  // the driver call is under way, outside the lock
-  kEntryRegistered = 2,
-  kEntryReleasing = 3,  // being unpinned, outside the lock
-};
-
-constexpr int kCandidateProbes = 8;
-
-// The first slot an allocation's candidate may take (the probes follow it).
-inline uint32_t CandidateHome(uint64_t alloc_id, uint32_t slots) {
-  uint64_t h = alloc_id * 0x9E3779B97F4A7C15ull;
-  return static_cast<uint32_t>(h >> 40) & (slots - 1);
-}
-
-}  // namespace
 
 const char* CacheFailureName(CacheFailure failure) {
   switch (failure) {
@@ -48,23 +31,6 @@ const char* CacheFailureName(CacheFailure failure) {
     default: return "?";
   }
 }
-
-struct RegistrationCache::Entry {
-  uintptr_t start;
-  uint64_t bytes;
-  uint64_t alloc_id;
-  CUcontext ctx;
-  uint64_t last_use;
-  int32_t users;  // copies between OnXxxCopy and AfterCopy
-  uint32_t generation;
-  uint8_t state;
-  int32_t next_free;
-  FenceSet fences;
-  // PINSHIM_VERIFY_PAGES: the frames the registration pinned, one per page
-  // from the page holding `start` (own mapping, given back on unpin).
-  PageFrame* frames;
-  uint64_t nframes;
-};
 
 namespace {
 
@@ -81,15 +47,6 @@ void FreeFrames(PageFrame* f, uint64_t n) {
 }
 
 }  // namespace
-
-struct RegistrationCache::Candidate {
-  uint64_t alloc_id;  // 0: empty
-  uint64_t last_ns;
-  double accumulated_ns;
-  uint32_t copies;
-  uint8_t failed;  // CacheFailure + 1 when remembered, else 0
-  bool busy;       // a registration for it is under way
-};
 
 bool RegistrationCache::Init(const DriverOps* ops, FenceManager* fences, PinAccount* account,
                              const CacheOptions& options) {
@@ -256,102 +213,93 @@ void RegistrationCache::ReportRefusal(const Region& alloc, OwnPinReason why, int
                alloc.bytes, alloc.id, result);
 }
 
-CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* host_ptr,
-                                              uint64_t bytes, CopyDir dir, bool may_pin) {
-  CacheTicket ticket;
-  if (!active()) return ticket;
-  if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return ticket;
+void RegistrationCache::CountDecline(CacheDecline why) {
+  declined_[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+}
+
+bool RegistrationCache::Declines(const Region& alloc, uintptr_t p, uint64_t bytes) {
   if (alloc.id == 0 || alloc.bytes == 0) {
-    declined_[static_cast<int>(CacheDecline::kUntracked)].fetch_add(1, std::memory_order_relaxed);
-    return ticket;
+    CountDecline(CacheDecline::kUntracked);
+    return true;
   }
-  if (alloc.kind != MemKind::kPageable) return ticket;
+  if (alloc.kind != MemKind::kPageable) return true;
   if ((alloc.flags & kRegionNotPinnable) != 0) {
-    declined_[static_cast<int>(CacheDecline::kNotPinnable)].fetch_add(1, std::memory_order_relaxed);
-    return ticket;
+    CountDecline(CacheDecline::kNotPinnable);
+    return true;
   }
-  const auto p = reinterpret_cast<uintptr_t>(host_ptr);
   if (alloc.source == kSourceMmap) {
     // One buffer: the copy starts in its first page and covers half of it.
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     if (p < alloc.start || p - alloc.start >= page || bytes * 2 < alloc.bytes) {
-      declined_[static_cast<int>(CacheDecline::kSubAllocation)].fetch_add(
-          1, std::memory_order_relaxed);
-      return ticket;
+      CountDecline(CacheDecline::kSubAllocation);
+      return true;
     }
   } else if (alloc.source != kSourceMalloc) {
-    declined_[static_cast<int>(CacheDecline::kSource)].fetch_add(1, std::memory_order_relaxed);
-    return ticket;
+    CountDecline(CacheDecline::kSource);
+    return true;
   }
   // A copy that runs past the allocation (into a neighbouring mapping)
   // would fail on a registration of it (see OnCachedCopy).
   if (p < alloc.start || bytes > alloc.bytes - (p - alloc.start)) {
-    declined_[static_cast<int>(CacheDecline::kSubAllocation)].fetch_add(1,
-                                                                        std::memory_order_relaxed);
-    return ticket;
+    CountDecline(CacheDecline::kSubAllocation);
+    return true;
   }
   if (alloc.bytes > account_->cap()) {
-    declined_[static_cast<int>(CacheDecline::kTooLarge)].fetch_add(1, std::memory_order_relaxed);
-    return ticket;
+    CountDecline(CacheDecline::kTooLarge);
+    return true;
   }
-  const double saving = CostModel::SavingNs(bytes, dir);
-  if (saving <= 0) return ticket;
+  return false;
+}
+
+int32_t RegistrationCache::ReserveEntry(const Region& alloc, double saving, uint64_t now,
+                                        bool may_pin, bool* table_full) {
   const double cost = CostModel::PinCycleNs(alloc.bytes);
-  const uint64_t now = Now();
-  int32_t idx = -1;
-  bool table_full = false;
-  {
-    MutexLock lock(&mu_);
-    Candidate* c = FindCandidateLocked(alloc.id, now, true);
-    if (c == nullptr || c->failed != 0 || c->busy) return ticket;
-    const double dt = now > c->last_ns ? static_cast<double>(now - c->last_ns) : 0.0;
-    c->accumulated_ns = c->accumulated_ns * std::exp(-dt / options_.decay_ns) + saving;
-    c->copies++;
-    c->last_ns = now;
-    // An allocation from a hot site is pinned at its first copy: its
-    // site's buffers were copied hot before.
-    const bool hot_site = (alloc.flags & kRegionFromHotSite) != 0;
-    if (!hot_site && !CostModel::PaysOff(c->copies, c->accumulated_ns, cost)) return ticket;
-    if (!may_pin) {
-      declined_[static_cast<int>(CacheDecline::kSlowerThanDriver)].fetch_add(
-          1, std::memory_order_relaxed);
-      return ticket;
-    }
-    // Some other range (a registration being released, or a stale one of a
-    // region the hooks have since changed) is in the way: try again later.
-    if (FirstOverlapLocked(alloc.start, alloc.start + alloc.bytes) >= 0) return ticket;
-    idx = NewEntryLocked(alloc.start, alloc.bytes, alloc.id);
-    if (idx < 0) {
-      table_full = true;
-    } else {
-      c->busy = true;
-      bounds_->Widen(alloc.start, alloc.start + alloc.bytes);
-    }
+  MutexLock lock(&mu_);
+  Candidate* c = FindCandidateLocked(alloc.id, now, true);
+  if (c == nullptr || c->failed != 0 || c->busy) return -1;
+  const double dt = now > c->last_ns ? static_cast<double>(now - c->last_ns) : 0.0;
+  c->accumulated_ns = c->accumulated_ns * std::exp(-dt / options_.decay_ns) + saving;
+  c->copies++;
+  c->last_ns = now;
+  // An allocation from a hot site is pinned at its first copy: its
+  // site's buffers were copied hot before.
+  const bool hot_site = (alloc.flags & kRegionFromHotSite) != 0;
+  if (!hot_site && !CostModel::PaysOff(c->copies, c->accumulated_ns, cost)) return -1;
+  if (!may_pin) {
+    CountDecline(CacheDecline::kSlowerThanDriver);
+    return -1;
   }
-  if (table_full) {
-    failures_[static_cast<int>(CacheFailure::kTableFull)].fetch_add(1, std::memory_order_relaxed);
-    ReportRefusal(alloc, OwnPinReason::kRefusedTableFull, CUDA_SUCCESS);
-    Evict(1, OwnPinReason::kEvictedForTable);  // makes room for the next hot copy
-    return ticket;
+  // Some other range (a registration being released, or a stale one of a
+  // region the hooks have since changed) is in the way: try again later.
+  if (FirstOverlapLocked(alloc.start, alloc.start + alloc.bytes) >= 0) return -1;
+  const int32_t idx = NewEntryLocked(alloc.start, alloc.bytes, alloc.id);
+  if (idx < 0) {
+    *table_full = true;
+    return -1;
   }
+  c->busy = true;
+  bounds_->Widen(alloc.start, alloc.start + alloc.bytes);
+  return idx;
+}
+
+bool RegistrationCache::PinEntry(int32_t idx, const Region& alloc, CUcontext* ctx) {
   // The entry is visible to the page-change hooks now: from here on a call
   // replacing these pages waits for this registration and unpins it. One
   // already under way might have looked before: pin nothing then.
   if (PageChangeSlots::AnyOverlapping(alloc.start, alloc.start + alloc.bytes)) {
     AbortRegistration(idx, alloc.id, CacheFailure::kPagesChanged);
-    return ticket;
+    return false;
   }
-  CUcontext ctx = nullptr;
-  if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
+  if (ops_->ctx_get_current(ctx) != CUDA_SUCCESS || *ctx == nullptr) {
     AbortRegistration(idx, alloc.id, CacheFailure::kNoContext);
     ReportRefusal(alloc, OwnPinReason::kRefusedNoContext, CUDA_SUCCESS);
-    return ticket;
+    return false;
   }
   OwnPinReason refused = OwnPinReason::kNone;
   if (!account_->ChargeWithEviction(PinUse::kCache, alloc.bytes, &refused)) {
     AbortRegistration(idx, alloc.id, CacheFailure::kCap);
     ReportRefusal(alloc, refused, CUDA_SUCCESS);
-    return ticket;
+    return false;
   }
   CUresult r;
   {
@@ -359,29 +307,37 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     r = ops_->mem_host_register(reinterpret_cast<void*>(alloc.start), alloc.bytes,
                                 options_.register_flags);
   }
-  if (r != CUDA_SUCCESS) {
-    account_->Release(PinUse::kCache, alloc.bytes);
-    const CacheFailure failure = ClassifyFailure(r, alloc.bytes);
-    AbortRegistration(idx, alloc.id, failure);
-    static const OwnPinReason kReasons[] = {
-        OwnPinReason::kRefusedAlreadyRegistered, OwnPinReason::kRefusedMemlock,
-        OwnPinReason::kRefusedOutOfMemory, OwnPinReason::kRefusedDriverError};
-    const int f = static_cast<int>(failure);
-    ReportRefusal(alloc, f < 4 ? kReasons[f] : OwnPinReason::kRefusedDriverError, r);
-    return ticket;
+  if (r == CUDA_SUCCESS) return true;
+  account_->Release(PinUse::kCache, alloc.bytes);
+  const CacheFailure failure = ClassifyFailure(r, alloc.bytes);
+  AbortRegistration(idx, alloc.id, failure);
+  static const OwnPinReason kReasons[] = {
+      OwnPinReason::kRefusedAlreadyRegistered, OwnPinReason::kRefusedMemlock,
+      OwnPinReason::kRefusedOutOfMemory, OwnPinReason::kRefusedDriverError};
+  const int f = static_cast<int>(failure);
+  ReportRefusal(alloc, f < 4 ? kReasons[f] : OwnPinReason::kRefusedDriverError, r);
+  return false;
+}
+
+PageFrame* RegistrationCache::ReadFramesOf(const Region& alloc, uint64_t* nframes) const {
+  *nframes = 0;
+  if (!options_.verify_pages) return nullptr;
+  const uint64_t page = PageFrames::page_bytes();
+  const uintptr_t first = alloc.start / page * page;
+  const uint64_t n = (alloc.start + alloc.bytes - first + page - 1) / page;
+  PageFrame* frames = NewFrames(n);
+  if (frames != nullptr && !PageFrames::Read(first, n, frames)) {
+    FreeFrames(frames, n);
+    frames = nullptr;
   }
-  PageFrame* frames = nullptr;
+  *nframes = frames != nullptr ? n : 0;
+  return frames;
+}
+
+CacheTicket RegistrationCache::PublishEntry(int32_t idx, const Region& alloc, CUcontext ctx,
+                                            double saving, uint64_t now) {
   uint64_t nframes = 0;
-  if (options_.verify_pages) {
-    const uint64_t page = PageFrames::page_bytes();
-    const uintptr_t first = alloc.start / page * page;
-    nframes = (alloc.start + alloc.bytes - first + page - 1) / page;
-    frames = NewFrames(nframes);
-    if (frames != nullptr && !PageFrames::Read(first, nframes, frames)) {
-      FreeFrames(frames, nframes);
-      frames = nullptr;
-    }
-  }
+  PageFrame* frames = ReadFramesOf(alloc, &nframes);
   if (options_.registrations != nullptr) {
     Region reg;
     reg.start = alloc.start;
@@ -393,11 +349,12 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
     reg.site = alloc.site;
     options_.registrations->Insert(reg);
   }
+  CacheTicket ticket;
   {
     MutexLock lock(&mu_);
     Entry& e = entries_[idx];
     e.frames = frames;
-    e.nframes = frames != nullptr ? nframes : 0;
+    e.nframes = nframes;
     e.state = kEntryRegistered;
     e.ctx = ctx;
     e.users = 1;  // this copy
@@ -416,6 +373,27 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
   ReportOwnPin(options_.on_own_pin, OwnPinAction::kPinned, OwnPinPart::kCache, OwnPinReason::kNone,
                alloc.start, alloc.bytes, alloc.id, CUDA_SUCCESS);
   return ticket;
+}
+
+CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* host_ptr,
+                                              uint64_t bytes, CopyDir dir, bool may_pin) {
+  if (!active()) return CacheTicket();
+  if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return CacheTicket();
+  if (Declines(alloc, reinterpret_cast<uintptr_t>(host_ptr), bytes)) return CacheTicket();
+  const double saving = CostModel::SavingNs(bytes, dir);
+  if (saving <= 0) return CacheTicket();
+  const uint64_t now = Now();
+  bool table_full = false;
+  const int32_t idx = ReserveEntry(alloc, saving, now, may_pin, &table_full);
+  if (table_full) {
+    failures_[static_cast<int>(CacheFailure::kTableFull)].fetch_add(1, std::memory_order_relaxed);
+    ReportRefusal(alloc, OwnPinReason::kRefusedTableFull, CUDA_SUCCESS);
+    Evict(1, OwnPinReason::kEvictedForTable);  // makes room for the next hot copy
+    return CacheTicket();
+  }
+  CUcontext ctx = nullptr;
+  if (idx < 0 || !PinEntry(idx, alloc, &ctx)) return CacheTicket();
+  return PublishEntry(idx, alloc, ctx, saving, now);
 }
 
 CacheTicket RegistrationCache::OnCachedCopy(const void* host_ptr, uint64_t bytes, CopyDir dir) {
@@ -705,119 +683,6 @@ CacheStats RegistrationCache::Stats() const {
   s.saved_ns = saved_ns_.load();
   return s;
 }
-
-#ifdef PINSHIM_DEBUG_INVARIANTS
-
-PINSHIM_INVARIANT_WALKER InvariantReport RegistrationCache::CheckInvariants() const {
-  InvariantReport r;
-  if (!active()) return r;  // off (not started, or a fork child): nothing is cached
-  MutexLock lock(&mu_);
-  const uint32_t n = options_.max_entries;
-  const uint64_t live = live_entries_.load(std::memory_order_relaxed);
-  r.Expect(norder_ <= n && norder_ == live, "C1 norder_ is live_entries_", norder_, live);
-  bool listed[kMaxEntries] = {};
-  const uintptr_t lo = bounds_->lo.load(std::memory_order_relaxed);
-  const uintptr_t hi = bounds_->hi.load(std::memory_order_relaxed);
-  uint64_t registered = 0;
-  const Entry* prev = nullptr;
-  for (uint32_t pos = 0; pos < norder_ && pos < kMaxEntries; ++pos) {
-    const int32_t idx = order_[pos];
-    const bool valid = idx >= 0 && static_cast<uint32_t>(idx) < n;
-    r.Expect(valid && !listed[idx] && entries_[idx].state != kEntryFree,
-             "C1 order_ holds distinct indices of entries in use", pos, valid ? idx : 0);
-    if (!valid || listed[idx]) continue;
-    listed[idx] = true;
-    const Entry& e = entries_[idx];
-    r.Expect(e.bytes > 0, "C2 an entry holds bytes", idx);
-    if (prev != nullptr) {
-      r.Expect(prev->start < e.start && prev->start + prev->bytes <= e.start,
-               "C2 entries are sorted by start and do not overlap", prev->start, e.start);
-    }
-    prev = &e;
-    r.Expect(e.start >= lo && e.start + e.bytes <= hi, "C4 every entry lies inside the bounds",
-             e.start, lo);
-    r.Expect(e.state == kEntryRegistered, "C5 no entry is registering or releasing", idx, e.state);
-    r.Expect((e.frames != nullptr) == (e.nframes != 0),
-             "C8 an entry holds frames exactly when it records some", idx, e.nframes);
-    r.Expect(e.fences.WellFormed(), "C9 an entry's fence set is well formed", idx);
-    if (e.state != kEntryRegistered) continue;
-    r.Expect(e.ctx != nullptr && e.users >= 0,
-             "C5 a registered entry has a context and no negative user count", idx);
-    registered += e.bytes;
-    if (options_.registrations != nullptr) {
-      Region reg;
-      const bool found = options_.registrations->Lookup(e.start, &reg);
-      r.Expect(found && reg.start == e.start && reg.bytes == e.bytes &&
-                   reg.kind == MemKind::kPinnedByPinshim && reg.source == kSourcePinshim &&
-                   reg.id == e.alloc_id,
-               "C7 a registered entry is in the registrations registry as pinshim's pinning",
-               e.start, e.bytes);
-    }
-  }
-  if (norder_ == 0) {
-    r.Expect(lo == UINTPTR_MAX && hi == 0, "C4 with no entry, the bounds are empty", lo, hi);
-  }
-  uint32_t free_count = 0;
-  for (int32_t f = free_entry_; f >= 0;) {
-    if (++free_count > n || static_cast<uint32_t>(f) >= n) {
-      r.Fail("C3 the free list runs in a circle or out of the table", free_count, f);
-      break;
-    }
-    r.Expect(entries_[f].state == kEntryFree && !listed[f], "C3 the free list holds free entries",
-             f, entries_[f].state);
-    f = entries_[f].next_free;
-  }
-  r.Expect(free_count + norder_ == n, "C3 the free list holds exactly the free entries", free_count,
-           n - norder_);
-  const uint64_t bytes = bytes_.load(std::memory_order_relaxed);
-  r.Expect(bytes == registered, "C6 bytes_ is the registered entries' bytes", bytes, registered);
-  r.Expect(account_->pinned_for(PinUse::kCache) == registered,
-           "C6 the account's cache bytes are the registered entries'",
-           account_->pinned_for(PinUse::kCache), registered);
-  for (uint32_t i = 0; i < kCandidateSlots; ++i) {
-    const Candidate& c = candidates_[i];
-    if (c.alloc_id == 0) {
-      r.Expect(c.last_ns == 0 && c.accumulated_ns == 0 && c.copies == 0 && c.failed == 0 && !c.busy,
-               "C10 an empty candidate slot is all zero", i);
-      continue;
-    }
-    const uint32_t home = CandidateHome(c.alloc_id, kCandidateSlots);
-    const uint32_t dist = (i - home) & (kCandidateSlots - 1);
-    r.Expect(dist < static_cast<uint32_t>(kCandidateProbes),
-             "C10 a candidate lies within its id's probe window", i, dist);
-    for (int k = 0; k < kCandidateProbes; ++k) {
-      const uint32_t j = (home + k) & (kCandidateSlots - 1);
-      r.Expect(j == i || candidates_[j].alloc_id != c.alloc_id,
-               "C10 no other slot of a candidate's window holds its id", i, j);
-    }
-    r.Expect(!c.busy, "C10 no candidate is busy (a registration under way)", i);
-    r.Expect(c.failed <= kCacheFailureCount, "C10 a remembered failure is a CacheFailure", i,
-             c.failed);
-  }
-  return r;
-}
-
-bool RegistrationCache::CorruptForTesting(Corruption what) {
-  if (!active()) return false;
-  MutexLock lock(&mu_);
-  switch (what) {
-    case Corruption::kOrder: {
-      if (norder_ < 2) return false;
-      const int32_t first = order_[0];
-      order_[0] = order_[1];
-      order_[1] = first;
-      return true;
-    }
-    case Corruption::kBounds:
-      // Above every user-space address: entries fall below lo.
-      bounds_->lo.fetch_xor(uintptr_t{1} << 47, std::memory_order_relaxed);
-      return true;
-    case Corruption::kBytes: bytes_.fetch_xor(4096, std::memory_order_relaxed); return true;
-  }
-  return false;
-}
-
-#endif  // PINSHIM_DEBUG_INVARIANTS
 
 }  // namespace optimize
 }  // namespace pinshim

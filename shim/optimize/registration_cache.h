@@ -60,6 +60,7 @@
 #include "shim/optimize/fences.h"
 #include "shim/optimize/invariants.h"
 #include "shim/optimize/lock.h"
+#include "shim/optimize/page_frames.h"
 #include "shim/optimize/pin_account.h"
 #include "shim/optimize/pin_bounds.h"
 
@@ -247,6 +248,7 @@ class RegistrationCache {
   // the same call again restores it. kOrder needs two entries.
   enum class Corruption { kOrder, kBounds, kBytes };
   bool CorruptForTesting(Corruption what);
+  friend class RegistrationCacheWalker;  // registration_cache_invariants.cc
 #endif
 
  private:
@@ -261,6 +263,24 @@ class RegistrationCache {
   void DropEntryLocked(int32_t idx) REQUIRES(mu_);
   void AbortRegistration(int32_t idx, uint64_t alloc_id, CacheFailure why);
   void ReportRefusal(const Region& alloc, OwnPinReason why, int result) const;
+  // OnPageableCopy's steps, in order. Declines: whether the copy's buffer
+  // is not one the cache pins (counted by reason, CountDecline).
+  void CountDecline(CacheDecline why);
+  bool Declines(const Region& alloc, uintptr_t p, uint64_t bytes);
+  // Notes the copy on its buffer's candidate; once pinning it pays off,
+  // reserves an entry (registering) and returns its index; else -1, with
+  // *table_full set when no entry was free.
+  int32_t ReserveEntry(const Region& alloc, double saving, uint64_t now, bool may_pin,
+                       bool* table_full);
+  // Pins the reserved entry's buffer in the current context (*ctx); false
+  // when it aborted the registration instead (reported).
+  bool PinEntry(int32_t idx, const Region& alloc, CUcontext* ctx);
+  // PINSHIM_VERIFY_PAGES: the frames the registration pinned, else null
+  // (*nframes 0).
+  PageFrame* ReadFramesOf(const Region& alloc, uint64_t* nframes) const;
+  // Makes the pinned entry registered with this copy its first user.
+  CacheTicket PublishEntry(int32_t idx, const Region& alloc, CUcontext ctx, double saving,
+                           uint64_t now);
   void Unpin(int32_t idx, const Fence* fences, int nfences, OwnPinReason why, uint32_t detail = 0);
   void ReleaseRange(uintptr_t s, uintptr_t end, OwnPinReason why, uint32_t detail, bool forget);
   bool FramesStillPinned(int32_t idx, uintptr_t p, uint64_t bytes);

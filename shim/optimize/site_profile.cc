@@ -157,6 +157,93 @@ int ReadCounters(dl_phdr_info* info, size_t size, void* arg) {
 
 }  // namespace
 
+// One line of a profile as its bytes arrive.
+struct SiteProfile::ProfileLine {
+  char text[kMaxProfileLineBytes + 1];
+  size_t len = 0;
+  bool too_long = false;
+  bool comment = false;  // the rest of this line is skipped
+  long number = 1;
+};
+
+namespace {
+
+// Whether line 1 (`line`, its blanks at the end dropped) is the header;
+// else the message says what it is instead.
+bool CheckHeader(const char* path, const char* line, size_t len, bool too_long, FixedText* msg) {
+  while (len > 0 && IsBlank(line[len - 1])) --len;
+  const size_t header_len = sizeof(kProfileHeader) - 1;
+  if (!too_long && len == header_len && memcmp(line, kProfileHeader, header_len) == 0) return true;
+  AppendLocation(msg, path, 1);
+  const size_t stem = header_len - 1;  // "# pinshim profile v"
+  bool version =
+      !too_long && len > stem && len - stem <= 8 && memcmp(line, kProfileHeader, stem) == 0;
+  for (size_t i = stem; version && i < len; ++i) version = line[i] >= '0' && line[i] <= '9';
+  if (version) {
+    msg->Append("profile format ")
+        .Append(line + stem - 1, len - stem + 1)
+        .Append(" is not supported; this pinshim reads v1");
+  } else {
+    msg->Append("not a pinshim profile (line 1 must be \"").Append(kProfileHeader).Append("\")");
+  }
+  return false;
+}
+
+}  // namespace
+
+bool SiteProfile::FinishLine(const char* path, ProfileLine* line, char* err, size_t err_len) {
+  bool good = true;
+  if (line->number == 1) {
+    FixedText msg(err, err_len);
+    good = CheckHeader(path, line->text, line->len, line->too_long, &msg);
+  } else if (line->too_long) {
+    FixedText msg(err, err_len);
+    AppendLocation(&msg, path, line->number);
+    msg.Append("line longer than ").AppendUint(kMaxProfileLineBytes).Append(" bytes");
+    good = false;
+  } else if (!line->comment) {
+    good = ParseLine(path, line->number, line->text, line->len, err, err_len);
+  }
+  line->len = 0;
+  line->too_long = false;
+  line->comment = false;
+  return good;
+}
+
+bool SiteProfile::ReadLines(int fd, const char* path, ProfileLine* line, bool* any, char* err,
+                            size_t err_len) {
+  char chunk[4096];
+  for (;;) {
+    const ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      FixedText msg(err, err_len);
+      AppendLocation(&msg, path, 0);
+      msg.Append("cannot read profile: ");
+      AppendErrno(&msg, e);
+      return false;
+    }
+    if (n == 0) return true;
+    *any = true;
+    for (ssize_t i = 0; i < n; ++i) {
+      const char c = chunk[i];
+      if (c == '\n') {
+        if (!FinishLine(path, line, err, err_len)) return false;
+        ++line->number;
+      } else if (line->comment) {
+        // skipped
+      } else if (line->len == 0 && c == '#' && line->number > 1) {
+        line->comment = true;
+      } else if (line->len < kMaxProfileLineBytes) {
+        line->text[line->len++] = c;
+      } else {
+        line->too_long = true;
+      }
+    }
+  }
+}
+
 bool SiteProfile::Load(const char* path, char* err, size_t err_len) {
   n_sites_ = 0;
   n_modules_ = 0;
@@ -177,87 +264,18 @@ bool SiteProfile::Load(const char* path, char* err, size_t err_len) {
     AppendErrno(&msg, e);
     return false;
   }
-  char chunk[4096];
-  char line[kMaxProfileLineBytes + 1];
-  size_t len = 0;
-  bool too_long = false;
-  bool comment = false;  // the rest of this line is skipped
-  long line_no = 1;
-  bool ok = true;
-  // Checks one finished line; the first must be the header.
-  auto finish = [&]() -> bool {
-    bool good = true;
-    if (line_no == 1) {
-      while (len > 0 && IsBlank(line[len - 1])) --len;
-      const size_t header_len = sizeof(kProfileHeader) - 1;
-      if (too_long || len != header_len || memcmp(line, kProfileHeader, header_len) != 0) {
-        AppendLocation(&msg, path, 1);
-        const size_t stem = header_len - 1;  // "# pinshim profile v"
-        bool version =
-            !too_long && len > stem && len - stem <= 8 && memcmp(line, kProfileHeader, stem) == 0;
-        for (size_t i = stem; version && i < len; ++i) version = line[i] >= '0' && line[i] <= '9';
-        if (version) {
-          msg.Append("profile format ")
-              .Append(line + stem - 1, len - stem + 1)
-              .Append(" is not supported; this pinshim reads v1");
-        } else {
-          msg.Append("not a pinshim profile (line 1 must be \"")
-              .Append(kProfileHeader)
-              .Append("\")");
-        }
-        good = false;
-      }
-    } else if (too_long) {
-      AppendLocation(&msg, path, line_no);
-      msg.Append("line longer than ").AppendUint(kMaxProfileLineBytes).Append(" bytes");
-      good = false;
-    } else if (!comment) {
-      good = ParseLine(path, line_no, line, len, err, err_len);
-    }
-    len = 0;
-    too_long = false;
-    comment = false;
-    return good;
-  };
+  ProfileLine line;
   bool any = false;
-  for (;;) {
-    const ssize_t n = read(fd, chunk, sizeof(chunk));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      AppendLocation(&msg, path, 0);
-      msg.Append("cannot read profile: ");
-      AppendErrno(&msg, e);
-      ok = false;
-      break;
-    }
-    if (n == 0) break;
-    any = true;
-    for (ssize_t i = 0; i < n && ok; ++i) {
-      const char c = chunk[i];
-      if (c == '\n') {
-        ok = finish();
-        ++line_no;
-      } else if (comment) {
-        // skipped
-      } else if (len == 0 && c == '#' && line_no > 1) {
-        comment = true;
-      } else if (len < kMaxProfileLineBytes) {
-        line[len++] = c;
-      } else {
-        too_long = true;
-      }
-    }
-    if (!ok) break;
-  }
+  bool ok = ReadLines(fd, path, &line, &any, err, err_len);
   close(fd);
-  if (ok && (len > 0 || too_long || comment || line_no == 1)) {
+  if (ok && (line.len > 0 || line.too_long || line.comment || line.number == 1)) {
     if (!any) {
-      AppendLocation(&msg, path, 0);
-      msg.Append("empty file, not a pinshim profile");
+      FixedText empty(err, err_len);
+      AppendLocation(&empty, path, 0);
+      empty.Append("empty file, not a pinshim profile");
       ok = false;
     } else {
-      ok = finish();
+      ok = FinishLine(path, &line, err, err_len);
     }
   }
   if (!ok) {

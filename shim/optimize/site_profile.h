@@ -69,6 +69,12 @@ class SiteProfile {
   size_t size() const { return n_sites_; }
 
  private:
+  // Load's steps. One line of the file as its bytes arrive; its check once
+  // it ended (the header's, or ParseLine), false with the message in err;
+  // and the reading of every line of fd, false on the first bad one.
+  struct ProfileLine;
+  bool FinishLine(const char* path, ProfileLine* line, char* err, size_t err_len);
+  bool ReadLines(int fd, const char* path, ProfileLine* line, bool* any, char* err, size_t err_len);
   struct Site {
     uint64_t offset[kSiteFrames];
     uint16_t module[kSiteFrames];  // index into modules_

@@ -220,12 +220,12 @@ uintptr_t CurrentThreadStackTop() {
   return static_cast<uintptr_t>(pthread_self());
 }
 
-__attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_depth,
-                                                   uint32_t epoch, StackTable* table,
-                                                   CapturedStack* scratch, bool* is_new,
-                                                   const PythonStack* python) {
-  *is_new = false;
-  const bool with_python = python != nullptr && python->status != PythonStatus::kNone;
+namespace {
+
+// The Python frames of this capture into scratch->python (none without).
+__attribute__((always_inline)) inline void TakePythonStack(const PythonStack* python,
+                                                           bool with_python,
+                                                           CapturedStack* scratch) {
   if (with_python && python == &scratch->python) {
     // Captured in place.
   } else if (with_python) {
@@ -239,6 +239,94 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
     scratch->python.depth = 0;
     scratch->python.omitted = 0;
   }
+}
+
+#if defined(__x86_64__)
+// Whether the cache entry e holds this call's stack (same frame, return
+// address, and every slot it remembered still holds its word): then *id is
+// its stack id (0 when the table had no room), the whole stack interned
+// where only its Python part is new.
+__attribute__((always_inline)) inline bool CachedStackId(UnwindCacheEntry* e, uint32_t epoch,
+                                                         uintptr_t frame, uintptr_t ret,
+                                                         bool with_python, StackTable* table,
+                                                         CapturedStack* scratch, bool* is_new,
+                                                         uint32_t* id) {
+  if (e->epoch != epoch || e->sp != frame || e->ret != ret) return false;
+  for (uint32_t i = 0; i < e->depth; ++i) {
+    if (StackWord(e->slot[i]) != e->value[i]) return false;
+  }
+  if (!with_python && e->stack_id != 0) {
+    *id = e->stack_id;
+    return true;
+  }
+  const PythonStack& py = scratch->python;
+  if (with_python && e->python_id != 0 && e->python_status == static_cast<uint8_t>(py.status) &&
+      e->python_depth == static_cast<uint8_t>(py.depth) && e->python_omitted == py.omitted &&
+      memcmp(e->python_frames, py.frames, sizeof(uint64_t) * static_cast<size_t>(py.depth)) == 0) {
+    *id = e->python_id;
+    return true;
+  }
+  // The native part is unchanged; the whole stack (with its Python
+  // frames) is looked up in the table.
+  scratch->depth = static_cast<int>(e->depth);
+  scratch->exact_mask = 0;  // cached stacks have no signal frames
+  memcpy(scratch->ips, e->value, sizeof(uintptr_t) * e->depth);
+  *id = table->Intern(*scratch, epoch, is_new);
+  if (!with_python && *id != 0) e->stack_id = *id;
+  if (with_python && *id != 0) RememberPython(e, py, *id);
+  return true;
+}
+
+// Remembers in e where on the stack (above `frame`, below `top`) each
+// return address of the captured stack lies, so that the next capture
+// from the same frame only compares those words; nothing when one is not
+// found, or on an alternate signal stack.
+__attribute__((always_inline)) inline void RememberStack(UnwindCacheEntry* e, uintptr_t top,
+                                                         uintptr_t frame, uintptr_t ret,
+                                                         uint32_t epoch, bool with_python,
+                                                         const CapturedStack& scratch,
+                                                         uint32_t id) {
+  if (top <= frame || top - frame > kMaxStackScan) return;
+  // On an alternate signal stack the search would walk off its end.
+  stack_t ss;
+  if (sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_ONSTACK)) return;
+  uintptr_t slots[kMaxStackDepth];
+  slots[0] = frame + sizeof(uintptr_t);
+  if (StackWord(slots[0]) != scratch.ips[0]) return;
+  for (int i = 1; i < scratch.depth; ++i) {
+    uintptr_t p = slots[i - 1] + sizeof(uintptr_t);
+    uintptr_t limit = slots[i - 1] + kMaxFrameScan;
+    if (limit > top) limit = top;
+    while (p + sizeof(uintptr_t) <= limit && StackWord(p) != scratch.ips[i]) {
+      p += sizeof(uintptr_t);
+    }
+    if (p + sizeof(uintptr_t) > limit) return;  // not found: do not cache
+    slots[i] = p;
+  }
+  e->epoch = 0;  // a signal handler using this entry meanwhile finds it empty
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  e->sp = frame;
+  e->ret = ret;
+  e->stack_id = with_python ? 0 : id;
+  e->python_id = 0;
+  if (with_python) RememberPython(e, scratch.python, id);
+  e->depth = static_cast<uint32_t>(scratch.depth);
+  memcpy(e->slot, slots, sizeof(uintptr_t) * e->depth);
+  memcpy(e->value, scratch.ips, sizeof(uintptr_t) * e->depth);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  e->epoch = epoch;
+}
+#endif
+
+}  // namespace
+
+__attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_depth,
+                                                   uint32_t epoch, StackTable* table,
+                                                   CapturedStack* scratch, bool* is_new,
+                                                   const PythonStack* python) {
+  *is_new = false;
+  const bool with_python = python != nullptr && python->status != PythonStatus::kNone;
+  TakePythonStack(python, with_python, scratch);
   if (max_depth > kMaxStackDepth) max_depth = kMaxStackDepth;
   if (max_depth < 1) max_depth = 1;
   // Forcing a frame pointer here puts this function's return address at
@@ -247,34 +335,10 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   uintptr_t ret = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   UnwindCacheEntry& e = cache->entries[CacheIndex(frame, ret)];
 #if defined(__x86_64__)
-  if (e.epoch == epoch && e.sp == frame && e.ret == ret) {
-    bool same = true;
-    for (uint32_t i = 0; i < e.depth; ++i) {
-      if (StackWord(e.slot[i]) != e.value[i]) {
-        same = false;
-        break;
-      }
-    }
-    if (same) {
-      ++cache->hits;
-      if (!with_python && e.stack_id != 0) return e.stack_id;
-      const PythonStack& py = scratch->python;
-      if (with_python && e.python_id != 0 && e.python_status == static_cast<uint8_t>(py.status) &&
-          e.python_depth == static_cast<uint8_t>(py.depth) && e.python_omitted == py.omitted &&
-          memcmp(e.python_frames, py.frames, sizeof(uint64_t) * static_cast<size_t>(py.depth)) ==
-              0) {
-        return e.python_id;
-      }
-      // The native part is unchanged; the whole stack (with its Python
-      // frames) is looked up in the table.
-      scratch->depth = static_cast<int>(e.depth);
-      scratch->exact_mask = 0;  // cached stacks have no signal frames
-      memcpy(scratch->ips, e.value, sizeof(uintptr_t) * e.depth);
-      uint32_t id = table->Intern(*scratch, epoch, is_new);
-      if (!with_python && id != 0) e.stack_id = id;
-      if (with_python && id != 0) RememberPython(&e, py, id);
-      return id;
-    }
+  uint32_t cached_id = 0;
+  if (CachedStackId(&e, epoch, frame, ret, with_python, table, scratch, is_new, &cached_id)) {
+    ++cache->hits;
+    return cached_id;
   }
 #endif
   ++cache->misses;
@@ -293,36 +357,7 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   uint32_t id = table->Intern(*scratch, epoch, is_new);
   if (id == 0) return 0;
 #if defined(__x86_64__)
-  uintptr_t top = cache->stack_top;
-  if (!cacheable || top <= frame || top - frame > kMaxStackScan) return id;
-  // On an alternate signal stack the search would walk off its end.
-  stack_t ss;
-  if (sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_ONSTACK)) return id;
-  uintptr_t slots[kMaxStackDepth];
-  slots[0] = frame + sizeof(uintptr_t);
-  if (StackWord(slots[0]) != scratch->ips[0]) return id;
-  for (int i = 1; i < scratch->depth; ++i) {
-    uintptr_t p = slots[i - 1] + sizeof(uintptr_t);
-    uintptr_t limit = slots[i - 1] + kMaxFrameScan;
-    if (limit > top) limit = top;
-    while (p + sizeof(uintptr_t) <= limit && StackWord(p) != scratch->ips[i]) {
-      p += sizeof(uintptr_t);
-    }
-    if (p + sizeof(uintptr_t) > limit) return id;  // not found: do not cache
-    slots[i] = p;
-  }
-  e.epoch = 0;  // a signal handler using this entry meanwhile finds it empty
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  e.sp = frame;
-  e.ret = ret;
-  e.stack_id = with_python ? 0 : id;
-  e.python_id = 0;
-  if (with_python) RememberPython(&e, scratch->python, id);
-  e.depth = static_cast<uint32_t>(scratch->depth);
-  memcpy(e.slot, slots, sizeof(uintptr_t) * e.depth);
-  memcpy(e.value, scratch->ips, sizeof(uintptr_t) * e.depth);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  e.epoch = epoch;
+  if (cacheable) RememberStack(&e, cache->stack_top, frame, ret, epoch, with_python, *scratch, id);
 #endif
   return id;
 }

@@ -269,39 +269,98 @@ const PythonLayout* PythonLayoutFor(int minor) {
   return nullptr;
 }
 
+namespace {
+
+// The handle to look libpython's symbols up in, and its
+// PyGILState_GetThisThreadState in *gil (null when no libpython is loaded).
+void* FindLibpythonHandle(void** gil) {
+  void* handle = RTLD_DEFAULT;
+  *gil = dlsym(handle, "PyGILState_GetThisThreadState");
+  if (*gil != nullptr) return handle;
+  // A libpython loaded without RTLD_GLOBAL (embedding through dlopen).
+  // The reference taken here is never given back: its functions are
+  // called from every record on, so it must not be unloaded under them.
+  FindLibpython f{};
+  IteratePhdr(FindLibpythonModule, &f);
+  if (f.path[0] != '\0') handle = dlopen(f.path, RTLD_NOLOAD | RTLD_LAZY);
+  if (handle == nullptr) handle = RTLD_DEFAULT;
+  if (handle != RTLD_DEFAULT) *gil = dlsym(handle, "PyGILState_GetThisThreadState");
+  return handle;
+}
+
+// The runtime's version as PY_VERSION_HEX (major, minor, micro; 0 unknown).
+unsigned long PythonVersionHex(void* handle) {
+  if (const auto* v = static_cast<const unsigned long*>(dlsym(handle, "Py_Version"))) {
+    return *v;  // 3.11+
+  }
+  auto get = reinterpret_cast<const char* (*)()>(dlsym(handle, "Py_GetVersion"));
+  if (get == nullptr) return 0;
+  const char* text = get();  // "3.10.13 (main, ...": a static string, no allocation
+  char* end = nullptr;
+  unsigned long major = strtoul(text, &end, 10);
+  unsigned long minor = *end == '.' ? strtoul(end + 1, &end, 10) : 0;
+  unsigned long micro = *end == '.' ? strtoul(end + 1, &end, 10) : 0;
+  return (major << 24) | (minor << 16) | (micro << 8);
+}
+
+// Whether frames can be read (rt->fixed kFrames) after the checks of the
+// runtime's own structures: 3.13's debug offsets, and the object header
+// the table assumes (the code type's own type is `type`; a Py_TRACE_REFS
+// build has a longer header and is not read). Says why not in rt.
+void CheckLayout(void* handle, unsigned long hex, const PythonLayout& layout, PythonRuntime* rt) {
+  const unsigned major = (hex >> 24) & 0xff, minor = (hex >> 16) & 0xff, micro = (hex >> 8) & 0xff;
+  const uintptr_t type_type = reinterpret_cast<uintptr_t>(dlsym(handle, "PyType_Type"));
+  if (minor == 13) {
+    const auto* d = static_cast<const PythonDebugOffsets313*>(dlsym(handle, "_PyRuntime"));
+    rt->fixed =
+        d == nullptr ? PythonStatus::kUnsupported : ClassifyDebugOffsets313(*d, hex, rt->layout);
+    if (rt->fixed == PythonStatus::kFreeThreaded) {
+      Describe(rt, major, minor, micro, "free-threaded");
+    } else if (rt->fixed == PythonStatus::kUnsupported) {
+      Describe(rt, major, minor, micro, "(unknown structure layout)");
+    }
+  }
+  if (rt->fixed != PythonStatus::kFrames) return;
+  if (rt->types.code == 0 || rt->types.unicode == 0 || rt->types.bytes == 0 || type_type == 0 ||
+      (layout.frame_objects && rt->types.frame == 0) ||
+      Load<uintptr_t>(rt->types.code + static_cast<uintptr_t>(rt->layout.ob_type)) != type_type) {
+    rt->fixed = PythonStatus::kUnsupported;
+    Describe(rt, major, minor, micro, "(unknown object layout)");
+  }
+}
+
+// The runtime's functions pinshim calls: the thread's state, the
+// thread-local current state (3.12 on; before that the "current" state is
+// the GIL holder's, possibly another thread's, which pinshim never reads),
+// whether it is finalizing, the main interpreter.
+void FindRuntimeFunctions(void* handle, void* gil, unsigned minor, PythonRuntime* rt) {
+  auto sym = [handle](const char* name) { return dlsym(handle, name); };
+  rt->this_thread_state = reinterpret_cast<void* (*)()>(gil);
+  if (minor == 12) {
+    rt->current_thread_state = reinterpret_cast<void* (*)()>(sym("_PyThreadState_UncheckedGet"));
+  } else if (minor >= 13) {
+    rt->current_thread_state = reinterpret_cast<void* (*)()>(sym("PyThreadState_GetUnchecked"));
+  }
+  rt->is_finalizing =
+      reinterpret_cast<int (*)()>(sym(minor >= 13 ? "Py_IsFinalizing" : "_Py_IsFinalizing"));
+  rt->main_interpreter = reinterpret_cast<void* (*)()>(sym("PyInterpreterState_Main"));
+}
+
+}  // namespace
+
 bool DetectPythonRuntime() {
   if (g_active.load(std::memory_order_acquire) != nullptr) return true;
   int expected = 0;
   if (!g_detecting.compare_exchange_strong(expected, 1)) return false;  // another thread is at it
-  void* handle = RTLD_DEFAULT;
-  void* gil = dlsym(handle, "PyGILState_GetThisThreadState");
-  if (gil == nullptr) {
-    // A libpython loaded without RTLD_GLOBAL (embedding through dlopen).
-    // The reference taken here is never given back: its functions are
-    // called from every record on, so it must not be unloaded under them.
-    FindLibpython f{};
-    IteratePhdr(FindLibpythonModule, &f);
-    if (f.path[0] != '\0') handle = dlopen(f.path, RTLD_NOLOAD | RTLD_LAZY);
-    if (handle == nullptr) handle = RTLD_DEFAULT;
-    if (handle != RTLD_DEFAULT) gil = dlsym(handle, "PyGILState_GetThisThreadState");
-  }
+  void* gil = nullptr;
+  void* handle = FindLibpythonHandle(&gil);
   if (gil == nullptr) {
     g_detecting.store(0);
     return false;
   }
   auto sym = [handle](const char* name) { return dlsym(handle, name); };
   PythonRuntime rt;
-  unsigned long hex = 0;
-  if (const auto* v = static_cast<const unsigned long*>(sym("Py_Version"))) {
-    hex = *v;  // 3.11+
-  } else if (auto get = reinterpret_cast<const char* (*)()>(sym("Py_GetVersion"))) {
-    const char* text = get();  // "3.10.13 (main, ...": a static string, no allocation
-    char* end = nullptr;
-    unsigned long major = strtoul(text, &end, 10);
-    unsigned long minor = *end == '.' ? strtoul(end + 1, &end, 10) : 0;
-    unsigned long micro = *end == '.' ? strtoul(end + 1, &end, 10) : 0;
-    hex = (major << 24) | (minor << 16) | (micro << 8);
-  }
+  const unsigned long hex = PythonVersionHex(handle);
   unsigned major = (hex >> 24) & 0xff, minor = (hex >> 16) & 0xff, micro = (hex >> 8) & 0xff;
   Describe(&rt, major, minor, micro, "");
   const PythonLayout* layout = major == 3 ? PythonLayoutFor(static_cast<int>(minor)) : nullptr;
@@ -313,40 +372,8 @@ bool DetectPythonRuntime() {
     rt.types.frame = reinterpret_cast<uintptr_t>(sym("PyFrame_Type"));
     rt.types.unicode = reinterpret_cast<uintptr_t>(sym("PyUnicode_Type"));
     rt.types.bytes = reinterpret_cast<uintptr_t>(sym("PyBytes_Type"));
-    uintptr_t type_type = reinterpret_cast<uintptr_t>(sym("PyType_Type"));
-    if (minor == 13) {
-      const auto* d = static_cast<const PythonDebugOffsets313*>(sym("_PyRuntime"));
-      rt.fixed =
-          d == nullptr ? PythonStatus::kUnsupported : ClassifyDebugOffsets313(*d, hex, rt.layout);
-      if (rt.fixed == PythonStatus::kFreeThreaded) {
-        Describe(&rt, major, minor, micro, "free-threaded");
-      } else if (rt.fixed == PythonStatus::kUnsupported) {
-        Describe(&rt, major, minor, micro, "(unknown structure layout)");
-      }
-    }
-    if (rt.fixed == PythonStatus::kFrames) {
-      // The object header the table assumes must be this build's: the
-      // code type's own type is `type` (a Py_TRACE_REFS build has a longer
-      // header and is not read).
-      if (rt.types.code == 0 || rt.types.unicode == 0 || rt.types.bytes == 0 || type_type == 0 ||
-          (layout->frame_objects && rt.types.frame == 0) ||
-          Load<uintptr_t>(rt.types.code + static_cast<uintptr_t>(rt.layout.ob_type)) != type_type) {
-        rt.fixed = PythonStatus::kUnsupported;
-        Describe(&rt, major, minor, micro, "(unknown object layout)");
-      }
-    }
-    rt.this_thread_state = reinterpret_cast<void* (*)()>(gil);
-    // The thread-local current state exists from 3.12 on; before that the
-    // "current" state is the GIL holder's, possibly another thread's, which
-    // pinshim never reads.
-    if (minor == 12) {
-      rt.current_thread_state = reinterpret_cast<void* (*)()>(sym("_PyThreadState_UncheckedGet"));
-    } else if (minor >= 13) {
-      rt.current_thread_state = reinterpret_cast<void* (*)()>(sym("PyThreadState_GetUnchecked"));
-    }
-    rt.is_finalizing =
-        reinterpret_cast<int (*)()>(sym(minor >= 13 ? "Py_IsFinalizing" : "_Py_IsFinalizing"));
-    rt.main_interpreter = reinterpret_cast<void* (*)()>(sym("PyInterpreterState_Main"));
+    CheckLayout(handle, hex, *layout, &rt);
+    FindRuntimeFunctions(handle, gil, minor, &rt);
   }
   g_runtime = rt;
   g_active.store(&g_runtime, std::memory_order_release);
