@@ -17,7 +17,7 @@ cuda="${CUDA_HOME:-/usr/local/cuda}"
 work="${FUZZ_WORK_DIR:-/tmp/pinshim-fuzz}"
 mkdir -p "$work/corpus" "$work/artifacts"
 
-sources=(analyzer/report/*.cc analyzer/report/rules/*.cc shim/trace/crc32c.cc shim/core/events.cc
+sources=(analyzer/report/*.cc analyzer/report/rules/*.cc shim/trace/crc32c.cc shim/trace/site_totals.cc shim/core/events.cc
          shim/core/safe_file.cc)
 filtered=()
 for s in "${sources[@]}"; do
@@ -30,10 +30,10 @@ clang++ "${flags[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=
   -o "$work/trace_reader_fuzzer"
 clang++ "${flags[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   analyzer/report/trace_reader.cc analyzer/report/range_crc.cc analyzer/report/format.cc \
-  shim/trace/crc32c.cc shim/core/safe_file.cc analyzer/report/fuzz/resync_fuzzer.cc \
+  shim/trace/crc32c.cc shim/trace/site_totals.cc shim/core/safe_file.cc analyzer/report/fuzz/resync_fuzzer.cc \
   -o "$work/resync_fuzzer"
 clang++ "${flags[@]}" tests/trace/fuzz/make_seeds.cc tests/trace/trace_builder.cc \
-  shim/trace/frame_writer.cc shim/trace/crc32c.cc shim/core/safe_file.cc -o "$work/make_seeds"
+  shim/trace/frame_writer.cc shim/trace/crc32c.cc shim/trace/site_totals.cc shim/core/safe_file.cc -o "$work/make_seeds"
 "$work/make_seeds" "$work/corpus"
 cp tests/trace/fuzz/regressions/* "$work/corpus/" 2>/dev/null || true
 mkdir -p "$work/resync_corpus"
