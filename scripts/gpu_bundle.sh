@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:interception_test
+         //tests/interception:vmm_program
          //tests/interception:interception_client //tests/interception:linked_client
          //tests/programs:copy_loop_example //shim/budget:race_test //shim/budget:budget_test
          //bench/registry:registry_bench //bench/budget:budget_bench
@@ -26,6 +27,7 @@ bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/bench
 cp bazel-bin/shim/libpinshim.so bazel-bin/analyzer/pinshim .gpu/
 cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/interception_client \
+   bazel-bin/tests/interception/vmm_program \
    bazel-bin/tests/interception/linked_client bazel-bin/tests/programs/copy_loop_example \
    bazel-bin/shim/budget/race_test bazel-bin/shim/budget/budget_test .gpu/
 cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench \
@@ -76,7 +78,7 @@ for bin in .gpu/* .gpu/bench/* .gpu/fleet/make_fleet_traces .gpu/fleet/programs/
 done
 cat > .gpu/cpu_tests.txt <<'TESTS'
 # Run from this folder against the real driver (no simulated driver on the path).
-env LD_LIBRARY_PATH=needed ./interception_test ./libpinshim.so ./interception_client ./linked_client /nonexistent ./pinshim ./copy_loop_example
+env LD_LIBRARY_PATH=needed ./interception_test ./libpinshim.so ./interception_client ./linked_client /nonexistent ./pinshim ./copy_loop_example ./vmm_program
 env LD_LIBRARY_PATH=needed ./race_test
 env LD_LIBRARY_PATH=needed ./budget_test
 cd rules && env LD_LIBRARY_PATH=../needed TRACE_PROGRAM_SUFFIX=_driver TRACE_PRELOAD=shim/libpinshim.so python3 tests/trace/rules_test.py
