@@ -20,7 +20,6 @@
 #include "shim/core/macros.h"
 #include "shim/core/reentry.h"
 #include "shim/optimize/cost_model.h"
-#include "shim/optimize/fresh_pages.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/stream_copy.h"
 
@@ -264,7 +263,6 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
   g_libc_memcpy = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memcpy"));
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) g_stream_copy = &CopyStreamingAvx2;
-  huge_pages_ = KernelHugePageMode();
   ops_ = ops;
   exchange_capture_mode_ = ops->thread_exchange_capture_mode;
   account_ = account;
@@ -786,9 +784,6 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   c.stream = stream;
   c.threads = (helpers < workers ? helpers : workers) + 1;
   PlanPieces(dir, bytes, lane->chunk_bytes, lane->slots, c.threads, &c.chunk, &c.piece);
-  if (!h2d && AdviseFreshDestination(host, bytes, huge_pages_)) {
-    huge_advised_.fetch_add(1, std::memory_order_relaxed);
-  }
   setup_ns_.fetch_add(MonotonicNs() - entered_ns, std::memory_order_relaxed);
   const CUresult r = CopyThroughRing(lane, c);
   ReleaseLane(lane);
@@ -1165,7 +1160,6 @@ StagerStats Stager::Stats() const {
   s.no_lane = no_lane_.load();
   s.ring_pending = ring_pending_.load();
   s.ring_deferred = ring_deferred_.load();
-  s.huge_advised = huge_advised_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();
   s.setup_ns = setup_ns_.load();
