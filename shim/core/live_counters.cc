@@ -27,7 +27,6 @@ struct Counters {
 };
 
 Counters g_live;  // zero-initialised (static storage)
-std::atomic<bool> g_enabled{false};
 
 // The calling thread's previous synchronous host<->device copy.
 PINSHIM_TLS uint64_t t_last_end_ns;
@@ -39,8 +38,9 @@ uint64_t Positive(int64_t v) { return v < 0 ? 0 : static_cast<uint64_t>(v); }
 
 }  // namespace
 
-void EnableLiveCounters() { g_enabled.store(true, kRelaxed); }
-bool LiveCountersEnabled() { return g_enabled.load(kRelaxed); }
+std::atomic<bool> g_live_counters_on{false};
+
+void EnableLiveCounters() { g_live_counters_on.store(true, kRelaxed); }
 
 void CountLiveCopy(const LiveCopy& c) {
   if (c.failed) return;

@@ -7,6 +7,7 @@
 #ifndef PINSHIM_SHIM_CORE_LIVE_COUNTERS_H_
 #define PINSHIM_SHIM_CORE_LIVE_COUNTERS_H_
 
+#include <atomic>
 #include <cstdint>
 
 #include "shim/core/events.h"
@@ -28,8 +29,10 @@ struct LiveCopy {
 };
 
 // Whether copies are counted (a metrics file is written); set at start-up.
+// Inline: every copy asks.
 void EnableLiveCounters();
-bool LiveCountersEnabled();
+extern std::atomic<bool> g_live_counters_on;
+inline bool LiveCountersEnabled() { return g_live_counters_on.load(std::memory_order_relaxed); }
 
 void CountLiveCopy(const LiveCopy& c);
 

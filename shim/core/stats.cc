@@ -1,6 +1,7 @@
 #include "shim/core/stats.h"
 
 #include "shim/core/live_counters.h"
+#include "shim/core/macros.h"
 
 #include <unistd.h>
 
@@ -55,15 +56,26 @@ Slot* FindSlot(uint64_t key) {
   return nullptr;
 }
 
+// The slot each entry point's copies last went to, by API id modulo the
+// hints' count: a program's copies through one entry point nearly always
+// have one key, and a slot keeps its key for good, so the hint is checked
+// with one load instead of hashing and probing.
+constexpr size_t kCopyHints = 512;  // power of two
+std::atomic<Slot*> g_copy_hints[kCopyHints];
+
+void AddTo(Slot* s, uint64_t bytes, bool failed) {
+  s->calls.fetch_add(1, std::memory_order_relaxed);
+  s->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (failed) s->failed.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Add(uint64_t key, uint64_t bytes, bool failed) {
   Slot* s = FindSlot(key);
   if (s == nullptr) {
     g_overflow_calls.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  s->calls.fetch_add(1, std::memory_order_relaxed);
-  s->bytes.fetch_add(bytes, std::memory_order_relaxed);
-  if (failed) s->failed.fetch_add(1, std::memory_order_relaxed);
+  AddTo(s, bytes, failed);
 }
 
 }  // namespace
@@ -82,7 +94,19 @@ void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags,
                bool failed) {
   uint64_t key = kUsed | (uint64_t{api} << 32) | (uint64_t(dir) << 48) | (uint64_t(src) << 52) |
                  (uint64_t(dst) << 56) | flags;
-  Add(key, bytes, failed);
+  std::atomic<Slot*>& hint = g_copy_hints[api & (kCopyHints - 1)];
+  Slot* s = hint.load(std::memory_order_relaxed);
+  if (PINSHIM_LIKELY(s != nullptr && s->key.load(std::memory_order_relaxed) == key)) {
+    AddTo(s, bytes, failed);
+    return;
+  }
+  s = FindSlot(key);
+  if (s == nullptr) {
+    g_overflow_calls.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  hint.store(s, std::memory_order_relaxed);
+  AddTo(s, bytes, failed);
 }
 
 void CountPin(ApiId api, PinOp op, uint32_t flags, uint64_t bytes, bool failed) {

@@ -181,13 +181,13 @@ CopyShape Shape3DBatch(size_t n, CUDA_MEMCPY3D_BATCH_OP* ops) {
   return s;
 }
 
+// A copy timed (start_ns, not 0): the live metrics and the trace.
 // `host_before`: the host side's kind before the copy path ran (which may
-// pin it in place).
-inline void Finish(Api api, const CopyCall& c, CUresult r, uint64_t start_ns, MemKind host_before) {
+// pin it in place). Out of line: most copies are not timed.
+__attribute__((noinline)) void FinishTimed(Api api, const CopyCall& c, CUresult r,
+                                           uint64_t start_ns, MemKind host_before) {
   const CopyShape& s = c.shape;
   const CopyDir dir = DirOf(s);
-  CountCopy(api, dir, s.src, s.dst, s.host_flags, s.bytes, r != CUDA_SUCCESS);
-  if (start_ns == 0) return;
   const uint64_t end_ns = MonotonicNs();
   const MemKind host_after = dir == CopyDir::kDeviceToHost ? s.dst : s.src;
   if (LiveCountersEnabled()) {
@@ -218,14 +218,22 @@ inline void Finish(Api api, const CopyCall& c, CUresult r, uint64_t start_ns, Me
   trace::RecordCopy(e, CurrentDevice());
 }
 
+// Every copy is counted; a timed one (start_ns not 0) is also recorded.
+inline void Finish(Api api, const CopyCall& c, CUresult r, uint64_t start_ns, MemKind host_before) {
+  const CopyShape& s = c.shape;
+  CountCopy(api, DirOf(s), s.src, s.dst, s.host_flags, s.bytes, r != CUDA_SUCCESS);
+  if (PINSHIM_UNLIKELY(start_ns != 0)) FinishTimed(api, c, r, start_ns, host_before);
+}
+
 // The engine for a copy, in optimize mode: for one with a host side it is
 // started at the first such copy; a batch uses it only once it runs (a
 // batch that succeeded is waited for when any operand may be pinshim's).
 inline optimize::Optimizer* EngineFor(const CopyCall& c) {
   if (PINSHIM_LIKELY(!g_optimize)) return nullptr;
   if (c.form == CopyForm::kBatch) return hook::ActiveOptimizer();
-  if (c.shape.host_ptr == nullptr || !EnsureOptimizerStarted()) return nullptr;
-  return &optimize::Optimizer::Process();
+  if (c.shape.host_ptr == nullptr) return nullptr;
+  optimize::Optimizer& engine = optimize::Optimizer::Process();
+  return PINSHIM_LIKELY(engine.active()) || EnsureOptimizerStarted() ? &engine : nullptr;
 }
 
 // Every copy wrapper: `describe` works out what the call touches; the
@@ -246,7 +254,9 @@ CUresult CopyHook(Api api, bool async, CUstream stream, Describe describe, Args.
   const MemKind host_before =
       DirOf(call.shape) == CopyDir::kDeviceToHost ? call.shape.dst : call.shape.src;
   auto driver = [&] { return real(args...); };
-  const CUresult r = optimize::RunCopy(EngineFor(call), &call, driver);
+  optimize::Optimizer* engine = EngineFor(call);
+  // Without an engine RunCopy is the driver's call: made here directly.
+  const CUresult r = engine == nullptr ? real(args...) : optimize::RunCopy(engine, &call, driver);
   Finish(api, call, r, start_ns, host_before);
   return r;
 }

@@ -26,9 +26,11 @@
 namespace pinshim {
 namespace hook {
 
+// The driver's function once known is a load; the lookup is out of line.
 template <typename Fn>
 inline Fn RealFn(Api api) {
-  return reinterpret_cast<Fn>(RealDriverFunction(api));
+  void* fn = g_driver_real[api].load(std::memory_order_acquire);
+  return reinterpret_cast<Fn>(fn != nullptr ? fn : RealDriverFunction(api));
 }
 
 // A driver function pinshim calls for itself (not a wrapped entry point),

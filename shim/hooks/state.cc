@@ -60,23 +60,18 @@ void Next(T* out, const char* name) {
 
 // --- bootstrap pool: serves allocations made while resolving g_real ---
 
+alignas(64) char g_bootstrap_pool[kBootstrapBytes];
+
 namespace {
-constexpr size_t kBootBytes = 256 * 1024;
-alignas(64) char g_boot[kBootBytes];
 std::atomic<size_t> g_boot_used{0};
 }  // namespace
-
-bool InBootstrapPool(const void* p) {
-  auto c = static_cast<const char*>(p);
-  return c >= g_boot && c < g_boot + kBootBytes;
-}
 
 void* BootstrapAlloc(size_t bytes) {
   // 16-byte header keeps the size for realloc; blocks stay 16-byte aligned.
   size_t need = ((bytes + 15) & ~size_t{15}) + 16;
   size_t at = g_boot_used.fetch_add(need);
-  if (at + need > kBootBytes) return nullptr;
-  char* p = g_boot + at;
+  if (at + need > kBootstrapBytes) return nullptr;
+  char* p = g_bootstrap_pool + at;
   *reinterpret_cast<size_t*>(p) = bytes;
   return p + 16;
 }
@@ -193,11 +188,22 @@ bool DriverHoldsPinned(const void* p, uint32_t* flags) {
   return true;
 }
 
-}  // namespace
+// Whether ClassifyHost's answer for p is plain pageable memory from loads
+// alone: no registry range in p's granule, no pool slab there, and the
+// driver already said it does not hold p's granule pinned. Most copies of
+// small fresh buffers end here.
+inline bool PlainPageable(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  if (g_allocations.MayHoldAny(addr, addr) || g_registrations.size() != 0) return false;
+  if (g_optimize && optimize::Optimizer::Process().MayBePoolBlock(p)) return false;
+  const uintptr_t tag = (addr >> kUnpinnedGranuleShift) + 1;
+  return p != nullptr &&
+         g_driver_unpinned[tag % kUnpinnedSlots].load(std::memory_order_relaxed) == tag;
+}
 
-MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
-  *flags = 0;
-  *alloc_id = 0;
+// ClassifyHost past its loads-only answer; out of line, so that the common
+// case keeps no frame. *flags and *alloc_id are 0 on entry.
+__attribute__((noinline)) MemKind ClassifySeen(const void* p, uint32_t* flags, uint64_t* alloc_id) {
   Region r;
   const auto addr = reinterpret_cast<uintptr_t>(p);
   MemKind kind = MemKind::kPageable;
@@ -230,6 +236,15 @@ MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
     kind = MemKind::kPinnedByProgram;
   }
   return kind;
+}
+
+}  // namespace
+
+MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
+  *flags = 0;
+  *alloc_id = 0;
+  if (PINSHIM_LIKELY(PlainPageable(p))) return MemKind::kPageable;
+  return ClassifySeen(p, flags, alloc_id);
 }
 
 }  // namespace pinshim

@@ -134,7 +134,13 @@ MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) PINSHIM
 
 // The bootstrap pool (see ResolveRealFunctions): allocations made while
 // g_real is being resolved, on the thread resolving it (Resolving()).
-bool InBootstrapPool(const void* p) PINSHIM_HIDDEN;
+// Inline: free asks it of every pointer.
+constexpr size_t kBootstrapBytes = 256 * 1024;
+extern char g_bootstrap_pool[kBootstrapBytes] PINSHIM_HIDDEN;
+inline bool InBootstrapPool(const void* p) {
+  const auto c = static_cast<const char*>(p);
+  return c >= g_bootstrap_pool && c < g_bootstrap_pool + kBootstrapBytes;
+}
 void* BootstrapAlloc(size_t bytes) PINSHIM_HIDDEN;
 size_t BootstrapSize(const void* p) PINSHIM_HIDDEN;
 bool Resolving() PINSHIM_HIDDEN;

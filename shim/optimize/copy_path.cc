@@ -83,7 +83,9 @@ CUresult Issue(Optimizer* engine, CopyCall* c, const CopyTicket& t, DriverCall d
     if (c->staged) return r;
   }
   if (t.refuse) return CUDA_ERROR_INVALID_VALUE;
-  if (c->async && c->form == CopyForm::kStageable) {
+  // Only an upload of memory pinned in place has an eager head.
+  if (c->async && c->form == CopyForm::kStageable && t.dir == CopyDir::kHostToDevice &&
+      (t.kind == CopyTicket::kCache || t.kind == CopyTicket::kArena)) {
     CUresult r;
     if (engine->UploadEagerHead(t, c->host, c->dev, c->stream, c->per_thread, &r, in_flight)) {
       return r;
@@ -109,7 +111,7 @@ CUresult RunHostCopy(Optimizer* engine, CopyCall* c, DriverCall driver) {
   }
   bool in_flight;
   const CUresult r = Issue(engine, c, t, driver, &in_flight);
-  engine->AfterHostCopy(t, r, in_flight, c->stream, c->per_thread);
+  if (t.kind != CopyTicket::kNone) engine->AfterHostCopy(t, r, in_flight, c->stream, c->per_thread);
   // A copy that also set its path up (registered its buffer, pinned a
   // ring) is not that path's speed: the setup's cost is the cost model's
   // to weigh.

@@ -169,6 +169,7 @@ class Optimizer {
                             bool sync, bool stageable);
   // After the real call; async: an *Async entry point; per_thread_api: a
   // _ptsz/_ptds entry point. May wait for the copy (see registration_cache.h).
+  // Does nothing for a ticket of kind kNone: callers may skip the call.
   void AfterHostCopy(const CopyTicket& ticket, CUresult result, bool async, CUstream stream,
                      bool per_thread_api);
 
@@ -272,6 +273,10 @@ class Optimizer {
   // in the allocation registry) and for range/buffer-id attribute answers.
   bool PoolBlock(const void* p, PoolBlockInfo* info) const {
     return pool_on_.load(std::memory_order_relaxed) && pool_.Owns(p) && pool_.Lookup(p, info);
+  }
+  // False only where PoolBlock(p) is false, in a load or three.
+  bool MayBePoolBlock(const void* p) const {
+    return pool_on_.load(std::memory_order_relaxed) && pool_.MayOwn(p);
   }
 
   // --- budget, time, contexts -------------------------------------------

@@ -20,28 +20,18 @@ constexpr double kSkipDriverFirst = 4.0;
 
 }  // namespace
 
-int PathJudge::ClassOf(uint64_t bytes) {
-  const uint64_t units = bytes >> 18;  // 256 KiB
-  if (units == 0) return 0;
-  const int log2 = 63 - __builtin_clzll(units);
-  const int c = 1 + log2 / 2;
-  return c < kClasses ? c : kClasses - 1;
-}
-
 const char* PathJudge::ClassName(int size_class) {
   static const char* const kNames[kClasses] = {"0", "256K", "1M", "4M", "16M", "64M", "256M", "1G"};
   return size_class >= 0 && size_class < kClasses ? kNames[size_class] : "?";
 }
 
-int PathJudge::IndexOf(CopyDir dir, uint64_t bytes, bool sync) {
-  const int d = dir == CopyDir::kDeviceToHost ? 1 : 0;
-  return (d * 2 + (sync ? 1 : 0)) * kClasses + ClassOf(bytes);
-}
-
 uint64_t PathJudge::Figure::Value() const {
   const uint64_t n = samples.load(std::memory_order_relaxed);
+  if (n == 0) return 0;
+  const uint64_t stamp = n << 32;
+  const uint64_t kept = middle.load(std::memory_order_relaxed);
+  if ((kept & ~uint64_t{UINT32_MAX}) == stamp && (kept & UINT32_MAX) != 0) return kept & UINT32_MAX;
   const int k = n < kRecent ? static_cast<int>(n) : kRecent;
-  if (k == 0) return 0;
   uint32_t v[kRecent];
   for (int i = 0; i < k; ++i) v[i] = recent[i].load(std::memory_order_relaxed);
   for (int i = 1; i < k; ++i) {  // insertion sort of at most four
@@ -51,7 +41,14 @@ uint64_t PathJudge::Figure::Value() const {
       v[j - 1] = t;
     }
   }
-  return k % 2 == 1 ? v[k / 2] : (uint64_t{v[k / 2 - 1]} + v[k / 2]) / 2;
+  const uint64_t m = k % 2 == 1 ? v[k / 2] : (uint64_t{v[k / 2 - 1]} + v[k / 2]) / 2;
+  middle.store(stamp | m, std::memory_order_relaxed);
+  return m;
+}
+
+void PathJudge::Figure::Clear() {
+  samples.store(0, std::memory_order_relaxed);
+  middle.store(0, std::memory_order_relaxed);
 }
 
 void PathJudge::Figure::Add(uint32_t ps_per_byte) {
@@ -105,7 +102,11 @@ void PathJudge::Record(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, ui
   c.fig[p].Add(PsPerByte(bytes, ns));
   if (path == CopyPath::kDriver) {
     driver_ns_[dir == CopyDir::kDeviceToHost ? 1 : 0].fetch_add(ns, std::memory_order_relaxed);
-    for (int q = 1; q < kCopyPathCount; ++q) Judge(c, index, q);
+    // A path without a figure in this cell has nothing to judge (Judge
+    // would return at once): the driver's middle is not worked out for it.
+    for (int q = 1; q < kCopyPathCount; ++q) {
+      if (c.fig[q].samples.load(std::memory_order_relaxed) != 0) Judge(c, index, q);
+    }
   } else {
     Judge(c, index, p);
   }
@@ -113,8 +114,11 @@ void PathJudge::Record(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, ui
 
 void PathJudge::Judge(Cell& c, int index, int p) {
   const uint64_t np = c.fig[p].samples.load(std::memory_order_relaxed);
-  const uint64_t driver = c.fig[0].Value(), mine = c.fig[p].Value();
-  if (np == 0 || driver == 0 || mine == 0) return;
+  if (np == 0) return;
+  const uint64_t driver = c.fig[0].Value();
+  if (driver == 0) return;
+  const uint64_t mine = c.fig[p].Value();
+  if (mine == 0) return;
   // The path's speed as a fraction of the driver's (ps per byte inverted).
   const double ratio = static_cast<double>(driver) / static_cast<double>(mine);
   const auto old = static_cast<PathVerdict>(c.verdict[p].load(std::memory_order_relaxed));
@@ -185,7 +189,7 @@ int PathJudge::Report(PathCellReport* out, int max) const {
 void PathJudge::Reset() {
   for (Cell& c : cells_) {
     for (int p = 0; p < kCopyPathCount; ++p) {
-      c.fig[p].samples.store(0, std::memory_order_relaxed);
+      c.fig[p].Clear();
       c.verdict[p].store(0, std::memory_order_relaxed);
       c.since_probe[p].store(0, std::memory_order_relaxed);
       c.probe_shift[p].store(0, std::memory_order_relaxed);

@@ -17,7 +17,9 @@
 // a program that makes a few small copies never pays for a ring.
 //
 // Threads: relaxed atomics only; a racing update loses a sample, never
-// corrupts one. One Record and one Take per copy, each a few loads.
+// corrupts one. One Record and one Take per copy, each a few loads; a
+// figure's middle is worked out again only after a sample changed it, and a
+// driver copy judges only the paths that have figures of their own.
 #ifndef PINSHIM_SHIM_OPTIMIZE_PATH_JUDGE_H_
 #define PINSHIM_SHIM_OPTIMIZE_PATH_JUDGE_H_
 
@@ -56,7 +58,12 @@ class PathJudge {
   // Size classes by powers of four from 256 KiB: [0, 256K), [256K, 1M),
   // [1M, 4M), [4M, 16M), [16M, 64M), [64M, 256M), [256M, 1G), [1G, ...).
   static constexpr int kClasses = 8;
-  static int ClassOf(uint64_t bytes);
+  static int ClassOf(uint64_t bytes) {
+    const uint64_t units = bytes >> 18;  // 256 KiB
+    if (units == 0) return 0;
+    const int c = 1 + (63 - __builtin_clzll(units)) / 2;
+    return c < kClasses ? c : kClasses - 1;
+  }
   // The class's lower bound ("256K"), for messages.
   static const char* ClassName(int size_class);
 
@@ -108,8 +115,14 @@ class PathJudge {
   struct Figure {
     std::atomic<uint64_t> samples{0};
     std::atomic<uint32_t> recent[kRecent] = {};
+    // The middle as of a count of samples: that count's low 32 bits above,
+    // the middle below (never 0: a sample is at least 1). Value sorts the
+    // samples only when one came since; one racing an Add may keep a middle
+    // without the new sample until the next (a sample lost, as elsewhere).
+    mutable std::atomic<uint64_t> middle{0};
     void Add(uint32_t ps_per_byte);
     uint64_t Value() const;  // the middle of the recent samples; 0: none
+    void Clear();
   };
   struct Cell {
     Figure fig[kCopyPathCount];
@@ -127,7 +140,10 @@ class PathJudge {
   static constexpr uint32_t kFirstRetryShift = 5;  // a losing path retried after 32 copies
   static constexpr uint32_t kMaxRetryShift = 12;   // ... at most every 4096
 
-  static int IndexOf(CopyDir dir, uint64_t bytes, bool sync);
+  static int IndexOf(CopyDir dir, uint64_t bytes, bool sync) {
+    const int d = dir == CopyDir::kDeviceToHost ? 1 : 0;
+    return (d * 2 + (sync ? 1 : 0)) * kClasses + ClassOf(bytes);
+  }
   bool Probe(Cell& c, int p, uint32_t first_shift);
   void Judge(Cell& c, int index, int p);
   PathCellReport ReportOf(const Cell& c, int index, int p) const;

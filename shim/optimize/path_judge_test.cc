@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
+
+#include "shim/optimize/path_judge_reference.h"
 
 namespace pinshim {
 namespace optimize {
@@ -159,6 +162,148 @@ TEST(PathJudgeTest, DisabledJudgeTakesEveryPath) {
   j.set_enabled(false);
   EXPECT_TRUE(j.Take(CopyPath::kStaged, kH2D, kMiB, true));
   EXPECT_TRUE(j.WorthSetup(kH2D, 1e12));
+}
+
+// --- the same decisions as the plain algorithm (path_judge_reference.h) -----
+
+std::vector<PathCellReport> g_changes;
+
+void ExpectSameCell(const PathCellReport& a, const PathCellReport& b, const char* what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(a.dir, b.dir);
+  EXPECT_EQ(a.sync, b.sync);
+  EXPECT_EQ(a.size_class, b.size_class);
+  EXPECT_EQ(a.path, b.path);
+  EXPECT_EQ(a.verdict, b.verdict);
+  EXPECT_EQ(a.path_copies, b.path_copies);
+  EXPECT_EQ(a.driver_copies, b.driver_copies);
+  EXPECT_EQ(a.path_ns_per_mib, b.path_ns_per_mib);
+  EXPECT_EQ(a.driver_ns_per_mib, b.driver_ns_per_mib);
+  EXPECT_EQ(a.losses, b.losses);
+}
+
+void ExpectSameState(const PathJudge& j, const ReferenceJudge& ref) {
+  ASSERT_EQ(j.driver_probes(), ref.driver_probes());
+  ASSERT_EQ(j.path_retries(), ref.path_retries());
+  PathCellReport cells[64];
+  const std::vector<PathCellReport> want = ref.Report();
+  ASSERT_EQ(j.Report(cells, 64), static_cast<int>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) ExpectSameCell(cells[i], want[i], "report");
+  for (const CopyDir d : {kH2D, kD2H}) {
+    for (const double setup : {1e5, 1e7, 1e9}) {
+      ASSERT_EQ(j.WorthSetup(d, setup), ref.WorthSetup(d, setup));
+    }
+  }
+  for (int k = 0; k < PathJudge::kClasses; ++k) {
+    for (const CopyPath p : {CopyPath::kStaged, CopyPath::kPinnedInPlace}) {
+      ASSERT_EQ(j.LosesAnywhere(p, k), ref.LosesAnywhere(p, k));
+    }
+  }
+}
+
+// Random copies in every cell, through phases in which each path runs at
+// a different fraction of the driver's speed (several near the hysteresis
+// bounds), with outliers, failed copies, driver copies that never asked,
+// resets and the judge switched off and on: every answer, probe, verdict
+// change and figure must be the plain algorithm's.
+void RunDifferential(uint64_t seed, int copies) {
+  std::mt19937_64 rng(seed);
+  PathJudge j;
+  ReferenceJudge ref;
+  g_changes.clear();
+  j.set_callback([](const PathCellReport& c) { g_changes.push_back(c); });
+  const uint64_t sizes[] = {0, 4096, 65536, 300 * 1024, 2 * kMiB, 5 * kMiB, 70 * kMiB, 2048 * kMiB};
+  const double factors[] = {0.3, 0.79, 0.97, 0.985, 1.0, 1.015, 1.03, 2.0, 5.0};
+  const double wins[] = {1.0, 2.0, 5.0};
+  double factor[2 * 2 * 8][kCopyPathCount] = {};
+  uint64_t probes = 0, retries = 0;  // over the resets
+  for (int i = 0; i < copies; ++i) {
+    if (i % 500 == 0) {  // a new phase
+      for (auto& cell : factor) {
+        for (double& f : cell) f = factors[rng() % 9];
+      }
+    }
+    const CopyDir dir = rng() % 2 ? kH2D : kD2H;
+    const bool sync = rng() % 2;
+    const uint64_t bytes = sizes[rng() % 8];
+    const CopyPath path = rng() % 2 ? CopyPath::kStaged : CopyPath::kPinnedInPlace;
+    const int cell = ((dir == kD2H ? 2 : 0) + (sync ? 1 : 0)) * 8 + PathJudge::ClassOf(bytes);
+    const uint64_t r = rng() % 1000;
+    if (r < 2) {
+      probes += j.driver_probes();
+      retries += j.path_retries();
+      j.Reset();
+      ref.Reset();
+      continue;
+    }
+    if (r < 4) {
+      const bool on = rng() % 4 != 0;
+      j.set_enabled(on);
+      ref.set_enabled(on);
+    }
+    const double driver_ns = (bytes + 1) * 0.1 * (0.9 + 0.2 * (rng() % 1000) / 1000.0);
+    const double outlier = rng() % 100 == 0 ? 50.0 : 1.0;
+    CopyPath ran = CopyPath::kDriver;
+    if (r >= 50) {  // else a copy no path could take: the driver's, unasked
+      const double win = wins[rng() % 3];
+      const bool took = j.Take(path, dir, bytes, sync, win);
+      ASSERT_EQ(took, ref.Take(path, dir, bytes, sync, win)) << "copy " << i;
+      if (took) ran = path;
+    }
+    if (r >= 50 && r < 80) continue;  // failed: not recorded
+    const double ns =
+        driver_ns * outlier / (ran == CopyPath::kDriver ? 1.0 : factor[cell][int(ran)]);
+    j.Record(ran, dir, bytes, sync, static_cast<uint64_t>(ns));
+    ref.Record(ran, dir, bytes, sync, static_cast<uint64_t>(ns));
+    ASSERT_EQ(g_changes.size(), ref.changes().size()) << "copy " << i;
+    if (i % 97 == 0) ExpectSameState(j, ref);
+  }
+  ExpectSameState(j, ref);
+  ASSERT_EQ(g_changes.size(), ref.changes().size());
+  for (size_t i = 0; i < g_changes.size(); ++i) {
+    ExpectSameCell(g_changes[i], ref.changes()[i], "callback");
+  }
+  // The run proves something only if verdicts changed both ways and both
+  // kinds of probe came.
+  int wins_seen = 0, losses_seen = 0;
+  for (const PathCellReport& c : g_changes) {
+    (c.verdict == PathVerdict::kWins ? wins_seen : losses_seen)++;
+  }
+  EXPECT_GT(wins_seen, 20) << "the run proves nothing";
+  EXPECT_GT(losses_seen, 20) << "the run proves nothing";
+  EXPECT_GT(probes + j.driver_probes(), 10u) << "the run proves nothing";
+  EXPECT_GT(retries + j.path_retries(), 10u) << "the run proves nothing";
+}
+
+TEST(PathJudgeTest, DecidesAsThePlainAlgorithm) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE(seed);
+    RunDifferential(seed, 60000);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// A figure's middle is kept between samples: a sample that changes it must
+// show in the next report, one before a reset never after it.
+TEST(PathJudgeTest, AFiguresMiddleFollowsEverySample) {
+  PathJudge j;
+  PathCellReport cells[4];
+  j.Record(CopyPath::kDriver, kH2D, kMiB, true, 100000);
+  j.Record(CopyPath::kStaged, kH2D, kMiB, true, 50000);
+  j.Record(CopyPath::kStaged, kH2D, kMiB, true, 50000);
+  ASSERT_EQ(j.Report(cells, 4), 1);
+  const uint64_t before = cells[0].path_ns_per_mib;
+  j.Record(CopyPath::kStaged, kH2D, kMiB, true, 70000);
+  j.Record(CopyPath::kStaged, kH2D, kMiB, true, 70000);
+  ASSERT_EQ(j.Report(cells, 4), 1);
+  EXPECT_GT(cells[0].path_ns_per_mib, before);
+  j.Reset();
+  // As many samples as before the reset, other values: a middle kept from
+  // before the reset would answer with the old figure.
+  for (int i = 0; i < 4; ++i) j.Record(CopyPath::kStaged, kH2D, kMiB, true, 10000);
+  j.Record(CopyPath::kDriver, kH2D, kMiB, true, 100000);
+  ASSERT_EQ(j.Report(cells, 4), 1);
+  EXPECT_EQ(cells[0].path_ns_per_mib, uint64_t{10000} * 1000 / kMiB * kMiB / 1000);
 }
 
 }  // namespace

@@ -158,6 +158,12 @@ class PinnedPool {
 
   // Whether p lies in memory the pool manages (live or not). Lock-free.
   bool Owns(const void* p) const;
+  // False only where Owns(p) is false, from the slabs' summary alone (a
+  // load or two): for hooks that ask about nearly every host pointer.
+  bool MayOwn(const void* p) const {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    return slabs_.MayHoldAny(a, a);
+  }
 
   // Fills *info when p lies inside a live block's requested bytes.
   bool Lookup(const void* p, PoolBlockInfo* info) const;

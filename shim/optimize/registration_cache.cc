@@ -380,6 +380,11 @@ CacheTicket RegistrationCache::OnPageableCopy(const Region& alloc, const void* h
   if (!active()) return CacheTicket();
   if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return CacheTicket();
   if (Declines(alloc, reinterpret_cast<uintptr_t>(host_ptr), bytes)) return CacheTicket();
+  return PinIfWorth(alloc, bytes, dir, may_pin);
+}
+
+CacheTicket RegistrationCache::PinIfWorth(const Region& alloc, uint64_t bytes, CopyDir dir,
+                                          bool may_pin) {
   const double saving = CostModel::SavingNs(bytes, dir);
   if (saving <= 0) return CacheTicket();
   const uint64_t now = Now();

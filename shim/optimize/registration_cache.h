@@ -267,6 +267,10 @@ class RegistrationCache {
   // is not one the cache pins (counted by reason, CountDecline).
   void CountDecline(CacheDecline why);
   bool Declines(const Region& alloc, uintptr_t p, uint64_t bytes);
+  // The rest for a buffer the cache does not decline: pins it once that
+  // pays off. Out of line: most copies are declined.
+  __attribute__((noinline)) CacheTicket PinIfWorth(const Region& alloc, uint64_t bytes, CopyDir dir,
+                                                   bool may_pin);
   // Notes the copy on its buffer's candidate; once pinning it pays off,
   // reserves an entry (registering) and returns its index; else -1, with
   // *table_full set when no entry was free.
