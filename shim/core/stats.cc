@@ -22,12 +22,7 @@ constexpr size_t kSlots = 1024;  // power of two
 constexpr uint64_t kUsed = uint64_t{1} << 63;
 constexpr uint64_t kPinRecord = uint64_t{1} << 62;
 
-struct Slot {
-  std::atomic<uint64_t> key{0};
-  std::atomic<uint64_t> calls{0};
-  std::atomic<uint64_t> bytes{0};
-  std::atomic<uint64_t> failed{0};
-};
+using Slot = CountSlot;
 
 Slot g_slots[kSlots];
 std::atomic<uint64_t> g_overflow_calls{0};
@@ -56,13 +51,6 @@ Slot* FindSlot(uint64_t key) {
   return nullptr;
 }
 
-// The slot each entry point's copies last went to, by API id modulo the
-// hints' count: a program's copies through one entry point nearly always
-// have one key, and a slot keeps its key for good, so the hint is checked
-// with one load instead of hashing and probing.
-constexpr size_t kCopyHints = 512;  // power of two
-std::atomic<Slot*> g_copy_hints[kCopyHints];
-
 void AddTo(Slot* s, uint64_t bytes, bool failed) {
   s->calls.fetch_add(1, std::memory_order_relaxed);
   s->bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -90,22 +78,15 @@ void WriteAll(int fd, const char* buf, size_t len) {
   }
 }
 
-void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags, uint64_t bytes,
-               bool failed) {
-  uint64_t key = kUsed | (uint64_t{api} << 32) | (uint64_t(dir) << 48) | (uint64_t(src) << 52) |
-                 (uint64_t(dst) << 56) | flags;
-  std::atomic<Slot*>& hint = g_copy_hints[api & (kCopyHints - 1)];
-  Slot* s = hint.load(std::memory_order_relaxed);
-  if (PINSHIM_LIKELY(s != nullptr && s->key.load(std::memory_order_relaxed) == key)) {
-    AddTo(s, bytes, failed);
-    return;
-  }
-  s = FindSlot(key);
+std::atomic<CountSlot*> g_copy_hints[kCopyHints];
+
+void CountCopySlow(ApiId api, uint64_t key, uint64_t bytes, bool failed) {
+  Slot* s = FindSlot(key);
   if (s == nullptr) {
     g_overflow_calls.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  hint.store(s, std::memory_order_relaxed);
+  g_copy_hints[api & (kCopyHints - 1)].store(s, std::memory_order_relaxed);
   AddTo(s, bytes, failed);
 }
 

@@ -50,7 +50,8 @@ inline uint64_t PitchedSpan(size_t src_pitch, size_t dst_pitch, size_t width, ui
   return pitch * rows + width;
 }
 
-inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
+// Inline in every wrapper: its classification is nearly always a few loads.
+__attribute__((always_inline)) inline void HostSide(const void* p, MemKind* kind, CopyShape* s) {
   uint32_t flags;
   uint64_t id;
   *kind = ClassifyHost(p, &flags, &id);
@@ -253,10 +254,15 @@ CUresult CopyHook(Api api, bool async, CUstream stream, Describe describe, Args.
   const uint64_t start_ns = CopyStartTime();
   const MemKind host_before =
       DirOf(call.shape) == CopyDir::kDeviceToHost ? call.shape.dst : call.shape.src;
-  auto driver = [&] { return real(args...); };
-  optimize::Optimizer* engine = EngineFor(call);
   // Without an engine RunCopy is the driver's call: made here directly.
-  const CUresult r = engine == nullptr ? real(args...) : optimize::RunCopy(engine, &call, driver);
+  optimize::Optimizer* engine = EngineFor(call);
+  CUresult r;
+  if (engine == nullptr) {
+    r = real(args...);
+  } else {
+    auto driver = [&] { return real(args...); };
+    r = optimize::RunCopy(engine, &call, driver);
+  }
   Finish(api, call, r, start_ns, host_before);
   return r;
 }

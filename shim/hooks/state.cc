@@ -134,13 +134,9 @@ void DropTraceIfNoCuda() {
 
 uint64_t NextAllocId() { return g_next_alloc_id.fetch_add(1, std::memory_order_relaxed); }
 
-namespace {
-
-// Granules (2 MiB) of host memory the driver said it does not hold pinned,
-// one per slot: asked once, remembered until another granule takes the slot.
-constexpr int kUnpinnedGranuleShift = 21;
-constexpr size_t kUnpinnedSlots = 1024;
 std::atomic<uintptr_t> g_driver_unpinned[kUnpinnedSlots];
+
+namespace {
 
 // Whether the driver holds [p] pinned although pinshim saw no call pin it
 // (pinned before pinshim was loaded, or by a library loaded with
@@ -188,22 +184,11 @@ bool DriverHoldsPinned(const void* p, uint32_t* flags) {
   return true;
 }
 
-// Whether ClassifyHost's answer for p is plain pageable memory from loads
-// alone: no registry range in p's granule, no pool slab there, and the
-// driver already said it does not hold p's granule pinned. Most copies of
-// small fresh buffers end here.
-inline bool PlainPageable(const void* p) {
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  if (g_allocations.MayHoldAny(addr, addr) || g_registrations.size() != 0) return false;
-  if (g_optimize && optimize::Optimizer::Process().MayBePoolBlock(p)) return false;
-  const uintptr_t tag = (addr >> kUnpinnedGranuleShift) + 1;
-  return p != nullptr &&
-         g_driver_unpinned[tag % kUnpinnedSlots].load(std::memory_order_relaxed) == tag;
-}
+}  // namespace
 
-// ClassifyHost past its loads-only answer; out of line, so that the common
-// case keeps no frame. *flags and *alloc_id are 0 on entry.
-__attribute__((noinline)) MemKind ClassifySeen(const void* p, uint32_t* flags, uint64_t* alloc_id) {
+bool MayBePoolBlock(const void* p) { return optimize::Optimizer::Process().MayBePoolBlock(p); }
+
+MemKind ClassifySeen(const void* p, uint32_t* flags, uint64_t* alloc_id) {
   Region r;
   const auto addr = reinterpret_cast<uintptr_t>(p);
   MemKind kind = MemKind::kPageable;
@@ -236,15 +221,6 @@ __attribute__((noinline)) MemKind ClassifySeen(const void* p, uint32_t* flags, u
     kind = MemKind::kPinnedByProgram;
   }
   return kind;
-}
-
-}  // namespace
-
-MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
-  *flags = 0;
-  *alloc_id = 0;
-  if (PINSHIM_LIKELY(PlainPageable(p))) return MemKind::kPageable;
-  return ClassifySeen(p, flags, alloc_id);
 }
 
 }  // namespace pinshim

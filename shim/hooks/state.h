@@ -129,8 +129,41 @@ extern std::atomic<uint64_t> g_tracked_mallocs PINSHIM_HIDDEN;
 
 uint64_t NextAllocId() PINSHIM_HIDDEN;
 
+// Granules (2 MiB) of host memory the driver said it does not hold pinned,
+// one per slot: asked once, remembered until another granule takes the slot
+// (state.cc: DriverHoldsPinned).
+constexpr int kUnpinnedGranuleShift = 21;
+constexpr size_t kUnpinnedSlots = 1024;
+extern std::atomic<uintptr_t> g_driver_unpinned[kUnpinnedSlots] PINSHIM_HIDDEN;
+
+// Optimize mode: whether p may lie in a pool block (false only where it
+// does not).
+bool MayBePoolBlock(const void* p) PINSHIM_HIDDEN;
+
+// ClassifyHost past its loads-only answer. *flags and *alloc_id are 0.
+MemKind ClassifySeen(const void* p, uint32_t* flags, uint64_t* alloc_id) PINSHIM_HIDDEN;
+
+// Whether ClassifyHost's answer for p is plain pageable memory from loads
+// alone: no registry range in p's granule, no pool slab there, and the
+// driver already said it does not hold p's granule pinned. Most copies of
+// small fresh buffers end here.
+inline bool PlainPageable(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  if (g_allocations.MayHoldAny(addr, addr) || g_registrations.size() != 0) return false;
+  if (g_optimize && MayBePoolBlock(p)) return false;
+  const uintptr_t tag = (addr >> kUnpinnedGranuleShift) + 1;
+  return p != nullptr &&
+         g_driver_unpinned[tag % kUnpinnedSlots].load(std::memory_order_relaxed) == tag;
+}
+
 // What kind of host memory `p` is, with its flags and owning allocation.
-MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) PINSHIM_HIDDEN;
+// Inline: every copy asks, and nearly always of plain pageable memory.
+inline MemKind ClassifyHost(const void* p, uint32_t* flags, uint64_t* alloc_id) {
+  *flags = 0;
+  *alloc_id = 0;
+  if (PINSHIM_LIKELY(PlainPageable(p))) return MemKind::kPageable;
+  return ClassifySeen(p, flags, alloc_id);
+}
 
 // The bootstrap pool (see ResolveRealFunctions): allocations made while
 // g_real is being resolved, on the thread resolving it (Resolving()).

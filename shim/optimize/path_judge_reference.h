@@ -50,8 +50,9 @@ class ReferenceJudge {
     Cell& c = cells_[index];
     const int p = static_cast<int>(path);
     const uint64_t ps = ns * 1000 / bytes;
-    c.recent[p][c.samples[p] % PathJudge::kRecent] =
-        ps > UINT32_MAX ? UINT32_MAX : ps == 0 ? 1 : static_cast<uint32_t>(ps);
+    c.recent[p][c.samples[p] % PathJudge::kRecent] = ps > UINT32_MAX ? UINT32_MAX
+                                                     : ps == 0       ? 1
+                                                                     : static_cast<uint32_t>(ps);
     ++c.samples[p];
     if (path == CopyPath::kDriver) {
       driver_ns_[dir == CopyDir::kDeviceToHost ? 1 : 0] += ns;
