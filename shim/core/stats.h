@@ -27,8 +27,8 @@ struct CountSlot {
 // have one key, so the hint is checked with a load instead of hashing and
 // probing (CountCopySlow).
 constexpr size_t kCopyHints = 512;  // power of two
-extern std::atomic<CountSlot*> g_copy_hints[kCopyHints] PINSHIM_HIDDEN;
-void CountCopySlow(ApiId api, uint64_t key, uint64_t bytes, bool failed) PINSHIM_HIDDEN;
+extern std::atomic<CountSlot*> g_copy_hints[kCopyHints];
+void CountCopySlow(ApiId api, uint64_t key, uint64_t bytes, bool failed);
 
 // Adds one copy call (and `bytes`) under its key.
 inline void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t flags,

@@ -61,5 +61,29 @@ TEST(StatsTest, ConcurrentCountsAreExact) {
       << s;
 }
 
+// Each entry point's last slot is kept as a hint: keys that change under
+// one entry point, and entry points that share a hint (API ids 512 apart),
+// still count under their own keys.
+TEST(StatsTest, HintedSlotsCountUnderTheirOwnKeys) {
+  ResetStats();
+  for (int i = 0; i < 100; ++i) {
+    CountCopy(1, CopyDir::kHostToDevice, MemKind::kPageable, MemKind::kDevice, 0, 1, false);
+    CountCopy(1, CopyDir::kHostToDevice, MemKind::kPinnedByProgram, MemKind::kDevice, 0, 2, i % 2);
+    CountCopy(513, CopyDir::kHostToDevice, MemKind::kPageable, MemKind::kDevice, 0, 4, false);
+    CountCopy(1, CopyDir::kHostToDevice, MemKind::kPageable, MemKind::kDevice, 0x4, 8, false);
+  }
+  std::string s = Summary();
+  EXPECT_NE(s.find("pinshim: copy api=cuMemcpyHtoD_v2 dir=H2D src=pageable dst=device flags=0x0 "
+                   "calls=100 bytes=100 failed=0\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("src=pinned dst=device flags=0x0 calls=100 bytes=200 failed=50\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("dst=device flags=0x4 calls=100 bytes=800 failed=0\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("pinshim: totals copies=400 copy_bytes=1500 pin_calls=0"), std::string::npos)
+      << s;
+}
+
 }  // namespace
 }  // namespace pinshim

@@ -60,7 +60,9 @@ class CostModel {
   static double FreeHostNs(uint64_t bytes);
 
   // Registering and later unregistering an allocation of `bytes`, in ns.
-  static double PinCycleNs(uint64_t bytes) { return RegisterNs(bytes) + UnregisterNs(bytes); }
+  // (RegisterNs + UnregisterNs; this and SavingNs keep their last answer
+  // per thread.)
+  static double PinCycleNs(uint64_t bytes);
 
   // Under the registration cache's rule (accumulated savings of the copies
   // seen, at least two of them, must reach PinCycleNs(alloc_bytes)), the

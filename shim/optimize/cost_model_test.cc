@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+#include <vector>
+
 namespace pinshim {
 namespace optimize {
 namespace {
@@ -45,6 +48,35 @@ TEST(CostModel, BreakEvenMatchesTheMeasuredRuleOfThumb) {
   EXPECT_EQ(CostModel::BreakEvenCopies(256 * kMiB, 256 * kMiB, CopyDir::kHostToDevice), 2u);
   // Small copies out of a big allocation take many more.
   EXPECT_GT(CostModel::BreakEvenCopies(256 * kMiB, 1 * kMiB, CopyDir::kHostToDevice), 100u);
+}
+
+// SavingNs and PinCycleNs keep their last answer per thread: whatever the
+// order of sizes, directions and threads, each answer is the arithmetic's.
+TEST(CostModel, KeptAnswersAreTheArithmetics) {
+  const uint64_t sizes[] = {0,    1,        4 * kKiB, 64 * kKiB, 64 * kKiB,
+                            kMiB, 3 * kMiB, 3 * kMiB, kMiB,      1024 * kMiB};
+  const CopyDir dirs[] = {CopyDir::kHostToDevice, CopyDir::kDeviceToHost, CopyDir::kDeviceToDevice,
+                          CopyDir::kHostToHost};
+  auto check = [&](int salt) {
+    int bad = 0;
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < 10; ++i) {
+        const uint64_t b = sizes[(i * 7 + salt + round) % 10];
+        const CopyDir d = dirs[(i + salt) % 4];
+        const double plain = CostModel::CopyNs(b, d, false) - CostModel::CopyNs(b, d, true);
+        bad += CostModel::SavingNs(b, d) != (plain > 0 ? plain : 0);
+        bad += CostModel::PinCycleNs(b) != CostModel::RegisterNs(b) + CostModel::UnregisterNs(b);
+      }
+    }
+    return bad;
+  };
+  EXPECT_EQ(check(0), 0);
+  EXPECT_GT(CostModel::SavingNs(kMiB, CopyDir::kHostToDevice), 0);
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, -1);
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { bad[t] = check(t + 1); });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
 }
 
 }  // namespace
