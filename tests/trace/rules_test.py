@@ -48,6 +48,10 @@ PROGRAMS.update({
     "budget_refused_fallback": dict(ENFORCE, PINSHIM_POLICY="fallback"),
 })
 
+# VMM host and host-pool memory: the program calls the driver API itself,
+# so it runs with the driver backend only.
+if SUFFIX == "_driver":
+    PROGRAMS["vmm_host_kinds"] = {}
 # Runs of one program under another configuration: run name -> program.
 PROGRAM_OF = {"budget_refused_fallback": "budget_refused"}
 
@@ -216,6 +220,24 @@ class RulesTest(unittest.TestCase):
 
     def test_pinned_churn(self):
         self.check_program("pinned_churn")
+
+    def test_vmm_host_kinds(self):
+        """VMM host memory mapped and unmapped every batch is churn, named as
+        such; a host pool's per-batch allocations are not; copies of both
+        kinds are pinned ones: no pageable-hot or async-pageable, and the
+        sync-copy-loop fix does not ask to pin them."""
+        if "vmm_host_kinds" not in PROGRAMS:
+            self.skipTest("the driver backend only")
+        self.check_program("vmm_host_kinds")
+        findings = self.reports["vmm_host_kinds"][1]["findings"]
+        churn = [f for f in findings if f["rule"] == "pinned-churn"]
+        self.assertEqual(len(churn), 1, churn)
+        self.assertIn("mapped and unmapped 12 times", churn[0]["explanation"])
+        self.assertIn("cuMemMap/cuMemUnmap", churn[0]["explanation"])
+        loop = [f for f in findings if f["rule"] == "sync-copy-loop"]
+        self.assertEqual(len(loop), 1, loop)
+        self.assertIn("pinned already", loop[0]["fix"])
+        self.assertNotIn("from pinned buffers", loop[0]["fix"])
 
     def test_pinned_unused(self):
         self.check_program("pinned_unused")
