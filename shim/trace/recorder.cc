@@ -1018,7 +1018,8 @@ void RecordCopy(const CopyEvent& e, int device) {
   if (e.async && e.result == 0 && e.host_ptr != nullptr && e.bytes != 0) {
     const bool d2h = e.dir == CopyDir::kDeviceToHost;
     if ((d2h || e.dir == CopyDir::kHostToDevice) && WatchedKind(d2h ? e.dst_kind : e.src_kind)) {
-      WatchCopy(e.host_ptr, e.bytes, d2h, e.stream, g.copy_guard && GuardHandlerInPlace());
+      WatchCopy(e.host_ptr, e.bytes, d2h, e.stream,
+                g.copy_guard ? CopyGuardPagesNow() : GuardPages::kNone);
     }
   }
 }
@@ -1163,7 +1164,10 @@ bool CheckWcRead(const void* src, size_t len, WcReadVia via) {
   return true;
 }
 
-void DisarmWcGuardFor(const void* ptr, size_t len) { WcGuardDisarmFor(ptr, len); }
+void DisarmWcGuardFor(const void* ptr, size_t len) {
+  WcGuardDisarmFor(ptr, len);
+  CopyGuardOpenFor(ptr, len);
+}
 
 bool InsideRecorder() { return Reentered(Reentry::kRecorder); }
 
