@@ -53,10 +53,19 @@ const void* S(uintptr_t v) { return reinterpret_cast<const void*>(v); }
 
 size_t Page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
+// Pages standing for one of the program's cuMemHostAlloc blocks (the end
+// pages of ranges inside it are guarded).
 char* MapPages(size_t pages) {
   void* p =
       mmap(nullptr, pages * Page(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  if (p == MAP_FAILED) return nullptr;
+  CopyWatchAddBlock(p, pages * Page());
+  return static_cast<char*>(p);
+}
+
+void UnmapPages(char* p, size_t pages) {
+  CopyWatchRemoveBlock(p);
+  munmap(p, pages * Page());
 }
 
 class CopyGuardTest : public ::testing::Test {
@@ -112,7 +121,7 @@ TEST_F(CopyGuardTest, NeighboursOnTheEndPagesRunUnreportedAndTheRangeIsCaught) {
   EXPECT_EQ(g_last_address.load(), reinterpret_cast<uintptr_t>(l.begin));
   EXPECT_FALSE(CopyWatchAny());
   *l.before += 1;  // open now
-  munmap(mem, 4 * Page());
+  UnmapPages(mem, 4);
 }
 
 TEST_F(CopyGuardTest, TheLastByteIsCaughtAfterANeighbourOnItsPage) {
@@ -126,7 +135,7 @@ TEST_F(CopyGuardTest, TheLastByteIsCaughtAfterANeighbourOnItsPage) {
   *last = 1;
   EXPECT_EQ(g_records.load(), 1);
   EXPECT_EQ(g_last_address.load(), reinterpret_cast<uintptr_t>(l.end - 1));
-  munmap(mem, 4 * Page());
+  UnmapPages(mem, 4);
 }
 
 TEST_F(CopyGuardTest, AnUploadSourceIsCaughtOnlyWhenWritten) {
@@ -135,12 +144,12 @@ TEST_F(CopyGuardTest, AnUploadSourceIsCaughtOnlyWhenWritten) {
   Layout l = MakeLayout(mem);
   WatchCopy(l.begin, l.end - l.begin, /*device_to_host=*/false, S(0x10), GuardPages::kAll);
   volatile char* first = l.begin;
-  (void)*first;      // reading a source: no fault at all
-  *l.before = 3;     // a store next to it: stepped over
+  (void)*first;   // reading a source: no fault at all
+  *l.before = 3;  // a store next to it: stepped over
   EXPECT_EQ(g_records.load(), 0);
   *first = 2;
   EXPECT_EQ(g_records.load(), 1);
-  munmap(mem, 4 * Page());
+  UnmapPages(mem, 4);
 }
 
 // One load across two guarded pages, next to both copies' bytes: it faults
@@ -161,7 +170,7 @@ TEST_F(CopyGuardTest, AnAccessAcrossTwoGuardedPagesIsOneStep) {
   EXPECT_EQ(value, expected);
   EXPECT_EQ(g_records.load(), 0);
   EXPECT_TRUE(CopyWatchAny());
-  munmap(mem, 2 * page);
+  UnmapPages(mem, 2);
 }
 
 TEST_F(CopyGuardTest, TrapsThatAreNotTheGuardsReachTheProgramsHandler) {
@@ -206,8 +215,9 @@ TEST_F(CopyGuardTest, NeighboursUnderStressAreNeverHarmedNorReported) {
     EXPECT_EQ(((t % 2 == 0 ? l.before : l.after) + t)[0], counts[t]) << t;
   }
   EXPECT_EQ(g_records.load(), 0);
-  EXPECT_GT(CopyGuardSteps(), steps) << "no neighbour access met a guard: the stress proves nothing";
-  munmap(mem, 4 * Page());
+  EXPECT_GT(CopyGuardSteps(), steps)
+      << "no neighbour access met a guard: the stress proves nothing";
+  UnmapPages(mem, 4);
 }
 
 // Last: a program that takes SIGTRAP over gets no steps; the guard gives
@@ -231,7 +241,7 @@ TEST_F(CopyGuardTest, WithoutItsTrapHandlerTheGuardGivesUpTheEndPage) {
   (void)*inner;
   EXPECT_EQ(g_records.load(), 1);
   ASSERT_EQ(sigaction(SIGTRAP, &ours, nullptr), 0);
-  munmap(mem, 4 * Page());
+  UnmapPages(mem, 4);
 }
 
 }  // namespace

@@ -39,6 +39,15 @@ constexpr size_t kMarkProbes = 8;
 // is still the guard's, and is simply retried.
 constexpr unsigned kRecent = 16;
 
+// The program's cuMemHostAlloc blocks (copy_watch.h: which end pages may be
+// guarded). A slot is free while its end is 0.
+struct Block {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};
+};
+constexpr size_t kBlocks = 1024;
+Block g_blocks[kBlocks];
+
 Slot g_slots[kMaxWatchedCopies];
 Mark g_marks[kMarks];
 std::atomic<uint32_t> g_live{0};
@@ -210,17 +219,30 @@ Mark* FindMark(uint64_t key, bool create) {
   return &m;
 }
 
+// Whether the page at `page` lies inside one of the program's blocks (the
+// driver maps a block's last page whole).
+bool PageOfABlock(uintptr_t page) {
+  const uintptr_t size = PageSize();
+  for (Block& b : g_blocks) {
+    uintptr_t end = b.end.load(std::memory_order_acquire);
+    if (end == 0) continue;
+    uintptr_t begin = b.begin.load(std::memory_order_relaxed);
+    if (begin <= page && page + size <= ((end + size - 1) & ~(size - 1))) return true;
+  }
+  return false;
+}
+
 // The pages a guard of [begin, end) protects, as [*first, *last): the
-// pages wholly inside it, or with the end pages every page it touches.
+// pages wholly inside it, and with kAll each end page that lies inside one
+// of the program's blocks.
 bool GuardedPages(uintptr_t begin, uintptr_t end, GuardPages guard, uintptr_t* first,
                   uintptr_t* last) {
   const uintptr_t page = PageSize();
+  *first = (begin + page - 1) & ~(page - 1);
+  *last = end & ~(page - 1);
   if (guard == GuardPages::kAll) {
-    *first = begin & ~(page - 1);
-    *last = (end + page - 1) & ~(page - 1);
-  } else {
-    *first = (begin + page - 1) & ~(page - 1);
-    *last = end & ~(page - 1);
+    if (*first != begin && PageOfABlock(begin & ~(page - 1))) *first = begin & ~(page - 1);
+    if (*last != end && PageOfABlock(end & ~(page - 1))) *last = (end + page - 1) & ~(page - 1);
   }
   return guard != GuardPages::kNone && *last > *first;
 }
@@ -464,6 +486,28 @@ void CopyGuardOpenFor(const void* p, size_t len) {
   }
   const uintptr_t page = PageSize();
   ShrinkGuards(a & ~(page - 1), (z + page - 1) & ~(page - 1), a, z);
+}
+
+void CopyWatchAddBlock(const void* p, uint64_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  if (begin == 0 || bytes == 0) return;
+  for (Block& b : g_blocks) {
+    uintptr_t expected = 0;
+    if (b.begin.compare_exchange_strong(expected, begin, std::memory_order_acq_rel)) {
+      b.end.store(begin + bytes, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+void CopyWatchRemoveBlock(const void* p) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  for (Block& b : g_blocks) {
+    if (begin == 0 || b.begin.load(std::memory_order_acquire) != begin) continue;
+    b.end.store(0, std::memory_order_release);
+    b.begin.store(0, std::memory_order_release);
+    return;
+  }
 }
 
 uint64_t CopyGuardFaults() { return g_faults.load(); }

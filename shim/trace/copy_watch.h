@@ -19,26 +19,35 @@
 // analyzer dismisses; one it drops too early is a race not reported.
 //
 // The guard (PINSHIM_COPY_GUARD=1) also catches plain loads and stores:
-// every page a watched range touches is protected (a device-to-host
-// destination made inaccessible, a host-to-device source read-only) until
-// the copy is pruned or first touched. A device's DMA ignores CPU page
-// protections; the simulated driver moves page-locked bytes the same way
+// the pages of a watched range are protected (a device-to-host destination
+// made inaccessible, a host-to-device source read-only) until the copy is
+// pruned or first touched. A device's DMA ignores CPU page protections; the
+// simulated driver moves page-locked bytes the same way
 // (tests/fakecuda/dma.cc). The guard assumes page-locked memory is
 // read-write, as the driver hands it out; a program that mprotects such
 // memory itself should not use it.
 //
+// Which pages: every page wholly inside the range, and each end page it
+// shares with other bytes when that page lies inside one of the program's
+// cuMemHostAlloc blocks (CopyWatchAddBlock): the other bytes are then the
+// program's own. Any other end page stays open. Such a page may hold the
+// allocator's header and other blocks of the heap (a registered malloc'd
+// buffer), which any thread may touch, the driver's among them; the
+// driver's threads block every signal (tests/fakecuda/streams.cc does the
+// same), and a fault on a thread that blocks SIGSEGV kills the process,
+// with no handler asked. So a race on such a page is not seen by the guard.
+//
 // The SIGSEGV handler (wc_guard.cc) asks CopyGuardFault what a fault was.
 // An access to a byte of a watched range is recorded with its faulting
-// instruction and that copy's guard is lifted. The end pages of a range
-// are shared with whatever lies next to it (a malloc'd buffer's first page
-// holds the allocator's header and maybe other blocks): an access there
-// outside every watched range is let through unreported, by opening the
-// page for exactly one instruction (single-step, wc_guard.cc) and
+// instruction and that copy's guard is lifted. An access to a guarded end
+// page outside every watched range is let through unreported, by opening
+// the page for exactly one instruction (single-step, wc_guard.cc) and
 // protecting it again, so that the guard stays on for the copy's own
 // bytes. Another thread that touches the page while it is open goes
-// unreported, never harmed. Where a step cannot be taken (no trap
-// handler of pinshim's in place, or an instruction that touches too many
-// guarded pages), the guard gives up that end page for good.
+// unreported, never harmed. Where a step cannot be taken (pinshim's trap
+// handler replaced, an instruction that touches too many guarded pages),
+// the guard gives up that end page for good. Without a single step
+// (x86-64 only) no end page is guarded.
 //
 // Every change to the set of guards is followed by giving the affected
 // pages what the live guards want of them, again until no change came in
@@ -48,13 +57,13 @@
 // forbids is healed the same way and retried.
 //
 // System calls that touch a protected page fail with EFAULT instead of
-// faulting. The hooks open the pages before the kernel or the driver sees
-// memory (CopyGuardOpenFor, through DisarmWcGuardFor): a watched range
-// handed over is an access and lifts its copy's guard; other memory on an
-// end page makes those copies give up that end page. A system call the
-// hooks do not see (a raw syscall, one made inside another library) on
-// other data sharing an end page with a queued copy still fails with
-// EFAULT while the copy is guarded: the limit that keeps the guard opt-in.
+// faulting. A watched range the hooks see handed to the kernel (write) is
+// an access and lifts its copy's guard; other memory the hooks hand to the
+// kernel or the driver (DisarmWcGuardFor: write, registrations, copies)
+// makes the copies whose guarded end pages it shares give those pages up
+// (CopyGuardOpenFor). A system call the hooks do not see (a raw syscall,
+// one inside another library) on a guarded page fails with EFAULT while
+// the copy is guarded: one reason the guard is opt-in.
 //
 // Everything here is lock-free, allocation-free and async-signal-safe. A
 // process with nothing watched pays one relaxed load per question.
@@ -73,7 +82,8 @@ constexpr size_t kMaxWatchedCopies = 256;
 enum class GuardPages {
   kNone,
   kWhole,  // the pages wholly inside it (no single-step available)
-  kAll,    // every page it touches, end pages included
+  kAll,    // also its end pages, where they lie inside one of the program's
+           // cuMemHostAlloc blocks (see above)
 };
 
 // True when some copy is watched (one relaxed load).
@@ -132,6 +142,12 @@ void CopyGuardDropPage(uintptr_t page);
 // guarded end pages hold part of it, but none of whose bytes it touches,
 // give those pages up. One load when nothing is watched.
 void CopyGuardOpenFor(const void* p, size_t len);
+
+// The program's cuMemHostAlloc block [p, p + bytes) was allocated, or
+// is about to be released (copy_watch.h: which end pages may be guarded).
+// A full table leaves a block out: its ranges keep to whole pages.
+void CopyWatchAddBlock(const void* p, uint64_t bytes);
+void CopyWatchRemoveBlock(const void* p);
 
 // Guarded pages faulted on so far (tests).
 uint64_t CopyGuardFaults();

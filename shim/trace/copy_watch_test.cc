@@ -97,6 +97,7 @@ TEST_F(CopyWatchTest, WholePageGuardLeavesTheEndPagesOpen) {
   EXPECT_TRUE(Readable(mem + 2 * page));
   CopyWatchStreamDone(S(0x20));
   mem[2 * page] = 1;  // writable again
+  CopyWatchRemoveBlock(mem);
   munmap(mem, 4 * page);
 }
 
@@ -104,6 +105,7 @@ TEST_F(CopyWatchTest, FullGuardCoversTheEndPagesAndStepsOverTheirNeighbours) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char* mem = MapPages(4);
   ASSERT_NE(mem, nullptr);
+  CopyWatchAddBlock(mem, 4 * page);  // the program's cuMemHostAlloc block
   char* begin = mem + page - 8;
   char* end = mem + 3 * page + 16;
   WatchCopy(begin, end - begin, true, S(0x10), GuardPages::kAll);
@@ -127,6 +129,27 @@ TEST_F(CopyWatchTest, FullGuardCoversTheEndPagesAndStepsOverTheirNeighbours) {
   EXPECT_TRUE(Readable(mem));
   EXPECT_EQ(CopyGuardFault(U(mem), true), GuardFault::kStep);
   EXPECT_EQ(CopyGuardFault(U(begin), true), GuardFault::kRecord);
+  CopyWatchRemoveBlock(mem);
+  munmap(mem, 4 * page);
+}
+
+// End pages outside the program's cuMemHostAlloc blocks may hold anyone's
+// data (a registered malloc'd buffer's neighbours): they stay open.
+TEST_F(CopyWatchTest, EndPagesOutsideTheProgramsBlocksStayOpen) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  char* mem = MapPages(4);
+  ASSERT_NE(mem, nullptr);
+  CopyWatchAddBlock(mem + page, page);  // a block of page 1 alone
+  WatchCopy(mem + 100, 2 * page, true, S(0x10), GuardPages::kAll);
+  EXPECT_TRUE(Readable(mem));             // no block: open
+  EXPECT_FALSE(Readable(mem + page));     // inside the range
+  EXPECT_TRUE(Readable(mem + 2 * page));  // no block: open
+  CopyWatchStreamDone(S(0x10));
+  CopyWatchRemoveBlock(mem + page);
+  CopyWatchAddBlock(mem, 4 * page);
+  CopyWatchRemoveBlock(mem);  // removed: open again
+  WatchCopy(mem + 100, 2 * page, true, S(0x10), GuardPages::kAll);
+  EXPECT_TRUE(Readable(mem));
   munmap(mem, 4 * page);
 }
 
@@ -134,6 +157,7 @@ TEST_F(CopyWatchTest, AnEndPageSharedByTwoCopiesStaysGuardedForTheOther) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char* mem = MapPages(4);
   ASSERT_NE(mem, nullptr);
+  CopyWatchAddBlock(mem, 4 * page);     // the program's cuMemHostAlloc block
   char* middle = mem + 2 * page + 100;  // two downloads meet inside page 2
   WatchCopy(mem + 10, middle - (mem + 10), true, S(0x10), GuardPages::kAll);
   WatchCopy(middle, mem + 4 * page - 10 - middle, true, S(0x20), GuardPages::kAll);
@@ -143,6 +167,7 @@ TEST_F(CopyWatchTest, AnEndPageSharedByTwoCopiesStaysGuardedForTheOther) {
   EXPECT_EQ(CopyGuardFault(U(middle - 1), false), GuardFault::kStep);
   EXPECT_EQ(CopyGuardFault(U(middle), false), GuardFault::kRecord);
   EXPECT_TRUE(Readable(mem + 2 * page));
+  CopyWatchRemoveBlock(mem);
   munmap(mem, 4 * page);
 }
 
@@ -150,6 +175,7 @@ TEST_F(CopyWatchTest, HandingNeighboursToTheKernelGivesUpOnlyThatEndPage) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char* mem = MapPages(4);
   ASSERT_NE(mem, nullptr);
+  CopyWatchAddBlock(mem, 4 * page);  // the program's cuMemHostAlloc block
   char* begin = mem + 100;
   char* end = mem + 3 * page + 100;
   WatchCopy(begin, end - begin, true, S(0x10), GuardPages::kAll);
@@ -165,6 +191,7 @@ TEST_F(CopyWatchTest, HandingNeighboursToTheKernelGivesUpOnlyThatEndPage) {
   EXPECT_FALSE(Readable(mem + 2 * page));
   EXPECT_TRUE(TakeCopyAccess(begin, 1, false));  // still watched
   EXPECT_TRUE(Readable(mem + 2 * page));
+  CopyWatchRemoveBlock(mem);
   munmap(mem, 4 * page);
 }
 
@@ -172,6 +199,7 @@ TEST_F(CopyWatchTest, LiftingAGuardOpensEveryPageNoOtherGuardWants) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char* mem = MapPages(8);
   ASSERT_NE(mem, nullptr);
+  CopyWatchAddBlock(mem, 8 * page);  // the program's cuMemHostAlloc block
   WatchCopy(mem, 8 * page, true, S(0x10), GuardPages::kAll);
   WatchCopy(mem + 7 * page, 100, true, S(0x20), GuardPages::kAll);
   CopyWatchStreamDone(S(0x10));
@@ -179,6 +207,7 @@ TEST_F(CopyWatchTest, LiftingAGuardOpensEveryPageNoOtherGuardWants) {
   EXPECT_FALSE(Readable(mem + 7 * page));
   CopyWatchStreamDone(S(0x20));
   EXPECT_TRUE(Readable(mem + 7 * page));
+  CopyWatchRemoveBlock(mem);
   munmap(mem, 8 * page);
 }
 
@@ -186,12 +215,14 @@ TEST_F(CopyWatchTest, AStalePageIsHealedNotLeftFaulting) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char* mem = MapPages(2);
   ASSERT_NE(mem, nullptr);
+  CopyWatchAddBlock(mem, 2 * page);  // the program's cuMemHostAlloc block
   WatchCopy(mem + 100, page, true, S(0x10), GuardPages::kAll);
   CopyWatchStreamDone(S(0x10));
   // As if a lift had lost a race: protected with no guard left.
   ASSERT_EQ(mprotect(mem, 2 * page, PROT_NONE), 0);
   EXPECT_EQ(CopyGuardFault(U(mem + 5), false), GuardFault::kRetry);
   EXPECT_TRUE(Readable(mem + 5));
+  CopyWatchRemoveBlock(mem);
   munmap(mem, 2 * page);
 }
 
@@ -205,6 +236,7 @@ TEST_F(CopyWatchTest, ConcurrentOverlappingGuardsLeaveNoPageProtected) {
   constexpr int kPages = 8;
   char* mem = MapPages(kPages);
   ASSERT_NE(mem, nullptr);
+  CopyWatchAddBlock(mem, kPages * page);  // the program's cuMemHostAlloc block
   constexpr int kThreads = 4;
   int stuck = 0;
   for (int round = 0; round < 60 && stuck == 0; ++round) {
@@ -224,6 +256,7 @@ TEST_F(CopyWatchTest, ConcurrentOverlappingGuardsLeaveNoPageProtected) {
     for (int i = 0; i < kPages; ++i) stuck += Readable(mem + i * page) ? 0 : 1;
   }
   EXPECT_EQ(stuck, 0);
+  CopyWatchRemoveBlock(mem);
   munmap(mem, kPages * page);
 }
 

@@ -1034,10 +1034,12 @@ void RecordPin(const PinEvent& e, int device) {
       case PinOp::kAlloc:
         g.pinned_program.fetch_add(bytes, std::memory_order_relaxed);
         if (e.flags & kPinFlagWriteCombined) AddWcRange(e.ptr, e.bytes);
+        CopyWatchAddBlock(e.ptr, e.bytes);
         break;
       case PinOp::kFree:
         g.pinned_program.fetch_sub(bytes, std::memory_order_relaxed);
         RemoveWcRange(e.ptr);
+        CopyWatchRemoveBlock(e.ptr);
         // The driver waited for the device before releasing (measured); the
         // freed range is unmapped already, so nothing is done to its pages.
         CopyWatchForgetRange(e.ptr, e.bytes, /*still_mapped=*/false);

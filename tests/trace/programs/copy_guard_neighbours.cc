@@ -1,5 +1,5 @@
 // No misuse, with PINSHIM_COPY_GUARD=1: threads update data that shares the
-// end pages of a range (before it and after it, in one malloc'd block)
+// end pages of a range (before it and after it, in one pinned block)
 // while downloads into the range are queued and waited for over and over.
 // The guard must report nothing, lose no update and harm nothing: the
 // program prints the same with the guard as without pinshim.
@@ -18,13 +18,12 @@ int main() {
   constexpr size_t kPage = 4096;
   constexpr size_t kBytes = 17 * kPage;  // above small-copies' size
   constexpr int kThreads = 4;
-  char* block = static_cast<char*>(cuda::Malloc(kBytes + 4 * kPage));
+  char* block = static_cast<char*>(cuda::HostAlloc(kBytes + 4 * kPage));
   // The range starts and ends in the middle of pages, 512 bytes in.
   const uintptr_t first = (reinterpret_cast<uintptr_t>(block) + kPage) & ~uintptr_t{kPage - 1};
   char* buf = reinterpret_cast<char*>(first + 512);
   volatile long* before = reinterpret_cast<volatile long*>(buf - 256);
   volatile long* after = reinterpret_cast<volatile long*>(buf + kBytes + 64);
-  cuda::HostRegister(buf, kBytes);
   void* dev = cuda::DeviceAlloc(kBytes);
   cuda::Stream stream = cuda::StreamCreate();
 
@@ -59,9 +58,8 @@ int main() {
   bool ok = true;
   for (int t = 0; t < kThreads; ++t) ok = ok && ((t % 2 == 0 ? before : after) + t)[0] == done[t];
   printf("neighbours %s\n", ok ? "ok" : "lost updates");
-  cuda::HostUnregister(buf);
   cuda::StreamDestroy(stream);
   cuda::DeviceFree(dev);
-  cuda::Free(block);
+  cuda::FreeHost(block);
   return ok ? 0 : 1;
 }
