@@ -50,6 +50,11 @@ PROGRAMS.update({
     "budget_refused_fallback": dict(ENFORCE, PINSHIM_POLICY="fallback"),
 })
 
+# RULE_PROGRAMS_ONLY (space-separated names) runs those programs alone, for a
+# quick check of a few rules on the GPU host (tests/gpu/copy_guard_check.sh).
+if os.environ.get("RULE_PROGRAMS_ONLY"):
+    PROGRAMS = {k: v for k, v in PROGRAMS.items() if k in os.environ["RULE_PROGRAMS_ONLY"].split()}
+
 # Runs of one program under another configuration: run name -> program.
 PROGRAM_OF = {"budget_refused_fallback": "budget_refused"}
 
@@ -141,6 +146,8 @@ class RulesTest(unittest.TestCase):
             cls.reports[name] = (trace_dir, json.loads(out.stdout))
 
     def check_program(self, name):
+        if name not in PROGRAMS:
+            self.skipTest("not selected (RULE_PROGRAMS_ONLY)")
         if name in self.not_run:
             self.skipTest("not run: " + self.not_run[name])
         source = os.path.join(HERE, "programs", PROGRAM_OF.get(name, name) + ".cc")
@@ -347,4 +354,5 @@ class RulesTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0], "-v"])
+    # Arguments after the script pick tests (-k PATTERN), as unittest's own.
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:])
