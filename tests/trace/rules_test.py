@@ -50,6 +50,11 @@ PROGRAMS.update({
     "budget_refused_fallback": dict(ENFORCE, PINSHIM_POLICY="fallback"),
 })
 
+# VMM host and host-pool memory: the program calls the driver API itself,
+# so it runs with the driver backend only.
+if SUFFIX == "_driver":
+    PROGRAMS["vmm_host_kinds"] = {}
+
 # RULE_PROGRAMS_ONLY (space-separated names) runs those programs alone, for a
 # quick check of a few rules on the GPU host (tests/gpu/copy_guard_check.sh).
 if os.environ.get("RULE_PROGRAMS_ONLY"):
@@ -262,6 +267,24 @@ class RulesTest(unittest.TestCase):
 
     def test_pinned_churn(self):
         self.check_program("pinned_churn")
+
+    def test_vmm_host_kinds(self):
+        """VMM host memory mapped and unmapped every batch is churn, named as
+        such; a host pool's per-batch allocations are not; copies of both
+        kinds are pinned ones: no pageable-hot or async-pageable, and the
+        sync-copy-loop fix does not ask to pin them."""
+        if "vmm_host_kinds" not in PROGRAMS:
+            self.skipTest("the driver backend only")
+        self.check_program("vmm_host_kinds")
+        findings = self.reports["vmm_host_kinds"][1]["findings"]
+        churn = [f for f in findings if f["rule"] == "pinned-churn"]
+        self.assertEqual(len(churn), 1, churn)
+        self.assertIn("mapped and unmapped 12 times", churn[0]["explanation"])
+        self.assertIn("cuMemMap/cuMemUnmap", churn[0]["explanation"])
+        loop = [f for f in findings if f["rule"] == "sync-copy-loop"]
+        self.assertEqual(len(loop), 1, loop)
+        self.assertIn("pinned already", loop[0]["fix"])
+        self.assertNotIn("from pinned buffers", loop[0]["fix"])
 
     def test_pinned_unused(self):
         self.check_program("pinned_unused")
