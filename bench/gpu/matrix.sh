@@ -17,7 +17,8 @@
 # $OUT/matrix/raw.txt, the table (bench/gpu/matrix_table.py) to
 # $OUT/matrix/table.txt and the end of the output.
 #
-# MATRIX_PARTS: any of "cpp cold py" (default all). MATRIX_PY_ROUNDS: the
+# MATRIX_PARTS: any of "cpp cold py" (default all). MATRIX_CPP_CELLS: the
+# C++ cells to run, in place of all of them. MATRIX_PY_ROUNDS: the
 # Python cells' rounds. MATRIX_FIRST_ROUND (default 1): the number of the
 # first C++ round, so that rounds run in several calls add up; raw lines are
 # appended to $OUT/matrix/raw.txt. MATRIX_COMPARE_LIB: a second libpinshim.so, run as
@@ -64,6 +65,7 @@ CPP_CELLS+=" reuse:$((16 * MIB)):200 reuse:$MIB:200 pinned:$((64 * MIB)):30"
 CPP_CELLS+=" bw:$((32 * MIB)) bwpinned:$((32 * MIB))"
 CPP_CELLS+=" threads:$((4 * MIB)):4 threads:$((16 * MIB)):4"
 CPP_CELLS+=" busy:12 fresh:$((4 * MIB)):sync fresh:$((64 * MIB)):sync busy:0"
+CPP_CELLS="${MATRIX_CPP_CELLS:-$CPP_CELLS}"
 COLD_SIZES="$MIB $((4 * MIB)) $((64 * MIB)) $((256 * MIB))"
 PY_CELLS=""
 for b in 5 32 112; do
