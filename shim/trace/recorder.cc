@@ -1052,7 +1052,8 @@ void RecordCopy(const CopyEvent& e, int device) {
   if (e.async && e.result == 0 && e.host_ptr != nullptr && e.bytes != 0) {
     const bool d2h = e.dir == CopyDir::kDeviceToHost;
     if ((d2h || e.dir == CopyDir::kHostToDevice) && WatchedKind(d2h ? e.dst_kind : e.src_kind)) {
-      WatchCopy(e.host_ptr, e.bytes, d2h, e.stream, g.copy_guard && GuardHandlerInPlace());
+      WatchCopy(e.host_ptr, e.bytes, d2h, e.stream,
+                g.copy_guard ? CopyGuardPagesNow() : GuardPages::kNone);
     }
   }
 }
@@ -1067,10 +1068,12 @@ void RecordPin(const PinEvent& e, int device) {
       case PinOp::kAlloc:
         g.pinned_program.fetch_add(bytes, std::memory_order_relaxed);
         if (e.flags & kPinFlagWriteCombined) AddWcRange(e.ptr, e.bytes);
+        CopyWatchAddBlock(e.ptr, e.bytes);
         break;
       case PinOp::kFree:
         g.pinned_program.fetch_sub(bytes, std::memory_order_relaxed);
         RemoveWcRange(e.ptr);
+        CopyWatchRemoveBlock(e.ptr);
         // The driver waited for the device before releasing (measured); the
         // freed range is unmapped already, so nothing is done to its pages.
         CopyWatchForgetRange(e.ptr, e.bytes, /*still_mapped=*/false);
@@ -1197,7 +1200,10 @@ bool CheckWcRead(const void* src, size_t len, WcReadVia via) {
   return true;
 }
 
-void DisarmWcGuardFor(const void* ptr, size_t len) { WcGuardDisarmFor(ptr, len); }
+void DisarmWcGuardFor(const void* ptr, size_t len) {
+  WcGuardDisarmFor(ptr, len);
+  CopyGuardOpenFor(ptr, len);
+}
 
 bool InsideRecorder() { return Reentered(Reentry::kRecorder); }
 
