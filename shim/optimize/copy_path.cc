@@ -98,6 +98,7 @@ CUresult RunHostCopy(Optimizer* engine, CopyCall* c, DriverCall driver) {
   if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return driver();
   MemKind& host_kind = dir == CopyDir::kHostToDevice ? s.src : s.dst;
   const uint64_t start = MonotonicNs();
+  const uint64_t overlap_ticket = engine->judge().BeginCopy();
   const bool stageable = c->form == CopyForm::kStageable;
   const CopyTicket t =
       engine->BeforeHostCopy(s.host_ptr, s.bytes, dir, host_kind, !c->async, stageable);
@@ -114,9 +115,15 @@ CUresult RunHostCopy(Optimizer* engine, CopyCall* c, DriverCall driver) {
   // ring) is not that path's speed: the setup's cost is the cost model's
   // to weigh.
   const bool setup = registered_now || (c->staged && c->staged_info.pinned_ring);
+  const uint64_t ns = MonotonicNs() - start;
+  const bool overlapped = engine->judge().EndCopy(overlap_ticket);
   CopyPath path;
   if (r == CUDA_SUCCESS && !setup && JudgedPath(*c, t, host_kind, &path)) {
-    engine->judge().Record(path, dir, s.bytes, !c->async, MonotonicNs() - start);
+    if (overlapped) {
+      engine->judge().Overlapped(path, dir, s.bytes, !c->async);
+    } else {
+      engine->judge().Record(path, dir, s.bytes, !c->async, ns);
+    }
   }
   return r;
 }
