@@ -36,12 +36,19 @@ void Complain(const std::string& line) {
 
 std::vector<std::string> FleetCandidates(const std::string& exe_path) {
   const std::string dir = DirName(exe_path);
-  return {
+  std::vector<std::string> out = {
       dir + "/../lib/pinshim-fleet",
       dir + "/../lib/" + kMultiarchTriplet + "/pinshim/fleet",
       exe_path + ".runfiles/pinshim/analyzer/fleet",
       dir + "/fleet",
   };
+  // Run from another target's runfiles (a test's data), the build's own
+  // runfiles protocol names the tree.
+  const char* runfiles = getenv("RUNFILES_DIR");
+  if (runfiles != nullptr && runfiles[0] != '\0') {
+    out.push_back(std::string(runfiles) + "/pinshim/analyzer/fleet");
+  }
+  return out;
 }
 
 int RunFleetCommand(int argc, char** argv) {

@@ -21,6 +21,7 @@ constexpr const char kFleetPythonVariable[] = "PINSHIM_PYTHON";
 //   <exe_dir>/../lib/<triplet>/pinshim/fleet        the Debian package
 //   <exe_path>.runfiles/pinshim/analyzer/fleet      Bazel runfiles
 //   <exe_dir>/fleet                                 one flat folder
+//   $RUNFILES_DIR/pinshim/analyzer/fleet            another target's runfiles
 std::vector<std::string> FleetCandidates(const std::string& exe_path);
 
 // argv[0] is the command's own name ("fleet"). Replaces the process with

@@ -17,7 +17,8 @@
 # $OUT/matrix/raw.txt, the table (bench/gpu/matrix_table.py) to
 # $OUT/matrix/table.txt and the end of the output.
 #
-# MATRIX_PARTS: any of "cpp cold py" (default all). MATRIX_PY_ROUNDS: the
+# MATRIX_PARTS: any of "cpp cold py" (default all). MATRIX_CPP_CELLS,
+# MATRIX_PY_CELLS: the C++ or Python cells to run, in place of all of them. MATRIX_PY_ROUNDS: the
 # Python cells' rounds. MATRIX_FIRST_ROUND (default 1): the number of the
 # first C++ round, so that rounds run in several calls add up; raw lines are
 # appended to $OUT/matrix/raw.txt. MATRIX_COMPARE_LIB: a second libpinshim.so, run as
@@ -64,13 +65,18 @@ CPP_CELLS+=" reuse:$((16 * MIB)):200 reuse:$MIB:200 pinned:$((64 * MIB)):30"
 CPP_CELLS+=" bw:$((32 * MIB)) bwpinned:$((32 * MIB))"
 CPP_CELLS+=" threads:$((4 * MIB)):4 threads:$((16 * MIB)):4"
 CPP_CELLS+=" busy:12 fresh:$((4 * MIB)):sync fresh:$((64 * MIB)):sync busy:0"
+CPP_CELLS="${MATRIX_CPP_CELLS:-$CPP_CELLS}"
 COLD_SIZES="$MIB $((4 * MIB)) $((64 * MIB)) $((256 * MIB))"
 PY_CELLS=""
 for b in 5 32 112; do
-  for w in 0 2 4; do PY_CELLS+=" dataloader:$b:$w:pin dataloader:$b:$w:nopin"; done
+  for w in 0 2 4; do
+    PY_CELLS+=" dataloader:$b:$w:pin dataloader:$b:$w:nopin dataloader:$b:$w:nopinnb"
+  done
 done
-# Without copies at all: what the loop could reach with copies free.
-PY_CELLS+=" dataloader:5:2:nocopy dataloader:5:4:nocopy dataloader:32:2:nocopy dataloader:32:4:nocopy"
+# Without copies at all (with nopin's waits, and without): what the loops
+# could reach with copies free.
+for bw in 5:2 5:4 32:2 32:4; do PY_CELLS+=" dataloader:$bw:nocopy dataloader:$bw:syncnocopy"; done
+PY_CELLS="${MATRIX_PY_CELLS:-$PY_CELLS}"
 for f in torch cupy; do PY_CELLS+=" numpy:$f:4:fresh numpy:$f:64:fresh numpy:$f:64:reuse"; done
 
 raw="$W/raw.txt"

@@ -122,10 +122,16 @@ def targets(rows):
             target("DataLoader b=%d w=%d: optimize nopin vs none pin" % (b, w),
                    ratios(opt("dataloader:%d:%d:nopin" % (b, w)), none("dataloader:%d:%d:pin" % (b, w)),
                           "images_per_s"), 0.95)
+    for b in (5, 32, 112):
+        for w in (0, 2, 4):
+            target("DataLoader b=%d w=%d: optimize nopinnb vs none pin" % (b, w),
+                   ratios(opt("dataloader:%d:%d:nopinnb" % (b, w)),
+                          none("dataloader:%d:%d:pin" % (b, w)), "images_per_s"), 0.95)
     for b, w in ((5, 2), (5, 4), (32, 2), (32, 4)):
-        target("DataLoader b=%d w=%d: no copies at all (none) vs none pin" % (b, w),
-               ratios(none("dataloader:%d:%d:nocopy" % (b, w)), none("dataloader:%d:%d:pin" % (b, w)),
-                      "images_per_s"), 0.95)
+        for m, what in (("nocopy", "no copies at all"), ("syncnocopy", "nopin's waits, no copies")):
+            target("DataLoader b=%d w=%d: %s (none) vs none pin" % (b, w, what),
+                   ratios(none("dataloader:%d:%d:%s" % (b, w, m)),
+                          none("dataloader:%d:%d:pin" % (b, w)), "images_per_s"), 0.95)
     target("64 MiB reused 30 times vs hand-pinned (whole loop)",
            ratios(opt("reuse:%d:30" % (64 * mib)), none("pinned:%d:30" % (64 * mib)), "step_us"), 0.95)
     for m in ("h2d_gbps", "d2h_gbps"):

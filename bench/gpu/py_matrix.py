@@ -5,12 +5,17 @@ variants' processes (matrix.sh hands out the turns), so rounds interleave
 without paying the imports and the CUDA start-up each time.
 
 Usage: py_matrix.py ROUNDS GO_FIFO DONE_FIFO CELL...
-  dataloader:BATCH:WORKERS:pin|nopin|nocopy   a TensorDataset of 3072 float images of
+  dataloader:BATCH:WORKERS:MODE   a TensorDataset of 3072 float images of
       3x96x96 (110.6 KB each: a batch of 5, 32 or 112 is about 0.5, 3.4 or
       12 MiB), a small CNN trained for a warm-up and then about 1536 images;
-      images_per_s, and the loss summed over the timed steps; nocopy: without
-      pin_memory, and the batches never copied (the model trains on one batch
-      uploaded before the loop): how fast the loop could go with copies free
+      images_per_s, and the loss summed over the timed steps. MODE: pin
+      (pin_memory, x.cuda(non_blocking=True)); nopin (no pin_memory,
+      x.cuda(), which waits for the stream); nopinnb (no pin_memory,
+      x.cuda(non_blocking=True): the same loop as pin's but for the flag);
+      nocopy (no pin_memory, the batches never copied: the model trains on
+      one batch uploaded before the loop): how fast the loop could go with
+      copies free; syncnocopy (nocopy, waiting for the stream where nopin's
+      x.cuda() does): how fast nopin's loop could go with copies free
   numpy:torch|cupy:MIB:fresh|reuse     a new NumPy array per step (fresh) or one
       rewritten in place, uploaded and downloaded; h2d_gbps and d2h_gbps
       are medians over the steps
@@ -31,7 +36,8 @@ TIMED_IMAGES = 1536
 
 
 def dataloader_cell(batch, workers, mode, data, labels):
-    pin, copy = mode == "pin", mode != "nocopy"
+    pin, copy = mode == "pin", mode in ("pin", "nopin", "nopinnb")
+    non_blocking = mode in ("pin", "nopinnb")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
                           nn.Flatten(), nn.Linear(256, 10)).cuda()
@@ -50,10 +56,12 @@ def dataloader_cell(batch, workers, mode, data, labels):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
             if copy:
-                x = x.cuda(non_blocking=pin)
-                y = y.cuda(non_blocking=pin)
+                x = x.cuda(non_blocking=non_blocking)
+                y = y.cuda(non_blocking=non_blocking)
             else:
                 x, y = fixed_x, fixed_y
+                if mode == "syncnocopy":
+                    torch.cuda.current_stream().synchronize()
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()

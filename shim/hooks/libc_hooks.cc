@@ -16,6 +16,7 @@
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
 #include "shim/optimize/page_change_protocol.h"
+#include "shim/trace/copy_watch.h"
 #include "shim/trace/recorder.h"
 
 namespace pinshim {
@@ -90,6 +91,15 @@ inline void ReleasePinning(const void* p, uint64_t bytes) {
   if (g_optimize && !Reentered(Reentry::kHook)) {
     ReentryGuard guard(Reentry::kHook);
     optimize::Optimizer::Process().OnRelease(p, bytes);
+  }
+}
+
+// With the copy guard on, a block too small to track may still be
+// registered and under a queued copy: the watch forgets it, opening its
+// pages, before the allocator writes its bookkeeping into it.
+inline void ForgetUntrackedBlock(void* p) {
+  if (PINSHIM_UNLIKELY(g_config.copy_guard) && trace::CopyWatchAny()) {
+    trace::CopyWatchForgetRange(p, g_real.malloc_usable_size(p), /*still_mapped=*/true);
   }
 }
 
@@ -202,10 +212,11 @@ __attribute__((noinline)) void ForgetTracked(void* p, size_t len) {
 }
 
 // A MAP_FIXED runs as a page change. The registry is asked before the call,
-// as munmap asks it, while what it reads is still in cache (bench/RESULTS.md
-// has the cost of asking after). A tracked allocation placed in the range
-// between the two could only be another thread's mapping of address space
-// that this call then replaces under it.
+// as munmap asks it, while what it reads is still in cache (bench/RESULTS.md,
+// "2026-12-01, late night", the mmap change, has the cost of asking after). A
+// tracked allocation placed in the range between the two could only be
+// another thread's mapping of address space that this call then replaces
+// under it.
 template <typename RealMmap>
 __attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int prot, int flags,
                                                  int fd, off64_t off, RealMmap real_mmap) {
@@ -318,6 +329,7 @@ void free(void* p) {
     Region r;
     if (Untrack(p, &r)) ReleasePinning(p, r.bytes);
   }
+  ForgetUntrackedBlock(p);
   g_real.free(p);
 }
 
@@ -351,6 +363,7 @@ void* realloc(void* p, size_t n) {
   Region old;
   bool had = p != nullptr && MaybeTracked(p) && Untrack(p, &old);
   if (had) ReleasePinning(p, old.bytes);
+  if (p != nullptr) ForgetUntrackedBlock(p);
   void* q = g_real.realloc(p, n);
   if (q == nullptr) {
     // Failed (or n == 0 and p freed): on failure the old block is intact.

@@ -202,6 +202,9 @@ CUresult HostRegister(Api api, void* p, size_t n, unsigned int flags) {
   const hook::HookScope scope;
   const bool valid = p != nullptr && n != 0;
   const uint64_t start_ns = StartTime();
+  // The driver pins the pages through the kernel, which fails on a
+  // protected one: a guarded page next to them is opened first.
+  if (valid) trace::DisarmWcGuardFor(p, n);
   CUresult emulated;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (opt != nullptr && opt->ProgramRegister(p, n, flags, &emulated)) {

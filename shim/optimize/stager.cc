@@ -20,6 +20,7 @@
 #include "shim/core/macros.h"
 #include "shim/core/reentry.h"
 #include "shim/optimize/cost_model.h"
+#include "shim/optimize/fresh_pages.h"
 #include "shim/optimize/lock.h"
 #include "shim/optimize/stream_copy.h"
 
@@ -263,6 +264,7 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
   g_libc_memcpy = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memcpy"));
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) g_stream_copy = &CopyStreamingAvx2;
+  huge_pages_ = KernelHugePageMode();
   ops_ = ops;
   exchange_capture_mode_ = ops->thread_exchange_capture_mode;
   account_ = account;
@@ -717,6 +719,15 @@ CUresult Stager::CopyThroughRing(Lane* lane, const RingCopy& c) {
   while (off < c.bytes && r == CUDA_SUCCESS) {
     uint64_t n = c.bytes - off;
     if (n > c.chunk * kMaxChunks) n = c.chunk * kMaxChunks;
+    uint64_t piece = c.piece;
+    if (c.huge_pieces) {
+      const uint64_t head = HugePageHead(c.host);
+      if (off == 0 && head != 0) {
+        if (n > head) n = head;
+      } else {
+        piece = c.chunk;  // a multiple of the huge page (StageImpl)
+      }
+    }
     if (c.wait_after_eager) {
       if (off == 0 && n > kDriverEagerBytes) n = kDriverEagerBytes;
       if (off == kDriverEagerBytes) {
@@ -728,10 +739,10 @@ CUresult Stager::CopyThroughRing(Lane* lane, const RingCopy& c) {
     job->host = static_cast<char*>(c.host) + off;
     job->chunk = c.chunk;
     job->bytes = n;
-    job->piece = c.piece;
+    job->piece = piece;
     job->slots = lane->slots;
     job->nchunks = static_cast<uint32_t>((n + c.chunk - 1) / c.chunk);
-    job->ppc = static_cast<uint32_t>((c.chunk + c.piece - 1) / c.piece);
+    job->ppc = static_cast<uint32_t>((c.chunk + piece - 1) / piece);
     job->total = uint64_t{job->nchunks} * job->ppc;
     job->max_workers = c.threads - 1;
     r = RunJob(lane, job, c.dev + off, c.stream);
@@ -784,6 +795,10 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   c.stream = stream;
   c.threads = (helpers < workers ? helpers : workers) + 1;
   PlanPieces(dir, bytes, lane->chunk_bytes, lane->slots, c.threads, &c.chunk, &c.piece);
+  if (!h2d && c.chunk % kHugePageBytes == 0 && AdviseFreshDestination(host, bytes, huge_pages_)) {
+    c.huge_pieces = true;
+    huge_advised_.fetch_add(1, std::memory_order_relaxed);
+  }
   setup_ns_.fetch_add(MonotonicNs() - entered_ns, std::memory_order_relaxed);
   const CUresult r = CopyThroughRing(lane, c);
   ReleaseLane(lane);
@@ -1160,6 +1175,7 @@ StagerStats Stager::Stats() const {
   s.no_lane = no_lane_.load();
   s.ring_pending = ring_pending_.load();
   s.ring_deferred = ring_deferred_.load();
+  s.huge_advised = huge_advised_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();
   s.setup_ns = setup_ns_.load();

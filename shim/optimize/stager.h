@@ -54,6 +54,7 @@
 #include "shim/core/events.h"
 #include "shim/core/registry.h"
 #include "shim/optimize/driver_ops.h"
+#include "shim/optimize/fresh_pages.h"
 #include "shim/optimize/invariants.h"
 #include "shim/optimize/path_judge.h"
 #include "shim/optimize/pin_account.h"
@@ -108,7 +109,8 @@ struct StagerStats {
   // of those: no ring yet, and the program had not yet spent as long in
   // the driver's copies of that direction as pinning one takes
   uint64_t ring_deferred;
-  uint64_t capturing;  // of those: their stream was capturing (or its status unknown)
+  uint64_t huge_advised;  // downloads whose fresh destination was advised for huge pages
+  uint64_t capturing;     // of those: their stream was capturing (or its status unknown)
   // Staged passes in which no worker joined within 200 us, so the calling
   // thread copied alone until one did (workers slow to wake, or all busy).
   uint64_t alone;
@@ -273,6 +275,10 @@ class Stager {
     uint64_t chunk = 0;
     uint64_t piece = 0;
     bool wait_after_eager = false;  // an upload's first kDriverEagerBytes before the stream's work
+    // A download into fresh memory advised for huge pages: after a head up
+    // to the destination's first huge-page boundary, one piece per huge
+    // page (fresh_pages.h says why).
+    bool huge_pieces = false;
   };
   // Whether staging takes this copy now (counted when not); *helpers: the
   // workers that may help, *ctx: the current context.
@@ -313,6 +319,8 @@ class Stager {
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
   std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0}, alone_{0};
   std::atomic<uint64_t> ring_deferred_{0};
+  std::atomic<uint64_t> huge_advised_{0};
+  HugePageMode huge_pages_ = HugePageMode::kUnknown;
   std::atomic<uint64_t> setup_ns_{0}, wait_ns_{0}, join_ns_{0}, copy_ns_{0}, tail_ns_{0};
   std::atomic<uint64_t> passes_{0}, joined_passes_{0}, helpers_{0};
   std::atomic<uint64_t> pieces_{0}, piece_ns_{0}, issue_ns_{0}, own_pieces_{0};

@@ -85,6 +85,7 @@ class StagerTest : public ::testing::Test {
   }
   virtual bool BackgroundRings() const { return false; }
   virtual bool OrderedReads() const { return false; }
+  virtual uint64_t ChunkBytes() const { return kMiB; }
 
   // The tests' stager: `workers` threads used whatever the machine's load,
   // rings of 4 slots of 1 MiB, copies from 64 KiB staged, the shared gate.
@@ -92,7 +93,7 @@ class StagerTest : public ::testing::Test {
     StagerOptions o;
     o.workers = workers;
     o.load_aware = false;  // a test machine's load must not decide
-    o.chunk_bytes = kMiB;
+    o.chunk_bytes = ChunkBytes();
     o.slots = 4;
     o.min_h2d_bytes = 64 << 10;
     o.min_d2h_bytes = 64 << 10;
@@ -201,6 +202,52 @@ TEST_F(StagerTest, CopiesLargerThanOnePass) {
   ASSERT_EQ(r, CUDA_SUCCESS);
   EXPECT_TRUE(HasPattern(back.data(), n, 9));
   EXPECT_EQ(cuMemFree(big), CUDA_SUCCESS);
+}
+
+// Rings of 2 MiB chunks: a download into fresh memory takes one piece per
+// huge page.
+class HugeChunkStagerTest : public StagerTest {
+ protected:
+  uint64_t ChunkBytes() const override { return 2 * kMiB; }
+};
+
+// Downloads into memory never written, starting on a page, 16 bytes past
+// one and on a huge-page boundary, arrive whole; where the kernel gives huge
+// pages (its mode "madvise" or "always"), each was copied out in huge-page
+// pieces after its head.
+TEST_F(HugeChunkStagerTest, FreshDestinationsArriveWholeInHugePagePieces) {
+  const uint64_t huge = 2 * kMiB, span = 40 * kMiB;
+  std::vector<uint8_t> src(24 * kMiB + 7);
+  for (uint64_t start : {uint64_t{4096}, uint64_t{4096 + 16}, huge}) {
+    for (uint64_t n : {24 * kMiB + 7, 10 * kMiB}) {
+      const uint8_t seed = static_cast<uint8_t>(start + n);
+      Fill(src.data(), n, seed);
+      CUresult r = CUDA_ERROR_UNKNOWN;
+      StagedInfo info;
+      ASSERT_TRUE(
+          stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, n, nullptr, true, &r, &info));
+      ASSERT_EQ(r, CUDA_SUCCESS);
+      void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      ASSERT_NE(m, MAP_FAILED);
+      // The destination: `start` bytes past a huge-page boundary of the map.
+      const uintptr_t aligned = (reinterpret_cast<uintptr_t>(m) + huge - 1) / huge * huge;
+      auto* dst = reinterpret_cast<uint8_t*>(aligned + start % huge);
+      const uint64_t advised = stager_->Stats().huge_advised;
+      ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, dst, dev_, n, nullptr, true, &r, &info));
+      ASSERT_EQ(r, CUDA_SUCCESS);
+      EXPECT_TRUE(HasPattern(dst, n, seed)) << n << " bytes at +" << start;
+      const HugePageMode mode = KernelHugePageMode();
+      if (mode == HugePageMode::kAdvised || mode == HugePageMode::kAlways) {
+        EXPECT_EQ(stager_->Stats().huge_advised, advised + 1) << n << " bytes at +" << start;
+      }
+      // Written again, the same memory is no longer fresh.
+      ASSERT_TRUE(stager_->Stage(CopyDir::kDeviceToHost, dst, dev_, n, nullptr, true, &r, &info));
+      EXPECT_TRUE(HasPattern(dst, n, seed));
+      EXPECT_EQ(stager_->Stats().huge_advised,
+                advised + (mode == HugePageMode::kAdvised || mode == HugePageMode::kAlways));
+      munmap(m, span);
+    }
+  }
 }
 
 // An asynchronous host-to-device copy returns once its source was read: the

@@ -39,6 +39,15 @@ constexpr size_t kMarkProbes = 8;
 // is still the guard's, and is simply retried.
 constexpr unsigned kRecent = 16;
 
+// The program's cuMemHostAlloc blocks (copy_watch.h: which end pages may be
+// guarded). A slot is free while its end is 0.
+struct Block {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};
+};
+constexpr size_t kBlocks = 1024;
+Block g_blocks[kBlocks];
+
 Slot g_slots[kMaxWatchedCopies];
 Mark g_marks[kMarks];
 std::atomic<uint32_t> g_live{0};
@@ -53,14 +62,17 @@ std::atomic<uintptr_t> g_page{4096};
 std::atomic<uintptr_t> g_recent_begin[kRecent];
 std::atomic<uintptr_t> g_recent_end[kRecent];
 std::atomic<unsigned> g_recent_next{0};
+// Bumped after every change to the set of live guards (a slot armed,
+// taken, or its guard shrunk), before the pages are given their new
+// protection: ApplyProtection repeats until no change came in between, so
+// that the last mprotect of every page answers the latest set of guards
+// whatever order concurrent changes reach the kernel in.
+std::atomic<uint64_t> g_guards_version{0};
+// An ApplyProtection that keeps losing to concurrent changes stops here;
+// the faults it leaves behind heal themselves (CopyGuardFault).
+constexpr int kApplyRounds = 64;
 
 inline uint64_t PhaseOf(uint64_t state) { return state & 3; }
-
-void Protect(uintptr_t begin, uintptr_t end, int prot) {
-  int saved = errno;
-  mprotect(reinterpret_cast<void*>(begin), end - begin, prot);
-  errno = saved;
-}
 
 void NoteRecent(uintptr_t begin, uintptr_t end) {
   unsigned i = g_recent_next.fetch_add(1, std::memory_order_relaxed) % kRecent;
@@ -80,20 +92,48 @@ bool InRecent(uintptr_t address) {
 
 size_t HighWater() { return g_high_water.load(std::memory_order_acquire); }
 
-// The protection live guards other than `self` want on [begin, end), or -1
-// when none overlaps.
-int RemainingProtection(const Slot* self, uintptr_t begin, uintptr_t end) {
+uintptr_t PageSize() { return g_page.load(std::memory_order_relaxed); }
+
+// The stronger of two protections a page is asked for (-1: none asked).
+int Stronger(int a, int b) { return a == -1 || b == PROT_NONE ? b : a; }
+
+// The protection the live guards want at `at` (-1: none), and in *next
+// where that answer may change next (at most `limit`).
+int WantedAt(uintptr_t at, uintptr_t limit, uintptr_t* next) {
   int prot = -1;
+  *next = limit;
   for (size_t i = 0; i < HighWater(); ++i) {
     const Slot& s = g_slots[i];
-    if (&s == self || PhaseOf(s.state.load(std::memory_order_acquire)) != kLive) continue;
+    if (PhaseOf(s.state.load(std::memory_order_acquire)) != kLive) continue;
     uintptr_t gb = s.guard_begin.load(std::memory_order_relaxed);
     uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
-    if (gb == 0 || !(gb < end && begin < ge)) continue;
-    int want = s.d2h.load(std::memory_order_relaxed) ? PROT_NONE : PROT_READ;
-    if (prot == -1 || want == PROT_NONE) prot = want;
+    if (gb == 0) continue;
+    if (gb <= at && at < ge) {
+      prot = Stronger(prot, s.d2h.load(std::memory_order_relaxed) ? PROT_NONE : PROT_READ);
+      if (ge < *next) *next = ge;
+    } else if (gb > at && gb < *next) {
+      *next = gb;
+    }
   }
   return prot;
+}
+
+void GuardsChanged() { g_guards_version.fetch_add(1, std::memory_order_seq_cst); }
+
+// Gives the pages of [lo, hi) what the live guards want of them: their
+// strongest protection, or read-write where none is left (page-locked
+// memory is read-write as the driver hands it out).
+void ApplyProtection(uintptr_t lo, uintptr_t hi) {
+  const int saved = errno;
+  for (int round = 0; round < kApplyRounds; ++round) {
+    const uint64_t version = g_guards_version.load(std::memory_order_seq_cst);
+    for (uintptr_t at = lo, next = lo; at < hi; at = next) {
+      const int want = WantedAt(at, hi, &next);
+      mprotect(reinterpret_cast<void*>(at), next - at, want == -1 ? PROT_READ | PROT_WRITE : want);
+    }
+    if (g_guards_version.load(std::memory_order_seq_cst) == version) break;
+  }
+  errno = saved;
 }
 
 // Takes the copy `seen` says slot `s` holds; false when another thread
@@ -105,16 +145,44 @@ bool TakeSlot(Slot& s, uint64_t seen, bool open) {
   }
   uintptr_t gb = s.guard_begin.load(std::memory_order_relaxed);
   uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
-  if (gb != 0 && open) {
+  if (gb != 0) {
     NoteRecent(gb, ge);
-    int rest = RemainingProtection(&s, gb, ge);
-    // Another copy still guards (part of) these pages: keep its protection.
-    Protect(gb, ge, rest == -1 ? PROT_READ | PROT_WRITE : rest);
+    GuardsChanged();
+    // Pages another copy still guards keep that copy's protection.
+    if (open) ApplyProtection(gb, ge);
   }
   s.guard_begin.store(0, std::memory_order_relaxed);
   s.guard_end.store(0, std::memory_order_relaxed);
   g_live.fetch_sub(1, std::memory_order_relaxed);
   s.state.store(((gen + 1) << 2) | kFree, std::memory_order_release);
+  return true;
+}
+
+// Shrinks the guard of the copy `seen` says slot `s` holds so that it no
+// longer covers the end pages in [lo, hi); the copy stays watched. False
+// when another thread took the slot first.
+bool ShrinkGuard(Slot& s, uint64_t seen, uintptr_t lo, uintptr_t hi) {
+  const uint64_t gen = seen >> 2;
+  if (!s.state.compare_exchange_strong(seen, (gen << 2) | kBusy, std::memory_order_acq_rel)) {
+    return false;
+  }
+  const uintptr_t page = PageSize();
+  const uintptr_t gb = s.guard_begin.load(std::memory_order_relaxed);
+  const uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
+  uintptr_t nb = gb, ne = ge;
+  while (nb < ne && lo <= nb && nb < hi) nb += page;
+  while (nb < ne && lo < ne && ne - page < hi) ne -= page;
+  const bool changed = gb != 0 && (nb != gb || ne != ge);
+  if (changed) {
+    NoteRecent(gb, ge);
+    s.guard_end.store(nb < ne ? ne : 0, std::memory_order_relaxed);
+    s.guard_begin.store(nb < ne ? nb : 0, std::memory_order_relaxed);
+  }
+  s.state.store(seen, std::memory_order_release);
+  if (changed) {
+    GuardsChanged();
+    ApplyProtection(gb, ge);
+  }
   return true;
 }
 
@@ -151,12 +219,83 @@ Mark* FindMark(uint64_t key, bool create) {
   return &m;
 }
 
-// The pages wholly inside [begin, end), as [*first, *last).
-bool WholePages(uintptr_t begin, uintptr_t end, uintptr_t* first, uintptr_t* last) {
-  const uintptr_t page = g_page.load(std::memory_order_relaxed);
+// Whether the page at `page` lies inside one of the program's blocks (the
+// driver maps a block's last page whole).
+bool PageOfABlock(uintptr_t page) {
+  const uintptr_t size = PageSize();
+  for (Block& b : g_blocks) {
+    uintptr_t end = b.end.load(std::memory_order_acquire);
+    if (end == 0) continue;
+    uintptr_t begin = b.begin.load(std::memory_order_relaxed);
+    if (begin <= page && page + size <= ((end + size - 1) & ~(size - 1))) return true;
+  }
+  return false;
+}
+
+// The pages a guard of [begin, end) protects, as [*first, *last): the
+// pages wholly inside it, and with kAll each end page that lies inside one
+// of the program's blocks.
+bool GuardedPages(uintptr_t begin, uintptr_t end, GuardPages guard, uintptr_t* first,
+                  uintptr_t* last) {
+  const uintptr_t page = PageSize();
   *first = (begin + page - 1) & ~(page - 1);
   *last = end & ~(page - 1);
-  return *last > *first;
+  if (guard == GuardPages::kAll) {
+    if (*first != begin && PageOfABlock(begin & ~(page - 1))) *first = begin & ~(page - 1);
+    if (*last != end && PageOfABlock(end & ~(page - 1))) *last = (end + page - 1) & ~(page - 1);
+  }
+  return guard != GuardPages::kNone && *last > *first;
+}
+
+// Whether a slot being armed or changed (busy) has a guard on `page`.
+bool BusyGuardOn(uintptr_t page) {
+  for (size_t i = 0; i < HighWater(); ++i) {
+    const Slot& s = g_slots[i];
+    if (PhaseOf(s.state.load(std::memory_order_acquire)) != kBusy) continue;
+    uintptr_t gb = s.guard_begin.load(std::memory_order_relaxed);
+    uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
+    if (gb != 0 && gb <= page && page < ge) return true;
+  }
+  return false;
+}
+
+// Drops the end pages in [lo, hi) from the guards of the live copies whose
+// range does not meet [a, z) (none when a == z: every copy).
+void ShrinkGuards(uintptr_t lo, uintptr_t hi, uintptr_t a, uintptr_t z) {
+  for (size_t i = 0; i < HighWater(); ++i) {
+    Slot& s = g_slots[i];
+    uint64_t st = s.state.load(std::memory_order_acquire);
+    if (PhaseOf(st) != kLive) continue;
+    uintptr_t gb = s.guard_begin.load(std::memory_order_relaxed);
+    uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
+    if (gb == 0 || ge <= lo || hi <= gb) continue;
+    if (a < s.end.load(std::memory_order_relaxed) && s.begin.load(std::memory_order_relaxed) < z) {
+      continue;
+    }
+    ShrinkGuard(s, st, lo, hi);
+  }
+}
+
+// Makes busy slot `s` (generation `gen`) hold a copy, live, its guard's
+// pages protected. The slot is live before its pages are protected: a fault
+// on them is then always answered from a live guard.
+void Fill(Slot& s, uint64_t gen, uintptr_t begin, uintptr_t end, uint32_t d2h, uintptr_t stream,
+          uint64_t ticket, GuardPages guard) {
+  s.begin.store(begin, std::memory_order_relaxed);
+  s.end.store(end, std::memory_order_relaxed);
+  s.stream.store(stream, std::memory_order_relaxed);
+  s.ticket.store(ticket, std::memory_order_relaxed);
+  s.d2h.store(d2h, std::memory_order_relaxed);
+  uintptr_t first = 0, last = 0;
+  const bool guarded = GuardedPages(begin, end, guard, &first, &last);
+  s.guard_end.store(guarded ? last : 0, std::memory_order_relaxed);
+  s.guard_begin.store(guarded ? first : 0, std::memory_order_relaxed);
+  g_live.fetch_add(1, std::memory_order_relaxed);
+  s.state.store((gen << 2) | kLive, std::memory_order_release);
+  if (guarded) {
+    GuardsChanged();
+    ApplyProtection(first, last);
+  }
 }
 
 }  // namespace
@@ -164,13 +303,13 @@ bool WholePages(uintptr_t begin, uintptr_t end, uintptr_t* first, uintptr_t* las
 bool CopyWatchAny() { return g_live.load(std::memory_order_relaxed) != 0; }
 
 void WatchCopy(const void* host, uint64_t bytes, bool device_to_host, const void* stream,
-               bool guard) {
+               GuardPages guard) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(host);
   if (begin == 0 || bytes == 0 || begin + bytes < begin) return;
   const uintptr_t end = begin + bytes;
   const uint32_t d2h = device_to_host ? 1 : 0;
   const uintptr_t st = reinterpret_cast<uintptr_t>(stream);
-  if (guard) {
+  if (guard != GuardPages::kNone) {
     long ps = sysconf(_SC_PAGESIZE);
     if (ps > 0) g_page.store(static_cast<uintptr_t>(ps), std::memory_order_relaxed);
   }
@@ -201,31 +340,7 @@ void WatchCopy(const void* host, uint64_t bytes, bool device_to_host, const void
       size_t hw = g_high_water.load();
       while (hw < i + 1 && !g_high_water.compare_exchange_weak(hw, i + 1)) {
       }
-      s.begin.store(begin, std::memory_order_relaxed);
-      s.end.store(end, std::memory_order_relaxed);
-      s.stream.store(st, std::memory_order_relaxed);
-      s.ticket.store(ticket, std::memory_order_relaxed);
-      s.d2h.store(d2h, std::memory_order_relaxed);
-      uintptr_t first, last;
-      if (guard && WholePages(begin, end, &first, &last)) {
-        // A host-to-device source under a device-to-host guard stays
-        // inaccessible rather than becoming readable.
-        int prot = d2h ? PROT_NONE : PROT_READ;
-        int rest = RemainingProtection(&s, first, last);
-        if (rest == PROT_NONE) prot = PROT_NONE;
-        // The range is set before the pages are protected: a fault on them
-        // while this slot is still busy is retried (CopyGuardFault).
-        s.guard_end.store(last, std::memory_order_relaxed);
-        s.guard_begin.store(first, std::memory_order_release);
-        int saved = errno;
-        if (mprotect(reinterpret_cast<void*>(first), last - first, prot) != 0) {
-          s.guard_begin.store(0, std::memory_order_relaxed);
-          s.guard_end.store(0, std::memory_order_relaxed);
-        }
-        errno = saved;
-      }
-      g_live.fetch_add(1, std::memory_order_relaxed);
-      s.state.store((gen << 2) | kLive, std::memory_order_release);
+      Fill(s, gen, begin, end, d2h, st, ticket, guard);
       return;
     }
     // Full: the oldest copy goes (it is the likeliest to have finished).
@@ -318,25 +433,81 @@ void CopyWatchReset() {
   }
 }
 
-bool CopyGuardFault(uintptr_t address, bool write, bool* record) {
-  (void)write;  // every guarded byte lies inside its copy's range: any fault is an access
-  *record = false;
+GuardFault CopyGuardFault(uintptr_t address, bool write) {
+  const uintptr_t page = address & ~(PageSize() - 1);
+  bool ours = false;
   for (size_t i = 0; i < HighWater(); ++i) {
     Slot& s = g_slots[i];
     uint64_t st = s.state.load(std::memory_order_acquire);
-    if (PhaseOf(st) == kFree) continue;
-    uintptr_t gb = s.guard_begin.load(std::memory_order_acquire);
+    if (PhaseOf(st) != kLive) continue;
+    uintptr_t gb = s.guard_begin.load(std::memory_order_relaxed);
     uintptr_t ge = s.guard_end.load(std::memory_order_relaxed);
-    if (gb == 0 || address < gb || address >= ge) continue;
-    // Being armed or opened by another thread right now: retry the access.
-    if (PhaseOf(st) == kBusy) return true;
+    if (gb == 0 || page < gb || page >= ge) continue;
+    ours = true;
+    uintptr_t begin = s.begin.load(std::memory_order_relaxed);
+    uintptr_t end = s.end.load(std::memory_order_relaxed);
+    // Reading the source of a host-to-device copy is no race.
+    if (address < begin || address >= end || (!s.d2h.load(std::memory_order_relaxed) && !write)) {
+      continue;
+    }
     if (TakeSlot(s, st, /*open=*/true)) {
       g_faults.fetch_add(1, std::memory_order_relaxed);
-      *record = true;
-      return true;
+      return GuardFault::kRecord;
+    }
+    return GuardFault::kRetry;  // taken by another thread meanwhile
+  }
+  uintptr_t next;
+  const int want = WantedAt(page, page + PageSize(), &next);
+  if (want == PROT_NONE || (want == PROT_READ && write)) return GuardFault::kStep;
+  // No live guard forbids this access: the page lost a race with a guard
+  // being lifted or armed (or is being armed, busy, by a thread this
+  // signal interrupted). Give it what the guards want now and retry.
+  if (!ours && !InRecent(address) && !BusyGuardOn(page)) return GuardFault::kNotGuard;
+  ApplyProtection(page, page + PageSize());
+  return GuardFault::kRetry;
+}
+
+void CopyGuardOpenPage(uintptr_t page) {
+  const int saved = errno;
+  mprotect(reinterpret_cast<void*>(page), PageSize(), PROT_READ | PROT_WRITE);
+  errno = saved;
+}
+
+void CopyGuardRestorePage(uintptr_t page) { ApplyProtection(page, page + PageSize()); }
+
+void CopyGuardDropPage(uintptr_t page) { ShrinkGuards(page, page + PageSize(), 0, 0); }
+
+void CopyGuardOpenFor(const void* p, size_t len) {
+  if (g_live.load(std::memory_order_relaxed) == 0 || len == 0) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t z = a + len < a ? UINTPTR_MAX : a + len;
+  if (z <= g_lo.load(std::memory_order_relaxed) || a >= g_hi.load(std::memory_order_relaxed)) {
+    return;
+  }
+  const uintptr_t page = PageSize();
+  ShrinkGuards(a & ~(page - 1), (z + page - 1) & ~(page - 1), a, z);
+}
+
+void CopyWatchAddBlock(const void* p, uint64_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  if (begin == 0 || bytes == 0) return;
+  for (Block& b : g_blocks) {
+    uintptr_t expected = 0;
+    if (b.begin.compare_exchange_strong(expected, begin, std::memory_order_acq_rel)) {
+      b.end.store(begin + bytes, std::memory_order_release);
+      return;
     }
   }
-  return InRecent(address);
+}
+
+void CopyWatchRemoveBlock(const void* p) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  for (Block& b : g_blocks) {
+    if (begin == 0 || b.begin.load(std::memory_order_acquire) != begin) continue;
+    b.end.store(0, std::memory_order_release);
+    b.begin.store(0, std::memory_order_release);
+    return;
+  }
 }
 
 uint64_t CopyGuardFaults() { return g_faults.load(); }

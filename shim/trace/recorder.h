@@ -126,8 +126,9 @@ bool CheckCopyAccess(const void* p, size_t len, bool write, WcReadVia via);
 // A system call is about to read or write [ptr, ptr + len): hooks of such
 // calls (write, read, send, recv, ...) and of copies (before the driver
 // sees the host pointer) call this so the page guard never leaves a page
-// protected where the kernel would answer EFAULT. One load when no page is
-// guarded.
+// protected where the kernel would answer EFAULT, and the copy guard gives
+// up the end pages it protects next to [ptr, ptr + len) (copy_watch.h,
+// CopyGuardOpenFor). One load each when no page is guarded.
 void DisarmWcGuardFor(const void* ptr, size_t len);
 
 // pinshim's own pinned memory (pool, arena, registration cache) grew or

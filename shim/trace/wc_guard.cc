@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "shim/core/macros.h"
 #include "shim/trace/copy_watch.h"
 #include "shim/trace/wc_ranges.h"
 
@@ -36,10 +37,30 @@ struct GuardState {
   std::atomic<uint64_t> pick{0};
   WcGuardReadFn on_read = nullptr;
   std::atomic<CopyGuardAccessFn> on_copy{nullptr};
+  std::atomic<bool> trap_installed{false};
+  std::atomic<uint64_t> steps{0};
   uintptr_t page_size = 4096;
   struct sigaction previous = {};
+  struct sigaction previous_trap = {};
 };
 GuardState g;
+
+// A step over one instruction next to a guarded copy (copy_watch.h,
+// kStep): the pages opened for it, and the traps this thread owes pinshim
+// (contexts it set the trap flag in that have not trapped yet). Only the
+// thread itself and its signal handlers touch it; pinshim's handlers run
+// with every asynchronous signal blocked.
+constexpr int kStepPages = 4;
+struct StepState {
+  uintptr_t pages[kStepPages];
+  int n;
+  int owed;
+};
+PINSHIM_TLS StepState t_step;
+
+#if defined(__x86_64__)
+constexpr greg_t kTrapFlag = 0x100;  // EFLAGS.TF: trap after the next instruction
+#endif
 
 bool InRecent(uintptr_t page) {
   for (int i = 0; i < kRecent; ++i) {
@@ -59,8 +80,8 @@ void Disarm() {
   if (page != 0) Unprotect(page);
 }
 
-void ChainToPrevious(int sig, siginfo_t* info, void* uc) {
-  const struct sigaction& prev = g.previous;
+// Hands a signal that is not pinshim's to the handler the program had.
+void ChainToPrevious(const struct sigaction& prev, int sig, siginfo_t* info, void* uc) {
   if (prev.sa_flags & SA_SIGINFO) {
     if (prev.sa_sigaction != nullptr) {
       prev.sa_sigaction(sig, info, uc);
@@ -70,12 +91,67 @@ void ChainToPrevious(int sig, siginfo_t* info, void* uc) {
     prev.sa_handler(sig);
     return;
   }
-  // Default action: restore it and return; the faulting access repeats and
-  // the kernel applies it (a core dump, as without pinshim).
+  // Default action: restore it. A fault repeats when the handler returns
+  // and the kernel applies it (a core dump, as without pinshim); a trap
+  // does not repeat, so it is raised again.
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
   sigaction(sig, &dfl, nullptr);
+  if (sig == SIGTRAP) raise(sig);
+}
+
+bool TrapHandlerInPlace();
+
+void RestoreStepPages() {
+  StepState& t = t_step;
+  while (t.n > 0) CopyGuardRestorePage(t.pages[--t.n]);
+}
+
+// Lets the faulting instruction touch `page` once (copy_watch.h, kStep):
+// opens it and sets the trap flag, so that OnTrap protects it again after
+// that one instruction. An instruction that touches several guarded pages
+// faults once for each, inside one step.
+void StepOver(uintptr_t page, void* ucontext) {
+#if defined(__x86_64__)
+  greg_t& flags = static_cast<ucontext_t*>(ucontext)->uc_mcontext.gregs[REG_EFL];
+  StepState& t = t_step;
+  // Pages left open by a step that never trapped in this context (a
+  // handler of the program's ran in between, or left by longjmp): they are
+  // protected again now, and fault again if still needed.
+  if ((flags & kTrapFlag) == 0) RestoreStepPages();
+  if (t.n == kStepPages || !TrapHandlerInPlace()) {
+    CopyGuardDropPage(page);
+    return;
+  }
+  bool listed = false;
+  for (int i = 0; i < t.n; ++i) listed = listed || t.pages[i] == page;
+  if (!listed) t.pages[t.n++] = page;
+  CopyGuardOpenPage(page);
+  g.steps.fetch_add(1, std::memory_order_relaxed);
+  if ((flags & kTrapFlag) == 0) {
+    flags |= kTrapFlag;
+    ++t.owed;
+  }
+#else
+  (void)ucontext;
+  CopyGuardDropPage(page);
+#endif
+}
+
+// The trap after a stepped instruction: its pages are protected again. A
+// trap pinshim did not ask for goes to the program's handler.
+void OnTrap(int sig, siginfo_t* info, void* uc) {
+  StepState& t = t_step;
+  RestoreStepPages();
+#if defined(__x86_64__)
+  if (info->si_code == TRAP_TRACE && t.owed > 0) {
+    --t.owed;
+    static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_EFL] &= ~kTrapFlag;
+    return;
+  }
+#endif
+  ChainToPrevious(g.previous_trap, sig, info, uc);
 }
 
 void OnSegv(int sig, siginfo_t* info, void* uc) {
@@ -86,11 +162,17 @@ void OnSegv(int sig, siginfo_t* info, void* uc) {
   // Page-fault error code: bit 1 set for a write access.
   write = (static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
 #endif
-  bool record = false;
-  if (info->si_code == SEGV_ACCERR && CopyGuardFault(addr, write, &record)) {
-    CopyGuardAccessFn fn = g.on_copy.load(std::memory_order_acquire);
-    if (record && fn != nullptr) fn(uc, addr, write);
-    return;
+  if (info->si_code == SEGV_ACCERR) {
+    switch (CopyGuardFault(addr, write)) {
+      case GuardFault::kRecord: {
+        CopyGuardAccessFn fn = g.on_copy.load(std::memory_order_acquire);
+        if (fn != nullptr) fn(uc, addr, write);
+        return;
+      }
+      case GuardFault::kRetry: return;
+      case GuardFault::kStep: StepOver(page, uc); return;
+      case GuardFault::kNotGuard: break;
+    }
   }
   if (info->si_code == SEGV_ACCERR && page != 0 && InRecent(page)) {
     uintptr_t expected = page;
@@ -102,13 +184,30 @@ void OnSegv(int sig, siginfo_t* info, void* uc) {
     }
     return;
   }
-  ChainToPrevious(sig, info, uc);
+  ChainToPrevious(g.previous, sig, info, uc);
 }
 
 bool OurHandlerInstalled() {
   struct sigaction now;
   if (sigaction(SIGSEGV, nullptr, &now) != 0) return false;
   return (now.sa_flags & SA_SIGINFO) && now.sa_sigaction == OnSegv;
+}
+
+bool TrapHandlerInPlace() {
+  struct sigaction now;
+  if (!g.trap_installed.load(std::memory_order_acquire)) return false;
+  if (sigaction(SIGTRAP, nullptr, &now) != 0) return false;
+  return (now.sa_flags & SA_SIGINFO) && now.sa_sigaction == OnTrap;
+}
+
+// pinshim's handlers run with every asynchronous signal blocked, so that
+// no handler of the program's interrupts them half way through a step's
+// bookkeeping; the synchronous ones stay open (a fault inside must not be
+// held back).
+void BlockAsynchronous(sigset_t* mask) {
+  static constexpr int kSynchronous[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGABRT};
+  sigfillset(mask);
+  for (int sig : kSynchronous) sigdelset(mask, sig);
 }
 
 void Arm(uint64_t now_ns) {
@@ -148,7 +247,7 @@ bool InstallHandler(char* err, size_t err_len) {
   memset(&sa, 0, sizeof(sa));
   sa.sa_sigaction = OnSegv;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-  sigemptyset(&sa.sa_mask);
+  BlockAsynchronous(&sa.sa_mask);
   if (sigaction(SIGSEGV, &sa, &g.previous) != 0) {
     snprintf(err, err_len, "cannot install the SIGSEGV handler: %s", strerror(errno));
     return false;
@@ -167,12 +266,33 @@ bool StartWcGuard(WcGuardReadFn on_read, char* err, size_t err_len) {
   return true;
 }
 
+// Installs OnTrap once, keeping the program's handler to chain to. Without
+// it, the copy guard keeps to the pages wholly inside a range.
+void InstallTrapHandler() {
+#if defined(__x86_64__)
+  if (g.trap_installed.load()) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = OnTrap;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  BlockAsynchronous(&sa.sa_mask);
+  if (sigaction(SIGTRAP, &sa, &g.previous_trap) == 0) g.trap_installed.store(true);
+#endif
+}
+
 bool StartCopyGuard(CopyGuardAccessFn on_access, char* err, size_t err_len) {
   g.on_copy.store(on_access, std::memory_order_release);
-  return InstallHandler(err, err_len);
+  if (!InstallHandler(err, err_len)) return false;
+  InstallTrapHandler();
+  return true;
 }
 
 bool GuardHandlerInPlace() { return g.installed.load() && OurHandlerInstalled(); }
+
+GuardPages CopyGuardPagesNow() {
+  if (!GuardHandlerInPlace()) return GuardPages::kNone;
+  return TrapHandlerInPlace() ? GuardPages::kAll : GuardPages::kWhole;
+}
 
 void WcGuardTick(uint64_t now_ns, uint32_t every_ms, uint32_t window_ms) {
   if (!g.arming.load(std::memory_order_relaxed)) return;
@@ -209,6 +329,8 @@ void StopWcGuard() {
 }
 
 uint64_t WcGuardReads() { return g.reads.load(); }
+
+uint64_t CopyGuardSteps() { return g.steps.load(); }
 
 }  // namespace trace
 }  // namespace pinshim

@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shim/trace/copy_watch.h"
+
 namespace pinshim {
 namespace trace {
 
@@ -42,8 +44,10 @@ void WcGuardDisarmFor(const void* ptr, size_t len);
 
 // The copy guard (copy_watch.h) shares the SIGSEGV handler: a fault on a
 // page it protects is handed to CopyGuardFault first, and an access to
-// report goes to `on_access` (async-signal-safe). Returns false with a
-// reason in err when the handler cannot be installed.
+// report goes to `on_access` (async-signal-safe). It also installs a
+// SIGTRAP handler for its single steps (chaining traps that are not its
+// own to the program's handler). Returns false with a reason in err when
+// the SIGSEGV handler cannot be installed.
 using CopyGuardAccessFn = void (*)(void* ucontext, uintptr_t fault_address, bool write);
 bool StartCopyGuard(CopyGuardAccessFn on_access, char* err, size_t err_len);
 
@@ -51,12 +55,21 @@ bool StartCopyGuard(CopyGuardAccessFn on_access, char* err, size_t err_len);
 // replaced it would get the guard's faults; nothing is protected then).
 bool GuardHandlerInPlace();
 
+// The pages the copy guard may protect now: kAll while both of pinshim's
+// handlers are in place, kWhole while only the SIGSEGV one is (a program
+// that replaced the SIGTRAP handler would get the steps' traps), else
+// kNone.
+GuardPages CopyGuardPagesNow();
+
 // Unprotects any guarded page and stops arming (StopRecorder, fork child).
 // The handler stays installed: a fault already on its way must find it.
 void StopWcGuard();
 
 // Guarded reads seen since start (tests).
 uint64_t WcGuardReads();
+
+// Instructions next to a guarded copy stepped over since start (tests).
+uint64_t CopyGuardSteps();
 
 }  // namespace trace
 }  // namespace pinshim

@@ -17,7 +17,9 @@ VARIABLE = re.compile(r"\bPINSHIM_[A-Z_]*[A-Z]\b")
 
 def help_text(args):
     out = subprocess.run([PINSHIM] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         universal_newlines=True, env={"PATH": os.environ.get("PATH", "")})
+                         universal_newlines=True,
+                         env={"PATH": os.environ.get("PATH", ""),
+                              "RUNFILES_DIR": os.environ["TEST_SRCDIR"]})
     assert out.returncode == 0, (args, out.stdout)
     return out.stdout
 

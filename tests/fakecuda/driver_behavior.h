@@ -147,35 +147,63 @@ constexpr bool kReuseDestroyedContextHandles = true;
 constexpr CUresult kDestroySpecialStream = CUDA_ERROR_INVALID_HANDLE;
 
 // ---- The virtual memory management API and memory pools (vmm.cc) ----------
-// Each pick below is checked on the H200 by bench/gpu/vmm_host_probe.cu and
-// corrected here if the driver answers otherwise.
+// Entries marked "Measured" come from bench/gpu/vmm_host_probe.cu on the GPU
+// host (bench/RESULTS.md, "2026-12-06, second part", "VMM host memory, the
+// driver's answers"); the others are picks, to be checked the same way.
 
-// Documented: sizes, offsets and addresses of cuMemCreate, cuMemMap and
-// cuMemAddressReserve are multiples of the minimum granularity that
-// cuMemGetAllocationGranularity reports; the pick is the device's 2 MiB,
-// minimum and recommended, for host and host-NUMA locations alike.
+// Measured on the GPU host (driver 580, bench/gpu/vmm_host_probe.cu): the
+// minimum and recommended granularity are these, for host, host-NUMA and
+// host-NUMA-current locations alike. cuMemCreate of a size that is not a
+// multiple fails with CUDA_ERROR_INVALID_VALUE.
 constexpr size_t kVmmHostGranularityMinimum = size_t{2} << 20;
 constexpr size_t kVmmHostGranularityRecommended = size_t{2} << 20;
+constexpr CUresult kVmmCreateNotMultiple = CUDA_ERROR_INVALID_VALUE;
 
-// Documented: cuMemMap maps only onto a reservation's unmapped addresses,
-// within the allocation (offset + size), at granularity multiples; and
-// cuMemUnmap takes whole mappings. Not documented: the error for each
-// misuse. The pick is CUDA_ERROR_INVALID_VALUE for all of them.
-constexpr CUresult kVmmMisuse = CUDA_ERROR_INVALID_VALUE;
+// Measured on the GPU host (driver 580, bench/gpu/vmm_host_probe.cu):
+// cuMemMap with a size, offset or address that is not a granularity
+// multiple, or with offset + size past the allocation, fails with
+// CUDA_ERROR_NOT_SUPPORTED; onto addresses already mapped, with
+// CUDA_ERROR_INVALID_VALUE.
+constexpr CUresult kVmmMapMisaligned = CUDA_ERROR_NOT_SUPPORTED;
+constexpr CUresult kVmmMapOntoMapped = CUDA_ERROR_INVALID_VALUE;
 
-// Documented: cuMemRelease of a handle that is still mapped succeeds; the
-// memory goes when its last mapping does.
+// Measured on the GPU host (driver 580, bench/gpu/vmm_host_probe.cu): a map
+// that starts in a reservation and runs past its end succeeds (the driver
+// takes its addresses from a larger range of its own). Here each reservation
+// is followed by as much address space again, held for it, so such a map
+// lands there and not on the program's memory; a map that starts outside
+// every reservation, or runs past that slack, is refused (not measured).
+constexpr bool kVmmMapPastReservationEndSucceeds = true;
+constexpr CUresult kVmmMapOutsideReservations = CUDA_ERROR_INVALID_VALUE;
+
+// Measured on the GPU host (driver 580, bench/gpu/vmm_host_probe.cu):
+// cuMemUnmap of a range that holds no mapping succeeds and does nothing; of
+// part of a mapping, fails with CUDA_ERROR_INVALID_VALUE. Not measured: a
+// range that holds whole mappings and gaps (here: the mappings go).
+constexpr CUresult kVmmUnmapUnmapped = CUDA_SUCCESS;
+constexpr CUresult kVmmUnmapPart = CUDA_ERROR_INVALID_VALUE;
+
+// Measured on the GPU host (driver 580, bench/gpu/vmm_host_probe.cu):
+// cuMemAddressFree of a reservation that still holds a mapping fails with
+// CUDA_ERROR_INVALID_VALUE; cuMemRelease of a handle that is still mapped
+// succeeds (the memory goes with its last mapping); a second cuMemRelease
+// of the same handle fails with CUDA_ERROR_INVALID_VALUE.
+constexpr CUresult kVmmFreeMappedReservation = CUDA_ERROR_INVALID_VALUE;
 constexpr bool kVmmReleaseWhileMappedSucceeds = true;
+constexpr CUresult kVmmReleaseTwice = CUDA_ERROR_INVALID_VALUE;
 
-// Not documented: cuMemAddressFree of a reservation that still holds
-// mappings. The pick: refused with kVmmMisuse.
-constexpr bool kVmmFreeMappedReservationRefused = true;
+// Measured on the GPU host (driver 580, bench/gpu/vmm_host_probe.cu, and the
+// GPU tier's vmm_host program): the CPU faults (SIGSEGV) on host-located
+// memory from cuMemMap until a cuMemSetAccess with a host location grants it
+// access; one that names only the device leaves the CPU faulting. Here the
+// mapping is PROT_NONE until then, and takes the protection the host
+// location's flags give (read, read-write, none). The driver's copies reach
+// the memory whatever the CPU may do.
+constexpr bool kVmmHostCpuAccessAtMap = false;
 
-// Documented: cuMemMap does not make the range accessible; cuMemSetAccess
-// does. Not documented for host locations: whether the CPU may touch the
-// memory between the two. The pick: it may (as NCCL's host buffers assume),
-// and the device's access is what cuMemSetAccess grants.
-constexpr bool kVmmHostCpuAccessAtMap = true;
+// Measured on the GPU host (driver 580, bench/gpu/vmm_host_probe.cu):
+// cuMemHostRegister of VMM host memory fails with CUDA_ERROR_INVALID_VALUE.
+constexpr CUresult kRegisterVmmHost = CUDA_ERROR_INVALID_VALUE;
 
 // Not documented: what cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
 // answers for VMM host memory and host-pool allocations. The pick:
@@ -191,7 +219,8 @@ constexpr unsigned kVmmHostMemoryType = CU_MEMORYTYPE_HOST;
 constexpr size_t kHostPoolGrowth = kVmmHostGranularityMinimum;
 
 // Documented: cuMemExportToShareableHandle needs the handle type among the
-// allocation's requestedHandleTypes. Not documented: the error otherwise.
+// allocation's requestedHandleTypes. Measured on the GPU host (driver 580,
+// bench/gpu/vmm_host_probe.cu): otherwise CUDA_ERROR_INVALID_VALUE.
 constexpr CUresult kExportTypeNotRequested = CUDA_ERROR_INVALID_VALUE;
 
 }  // namespace behavior

@@ -178,6 +178,9 @@ struct HostRange {
   // through the range move their bytes (null: not pinnable, copies use the
   // program's addresses).
   std::shared_ptr<HeldPages> held;
+  // VMM mappings only: this library's own mapping of the same pages, through
+  // which copies move bytes, as the CPU may have no access to the program's.
+  char* view = nullptr;
 };
 
 // ---- Process state (core.cc) ----------------------------------------------------

@@ -211,8 +211,9 @@ CUresult RegisterHost(void* p, size_t bytesize, unsigned flags) {
   if (s.arena_size != 0 && lo < s.dev_base + s.arena_size && hi > s.dev_base) {
     return CUDA_ERROR_INVALID_VALUE;  // Device addresses are not host memory.
   }
-  if (Overlaps(s.registrations, lo, hi) || Overlaps(s.host_allocs, lo, hi) ||
-      Overlaps(s.vmm_host, lo, hi)) {
+  // Host-pool memory (not measured) is taken to answer as VMM host memory.
+  if (Overlaps(s.vmm_host, lo, hi)) return behavior::kRegisterVmmHost;
+  if (Overlaps(s.registrations, lo, hi) || Overlaps(s.host_allocs, lo, hi)) {
     return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   }
   // The pages must exist; msync fails with ENOMEM on any unmapped page.
@@ -408,8 +409,9 @@ CUresult ResolveHostRange(const void* p, size_t len, Span* out) {
     return behavior::kCopyPastPageLockedEnd;
   }
   const bool pinned = range != nullptr;
-  *out = {const_cast<char*>(static_cast<const char*>(p)),
-          pinned ? MemKind::kPinned : MemKind::kPageable, pinned ? range->held : nullptr};
+  char* bytes = pinned && range->view != nullptr ? range->view + (a - range->base)
+                                                 : const_cast<char*>(static_cast<const char*>(p));
+  *out = {bytes, pinned ? MemKind::kPinned : MemKind::kPageable, pinned ? range->held : nullptr};
   return CUDA_SUCCESS;
 }
 
@@ -429,7 +431,9 @@ CUresult ResolveDeviceRange(CUdeviceptr p, size_t len, Span* out) {
   if (range == nullptr) range = FindContaining(s.registrations, p);
   if (range == nullptr) range = FindContaining(s.vmm_host, p);
   if (range == nullptr || !Fits(range->base, range->size, p, len)) return CUDA_ERROR_INVALID_VALUE;
-  *out = {reinterpret_cast<char*>(p), MemKind::kPinned, range->held};
+  char* bytes =
+      range->view != nullptr ? range->view + (p - range->base) : reinterpret_cast<char*>(p);
+  *out = {bytes, MemKind::kPinned, range->held};
   return CUDA_SUCCESS;
 }
 

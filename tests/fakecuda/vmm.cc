@@ -6,7 +6,10 @@
 // is a memfd of its size: its pages stay put whatever the mappings do, as
 // page-locked memory's do. cuMemAddressReserve reserves address space
 // without access; cuMemMap maps the memfd there (shared), cuMemUnmap puts
-// the reservation back. An exported handle is a duplicate of the memfd, so
+// the reservation back. The CPU's access is what cuMemSetAccess grants a
+// host location (none until then); this library's copies go through a
+// mapping of its own (HostRange::view), as the driver's DMA does not depend
+// on the CPU's protections. An exported handle is a duplicate of the memfd, so
 // an importer maps the same pages. A host pool reserves shared anonymous
 // memory as it grows and carves allocations from it. Mapped allocations and
 // the pools' memory are listed in State::vmm_host, which the copies and the
@@ -41,6 +44,14 @@ struct Physical {
 struct Mapping {
   size_t size = 0;
   CUmemGenericAllocationHandle handle = 0;
+  char* view = nullptr;  // this library's own mapping of the same pages
+};
+
+// Address space from cuMemAddressReserve: `size` bytes the program asked for,
+// then as many more held for maps that run past the end (driver_behavior.h).
+struct Reservation {
+  size_t size = 0;
+  size_t span = 0;
 };
 
 // A host pool: chunks of reserved memory, each with its free extents.
@@ -61,8 +72,8 @@ struct Pool {
 struct VmmState {
   CUmemGenericAllocationHandle next_handle = 0x1000;
   std::map<CUmemGenericAllocationHandle, Physical> handles;
-  std::map<uintptr_t, size_t> reservations;  // base -> length
-  std::map<uintptr_t, Mapping> mappings;     // base -> mapping
+  std::map<uintptr_t, Reservation> reservations;  // base -> reservation
+  std::map<uintptr_t, Mapping> mappings;          // base -> mapping
   std::unordered_map<Pool*, std::unique_ptr<Pool>> pools;
 };
 
@@ -82,12 +93,24 @@ bool HostLocation(const CUmemLocation& l) {
 
 bool Multiple(size_t n, size_t g) { return n % g == 0; }
 
-// The range [lo, lo + len) lies in one reservation.
+// The CPU's protection for a host location's access flags.
+int CpuProtection(CUmemAccess_flags flags) {
+  if (flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return PROT_READ | PROT_WRITE;
+  if (flags == CU_MEM_ACCESS_FLAGS_PROT_READ) return PROT_READ;
+  return PROT_NONE;
+}
+
+// The range [lo, lo + len) starts in a reservation and ends within the
+// address space held for it.
 bool InReservation(const VmmState& v, uintptr_t lo, size_t len) {
   auto it = v.reservations.upper_bound(lo);
   if (it == v.reservations.begin()) return false;
   --it;
-  return lo - it->first < it->second && len <= it->second - (lo - it->first);
+  const size_t at = lo - it->first;
+  if (at >= it->second.size) return false;
+  const size_t room =
+      behavior::kVmmMapPastReservationEndSucceeds ? it->second.span : it->second.size;
+  return len <= room - at;
 }
 
 bool AnyMapping(const VmmState& v, uintptr_t lo, size_t len) {
@@ -105,11 +128,12 @@ void DropPhysicalIfUnusedLocked(VmmState& v, CUmemGenericAllocationHandle h) {
   v.handles.erase(it);
 }
 
-HostRange VmmRange(uintptr_t base, size_t size, State& s) {
+HostRange VmmRange(uintptr_t base, size_t size, State& s, char* view = nullptr) {
   HostRange r;
   r.base = base;
   r.size = size;
   r.mapped = size;
+  r.view = view;
   Context* ctx = nullptr;
   if (CurrentContext(&ctx) != CUDA_SUCCESS) ctx = nullptr;
   r.ctx = ctx;
@@ -287,8 +311,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   if (CUresult err = fakecuda::RequireInit()) return err;
   if (handle == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult err = fakecuda::CheckProp(prop)) return err;
-  if (size == 0 || !fakecuda::Multiple(size, behavior::kVmmHostGranularityMinimum)) {
-    return CUDA_ERROR_INVALID_VALUE;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!fakecuda::Multiple(size, behavior::kVmmHostGranularityMinimum)) {
+    return behavior::kVmmCreateNotMultiple;
   }
   const int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -315,9 +340,10 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   std::lock_guard<std::mutex> lock(s.mu);
   VmmState& v = V(s);
   auto it = v.handles.find(handle);
-  if (it == v.handles.end() || it->second.released) return CUDA_ERROR_INVALID_VALUE;
+  if (it == v.handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it->second.released) return behavior::kVmmReleaseTwice;
   if (it->second.mappings != 0 && !behavior::kVmmReleaseWhileMappedSucceeds) {
-    return behavior::kVmmMisuse;
+    return CUDA_ERROR_INVALID_VALUE;
   }
   it->second.released = true;
   fakecuda::DropPhysicalIfUnusedLocked(v, handle);
@@ -336,17 +362,18 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
   const size_t align = alignment > g ? alignment : g;
   // addr is a hint; the reservation is placed where the system has room.
   (void)addr;
+  const size_t span = behavior::kVmmMapPastReservationEndSucceeds ? 2 * size : size;
   void* raw =
-      mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      mmap(nullptr, span + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   const auto lo = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t base = (lo + align - 1) / align * align;
   if (base > lo) munmap(raw, base - lo);
-  const uintptr_t tail = base + size;
-  if (lo + size + align > tail) munmap(reinterpret_cast<void*>(tail), lo + size + align - tail);
+  const uintptr_t tail = base + span;
+  if (lo + span + align > tail) munmap(reinterpret_cast<void*>(tail), lo + span + align - tail);
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  V(s).reservations[base] = size;
+  V(s).reservations[base] = fakecuda::Reservation{size, span};
   *ptr = base;
   return CUDA_SUCCESS;
 }
@@ -358,11 +385,9 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   std::lock_guard<std::mutex> lock(s.mu);
   VmmState& v = V(s);
   auto it = v.reservations.find(ptr);
-  if (it == v.reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
-  if (behavior::kVmmFreeMappedReservationRefused && fakecuda::AnyMapping(v, ptr, size)) {
-    return behavior::kVmmMisuse;
-  }
-  munmap(reinterpret_cast<void*>(ptr), size);
+  if (it == v.reservations.end() || it->second.size != size) return CUDA_ERROR_INVALID_VALUE;
+  if (fakecuda::AnyMapping(v, ptr, size)) return behavior::kVmmFreeMappedReservation;
+  munmap(reinterpret_cast<void*>(ptr), it->second.span);
   v.reservations.erase(it);
   return CUDA_SUCCESS;
 }
@@ -380,46 +405,57 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   if (h == v.handles.end() || h->second.released) return CUDA_ERROR_INVALID_VALUE;
   Physical& phys = h->second;
   if (!fakecuda::Multiple(ptr, g) || !fakecuda::Multiple(size, g) ||
-      !fakecuda::Multiple(offset, g) || offset > phys.size || size > phys.size - offset ||
-      !fakecuda::InReservation(v, ptr, size) || fakecuda::AnyMapping(v, ptr, size)) {
-    return behavior::kVmmMisuse;
+      !fakecuda::Multiple(offset, g) || offset > phys.size || size > phys.size - offset) {
+    return behavior::kVmmMapMisaligned;
   }
+  if (!fakecuda::InReservation(v, ptr, size)) return behavior::kVmmMapOutsideReservations;
+  if (fakecuda::AnyMapping(v, ptr, size)) return behavior::kVmmMapOntoMapped;
+  void* view =
+      mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, phys.fd, static_cast<off_t>(offset));
+  if (view == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   const int prot = behavior::kVmmHostCpuAccessAtMap ? PROT_READ | PROT_WRITE : PROT_NONE;
   if (mmap(reinterpret_cast<void*>(ptr), size, prot, MAP_SHARED | MAP_FIXED, phys.fd,
            static_cast<off_t>(offset)) == MAP_FAILED) {
+    munmap(view, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   ++phys.mappings;
-  v.mappings[ptr] = Mapping{size, handle};
-  s.vmm_host[ptr] = fakecuda::VmmRange(ptr, size, s);
+  v.mappings[ptr] = Mapping{size, handle, static_cast<char*>(view)};
+  s.vmm_host[ptr] = fakecuda::VmmRange(ptr, size, s, static_cast<char*>(view));
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   FAKECUDA_ENTER("cuMemUnmap");
   if (CUresult err = fakecuda::RequireInit()) return err;
+  if (size == 0 || size > UINTPTR_MAX - ptr) return CUDA_ERROR_INVALID_VALUE;
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   VmmState& v = V(s);
-  // Whole mappings only, covering the range exactly.
-  uintptr_t at = ptr;
-  while (at < ptr + size) {
-    auto m = v.mappings.find(at);
-    if (m == v.mappings.end()) return behavior::kVmmMisuse;
-    at += m->second.size;
+  // Whole mappings only; gaps between them are passed over.
+  auto first = v.mappings.upper_bound(ptr);
+  if (first != v.mappings.begin() &&
+      std::prev(first)->first + std::prev(first)->second.size > ptr) {
+    --first;
   }
-  if (size == 0 || at != ptr + size) return behavior::kVmmMisuse;
-  for (at = ptr; at < ptr + size;) {
-    auto m = v.mappings.find(at);
+  auto last = first;
+  for (; last != v.mappings.end() && last->first < ptr + size; ++last) {
+    if (last->first < ptr || last->second.size > ptr + size - last->first) {
+      return behavior::kVmmUnmapPart;
+    }
+  }
+  if (first == last) return behavior::kVmmUnmapUnmapped;
+  for (auto m = first; m != last;) {
+    const uintptr_t at = m->first;
     const Mapping map = m->second;
-    v.mappings.erase(m);
+    m = v.mappings.erase(m);
     s.vmm_host.erase(at);
+    munmap(map.view, map.size);
     mmap(reinterpret_cast<void*>(at), map.size, PROT_NONE,
          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     auto h = v.handles.find(map.handle);
     if (h != v.handles.end()) --h->second.mappings;
     fakecuda::DropPhysicalIfUnusedLocked(v, map.handle);
-    at += map.size;
   }
   return CUDA_SUCCESS;
 }
@@ -436,12 +472,17 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
     if (m == v.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
     at += m->second.size;
   }
+  int cpu_prot = -1;  // unchanged unless a host location is named
   for (size_t i = 0; i < count; ++i) {
     const CUmemLocation& l = desc[i].location;
     if (l.type == CU_MEM_LOCATION_TYPE_DEVICE && (l.id < 0 || l.id >= s.device_count)) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
     if (desc[i].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
+    if (fakecuda::HostLocation(l)) cpu_prot = fakecuda::CpuProtection(desc[i].flags);
+  }
+  if (cpu_prot >= 0 && mprotect(reinterpret_cast<void*>(ptr), size, cpu_prot) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }

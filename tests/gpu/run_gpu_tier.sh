@@ -91,6 +91,7 @@ derive_counts() {
             "pin_allocs pin_frees registers unregisters failed_pins " \
             "pinned_acquired pinned_released pin_alloc_bytes register_bytes " \
             "host_pageable host_pinned host_registered host_pinshim host_managed " \
+            "host_vmm-host host_host-pool " \
             "host_program_pinned host_wc summaries copy_calls pin_calls", keys, " ")
       for (i in keys) v[keys[i]] = 0
     }
@@ -674,6 +675,15 @@ EOF
   sed 's/mode=observe/mode=bogus/' "$t/a.txt" > "$t/bad4.txt"
   derive_counts "$t/bad4.txt" > "$t/d6"
   compare_expect "expect: h2d=4" "$t/d6" > /dev/null; check "unknown mode fails" 1 $?
+  # The kinds of pinned host memory made without cuMemHostAlloc have keys too.
+  printf '%s\n' 'pinshim: summary pid=7 program=vmm_program mode=observe' \
+    'pinshim: copy api=cuMemcpyHtoD_v2 dir=H2D src=vmm-host dst=device flags=0x0 calls=2 bytes=8 failed=0' \
+    'pinshim: copy api=cuMemcpyDtoH_v2 dir=D2H src=device dst=host-pool flags=0x0 calls=3 bytes=12 failed=0' \
+    'pinshim: totals copies=5 copy_bytes=20 pin_calls=0' > "$t/k.txt"
+  derive_counts "$t/k.txt" > "$t/d7"
+  compare_expect "expect: h2d=2 d2h=3 host_vmm-host=2 host_host-pool=3" "$t/d7" > /dev/null
+  check "vmm-host and host-pool copies counted by kind" 0 $?
+  compare_expect "expect: host_vmm-host=3" "$t/d7" > /dev/null; check "vmm-host count off fails" 1 $?
 
   # End to end: a stand-in library directory and programs that print an
   # expect line and write their own "summary", as the library would.

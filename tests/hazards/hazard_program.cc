@@ -11,8 +11,11 @@
 // copying a device pattern back). Memory kinds: malloc (glibc heap), mmap
 // (anonymous mapping), hotsite (a malloc site whose buffers are copied hot:
 // optimize mode serves its later buffers from the pinned arena), pinned
-// (cuMemHostAlloc: optimize mode serves it from the pool). Every buffer is
-// copied hot first, so optimize mode has pinned it before its pages change.
+// (cuMemHostAlloc: optimize mode serves it from the pool), vmm-host (the
+// VMM API's host memory: cuMemCreate, cuMemMap, cuMemSetAccess) and
+// host-pool (cuMemAllocFromPoolAsync from a host memory pool): pinned by the
+// driver, which optimize mode must leave as they are. Every buffer is copied
+// hot first, so optimize mode has pinned it before its pages change.
 //
 // Reaches the driver by linking libcuda.so.1 (the simulated driver in CI,
 // the real one on a GPU machine); uses only the driver API.
@@ -117,15 +120,74 @@ std::string Measure(unsigned char* p, size_t n) {
 
 // --- buffers of each kind ------------------------------------------------------
 
-enum class Kind { kMalloc, kMmap, kHotSite, kPinned };
+enum class Kind { kMalloc, kMmap, kHotSite, kPinned, kVmmHost, kHostPool };
 const char* KindName(Kind k) {
   switch (k) {
     case Kind::kMalloc: return "malloc";
     case Kind::kMmap: return "mmap";
     case Kind::kHotSite: return "hotsite";
     case Kind::kPinned: return "pinned";
+    case Kind::kVmmHost: return "vmm-host";
+    case Kind::kHostPool: return "host-pool";
   }
   return "?";
+}
+
+// Memory the driver maps for the program (VMM host memory, a host pool's):
+// the program does not map over it; the driver's calls give it back.
+bool DriverMapped(Kind k) { return k == Kind::kVmmHost || k == Kind::kHostPool; }
+
+// VMM host allocations live: address -> physical handle.
+std::vector<std::pair<unsigned char*, CUmemGenericAllocationHandle>> g_vmm;
+
+// Creates, reserves and maps n bytes of host-located VMM memory (n a
+// multiple of the granularity), opened read-write for device 0 and the CPU.
+unsigned char* VmmHostAlloc(size_t n) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h;
+  CHECK(cuMemCreate(&h, n, &prop, 0));
+  CUdeviceptr va;
+  CHECK(cuMemAddressReserve(&va, n, 0, 0, 0));
+  CHECK(cuMemMap(va, n, 0, h, 0));
+  CUmemAccessDesc access[2] = {};
+  access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access[1].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  for (CUmemAccessDesc& a : access) a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHECK(cuMemSetAccess(va, n, &access[0], 1));
+  CHECK(cuMemSetAccess(va, n, &access[1], 1));
+  auto* p = reinterpret_cast<unsigned char*>(va);
+  g_vmm.emplace_back(p, h);
+  return p;
+}
+
+void VmmHostFree(unsigned char* p, size_t n) {
+  for (auto it = g_vmm.begin(); it != g_vmm.end(); ++it) {
+    if (it->first != p) continue;
+    CHECK(cuMemUnmap(reinterpret_cast<CUdeviceptr>(p), n));
+    CHECK(cuMemAddressFree(reinterpret_cast<CUdeviceptr>(p), n));
+    CHECK(cuMemRelease(it->second));
+    g_vmm.erase(it);
+    return;
+  }
+}
+
+// One host memory pool for every host-pool buffer, opened for device 0.
+CUmemoryPool HostPool() {
+  static CUmemoryPool pool = nullptr;
+  if (pool != nullptr) return pool;
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  props.location.id = 0;
+  CHECK(cuMemPoolCreate(&pool, &props));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHECK(cuMemPoolSetAccess(pool, &access, 1));
+  return pool;
 }
 
 // One allocation site for every hotsite buffer: its first buffers are
@@ -161,6 +223,13 @@ unsigned char* Allocate(Kind k, size_t n) {
       CHECK(cuMemHostAlloc(&p, n, 0));
       return static_cast<unsigned char*>(p);
     }
+    case Kind::kVmmHost: return VmmHostAlloc(n);
+    case Kind::kHostPool: {
+      CUdeviceptr p;
+      CHECK(cuMemAllocFromPoolAsync(&p, n, HostPool(), g_stream));
+      CHECK(cuStreamSynchronize(g_stream));
+      return reinterpret_cast<unsigned char*>(p);
+    }
   }
   return nullptr;
 }
@@ -171,6 +240,11 @@ void Release(Kind k, unsigned char* p, size_t n) {
     case Kind::kHotSite: free(p); break;
     case Kind::kMmap: munmap(p, n); break;
     case Kind::kPinned: CHECK(cuMemFreeHost(p)); break;
+    case Kind::kVmmHost: VmmHostFree(p, n); break;
+    case Kind::kHostPool:
+      CHECK(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(p), g_stream));
+      CHECK(cuStreamSynchronize(g_stream));
+      break;
   }
 }
 
@@ -438,9 +512,20 @@ const Case kCases[] = {
     {"fork_writes", ForkWrites},
 };
 
+// The cases for memory the driver maps: a page drop, a hole punched in the
+// shared pages, a fork child writing. The other page drops add nothing for
+// shared memory, and mapping over the driver's mapping is not the
+// program's to do.
+bool AppliesToDriverMapped(const Case& c) {
+  for (const char* name : {"dontneed_whole", "madv_remove", "fork_writes"}) {
+    if (strcmp(c.name, name) == 0) return true;
+  }
+  return false;
+}
+
 void RunCase(Kind kind, const Case& c) {
   std::string name = std::string(KindName(kind)) + " " + c.name;
-  if (!Wanted(name)) return;
+  if (!Wanted(name) || (DriverMapped(kind) && !AppliesToDriverMapped(c))) return;
   unsigned char* p = Allocate(kind, kBytes);
   FillPattern(p, kBytes, 0xA1);
   MakeHot(p, kBytes);
@@ -734,7 +819,8 @@ int main(int argc, char** argv) {
   CHECK(cuCtxSetCurrent(g_ctx));
   CHECK(cuMemAlloc(&g_dev, kBytes));
   CHECK(cuStreamCreate(&g_stream, 0));
-  for (Kind kind : {Kind::kMalloc, Kind::kMmap, Kind::kHotSite, Kind::kPinned}) {
+  for (Kind kind : {Kind::kMalloc, Kind::kMmap, Kind::kHotSite, Kind::kPinned, Kind::kVmmHost,
+                    Kind::kHostPool}) {
     for (const Case& c : kCases) RunCase(kind, c);
     RunForkAdvice(kind, "fork_dontfork", MADV_DONTFORK);
     RunForkAdvice(kind, "fork_wipeonfork", MADV_WIPEONFORK);

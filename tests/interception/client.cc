@@ -58,6 +58,22 @@ struct Driver {
   CUresult (*StreamDestroy)(CUstream);
   CUresult (*CtxSynchronize)();
   CUresult (*CtxGetCurrent)(CUcontext*);
+  // Host memory of the VMM API and of host memory pools.
+  CUresult (*MemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
+                                          CUmemAllocationGranularity_flags);
+  CUresult (*MemCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                        unsigned long long);
+  CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+  CUresult (*MemAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*MemAddressFree)(CUdeviceptr, size_t);
+  CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*MemUnmap)(CUdeviceptr, size_t);
+  CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  CUresult (*MemPoolCreate)(CUmemoryPool*, const CUmemPoolProps*);
+  CUresult (*MemPoolSetAccess)(CUmemoryPool, const CUmemAccessDesc*, size_t);
+  CUresult (*MemPoolDestroy)(CUmemoryPool);
+  CUresult (*MemAllocFromPoolAsync)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+  CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
 };
 
 struct Expect {
@@ -139,6 +155,19 @@ void LoadDriver(cuuint64_t flags) {
   Lookup(get, "cuStreamSynchronize", flags ? 7000 : 2000, flags, &d.StreamSynchronize);
   Lookup(get, "cuStreamDestroy", 4000, 0, &d.StreamDestroy);
   Lookup(get, "cuCtxSynchronize", 2000, 0, &d.CtxSynchronize);
+  Lookup(get, "cuMemGetAllocationGranularity", 10020, 0, &d.MemGetAllocationGranularity);
+  Lookup(get, "cuMemCreate", 10020, 0, &d.MemCreate);
+  Lookup(get, "cuMemRelease", 10020, 0, &d.MemRelease);
+  Lookup(get, "cuMemAddressReserve", 10020, 0, &d.MemAddressReserve);
+  Lookup(get, "cuMemAddressFree", 10020, 0, &d.MemAddressFree);
+  Lookup(get, "cuMemMap", 10020, 0, &d.MemMap);
+  Lookup(get, "cuMemUnmap", 10020, 0, &d.MemUnmap);
+  Lookup(get, "cuMemSetAccess", 10020, 0, &d.MemSetAccess);
+  Lookup(get, "cuMemPoolCreate", 11020, 0, &d.MemPoolCreate);
+  Lookup(get, "cuMemPoolSetAccess", 11020, 0, &d.MemPoolSetAccess);
+  Lookup(get, "cuMemPoolDestroy", 11020, 0, &d.MemPoolDestroy);
+  Lookup(get, "cuMemAllocFromPoolAsync", 11020, flags, &d.MemAllocFromPoolAsync);
+  Lookup(get, "cuMemFreeAsync", 11020, flags, &d.MemFreeAsync);
   CUdevice dev;
   CUcontext ctx;
   CHECK(d.DeviceGet(&dev, 0));
@@ -921,11 +950,12 @@ void Sites() {
 }
 
 // Differential run: a seeded random sequence of allocations (malloc,
-// calloc, posix_memalign and pinned cuMemHostAlloc, each from its own call
-// site), fills, copies (sync and async, both directions, three streams),
-// reallocs and frees, with addresses reused. The program is valid under the
-// driver's rules for pageable and pinned memory; everything it reads back
-// is hashed and printed, and must not change under optimize mode.
+// calloc, posix_memalign, pinned cuMemHostAlloc, VMM host memory and a host
+// pool's, each from its own call site), fills, copies (sync and async, both
+// directions, three streams), reallocs and frees, with addresses reused.
+// The program is valid under the driver's rules for pageable and pinned
+// memory; everything it reads back is hashed and printed, and must not
+// change under pinshim in any mode.
 char* RandomMalloc(size_t n) { return static_cast<char*>(malloc(n)); }
 char* RandomCalloc(size_t n) { return static_cast<char*>(calloc(1, n)); }
 char* RandomAligned(size_t n) {
@@ -933,15 +963,66 @@ char* RandomAligned(size_t n) {
   return posix_memalign(&p, 4096, n) == 0 ? static_cast<char*>(p) : nullptr;
 }
 
+// Host-located VMM memory of at least n bytes (whole granules), mapped and
+// opened read-write for device 0 and the CPU; *handle and *mapped say what
+// RandomVmmFree gives back.
+char* RandomVmmAlloc(size_t n, CUmemGenericAllocationHandle* handle, size_t* mapped) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  size_t g = 0;
+  CHECK(d.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  *mapped = (n + g - 1) / g * g;
+  CHECK(d.MemCreate(handle, *mapped, &prop, 0));
+  CUdeviceptr va;
+  CHECK(d.MemAddressReserve(&va, *mapped, 0, 0, 0));
+  CHECK(d.MemMap(va, *mapped, 0, *handle, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHECK(d.MemSetAccess(va, *mapped, &access, 1));
+  access.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  CHECK(d.MemSetAccess(va, *mapped, &access, 1));
+  g_expect.allocs += 2;  // cuMemCreate, cuMemMap
+  return reinterpret_cast<char*>(va);
+}
+
+void RandomVmmFree(char* p, CUmemGenericAllocationHandle handle, size_t mapped) {
+  CHECK(d.MemUnmap(reinterpret_cast<CUdeviceptr>(p), mapped));
+  CHECK(d.MemAddressFree(reinterpret_cast<CUdeviceptr>(p), mapped));
+  CHECK(d.MemRelease(handle));
+  g_expect.frees += 2;  // cuMemUnmap, cuMemRelease
+}
+
+CUmemoryPool RandomHostPool() {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  CUmemoryPool pool;
+  CHECK(d.MemPoolCreate(&pool, &props));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHECK(d.MemPoolSetAccess(pool, &access, 1));
+  return pool;
+}
+
 void RandomSequence() {
   constexpr int kSlots = 12;
   constexpr size_t kMax = 2 << 20;
+  // Kinds: 0 malloc, 1 calloc, 2 aligned, 3 pinned, 4 VMM host, 5 host pool;
+  // from 3 on, page-locked (an async copy's buffer waits for its stream).
+  constexpr int kKinds = 6;
   struct Slot {
     char* host = nullptr;
     size_t n = 0;
-    int kind = 0;  // 0 malloc, 1 calloc, 2 aligned, 3 pinned
+    int kind = 0;
     CUdeviceptr dev = 0;
+    CUmemGenericAllocationHandle handle = 0;  // kind 4
+    size_t mapped = 0;                        // kind 4
   };
+  auto locked = [](const Slot& s) { return s.kind >= 3; };
+  const CUmemoryPool pool = RandomHostPool();
   Slot slots[kSlots];
   // Blocking streams: a synchronous upload (legacy stream) may return before
   // its DMA landed, as on the H200, so a later copy of the same device
@@ -960,9 +1041,14 @@ void RandomSequence() {
   auto stream_of = [&](int i) { return streams[i % 3]; };
   auto release = [&](Slot& s, int i) {
     if (s.host == nullptr) return;
+    if (locked(s)) CHECK(d.StreamSynchronize(stream_of(i)));
     if (s.kind == 3) {
-      CHECK(d.StreamSynchronize(stream_of(i)));
       CHECK(d.MemFreeHost(s.host));
+      g_expect.frees++;
+    } else if (s.kind == 4) {
+      RandomVmmFree(s.host, s.handle, s.mapped);
+    } else if (s.kind == 5) {
+      CHECK(d.MemFreeAsync(reinterpret_cast<CUdeviceptr>(s.host), stream_of(i)));
       g_expect.frees++;
     } else {
       free(s.host);
@@ -981,7 +1067,7 @@ void RandomSequence() {
       case 0: {  // (re)allocate
         release(s, i);
         s.n = 64 * 1024 + next() % (kMax - 64 * 1024);
-        s.kind = static_cast<int>(next() % 4);
+        s.kind = static_cast<int>(next() % kKinds);
         if (s.kind == 0) s.host = RandomMalloc(s.n);
         if (s.kind == 1) s.host = RandomCalloc(s.n);
         if (s.kind == 2) s.host = RandomAligned(s.n);
@@ -991,12 +1077,20 @@ void RandomSequence() {
           g_expect.allocs++;
           s.host = static_cast<char*>(p);
         }
+        if (s.kind == 4) s.host = RandomVmmAlloc(s.n, &s.handle, &s.mapped);
+        if (s.kind == 5) {
+          CUdeviceptr p;
+          CHECK(d.MemAllocFromPoolAsync(&p, s.n, pool, st));
+          CHECK(d.StreamSynchronize(st));
+          g_expect.allocs++;
+          s.host = reinterpret_cast<char*>(p);
+        }
         if (s.kind == 1) absorb(s.host, s.n);  // zeroed
         Fill(s.host, s.n, static_cast<unsigned>(step));
         break;
       }
       case 1: {  // realloc (pageable kinds): the common prefix is kept
-        if (s.kind == 3) break;
+        if (locked(s)) break;
         const size_t n2 = 64 * 1024 + next() % (kMax - 64 * 1024);
         char* q = static_cast<char*>(realloc(s.host, n2));
         if (q == nullptr) break;
@@ -1015,7 +1109,7 @@ void RandomSequence() {
         CHECK(d.MemcpyHtoDAsync(s.dev + off, s.host + off, len, st));
         g_expect.h2d++;
         // Pageable: the source may be reused at once; pinned: only after a sync.
-        if (s.kind == 3) CHECK(d.StreamSynchronize(st));
+        if (locked(s)) CHECK(d.StreamSynchronize(st));
         memset(s.host + off, (step * 7) & 0xff, len);
         break;
       case 4:
@@ -1026,7 +1120,7 @@ void RandomSequence() {
       case 5:
         CHECK(d.MemcpyDtoHAsync(s.host + off, s.dev + off, len, st));
         g_expect.d2h++;
-        if (s.kind == 3) CHECK(d.StreamSynchronize(st));
+        if (locked(s)) CHECK(d.StreamSynchronize(st));
         absorb(s.host + off, len);
         break;
       case 6: Fill(s.host + off, len, static_cast<unsigned>(step * 3)); break;
@@ -1043,6 +1137,8 @@ void RandomSequence() {
     release(slots[i], i);
     CHECK(d.MemFree(slots[i].dev));
   }
+  for (CUstream st : streams) CHECK(d.StreamSynchronize(st));
+  CHECK(d.MemPoolDestroy(pool));
   printf("random: %lx\n", hash);
 }
 

@@ -660,11 +660,26 @@ TEST(OptimizeTest, OnlyPrivateAnonymousMappingsArePinnedInPlace) {
   }
 }
 
-// The differential run: a random sequence of allocations, copies, reallocs
-// and frees leaves the same host and device contents with optimize mode, and
-// optimize mode did act on it (pool, cache and arena all used).
+// The differential run: a random sequence of allocations (VMM host and
+// host-pool memory among them), copies, reallocs and frees leaves the same
+// host and device contents in every mode, and optimize mode did act on it
+// (pool, cache and arena all used) but left the driver's pinned kinds alone.
 TEST(OptimizeTest, RandomSequenceLeavesIdenticalContents) {
   CheckOptimizeTransparent({g_client, "random"});
+  RunResult without = RunProgram({g_client, "random"}, false);
+  ASSERT_EQ(without.status, 0) << without.err;
+  for (const char* mode : {"observe", "enforce"}) {
+    SCOPED_TRACE(mode);
+    RunResult r = RunProgram({g_client, "random"}, true,
+                             {std::string("PINSHIM_MODE=") + mode, "PINSHIM_BUDGET=8G"});
+    EXPECT_EQ(r.status, without.status) << r.err;
+    EXPECT_EQ(r.out, without.out);
+    CheckCounts(r);
+    ASSERT_EQ(r.summaries.size(), 1u);
+    // Both kinds were exercised, counted as what they are.
+    EXPECT_NE(r.summaries[0].find("src=vmm-host"), std::string::npos) << r.summaries[0];
+    EXPECT_NE(r.summaries[0].find("src=host-pool"), std::string::npos) << r.summaries[0];
+  }
   RunResult with = RunProgram({g_client, "random"}, true, {"PINSHIM_MODE=optimize"});
   ASSERT_EQ(with.summaries.size(), 1u);
   const std::string& s = with.summaries[0];

@@ -42,7 +42,10 @@ size_t Granularity() {
   return g;
 }
 
-// Reserves, maps and opens `handle` for device 0; returns the address.
+// Reserves and maps `handle`, then opens it read-write for device 0 and for
+// the CPU; returns the address. The CPU faults on the memory until a
+// cuMemSetAccess names a host location (one that names only the device is
+// not enough), so nothing touches it before the second call.
 CUdeviceptr MapHost(CUmemGenericAllocationHandle handle, size_t size) {
   CUdeviceptr va;
   CHECK(cuMemAddressReserve(&va, size, 0, 0, 0));
@@ -51,6 +54,9 @@ CUdeviceptr MapHost(CUmemGenericAllocationHandle handle, size_t size) {
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = 0;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHECK(cuMemSetAccess(va, size, &access, 1));
+  access.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  access.location.id = 0;
   CHECK(cuMemSetAccess(va, size, &access, 1));
   return va;
 }

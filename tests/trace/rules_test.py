@@ -28,6 +28,8 @@ PROGRAMS = {
     "clean": {},
     "copy_race": {},
     "copy_race_guard": {"PINSHIM_COPY_GUARD": "1"},
+    "copy_race_guard_edges": {"PINSHIM_COPY_GUARD": "1"},
+    "copy_guard_neighbours": {"PINSHIM_COPY_GUARD": "1"},
     "free_in_flight": {},
     "non_portable": {},
     "over_pinning": {"PINSHIM_BUDGET": str(64 << 20)},
@@ -47,6 +49,17 @@ PROGRAMS.update({
     "budget_refused": dict(ENFORCE, PINSHIM_POLICY="deny"),
     "budget_refused_fallback": dict(ENFORCE, PINSHIM_POLICY="fallback"),
 })
+
+# VMM host and host-pool memory: the program calls the driver API itself,
+# so it runs with the driver backend only.
+if SUFFIX == "_driver":
+    PROGRAMS["vmm_host_kinds"] = {}
+    PROGRAMS["vmm_host_held"] = {"PINSHIM_BUDGET": str(64 << 20)}
+
+# RULE_PROGRAMS_ONLY (space-separated names) runs those programs alone, for a
+# quick check of a few rules on the GPU host (tests/gpu/copy_guard_check.sh).
+if os.environ.get("RULE_PROGRAMS_ONLY"):
+    PROGRAMS = {k: v for k, v in PROGRAMS.items() if k in os.environ["RULE_PROGRAMS_ONLY"].split()}
 
 # Runs of one program under another configuration: run name -> program.
 PROGRAM_OF = {"budget_refused_fallback": "budget_refused"}
@@ -78,6 +91,10 @@ def sites_in(value):
 NOT_RUN = 77
 
 
+# program -> its standard output in the run above
+OUTPUTS = {}
+
+
 def run_program(name, extra_env=None):
     """The trace directory, or None when the program cannot run here."""
     trace_dir = os.path.join(TMP, "traces", name)
@@ -94,7 +111,19 @@ def run_program(name, extra_env=None):
         return None, proc.stderr.strip()
     if proc.returncode != 0:
         raise AssertionError("%s exited %d: %s" % (name, proc.returncode, proc.stderr))
+    OUTPUTS[name] = proc.stdout
     return trace_dir, ""
+
+
+def plain_output(name):
+    """The program's standard output without pinshim (nothing preloaded, no
+    PINSHIM_ setting)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PINSHIM_")}
+    env.pop("LD_PRELOAD", None)
+    binary = PROGRAM_OF.get(name, name) + SUFFIX
+    proc = subprocess.run([os.path.join(HERE, "programs", binary)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout
 
 
 def report(args):
@@ -123,6 +152,8 @@ class RulesTest(unittest.TestCase):
             cls.reports[name] = (trace_dir, json.loads(out.stdout))
 
     def check_program(self, name):
+        if name not in PROGRAMS:
+            self.skipTest("not selected (RULE_PROGRAMS_ONLY)")
         if name in self.not_run:
             self.skipTest("not run: " + self.not_run[name])
         source = os.path.join(HERE, "programs", PROGRAM_OF.get(name, name) + ".cc")
@@ -184,6 +215,27 @@ class RulesTest(unittest.TestCase):
             self.assertEqual(f["severity"], "error", f["explanation"])
             self.assertEqual(f["evidence"]["via"], ["plain access (copy guard)"])
 
+    def test_copy_race_guard_edges(self):
+        # The first and the last byte of a range that starts and ends inside
+        # pages shared with other data are caught at their lines; that data
+        # is not reported, and keeps its values.
+        self.check_program("copy_race_guard_edges")
+        _, data = self.reports["copy_race_guard_edges"]
+        self.assertEqual(len(data["findings"]), 2, data["findings"])
+        for f in data["findings"]:
+            self.assertEqual(f["evidence"]["via"], ["plain access (copy guard)"])
+        self.assertEqual(plain_output("copy_race_guard_edges"),
+                         (0, OUTPUTS["copy_race_guard_edges"]))
+        self.assertIn("data ok", OUTPUTS["copy_race_guard_edges"])
+
+    def test_copy_guard_neighbours(self):
+        # Threads updating data on a guarded range's end pages: no finding,
+        # no lost update, the same output as without pinshim.
+        self.check_program("copy_guard_neighbours")
+        self.assertEqual(OUTPUTS["copy_guard_neighbours"], "neighbours ok\n")
+        self.assertEqual(plain_output("copy_guard_neighbours"),
+                         (0, OUTPUTS["copy_guard_neighbours"]))
+
     def test_free_in_flight(self):
         self.check_program("free_in_flight")
         _, data = self.reports["free_in_flight"]
@@ -216,6 +268,32 @@ class RulesTest(unittest.TestCase):
 
     def test_pinned_churn(self):
         self.check_program("pinned_churn")
+
+    def test_vmm_host_kinds(self):
+        """VMM host memory mapped and unmapped every batch is churn, named as
+        such; a host pool's per-batch allocations are not; copies of both
+        kinds are pinned ones: no pageable-hot or async-pageable, and the
+        sync-copy-loop fix does not ask to pin them."""
+        if "vmm_host_kinds" not in PROGRAMS:
+            self.skipTest("the driver backend only")
+        self.check_program("vmm_host_kinds")
+        findings = self.reports["vmm_host_kinds"][1]["findings"]
+        churn = [f for f in findings if f["rule"] == "pinned-churn"]
+        self.assertEqual(len(churn), 1, churn)
+        self.assertIn("mapped and unmapped 12 times", churn[0]["explanation"])
+        self.assertIn("cuMemMap/cuMemUnmap", churn[0]["explanation"])
+        loop = [f for f in findings if f["rule"] == "sync-copy-loop"]
+        self.assertEqual(len(loop), 1, loop)
+        self.assertIn("pinned already", loop[0]["fix"])
+        self.assertNotIn("from pinned buffers", loop[0]["fix"])
+
+    def test_vmm_host_held(self):
+        """VMM host memory mapped past the budget is over-pinning, a VMM
+        mapping and a host pool allocation never copied are pinned-unused:
+        the rules count both kinds as pinned memory."""
+        if "vmm_host_held" not in PROGRAMS:
+            self.skipTest("the driver backend only")
+        self.check_program("vmm_host_held")
 
     def test_pinned_unused(self):
         self.check_program("pinned_unused")
@@ -308,4 +386,5 @@ class RulesTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0], "-v"])
+    # Arguments after the script pick tests (-k PATTERN), as unittest's own.
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:])

@@ -1,9 +1,13 @@
 // pinned-churn (warning): pinned memory allocated and freed (or registered and
 // unregistered) again and again at one site: pinned anew after an earlier
 // buffer from the same site was released. Pinning is expensive (on the
-// H200, cudaHostAlloc + cudaFreeHost of 16 MiB take 8.2 ms), and paying it in
-// a loop is avoidable. The estimate is the time spent in those calls, less
-// one allocation that a reused buffer would still need.
+// H200, milliseconds for cudaHostAlloc + cudaFreeHost of 16 MiB:
+// bench/RESULTS.md, "The cost model's table"), and paying it in a loop is
+// avoidable. The estimate is the time spent in those calls, less one
+// allocation that a reused buffer would still need. VMM host memory mapped
+// and unmapped again and again (cuMemMap, cuMemUnmap) is churn too; a host
+// pool's stream-ordered allocations are not: reusing its memory is what the
+// pool does.
 #include <memory>
 
 #include "analyzer/report/format.h"
@@ -19,13 +23,14 @@ class PinnedChurn : public Rule {
 
   // Churn is pinning again after unpinning: a site that pins many buffers
   // and frees them all at the end had nothing to reuse.
-  void OnPin(const Event&, const PinnedAlloc& a) override {
+  void OnPin(const Event& e, const PinnedAlloc& a) override {
     SiteStats& s = sites_[a.stack];
+    s.api = e.api;
     if (s.released > 0) ++s.repins;
   }
 
   void OnUnpin(const Event& e, const PinnedAlloc* a) override {
-    if (a == nullptr) return;
+    if (a == nullptr || (e.flags & trace::kPinFlagStreamOrdered) != 0) return;
     SiteStats& s = sites_[a->stack];
     ++s.released;
     ++s.cycles;
@@ -43,9 +48,13 @@ class PinnedChurn : public Rule {
         continue;
       }
       double total = s.call_ns * 1e-9;
-      const char* pair = s.registered ? "registered and unregistered" : "allocated and freed";
-      const char* calls =
-          s.registered ? "cudaHostRegister/cudaHostUnregister" : "cudaHostAlloc/cudaFreeHost";
+      const bool vmm = ctx.trace->ApiName(s.api).rfind("cuMemMap", 0) == 0;
+      const char* pair = vmm            ? "mapped and unmapped"
+                         : s.registered ? "registered and unregistered"
+                                        : "allocated and freed";
+      const char* calls = vmm            ? "cuMemMap/cuMemUnmap"
+                          : s.registered ? "cudaHostRegister/cudaHostUnregister"
+                                         : "cudaHostAlloc/cudaFreeHost";
       Finding f;
       f.rule = id();
       f.severity = Severity::kWarning;
@@ -58,7 +67,10 @@ class PinnedChurn : public Rule {
           .Set("typical_size", Value::Bytes(s.bytes / s.cycles))
           .Set("time_in_calls", Value::Seconds(total))
           .Set("released_at", Value::SiteOf(s.release_stack));
-      f.fix = s.registered
+      f.fix = vmm ? "Create and map the VMM host allocation once, outside the loop, and keep it "
+                    "mapped while it is reused (optimize mode leaves the VMM API's memory to "
+                    "the driver and cannot do this for the program)."
+              : s.registered
                   ? "Register the buffer once and keep it registered while it is reused, instead "
                     "of registering it for every transfer."
               : OptimizeModeWasOn(ctx)
@@ -84,6 +96,7 @@ class PinnedChurn : public Rule {
     uint64_t call_ns = 0;
     bool registered = false;
     uint32_t release_stack = 0;
+    uint32_t api = 0;  // the pinning call's
   };
   SiteTable<SiteStats> sites_;
 };

@@ -44,11 +44,14 @@ class SyncCopyLoop : public Rule {
         (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost)) {
       return;
     }
+    const MemKind host =
+        static_cast<MemKind>(dir == CopyDir::kDeviceToHost ? (c.kinds >> 3) & 7 : c.kinds & 7);
     SiteStats& s = sites_[static_cast<uint32_t>(c.stack)];
     s.copies += c.copies;
     s.bytes += c.bytes;
     s.call_ns += c.call_ns;
     s.hideable_ns += c.overlap_ns;
+    if (host == MemKind::kPageable) s.pageable += c.copies;
     s.by_dir[dir == CopyDir::kDeviceToHost ? 1 : 0] += c.copies;
   }
   bool UsesSiteTotals() const override { return true; }
