@@ -27,7 +27,9 @@ class ReferenceJudge {
     const int p = static_cast<int>(path);
     const bool can_probe_driver = path != CopyPath::kPinnedInPlace;
     if (c.samples[0] == 0) {
-      if (expected_win < kSkipDriverFirst) return !can_probe_driver;
+      if (expected_win < kSkipDriverFirst && c.driver_overlapped < PathJudge::kMinSamples) {
+        return !can_probe_driver;
+      }
       return !can_probe_driver || !Probe(c, p, kFirstProbeShift);
     }
     if (c.verdict[p] == PathVerdict::kLoses) {
@@ -60,6 +62,11 @@ class ReferenceJudge {
     } else {
       Judge(c, index, p);
     }
+  }
+
+  void Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync) {
+    if (path != CopyPath::kDriver || bytes == 0 || !enabled_) return;
+    ++cells_[Index(dir, bytes, sync)].driver_overlapped;
   }
 
   bool WorthSetup(CopyDir dir, double setup_ns) const {
@@ -109,6 +116,7 @@ class ReferenceJudge {
     uint32_t since_probe[kCopyPathCount] = {};
     uint32_t probe_shift[kCopyPathCount] = {};
     uint64_t losses[kCopyPathCount] = {};
+    uint32_t driver_overlapped = 0;
   };
 
   static int Index(CopyDir dir, uint64_t bytes, bool sync) {

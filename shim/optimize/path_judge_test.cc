@@ -253,7 +253,8 @@ void ExpectSameState(const PathJudge& j, const ReferenceJudge& ref) {
 // Random copies in every cell, through phases in which each path runs at
 // a different fraction of the driver's speed (several near the hysteresis
 // bounds), with outliers, failed copies, driver copies that never asked,
-// resets and the judge switched off and on: every answer, probe, verdict
+// copies that overlapped another thread's (no sample), resets and the judge
+// switched off and on: every answer, probe, verdict
 // change and figure must be the plain algorithm's.
 void RunDifferential(uint64_t seed, int copies) {
   std::mt19937_64 rng(seed);
@@ -300,6 +301,11 @@ void RunDifferential(uint64_t seed, int copies) {
       if (took) ran = path;
     }
     if (r >= 50 && r < 80) continue;  // failed: not recorded
+    if (r >= 80 && r < 100) {         // ran beside another thread's copy: no sample
+      j.Overlapped(ran, dir, bytes, sync);
+      ref.Overlapped(ran, dir, bytes, sync);
+      continue;
+    }
     const double ns =
         driver_ns * outlier / (ran == CopyPath::kDriver ? 1.0 : factor[cell][int(ran)]);
     j.Record(ran, dir, bytes, sync, static_cast<uint64_t>(ns));
