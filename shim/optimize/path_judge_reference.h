@@ -64,8 +64,12 @@ class ReferenceJudge {
     }
   }
 
-  void Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync) {
-    if (path != CopyPath::kDriver || bytes == 0 || !enabled_) return;
+  void Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns) {
+    if (path != CopyPath::kDriver || bytes == 0 ||
+        (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) || !enabled_) {
+      return;
+    }
+    driver_ns_[dir == CopyDir::kDeviceToHost ? 1 : 0] += ns;
     ++cells_[Index(dir, bytes, sync)].driver_overlapped;
   }
 

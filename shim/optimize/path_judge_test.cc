@@ -305,8 +305,8 @@ void RunDifferential(uint64_t seed, int copies) {
     }
     if (r >= 50 && r < 80) continue;  // failed: not recorded
     if (r >= 80 && r < 100) {         // ran beside another thread's copy: no sample
-      j.Overlapped(ran, dir, bytes, sync);
-      ref.Overlapped(ran, dir, bytes, sync);
+      j.Overlapped(ran, dir, bytes, sync, static_cast<uint64_t>(driver_ns));
+      ref.Overlapped(ran, dir, bytes, sync, static_cast<uint64_t>(driver_ns));
       continue;
     }
     const double ns =
