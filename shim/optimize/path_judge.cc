@@ -115,19 +115,6 @@ void PathJudge::Record(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, ui
   }
 }
 
-uint64_t PathJudge::BeginCopy() {
-  const bool busy = copies_in_flight_.fetch_add(1, std::memory_order_acq_rel) != 0;
-  const uint64_t begun = copies_begun_.fetch_add(1, std::memory_order_acq_rel);
-  return begun << 1 | (busy ? 1 : 0);
-}
-
-bool PathJudge::EndCopy(uint64_t ticket) {
-  // Another copy began after this one did, and before it ended.
-  const bool other = copies_begun_.load(std::memory_order_acquire) != (ticket >> 1) + 1;
-  copies_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-  return (ticket & 1) != 0 || other;
-}
-
 void PathJudge::Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns) {
   if (path != CopyPath::kDriver || bytes == 0 ||
       (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) ||

@@ -102,8 +102,18 @@ class PathJudge {
   // always overlap stops sending them to the driver for a figure it cannot
   // get, and takes the path where the cost model expects it to win; its
   // time still counts as time spent in the driver's copies (WorthSetup).
-  uint64_t BeginCopy();
-  bool EndCopy(uint64_t ticket);
+  // (Inline: every copy of optimize mode brackets itself.)
+  uint64_t BeginCopy() {
+    const bool busy = copies_in_flight_.fetch_add(1, std::memory_order_acq_rel) != 0;
+    const uint64_t begun = copies_begun_.fetch_add(1, std::memory_order_acq_rel);
+    return begun << 1 | (busy ? 1 : 0);
+  }
+  bool EndCopy(uint64_t ticket) {
+    // Another copy began after this one did, and before it ended.
+    const bool other = copies_begun_.load(std::memory_order_acquire) != (ticket >> 1) + 1;
+    copies_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    return (ticket & 1) != 0 || other;
+  }
   void Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns);
   // Whether the program has spent setup_ns in the driver's pageable copies
   // of this direction: then setting up a path that serves it pays.
