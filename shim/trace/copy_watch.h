@@ -149,6 +149,15 @@ void CopyGuardOpenFor(const void* p, size_t len);
 void CopyWatchAddBlock(const void* p, uint64_t bytes);
 void CopyWatchRemoveBlock(const void* p);
 
+// glibc mapped [map, map + map_bytes) for the one malloc chunk whose
+// buffer starts at `buffer` (copy_watch.h: which end pages may be guarded).
+// A full table leaves it out.
+void CopyWatchAddChunk(const void* buffer, const void* map, uint64_t map_bytes);
+// That chunk is about to go back to the allocator (free, realloc): copies on
+// its mapping are forgotten, its pages opened and the chunk left out, before
+// the allocator reads its header. A few loads when `buffer` is no chunk's.
+void CopyWatchReleaseChunk(const void* buffer);
+
 // Guarded pages faulted on so far (tests).
 uint64_t CopyGuardFaults();
 
