@@ -420,6 +420,18 @@ void* realloc(void* p, size_t n) {
   return q;
 }
 
+// glibc's reallocarray calls its realloc by an internal name, past
+// pinshim's: this one goes through pinshim's, so a block it moves or frees
+// leaves the registry and the copy watch as with realloc.
+void* reallocarray(void* p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return realloc(p, total);
+}
+
 int posix_memalign(void** out, size_t align, size_t n) {
   if (PINSHIM_UNLIKELY(!EnsureReal())) {
     *out = BootstrapAlloc(n);  // 16-byte aligned; early callers ask no more

@@ -127,7 +127,7 @@ int HeapBuffer(cuda::Stream stream) {
   int seen = 0;
   for (int i = 0; i < 50; ++i) {
     cuda::MemcpyDtoHAsync(buf, dev, n, stream);
-    if (i == 10) seen += buf[0];  // the shared first page is open: not seen
+    if (i == 10) seen += buf[0];          // the shared first page is open: not seen
     if (i == 20) seen += buf[2 * kPage];  // MISUSE(copy-race)
     cuda::StreamSynchronize(stream);
   }
