@@ -11,11 +11,11 @@ namespace {
 // A copy into a capture is the driver's, on the program's memory as the
 // program made it: what pinshim pinned in place under its host side
 // (registration cache, arena) is unpinned for the call (the arena's pinned
-// again after it), so the driver captures pageable memory as without
-// pinshim; it is neither staged nor pinned now. A graph that held pinshim's
-// pinning would fault its context at a launch after pinshim unpinned it
-// (bench/RESULTS.md). Pool blocks are the program's pinned memory, and stay
-// so.
+// again after it), so the driver captures pageable memory as without pinshim;
+// it is neither staged nor pinned now. A graph that held pinshim's pinning
+// would fault its context at a launch after pinshim unpinned it
+// (bench/RESULTS.md, "2026-12-01, late night", copies into a stream capture).
+// Pool blocks are the program's pinned memory, and stay so.
 constexpr PageChange kCopyIntoCapture(OwnPinReason::kCopyIntoCapture, 0,
                                       PageChange::kReplacesPrivate | PageChange::kStaysAnonymous);
 
@@ -98,6 +98,7 @@ CUresult RunHostCopy(Optimizer* engine, CopyCall* c, DriverCall driver) {
   if (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) return driver();
   MemKind& host_kind = dir == CopyDir::kHostToDevice ? s.src : s.dst;
   const uint64_t start = MonotonicNs();
+  const uint64_t overlap_ticket = engine->judge().BeginCopy();
   const bool stageable = c->form == CopyForm::kStageable;
   const CopyTicket t =
       engine->BeforeHostCopy(s.host_ptr, s.bytes, dir, host_kind, !c->async, stageable);
@@ -114,9 +115,15 @@ CUresult RunHostCopy(Optimizer* engine, CopyCall* c, DriverCall driver) {
   // ring) is not that path's speed: the setup's cost is the cost model's
   // to weigh.
   const bool setup = registered_now || (c->staged && c->staged_info.pinned_ring);
+  const uint64_t ns = MonotonicNs() - start;
+  const bool overlapped = engine->judge().EndCopy(overlap_ticket);
   CopyPath path;
   if (r == CUDA_SUCCESS && !setup && JudgedPath(*c, t, host_kind, &path)) {
-    engine->judge().Record(path, dir, s.bytes, !c->async, MonotonicNs() - start);
+    if (overlapped) {
+      engine->judge().Overlapped(path, dir, s.bytes, !c->async, ns);
+    } else {
+      engine->judge().Record(path, dir, s.bytes, !c->async, ns);
+    }
   }
   return r;
 }

@@ -79,7 +79,10 @@ bool PathJudge::Take(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, doub
   // never probed against it.
   const bool can_probe_driver = path != CopyPath::kPinnedInPlace;
   if (c.fig[0].samples.load(std::memory_order_relaxed) == 0) {
-    if (expected_win < kSkipDriverFirst) return !can_probe_driver;
+    if (expected_win < kSkipDriverFirst &&
+        c.driver_overlapped.load(std::memory_order_relaxed) < kMinSamples) {
+      return !can_probe_driver;
+    }
     return !can_probe_driver || !Probe(c, p, kFirstProbeShift);
   }
   const auto verdict = static_cast<PathVerdict>(c.verdict[p].load(std::memory_order_relaxed));
@@ -109,6 +112,29 @@ void PathJudge::Record(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, ui
   } else {
     Judge(c, index, p);
   }
+}
+
+uint64_t PathJudge::BeginCopy() {
+  const bool busy = copies_in_flight_.fetch_add(1, std::memory_order_acq_rel) != 0;
+  const uint64_t begun = copies_begun_.fetch_add(1, std::memory_order_acq_rel);
+  return begun << 1 | (busy ? 1 : 0);
+}
+
+bool PathJudge::EndCopy(uint64_t ticket) {
+  // Another copy began after this one did, and before it ended.
+  const bool other = copies_begun_.load(std::memory_order_acquire) != (ticket >> 1) + 1;
+  copies_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  return (ticket & 1) != 0 || other;
+}
+
+void PathJudge::Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns) {
+  if (path != CopyPath::kDriver || bytes == 0 ||
+      (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) ||
+      !enabled_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  driver_ns_[dir == CopyDir::kDeviceToHost ? 1 : 0].fetch_add(ns, std::memory_order_relaxed);
+  cells_[IndexOf(dir, bytes, sync)].driver_overlapped.fetch_add(1, std::memory_order_relaxed);
 }
 
 void PathJudge::Judge(Cell& c, int index, int p) {
@@ -191,7 +217,10 @@ void PathJudge::Reset() {
       c.probe_shift[p].store(0, std::memory_order_relaxed);
       c.losses[p].store(0, std::memory_order_relaxed);
     }
+    c.driver_overlapped.store(0, std::memory_order_relaxed);
   }
+  copies_in_flight_.store(0, std::memory_order_relaxed);
+  copies_begun_.store(0, std::memory_order_relaxed);
   for (auto& d : driver_ns_) d.store(0, std::memory_order_relaxed);
   driver_probes_.store(0, std::memory_order_relaxed);
   path_retries_.store(0, std::memory_order_relaxed);

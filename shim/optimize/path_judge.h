@@ -86,6 +86,18 @@ class PathJudge {
   // After the copy: the time the program's thread spent in it, on the path
   // it took. Failed copies are not recorded.
   void Record(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns);
+  // Copies of other threads running at the same time slow each other (the
+  // driver serializes parts of its pageable copies against other calls), so
+  // such a copy's time measures their contention, not its path: it is no
+  // sample. BeginCopy/EndCopy bracket a copy; EndCopy says whether another
+  // thread's copy ran during it. Overlapped() counts a driver copy that was
+  // no sample toward the cell's first driver copies, so a cell whose copies
+  // always overlap stops sending them to the driver for a figure it cannot
+  // get, and takes the path where the cost model expects it to win; its
+  // time still counts as time spent in the driver's copies (WorthSetup).
+  uint64_t BeginCopy();
+  bool EndCopy(uint64_t ticket);
+  void Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns);
   // Whether the program has spent setup_ns in the driver's pageable copies
   // of this direction: then setting up a path that serves it pays.
   bool WorthSetup(CopyDir dir, double setup_ns) const;
@@ -120,6 +132,7 @@ class PathJudge {
     std::atomic<uint32_t> since_probe[kCopyPathCount] = {};
     std::atomic<uint32_t> probe_shift[kCopyPathCount] = {};
     std::atomic<uint64_t> losses[kCopyPathCount] = {};
+    std::atomic<uint32_t> driver_overlapped{0};  // driver copies that were no sample
   };
   static constexpr int kCells = 2 * 2 * kClasses;
   static constexpr uint32_t kFirstProbeShift = 3;  // a driver probe after 8 winning copies
@@ -135,6 +148,8 @@ class PathJudge {
   Cell cells_[kCells];
   std::atomic<uint64_t> driver_ns_[2] = {};  // H2D, D2H: the driver's pageable copies
   std::atomic<uint64_t> driver_probes_{0}, path_retries_{0};
+  std::atomic<uint32_t> copies_in_flight_{0};
+  std::atomic<uint64_t> copies_begun_{0};
   std::atomic<bool> enabled_{true};
   PathVerdictCallback callback_ = nullptr;
 };

@@ -154,6 +154,58 @@ TEST(PathJudgeTest, SetupIsWorthItOnceTheDriverCostThatMuchInThatDirection) {
   EXPECT_FALSE(j.WorthSetup(kH2D, 6.6e6));
 }
 
+// Copies that ran while another thread's copy did are no samples.
+TEST(PathJudgeTest, TellsCopiesThatOverlapAnother) {
+  PathJudge j;
+  const uint64_t a = j.BeginCopy();
+  EXPECT_FALSE(j.EndCopy(a));  // alone
+  const uint64_t b = j.BeginCopy();
+  const uint64_t c = j.BeginCopy();  // begins while b runs
+  EXPECT_TRUE(j.EndCopy(c));
+  EXPECT_TRUE(j.EndCopy(b));  // c began during it
+  const uint64_t d = j.BeginCopy();
+  const uint64_t e = j.BeginCopy();
+  EXPECT_TRUE(j.EndCopy(d));  // e began during it, and still runs
+  EXPECT_TRUE(j.EndCopy(e));
+  EXPECT_FALSE(j.EndCopy(j.BeginCopy()));  // alone again
+}
+
+// A cell whose driver copies always overlap others gets no driver figure:
+// after kMinSamples such copies it stops sending copies to the driver for
+// one and takes the path, probing the driver now and then.
+TEST(PathJudgeTest, OverlappedDriverCopiesMakeNoFigure) {
+  PathJudge j;
+  for (uint32_t i = 0; i < PathJudge::kMinSamples; ++i) {
+    EXPECT_FALSE(j.Take(CopyPath::kStaged, kD2H, 4 * kMiB, false, 2.0));
+    j.Overlapped(CopyPath::kDriver, kD2H, 4 * kMiB, false, 1000000);
+  }
+  int on_path = 0, to_driver = 0;
+  for (int i = 0; i < 64; ++i) {
+    if (j.Take(CopyPath::kStaged, kD2H, 4 * kMiB, false, 2.0)) {
+      ++on_path;
+      j.Overlapped(CopyPath::kStaged, kD2H, 4 * kMiB, false, 1000000);
+    } else {
+      ++to_driver;
+      j.Overlapped(CopyPath::kDriver, kD2H, 4 * kMiB, false, 1000000);
+    }
+  }
+  EXPECT_GE(on_path, 56);
+  EXPECT_GE(to_driver, 1);  // probes
+  // Their time was spent in the driver's copies all the same.
+  EXPECT_TRUE(j.WorthSetup(kD2H, 1e6 * (to_driver + PathJudge::kMinSamples)));
+  EXPECT_FALSE(j.WorthSetup(kD2H, 1e6 * (to_driver + PathJudge::kMinSamples) + 1));
+  PathCellReport cells[4];
+  EXPECT_EQ(j.Report(cells, 4), 0);  // no verdict: no samples
+  // Other cells are untouched: their first copy still goes to the driver.
+  EXPECT_FALSE(j.Take(CopyPath::kStaged, kH2D, 4 * kMiB, false, 2.0));
+  // Once a clean driver copy (a probe) gives a figure, samples decide
+  // again: here the path is four times slower, and loses.
+  SimRun r = Simulate(&j, CopyPath::kStaged, 200, 4 * kMiB, 4000000, 1000000, kD2H, false);
+  EXPECT_GE(r.on_driver, 120u);
+  EXPECT_EQ(j.Report(cells, 4), 1);
+  EXPECT_EQ(cells[0].verdict, PathVerdict::kLoses);
+}
+
 TEST(PathJudgeTest, DisabledJudgeTakesEveryPath) {
   PathJudge j;
   j.set_enabled(false);

@@ -56,6 +56,7 @@ PROGRAMS.update({
 # blocks glibc mapped for themselves (in observe and in optimize mode).
 if SUFFIX == "_driver":
     PROGRAMS["vmm_host_kinds"] = {}
+    PROGRAMS["vmm_host_held"] = {"PINSHIM_BUDGET": str(64 << 20)}
     PROGRAMS["copy_race_guard_malloc"] = {"PINSHIM_COPY_GUARD": "1"}
     PROGRAMS["copy_race_guard_malloc_optimize"] = {"PINSHIM_COPY_GUARD": "1",
                                                    "PINSHIM_MODE": "optimize"}
@@ -310,6 +311,14 @@ class RulesTest(unittest.TestCase):
         self.assertEqual(len(loop), 1, loop)
         self.assertIn("pinned already", loop[0]["fix"])
         self.assertNotIn("from pinned buffers", loop[0]["fix"])
+
+    def test_vmm_host_held(self):
+        """VMM host memory mapped past the budget is over-pinning, a VMM
+        mapping and a host pool allocation never copied are pinned-unused:
+        the rules count both kinds as pinned memory."""
+        if "vmm_host_held" not in PROGRAMS:
+            self.skipTest("the driver backend only")
+        self.check_program("vmm_host_held")
 
     def test_pinned_unused(self):
         self.check_program("pinned_unused")
