@@ -120,7 +120,7 @@ CUresult RunHostCopy(Optimizer* engine, CopyCall* c, DriverCall driver) {
   CopyPath path;
   if (r == CUDA_SUCCESS && !setup && JudgedPath(*c, t, host_kind, &path)) {
     if (overlapped) {
-      engine->judge().Overlapped(path, dir, s.bytes, !c->async);
+      engine->judge().Overlapped(path, dir, s.bytes, !c->async, ns);
     } else {
       engine->judge().Record(path, dir, s.bytes, !c->async, ns);
     }
