@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Compiles every source of the library (shim/, tests aside), whose locking is
-# annotated (shim/core/thread_annotations.h), with clang's -Wthread-safety as
-# errors, syntax only, and fails (naming the file and the access) where a
+# Compiles every source of the library (shim/) and the tool (analyzer/),
+# tests aside, whose locking is annotated (shim/core/thread_annotations.h),
+# with clang's -Wthread-safety as errors, syntax only, and fails (naming the file and the access) where a
 # guarded member is used or a REQUIRES function called without its lock.
 # First it proves it can fail: each file of tests/thread_safety must be
 # refused for both of its faults. Then it checks the naming convention the
@@ -28,18 +28,25 @@ for negative in tests/thread_safety/unlocked_access.cc tests/thread_safety/ledge
   fi
 done
 
-mapfile -t files < <(git ls-files 'shim/*.cc' | grep -v -e '_test\.cc$' -e '_testlib\.cc$')
+mapfile -t files < <(git ls-files 'shim/*.cc' 'analyzer/*.cc' | grep -v -e '_test\.cc$' -e '_testlib\.cc$')
+# One compiler per core; a refused file's diagnostics are kept and printed.
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+printf '%s\n' "${files[@]}" | xargs -P "$(nproc)" -I{} bash -c \
+  'out="$("${@:3}" "$2" 2>&1)" || printf "%s\n" "$out" > "$1/$(tr / _ <<<"$2").log"' \
+  _ "$logs" {} "$cxx" "${flags[@]}"
 bad=0
-for f in "${files[@]}"; do
-  if ! "$cxx" "${flags[@]}" "$f"; then
-    bad=$((bad + 1))
-  fi
+for log in "$logs"/*.log; do
+  [ -e "$log" ] || continue
+  cat "$log"
+  bad=$((bad + 1))
 done
 
 # Declarations (not out-of-class definitions, which repeat no attribute) of
 # functions named *Locked, up to their ';' or '{', without REQUIRES. A name
 # ending in PageLocked speaks of page-locked memory, not of a lock.
-mapfile -t sources < <(git ls-files 'shim/*.h' 'shim/*.cc' | grep -v -e '_test\.cc$' -e '_testlib\.cc$')
+mapfile -t sources < <(git ls-files 'shim/*.h' 'shim/*.cc' 'analyzer/*.h' 'analyzer/*.cc' |
+  grep -v -e '_test\.cc$' -e '_testlib\.cc$')
 unannotated="$(python3 - "${sources[@]}" <<'PY'
 import re, sys
 decl = re.compile(r"^(?![ \t]*return\b)[ \t]*(?:(?:static|inline|virtual|constexpr)\s+)*[\w:<>,*& ]*?[\w>*&]\s+[*&]*(\w+Locked)\(", re.M)

@@ -74,7 +74,7 @@ int main() {
   spare.bytes = size_t{8} << 20;
   Check(cuMemCreate(&spare.handle, spare.bytes, &prop, 0), "cuMemCreate");
   Check(cuMemAddressReserve(&spare.va, spare.bytes, 0, 0, 0), "cuMemAddressReserve");
-  Check(cuMemMap(spare.va, spare.bytes, 0, spare.handle, 0), "cuMemMap");  // MISUSE(pinned-unused)
+  Check(cuMemMap(spare.va, spare.bytes, 0, spare.handle, 0), "map");  // MISUSE(pinned-unused)
   Open(&spare);
   memset(reinterpret_cast<void*>(spare.va), 2, spare.bytes);
   usleep(20000);
@@ -88,10 +88,11 @@ int main() {
   Check(cuMemPoolCreate(&pool, &props), "cuMemPoolCreate");
   CUdeviceptr block;
   const CUstream s = static_cast<CUstream>(stream);
-  const CUresult r = cuMemAllocFromPoolAsync(&block, size_t{8} << 20, pool, s);  // MISUSE(pinned-unused)
+  const size_t n = size_t{8} << 20;
+  const CUresult r = cuMemAllocFromPoolAsync(&block, n, pool, s);  // MISUSE(pinned-unused)
   Check(r, "cuMemAllocFromPoolAsync");
   cuda::StreamSynchronize(stream);
-  memset(reinterpret_cast<void*>(block), 3, size_t{8} << 20);
+  memset(reinterpret_cast<void*>(block), 3, n);
   usleep(20000);
   Check(cuMemFreeAsync(block, static_cast<CUstream>(stream)), "cuMemFreeAsync");
   cuda::StreamSynchronize(stream);
