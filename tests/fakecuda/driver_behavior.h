@@ -219,14 +219,14 @@ constexpr CUresult kPoolHostGetFlags = CUDA_ERROR_INVALID_VALUE;
 // Measured on the GPU host (bench/gpu/vmm_host_probe.cu; bench/RESULTS.md,
 // "2026-12-06: VMM host memory and host pools on the GPU host"): a host
 // memory pool reserves this much at its first allocation and serves later
-// ones from it (RESERVED_MEM_CURRENT reads it after a 1 MiB allocation and
-// still after 5 MiB more). Not measured: how it grows once that is full,
+// ones from it (RESERVED_MEM_CURRENT reads it after a small allocation and
+// still after a second one). Not measured: how it grows once that is full,
 // or for one request larger than it; here by the request rounded up to a
 // multiple of this. A pool keeps a reservation that holds a live allocation
-// through cuMemPoolTrimTo (measured: trimming to 0 with 1 MiB in use kept
-// all of it) and gives back wholly free ones (measured: to 0 once all was
-// freed). Not simulated: the driver may also give memory above the release
-// threshold back at a synchronization.
+// through cuMemPoolTrimTo (measured: trimming to nothing with an
+// allocation live kept all of it) and gives back wholly free ones
+// (measured: all of it once everything was freed). Not simulated: the driver may also give memory
+// above the release threshold back at a synchronization.
 constexpr size_t kHostPoolGrowth = size_t{32} << 20;
 
 // Measured on the GPU host (bench/gpu/vmm_host_probe.cu; bench/RESULTS.md,

@@ -231,9 +231,9 @@ class HostPoolTest : public VmmTest {
 
 constexpr cuuint64_t kMiB = 1 << 20;
 
-// The probe's pool sequence (bench/gpu/vmm_host_probe.cu), line by line:
-// 32 MiB reserved at the first allocation, later ones served from it, used
-// memory dropping at the free call, a trim keeping a reservation in use.
+// The probe's pool sequence (bench/gpu/vmm_host_probe.cu), line by line: a
+// whole growth reserved at the first allocation, later ones served from it,
+// used memory dropping at the free call, a trim keeping a reservation in use.
 TEST_F(HostPoolTest, GrowsAndTrimsAsTheRealDriverDid) {
   EXPECT_EQ(Reserved(), 0u);
   CUdeviceptr a, b;

@@ -171,10 +171,9 @@ int PoolCopies(int steps, CUstream s) {
 }
 
 // Return codes only: enforce mode's budget decides them. Sized for a process
-// budget of 36 granules (72 MiB where a granule is 2 MiB) and a host pool
-// that reserves 16 granules at its first allocation and grows by as much
-// when full, as on the GPU host (driver_behavior.h): each line's answer is
-// the one written after it.
+// budget of 36 granules and a host pool that reserves 16 granules at its
+// first allocation and grows by as much when full, as on the GPU host
+// (driver_behavior.h): each line's answer is the one written after it.
 int Budget(CUstream s) {
   const size_t g = Granularity();
   CUmemAllocationProp prop = HostProp(false);
