@@ -252,8 +252,41 @@ void PrintRunHelp(bool to_stdout) {
                0, 79);
 }
 
-int RunRunCommand(int argc, char** argv) {
-  std::vector<Setting> settings;
+namespace {
+
+// What the steps of RunRunCommand return when the command may go on.
+constexpr int kGoOn = -1;
+
+// The value of the option in arg (argv[*i]): after its '=', implicit, or the
+// next word (then *i moves past it). "" or the usage error.
+std::string TakeValue(const RunOption& option, const std::string& arg, size_t eq, int argc,
+                      char** argv, int* i, std::string* value) {
+  if (eq != std::string::npos) {
+    *value = arg.substr(eq + 1);
+  } else if (option.value == Value::kOptional) {
+    *value = option.implicit;
+  } else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
+    *value = argv[++*i];
+  } else if (*i + 1 < argc) {
+    // "--trace-dir -- prog": the next word is an option or the end of
+    // them, not the value; a value that starts with "--" is written with '='.
+    return std::string(option.name) + " needs a value (" + option.metavar + "), not \"" +
+           argv[*i + 1] + "\" (write " + option.name + "=VALUE for a value that starts with '--')";
+  } else {
+    return std::string(option.name) + " needs a value (" + option.metavar +
+           "); see pinshim run --help";
+  }
+  // An empty file name given on purpose is a slip, not "none" (--config ""
+  // is the one way to say no config file).
+  if (value->empty() && option.path != PathKind::kNone && option.variable != kConfigFileVariable) {
+    return std::string(option.name) + "= needs a " + option.metavar + "; see pinshim run --help";
+  }
+  return "";
+}
+
+// Reads the options into *settings and where the command starts into
+// *command; kGoOn, or the exit status (0 after --help).
+int ParseRunArguments(int argc, char** argv, std::vector<Setting>* settings, int* command) {
   int i = 1;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -267,53 +300,35 @@ int RunRunCommand(int argc, char** argv) {
       return 0;
     }
     const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const RunOption* option = FindOption(name);
+    const RunOption* option = FindOption(arg.substr(0, eq));
     if (option == nullptr || arg.compare(0, 2, "--") != 0) {
       return UsageError("unknown option \"" + arg + "\"; see pinshim run --help");
     }
     std::string value;
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (option->value == Value::kOptional) {
-      value = option->implicit;
-    } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-      value = argv[++i];
-    } else if (i + 1 < argc) {
-      // "--trace-dir -- prog": the next word is an option or the end of
-      // them, not the value; a value that starts with "--" is written with '='.
-      return UsageError(std::string(option->name) + " needs a value (" + option->metavar +
-                        "), not \"" + argv[i + 1] + "\" (write " + option->name +
-                        "=VALUE for a value that starts with '--')");
-    } else {
-      return UsageError(std::string(option->name) + " needs a value (" + option->metavar +
-                        "); see pinshim run --help");
-    }
-    // An empty file name given on purpose is a slip, not "none" (--config ""
-    // is the one way to say no config file).
-    if (value.empty() && option->path != PathKind::kNone &&
-        option->variable != kConfigFileVariable) {
-      return UsageError(std::string(option->name) + "= needs a " + option->metavar +
-                        "; see pinshim run --help");
-    }
-    settings.push_back({option, value});
+    const std::string problem = TakeValue(*option, arg, eq, argc, argv, &i, &value);
+    if (!problem.empty()) return UsageError(problem);
+    settings->push_back({option, value});
   }
   if (i >= argc) {
     return UsageError(std::string("missing command; ") + kUsage);
   }
-  char** cmd = argv + i;
+  *command = i;
+  return kGoOn;
+}
 
-  // Each option alone, so a message names the option rather than the
-  // variable it becomes.
+// Checks each option alone, so a message names the option rather than the
+// variable it becomes, makes its paths absolute and sets its variable.
+// "" or the usage error.
+std::string ApplySettings(std::vector<Setting>* settings) {
   Config scratch;
   SetConfigDefaults(PhysicalMemoryBytes(), &scratch);
-  for (Setting& setting : settings) {
+  for (Setting& setting : *settings) {
     const RunOption& option = *setting.option;
     ConfigKey key;
     if (ConfigKeyFromVariable(option.variable, &key)) {
       char err[kConfigErrorLen];
       if (!ParseConfigValue(key, setting.value.c_str(), &scratch, err, sizeof(err))) {
-        return UsageError(std::string(option.name) + " \"" + setting.value + "\": " + err);
+        return std::string(option.name) + " \"" + setting.value + "\": " + err;
       }
     }
     if (option.path == PathKind::kPath ||
@@ -321,17 +336,21 @@ int RunRunCommand(int argc, char** argv) {
       setting.value = MakeAbsolute(setting.value);
     }
   }
-  for (const Setting& setting : settings) {
+  for (const Setting& setting : *settings) {
     setenv(setting.option->variable, setting.value.c_str(), 1);
   }
+  return "";
+}
 
-  // Then everything together, as the library will see it: inherited
-  // variables and the config file included.
-  static Config config;  // large; kept off the stack
-  static ConfigErrors errors;
+// Checks everything together, as the library will see it (inherited
+// variables and the config file included), into *config: the settings, the
+// profile and the trace directory, which the library could only warn about
+// once the program runs. kGoOn, or the exit status.
+int CheckConfiguration(Config* config) {
+  static ConfigErrors errors;  // large; kept off the stack
   ConfigInput input = {};
   input.envp = environ;
-  if (!ParseConfig(input, &config, &errors)) {
+  if (!ParseConfig(input, config, &errors)) {
     for (int e = 0; e < errors.count; ++e) {
       std::fprintf(stderr, "pinshim run: %s\n", errors.messages[e]);
     }
@@ -340,22 +359,22 @@ int RunRunCommand(int argc, char** argv) {
     }
     return kExitUsage;
   }
-
-  // The library reads the profile with the same parser; a bad one would
-  // only be a warning there, once the program runs.
-  if (config.profile[0] != '\0') {
+  if (config->profile[0] != '\0') {
     static optimize::SiteProfile profile;  // large; kept off the stack
     char err[optimize::kProfileErrorLen];
-    if (!LoadProfile(config.profile, &profile, err, sizeof(err))) return UsageError(err);
+    if (!LoadProfile(config->profile, &profile, err, sizeof(err))) return UsageError(err);
   }
-
-  if (config.trace_dir[0] != '\0') {
-    const std::string problem = PrepareTraceDirectory(config.trace_dir);
+  if (config->trace_dir[0] != '\0') {
+    const std::string problem = PrepareTraceDirectory(config->trace_dir);
     if (!problem.empty()) {
-      return UsageError(std::string("trace directory \"") + config.trace_dir + "\": " + problem);
+      return UsageError(std::string("trace directory \"") + config->trace_dir + "\": " + problem);
     }
   }
+  return kGoOn;
+}
 
+// Preloads libpinshim.so and runs cmd; returns only when that failed.
+int PreloadAndRun(const Config& config, const std::vector<Setting>& settings, char** cmd) {
   std::string library;
   std::string error;
   if (!FindLibrary(SelfExecutablePath(), getenv(kLibraryVariable), &library, &error)) {
@@ -369,6 +388,21 @@ int RunRunCommand(int argc, char** argv) {
   ReportIneffectiveSettings(config, settings);
   setenv("LD_PRELOAD", PreloadValue(library, getenv("LD_PRELOAD")).c_str(), 1);
   return Execute(cmd);
+}
+
+}  // namespace
+
+int RunRunCommand(int argc, char** argv) {
+  std::vector<Setting> settings;
+  int command = 0;
+  int status = ParseRunArguments(argc, argv, &settings, &command);
+  if (status != kGoOn) return status;
+  const std::string problem = ApplySettings(&settings);
+  if (!problem.empty()) return UsageError(problem);
+  static Config config;  // large; kept off the stack
+  status = CheckConfiguration(&config);
+  if (status != kGoOn) return status;
+  return PreloadAndRun(config, settings, argv + command);
 }
 
 }  // namespace pinshim

@@ -11,7 +11,8 @@
 //      operation on it runs, all work queued earlier on blocking streams
 //      has finished; work queued later on a blocking stream waits for it.
 //      (CUDA Driver API, "Stream synchronization behavior"; measured on the
-//      H200 for event records both ways, bench/RESULTS.md 2026-12-01.)
+//      H200 for event records both ways, bench/RESULTS.md, "2026-12-01:
+//      driver synchronization facts".)
 //  S2  Streams created with CU_STREAM_NON_BLOCKING do neither (same page;
 //      measured). The flags come from cuStreamCreate and
 //      cuStreamCreateWithPriority (kStream events).
@@ -38,8 +39,9 @@
 //      with respect to the host).
 //  C5  cuMemFreeHost, cuMemHostUnregister and cuMemFree return only after
 //      the device's queued work finished (measured on the H200 with driver
-//      580, blocking and non-blocking streams alike, bench/RESULTS.md
-//      2026-12-01; undocumented, so this rests on that measurement).
+//      580, blocking and non-blocking streams alike, bench/RESULTS.md,
+//      "2026-12-01: driver synchronization facts"; undocumented, so this
+//      rests on that measurement).
 //  C6  A host function (cuLaunchHostFunc, cuStreamAddCallback) starts after
 //      the work queued before it on its stream finished (cuLaunchHostFunc);
 //      the trace records when it starts.

@@ -83,6 +83,101 @@ bool GetString(const uint8_t** p, const uint8_t* end, std::string* out) {
   return true;
 }
 
+// The process record's fields by kind: unsigned numbers, flags (0 or 1) and
+// texts go where these tables say; the others are decoded one by one
+// (SetProcessField).
+constexpr struct {
+  trace::ProcessTag tag;
+  uint64_t ProcessInfo::*field;
+} kProcessNumbers[] = {
+    {trace::ProcessTag::kPid, &ProcessInfo::pid},
+    {trace::ProcessTag::kParentPid, &ProcessInfo::parent_pid},
+    {trace::ProcessTag::kForkedFrom, &ProcessInfo::forked_from},
+    {trace::ProcessTag::kStartMonotonicNs, &ProcessInfo::start_monotonic_ns},
+    {trace::ProcessTag::kStartRealtimeNs, &ProcessInfo::start_realtime_ns},
+    {trace::ProcessTag::kPhysicalBytes, &ProcessInfo::physical_bytes},
+    {trace::ProcessTag::kMemlockLimit, &ProcessInfo::memlock_limit},
+    {trace::ProcessTag::kSwapTotalBytes, &ProcessInfo::swap_total_bytes},
+    {trace::ProcessTag::kSampleMs, &ProcessInfo::sample_ms},
+    {trace::ProcessTag::kStackDepth, &ProcessInfo::stack_depth},
+    {trace::ProcessTag::kBudgetBytes, &ProcessInfo::budget_bytes},
+};
+constexpr struct {
+  trace::ProcessTag tag;
+  bool ProcessInfo::*field;
+} kProcessFlags[] = {
+    {trace::ProcessTag::kWcGuard, &ProcessInfo::wc_guard},
+    {trace::ProcessTag::kPythonFrames, &ProcessInfo::python_frames},
+    {trace::ProcessTag::kCopyGuard, &ProcessInfo::copy_guard},
+};
+constexpr struct {
+  trace::ProcessTag tag;
+  std::string ProcessInfo::*field;
+} kProcessTexts[] = {
+    {trace::ProcessTag::kProgram, &ProcessInfo::program},
+    {trace::ProcessTag::kHostname, &ProcessInfo::hostname},
+    {trace::ProcessTag::kMode, &ProcessInfo::mode},
+    {trace::ProcessTag::kVersion, &ProcessInfo::version},
+    {trace::ProcessTag::kPython, &ProcessInfo::python},
+};
+
+// Sets the field of *info that one of the tables gives tag; false when none
+// does. A number or flag is set only when the value is one (has_u).
+bool SetTabledProcessField(trace::ProcessTag tag, const std::string& text, bool has_u, uint64_t u,
+                           ProcessInfo* info) {
+  bool known = false;
+  for (const auto& f : kProcessNumbers) {
+    if (f.tag == tag) {
+      if (has_u) info->*f.field = u;
+      known = true;
+    }
+  }
+  for (const auto& f : kProcessFlags) {
+    if (f.tag == tag) {
+      if (has_u) info->*f.field = u != 0;
+      known = true;
+    }
+  }
+  for (const auto& f : kProcessTexts) {
+    if (f.tag == tag) {
+      info->*f.field = text;
+      known = true;
+    }
+  }
+  return known;
+}
+
+// The command line's arguments, written NUL-separated.
+std::vector<std::string> SplitCommandLine(const std::string& text) {
+  std::vector<std::string> args;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || text[i] == '\0') {
+      args.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return args;
+}
+
+// Sets the field of *info that tag names from its value: the text, or the
+// unsigned number in it (u, when has_u). A tag it does not know is a newer
+// writer's field, left alone.
+void SetProcessField(trace::ProcessTag tag, const std::string& text, bool has_u, uint64_t u,
+                     ProcessInfo* info) {
+  if (SetTabledProcessField(tag, text, has_u, u, info)) return;
+  switch (tag) {
+    case trace::ProcessTag::kCommandLine: info->command_line = SplitCommandLine(text); break;
+    case trace::ProcessTag::kRank:
+      if (has_u) info->rank = trace::UnZigZag(u);
+      break;
+    case trace::ProcessTag::kPageSize:
+      if (has_u && u) info->page_size = u;
+      break;
+    default: break;  // a newer writer's field
+  }
+}
+
 }  // namespace
 
 TraceReader::~TraceReader() = default;
@@ -246,89 +341,11 @@ void TraceReader::ParseProcess(const uint8_t* p, const uint8_t* end) {
     const uint8_t* v = p;
     const uint8_t* vend = p + len;
     p = vend;
-    std::string text(reinterpret_cast<const char*>(v), static_cast<size_t>(len));
-    uint64_t u = 0;
-    const uint8_t* q = v;
-    bool has_u = GetVarint(&q, vend, &u);
-    // The fields by kind: unsigned numbers, flags (0 or 1) and texts go
-    // where these tables say; the others are decoded one by one.
-    using trace::ProcessTag;
-    static constexpr struct {
-      ProcessTag tag;
-      uint64_t ProcessInfo::*field;
-    } kNumbers[] = {
-        {ProcessTag::kPid, &ProcessInfo::pid},
-        {ProcessTag::kParentPid, &ProcessInfo::parent_pid},
-        {ProcessTag::kForkedFrom, &ProcessInfo::forked_from},
-        {ProcessTag::kStartMonotonicNs, &ProcessInfo::start_monotonic_ns},
-        {ProcessTag::kStartRealtimeNs, &ProcessInfo::start_realtime_ns},
-        {ProcessTag::kPhysicalBytes, &ProcessInfo::physical_bytes},
-        {ProcessTag::kMemlockLimit, &ProcessInfo::memlock_limit},
-        {ProcessTag::kSwapTotalBytes, &ProcessInfo::swap_total_bytes},
-        {ProcessTag::kSampleMs, &ProcessInfo::sample_ms},
-        {ProcessTag::kStackDepth, &ProcessInfo::stack_depth},
-        {ProcessTag::kBudgetBytes, &ProcessInfo::budget_bytes},
-    };
-    static constexpr struct {
-      ProcessTag tag;
-      bool ProcessInfo::*field;
-    } kFlags[] = {
-        {ProcessTag::kWcGuard, &ProcessInfo::wc_guard},
-        {ProcessTag::kPythonFrames, &ProcessInfo::python_frames},
-        {ProcessTag::kCopyGuard, &ProcessInfo::copy_guard},
-    };
-    static constexpr struct {
-      ProcessTag tag;
-      std::string ProcessInfo::*field;
-    } kTexts[] = {
-        {ProcessTag::kProgram, &ProcessInfo::program},
-        {ProcessTag::kHostname, &ProcessInfo::hostname},
-        {ProcessTag::kMode, &ProcessInfo::mode},
-        {ProcessTag::kVersion, &ProcessInfo::version},
-        {ProcessTag::kPython, &ProcessInfo::python},
-    };
     if (tag > UINT8_MAX) continue;  // no tag of this version: a newer writer's field
-    const auto t = static_cast<ProcessTag>(tag);
-    bool known = false;
-    for (const auto& f : kNumbers) {
-      if (f.tag == t) {
-        if (has_u) process_.*f.field = u;
-        known = true;
-      }
-    }
-    for (const auto& f : kFlags) {
-      if (f.tag == t) {
-        if (has_u) process_.*f.field = u != 0;
-        known = true;
-      }
-    }
-    for (const auto& f : kTexts) {
-      if (f.tag == t) {
-        process_.*f.field = text;
-        known = true;
-      }
-    }
-    if (known) continue;
-    switch (t) {
-      case ProcessTag::kCommandLine: {
-        process_.command_line.clear();
-        size_t start = 0;
-        for (size_t i = 0; i <= text.size(); ++i) {
-          if (i == text.size() || text[i] == '\0') {
-            process_.command_line.push_back(text.substr(start, i - start));
-            start = i + 1;
-          }
-        }
-        break;
-      }
-      case ProcessTag::kRank:
-        if (has_u) process_.rank = trace::UnZigZag(u);
-        break;
-      case ProcessTag::kPageSize:
-        if (has_u && u) process_.page_size = u;
-        break;
-      default: break;  // a newer writer's field
-    }
+    const std::string text(reinterpret_cast<const char*>(v), static_cast<size_t>(len));
+    uint64_t u = 0;
+    const bool has_u = GetVarint(&v, vend, &u);
+    SetProcessField(static_cast<trace::ProcessTag>(tag), text, has_u, u, &process_);
   }
 }
 

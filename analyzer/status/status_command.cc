@@ -15,6 +15,7 @@
 #include "shim/budget/ledger.h"
 #include "shim/budget/proc.h"
 #include "shim/core/config.h"
+#include "shim/core/thread_annotations.h"
 
 extern char** environ;
 
@@ -85,25 +86,9 @@ const char* PolicyText(uint8_t policy) {
              : "?";
 }
 
-// Copies what the ledger says, under the lock when we may take it.
-void ReadLedger(Ledger& ledger, NodeView* view) {
+// The totals and the processes' rows, as the mapping shows them now.
+void CopyLedgerNumbers(const Ledger& ledger, NodeView* view) {
   const LedgerHeader& h = ledger.header();
-  const bool locked = ledger.writable() && ledger.Lock();
-  if (ledger.writable() && !locked) {
-    char note[640] = "the ledger's lock could not be taken";
-    ledger.TakeLockWarning(note, sizeof(note));
-    view->lock_held = true;
-    view->lock_note = note;
-  }
-  char damage[256] = "";
-  view->damage = ledger.CheckDamage(locked, damage, sizeof(damage));
-  view->first_damage = damage;
-  if (locked) {
-    const uint64_t before = h.reclaimed_bytes.load();
-    view->reclaimed_now = ledger.ReclaimDeadLocked();
-    view->reclaimed_now_bytes = h.reclaimed_bytes.load() - before;
-    view->reclaimed_now_checked = true;
-  }
   view->shared = (h.flags & budget::kLedgerFlagShared) != 0;
   view->budget = h.node_budget.load();
   view->pinned = h.pinned.load();
@@ -139,7 +124,39 @@ void ReadLedger(Ledger& ledger, NodeView* view) {
     row.evicted_bytes = s.evicted_bytes.load();
     view->processes.push_back(row);
   }
-  if (locked) ledger.Unlock();
+}
+
+// Under the ledger's lock: the damage check exact, dead processes
+// reclaimed, then the numbers.
+void ReadLedgerLocked(Ledger& ledger, NodeView* view) REQUIRES(ledger) {
+  const LedgerHeader& h = ledger.header();
+  char damage[256] = "";
+  view->damage = ledger.CheckDamage(/*locked=*/true, damage, sizeof(damage));
+  view->first_damage = damage;
+  const uint64_t before = h.reclaimed_bytes.load();
+  view->reclaimed_now = ledger.ReclaimDeadLocked();
+  view->reclaimed_now_bytes = h.reclaimed_bytes.load() - before;
+  view->reclaimed_now_checked = true;
+  CopyLedgerNumbers(ledger, view);
+}
+
+// Copies what the ledger says, under the lock when we may take it.
+void ReadLedger(Ledger& ledger, NodeView* view) {
+  if (ledger.writable() && ledger.Lock()) {
+    ReadLedgerLocked(ledger, view);
+    ledger.Unlock();
+  } else {
+    if (ledger.writable()) {
+      char note[640] = "the ledger's lock could not be taken";
+      ledger.TakeLockWarning(note, sizeof(note));
+      view->lock_held = true;
+      view->lock_note = note;
+    }
+    char damage[256] = "";
+    view->damage = ledger.CheckDamage(/*locked=*/false, damage, sizeof(damage));
+    view->first_damage = damage;
+    CopyLedgerNumbers(ledger, view);
+  }
   // /proc is read after the lock is given back; the name the process had
   // when it joined stands in when /proc does not show it.
   for (ProcessRow& row : view->processes) {

@@ -89,6 +89,7 @@
 #include "shim/budget/proc.h"
 #include "shim/core/config.h"  // Policy, as PINSHIM_POLICY sets it
 #include "shim/core/reentry.h"
+#include "shim/core/thread_annotations.h"
 
 namespace pinshim {
 class PromWriter;
@@ -303,19 +304,19 @@ class Budget {
   Limiter LocalCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
   // Takes the ledger lock: the reservation did not cover the charge.
   Limiter NodeCharge(Owner owner, uint64_t bytes, uint64_t* shortfall);
-  // The *Locked functions need the ledger lock, taken under Reentry::kLedger
-  // (the guard is their proof of it).
+  // The *Locked functions need the ledger lock (clang checks it), taken
+  // under Reentry::kLedger (the guard is their proof of that).
   Limiter ChargeFromReservationLocked(const ReentryGuard& in_ledger, int32_t slot, Owner owner,
-                                      uint64_t bytes, uint64_t* shortfall);
+                                      uint64_t bytes, uint64_t* shortfall) REQUIRES(ledger_);
   // Gives back the reservation above one quantum, under the lock.
   void ReturnExcess();
   // Init's node part: opens the ledger, joins it, or fails closed.
   void InitNode(const BudgetOptions& options, BudgetStatus* status);
   // Sets the node budget and claims a slot; kSlotPending when it is full.
-  int32_t JoinLocked(const ReentryGuard& in_ledger);
+  int32_t JoinLocked(const ReentryGuard& in_ledger) REQUIRES(ledger_);
   void Warn(const char* line);
-  int32_t EnsureSlotLocked(const ReentryGuard& in_ledger);
-  bool OwnsSlotLocked(int32_t slot) const;
+  int32_t EnsureSlotLocked(const ReentryGuard& in_ledger) REQUIRES(ledger_);
+  bool OwnsSlotLocked(int32_t slot) const REQUIRES(ledger_);
   uint64_t ProcessPinned() const;
   using Counter = std::atomic<uint64_t> Budget::*;
   using SlotCounter = std::atomic<uint64_t> LedgerSlot::*;
@@ -357,7 +358,7 @@ class Budget {
   std::atomic<uint64_t> refusals_unreported_{0};
   uint64_t refusal_line_interval_ns_ = 1000 * 1000 * 1000;
   Ledger ledger_;
-  ProcessIdentity self_ = {};  // written under the ledger lock
+  ProcessIdentity self_ GUARDED_BY(ledger_) = {};
   char metrics_path_[4096] = {};
   std::atomic<bool> metrics_failing_{false};
   std::atomic<bool> full_warned_{false};  // the ledger-full message was given

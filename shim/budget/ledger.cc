@@ -42,22 +42,6 @@ inline void LockTaken() {
   if (hook != nullptr) hook();
 }
 
-// Adds to a field only the lock holder writes: a plain load and store, which
-// is cheaper than a locked read-modify-write and still a single aligned
-// 8-byte store, so a death mid-update cannot tear it. Never for the fields a
-// slot's owner updates without the lock (available, bytes, grants).
-inline void AddLocked(std::atomic<uint64_t>& field, uint64_t delta) {
-  field.store(field.load(kRelaxed) + delta, kRelaxed);
-}
-
-// Subtracts at most the current value; returns what was taken. Same rule.
-inline uint64_t SubLocked(std::atomic<uint64_t>& field, uint64_t delta) {
-  uint64_t cur = field.load(kRelaxed);
-  uint64_t take = delta < cur ? delta : cur;
-  field.store(cur - take, kRelaxed);
-  return take;
-}
-
 // Subtracts at most the current value of a field that others update
 // concurrently; returns what was taken.
 inline uint64_t SubShared(std::atomic<uint64_t>& field, uint64_t delta) {
@@ -177,6 +161,20 @@ uint32_t NowSeconds() {
 }
 
 }  // namespace
+
+// A plain load and store, which is cheaper than a locked read-modify-write
+// and still a single aligned 8-byte store, so a death mid-update cannot
+// tear it.
+void Ledger::AddLocked(std::atomic<uint64_t>& field, uint64_t delta) const {
+  field.store(field.load(kRelaxed) + delta, kRelaxed);
+}
+
+uint64_t Ledger::SubLocked(std::atomic<uint64_t>& field, uint64_t delta) const {
+  uint64_t cur = field.load(kRelaxed);
+  uint64_t take = delta < cur ? delta : cur;
+  field.store(cur - take, kRelaxed);
+  return take;
+}
 
 void Ledger::Heartbeat(uint32_t index) const {
   slot(index).heartbeat_s.store(NowSeconds(), kRelaxed);

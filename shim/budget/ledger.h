@@ -68,6 +68,7 @@
 
 #include "shim/budget/proc.h"
 #include "shim/core/clock.h"
+#include "shim/core/thread_annotations.h"
 
 namespace pinshim {
 namespace budget {
@@ -251,7 +252,15 @@ void SetLedgerLockHookForTesting(void (*hook)());
 
 // A mapping of the node ledger. Not copyable; trivially destructible so that
 // a process-wide instance needs no destructor at exit (call Close() instead).
-class Ledger {
+//
+// The mapping is itself the lock's capability (thread_annotations.h): Lock()
+// takes it when it returns true, and the *Locked functions REQUIRES it, so
+// clang checks that this process calls them only under the lock. What it
+// cannot check: that other processes keep to the protocol, that the lock in
+// the mapping is the one every process takes, and which header and slot
+// fields need it (all are atomics, some written without the lock by
+// design; see Locking above), so no field is GUARDED_BY.
+class CAPABILITY("ledger") Ledger {
  public:
   constexpr Ledger() = default;
   Ledger(const Ledger&) = delete;
@@ -279,8 +288,8 @@ class Ledger {
   // file, costs each caller that long at most. A holder whose thread does
   // not exist is declared dead (and the lock recovered), unless the ledger
   // has slots of another pid namespace, whose thread ids mean nothing here.
-  bool Lock();
-  void Unlock();
+  bool Lock() TRY_ACQUIRE(true);
+  void Unlock() RELEASE();
 
   // After Lock() returned false: true once per run of failed Lock() calls
   // (the next success starts a new run), with one line in message saying
@@ -305,73 +314,80 @@ class Ledger {
   // Claims a free slot for id; returns its index or -1 when the table is full.
   // A slot left by a process that still runs is not taken (see
   // LedgerSlot::left_pid).
-  int ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget, uint8_t policy);
+  int ClaimSlotLocked(const ProcessIdentity& id, uint64_t process_budget, uint8_t policy)
+      REQUIRES(this);
 
   // Frees the slot of a process that is gone: its reservation returns to the
   // node and its bytes leave the totals.
-  void FreeSlotLocked(uint32_t index);
+  void FreeSlotLocked(uint32_t index) REQUIRES(this);
 
   // Frees the calling process's own slot while it still runs: closes its
   // available word, so that no further charge is served from it, and keeps
   // the slot from being claimed again before the process is gone.
-  void LeaveSlotLocked(uint32_t index);
+  void LeaveSlotLocked(uint32_t index) REQUIRES(this);
 
   // Frees the slots of processes that no longer exist, then refreshes the
   // totals. Returns how many.
-  uint32_t ReclaimDeadLocked();
+  uint32_t ReclaimDeadLocked() REQUIRES(this);
 
   // True when the last reclaim was at least interval_ns ago.
-  bool ReclaimDueLocked(uint64_t interval_ns) const;
+  bool ReclaimDueLocked(uint64_t interval_ns) const REQUIRES(this);
 
   // Makes the header totals the sums over claimed slots. Also finishes a
   // take whose taker died (see TakeUnusedLocked).
-  void RebuildTotalsLocked();
+  void RebuildTotalsLocked() REQUIRES(this);
 
   // Claimed slots.
-  uint32_t LiveSlotsLocked() const;
+  uint32_t LiveSlotsLocked() const REQUIRES(this);
 
   // Node budget that no process has reserved; 0 when the reservations reach
   // or exceed it (they exceed it after a process joined with a smaller one).
-  uint64_t UnreservedLocked() const;
+  uint64_t UnreservedLocked() const REQUIRES(this);
   // How far the reservations exceed the node budget; usually 0.
-  uint64_t OverBudgetLocked() const;
+  uint64_t OverBudgetLocked() const REQUIRES(this);
 
   // Adds bytes to slot index's reservation and to its available bytes. The
   // caller checked that they fit (UnreservedLocked) and stay under
   // kLedgerMaxNodeBudget.
-  void ReserveLocked(uint32_t index, uint64_t bytes);
+  void ReserveLocked(uint32_t index, uint64_t bytes) REQUIRES(this);
 
   // Returns slot index's available bytes above keep to the node; returns how
   // many. Its threads may be charging meanwhile; they only lower what is
   // returned.
-  uint64_t UnreserveLocked(uint32_t index, uint64_t keep);
+  uint64_t UnreserveLocked(uint32_t index, uint64_t keep) REQUIRES(this);
 
   // The available bytes of the claimed slots other than except: what
   // TakeUnusedLocked could take now (their owners change it meanwhile).
-  uint64_t UnusedLocked(uint32_t except) const;
+  uint64_t UnusedLocked(uint32_t except) const REQUIRES(this);
 
   // Takes up to want available bytes from the reservations of claimed slots
   // other than except (kLedgerSlotCount: none excepted) and returns them to
   // the node; returns how many. Each take is journaled in the header first,
   // so that a taker killed between taking the bytes and shrinking the other
   // slot's reservation leaves the next locker what it needs to finish.
-  uint64_t TakeUnusedLocked(uint32_t except, uint64_t want);
+  uint64_t TakeUnusedLocked(uint32_t except, uint64_t want) REQUIRES(this);
 
   // Reserves exactly bytes for slot index and counts them pinned for owner,
   // when the node budget allows it, and returns true; otherwise returns false
   // with the excess in *shortfall. (Budget serves charges from reservations
   // instead; this is the whole-charge-under-the-lock form.)
-  bool ChargeLocked(uint32_t index, Owner owner, uint64_t bytes, uint64_t* shortfall);
+  bool ChargeLocked(uint32_t index, Owner owner, uint64_t bytes, uint64_t* shortfall)
+      REQUIRES(this);
 
   // Takes up to bytes for owner off slot index (never below zero) together
   // with as much of its reservation; returns what it took.
-  uint64_t ReleaseLocked(uint32_t index, Owner owner, uint64_t bytes);
+  uint64_t ReleaseLocked(uint32_t index, Owner owner, uint64_t bytes) REQUIRES(this);
 
  private:
   // True when a slot of another pid namespace is claimed (read racily).
   bool HasForeignSlots() const;
   // Marks the lock's holder dead when its thread does not exist (see Lock).
   bool BreakLockOfVanishedHolder(uint64_t waited_ns);
+  // Adds to a header or slot field only the lock holder writes (never one a
+  // slot's owner updates without the lock: available, bytes, grants).
+  void AddLocked(std::atomic<uint64_t>& field, uint64_t delta) const REQUIRES(this);
+  // Subtracts at most the field's value; returns what was taken. Same rule.
+  uint64_t SubLocked(std::atomic<uint64_t>& field, uint64_t delta) const REQUIRES(this);
 
   LedgerHeader* header_ = nullptr;
   bool writable_ = false;

@@ -5,10 +5,14 @@
 #include <atomic>
 #include <cstdint>
 
+#include "shim/core/mutex.h"
+
 namespace pinshim {
 namespace {
 
-pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+// Serializes pinshim's dl_iterate_phdr calls with fork. It guards no data of
+// ours (the loader's list is the state), so it carries no GUARDED_BY.
+Mutex g_mu;
 // 0 not yet, 1 registering or registered, 2 claimed by the caller of
 // ClaimPhdrForkGuard (which runs the handlers). Not pthread_once: pthread_atfork
 // allocates, and an allocation hook that iterates (site capture) would call
@@ -30,18 +34,20 @@ uintptr_t Self() { return static_cast<uintptr_t>(pthread_self()); }
 // until the fork is over: fork handlers that run between this one's (in the
 // child, before PhdrAfterFork: every handler registered earlier) iterate as
 // a call from inside a callback does, without waiting for themselves.
-void PhdrForkPrepare() {
+// Whether the pair takes and releases the lock depends on g_taken, which the
+// analysis cannot follow.
+void PhdrForkPrepare() NO_THREAD_SAFETY_ANALYSIS {
   g_taken = g_holder.load(std::memory_order_acquire) != Self();
   if (!g_taken) return;
-  pthread_mutex_lock(&g_mu);
+  g_mu.Lock();
   g_holder.store(Self(), std::memory_order_release);
 }
 
-void PhdrAfterFork() {
+void PhdrAfterFork() NO_THREAD_SAFETY_ANALYSIS {
   if (!g_taken) return;
   g_taken = false;
   g_holder.store(0, std::memory_order_release);
-  pthread_mutex_unlock(&g_mu);
+  g_mu.Unlock();
 }
 
 void InstallPhdrForkGuard() {
@@ -61,11 +67,10 @@ int IteratePhdr(PhdrCallback callback, void* data) {
   InstallPhdrForkGuard();
   const uintptr_t self = Self();
   if (g_holder.load(std::memory_order_acquire) == self) return dl_iterate_phdr(callback, data);
-  pthread_mutex_lock(&g_mu);
+  MutexLock lock(&g_mu);
   g_holder.store(self, std::memory_order_release);
   const int r = dl_iterate_phdr(callback, data);
   g_holder.store(0, std::memory_order_release);
-  pthread_mutex_unlock(&g_mu);
   return r;
 }
 

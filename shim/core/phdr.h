@@ -1,13 +1,13 @@
 // dl_iterate_phdr for pinshim's own calls, safe across fork.
 //
-// glibc (2.36 measured: bench/RESULTS.md) does not reset the lock behind
-// dl_iterate_phdr in a fork child: a thread inside dl_iterate_phdr when
-// another thread forks leaves the child's first dl_iterate_phdr (its own,
-// or libunwind's while it unwinds) blocked forever. pinshim calls it from
-// its sampler thread and from the program's threads (module changes, site
-// capture), where the program never would, so every such call goes through
-// IteratePhdr: a fork handler waits until none is inside before the fork
-// proceeds (invariant 2, shim/INVARIANTS.md).
+// glibc (measured: bench/RESULTS.md, "2026-12-01, evening", fork and module
+// walks) does not reset the lock behind dl_iterate_phdr in a fork child: a
+// thread inside dl_iterate_phdr when another thread forks leaves the child's
+// first dl_iterate_phdr (its own, or libunwind's while it unwinds) blocked
+// forever. pinshim calls it from its sampler thread and from the program's
+// threads (module changes, site capture), where the program never would, so
+// every such call goes through IteratePhdr: a fork handler waits until none
+// is inside before the fork proceeds (invariant 2, shim/INVARIANTS.md).
 #ifndef PINSHIM_SHIM_CORE_PHDR_H_
 #define PINSHIM_SHIM_CORE_PHDR_H_
 

@@ -224,19 +224,19 @@ bool Registry::RemoveAtLocked(size_t pos, size_t slot, Region* out) {
 
 bool Registry::Insert(const Region& r) {
   if (r.bytes == 0) return true;
-  pthread_mutex_lock(&mu_);
+  mu_.Lock();
   BeginWrite();
   SummaryAdd(r);  // before the stale ranges it replaces are subtracted
   RemoveSpanLocked(r.start, r.bytes, nullptr, nullptr);
   bool ok = InsertLocked(r);
   if (!ok) SummarySub(r);
   EndWrite();
-  pthread_mutex_unlock(&mu_);
+  mu_.Unlock();
   return ok;
 }
 
 bool Registry::Remove(uintptr_t start, Region* out) {
-  pthread_mutex_lock(&mu_);
+  mu_.Lock();
   bool found = false;
   Index* idx = index_.load(std::memory_order_relaxed);
   if (idx != nullptr && idx->count != 0) {
@@ -249,18 +249,18 @@ bool Registry::Remove(uintptr_t start, Region* out) {
       EndWrite();
     }
   }
-  pthread_mutex_unlock(&mu_);
+  mu_.Unlock();
   return found;
 }
 
 size_t Registry::RemoveSpan(uintptr_t start, uint64_t bytes,
                             void (*on_removed)(void*, const Region&), void* arg) {
   if (bytes == 0) return 0;
-  pthread_mutex_lock(&mu_);
+  mu_.Lock();
   BeginWrite();
   size_t touched = RemoveSpanLocked(start, bytes, on_removed, arg);
   EndWrite();
-  pthread_mutex_unlock(&mu_);
+  mu_.Unlock();
   return touched;
 }
 
@@ -368,9 +368,9 @@ bool Registry::SearchOverlap(uintptr_t start, uintptr_t end) const {
     std::atomic_thread_fence(std::memory_order_acquire);
     if (seq_.load(std::memory_order_relaxed) == s1) return found;
   }
-  pthread_mutex_lock(&mu_);
+  mu_.Lock();
   bool found = OverlapUnsynchronized(start, end);
-  pthread_mutex_unlock(&mu_);
+  mu_.Unlock();
   return found;
 }
 
@@ -393,15 +393,15 @@ bool Registry::SearchLookup(uintptr_t addr, Region* out) const {
   }
   // A writer kept the table busy: read under its lock instead. (Lookups are
   // made from hooks, never from signal handlers, so this cannot self-deadlock.)
-  pthread_mutex_lock(&mu_);
+  mu_.Lock();
   bool found = SearchUnsynchronized(addr, &r);
-  pthread_mutex_unlock(&mu_);
+  mu_.Unlock();
   if (found && out != nullptr) *out = r;
   return found;
 }
 
 void Registry::Clear() {
-  pthread_mutex_lock(&mu_);
+  mu_.Lock();
   BeginWrite();
   Index* idx = index_.load(std::memory_order_relaxed);
   if (idx != nullptr) {
@@ -414,11 +414,11 @@ void Registry::Clear() {
   }
   count_.store(0, std::memory_order_relaxed);
   EndWrite();
-  pthread_mutex_unlock(&mu_);
+  mu_.Unlock();
 }
 
-void Registry::LockForFork() { pthread_mutex_lock(&mu_); }
+void Registry::LockForFork() { mu_.Lock(); }
 
-void Registry::UnlockAfterFork() { pthread_mutex_unlock(&mu_); }
+void Registry::UnlockAfterFork() { mu_.Unlock(); }
 
 }  // namespace pinshim

@@ -17,13 +17,12 @@
 #ifndef PINSHIM_SHIM_CORE_REGISTRY_H_
 #define PINSHIM_SHIM_CORE_REGISTRY_H_
 
-#include <pthread.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 #include "shim/core/events.h"
+#include "shim/core/mutex.h"
 
 namespace pinshim {
 
@@ -118,9 +117,10 @@ class Registry {
   void Clear();
 
   // Fork support: hold the writer lock across fork so neither side inherits
-  // a half-written table.
-  void LockForFork();
-  void UnlockAfterFork();
+  // a half-written table. Held from the prepare handler to the after-fork
+  // ones, across functions the analysis cannot follow.
+  void LockForFork() NO_THREAD_SAFETY_ANALYSIS;
+  void UnlockAfterFork() NO_THREAD_SAFETY_ANALYSIS;
 
  private:
   struct Chunk;
@@ -159,33 +159,38 @@ class Registry {
       any |= __atomic_load_n(&s[g], __ATOMIC_RELAXED);
     return any == 0;
   }
-  void SummaryAdd(const Region& r);
-  void SummarySub(const Region& r);
+  void SummaryAdd(const Region& r) REQUIRES(mu_);
+  void SummarySub(const Region& r) REQUIRES(mu_);
   // Adds delta (+1 or -1) to the count of each granule r overlaps.
   static void SummaryCount(uint8_t* s, const Region& r, int delta);
   bool SearchLookup(uintptr_t addr, Region* out) const;
   bool SearchOverlap(uintptr_t start, uintptr_t end) const;
 
   // All of these run with mu_ held and seq_ odd.
-  Chunk* NewChunk();
-  bool InsertLocked(const Region& r);
-  bool RemoveAtLocked(size_t chunk_pos, size_t slot, Region* out);
-  size_t FindChunkLocked(uintptr_t addr) const;
+  Chunk* NewChunk() REQUIRES(mu_);
+  bool InsertLocked(const Region& r) REQUIRES(mu_);
+  bool RemoveAtLocked(size_t chunk_pos, size_t slot, Region* out) REQUIRES(mu_);
+  size_t FindChunkLocked(uintptr_t addr) const REQUIRES(mu_);
+  // Lock-free readers: correct under mu_, or inside a seq_ check.
   bool SearchUnsynchronized(uintptr_t addr, Region* out) const;
   bool OverlapUnsynchronized(uintptr_t start, uintptr_t end) const;
   size_t RemoveSpanLocked(uintptr_t start, uint64_t bytes, void (*on_removed)(void*, const Region&),
-                          void* arg);
-  bool GrowIndexLocked();
-  void BeginWrite();
-  void EndWrite();
+                          void* arg) REQUIRES(mu_);
+  bool GrowIndexLocked() REQUIRES(mu_);
+  void BeginWrite() REQUIRES(mu_);
+  void EndWrite() REQUIRES(mu_);
 
   mutable std::atomic<uint64_t> seq_{0};
   std::atomic<uint8_t*> summary_{nullptr};
-  bool summary_refused_ = false;  // the kernel refused its mapping once: not asked again
+  // The kernel refused the summary's mapping once: not asked again.
+  bool summary_refused_ GUARDED_BY(mu_) = false;
   std::atomic<Index*> index_{nullptr};
   std::atomic<size_t> count_{0};
-  Chunk* free_chunks_ = nullptr;
-  mutable pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+  // The index and the chunks are written under mu_ and read without it
+  // (seq_ tells a reader that raced a write), so only what no reader sees
+  // is GUARDED_BY.
+  Chunk* free_chunks_ GUARDED_BY(mu_) = nullptr;
+  mutable Mutex mu_;
 };
 
 }  // namespace pinshim

@@ -8,11 +8,10 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
-#include <pthread.h>
-
 #include <atomic>
 
 #include "shim/core/context_gate.h"
+#include "shim/core/mutex.h"
 #include "shim/hooks/driver_table.h"
 #include "shim/hooks/hook_support.h"
 #include "shim/hooks/state.h"
@@ -47,24 +46,18 @@ extern "C" {
 
 namespace {
 
-pthread_mutex_t g_primary_mu = PTHREAD_MUTEX_INITIALIZER;
+// It guards no data of ours (the driver's primary contexts are the state):
+// what it annotates is which calls need it held.
+Mutex g_primary_mu;
 
-// One context teardown by the program, in optimize mode.
+// One context teardown by the program, in optimize mode. A primary
+// context's is made with g_primary_mu held, taken before it.
 class Teardown {
  public:
-  explicit Teardown(bool primary) : primary_(primary) {
-    if (primary_) pthread_mutex_lock(&g_primary_mu);
-    g_context_gate.BeginTeardown();
-  }
-  ~Teardown() {
-    g_context_gate.EndTeardown();
-    if (primary_) pthread_mutex_unlock(&g_primary_mu);
-  }
+  Teardown() { g_context_gate.BeginTeardown(); }
+  ~Teardown() { g_context_gate.EndTeardown(); }
   Teardown(const Teardown&) = delete;
   Teardown& operator=(const Teardown&) = delete;
-
- private:
-  bool primary_;
 };
 
 // Whether dev's primary context is active: 1 yes, 0 no, -1 unknown.
@@ -81,7 +74,7 @@ int PrimaryActive(CUdevice dev) {
 // The handle of dev's primary context when it is active, else null. Asked
 // under g_primary_mu, so it stays active throughout: the retain creates
 // nothing, and the release that balances it is never the last.
-CUcontext ActivePrimaryContext(CUdevice dev) {
+CUcontext ActivePrimaryContext(CUdevice dev) REQUIRES(g_primary_mu) {
   if (PrimaryActive(dev) != 1) return nullptr;
   using Retain = CUresult (*)(CUcontext*, CUdevice);
   using Release = CUresult (*)(CUdevice);
@@ -103,7 +96,7 @@ CUresult DestroyContextCall(Api api, CUcontext ctx) {
   const hook::HookScope scope;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(ctx);
-  Teardown teardown(/*primary=*/false);
+  Teardown teardown;
   CUresult r = real_fn(ctx);
   if (r == CUDA_SUCCESS && ctx != nullptr) opt->OnContextDestroyed(ctx);
   return r;
@@ -117,7 +110,8 @@ CUresult EndPrimaryContext(Api api, CUdevice dev, bool reset) {
   const hook::HookScope scope;
   optimize::Optimizer* opt = ActiveOptimizer();
   if (PINSHIM_LIKELY(opt == nullptr)) return real_fn(dev);
-  Teardown teardown(/*primary=*/true);
+  MutexLock primary_lock(&g_primary_mu);
+  Teardown teardown;
   CUcontext primary = ActivePrimaryContext(dev);
   CUresult r = real_fn(dev);
   if (r != CUDA_SUCCESS || primary == nullptr) return r;
@@ -164,10 +158,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     if (r == CUDA_SUCCESS && g_optimize) EnsureOptimizerStarted();
     return r;
   }
-  pthread_mutex_lock(&g_primary_mu);
-  CUresult r = real_fn(pctx, dev);
-  pthread_mutex_unlock(&g_primary_mu);
-  return r;
+  MutexLock primary_lock(&g_primary_mu);
+  return real_fn(pctx, dev);
 }
 
 // --- cuGetProcAddress --------------------------------------------------------

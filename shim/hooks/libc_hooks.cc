@@ -212,10 +212,11 @@ __attribute__((noinline)) void ForgetTracked(void* p, size_t len) {
 }
 
 // A MAP_FIXED runs as a page change. The registry is asked before the call,
-// as munmap asks it, while what it reads is still in cache (bench/RESULTS.md
-// has the cost of asking after). A tracked allocation placed in the range
-// between the two could only be another thread's mapping of address space
-// that this call then replaces under it.
+// as munmap asks it, while what it reads is still in cache (bench/RESULTS.md,
+// "2026-12-01, late night", the mmap change, has the cost of asking after). A
+// tracked allocation placed in the range between the two could only be
+// another thread's mapping of address space that this call then replaces
+// under it.
 template <typename RealMmap>
 __attribute__((noinline)) void* MmapFixedGeneral(void* addr, size_t len, int prot, int flags,
                                                  int fd, off64_t off, RealMmap real_mmap) {

@@ -6,10 +6,10 @@
 // Why: a hook that calls libc's wrapper returns twice after the system
 // call (wrapper to hook, hook to program) where the program alone returns
 // once. After a call the kernel works on (a MAP_FIXED over a mapped page),
-// the extra return costs about 8 ns, against nothing after a call it
-// refuses at once (H200, bench/RESULTS.md: page_call_bench --paired
-// --controls, libc called one frame deeper). Made here, the call returns
-// once, as the program's own call to libc does.
+// the extra return is measurable, against nothing after a call it refuses
+// at once (bench/RESULTS.md, "2026-12-02, fourth part": the page hooks'
+// frame after the kernel worked). Made here, the call returns once, as the
+// program's own call to libc does.
 //
 // What libc's x86-64 wrappers do besides the system call, done the same:
 // the result, or -1 / MAP_FAILED with errno set. (glibc's mmap changes its

@@ -81,11 +81,12 @@ bool SnapshotOptimizeCounters(OptimizeCountersEvent* out) {
   return true;
 }
 
-// In-place pinning keeps a fork's parent correct only where the kernel
-// copies pinned pages for the child at fork (Linux 5.9 on, with a driver
-// that pins with FOLL_PIN, as driver 580 does: bench/RESULTS.md); older
-// kernels leave the parent's pinned pages shared with the child, and the
-// parent's next write moves it to new pages the device does not see.
+// In-place pinning keeps a fork's parent correct only where the kernel copies
+// pinned pages for the child at fork (Linux 5.9 on, with a driver that pins
+// with FOLL_PIN, as driver 580 does: bench/RESULTS.md, "Pages that change
+// under pinned memory"); older kernels leave the parent's pinned pages shared
+// with the child, and the parent's next write moves it to new pages the
+// device does not see.
 bool KernelCopiesPinnedPagesAtFork() {
   struct utsname u;
   if (uname(&u) != 0) return false;

@@ -11,11 +11,11 @@ namespace {
 // A copy into a capture is the driver's, on the program's memory as the
 // program made it: what pinshim pinned in place under its host side
 // (registration cache, arena) is unpinned for the call (the arena's pinned
-// again after it), so the driver captures pageable memory as without
-// pinshim; it is neither staged nor pinned now. A graph that held pinshim's
-// pinning would fault its context at a launch after pinshim unpinned it
-// (bench/RESULTS.md). Pool blocks are the program's pinned memory, and stay
-// so.
+// again after it), so the driver captures pageable memory as without pinshim;
+// it is neither staged nor pinned now. A graph that held pinshim's pinning
+// would fault its context at a launch after pinshim unpinned it
+// (bench/RESULTS.md, "2026-12-01, late night", copies into a stream capture).
+// Pool blocks are the program's pinned memory, and stay so.
 constexpr PageChange kCopyIntoCapture(OwnPinReason::kCopyIntoCapture, 0,
                                       PageChange::kReplacesPrivate | PageChange::kStaysAnonymous);
 
@@ -120,7 +120,7 @@ CUresult RunHostCopy(Optimizer* engine, CopyCall* c, DriverCall driver) {
   CopyPath path;
   if (r == CUDA_SUCCESS && !setup && JudgedPath(*c, t, host_kind, &path)) {
     if (overlapped) {
-      engine->judge().Overlapped(path, dir, s.bytes, !c->async);
+      engine->judge().Overlapped(path, dir, s.bytes, !c->async, ns);
     } else {
       engine->judge().Record(path, dir, s.bytes, !c->async, ns);
     }

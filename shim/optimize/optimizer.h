@@ -182,21 +182,22 @@ class Optimizer {
   bool Stage(const CopyTicket& t, void* host, CUdeviceptr dev, CUstream stream, bool per_thread_api,
              bool sync, CUresult* result, StagedInfo* info);
 
-  // An asynchronous upload of memory pinned in place (a ticket of kind
-  // kCache or kArena, host to device) reads its source by DMA in stream
-  // order; the driver's upload of the same pageable memory reads its first
+  // An asynchronous upload of memory pinned in place (a ticket of kind kCache
+  // or kArena, host to device) reads its source by DMA in stream order; the
+  // driver's upload of the same pageable memory reads its first
   // Stager::kDriverEagerBytes at the call, the rest in stream order (H200:
-  // bench/RESULTS.md). When the stream has work queued (which may rewrite
-  // the source: a host function), this reads those first bytes now, through
-  // a ring (Stager::StageEagerHead) or else a pageable bounce buffer the
-  // driver reads at the call, and queues the rest as DMA from the pinned
-  // memory. False, having done nothing, for any other copy, an idle
-  // stream, a device range the driver would refuse (it answers), or with
-  // ordered reads (StagerOptions::ordered_reads: the DMA's order is the
-  // one wanted). Else *result is the call's result and *pinned_in_flight
-  // whether DMA from the pinned memory was queued (AfterHostCopy must wait
-  // for it as for any async copy of such memory; when false, nothing of it
-  // is in flight and the call returns at once, as the driver's does).
+  // bench/RESULTS.md, "2026-12-02, fourth part"). When the stream has work
+  // queued (which may rewrite the source: a host function), this reads those
+  // first bytes now, through a ring (Stager::StageEagerHead) or else a
+  // pageable bounce buffer the driver reads at the call, and queues the rest
+  // as DMA from the pinned memory. False, having done nothing, for any other
+  // copy, an idle stream, a device range the driver would refuse (it
+  // answers), or with ordered reads (StagerOptions::ordered_reads: the DMA's
+  // order is the one wanted). Else *result is the call's result and
+  // *pinned_in_flight whether DMA from the pinned memory was queued
+  // (AfterHostCopy must wait for it as for any async copy of such memory;
+  // when false, nothing of it is in flight and the call returns at once, as
+  // the driver's does).
   bool UploadEagerHead(const CopyTicket& t, const void* host, CUdeviceptr dev, CUstream stream,
                        bool per_thread_api, CUresult* result, bool* pinned_in_flight);
 

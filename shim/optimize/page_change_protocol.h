@@ -117,11 +117,11 @@ __attribute__((noinline)) auto CallMarked(uintptr_t start, uintptr_t end, PageCh
 // change of the pages of [addr, addr + len) that does `what`. `optimizing`
 // is the hooks' mode flag, or true where the caller knows it is on (it
 // folds away). Where the range holds nothing pinshim pinned (nearly every
-// call) this adds a few loads and two stores each way (bench/page: at most
-// 10 ns added). Inlined into each hook, so that `what`, known there, folds
-// away; the arguments are passed on as values, so none has to be kept in
-// memory, and nothing but the result lives across the call. Calls nest
-// (mremap's target inside its source).
+// call) this adds a few loads and two stores each way (bench/RESULTS.md,
+// "2026-12-02, fifth part", measured with bench/page). Inlined into each
+// hook, so that `what`, known there, folds away; the arguments are passed on
+// as values, so none has to be kept in memory, and nothing but the result
+// lives across the call. Calls nest (mremap's target inside its source).
 template <typename Fn, typename... Args>
 __attribute__((always_inline)) inline auto ChangePages(bool optimizing, const void* addr,
                                                        size_t len, const PageChange what, Fn fn,

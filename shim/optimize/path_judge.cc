@@ -127,8 +127,13 @@ bool PathJudge::EndCopy(uint64_t ticket) {
   return (ticket & 1) != 0 || other;
 }
 
-void PathJudge::Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync) {
-  if (path != CopyPath::kDriver || bytes == 0 || !enabled_.load(std::memory_order_relaxed)) return;
+void PathJudge::Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns) {
+  if (path != CopyPath::kDriver || bytes == 0 ||
+      (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) ||
+      !enabled_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  driver_ns_[dir == CopyDir::kDeviceToHost ? 1 : 0].fetch_add(ns, std::memory_order_relaxed);
   cells_[IndexOf(dir, bytes, sync)].driver_overlapped.fetch_add(1, std::memory_order_relaxed);
 }
 

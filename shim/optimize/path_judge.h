@@ -93,10 +93,11 @@ class PathJudge {
   // thread's copy ran during it. Overlapped() counts a driver copy that was
   // no sample toward the cell's first driver copies, so a cell whose copies
   // always overlap stops sending them to the driver for a figure it cannot
-  // get, and takes the path where the cost model expects it to win.
+  // get, and takes the path where the cost model expects it to win; its
+  // time still counts as time spent in the driver's copies (WorthSetup).
   uint64_t BeginCopy();
   bool EndCopy(uint64_t ticket);
-  void Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync);
+  void Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns);
   // Whether the program has spent setup_ns in the driver's pageable copies
   // of this direction: then setting up a path that serves it pays.
   bool WorthSetup(CopyDir dir, double setup_ns) const;

@@ -177,20 +177,23 @@ TEST(PathJudgeTest, OverlappedDriverCopiesMakeNoFigure) {
   PathJudge j;
   for (uint32_t i = 0; i < PathJudge::kMinSamples; ++i) {
     EXPECT_FALSE(j.Take(CopyPath::kStaged, kD2H, 4 * kMiB, false, 2.0));
-    j.Overlapped(CopyPath::kDriver, kD2H, 4 * kMiB, false);
+    j.Overlapped(CopyPath::kDriver, kD2H, 4 * kMiB, false, 1000000);
   }
   int on_path = 0, to_driver = 0;
   for (int i = 0; i < 64; ++i) {
     if (j.Take(CopyPath::kStaged, kD2H, 4 * kMiB, false, 2.0)) {
       ++on_path;
-      j.Overlapped(CopyPath::kStaged, kD2H, 4 * kMiB, false);
+      j.Overlapped(CopyPath::kStaged, kD2H, 4 * kMiB, false, 1000000);
     } else {
       ++to_driver;
-      j.Overlapped(CopyPath::kDriver, kD2H, 4 * kMiB, false);
+      j.Overlapped(CopyPath::kDriver, kD2H, 4 * kMiB, false, 1000000);
     }
   }
   EXPECT_GE(on_path, 56);
   EXPECT_GE(to_driver, 1);  // probes
+  // Their time was spent in the driver's copies all the same.
+  EXPECT_TRUE(j.WorthSetup(kD2H, 1e6 * (to_driver + PathJudge::kMinSamples)));
+  EXPECT_FALSE(j.WorthSetup(kD2H, 1e6 * (to_driver + PathJudge::kMinSamples) + 1));
   PathCellReport cells[4];
   EXPECT_EQ(j.Report(cells, 4), 0);  // no verdict: no samples
   // Other cells are untouched: their first copy still goes to the driver.

@@ -125,8 +125,9 @@ PinnedPool::Block* PinnedPool::TakeFreeLocked(SubPool* sub, bool large, uint32_t
 int PinnedPool::ApplyCompletions(Candidate* cands, int n) {
   // One query per stream when its newest fence completed (stream order):
   // blocks released by a batch carry their copies' fences, often dozens on
-  // one stream, and a query per fence made the allocation that looked at
-  // them wait tens of microseconds (bench/RESULTS.md, alloc_loop detail).
+  // one stream, and a query per fence made the allocation that looked at them
+  // wait tens of microseconds (bench/RESULTS.md, "2026-12-02, second part",
+  // the pool's fence queries).
   Fence fs[kMaxCandidates];
   for (int i = 0; i < n; ++i) fs[i] = cands[i].fence;
   bool done[kMaxCandidates];

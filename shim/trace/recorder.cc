@@ -29,6 +29,7 @@
 #include "shim/core/phdr.h"
 #include "shim/core/reentry.h"
 #include "shim/core/safe_file.h"
+#include "shim/core/thread_annotations.h"
 #include "shim/trace/call_site.h"
 #include "shim/trace/copy_watch.h"
 #include "shim/trace/frame_writer.h"
@@ -77,6 +78,28 @@ struct ThreadBuffer {
   alignas(64) uint8_t data[kBatchBytes];
 };
 
+// A lock of one word whose waiters yield the CPU. Reset() forgets any
+// holder, for state started afresh while no other thread can hold it.
+class CAPABILITY("spin lock") SpinLock {
+ public:
+  constexpr SpinLock() = default;
+  SpinLock(const SpinLock&) = delete;
+  SpinLock& operator=(const SpinLock&) = delete;
+
+  void Lock() ACQUIRE() {
+    for (;;) {
+      int expected = 0;
+      if (word_.compare_exchange_weak(expected, 1, std::memory_order_acquire)) return;
+      sched_yield();
+    }
+  }
+  void Unlock() RELEASE() { word_.store(0, std::memory_order_release); }
+  void Reset() { word_.store(0); }
+
+ private:
+  std::atomic<int> word_{0};
+};
+
 // Constant-initialised (the constexpr constructor proves it): the hooks may
 // start recording from a constructor that runs before this file's dynamic
 // initialisers, which would otherwise reset it afterwards.
@@ -120,24 +143,26 @@ struct Global {
   int vmstat_fd = -1;
   long page_size = 4096;
   // Module maps.
-  std::atomic<int> modules_busy{0};
-  uint8_t* module_buf = nullptr;
-  ModuleKey* keys = nullptr;      // of the latest map
-  ModuleKey* new_keys = nullptr;  // scratch for the next one
-  size_t n_keys = 0;
+  SpinLock modules_lock;
+  uint8_t* module_buf PT_GUARDED_BY(modules_lock) = nullptr;
+  ModuleKey* keys GUARDED_BY(modules_lock) = nullptr;      // of the latest map
+  ModuleKey* new_keys GUARDED_BY(modules_lock) = nullptr;  // scratch for the next one
+  size_t n_keys GUARDED_BY(modules_lock) = 0;
   // PINSHIM_TRACE_MAX (see CappedFile below).
   uint64_t trace_max = 0;
   std::atomic<uint64_t> file_bytes{0};  // written to the file so far
   std::atomic<int> appending{0};        // O_APPEND writes under way
   std::atomic<bool> detail_ended{false};
   std::atomic<uint64_t> detail_end_ns{0};
-  std::atomic<int> tail_lock{0};  // serializes every write once detail ended
-  bool tail_ready = false;        // under tail_lock: tail_end is the file's end
-  int tail_fd = -1;               // the same file without O_APPEND, for rewrites
-  uint64_t tail_end = 0;
-  uint64_t totals_offset = 0;  // of the latest kSiteTotals frame (0: none yet)
-  uint64_t totals_frame_bytes = 0;
-  uint64_t totals_sequence = 0;
+  SpinLock tail_lock;                             // serializes every write once detail ended
+  bool tail_ready GUARDED_BY(tail_lock) = false;  // tail_end is the file's end
+  // The same file without O_APPEND, for rewrites.
+  int tail_fd GUARDED_BY(tail_lock) = -1;
+  uint64_t tail_end GUARDED_BY(tail_lock) = 0;
+  // Of the latest kSiteTotals frame (0: none yet).
+  uint64_t totals_offset GUARDED_BY(tail_lock) = 0;
+  uint64_t totals_frame_bytes GUARDED_BY(tail_lock) = 0;
+  uint64_t totals_sequence GUARDED_BY(tail_lock) = 0;
   uint64_t next_totals_ns = 0;  // the sampler's next snapshot
   uint8_t* totals_buf = nullptr;
   std::atomic<uint64_t> totals_written{0};
@@ -208,12 +233,8 @@ void Release(ThreadBuffer* b) { b->state.store(kIdle, std::memory_order_release)
 // the end) is serialized by tail_lock, so the file's end is known and the
 // latest kSiteTotals frame can be rewritten in place while it is last.
 
-void LockTail() {
-  for (;;) {
-    int expected = 0;
-    if (g.tail_lock.compare_exchange_weak(expected, 1, std::memory_order_acquire)) break;
-    sched_yield();
-  }
+void LockTail() ACQUIRE(g.tail_lock) {
+  g.tail_lock.Lock();
   if (g.tail_ready) return;
   // Appends that began before detail ended finish their one writev.
   while (g.appending.load(std::memory_order_acquire) != 0) sched_yield();
@@ -224,7 +245,7 @@ void LockTail() {
   g.tail_ready = true;
 }
 
-void UnlockTail() { g.tail_lock.store(0, std::memory_order_release); }
+void UnlockTail() RELEASE(g.tail_lock) { g.tail_lock.Unlock(); }
 
 void NoteDetailEnd(uint64_t t) {
   g.detail_ended.store(true, std::memory_order_release);
@@ -259,9 +280,9 @@ bool AppendWhileDetailed(FrameType type, const struct iovec* parts, int n, bool 
   return ok;
 }
 
-// Writes a frame at the file's end once detail ended; the caller holds the
-// tail lock.
-bool AppendAtTail(FrameType type, const struct iovec* parts, int n, int* error) {
+// Writes a frame at the file's end once detail ended.
+bool AppendAtTail(FrameType type, const struct iovec* parts, int n, int* error)
+    REQUIRES(g.tail_lock) {
   size_t bytes = kFrameHeaderBytes;
   for (int i = 0; i < n; ++i) bytes += parts[i].iov_len;
   if (!WriteFrame(g.fd, type, parts, n, error)) {
@@ -676,11 +697,7 @@ void WriteApiNames() {
 }
 
 void WriteModules() {
-  for (;;) {
-    int expected = 0;
-    if (g.modules_busy.compare_exchange_weak(expected, 1, std::memory_order_acquire)) break;
-    sched_yield();
-  }
+  g.modules_lock.Lock();
   uint32_t gen = g.generation.load() + 1;
   size_t n_new = 0;
   size_t len =
@@ -698,7 +715,24 @@ void WriteModules() {
     WriteMetaFrame(FrameType::kModules, &part, 1);
     g.generation.store(gen, std::memory_order_release);
   }
-  g.modules_busy.store(0, std::memory_order_release);
+  g.modules_lock.Unlock();
+}
+
+// The module maps' buffers, mapped once before recording starts, when no
+// other thread uses them (the analysis cannot know that); false when the
+// kernel refused one.
+bool MapModuleBuffers() NO_THREAD_SAFETY_ANALYSIS {
+  g.module_buf = static_cast<uint8_t*>(MapBytes(kModuleBufBytes));
+  g.keys = static_cast<ModuleKey*>(MapBytes(kMaxModules * sizeof(ModuleKey)));
+  g.new_keys = static_cast<ModuleKey*>(MapBytes(kMaxModules * sizeof(ModuleKey)));
+  return g.module_buf != nullptr && g.keys != nullptr && g.new_keys != nullptr;
+}
+
+// In a fork child, where this thread is the only one (the analysis cannot
+// know that): no map written yet, and the lock free of any parent thread.
+void ForgetModuleMaps() NO_THREAD_SAFETY_ANALYSIS {
+  g.n_keys = 0;
+  g.modules_lock.Reset();
 }
 
 // --- Sampler ----------------------------------------------------------------
@@ -901,13 +935,15 @@ void StartSampler() {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
-// A new file: detail starts again, with no totals.
-void ResetCappedFile() {
+// A new file: detail starts again, with no totals. Runs before recording
+// starts (at start and in a fork child), when no other thread writes the
+// file; the analysis cannot know that.
+void ResetCappedFile() NO_THREAD_SAFETY_ANALYSIS {
   g.file_bytes.store(kFileHeaderBytes);
   g.appending.store(0);
   g.detail_ended.store(false);
   g.detail_end_ns.store(0);
-  g.tail_lock.store(0);
+  g.tail_lock.Reset();
   g.tail_ready = false;
   if (g.tail_fd >= 0) close(g.tail_fd);
   g.tail_fd = -1;
@@ -976,10 +1012,8 @@ bool StartRecorder(const RecorderOptions& options, char* err, size_t err_len) {
   if (n <= 0) CopyText(g.exe, sizeof(g.exe), "program");
   if (!g.stacks_ready) {
     g.stacks_ready = g.stacks.Init(kStackSlotsLog2, kStackIpWords);
-    g.module_buf = static_cast<uint8_t*>(MapBytes(kModuleBufBytes));
-    g.keys = static_cast<ModuleKey*>(MapBytes(kMaxModules * sizeof(ModuleKey)));
-    g.new_keys = static_cast<ModuleKey*>(MapBytes(kMaxModules * sizeof(ModuleKey)));
-    if (!g.stacks_ready || g.module_buf == nullptr || g.keys == nullptr || g.new_keys == nullptr) {
+    const bool buffers = MapModuleBuffers();
+    if (!g.stacks_ready || !buffers) {
       snprintf(err, err_len, "cannot map memory for the trace recorder");
       return false;
     }
@@ -1210,8 +1244,7 @@ void RecorderAfterForkInChild() {
   g.python_codes.Reset();  // the child's trace defines its code objects anew
   g.epoch.fetch_add(1);
   g.generation.store(0);
-  g.n_keys = 0;
-  g.modules_busy.store(0);
+  ForgetModuleMaps();
   // A fork child has no CUDA context: the parent's pinned memory is not its own.
   g.pinned_program.store(0);
   g.registered_program.store(0);

@@ -23,6 +23,11 @@ TOP = ("shim/", "analyzer/", "tests/", "bench/", "docs/", "scripts/", ".ci/")
 BARE_KINDS = (".cc", ".md", ".py", ".inc", ".cu", ".sh")
 NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:cc|h|md|py|sh|inc|cu|bzl|txt|lds))(?![\w/])")
 COMMENT = re.compile(r"^\s*(//|#|/?\*)")
+# A comment after code on its line (C-family sources), as the formatter
+# writes it: two spaces, then "// ". Paths in string literals are not
+# comments.
+TRAILING = re.compile(r"\S  // (.*)$")
+C_FAMILY = (".cc", ".h", ".c", ".cu", ".inc")
 # Files the build generates, which comments may name.
 GENERATED = {"driver_abis.inc"}  # tests/fakecuda/BUILD, genrule driver_abis
 
@@ -43,10 +48,15 @@ def tree(root):
 
 
 def comment_lines(path):
+    """(number, comment text) of each line holding a comment."""
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
             if COMMENT.match(line):
                 yield number, line
+            elif path.endswith(C_FAMILY):
+                trailing = TRAILING.search(line)
+                if trailing:
+                    yield number, trailing.group(1)
 
 
 def check_tree(root):
@@ -84,14 +94,16 @@ class CheckerTest(unittest.TestCase):
         open(os.path.join(root, "RESULTS.md"), "w").close()
         with open(os.path.join(root, "shim", "core", "a.cc"), "w") as f:
             f.write("// See shim/core/real.h and RESULTS.md; cuda.h is a system header.\n"
-                    "int x;  // code, not a comment line: shim/core/gone.h\n"
-                    "// shim/core/gone.h is stale, and so is memory_hooks.cc.\n")
+                    "const char* p = \"shim/core/gone.h\";  // a string, not a comment\n"
+                    "// shim/core/gone.h is stale, and so is memory_hooks.cc.\n"
+                    "int x;  // after code, as stale: shim/core/old.h\n")
         problems, checked = check_tree(root)
         text = "\n".join(problems)
         self.assertIn("a.cc:3: names shim/core/gone.h", text)
         self.assertIn("a.cc:3: names memory_hooks.cc", text)
-        self.assertEqual(len(problems), 2, text)
-        self.assertEqual(checked, 4)
+        self.assertIn("a.cc:4: names shim/core/old.h", text)
+        self.assertEqual(len(problems), 3, text)
+        self.assertEqual(checked, 5)
 
 
 class RepositoryTest(unittest.TestCase):

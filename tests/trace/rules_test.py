@@ -54,6 +54,7 @@ PROGRAMS.update({
 # so it runs with the driver backend only.
 if SUFFIX == "_driver":
     PROGRAMS["vmm_host_kinds"] = {}
+    PROGRAMS["vmm_host_held"] = {"PINSHIM_BUDGET": str(64 << 20)}
 
 # RULE_PROGRAMS_ONLY (space-separated names) runs those programs alone, for a
 # quick check of a few rules on the GPU host (tests/gpu/copy_guard_check.sh).
@@ -285,6 +286,14 @@ class RulesTest(unittest.TestCase):
         self.assertEqual(len(loop), 1, loop)
         self.assertIn("pinned already", loop[0]["fix"])
         self.assertNotIn("from pinned buffers", loop[0]["fix"])
+
+    def test_vmm_host_held(self):
+        """VMM host memory mapped past the budget is over-pinning, a VMM
+        mapping and a host pool allocation never copied are pinned-unused:
+        the rules count both kinds as pinned memory."""
+        if "vmm_host_held" not in PROGRAMS:
+            self.skipTest("the driver backend only")
+        self.check_program("vmm_host_held")
 
     def test_pinned_unused(self):
         self.check_program("pinned_unused")

@@ -1,7 +1,8 @@
 // async-pageable (warning): an asynchronous copy to or from pageable memory.
-// The driver performs it synchronously (measured on the H200: a 256 MiB
-// pageable cudaMemcpyAsync returned after the whole 38.8 ms copy; a pinned
-// one after 16 us), so the caller's intended overlap does not happen.
+// The driver performs it synchronously (measured on the H200: a large
+// pageable cudaMemcpyAsync returns after the whole copy, a pinned one at
+// once; bench/RESULTS.md, "Synchronization and asynchronous pageable
+// copies"), so the caller's intended overlap does not happen.
 #include <memory>
 
 #include "analyzer/report/format.h"

@@ -1,12 +1,13 @@
 // pinned-churn (warning): pinned memory allocated and freed (or registered and
 // unregistered) again and again at one site: pinned anew after an earlier
 // buffer from the same site was released. Pinning is expensive (on the
-// H200, cudaHostAlloc + cudaFreeHost of 16 MiB take 8.2 ms), and paying it in
-// a loop is avoidable. The estimate is the time spent in those calls, less
-// one allocation that a reused buffer would still need. VMM host memory
-// mapped and unmapped again and again (cuMemMap, cuMemUnmap) is churn too;
-// a host pool's stream-ordered allocations are not: reusing its memory is
-// what the pool does.
+// H200, milliseconds for cudaHostAlloc + cudaFreeHost of 16 MiB:
+// bench/RESULTS.md, "The cost model's table"), and paying it in a loop is
+// avoidable. The estimate is the time spent in those calls, less one
+// allocation that a reused buffer would still need. VMM host memory mapped
+// and unmapped again and again (cuMemMap, cuMemUnmap) is churn too; a host
+// pool's stream-ordered allocations are not: reusing its memory is what the
+// pool does.
 #include <memory>
 
 #include "analyzer/report/format.h"

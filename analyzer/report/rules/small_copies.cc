@@ -1,8 +1,8 @@
 // small-copies (info): many copies under 64 KiB from one site. Below that
-// size a transfer is dominated by its fixed cost (4 KiB moves at 0.6 GB/s on
-// the H200, pinned or not), so batching them is what helps. The estimate: the
-// time spent in the calls, less one copy of all their bytes at the pinned
-// bandwidth of that total size.
+// size a transfer is dominated by its fixed cost (on the H200, pinned or not:
+// bench/RESULTS.md, "The cost model's table"), so batching them is what
+// helps. The estimate: the time spent in the calls, less one copy of all
+// their bytes at the pinned bandwidth of that total size.
 #include <algorithm>
 #include <memory>
 
