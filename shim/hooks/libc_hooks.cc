@@ -103,6 +103,42 @@ inline void ForgetUntrackedBlock(void* p) {
   }
 }
 
+// glibc's bit, in a chunk's size field, of a chunk it mapped for itself.
+constexpr size_t kChunkMapped = 0x2;
+
+// With the copy guard on, a large block glibc mapped for itself is handed
+// to the watch, which may then guard the pages it shares with nothing but
+// its chunk's header and padding (copy_watch.h: which pages). The header
+// is the two words before p; g_guard_malloc_chunks says they are glibc's,
+// written by the call that returned p, so they are mapped. A mapped chunk
+// holds its offset from the start of its mapping in the first word (0 but
+// for aligned requests), and its size, of whole pages with that offset, in
+// the second.
+void NoteOwnMapping(void* p, size_t n) {
+  if (PINSHIM_LIKELY(!g_guard_malloc_chunks) || p == nullptr || Reentered(Reentry::kHook) ||
+      trace::InsideRecorder()) {
+    return;
+  }
+  const uintptr_t chunk = reinterpret_cast<uintptr_t>(p) - 2 * sizeof(size_t);
+  const size_t lead = reinterpret_cast<const size_t*>(chunk)[0];
+  const size_t size = reinterpret_cast<const size_t*>(chunk)[1];
+  if ((size & kChunkMapped) == 0) return;
+  const size_t total = lead + (size & ~size_t{7});
+  const auto page = static_cast<uintptr_t>(getpagesize());
+  const uintptr_t map = chunk - lead;
+  if (lead > chunk || total < lead || ((map | total) & (page - 1)) != 0 ||
+      map + total < reinterpret_cast<uintptr_t>(p) + n) {
+    return;
+  }
+  trace::CopyWatchAddChunk(p, reinterpret_cast<void*>(map), total);
+}
+
+// Before the allocator reads or reuses the header of a block the watch may
+// guard (free, realloc): the watch lets it go, opening its pages.
+inline void ReleaseOwnMapping(void* p) {
+  if (PINSHIM_UNLIKELY(g_guard_malloc_chunks)) trace::CopyWatchReleaseChunk(p);
+}
+
 inline bool MaybeTracked(void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   if (a < g_tracked_lo.load(std::memory_order_relaxed) ||
@@ -159,7 +195,10 @@ inline void* AllocateLarge(size_t n, size_t align, bool zero, RealAlloc real_all
     if (void* p = AllocateAtSite(n, align, zero, &site, &flags)) return p;
   }
   void* p = real_alloc();
-  if (p != nullptr) Track(p, n, kSourceMalloc, site, flags);
+  if (p != nullptr) {
+    Track(p, n, kSourceMalloc, site, flags);
+    NoteOwnMapping(p, n);
+  }
   return p;
 }
 
@@ -325,6 +364,7 @@ void free(void* p) {
     FreeArenaBlock(p);
     return;
   }
+  ReleaseOwnMapping(p);
   if (PINSHIM_UNLIKELY(MaybeTracked(p))) {
     Region r;
     if (Untrack(p, &r)) ReleasePinning(p, r.bytes);
@@ -361,19 +401,36 @@ void* realloc(void* p, size_t n) {
     return q;
   }
   Region old;
+  if (p != nullptr) ReleaseOwnMapping(p);
   bool had = p != nullptr && MaybeTracked(p) && Untrack(p, &old);
   if (had) ReleasePinning(p, old.bytes);
   if (p != nullptr) ForgetUntrackedBlock(p);
   void* q = g_real.realloc(p, n);
   if (q == nullptr) {
     // Failed (or n == 0 and p freed): on failure the old block is intact.
-    if (had && n != 0) Track(p, old.bytes, kSourceMalloc, old.site, old.flags);
+    if (had && n != 0) {
+      Track(p, old.bytes, kSourceMalloc, old.site, old.flags);
+      NoteOwnMapping(p, old.bytes);
+    }
     return q;
   }
   if (PINSHIM_UNLIKELY(n >= g_track_threshold)) {
     Track(q, n, kSourceMalloc, had ? old.site : 0, had ? old.flags : 0);
+    NoteOwnMapping(q, n);
   }
   return q;
+}
+
+// glibc's reallocarray calls its realloc by an internal name, past
+// pinshim's: this one goes through pinshim's, so a block it moves or frees
+// leaves the registry and the copy watch as with realloc.
+void* reallocarray(void* p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return realloc(p, total);
 }
 
 int posix_memalign(void** out, size_t align, size_t n) {
@@ -435,6 +492,10 @@ size_t malloc_usable_size(void* p) {
   if (p != nullptr && InBootstrapPool(p)) return BootstrapSize(p);
   if (PINSHIM_UNLIKELY(!EnsureReal())) return 0;
   if (InArena(p)) return Arena().UsableSize(p);
+  // glibc reads the block's header: a guard on its page steps aside.
+  if (PINSHIM_UNLIKELY(g_guard_malloc_chunks) && p != nullptr) {
+    trace::CopyGuardOpenFor(static_cast<char*>(p) - 2 * sizeof(size_t), 2 * sizeof(size_t));
+  }
   return g_real.malloc_usable_size(p);
 }
 

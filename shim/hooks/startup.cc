@@ -226,6 +226,26 @@ bool InLibc(const void* fn) {
   return strncmp(slash != nullptr ? slash + 1 : info.dli_fname, "libc.so", 7) == 0;
 }
 
+namespace {
+
+// Whether every allocation function pinshim calls on is the C library's
+// (no allocator interposed after pinshim).
+bool MallocIsLibcs() {
+  const RealFunctions& r = g_real;
+  for (const void* fn :
+       {reinterpret_cast<const void*>(r.malloc), reinterpret_cast<const void*>(r.free),
+        reinterpret_cast<const void*>(r.calloc), reinterpret_cast<const void*>(r.realloc),
+        reinterpret_cast<const void*>(r.posix_memalign),
+        reinterpret_cast<const void*>(r.aligned_alloc), reinterpret_cast<const void*>(r.memalign),
+        reinterpret_cast<const void*>(r.valloc), reinterpret_cast<const void*>(r.pvalloc),
+        reinterpret_cast<const void*>(r.malloc_usable_size)}) {
+    if (!InLibc(fn)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void Init() {
   int expected = 0;
   if (!g_init_state.compare_exchange_strong(expected, 1)) return;  // done or under way
@@ -244,6 +264,7 @@ void Init() {
   }
   InstallForkHandlers();  // before any thread of pinshim's iterates modules
   g_track_threshold = g_config.track_threshold_bytes;
+  g_guard_malloc_chunks = g_config.copy_guard && MallocIsLibcs();
   if (g_config.metrics_file[0] != '\0') UseLiveMetrics();
   if ((g_config.mode & kModeEnforce) != 0) StartEnforcing();
   // Enforce mode's thread also keeps the ledger's heartbeat.

@@ -43,6 +43,7 @@ bool g_optimize = false;
 std::atomic<int> g_open_captures{0};
 bool g_redirect_sites = false;
 bool g_capture_sites = false;
+bool g_guard_malloc_chunks = false;
 Registry g_allocations;
 Registry g_registrations;
 std::atomic<uint64_t> g_tracked_mallocs{0};

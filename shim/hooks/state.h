@@ -110,6 +110,12 @@ extern bool g_redirect_sites PINSHIM_HIDDEN;
 // the arena or pinned in place, so a site would be captured for nothing:
 // a DataLoader worker allocates every sample so).
 extern bool g_capture_sites PINSHIM_HIDDEN;
+// The copy guard may guard the end pages of a malloc chunk glibc mapped for
+// itself (libc_hooks.cc: NoteOwnMapping): set at start-up with
+// PINSHIM_COPY_GUARD when every real allocation function is the C
+// library's, so that a chunk's header is glibc's and its bits mean what
+// glibc says.
+extern bool g_guard_malloc_chunks PINSHIM_HIDDEN;
 
 // Starts optimize mode's engine with the real driver functions, once the
 // program has used the driver (idempotent; false while it cannot start).

@@ -231,9 +231,9 @@ struct Stager::Lane {
 };
 
 uint32_t Stager::DefaultWorkers(uint32_t cores) {
-  // Measured on the H200's 16-core host (bench/RESULTS.md, ring settings
-  // swept with the stager, 2026-12-02): with rings of 8 x 2 MiB, 12 threads
-  // moved fresh 64 and 256 MiB buffers host to device at 41 GB/s, 8 at 30-35.
+  // Three quarters of the cores, at most 12: where the ring settings swept
+  // on a 16-core host found fresh uploads fastest (bench/RESULTS.md,
+  // "2026-12-02: staged copies tuned on the H200").
   uint32_t w = cores * 3 / 4;
   if (w < 1) w = 1;
   if (w > 12) w = 12;

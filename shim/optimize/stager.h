@@ -13,7 +13,8 @@
 // copy returns with the data in place, and a synchronous host-to-device
 // copy returns once the stream's earlier work completed and its source was
 // read, its last DMAs possibly still queued, as the driver's own pageable
-// copies do on the H200. Stream order is the stream's own: the DMAs go on the
+// copies were measured to do (bench/RESULTS.md, "2026-12-02: staged copies
+// tuned on the H200"). Stream order is the stream's own: the DMAs go on the
 // stream the program named (or its per-thread default stream). The source
 // is read when the driver reads it, against the work queued before the copy
 // (which may write it: a host function, say): a synchronous upload reads
@@ -203,9 +204,10 @@ class Stager {
 
   // How much of an asynchronous pageable upload the driver reads at call
   // time: the first 2 MiB, the rest only once the work queued before it on
-  // its stream completed (H200, driver 580: page_facts hostfunc_order, with
-  // a host function that rewrites the source queued ahead of the copy; a
-  // synchronous upload reads nothing before that work completed).
+  // its stream completed (measured with page_facts hostfunc_order: a host
+  // function that rewrites the source queued ahead of the copy; a
+  // synchronous upload reads nothing before that work completed;
+  // tests/fakecuda/driver_behavior.h).
   static constexpr uint64_t kDriverEagerBytes = uint64_t{2} << 20;
 
   // Waits until no ring is being pinned in the background; false when one

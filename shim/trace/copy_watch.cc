@@ -39,14 +39,21 @@ constexpr size_t kMarkProbes = 8;
 // is still the guard's, and is simply retried.
 constexpr unsigned kRecent = 16;
 
-// The program's cuMemHostAlloc blocks (copy_watch.h: which end pages may be
-// guarded). A slot is free while its end is 0.
+// The program's cuMemHostAlloc blocks and the mappings glibc made for one
+// malloc chunk each (copy_watch.h: which end pages may be guarded). A slot
+// is free while its end is 0; `buffer` is a chunk's buffer, 0 for a block.
 struct Block {
   std::atomic<uintptr_t> begin{0};
   std::atomic<uintptr_t> end{0};
+  std::atomic<uintptr_t> buffer{0};
 };
 constexpr size_t kBlocks = 1024;
 Block g_blocks[kBlocks];
+// Chunks entered and not yet released, and the span any ever lay in: most
+// frees skip the scan (CopyWatchReleaseChunk).
+std::atomic<uint32_t> g_chunks{0};
+std::atomic<uintptr_t> g_chunk_lo{UINTPTR_MAX};
+std::atomic<uintptr_t> g_chunk_hi{0};
 
 Slot g_slots[kMaxWatchedCopies];
 Mark g_marks[kMarks];
@@ -488,22 +495,77 @@ void CopyGuardOpenFor(const void* p, size_t len) {
   ShrinkGuards(a & ~(page - 1), (z + page - 1) & ~(page - 1), a, z);
 }
 
-void CopyWatchAddBlock(const void* p, uint64_t bytes) {
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
-  if (begin == 0 || bytes == 0) return;
+namespace {
+
+// Enters [begin, begin + bytes) in a free slot; false when the table is full.
+bool AddBlock(uintptr_t begin, uint64_t bytes, uintptr_t buffer) {
+  if (begin == 0 || bytes == 0) return false;
   for (Block& b : g_blocks) {
     uintptr_t expected = 0;
     if (b.begin.compare_exchange_strong(expected, begin, std::memory_order_acq_rel)) {
+      b.buffer.store(buffer, std::memory_order_relaxed);
       b.end.store(begin + bytes, std::memory_order_release);
-      return;
+      return true;
     }
+  }
+  return false;
+}
+
+void Widen(std::atomic<uintptr_t>& lo, std::atomic<uintptr_t>& hi, uintptr_t a, uintptr_t z) {
+  uintptr_t cur = lo.load(std::memory_order_relaxed);
+  while (a < cur && !lo.compare_exchange_weak(cur, a)) {
+  }
+  cur = hi.load(std::memory_order_relaxed);
+  while (z > cur && !hi.compare_exchange_weak(cur, z)) {
+  }
+}
+
+}  // namespace
+
+void CopyWatchAddBlock(const void* p, uint64_t bytes) {
+  AddBlock(reinterpret_cast<uintptr_t>(p), bytes, 0);
+}
+
+void CopyWatchAddChunk(const void* buffer, const void* map, uint64_t map_bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(map);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(buffer);
+  if (at <= begin || at - begin >= map_bytes) return;
+  // Counted first: a release that follows the entry always finds it.
+  Widen(g_chunk_lo, g_chunk_hi, at, at + 1);
+  g_chunks.fetch_add(1, std::memory_order_acq_rel);
+  if (!AddBlock(begin, map_bytes, at)) g_chunks.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void CopyWatchReleaseChunk(const void* buffer) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(buffer);
+  if (g_chunks.load(std::memory_order_acquire) == 0 ||
+      at < g_chunk_lo.load(std::memory_order_relaxed) ||
+      at >= g_chunk_hi.load(std::memory_order_relaxed)) {
+    return;
+  }
+  for (Block& b : g_blocks) {
+    if (at == 0 || b.buffer.load(std::memory_order_acquire) != at) continue;
+    const uintptr_t begin = b.begin.load(std::memory_order_relaxed);
+    const uintptr_t end = b.end.load(std::memory_order_acquire);
+    if (end == 0) continue;
+    // Copies on the mapping are forgotten and its pages opened while the
+    // block still says the end pages are the chunk's; then it goes.
+    CopyWatchForgetRange(reinterpret_cast<const void*>(begin), end - begin, /*still_mapped=*/true);
+    b.end.store(0, std::memory_order_release);
+    b.buffer.store(0, std::memory_order_release);
+    b.begin.store(0, std::memory_order_release);
+    g_chunks.fetch_sub(1, std::memory_order_acq_rel);
+    return;
   }
 }
 
 void CopyWatchRemoveBlock(const void* p) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
   for (Block& b : g_blocks) {
-    if (begin == 0 || b.begin.load(std::memory_order_acquire) != begin) continue;
+    if (begin == 0 || b.begin.load(std::memory_order_acquire) != begin ||
+        b.buffer.load(std::memory_order_relaxed) != 0) {
+      continue;
+    }
     b.end.store(0, std::memory_order_release);
     b.begin.store(0, std::memory_order_release);
     return;

@@ -29,13 +29,18 @@
 //
 // Which pages: every page wholly inside the range, and each end page it
 // shares with other bytes when that page lies inside one of the program's
-// cuMemHostAlloc blocks (CopyWatchAddBlock): the other bytes are then the
-// program's own. Any other end page stays open. Such a page may hold the
-// allocator's header and other blocks of the heap (a registered malloc'd
-// buffer), which any thread may touch, the driver's among them; the
-// driver's threads block every signal (tests/fakecuda/streams.cc does the
-// same), and a fault on a thread that blocks SIGSEGV kills the process,
-// with no handler asked. So a race on such a page is not seen by the guard.
+// cuMemHostAlloc blocks (CopyWatchAddBlock), or inside the mapping glibc
+// made for one malloc chunk (CopyWatchAddChunk: the hooks enter a large
+// block whose size field has glibc's mapped bit). The other bytes are then
+// the program's own, or that chunk's header and padding, which only the
+// allocator reads, for that block, in calls the hooks see first
+// (CopyWatchReleaseChunk; malloc_usable_size opens the header's page). Any
+// other end page stays open. Such a page may hold the allocator's header
+// and other blocks of the heap (a registered malloc'd buffer carved from
+// it), which any thread may touch, the driver's among them; the driver's
+// threads block every signal (tests/fakecuda/streams.cc does the same), and
+// a fault on a thread that blocks SIGSEGV kills the process, with no
+// handler asked. So a race on such a page is not seen by the guard.
 //
 // The SIGSEGV handler (wc_guard.cc) asks CopyGuardFault what a fault was.
 // An access to a byte of a watched range is recorded with its faulting
@@ -83,7 +88,7 @@ enum class GuardPages {
   kNone,
   kWhole,  // the pages wholly inside it (no single-step available)
   kAll,    // also its end pages, where they lie inside one of the program's
-           // cuMemHostAlloc blocks (see above)
+           // cuMemHostAlloc blocks or one chunk's own mapping (see above)
 };
 
 // True when some copy is watched (one relaxed load).
@@ -148,6 +153,15 @@ void CopyGuardOpenFor(const void* p, size_t len);
 // A full table leaves a block out: its ranges keep to whole pages.
 void CopyWatchAddBlock(const void* p, uint64_t bytes);
 void CopyWatchRemoveBlock(const void* p);
+
+// glibc mapped [map, map + map_bytes) for the one malloc chunk whose
+// buffer starts at `buffer` (copy_watch.h: which end pages may be guarded).
+// A full table leaves it out.
+void CopyWatchAddChunk(const void* buffer, const void* map, uint64_t map_bytes);
+// That chunk is about to go back to the allocator (free, realloc): copies on
+// its mapping are forgotten, its pages opened and the chunk left out, before
+// the allocator reads its header. A few loads when `buffer` is no chunk's.
+void CopyWatchReleaseChunk(const void* buffer);
 
 // Guarded pages faulted on so far (tests).
 uint64_t CopyGuardFaults();

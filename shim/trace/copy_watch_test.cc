@@ -153,6 +153,42 @@ TEST_F(CopyWatchTest, EndPagesOutsideTheProgramsBlocksStayOpen) {
   munmap(mem, 4 * page);
 }
 
+// A malloc chunk glibc mapped for itself: a range of its buffer has its
+// end pages guarded; releasing the chunk (free) opens them at once, before
+// the allocator reads the header, and leaves the chunk out for good.
+TEST_F(CopyWatchTest, AChunksEndPagesAreGuardedUntilItIsReleased) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  char* mem = MapPages(4);
+  ASSERT_NE(mem, nullptr);
+  char* buffer = mem + 16;        // after the chunk's header
+  CopyWatchReleaseChunk(buffer);  // no chunk yet: nothing happens
+  CopyWatchAddChunk(buffer, mem, 4 * page);
+  WatchCopy(buffer, 3 * page, true, S(0x10), GuardPages::kAll);
+  EXPECT_FALSE(Readable(mem));                                      // the header's page
+  EXPECT_FALSE(Readable(mem + 3 * page));                           // the padding's page
+  EXPECT_EQ(CopyGuardFault(U(mem + 8), false), GuardFault::kStep);  // the header
+  EXPECT_EQ(CopyGuardFault(U(buffer), false), GuardFault::kRecord);
+  WatchCopy(buffer, 3 * page, true, S(0x10), GuardPages::kAll);
+  CopyWatchReleaseChunk(mem + 32);  // not the chunk's buffer: nothing happens
+  EXPECT_FALSE(Readable(mem));
+  CopyWatchReleaseChunk(buffer);
+  EXPECT_TRUE(Readable(mem));
+  EXPECT_TRUE(Readable(mem + 3 * page));
+  EXPECT_FALSE(CopyWatchAny());
+  WatchCopy(buffer, 3 * page, true, S(0x10), GuardPages::kAll);
+  EXPECT_TRUE(Readable(mem));  // released: its end pages stay open
+  EXPECT_FALSE(Readable(mem + page));
+  CopyWatchStreamDone(S(0x10));
+  // A cuMemHostAlloc block's removal leaves a chunk at the same address.
+  CopyWatchAddChunk(buffer, mem, 4 * page);
+  CopyWatchRemoveBlock(mem);
+  WatchCopy(buffer, 3 * page, true, S(0x10), GuardPages::kAll);
+  EXPECT_FALSE(Readable(mem));
+  CopyWatchReleaseChunk(buffer);
+  EXPECT_TRUE(Readable(mem));
+  munmap(mem, 4 * page);
+}
+
 TEST_F(CopyWatchTest, AnEndPageSharedByTwoCopiesStaysGuardedForTheOther) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char* mem = MapPages(4);
