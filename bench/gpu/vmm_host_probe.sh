@@ -126,9 +126,9 @@ for what in vmm pool import; do
   done
 done
 for policy in deny fallback evict; do
-  echo "-- budget policy=$policy (PINSHIM_BUDGET = 3 granules)" >> "$OUTDIR/programs.txt"
+  echo "-- budget policy=$policy (PINSHIM_BUDGET = 36 granules)" >> "$OUTDIR/programs.txt"
   g=$(grep -o 'location=host_numa min=[0-9]*' "$OUTDIR/facts.txt" | head -1 | sed 's/.*min=//')
-  timeout 60 env LD_PRELOAD="$lib" PINSHIM_MODE=enforce PINSHIM_BUDGET=$((3 * ${g:-2097152})) \
+  timeout 60 env LD_PRELOAD="$lib" PINSHIM_MODE=enforce PINSHIM_BUDGET=$((36 * ${g:-2097152})) \
     PINSHIM_POLICY=$policy PINSHIM_LEDGER_PATH="$work/ledger.$policy" "$work/vmm_program" budget \
     >> "$OUTDIR/programs.txt" 2>&1
 done

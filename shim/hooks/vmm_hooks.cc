@@ -7,8 +7,9 @@
 // lies (MemKind::kPoolHost, until cuMemFreeAsync), so copies of either are
 // counted as pinned and optimize mode leaves them to the driver. Enforce
 // mode charges a VMM host allocation at cuMemCreate (released at
-// cuMemRelease) and a host pool's reservation as it grows (resynchronized
-// with the driver's count at each pool call pinshim sees).
+// cuMemRelease) and a host pool's reservation as it grows, which is by much
+// more than the allocation that makes it grow (resynchronized with the
+// driver's count, RESERVED_MEM_CURRENT, at each pool call pinshim sees).
 //
 // Every call here runs the driver behind the re-entry guard, so the
 // mappings the driver makes inside it never enter the registry as the
@@ -20,6 +21,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -43,6 +45,14 @@ using hook::StartTime;
 
 VmmHandleTable g_handles;  // host-located physical allocations
 VmmHandleTable g_pools;    // host memory pools; bytes: what is charged for each
+
+// What a host pool is expected to grow by when a request does not fit what
+// it reserved: what the driver reserved at a pool's first allocation on the
+// GPU host (bench/RESULTS.md, "2026-12-06: VMM host memory and host pools on
+// the GPU host"). Charged before the call, so that a growth over budget is
+// denied before the driver reserves anything; the charge then follows what
+// the driver reports.
+constexpr uint64_t kPoolGrowthEstimate = uint64_t{32} << 20;
 
 void RecordVmmPin(Api api, PinOp op, uintptr_t p, uint64_t bytes, uint64_t start_ns, CUresult r,
                   uint32_t flags = 0) {
@@ -320,8 +330,10 @@ namespace pinshim {
 
 // cuMemAllocFromPoolAsync on a host pool (device_memory_hooks.cc calls it):
 // the growth the request needs is charged first (what the pool has free
-// serves it without growing), then the charge is set to what the driver
-// reports reserved, charging the difference if the pool grew by more.
+// serves it without growing; a pool that must grow is expected to grow by
+// kPoolGrowthEstimate at least), then the charge is set to what the driver
+// reports reserved: the difference charged if the pool grew by more, the
+// surplus released if by less.
 CUresult HostPoolAlloc(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool,
                        const FunctionRef<CUresult()>& real_call, const FunctionRef<void()>& undo) {
   const uint64_t key = reinterpret_cast<uintptr_t>(pool);
@@ -330,7 +342,8 @@ CUresult HostPoolAlloc(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool,
   g_pools.Find(key, &charged);
   const uint64_t reserved = PoolReserved(pool);
   const uint64_t used = PoolAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
-  const uint64_t need = used + n > reserved ? used + n - reserved : 0;
+  const uint64_t shortfall = used + n > reserved ? used + n - reserved : 0;
+  const uint64_t need = shortfall == 0 ? 0 : std::max(shortfall, kPoolGrowthEstimate);
   const bool valid = dptr != nullptr && n != 0;
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   Decision d = RefuseFallback(budget::ChargeAndPin(need != 0 ? EnforceBudget(valid) : nullptr,

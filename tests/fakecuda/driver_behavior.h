@@ -205,18 +205,47 @@ constexpr bool kVmmHostCpuAccessAtMap = false;
 // cuMemHostRegister of VMM host memory fails with CUDA_ERROR_INVALID_VALUE.
 constexpr CUresult kRegisterVmmHost = CUDA_ERROR_INVALID_VALUE;
 
-// Not documented: what cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
-// answers for VMM host memory and host-pool allocations. The pick:
-// CU_MEMORYTYPE_HOST for both; cuMemHostGetFlags refuses both
-// (CUDA_ERROR_INVALID_VALUE), as they are not cuMemHostAlloc memory.
+// Measured on the GPU host (bench/gpu/vmm_host_probe.cu; bench/RESULTS.md,
+// "2026-12-06: VMM host memory and host pools on the GPU host"):
+// CU_POINTER_ATTRIBUTE_MEMORY_TYPE reads CU_MEMORYTYPE_HOST for VMM host
+// memory and host-pool allocations alike. cuMemHostGetFlags on mapped VMM
+// host memory succeeds with PORTABLE | DEVICEMAP, as if it were
+// cuMemHostAlloc memory; on a host-pool allocation it fails with
+// CUDA_ERROR_INVALID_VALUE.
 constexpr unsigned kVmmHostMemoryType = CU_MEMORYTYPE_HOST;
+constexpr unsigned kVmmHostGetFlags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
+constexpr CUresult kPoolHostGetFlags = CUDA_ERROR_INVALID_VALUE;
 
-// Not documented: how much a host memory pool reserves when it grows. The
-// pick: the request rounded up to the host granularity. A pool here keeps
-// what it reserved until cuMemPoolTrimTo or cuMemPoolDestroy (the driver
-// may also give memory above the release threshold back at a
-// synchronization).
-constexpr size_t kHostPoolGrowth = kVmmHostGranularityMinimum;
+// Measured on the GPU host (bench/gpu/vmm_host_probe.cu; bench/RESULTS.md,
+// "2026-12-06: VMM host memory and host pools on the GPU host"): a host
+// memory pool reserves this much at its first allocation and serves later
+// ones from it (RESERVED_MEM_CURRENT reads it after a small allocation and
+// still after a second one). Not measured: how it grows once that is full,
+// or for one request larger than it; here by the request rounded up to a
+// multiple of this. A pool keeps a reservation that holds a live allocation
+// through cuMemPoolTrimTo (measured: trimming to nothing with an
+// allocation live kept all of it) and gives back wholly free ones
+// (measured: all of it once everything was freed). Not simulated: the driver may also give memory
+// above the release threshold back at a synchronization.
+constexpr size_t kHostPoolGrowth = size_t{32} << 20;
+
+// Measured on the GPU host (bench/gpu/vmm_host_probe.cu; bench/RESULTS.md,
+// "2026-12-06: VMM host memory and host pools on the GPU host"): a pool's
+// USED_MEM_CURRENT drops at the cuMemFreeAsync call, before the stream
+// reaches the free; the memory serves another allocation only once the
+// stream did (documented).
+constexpr bool kPoolUsedDropsAtFreeCall = true;
+
+// Measured on the GPU host (bench/gpu/vmm_host_probe.cu; bench/RESULTS.md,
+// "2026-12-06: VMM host memory and host pools on the GPU host"): for a
+// pointer inside a host-pool allocation, RANGE_SIZE is that allocation's own
+// size, MEMPOOL_HANDLE is its pool, and RANGE_START_ADDR is not the
+// allocation's start. Not measured: what RANGE_START_ADDR is; the pick is
+// the start of the pool's reservation holding it, and the pool carves
+// allocations from the top of its free memory, so the first one does not
+// start there either. [RANGE_START_ADDR, + RANGE_SIZE) then need not
+// contain the pointer: a caller must not read the pair as the allocation.
+constexpr bool kPoolRangeStartIsReservation = true;
 
 // Documented: cuMemExportToShareableHandle needs the handle type among the
 // allocation's requestedHandleTypes. Measured on the GPU host (driver 580,

@@ -181,6 +181,8 @@ struct HostRange {
   // VMM mappings only: this library's own mapping of the same pages, through
   // which copies move bytes, as the CPU may have no access to the program's.
   char* view = nullptr;
+  // Host-pool reservations only: the pool whose allocations it holds.
+  CUmemoryPool pool = nullptr;
 };
 
 // ---- Process state (core.cc) ----------------------------------------------------
@@ -291,6 +293,13 @@ CUresult ResolveDeviceRange(CUdeviceptr p, size_t len, Span* out);
 
 // [p, p + len) as a unified address: classified, as CU_MEMORYTYPE_UNIFIED does.
 CUresult ResolveUnifiedRange(CUdeviceptr p, size_t len, Span* out);
+
+// ---- The VMM API and memory pools (vmm.cc) ----------------------------------------
+
+// The live allocation of host pool `pool` that holds p: its start and length.
+// False if p lies in none (free memory of the pool's reservation). State::mu
+// must be held.
+bool PoolBlockLocked(State& s, CUmemoryPool pool, uintptr_t p, uintptr_t* start, size_t* len);
 
 // ---- DMA (dma.cc) ------------------------------------------------------------------
 

@@ -244,6 +244,11 @@ struct PointerInfo {
   size_t size = 0;
   Context* ctx = nullptr;
   uint64_t id = 0;
+  // Host-pool allocations: the pool, and the allocation's own start and size
+  // (base and size are its pool's reservation).
+  CUmemoryPool pool = nullptr;
+  uintptr_t block = 0;
+  size_t block_size = 0;
 };
 
 PointerInfo Describe(State& s, uintptr_t p) {
@@ -259,7 +264,22 @@ PointerInfo Describe(State& s, uintptr_t p) {
   if (range == nullptr) range = FindContaining(s.vmm_host, p);
   if (range != nullptr)
     info = {true, false, false, range->base, range->size, range->ctx, range->id};
+  if (range != nullptr && range->pool != nullptr &&
+      PoolBlockLocked(s, range->pool, p, &info.block, &info.block_size)) {
+    info.pool = range->pool;
+  }
   return info;
+}
+
+// RANGE_START_ADDR and RANGE_SIZE: a host-pool allocation's are its
+// reservation's start and its own size (driver_behavior.h).
+uintptr_t RangeStart(const PointerInfo& info) {
+  if (info.pool == nullptr || behavior::kPoolRangeStartIsReservation) return info.base;
+  return info.block;
+}
+
+size_t RangeSize(const PointerInfo& info) {
+  return info.pool != nullptr ? info.block_size : info.size;
 }
 
 template <typename T>
@@ -313,10 +333,10 @@ CUresult WriteAttribute(const PointerInfo& info, CUpointer_attribute attribute, 
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
       // Measured on the H200 (driver 580): left unwritten for memory the
       // driver does not know.
-      if (k) Put(data, static_cast<CUdeviceptr>(info.base));
+      if (k) Put(data, static_cast<CUdeviceptr>(RangeStart(info)));
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-      if (k) Put(data, info.size);
+      if (k) Put(data, RangeSize(info));
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
       Put(data, static_cast<CUdeviceptr>(info.base));
@@ -328,9 +348,7 @@ CUresult WriteAttribute(const PointerInfo& info, CUpointer_attribute attribute, 
       Put(data, static_cast<unsigned>(k ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE
                                         : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE));
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-      Put(data, static_cast<CUmemoryPool>(nullptr));
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: Put(data, info.pool); return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -616,7 +634,14 @@ CUresult cuMemHostGetFlags(unsigned int* pFlags, void* p) {
   if (range == nullptr && behavior::kHostGetFlagsOnRegistered) {
     range = fakecuda::FindContaining(s.registrations, a);
   }
-  if (range == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (range == nullptr) {
+    // VMM host memory answers; a host pool's memory does not.
+    const HostRange* vmm = fakecuda::FindContaining(s.vmm_host, a);
+    if (vmm == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (vmm->pool != nullptr) return behavior::kPoolHostGetFlags;
+    *pFlags = behavior::kVmmHostGetFlags;
+    return CUDA_SUCCESS;
+  }
   *pFlags = range->flags | behavior::kImpliedHostAllocFlags;
   return CUDA_SUCCESS;
 }

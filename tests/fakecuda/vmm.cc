@@ -11,7 +11,8 @@
 // mapping of its own (HostRange::view), as the driver's DMA does not depend
 // on the CPU's protections. An exported handle is a duplicate of the memfd, so
 // an importer maps the same pages. A host pool reserves shared anonymous
-// memory as it grows and carves allocations from it. Mapped allocations and
+// memory as it grows (driver_behavior.h says by how much) and carves
+// allocations from the top of its free extents. Mapped allocations and
 // the pools' memory are listed in State::vmm_host, which the copies and the
 // pointer queries of memory.cc consult. Device locations are not simulated.
 #include <fcntl.h>
@@ -61,12 +62,19 @@ struct PoolChunk {
   size_t blocks = 0;              // allocations carved from it and not freed
 };
 
+// An allocation carved from a pool's chunk.
+struct PoolBlock {
+  size_t len = 0;
+  uintptr_t chunk = 0;
+  bool freed = false;  // cuMemFreeAsync called; back in the chunk once its stream gets there
+};
+
 struct Pool {
   CUmemPoolProps props{};
   bool destroyed = false;  // cuMemPoolDestroy called; gone with its last block
   cuuint64_t reserved = 0, used = 0, reserved_high = 0, used_high = 0, threshold = 0;
   std::map<uintptr_t, PoolChunk> chunks;
-  std::map<uintptr_t, std::pair<size_t, uintptr_t>> blocks;  // pointer -> (length, chunk)
+  std::map<uintptr_t, PoolBlock> blocks;  // pointer -> block
 };
 
 struct VmmState {
@@ -154,20 +162,31 @@ CUresult CheckProp(const CUmemAllocationProp* prop) {
   return CUDA_SUCCESS;
 }
 
+// Takes len bytes from the top of the chunk's first free extent that holds
+// them (driver_behavior.h: so that no allocation starts where its
+// reservation does); false if none does.
+bool CarveLocked(Pool* pool, uintptr_t base, PoolChunk& chunk, size_t len, uintptr_t* out) {
+  for (auto it = chunk.free.begin(); it != chunk.free.end(); ++it) {
+    if (it->second < len) continue;
+    const size_t rest = it->second - len;
+    *out = base + it->first + rest;
+    if (rest != 0) {
+      it->second = rest;
+    } else {
+      chunk.free.erase(it);
+    }
+    ++chunk.blocks;
+    pool->blocks[*out] = PoolBlock{len, base, false};
+    return true;
+  }
+  return false;
+}
+
 // Carves n bytes from the pool, growing it by a chunk when nothing fits.
-CUresult PoolTakeLocked(State& s, Pool* pool, size_t n, uintptr_t* out) {
+CUresult PoolTakeLocked(State& s, Pool* pool, CUmemoryPool handle, size_t n, uintptr_t* out) {
   const size_t len = (n + kPoolAlign - 1) / kPoolAlign * kPoolAlign;
   for (auto& [base, chunk] : pool->chunks) {
-    for (auto it = chunk.free.begin(); it != chunk.free.end(); ++it) {
-      if (it->second < len) continue;
-      const size_t off = it->first, rest = it->second - len;
-      chunk.free.erase(it);
-      if (rest != 0) chunk.free[off + len] = rest;
-      ++chunk.blocks;
-      *out = base + off;
-      pool->blocks[*out] = {len, base};
-      return CUDA_SUCCESS;
-    }
+    if (CarveLocked(pool, base, chunk, len, out)) return CUDA_SUCCESS;
   }
   const size_t g = behavior::kHostPoolGrowth;
   const size_t grow = (len + g - 1) / g * g;
@@ -176,13 +195,13 @@ CUresult PoolTakeLocked(State& s, Pool* pool, size_t n, uintptr_t* out) {
   const auto base = reinterpret_cast<uintptr_t>(p);
   PoolChunk& chunk = pool->chunks[base];
   chunk.size = grow;
-  if (grow > len) chunk.free[len] = grow - len;
-  chunk.blocks = 1;
-  pool->blocks[base] = {len, base};
+  chunk.free[0] = grow;
   pool->reserved += grow;
   if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
-  s.vmm_host[base] = VmmRange(base, grow, s);
-  *out = base;
+  HostRange range = VmmRange(base, grow, s);
+  range.pool = handle;
+  s.vmm_host[base] = range;
+  CarveLocked(pool, base, chunk, len, out);
   return CUDA_SUCCESS;
 }
 
@@ -202,14 +221,21 @@ void TrimLocked(State& s, Pool* pool, size_t keep) {
   }
 }
 
+// Counts block p as no longer in use (driver_behavior.h: at the free call).
+void PoolDropUseLocked(Pool* pool, PoolBlock& block) {
+  if (block.freed) return;
+  block.freed = true;
+  pool->used -= block.len;
+}
+
 void PoolGiveLocked(State& s, Pool* pool, uintptr_t p) {
   auto b = pool->blocks.find(p);
   if (b == pool->blocks.end()) return;
-  const size_t len = b->second.first;
-  PoolChunk& chunk = pool->chunks[b->second.second];
-  const size_t off = p - b->second.second;
+  PoolDropUseLocked(pool, b->second);
+  const size_t len = b->second.len;
+  PoolChunk& chunk = pool->chunks[b->second.chunk];
+  const size_t off = p - b->second.chunk;
   pool->blocks.erase(b);
-  pool->used -= len;
   --chunk.blocks;
   auto next = chunk.free.lower_bound(off);
   size_t start = off, total = len;
@@ -249,21 +275,25 @@ CUresult AllocFromPool(CUdeviceptr* dptr, size_t n, CUmemoryPool handle, CUstrea
   Pool* pool = LivePoolLocked(V(s), handle);
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uintptr_t p;
-  if (CUresult err = PoolTakeLocked(s, pool, n, &p)) return err;
-  pool->used += pool->blocks[p].first;
+  if (CUresult err = PoolTakeLocked(s, pool, handle, n, &p)) return err;
+  pool->used += pool->blocks[p].len;
   if (pool->used > pool->used_high) pool->used_high = pool->used;
   *dptr = p;
   return CUDA_SUCCESS;
 }
 
-// The block goes back to its pool when the work queued before it is done.
+// The block leaves the pool's used memory now and goes back to its free
+// memory when the work queued before it is done (driver_behavior.h).
 CUresult FreeAsync(CUdeviceptr p, CUstream stream, bool per_thread) {
   std::shared_ptr<Stream> st;
   if (CUresult err = ResolveStream(stream, per_thread, &st)) return err;
   State& s = S();
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (p == 0 || PoolOfLocked(V(s), p) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    Pool* pool = p == 0 ? nullptr : PoolOfLocked(V(s), p);
+    // Not measured: a second free of the same block is refused.
+    if (pool == nullptr || pool->blocks[p].freed) return CUDA_ERROR_INVALID_VALUE;
+    if (behavior::kPoolUsedDropsAtFreeCall) PoolDropUseLocked(pool, pool->blocks[p]);
   }
   return Submit(
       st,
@@ -276,6 +306,20 @@ CUresult FreeAsync(CUdeviceptr p, CUstream stream, bool per_thread) {
 }
 
 }  // namespace
+
+bool PoolBlockLocked(State& s, CUmemoryPool handle, uintptr_t p, uintptr_t* start, size_t* len) {
+  auto it = V(s).pools.find(reinterpret_cast<Pool*>(handle));
+  if (it == V(s).pools.end()) return false;
+  const auto& blocks = it->second->blocks;
+  auto b = blocks.upper_bound(p);
+  if (b == blocks.begin()) return false;
+  --b;
+  if (p - b->first >= b->second.len || b->second.freed) return false;
+  *start = b->first;
+  *len = b->second.len;
+  return true;
+}
+
 }  // namespace fakecuda
 
 using fakecuda::Mapping;

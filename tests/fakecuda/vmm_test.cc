@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "tests/fakecuda/test_support.h"
@@ -174,6 +175,140 @@ TEST_F(VmmTest, UnmapTakesWholeMappingsAcrossGaps) {
   EXPECT_EQ(cuMemAddressFree(va, 3 * g_), CUDA_SUCCESS);
   EXPECT_EQ(cuMemMap(va, g_, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuMemRelease(h), CUDA_SUCCESS);
+}
+
+// cuMemHostGetFlags answers for mapped VMM host memory, anywhere in it, as
+// the real driver did.
+TEST_F(VmmTest, HostGetFlagsAnswersForMappedVmmHostMemory) {
+  CUmemAllocationProp prop = HostProp();
+  CUmemGenericAllocationHandle h;
+  ASSERT_EQ(cuMemCreate(&h, g_, &prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va;
+  ASSERT_EQ(cuMemAddressReserve(&va, g_, 0, 0, 0), CUDA_SUCCESS);
+  unsigned flags = 0;
+  EXPECT_EQ(cuMemHostGetFlags(&flags, reinterpret_cast<void*>(va)), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemMap(va, g_, 0, h, 0), CUDA_SUCCESS);
+  for (CUdeviceptr p : {va, va + g_ - 1}) {
+    flags = 0;
+    EXPECT_EQ(cuMemHostGetFlags(&flags, reinterpret_cast<void*>(p)), CUDA_SUCCESS);
+    EXPECT_EQ(flags, unsigned{CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP});
+  }
+  EXPECT_EQ(cuMemUnmap(va, g_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostGetFlags(&flags, reinterpret_cast<void*>(va)), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemAddressFree(va, g_), CUDA_SUCCESS);
+}
+
+class HostPoolTest : public VmmTest {
+ protected:
+  void SetUp() override {
+    VmmTest::SetUp();
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    ASSERT_EQ(cuMemPoolCreate(&pool_, &props), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    EXPECT_EQ(cuStreamSynchronize(s_), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemPoolDestroy(pool_), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy(s_), CUDA_SUCCESS);
+    VmmTest::TearDown();
+  }
+  cuuint64_t Reserved() {
+    cuuint64_t v = 0;
+    EXPECT_EQ(cuMemPoolGetAttribute(pool_, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v), CUDA_SUCCESS);
+    return v;
+  }
+  cuuint64_t Used() {
+    cuuint64_t v = 0;
+    EXPECT_EQ(cuMemPoolGetAttribute(pool_, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v), CUDA_SUCCESS);
+    return v;
+  }
+  CUmemoryPool pool_ = nullptr;
+  CUstream s_ = nullptr;
+};
+
+constexpr cuuint64_t kMiB = 1 << 20;
+
+// The probe's pool sequence (bench/gpu/vmm_host_probe.cu), line by line: a
+// whole growth reserved at the first allocation, later ones served from it,
+// used memory dropping at the free call, a trim keeping a reservation in use.
+TEST_F(HostPoolTest, GrowsAndTrimsAsTheRealDriverDid) {
+  EXPECT_EQ(Reserved(), 0u);
+  CUdeviceptr a, b;
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&a, kMiB, pool_, s_), CUDA_SUCCESS);
+  EXPECT_EQ(Reserved(), 32 * kMiB);
+  EXPECT_EQ(Used(), kMiB);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&b, 5 * kMiB, pool_, s_), CUDA_SUCCESS);
+  EXPECT_EQ(Reserved(), 32 * kMiB);
+  EXPECT_EQ(Used(), 6 * kMiB);
+  EXPECT_EQ(cuMemFreeAsync(b, s_), CUDA_SUCCESS);
+  EXPECT_EQ(Used(), kMiB);
+  EXPECT_EQ(cuMemFreeAsync(b, s_), CUDA_ERROR_INVALID_VALUE);  // once only
+  ASSERT_EQ(cuStreamSynchronize(s_), CUDA_SUCCESS);
+  EXPECT_EQ(Used(), kMiB);
+  ASSERT_EQ(cuMemPoolTrimTo(pool_, 0), CUDA_SUCCESS);
+  EXPECT_EQ(Reserved(), 32 * kMiB);
+  ASSERT_EQ(cuMemFreeAsync(a, s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemPoolTrimTo(pool_, 0), CUDA_SUCCESS);
+  EXPECT_EQ(Reserved(), 0u);
+  EXPECT_EQ(Used(), 0u);
+}
+
+// Freed memory serves another allocation only once the stream reached the
+// free, although it left the used count at the call.
+TEST_F(HostPoolTest, FreedMemoryWaitsForItsStream) {
+  CUdeviceptr a, b, c, dev;
+  ASSERT_EQ(cuMemAlloc(&dev, kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&a, kMiB, pool_, s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&b, 5 * kMiB, pool_, s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s_), CUDA_SUCCESS);
+  fakecuda_set_copy_delay_us(200000);
+  ASSERT_EQ(cuMemcpyHtoDAsync(dev, reinterpret_cast<void*>(a), kMiB, s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFreeAsync(b, s_), CUDA_SUCCESS);
+  EXPECT_EQ(Used(), kMiB);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&c, 5 * kMiB, pool_, s_), CUDA_SUCCESS);
+  EXPECT_NE(c, b);  // b's memory is still the stream's
+  fakecuda_set_copy_delay_us(0);
+  ASSERT_EQ(cuMemFreeAsync(c, s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s_), CUDA_SUCCESS);
+  CUdeviceptr d;
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&d, 5 * kMiB, pool_, s_), CUDA_SUCCESS);
+  EXPECT_EQ(d, b);  // now it serves again
+  EXPECT_EQ(Reserved(), 32 * kMiB);
+  for (CUdeviceptr p : {a, d}) EXPECT_EQ(cuMemFreeAsync(p, s_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(dev), CUDA_SUCCESS);
+}
+
+// A pool allocation's pointer attributes as the real driver gave them: its
+// own size, its pool, a range start that is not its start (the reservation's,
+// which the pool does not carve from first); cuMemHostGetFlags refuses it.
+TEST_F(HostPoolTest, AllocationAttributesAreTheMeasuredOnes) {
+  CUdeviceptr a, b;
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&a, kMiB, pool_, s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&b, 5 * kMiB, pool_, s_), CUDA_SUCCESS);
+  for (auto [p, size] : {std::pair<CUdeviceptr, size_t>{a, kMiB}, {b, 5 * kMiB}}) {
+    unsigned type = 0;
+    EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p + 64), CUDA_SUCCESS);
+    EXPECT_EQ(type, unsigned{CU_MEMORYTYPE_HOST});
+    CUdeviceptr start = 0;
+    EXPECT_EQ(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p + 64),
+              CUDA_SUCCESS);
+    EXPECT_NE(start, p);
+    size_t got = 0;
+    EXPECT_EQ(cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p + 64), CUDA_SUCCESS);
+    EXPECT_EQ(got, size);
+    CUmemoryPool owner = nullptr;
+    EXPECT_EQ(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p + 64),
+              CUDA_SUCCESS);
+    EXPECT_EQ(owner, pool_);
+    unsigned flags = 0;
+    EXPECT_EQ(cuMemHostGetFlags(&flags, reinterpret_cast<void*>(p)), CUDA_ERROR_INVALID_VALUE);
+  }
+  EXPECT_EQ(cuMemFreeAsync(a, s_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeAsync(b, s_), CUDA_SUCCESS);
 }
 
 }  // namespace

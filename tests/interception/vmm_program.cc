@@ -170,25 +170,39 @@ int PoolCopies(int steps, CUstream s) {
   return 0;
 }
 
-// Return codes only: enforce mode's budget decides them.
+// Return codes only: enforce mode's budget decides them. Sized for a process
+// budget of 36 granules and a host pool that reserves 16 granules at its
+// first allocation and grows by as much when full, as on the GPU host
+// (driver_behavior.h): each line's answer is the one written after it.
 int Budget(CUstream s) {
   const size_t g = Granularity();
   CUmemAllocationProp prop = HostProp(false);
   CUmemGenericAllocationHandle a, b;
-  printf("create 2g: %d\n", cuMemCreate(&a, 2 * g, &prop, 0));
-  CUresult second = cuMemCreate(&b, 2 * g, &prop, 0);
-  printf("create 2g more: %d\n", second);
+  printf("create 8g: %d\n", cuMemCreate(&a, 8 * g, &prop, 0));  // granted: 8g pinned
+  CUresult second = cuMemCreate(&b, 32 * g, &prop, 0);          // over by 4g: denied
+  printf("create 32g more: %d\n", second);
   if (second == CUDA_SUCCESS) cuMemRelease(b);
   printf("release: %d\n", cuMemRelease(a));
-  printf("create 2g after release: %d\n", cuMemCreate(&b, 2 * g, &prop, 0));
+  printf("create 8g after release: %d\n", cuMemCreate(&b, 8 * g, &prop, 0));
   CUmemoryPool pool = HostPool();
-  CUdeviceptr small, big;
+  CUdeviceptr small, mid, big;
+  // The pool reserves 16g: 24g pinned.
   printf("pool 1 MiB: %d\n", cuMemAllocFromPoolAsync(&small, 1 << 20, pool, s));
-  printf("pool 4g: %d\n", cuMemAllocFromPoolAsync(&big, 4 * g, pool, s));
+  // Served from that reservation, not charged again.
+  CUresult served = cuMemAllocFromPoolAsync(&mid, 4 * g, pool, s);
+  printf("pool 4g from its reservation: %d\n", served);
+  // Does not fit: the pool would grow by 16g, to 40g pinned. Denied.
+  printf("pool 12g more: %d\n", cuMemAllocFromPoolAsync(&big, 12 * g, pool, s));
+  // Denied before the driver reserved anything more: 16g.
+  cuuint64_t reserved = 0;
+  cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+  printf("pool reserved: %llug\n", static_cast<unsigned long long>(reserved / g));
   printf("release b: %d\n", cuMemRelease(b));
-  CUresult again = cuMemAllocFromPoolAsync(&big, 2 * g, pool, s);
-  printf("pool 2g after release: %d\n", again);
+  // The same growth now fits: 32g pinned.
+  CUresult again = cuMemAllocFromPoolAsync(&big, 12 * g, pool, s);
+  printf("pool 12g after release: %d\n", again);
   if (again == CUDA_SUCCESS) cuMemFreeAsync(big, s);
+  if (served == CUDA_SUCCESS) cuMemFreeAsync(mid, s);
   cuMemFreeAsync(small, s);
   cuStreamSynchronize(s);
   cuMemPoolTrimTo(pool, 0);
