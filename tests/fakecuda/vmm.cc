@@ -3,11 +3,11 @@
 // pools are made of.
 //
 // A host-located allocation (cuMemCreate with a HOST or HOST_NUMA location)
-// is a memfd of its size: its pages stay put whatever the mappings do, as
-// page-locked memory's do. cuMemAddressReserve reserves address space
-// without access; cuMemMap maps the memfd there (shared), cuMemUnmap puts
-// the reservation back. The CPU's access is what cuMemSetAccess grants a
-// host location (none until then); this library's copies go through a
+// is shared memory of its size, a memfd where it may be exported: its pages
+// stay put whatever the mappings do, as page-locked memory's do.
+// cuMemAddressReserve reserves address space without access; cuMemMap maps
+// the same pages there, cuMemUnmap puts the reservation back. The CPU's access is what
+// cuMemSetAccess grants a host location (none until then); this library's copies go through a
 // mapping of its own (HostRange::view), as the driver's DMA does not depend
 // on the CPU's protections. An exported handle is a duplicate of the memfd, so
 // an importer maps the same pages. A host pool reserves shared anonymous
@@ -35,7 +35,8 @@ namespace behavior = ::fakecuda::behavior;
 
 // A physical allocation: the handle cuMemCreate or an import gave.
 struct Physical {
-  int fd = -1;
+  int fd = -1;           // a memfd where it may be exported or was imported
+  char* anon = nullptr;  // else shared anonymous memory (no file size limit)
   size_t size = 0;
   CUmemAllocationProp prop{};
   bool released = false;  // cuMemRelease called; freed with its last mapping
@@ -129,10 +130,29 @@ bool AnyMapping(const VmmState& v, uintptr_t lo, size_t len) {
   return it != v.mappings.end() && it->first < lo + len;
 }
 
+// Maps [offset, offset + size) of phys with `prot`: at `at` (replacing
+// what is there) or, with at null, where the kernel picks. A second mapping
+// of shared anonymous memory is made by mremap with an old size of 0, which
+// maps the same pages again. MAP_FAILED on failure.
+void* MapPhysical(const Physical& phys, size_t offset, size_t size, void* at, int prot) {
+  if (phys.fd >= 0) {
+    return mmap(at, size, prot, MAP_SHARED | (at != nullptr ? MAP_FIXED : 0), phys.fd,
+                static_cast<off_t>(offset));
+  }
+  void* m = at != nullptr ? mremap(phys.anon + offset, 0, size, MREMAP_MAYMOVE | MREMAP_FIXED, at)
+                          : mremap(phys.anon + offset, 0, size, MREMAP_MAYMOVE);
+  if (m != MAP_FAILED && prot != (PROT_READ | PROT_WRITE) && mprotect(m, size, prot) != 0) {
+    munmap(m, size);
+    return MAP_FAILED;
+  }
+  return m;
+}
+
 void DropPhysicalIfUnusedLocked(VmmState& v, CUmemGenericAllocationHandle h) {
   auto it = v.handles.find(h);
   if (it == v.handles.end() || !it->second.released || it->second.mappings != 0) return;
-  close(it->second.fd);
+  if (it->second.fd >= 0) close(it->second.fd);
+  if (it->second.anon != nullptr) munmap(it->second.anon, it->second.size);
   v.handles.erase(it);
 }
 
@@ -359,11 +379,21 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   if (!fakecuda::Multiple(size, behavior::kVmmHostGranularityMinimum)) {
     return behavior::kVmmCreateNotMultiple;
   }
-  const int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    close(fd);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  // Memory that may be exported needs a file; other memory is shared
+  // anonymous memory, which a process's file size limit does not touch (the
+  // real driver's memory is no file of the program's either).
+  int fd = -1;
+  void* anon = nullptr;
+  if ((prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0) {
+    fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+    if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  } else {
+    anon = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (anon == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   }
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -371,6 +401,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   const CUmemGenericAllocationHandle h = v.next_handle++;
   Physical& phys = v.handles[h];
   phys.fd = fd;
+  phys.anon = static_cast<char*>(anon);
   phys.size = size;
   phys.prop = *prop;
   *handle = h;
@@ -454,12 +485,10 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   }
   if (!fakecuda::InReservation(v, ptr, size)) return behavior::kVmmMapOutsideReservations;
   if (fakecuda::AnyMapping(v, ptr, size)) return behavior::kVmmMapOntoMapped;
-  void* view =
-      mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, phys.fd, static_cast<off_t>(offset));
-  if (view == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   const int prot = behavior::kVmmHostCpuAccessAtMap ? PROT_READ | PROT_WRITE : PROT_NONE;
-  if (mmap(reinterpret_cast<void*>(ptr), size, prot, MAP_SHARED | MAP_FIXED, phys.fd,
-           static_cast<off_t>(offset)) == MAP_FAILED) {
+  void* view = fakecuda::MapPhysical(phys, offset, size, nullptr, PROT_READ | PROT_WRITE);
+  if (view == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (fakecuda::MapPhysical(phys, offset, size, reinterpret_cast<void*>(ptr), prot) == MAP_FAILED) {
     munmap(view, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -547,7 +576,7 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
   if ((h->second.prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
     return behavior::kExportTypeNotRequested;
   }
-  const int fd = dup(h->second.fd);
+  const int fd = h->second.fd >= 0 ? dup(h->second.fd) : -1;
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *static_cast<int*>(shareable) = fd;
   return CUDA_SUCCESS;
