@@ -20,7 +20,7 @@ runs=(none "${libs[@]}")
 for ((r = 1; r <= rounds; r++)); do
   for ((k = 0; k < ${#runs[@]}; k++)); do
     run=${runs[$(((k + r) % ${#runs[@]}))]}
-    echo "== round $r: ${run##*/}"
+    echo "== round $r: $run"
     if [ "$run" = none ]; then
       env LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bench" --paired="$pairs"
     else
