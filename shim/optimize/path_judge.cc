@@ -94,17 +94,23 @@ bool PathJudge::Take(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, doub
   return false;
 }
 
+bool PathJudge::Counts(CopyDir dir, uint64_t bytes) const {
+  return bytes != 0 && (dir == CopyDir::kHostToDevice || dir == CopyDir::kDeviceToHost) &&
+         enabled_.load(std::memory_order_relaxed);
+}
+
+void PathJudge::AddDriverTime(CopyDir dir, uint64_t ns) {
+  driver_ns_[dir == CopyDir::kDeviceToHost ? 1 : 0].fetch_add(ns, std::memory_order_relaxed);
+}
+
 void PathJudge::Record(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns) {
-  if (bytes == 0 || (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) ||
-      !enabled_.load(std::memory_order_relaxed)) {
-    return;
-  }
+  if (!Counts(dir, bytes)) return;
   const int index = IndexOf(dir, bytes, sync);
   Cell& c = cells_[index];
   const int p = static_cast<int>(path);
   c.fig[p].Add(PsPerByte(bytes, ns));
   if (path == CopyPath::kDriver) {
-    driver_ns_[dir == CopyDir::kDeviceToHost ? 1 : 0].fetch_add(ns, std::memory_order_relaxed);
+    AddDriverTime(dir, ns);
     // A path without a figure in this cell has nothing to judge (Judge
     // would return at once): the driver's middle is not worked out for it.
     for (int q = 1; q < kCopyPathCount; ++q) {
@@ -116,12 +122,8 @@ void PathJudge::Record(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, ui
 }
 
 void PathJudge::Overlapped(CopyPath path, CopyDir dir, uint64_t bytes, bool sync, uint64_t ns) {
-  if (path != CopyPath::kDriver || bytes == 0 ||
-      (dir != CopyDir::kHostToDevice && dir != CopyDir::kDeviceToHost) ||
-      !enabled_.load(std::memory_order_relaxed)) {
-    return;
-  }
-  driver_ns_[dir == CopyDir::kDeviceToHost ? 1 : 0].fetch_add(ns, std::memory_order_relaxed);
+  if (path != CopyPath::kDriver || !Counts(dir, bytes)) return;
+  AddDriverTime(dir, ns);
   cells_[IndexOf(dir, bytes, sync)].driver_overlapped.fetch_add(1, std::memory_order_relaxed);
 }
 

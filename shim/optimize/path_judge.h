@@ -169,6 +169,10 @@ class PathJudge {
   }
   bool Probe(Cell& c, int p, uint32_t first_shift);
   void Judge(Cell& c, int index, int p);
+  // Whether a copy of `bytes` in `dir` is one the judge keeps figures for.
+  bool Counts(CopyDir dir, uint64_t bytes) const;
+  // Time the program spent in the driver's pageable copies (WorthSetup).
+  void AddDriverTime(CopyDir dir, uint64_t ns);
   PathCellReport ReportOf(const Cell& c, int index, int p) const;
 
   Cell cells_[kCells];
