@@ -6,44 +6,23 @@
 #include <cuda.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "tests/trace/harness/cuda_harness.h"
+#include "tests/trace/harness/vmm_host.h"
 
 namespace cuda = pinshim::testing::cuda;
+using pinshim::testing::vmm::Check;
+using pinshim::testing::vmm::HostProp;
+using pinshim::testing::vmm::OpenForBoth;
 
 namespace {
-
-void Check(CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return;
-  fprintf(stderr, "%s failed: %d\n", what, r);
-  abort();
-}
 
 struct Mapping {
   CUmemGenericAllocationHandle handle;
   CUdeviceptr va;
   size_t bytes;
 };
-
-CUmemAllocationProp HostProp() {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-  return prop;
-}
-
-// Opens a mapping to the device, then to the CPU.
-void Open(Mapping* m) {
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  Check(cuMemSetAccess(m->va, m->bytes, &access, 1), "cuMemSetAccess (device)");
-  access.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-  Check(cuMemSetAccess(m->va, m->bytes, &access, 1), "cuMemSetAccess (host)");
-}
 
 void Release(const Mapping& m) {
   Check(cuMemUnmap(m.va, m.bytes), "cuMemUnmap");
@@ -64,7 +43,7 @@ int main() {
     Check(cuMemCreate(&m.handle, m.bytes, &prop, 0), "cuMemCreate");
     Check(cuMemAddressReserve(&m.va, m.bytes, 0, 0, 0), "cuMemAddressReserve");
     Check(cuMemMap(m.va, m.bytes, 0, m.handle, 0), "cuMemMap");  // MISUSE(over-pinning)
-    Open(&m);
+    OpenForBoth(m.va, m.bytes);
     memset(reinterpret_cast<void*>(m.va), 1, 4096);
     cuda::MemcpyHtoDAsync(dev, reinterpret_cast<void*>(m.va), 4096, stream);
   }
@@ -75,17 +54,13 @@ int main() {
   Check(cuMemCreate(&spare.handle, spare.bytes, &prop, 0), "cuMemCreate");
   Check(cuMemAddressReserve(&spare.va, spare.bytes, 0, 0, 0), "cuMemAddressReserve");
   Check(cuMemMap(spare.va, spare.bytes, 0, spare.handle, 0), "map");  // MISUSE(pinned-unused)
-  Open(&spare);
+  OpenForBoth(spare.va, spare.bytes);
   memset(reinterpret_cast<void*>(spare.va), 2, spare.bytes);
   usleep(20000);
   Release(spare);
   for (const Mapping& m : big) Release(m);
   // A host pool's allocation no copy ever uses.
-  CUmemPoolProps props{};
-  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  props.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-  CUmemoryPool pool;
-  Check(cuMemPoolCreate(&pool, &props), "cuMemPoolCreate");
+  CUmemoryPool pool = pinshim::testing::vmm::HostPool();
   CUdeviceptr block;
   const CUstream s = static_cast<CUstream>(stream);
   const size_t n = size_t{8} << 20;

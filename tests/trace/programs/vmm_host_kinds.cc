@@ -13,50 +13,19 @@
 #include <cstring>
 
 #include "tests/trace/harness/cuda_harness.h"
+#include "tests/trace/harness/vmm_host.h"
 
 namespace cuda = pinshim::testing::cuda;
 
-namespace {
-
-void Check(CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return;
-  fprintf(stderr, "%s failed: %d\n", what, r);
-  abort();
-}
-
-// Read-write for device 0 and the CPU (which faults until a host location
-// is granted access).
-void OpenForBoth(CUdeviceptr va, size_t n) {
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  Check(cuMemSetAccess(va, n, &access, 1), "cuMemSetAccess (device)");
-  access.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-  Check(cuMemSetAccess(va, n, &access, 1), "cuMemSetAccess (host)");
-}
-
-CUmemoryPool HostPool() {
-  CUmemPoolProps props{};
-  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  props.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-  CUmemoryPool pool;
-  Check(cuMemPoolCreate(&pool, &props), "cuMemPoolCreate");
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  Check(cuMemPoolSetAccess(pool, &access, 1), "cuMemPoolSetAccess");
-  return pool;
-}
-
-}  // namespace
+using pinshim::testing::vmm::Check;
+using pinshim::testing::vmm::HostPool;
+using pinshim::testing::vmm::OpenForBoth;
 
 int main() {
   const size_t kBytes = 1 << 20;
   void* dev = cuda::DeviceAlloc(kBytes);
   cuda::Stream stream = cuda::StreamCreate();
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  const CUmemAllocationProp prop = pinshim::testing::vmm::HostProp();
   size_t g = 0;
   Check(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity");
   for (int batch = 0; batch < 12; ++batch) {
