@@ -4,7 +4,10 @@
 // must be byte-for-byte the same without pinshim and in every mode; any
 // difference is a page change pinshim's pinning did not follow.
 //
-//   hazard_program [case-prefix ...]     # all cases, or those whose name starts so
+//   hazard_program [case-prefix ...] [-x case-prefix ...]
+//       all cases, or those whose name starts so, less those -x names
+//   hazard_program --list [case-prefix ...] [-x case-prefix ...]
+//       the names of those cases, one a line, without running them
 //
 // Each line: "<memory> <case>: h2d=<hash> h2d_async=<hash> d2h=<hash> d2h_async=<hash>"
 // (hashes of what the device received, and of what the host holds after
@@ -17,13 +20,17 @@
 // driver, which optimize mode must leave as they are. Every buffer is copied
 // hot first, so optimize mode has pinned it before its pages change.
 //
+// A case on memory the driver maps may end the process (a page the program
+// drops from the driver's mapping need not come back as the kernel's would):
+// the suite (hazards_test.py) runs those cases apart, and compares how each
+// ended as well as what it printed.
+//
 // Reaches the driver by linking libcuda.so.1 (the simulated driver in CI,
 // the real one on a GPU machine); uses only the driver API.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
@@ -54,6 +61,8 @@ constexpr int kHotCopies = 6;
 CUdeviceptr g_dev = 0;
 CUstream g_stream = nullptr;
 std::vector<std::string> g_only;
+std::vector<std::string> g_except;
+bool g_list = false;
 
 #define CHECK(call)                                                      \
   do {                                                                   \
@@ -139,42 +148,7 @@ const char* KindName(Kind k) {
 // the program does not map over it; the driver's calls give it back.
 bool DriverMapped(Kind k) { return k == Kind::kVmmHost || k == Kind::kHostPool; }
 
-// Memory the driver maps may fault where the program's own would not (a
-// page dropped from the driver's mapping is not refilled by the kernel), so
-// a case on it runs with SIGSEGV and SIGBUS caught: a fault ends the case
-// with the line "NAME: fault SIGNAL" instead of ending the process, and the
-// runs with pinshim must fault alike. Its buffer is left as it was.
 bool Wanted(const std::string& name);
-
-sigjmp_buf g_fault_jump;
-volatile sig_atomic_t g_fault_armed = 0;
-
-void OnFault(int sig) {
-  if (g_fault_armed) siglongjmp(g_fault_jump, sig);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-template <typename Fn>
-void FaultContained(const std::string& name, Fn fn) {
-  if (!Wanted(name)) return;
-  struct sigaction sa = {}, old_segv = {}, old_bus = {};
-  sa.sa_handler = OnFault;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, &old_segv);
-  sigaction(SIGBUS, &sa, &old_bus);
-  const int sig = sigsetjmp(g_fault_jump, 1);
-  if (sig == 0) {
-    g_fault_armed = 1;
-    fn();
-  } else {
-    printf("%s: fault %d\n", name.c_str(), sig);
-    fflush(stdout);
-  }
-  g_fault_armed = 0;
-  sigaction(SIGSEGV, &old_segv, nullptr);
-  sigaction(SIGBUS, &old_bus, nullptr);
-}
 
 // VMM host allocations live: address -> physical handle.
 std::vector<std::pair<unsigned char*, CUmemGenericAllocationHandle>> g_vmm;
@@ -298,12 +272,19 @@ Pages Interior(unsigned char* p, size_t n) {
   return {reinterpret_cast<unsigned char*>(a), b > a ? b - a : 0};
 }
 
-bool Wanted(const std::string& name) {
-  if (g_only.empty()) return true;
-  for (const std::string& prefix : g_only) {
+bool Named(const std::string& name, const std::vector<std::string>& prefixes) {
+  for (const std::string& prefix : prefixes) {
     if (name.compare(0, prefix.size(), prefix) == 0) return true;
   }
   return false;
+}
+
+// Whether case `name` runs; with --list, prints its name instead.
+bool Wanted(const std::string& name) {
+  if (!g_only.empty() && !Named(name, g_only)) return false;
+  if (Named(name, g_except)) return false;
+  if (g_list) printf("%s\n", name.c_str());
+  return !g_list;
 }
 
 // --- cases ---------------------------------------------------------------------
@@ -564,7 +545,7 @@ bool AppliesToDriverMapped(const Case& c) {
 
 void RunCase(Kind kind, const Case& c) {
   std::string name = std::string(KindName(kind)) + " " + c.name;
-  if (!Wanted(name) || (DriverMapped(kind) && !AppliesToDriverMapped(c))) return;
+  if ((DriverMapped(kind) && !AppliesToDriverMapped(c)) || !Wanted(name)) return;
   unsigned char* p = Allocate(kind, kBytes);
   FillPattern(p, kBytes, 0xA1);
   MakeHot(p, kBytes);
@@ -846,11 +827,40 @@ void RunRace() {
   fflush(stdout);
 }
 
+// Every case Wanted selects, in order.
+void RunAll() {
+  for (Kind kind : {Kind::kMalloc, Kind::kMmap, Kind::kHotSite, Kind::kPinned, Kind::kVmmHost,
+                    Kind::kHostPool}) {
+    for (const Case& c : kCases) RunCase(kind, c);
+    RunForkAdvice(kind, "fork_dontfork", MADV_DONTFORK);
+    RunForkAdvice(kind, "fork_wipeonfork", MADV_WIPEONFORK);
+    RunRawSyscall(kind);
+    RunCapture(kind);
+    RunStreamRewrite(kind);
+  }
+  if (Wanted("fork child_uses_cuda")) printf("fork child_uses_cuda:%s\n", ForkChildCuda().c_str());
+  RunPageCalls();
+  RunRace();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  for (int i = 1; i < argc; ++i) g_only.push_back(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--list") {
+      g_list = true;
+    } else if (arg == "-x" && i + 1 < argc) {
+      g_except.push_back(argv[++i]);
+    } else {
+      g_only.push_back(arg);
+    }
+  }
+  if (g_list) {
+    RunAll();  // each case asks Wanted before it touches the device
+    return 0;
+  }
   CHECK(cuInit(0));
   CUdevice device;
   CHECK(cuDeviceGet(&device, 0));
@@ -858,26 +868,7 @@ int main(int argc, char** argv) {
   CHECK(cuCtxSetCurrent(g_ctx));
   CHECK(cuMemAlloc(&g_dev, kBytes));
   CHECK(cuStreamCreate(&g_stream, 0));
-  for (Kind kind : {Kind::kMalloc, Kind::kMmap, Kind::kHotSite, Kind::kPinned, Kind::kVmmHost,
-                    Kind::kHostPool}) {
-    const std::string prefix = std::string(KindName(kind)) + " ";
-    auto run = [&](const char* what, auto fn) {
-      if (DriverMapped(kind)) {
-        FaultContained(prefix + what, fn);
-      } else {
-        fn();
-      }
-    };
-    for (const Case& c : kCases) run(c.name, [&] { RunCase(kind, c); });
-    run("fork_dontfork", [&] { RunForkAdvice(kind, "fork_dontfork", MADV_DONTFORK); });
-    run("fork_wipeonfork", [&] { RunForkAdvice(kind, "fork_wipeonfork", MADV_WIPEONFORK); });
-    run("raw_syscall_dontneed", [&] { RunRawSyscall(kind); });
-    run("stream_capture", [&] { RunCapture(kind); });
-    run("stream_rewrite", [&] { RunStreamRewrite(kind); });
-  }
-  if (Wanted("fork child_uses_cuda")) printf("fork child_uses_cuda:%s\n", ForkChildCuda().c_str());
-  RunPageCalls();
-  RunRace();
+  RunAll();
   CHECK(cuStreamDestroy(g_stream));
   CHECK(cuMemFree(g_dev));
   CHECK(cuDevicePrimaryCtxRelease(device));

@@ -7,6 +7,11 @@ Usage: hazards_test.py PROGRAM LIBPINSHIM REPORT [DRIVER_DIR]
 DRIVER_DIR goes first on LD_LIBRARY_PATH (the simulated driver); leave it
 out to run against the real driver (the GPU tier does).
 
+The cases on memory the driver maps run in a process of their own, and
+each alone when that one does not finish: how each such case ended is
+compared too, so a case that ends its process without pinshim must end it
+alike with it.
+
 A case that cannot be made right stays here as a named expected failure
 (EXPECTED_FAILURES, printed as XFAIL, listed in docs/limits.md); one that
 starts passing is reported (XPASS) and fails, so the list stays true."""
@@ -61,7 +66,34 @@ EXPECTED_FAILURES = {
 }
 
 
-def run(env_extra, trace_dir=None):
+# Kinds of memory the driver maps: their cases run apart from the rest, as
+# they may end the process (hazard_program.cc).
+DRIVER_MAPPED = ["vmm-host", "host-pool"]
+
+
+class Ended:
+    """What a run that did not finish printed, and how it ended."""
+
+    def __init__(self, how, stdout="", stderr=""):
+        self.returncode = None
+        self.how = how
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def how_ended(proc):
+    if isinstance(proc, Ended):
+        return proc.how
+    if proc.returncode < 0:
+        return "signal %d" % -proc.returncode
+    return "exit %d" % proc.returncode
+
+
+def finished(proc):
+    return not isinstance(proc, Ended) and proc.returncode == 0 and "done" in proc.stdout
+
+
+def run(env_extra, trace_dir=None, args=(), timeout=600):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PINSHIM_") and k != "LD_PRELOAD"}
     if DRIVER_DIR:
@@ -79,7 +111,13 @@ def run(env_extra, trace_dir=None):
         env.update(env_extra)
         if trace_dir:
             env["PINSHIM_TRACE_DIR"] = trace_dir
-    proc = subprocess.run([PROGRAM], env=env, capture_output=True, text=True, timeout=600)
+    try:
+        proc = subprocess.run([PROGRAM] + list(args), env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        def text(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        proc = Ended("timed out after %d s" % timeout, text(e.stdout), text(e.stderr))
     lines = {}
     for line in proc.stdout.splitlines():
         name, sep, rest = line.partition(":")
@@ -101,13 +139,51 @@ def run(env_extra, trace_dir=None):
     return proc, lines, counters
 
 
+def run_driver_mapped(env_extra, trace_dir=None):
+    """The cases on memory the driver maps, in one process; when that one
+    does not finish (exit 0 after "done"), each case again in a process of
+    its own, so that a case that ends its process is named with how it
+    ended (its line reads "ended: <how>"). Returns the lines, and how the
+    one process ended (None: it finished)."""
+    proc, lines, _ = run(env_extra, trace_dir, DRIVER_MAPPED)
+    if finished(proc):
+        return lines, None
+    listed = subprocess.run([PROGRAM, "--list"] + DRIVER_MAPPED, capture_output=True, text=True,
+                            timeout=60).stdout.split("\n")
+    lines = {}
+    for name in filter(None, listed):
+        one, got, _ = run(env_extra, trace_dir, [name], timeout=120)
+        lines.update(got)
+        if not finished(one):
+            lines[name] = "ended: " + how_ended(one)
+    return lines, how_ended(proc)
+
+
+def merge(lines, more):
+    """The lines of the two parts of a run, as one."""
+    key = "simulated driver pinned every range"
+    merged = dict(lines)
+    merged.update(more)
+    if "no" in (lines.get(key), more.get(key)):
+        merged[key] = "no"
+    return merged
+
+
 def main():
     cases = []  # (suite, name, failure message or None, skipped?)
-    ref_proc, ref, _ = run(None)
-    if ref_proc.returncode != 0 or "done" not in ref_proc.stdout:
+    rest = [a for kind in DRIVER_MAPPED for a in ("-x", kind)]
+    ref_proc, ref, _ = run(None, args=rest)
+    if not finished(ref_proc):
         print(ref_proc.stdout, ref_proc.stderr)
         cases.append(("reference", "runs", "the program failed without pinshim", False))
         ref = {}
+    ref_mapped, ref_mapped_end = run_driver_mapped(None)
+    if ref_mapped_end is not None:
+        print("without pinshim, the cases on memory the driver maps ended the process "
+              "(%s); each alone:" % ref_mapped_end)
+        for name in sorted(ref_mapped):
+            print("  %s: %s" % (name, ref_mapped[name]))
+    ref = merge(ref, ref_mapped)
     if ref.get("simulated driver pinned every range") == "no":
         cases.append(("reference", "simulated driver pinned every range",
                       "the simulated driver's copies were not faithful (see above)", False))
@@ -115,14 +191,20 @@ def main():
         trace_dir = os.path.join(TMP, "traces-" + config.replace("+", "-"))
         shutil.rmtree(trace_dir, ignore_errors=True)
         traced = config in ("optimize", "optimize+staged")
-        proc, got, counters = run(env, trace_dir if traced else None)
-        if proc.returncode != ref_proc.returncode:
-            print("FAIL %s: exit %d (without pinshim %d); stderr ends:\n%s" %
-                  (config, proc.returncode, ref_proc.returncode, proc.stderr[-3000:]))
+        proc, got, counters = run(env, trace_dir if traced else None, rest)
+        if how_ended(proc) != how_ended(ref_proc):
+            print("FAIL %s: %s (without pinshim %s); stderr ends:\n%s" %
+                  (config, how_ended(proc), how_ended(ref_proc), proc.stderr[-3000:]))
             cases.append((config, "exit status",
-                          "exit %d, without pinshim %d: %s" % (proc.returncode,
-                                                               ref_proc.returncode,
-                                                               proc.stderr[-2000:]), False))
+                          "%s, without pinshim %s: %s" % (how_ended(proc), how_ended(ref_proc),
+                                                          proc.stderr[-2000:]), False))
+        mapped, mapped_end = run_driver_mapped(env, trace_dir if traced else None)
+        got = merge(got, mapped)
+        if ref_mapped_end is None:
+            cases.append((config, "cases on driver-mapped memory finish in one process",
+                          None if mapped_end is None else
+                          "the process ended (%s); without pinshim it finished" % mapped_end,
+                          False))
         for name, want in ref.items():
             if (config, name) in LEFT_OUT:
                 continue
