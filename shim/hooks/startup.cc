@@ -2,9 +2,13 @@
 // it names (enforce, optimize, trace), wiring the engines to one another;
 // the library's destructor writes the summary and ends the trace.
 #include <dlfcn.h>
+#include <malloc.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "shim/budget/budget.h"
@@ -244,6 +248,27 @@ bool MallocIsLibcs() {
   return true;
 }
 
+// Whether the program chose glibc's mmap threshold itself, through its
+// environment (a mallopt it makes later wins anyway).
+bool ProgramSetMmapThreshold() {
+  const char* tunables = getenv("GLIBC_TUNABLES");
+  return getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+         (tunables != nullptr && strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr);
+}
+
+// With the copy guard on, glibc gives every block of at least the tracking
+// threshold a mapping of its own: its mmap threshold is fixed there (left
+// alone, glibc raises it, up to 32 MiB, each time such a block is freed, and
+// serves later ones of that size from its heap, where their end pages hold
+// other blocks). The guard may then protect a block's end pages, which it
+// shares with nothing but its own header and padding (copy_watch.h).
+void GiveLargeBlocksTheirOwnMappings() {
+  constexpr size_t kMostGlibcTakes = size_t{32} << 20;  // half its heap size
+  const size_t threshold = std::max(g_track_threshold, static_cast<size_t>(getpagesize()));
+  if (!g_guard_malloc_chunks || threshold > kMostGlibcTakes || ProgramSetMmapThreshold()) return;
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(threshold));
+}
+
 }  // namespace
 
 void Init() {
@@ -265,6 +290,7 @@ void Init() {
   InstallForkHandlers();  // before any thread of pinshim's iterates modules
   g_track_threshold = g_config.track_threshold_bytes;
   g_guard_malloc_chunks = g_config.copy_guard && MallocIsLibcs();
+  GiveLargeBlocksTheirOwnMappings();
   if (g_config.metrics_file[0] != '\0') UseLiveMetrics();
   if ((g_config.mode & kModeEnforce) != 0) StartEnforcing();
   // Enforce mode's thread also keeps the ledger's heartbeat.

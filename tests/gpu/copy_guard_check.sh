@@ -9,8 +9,10 @@
 #    the lines marked in copy_race_guard.cc and copy_race_guard_edges.cc
 #    (the first and the last byte of a range on end pages it shares with
 #    other data of a pinned block), and in copy_race_guard_malloc.cc (the
-#    same in a registered malloc'd buffer glibc mapped for itself, in observe
-#    and in optimize mode; a heap buffer's shared page left open while a
+#    same in a registered malloc'd buffer glibc mapped for itself, and the
+#    first byte of one glibc would have served from its heap but for the
+#    guard, in observe and in optimize mode; a heap buffer's shared page left
+#    open while a
 #    thread that blocks every signal writes there), none in
 #    copy_guard_neighbours.cc (threads updating that data during guarded
 #    copies), each program's output the same as without pinshim.

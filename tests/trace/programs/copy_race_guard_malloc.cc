@@ -7,12 +7,17 @@
 // reported nor harmed, nor is freeing the buffer once its downloads are
 // done.
 //
-// A smaller malloc'd buffer from the heap shares its first page with other
-// blocks, which any thread may touch: that page stays open. A thread that
-// blocks every signal (as the driver's do) updates a block on it during
-// downloads, and the buffer's first byte is read during one, unreported;
-// a byte on an inner page is caught. The program prints the same with the
-// guard as without pinshim.
+// A buffer smaller than one freed just before would come from glibc's heap
+// (freeing a mapped block raises glibc's mapping threshold to its size);
+// with the guard on, glibc maps every block of at least the tracking
+// threshold for itself, so its first byte is caught too.
+//
+// A buffer below the tracking threshold comes from the heap and shares its
+// first page with other blocks, which any thread may touch: that page stays
+// open. A thread that blocks every signal (as the driver's do) updates a
+// block on it during downloads, and the buffer's first byte is read during
+// one, unreported; a byte on an inner page is caught. The program prints the
+// same with the guard as without pinshim.
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -89,6 +94,31 @@ int MappedBuffer(cuda::Stream stream) {
   return seen;
 }
 
+// A buffer smaller than one just freed: its first byte caught.
+int ReusedBuffer(cuda::Stream stream) {
+  const size_t n = (1u << 20) + 1000;
+  // Without the guard, glibc serves the next one from its heap. (Through a
+  // volatile pointer: the compiler may drop a block that is never used.)
+  void* volatile larger = malloc(4 * n);
+  free(larger);
+  char* buf = static_cast<char*>(malloc(n));
+  Require(PageOf(buf) != reinterpret_cast<uintptr_t>(buf), "the buffer starts a page");
+  Fill(buf, n);
+  void* dev = cuda::DeviceAlloc(n);
+  cuda::MemcpyHtoD(dev, buf, n);
+  memset(buf, 0, n);
+  cuda::HostRegister(buf, n);
+  cuda::MemcpyDtoHAsync(buf, dev, n, stream);
+  int seen = buf[0];  // MISUSE(copy-race)
+  cuda::StreamSynchronize(stream);
+  const bool ok = Holds(buf, n);
+  cuda::HostUnregister(buf);
+  free(buf);
+  cuda::DeviceFree(dev);
+  printf("reused buffer %s\n", ok ? "ok" : "wrong");
+  return seen;
+}
+
 struct Neighbour {
   long counter;
   char pad[24];
@@ -96,7 +126,7 @@ struct Neighbour {
 
 // The heap buffer: its first page, shared with `nb`, stays open.
 int HeapBuffer(cuda::Stream stream) {
-  const size_t n = 96 << 10;  // under glibc's mapping threshold
+  const size_t n = 48 << 10;  // under the tracking threshold: glibc's heap
   auto* nb = static_cast<volatile Neighbour*>(malloc(sizeof(Neighbour)));
   char* buf = static_cast<char*>(malloc(n));
   Require((ChunkSizeField(buf) & 2) == 0, "the small buffer is mapped by glibc");
@@ -144,7 +174,8 @@ int HeapBuffer(cuda::Stream stream) {
 
 int main() {
   cuda::Stream stream = cuda::StreamCreate();
-  int seen = HeapBuffer(stream);  // first: glibc's mapping threshold as it starts
+  int seen = HeapBuffer(stream);
+  seen += ReusedBuffer(stream);
   seen += MappedBuffer(stream);
   cuda::StreamDestroy(stream);
   return seen > 100000 ? 1 : 0;
