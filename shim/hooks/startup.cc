@@ -289,7 +289,8 @@ void Init() {
   }
   InstallForkHandlers();  // before any thread of pinshim's iterates modules
   g_track_threshold = g_config.track_threshold_bytes;
-  g_guard_malloc_chunks = g_config.copy_guard && MallocIsLibcs();
+  // The guard works within a trace (recorder.cc starts it).
+  g_guard_malloc_chunks = g_config.copy_guard && g_config.trace_dir[0] != '\0' && MallocIsLibcs();
   GiveLargeBlocksTheirOwnMappings();
   if (g_config.metrics_file[0] != '\0') UseLiveMetrics();
   if ((g_config.mode & kModeEnforce) != 0) StartEnforcing();
