@@ -256,12 +256,13 @@ bool ProgramSetMmapThreshold() {
          (tunables != nullptr && strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr);
 }
 
-// With the copy guard on, glibc gives every block of at least the tracking
-// threshold a mapping of its own: its mmap threshold is fixed there (left
-// alone, glibc raises it, up to 32 MiB, each time such a block is freed, and
-// serves later ones of that size from its heap, where their end pages hold
-// other blocks). The guard may then protect a block's end pages, which it
-// shares with nothing but its own header and padding (copy_watch.h).
+// With the copy guard on, glibc's mmap threshold is fixed at the tracking
+// threshold: glibc then maps a block of that size for itself unless free
+// space in its heap holds it (left alone, glibc raises the threshold, up to
+// 32 MiB, each time a mapped block is freed, and carves later ones of that
+// size from its heap, where their end pages hold other blocks). The guard
+// may protect a mapped block's end pages, which it shares with nothing but
+// its own header and padding (copy_watch.h).
 void GiveLargeBlocksTheirOwnMappings() {
   constexpr size_t kMostGlibcTakes = size_t{32} << 20;  // half its heap size
   const size_t threshold = std::max(g_track_threshold, static_cast<size_t>(getpagesize()));

@@ -32,7 +32,7 @@
 // cuMemHostAlloc blocks (CopyWatchAddBlock), or inside the mapping glibc
 // made for one malloc chunk (CopyWatchAddChunk: the hooks enter a large
 // block whose size field has glibc's mapped bit; with the guard on, start-up
-// has glibc map every block the hooks call large). The other bytes are then
+// fixes glibc's mmap threshold at the size the hooks call large). The other bytes are then
 // the program's own, or that chunk's header and padding, which only the
 // allocator reads, for that block, in calls the hooks see first
 // (CopyWatchReleaseChunk; malloc_usable_size opens the header's page). Any

@@ -9,8 +9,8 @@
 //
 // A buffer smaller than one freed just before would come from glibc's heap
 // (freeing a mapped block raises glibc's mapping threshold to its size);
-// with the guard on, glibc maps every block of at least the tracking
-// threshold for itself, so its first byte is caught too.
+// with the guard on, that threshold stays at the tracking threshold, glibc
+// maps the buffer for itself, and its first byte is caught too.
 //
 // A buffer below the tracking threshold comes from the heap and shares its
 // first page with other blocks, which any thread may touch: that page stays
