@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -248,26 +249,42 @@ bool MallocIsLibcs() {
   return true;
 }
 
-// Whether the program chose glibc's mmap threshold itself, through its
-// environment (a mallopt it makes later wins anyway).
-bool ProgramSetMmapThreshold() {
+// Whether the program chose how glibc places large blocks itself, through
+// its environment (a mallopt it makes later wins anyway).
+bool ProgramSetMallocPlacement() {
   const char* tunables = getenv("GLIBC_TUNABLES");
-  return getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
-         (tunables != nullptr && strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr);
+  for (const char* name : {"mmap_threshold", "top_pad", "trim_threshold"}) {
+    char env[64], tunable[64];
+    snprintf(env, sizeof(env), "MALLOC_%s_", name);
+    for (char* c = env; *c != '\0'; ++c) *c = static_cast<char>(toupper(*c));
+    snprintf(tunable, sizeof(tunable), "glibc.malloc.%s", name);
+    if (getenv(env) != nullptr || (tunables != nullptr && strstr(tunables, tunable) != nullptr)) {
+      return true;
+    }
+  }
+  return false;
 }
 
-// With the copy guard on, glibc's mmap threshold is fixed at the tracking
-// threshold: glibc then maps a block of that size for itself unless free
-// space in its heap holds it (left alone, glibc raises the threshold, up to
-// 32 MiB, each time a mapped block is freed, and carves later ones of that
-// size from its heap, where their end pages hold other blocks). The guard
-// may protect a mapped block's end pages, which it shares with nothing but
-// its own header and padding (copy_watch.h).
+// With the copy guard on, glibc maps each block of at least the tracking
+// threshold for itself, so that the guard may protect the block's end
+// pages, which it then shares with nothing but its own header and padding
+// (copy_watch.h). glibc maps a block when it is at least its mmap threshold
+// and its heap has no free space that holds it: the threshold is fixed at
+// the tracking threshold (left alone, glibc raises it, up to 32 MiB, each
+// time a mapped block is freed, and carves later ones of that size from its
+// heap), and the heap keeps no more free space at its end than that (no
+// padding when it grows, trimmed past the threshold, and trimmed now).
+// Free space between blocks in use can still hold one.
 void GiveLargeBlocksTheirOwnMappings() {
   constexpr size_t kMostGlibcTakes = size_t{32} << 20;  // half its heap size
   const size_t threshold = std::max(g_track_threshold, static_cast<size_t>(getpagesize()));
-  if (!g_guard_malloc_chunks || threshold > kMostGlibcTakes || ProgramSetMmapThreshold()) return;
+  if (!g_guard_malloc_chunks || threshold > kMostGlibcTakes || ProgramSetMallocPlacement()) {
+    return;
+  }
   mallopt(M_MMAP_THRESHOLD, static_cast<int>(threshold));
+  mallopt(M_TOP_PAD, 0);
+  mallopt(M_TRIM_THRESHOLD, static_cast<int>(threshold));
+  malloc_trim(0);  // the free end the heap has already
 }
 
 }  // namespace

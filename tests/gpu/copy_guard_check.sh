@@ -11,9 +11,10 @@
 #    other data of a pinned block), and in copy_race_guard_malloc.cc (the
 #    same in a registered malloc'd buffer glibc mapped for itself, and the
 #    first byte of one glibc would have served from its heap but for the
-#    guard, in observe and in optimize mode; a heap buffer's shared page left
-#    open while a
-#    thread that blocks every signal writes there), none in
+#    guard, in observe and in optimize mode, and of a 24 KiB one with the
+#    tracking threshold lowered (copy_race_guard_small.cc); a heap buffer's
+#    shared page left open while a thread that blocks every signal writes
+#    there), none in
 #    copy_guard_neighbours.cc (threads updating that data during guarded
 #    copies), each program's output the same as without pinshim.
 # 2. The edge programs again, 10 times each under the guard, against their
@@ -23,7 +24,7 @@ bundle=$(cd "$1" && pwd)
 cd "$bundle/rules"
 export LD_LIBRARY_PATH="$bundle/lib:$bundle/needed"
 env TRACE_PROGRAM_SUFFIX=_driver TRACE_PRELOAD=shim/libpinshim.so \
-  RULE_PROGRAMS_ONLY="copy_race_guard copy_race_guard_edges copy_race_guard_malloc copy_race_guard_malloc_optimize copy_guard_neighbours" \
+  RULE_PROGRAMS_ONLY="copy_race_guard copy_race_guard_edges copy_race_guard_malloc copy_race_guard_malloc_optimize copy_race_guard_small copy_guard_neighbours" \
   timeout 90 python3 tests/trace/rules_test.py -k copy_race_guard -k copy_guard_neighbours
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

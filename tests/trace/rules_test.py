@@ -60,6 +60,8 @@ if SUFFIX == "_driver":
     PROGRAMS["copy_race_guard_malloc"] = {"PINSHIM_COPY_GUARD": "1"}
     PROGRAMS["copy_race_guard_malloc_optimize"] = {"PINSHIM_COPY_GUARD": "1",
                                                    "PINSHIM_MODE": "optimize"}
+    PROGRAMS["copy_race_guard_small"] = {"PINSHIM_COPY_GUARD": "1",
+                                         "PINSHIM_TRACK_THRESHOLD": "4K"}
 
 # RULE_PROGRAMS_ONLY (space-separated names) runs those programs alone, for a
 # quick check of a few rules on the GPU host (tests/gpu/copy_guard_check.sh).
@@ -263,6 +265,22 @@ class RulesTest(unittest.TestCase):
                 self.assertEqual(OUTPUTS[name],
                                  "heap buffer ok\nreused buffer ok\nmapped buffer ok\n")
                 self.assertEqual(plain_output(name), (0, OUTPUTS[name]))
+
+    def test_copy_race_guard_small(self):
+        # A registered malloc'd buffer of 24 KiB: with the tracking threshold
+        # below its size, glibc maps it for itself under the guard, and its
+        # first and last byte are caught; the same output as without
+        # pinshim.
+        name = "copy_race_guard_small"
+        if name not in PROGRAMS:
+            self.skipTest("the driver backend only")
+        self.check_program(name)
+        _, data = self.reports[name]
+        self.assertEqual(len(data["findings"]), 2, data["findings"])
+        for f in data["findings"]:
+            self.assertEqual(f["evidence"]["via"], ["plain access (copy guard)"])
+        self.assertEqual(OUTPUTS[name], "small buffer ok\n")
+        self.assertEqual(plain_output(name), (0, OUTPUTS[name]))
 
     def test_free_in_flight(self):
         self.check_program("free_in_flight")
