@@ -44,6 +44,8 @@ const char* KindOfOwner(Owner o) {
     case Owner::kProgramRegister: return "registered";
     case Owner::kPinshimPool:
     case Owner::kPinshimCache: return "pinshim";
+    case Owner::kProgramVmm: return "vmm-host";
+    case Owner::kProgramPool: return "host-pool";
   }
   return "unknown";
 }

@@ -113,12 +113,37 @@ TEST(MetricsTest, ProcessOnlyBudget) {
       kMiB);
   EXPECT_EQ(e.values.at("pinshim_process_budget_bytes{" + me + "}"), 8 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_grants_total{" + me + "}"), 2u);
+  // Every owner has a kind of its own (none reads "unknown").
+  EXPECT_EQ(text.find("kind=\"unknown\""), std::string::npos) << text;
   EXPECT_EQ(e.values.at("pinshim_denials_total{" + me + "}"), 0u);
   EXPECT_EQ(e.values.at("pinshim_fallbacks_total{" + me + "}"), 1u);
   EXPECT_EQ(e.values.at("pinshim_evictions_total{" + me + "}"), 0u);
   EXPECT_EQ(e.values.count("pinshim_node_budget_bytes"), 0u) << "no ledger, no node metrics";
   EXPECT_NE(text.find("# TYPE pinshim_denials_total counter\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE pinshim_pinned_bytes gauge\n"), std::string::npos);
+}
+
+TEST(MetricsTest, VmmHostAndHostPoolPinningHaveTheirKinds) {
+  const std::string path = TempPath("kinds.prom");
+  TestBudget b;
+  BudgetOptions o;
+  o.process_bytes = 64 * kMiB;
+  ASSERT_TRUE(b.Init(o).ok());
+  ASSERT_EQ(b.Charge(Owner::kProgramVmm, 4 * kMiB), Decision::kGranted);
+  ASSERT_EQ(b.Charge(Owner::kProgramPool, 32 * kMiB), Decision::kGranted);
+  BudgetStatus st = b.WriteMetricsFile(path.c_str());
+  ASSERT_TRUE(st.ok()) << st.message;
+  const std::string text = ReadFile(path);
+  Exposition e = Parse(text);
+  EXPECT_TRUE(e.problems.empty()) << e.problems[0] << "\n" << text;
+  const std::string me = "pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
+  EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_vmm\",kind=\"vmm-host\"}"),
+            4 * kMiB)
+      << text;
+  EXPECT_EQ(
+      e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_pool\",kind=\"host-pool\"}"),
+      32 * kMiB)
+      << text;
 }
 
 TEST(MetricsTest, NodeLedgerShowsEveryProcessAndTheNode) {

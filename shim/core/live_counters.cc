@@ -18,6 +18,8 @@ struct Counters {
   std::atomic<uint64_t> in_place_bytes;
   std::atomic<int64_t> program_pinned;
   std::atomic<int64_t> program_registered;
+  std::atomic<int64_t> program_vmm;
+  std::atomic<int64_t> program_pool;
   std::atomic<uint64_t> pageable_copies[2][kLiveSizeClasses];
   std::atomic<uint64_t> pageable_bytes[2][kLiveSizeClasses];
   std::atomic<uint64_t> async_blocked_ns;
@@ -78,8 +80,15 @@ void CountLiveCopy(const LiveCopy& c) {
   }
 }
 
-void CountLivePin(PinOp op, uint64_t bytes) {
+void CountLivePin(LivePin total, PinOp op, uint64_t bytes) {
   const int64_t b = static_cast<int64_t>(bytes);
+  const bool adds = op == PinOp::kAlloc || op == PinOp::kRegister;
+  switch (total) {
+    case LivePin::kNone: return;
+    case LivePin::kVmmHost: g_live.program_vmm.fetch_add(adds ? b : -b, kRelaxed); return;
+    case LivePin::kHostPool: g_live.program_pool.fetch_add(adds ? b : -b, kRelaxed); return;
+    case LivePin::kByOp: break;
+  }
   switch (op) {
     case PinOp::kAlloc: g_live.program_pinned.fetch_add(b, kRelaxed); break;
     case PinOp::kFree: g_live.program_pinned.fetch_sub(b, kRelaxed); break;
@@ -100,6 +109,8 @@ void TakeLiveSnapshot(LiveSnapshot* out) {
   out->in_place_bytes = g_live.in_place_bytes.load(kRelaxed);
   out->program_pinned = Positive(g_live.program_pinned.load(kRelaxed));
   out->program_registered = Positive(g_live.program_registered.load(kRelaxed));
+  out->program_vmm = Positive(g_live.program_vmm.load(kRelaxed));
+  out->program_pool = Positive(g_live.program_pool.load(kRelaxed));
   for (int d = 0; d < 2; ++d) {
     for (int c = 0; c < kLiveSizeClasses; ++c) {
       out->pageable_copies[d][c] = g_live.pageable_copies[d][c].load(kRelaxed);
@@ -124,6 +135,8 @@ void ResetLiveCounters() {
   g_live.in_place_bytes.store(0, kRelaxed);
   g_live.program_pinned.store(0, kRelaxed);
   g_live.program_registered.store(0, kRelaxed);
+  g_live.program_vmm.store(0, kRelaxed);
+  g_live.program_pool.store(0, kRelaxed);
   for (int d = 0; d < 2; ++d) {
     for (int c = 0; c < kLiveSizeClasses; ++c) {
       g_live.pageable_copies[d][c].store(0, kRelaxed);

@@ -36,9 +36,14 @@ inline bool LiveCountersEnabled() { return g_live_counters_on.load(std::memory_o
 
 void CountLiveCopy(const LiveCopy& c);
 
+// Which total a pinned-memory operation of the program moves: by its op
+// (cuMemHostAlloc's kinds, or registrations), VMM host handles, host-pool
+// allocations, or none (mapping a handle pins nothing more).
+enum class LivePin : uint8_t { kByOp, kVmmHost, kHostPool, kNone };
+
 // A pinned-memory operation of the program that succeeded (bytes of what
 // was pinned or released).
-void CountLivePin(PinOp op, uint64_t bytes);
+void CountLivePin(LivePin total, PinOp op, uint64_t bytes);
 
 // Sizes below this are "small" for the small-copies estimate, as the
 // report's default (RuleOptions::small_copy_bytes).
@@ -57,6 +62,8 @@ struct LiveSnapshot {
   uint64_t in_place_bytes;
   uint64_t program_pinned;      // cuMemHostAlloc/cuMemAllocHost, as the program sees them
   uint64_t program_registered;  // cuMemHostRegister
+  uint64_t program_vmm;         // host-located cuMemCreate handles
+  uint64_t program_pool;        // allocations from host memory pools
   // pageable-hot: successful pageable host<->device copies, [H2D=0/D2H=1][floor log2 bytes].
   uint64_t pageable_copies[2][kLiveSizeClasses];
   uint64_t pageable_bytes[2][kLiveSizeClasses];

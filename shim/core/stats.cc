@@ -90,8 +90,8 @@ void CountCopySlow(ApiId api, uint64_t key, uint64_t bytes, bool failed) {
   AddTo(s, bytes, failed);
 }
 
-void CountPin(ApiId api, PinOp op, uint32_t flags, uint64_t bytes, bool failed) {
-  if (!failed) CountLivePin(op, bytes);
+void CountPin(ApiId api, PinOp op, uint32_t flags, uint64_t bytes, bool failed, LivePin live) {
+  if (!failed) CountLivePin(live, op, bytes);
   uint64_t key = kUsed | kPinRecord | (uint64_t{api} << 32) | (uint64_t(op) << 48) | flags;
   Add(key, bytes, failed);
 }

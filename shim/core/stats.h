@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "shim/core/events.h"
+#include "shim/core/live_counters.h"
 #include "shim/core/macros.h"
 
 namespace pinshim {
@@ -46,8 +47,10 @@ inline void CountCopy(ApiId api, CopyDir dir, MemKind src, MemKind dst, uint32_t
   CountCopySlow(api, key, bytes, failed);
 }
 
-// Adds one pinned-memory operation under its key.
-void CountPin(ApiId api, PinOp op, uint32_t flags, uint64_t bytes, bool failed);
+// Adds one pinned-memory operation under its key (`live`: which live total
+// it moves, live_counters.h).
+void CountPin(ApiId api, PinOp op, uint32_t flags, uint64_t bytes, bool failed,
+              LivePin live = LivePin::kByOp);
 
 // Counts a note (e.g. a library loaded with RTLD_DEEPBIND).
 enum class Note : uint8_t { kDeepBind = 0, kUnknownAbi = 1, kCount = 2 };

@@ -87,3 +87,33 @@ TEST(StatsTest, HintedSlotsCountUnderTheirOwnKeys) {
 
 }  // namespace
 }  // namespace pinshim
+
+namespace pinshim {
+namespace {
+
+// VMM host handles and host-pool allocations have live totals of their own;
+// mapping a handle pins nothing more; failed calls move nothing.
+TEST(StatsTest, LivePinnedTotalsByKind) {
+  ResetLiveCounters();
+  CountPin(1, PinOp::kAlloc, 0, 4096, false);
+  CountPin(2, PinOp::kRegister, 0, 8192, false);
+  CountPin(3, PinOp::kAlloc, 0, 2 << 20, false, LivePin::kVmmHost);
+  CountPin(4, PinOp::kAlloc, 0, 2 << 20, false, LivePin::kNone);  // its mapping
+  CountPin(5, PinOp::kAlloc, 0, 1 << 20, false, LivePin::kHostPool);
+  CountPin(5, PinOp::kAlloc, 0, 1 << 20, true, LivePin::kHostPool);  // failed
+  LiveSnapshot s;
+  TakeLiveSnapshot(&s);
+  EXPECT_EQ(s.program_pinned, 4096u);
+  EXPECT_EQ(s.program_registered, 8192u);
+  EXPECT_EQ(s.program_vmm, uint64_t{2} << 20);
+  EXPECT_EQ(s.program_pool, uint64_t{1} << 20);
+  CountPin(6, PinOp::kFree, 0, 2 << 20, false, LivePin::kVmmHost);
+  CountPin(7, PinOp::kFree, 0, 1 << 20, false, LivePin::kHostPool);
+  TakeLiveSnapshot(&s);
+  EXPECT_EQ(s.program_vmm, 0u);
+  EXPECT_EQ(s.program_pool, 0u);
+  ResetLiveCounters();
+}
+
+}  // namespace
+}  // namespace pinshim

@@ -130,6 +130,8 @@ void WritePinnedFamily(PromWriter& w) {
     uint64_t bytes;
   } rows[] = {{"program_alloc", "pinned", s.program_pinned},
               {"program_register", "registered", s.program_registered},
+              {"program_vmm", "vmm-host", s.program_vmm},
+              {"program_pool", "host-pool", s.program_pool},
               {"pinshim", "pinshim", pinshim}};
   for (const auto& r : rows) {
     w.Printf("pinshim_pinned_bytes{pid=\"%u\",slot=\"none\",owner=\"%s\",kind=\"%s\"} %llu\n", pid,

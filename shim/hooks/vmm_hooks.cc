@@ -170,7 +170,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
       valid) {
     Budget::Process().Release(Owner::kProgramVmm, size);
   }
-  CountPin(kApi_cuMemCreate, PinOp::kAlloc, 0, size, r != CUDA_SUCCESS);
+  CountPin(kApi_cuMemCreate, PinOp::kAlloc, 0, size, r != CUDA_SUCCESS, LivePin::kVmmHost);
   return r;
 }
 
@@ -188,7 +188,9 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     if (charged) Budget::Process().Release(Owner::kProgramVmm, bytes);
   }
   // An imported handle (bytes 0) was not counted as pinned here.
-  if (known && bytes != 0) CountPin(kApi_cuMemRelease, PinOp::kFree, 0, bytes, r != CUDA_SUCCESS);
+  if (known && bytes != 0) {
+    CountPin(kApi_cuMemRelease, PinOp::kFree, 0, bytes, r != CUDA_SUCCESS, LivePin::kVmmHost);
+  }
   return r;
 }
 
@@ -236,7 +238,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   bool host = g_handles.Find(handle, &bytes);
   CUresult r = real_fn(ptr, size, offset, handle, flags);
   if (r != CUDA_SUCCESS) {
-    if (host) CountPin(kApi_cuMemMap, PinOp::kAlloc, 0, size, true);
+    if (host) CountPin(kApi_cuMemMap, PinOp::kAlloc, 0, size, true, LivePin::kNone);
     return r;
   }
   if (!host && DriverSaysHostHandle(handle)) {
@@ -251,7 +253,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   reg.kind = MemKind::kVmmHost;
   reg.source = kSourceDriver;
   g_allocations.Insert(reg);
-  CountPin(kApi_cuMemMap, PinOp::kAlloc, 0, size, false);
+  CountPin(kApi_cuMemMap, PinOp::kAlloc, 0, size, false, LivePin::kNone);
   RecordVmmPin(kApi_cuMemMap, PinOp::kAlloc, ptr, size, start_ns, r);
   return r;
 }
@@ -269,7 +271,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   CUresult r = real_fn(ptr, size);
   if (!host) return r;
   if (r == CUDA_SUCCESS) g_allocations.RemoveSpan(ptr, size);
-  CountPin(kApi_cuMemUnmap, PinOp::kFree, 0, size, r != CUDA_SUCCESS);
+  CountPin(kApi_cuMemUnmap, PinOp::kFree, 0, size, r != CUDA_SUCCESS, LivePin::kNone);
   RecordVmmPin(kApi_cuMemUnmap, PinOp::kFree, ptr, size, start_ns, r);
   return r;
 }
@@ -376,14 +378,14 @@ CUresult HostPoolAlloc(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool,
     reg.source = kSourceDriver;
     g_allocations.Insert(reg);
   }
-  CountPin(api, PinOp::kAlloc, 0, n, r != CUDA_SUCCESS);
+  CountPin(api, PinOp::kAlloc, 0, n, r != CUDA_SUCCESS, LivePin::kHostPool);
   RecordVmmPin(api, PinOp::kAlloc, r == CUDA_SUCCESS ? *dptr : 0, n, start_ns, r);
   return r;
 }
 
 // cuMemFreeAsync of a host-pool allocation (device_memory_hooks.cc).
 void HostPoolFree(Api api, const Region& r, uint64_t start_ns, CUresult result) {
-  CountPin(api, PinOp::kFree, 0, r.bytes, result != CUDA_SUCCESS);
+  CountPin(api, PinOp::kFree, 0, r.bytes, result != CUDA_SUCCESS, LivePin::kHostPool);
   RecordVmmPin(api, PinOp::kFree, r.start, r.bytes, start_ns, result, trace::kPinFlagStreamOrdered);
 }
 
