@@ -13,7 +13,9 @@
 #  3. tests/interception/vmm_program.cc (the CI program) built against the
 #     real driver, each kind in each mode: its bytes, and pinshim's summary
 #     (every copy counted as vmm-host or host-pool, none as pageable, nothing
-#     staged or pinned by optimize mode), and enforce mode's return codes.
+#     staged or pinned by optimize mode), and enforce mode's return codes;
+#     its unusual but legal uses (edges-vmm, edges-pool, edges-budget): the
+#     driver's answers to them, and the same output under each mode.
 #   bash bench/gpu/vmm_host_probe.sh BUNDLE [OUTDIR]   (OUTDIR defaults to $OUT)
 set -uo pipefail
 LIBDIR="$(cd "$1" && pwd)"
@@ -132,5 +134,40 @@ for policy in deny fallback evict; do
     PINSHIM_POLICY=$policy PINSHIM_LEDGER_PATH="$work/ledger.$policy" "$work/vmm_program" budget \
     >> "$OUTDIR/programs.txt" 2>&1
 done
+# The unusual but legal uses (edges-vmm, edges-pool): the real driver's
+# answers (a copy across two mappings side by side, cuMemRetainAllocationHandle,
+# cuMemFree of a pool's allocation, a pool destroyed with allocations
+# outstanding) are whatever the run without the library shows; under each
+# mode the output must be the same, probes of a budget of 20 granules
+# included (enforce: charged with exactly what is pinned, whole at each end).
+g=$(grep -o 'location=host_numa min=[0-9]*' "$OUTDIR/facts.txt" | head -1 | sed 's/.*min=//')
+g=${g:-2097152}
+echo "== 3b. unusual uses (granule $g)" | tee -a "$OUTDIR/programs.txt"
+for what in edges-vmm edges-pool; do
+  base="$(timeout 60 "$work/vmm_program" $what 20 2>&1)"
+  echo "-- $what without the library (rc $?):" >> "$OUTDIR/programs.txt"
+  echo "$base" >> "$OUTDIR/programs.txt"
+  for mode in observe optimize enforce; do
+    sdir="$work/s.$what.$mode"
+    mkdir -p "$sdir"
+    got="$(timeout 60 env LD_PRELOAD="$lib" PINSHIM_MODE=$mode PINSHIM_SUMMARY="$sdir/summary.%p" \
+      PINSHIM_BUDGET=$((20 * g)) PINSHIM_LEDGER_PATH="$work/ledger.$what.$mode" \
+      "$work/vmm_program" $what 20 2>&1 | grep -v '^pinshim')"
+    verdict=ok
+    [ "$got" = "$base" ] || verdict="output differs: $(diff <(echo "$base") <(echo "$got") | tr '\n' ' ')"
+    cat "$sdir"/summary.* > "$OUTDIR/summary.$what.$mode.txt" 2>/dev/null
+    grep -q 'src=pageable\|dst=pageable' "$OUTDIR/summary.$what.$mode.txt" && verdict="$verdict; pageable copies counted"
+    if [ $mode = optimize ]; then
+      grep -q ' staged_copies=0 ' "$OUTDIR/summary.$what.$mode.txt" || verdict="$verdict; staged"
+    fi
+    echo "program=$what mode=$mode: $verdict" | tee -a "$OUTDIR/programs.txt"
+  done
+done
+echo "-- edges-budget without the library:" >> "$OUTDIR/programs.txt"
+timeout 60 "$work/vmm_program" edges-budget >> "$OUTDIR/programs.txt" 2>&1
+echo "-- edges-budget, enforce, PINSHIM_BUDGET = 20 granules (see tests/interception/interception_test.cc EnforceChargesUnusualUsesUntilTheMemoryGoes):" >> "$OUTDIR/programs.txt"
+timeout 60 env LD_PRELOAD="$lib" PINSHIM_MODE=enforce PINSHIM_BUDGET=$((20 * g)) \
+  PINSHIM_LEDGER_PATH="$work/ledger.edges" "$work/vmm_program" edges-budget \
+  >> "$OUTDIR/programs.txt" 2>&1
 cat "$OUTDIR/programs.txt"
 rm -rf "$work"

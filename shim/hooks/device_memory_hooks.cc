@@ -76,7 +76,7 @@ CUresult FreeAsync(Api api, CUdeviceptr d, CUstream st) {
       g_allocations.Lookup(d, &reg) && reg.start == d && reg.kind == MemKind::kPoolHost;
   CUresult r = real_fn(d, st);
   if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
-  if (host_pool) HostPoolFree(api, reg, start_ns, r);
+  if (host_pool) HostPoolFree(api, reg, start_ns, r, /*stream_ordered=*/true);
   return r;
 }
 
@@ -129,8 +129,18 @@ CUresult cuMemFree_v2(CUdeviceptr d) {
   if (!hook::Handles(real_fn)) return hook::Forward(real_fn, d);
   const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
+  Region reg;
+  const bool host_pool =
+      g_allocations.Lookup(d, &reg) && reg.start == d && reg.kind == MemKind::kPoolHost;
   CUresult r = real_fn(d);
   if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
+  // A host pool's allocation (legal here too) is freed without waiting for
+  // the device (documented): counted as the pool's free, and no completion
+  // point.
+  if (host_pool) {
+    HostPoolFree(kApi_cuMemFree_v2, reg, start_ns, r, /*stream_ordered=*/false);
+    return r;
+  }
   // The driver waited for the device's queued work first (measured): a
   // completion point for the trace.
   hook::RecordDriverWait(kApi_cuMemFree_v2, start_ns, r);

@@ -6,10 +6,13 @@
 // (MemKind::kVmmHost, until cuMemUnmap) and a pool's allocation where it
 // lies (MemKind::kPoolHost, until cuMemFreeAsync), so copies of either are
 // counted as pinned and optimize mode leaves them to the driver. Enforce
-// mode charges a VMM host allocation at cuMemCreate (released at
-// cuMemRelease) and a host pool's reservation as it grows, which is by much
-// more than the allocation that makes it grow (resynchronized with the
-// driver's count, RESERVED_MEM_CURRENT, at each pool call pinshim sees).
+// mode charges a VMM host allocation at cuMemCreate, until its memory goes:
+// at the cuMemRelease of its last reference (cuMemRetainAllocationHandle
+// adds one) or, released while mapped, at its last cuMemUnmap. It charges
+// a host pool's reservation as it grows, which is by much more than the
+// allocation that makes it grow (resynchronized with the driver's count,
+// RESERVED_MEM_CURRENT, at each pool call pinshim sees), until a trim gives
+// it back or the pool is destroyed and its last allocation freed.
 //
 // Every call here runs the driver behind the re-entry guard, so the
 // mappings the driver makes inside it never enter the registry as the
@@ -44,7 +47,9 @@ using budget::Owner;
 using hook::StartTime;
 
 VmmHandleTable g_handles;  // host-located physical allocations
+VmmHandleTable g_maps;     // their mappings, by address; bytes: the handle mapped
 VmmHandleTable g_pools;    // host memory pools; bytes: what is charged for each
+VmmHandleTable g_blocks;   // host pools' live allocations, by address; bytes: the pool
 
 // What a host pool is expected to grow by when a request does not fit what
 // it reserved: what the driver reserved at a pool's first allocation on the
@@ -133,6 +138,42 @@ void ReleasePoolSurplus(CUmemoryPool pool, uint64_t reserved) {
   if (g_enforce) Budget::Process().Release(Owner::kProgramPool, charged - reserved);
 }
 
+// Forgets a handle or pool whose memory went (counts both 0); returns what
+// was charged for it, for the caller to release.
+uint64_t EndIfUnused(VmmHandleTable& table, uint64_t key, const VmmHandleTable::Counts& c,
+                     bool charged) {
+  if (!c.Unused()) return 0;
+  table.Erase(key);
+  return charged && g_enforce ? c.bytes : 0;
+}
+
+void ReleaseCharge(Owner owner, uint64_t bytes) {
+  if (bytes != 0) Budget::Process().Release(owner, bytes);
+}
+
+// What one cuMemUnmap took away.
+struct Unmapped {
+  int mappings = 0;
+  uint64_t uncharge = 0;  // the charges of handles whose memory went with it
+};
+
+// One mapping of a host handle went: counted, and the handle's memory goes
+// with its last mapping once its references are released. Runs under the
+// registry's lock (RemoveSpan's callback): lock-free tables and counters
+// only; the budget is told afterwards.
+void UnmappedPart(void* arg, const Region& part) {
+  if (part.kind != MemKind::kVmmHost) return;
+  Unmapped* u = static_cast<Unmapped*>(arg);
+  ++u->mappings;
+  CountPin(kApi_cuMemUnmap, PinOp::kFree, 0, part.bytes, false, LivePin::kNone);
+  uint64_t handle;
+  if (!g_maps.Find(part.start, &handle)) return;
+  g_maps.Erase(part.start);
+  VmmHandleTable::Counts c;
+  if (g_handles.Adjust(handle, 0, -1, &c))
+    u->uncharge += EndIfUnused(g_handles, handle, c, c.charged);
+}
+
 }  // namespace
 
 bool IsHostPool(CUmemoryPool pool) {
@@ -180,17 +221,20 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!hook::Handles(real_fn)) return hook::Forward(real_fn, handle);
   const hook::HookScope scope;
   uint64_t bytes = 0;
-  bool charged = false;
-  const bool known = g_handles.Find(handle, &bytes, &charged);
+  const bool known = g_handles.Find(handle, &bytes);
   CUresult r = real_fn(handle);
-  if (r == CUDA_SUCCESS && known) {
-    g_handles.Erase(handle);
-    if (charged) Budget::Process().Release(Owner::kProgramVmm, bytes);
+  if (known && r != CUDA_SUCCESS && bytes != 0) {
+    CountPin(kApi_cuMemRelease, PinOp::kFree, 0, bytes, true, LivePin::kVmmHost);
   }
-  // An imported handle (bytes 0) was not counted as pinned here.
-  if (known && bytes != 0) {
-    CountPin(kApi_cuMemRelease, PinOp::kFree, 0, bytes, r != CUDA_SUCCESS, LivePin::kVmmHost);
+  VmmHandleTable::Counts c;
+  if (!known || r != CUDA_SUCCESS || !g_handles.Adjust(handle, -1, 0, &c)) return r;
+  // The release of its last reference ends the handle, once (an imported
+  // one, bytes 0, was not counted as pinned here); its memory goes now or
+  // with its last mapping.
+  if (c.holds == 0 && bytes != 0 && g_handles.EndOnce(handle)) {
+    CountPin(kApi_cuMemRelease, PinOp::kFree, 0, bytes, false, LivePin::kVmmHost);
   }
+  ReleaseCharge(Owner::kProgramVmm, EndIfUnused(g_handles, handle, c, c.charged));
   return r;
 }
 
@@ -206,6 +250,19 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   if (r == CUDA_SUCCESS && handle != nullptr && DriverSaysHostHandle(*handle)) {
     g_handles.Insert(*handle, 0, false);
   }
+  return r;
+}
+
+// Each retained reference is one more hold on the handle, which its own
+// cuMemRelease gives back.
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  using Fn = CUresult (*)(CUmemGenericAllocationHandle*, void*);
+  const Fn real_fn = hook::RealFn<Fn>(kApi_cuMemRetainAllocationHandle);
+  if (!hook::Handles(real_fn)) return hook::Forward(real_fn, handle, addr);
+  const hook::HookScope scope;
+  CUresult r = real_fn(handle, addr);
+  VmmHandleTable::Counts c;
+  if (r == CUDA_SUCCESS && handle != nullptr) g_handles.Adjust(*handle, 1, 0, &c);
   return r;
 }
 
@@ -246,6 +303,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     g_handles.Insert(handle, 0, false);
   }
   if (!host) return r;
+  VmmHandleTable::Counts c;
+  if (g_handles.Adjust(handle, 0, 1, &c)) g_maps.Insert(ptr, handle, false, 0);
   Region reg;
   reg.start = ptr;
   reg.bytes = size;
@@ -264,15 +323,22 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (!hook::Handles(real_fn)) return hook::Forward(real_fn, ptr, size);
   const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
-  Region reg;
-  const bool host = g_allocations.Lookup(ptr, &reg) && reg.kind == MemKind::kVmmHost;
+  // Only the program's VMM host mappings lie in its reservations' address
+  // space (the driver's own calls run behind the guard).
+  const bool host = size != 0 && g_allocations.AnyOverlapping(ptr, size);
   // The driver unmaps it: no page of it may stay guarded (recorder.h).
   if (host) trace::DisarmWcGuardFor(reinterpret_cast<void*>(ptr), size);
   CUresult r = real_fn(ptr, size);
   if (!host) return r;
-  if (r == CUDA_SUCCESS) g_allocations.RemoveSpan(ptr, size);
-  CountPin(kApi_cuMemUnmap, PinOp::kFree, 0, size, r != CUDA_SUCCESS, LivePin::kNone);
-  RecordVmmPin(kApi_cuMemUnmap, PinOp::kFree, ptr, size, start_ns, r);
+  // One range may hold several mappings (side by side, or with gaps): each
+  // is counted, and each ends its use of its handle.
+  Unmapped gone;
+  if (r == CUDA_SUCCESS) g_allocations.RemoveSpan(ptr, size, UnmappedPart, &gone);
+  ReleaseCharge(Owner::kProgramVmm, gone.uncharge);
+  if (r != CUDA_SUCCESS) CountPin(kApi_cuMemUnmap, PinOp::kFree, 0, size, true, LivePin::kNone);
+  if (r != CUDA_SUCCESS || gone.mappings != 0) {
+    RecordVmmPin(kApi_cuMemUnmap, PinOp::kFree, ptr, size, start_ns, r);
+  }
   return r;
 }
 
@@ -304,14 +370,12 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   if (!hook::Handles(real_fn)) return hook::Forward(real_fn, pool);
   const hook::HookScope scope;
   const uint64_t key = reinterpret_cast<uintptr_t>(pool);
-  uint64_t charged = 0;
-  const bool host = g_pools.Find(key, &charged);
   CUresult r = real_fn(pool);
-  // The driver gives the pool's memory back as its last allocations are
-  // freed; the charge goes now, with the pool.
-  if (r == CUDA_SUCCESS && host) {
-    g_pools.Erase(key);
-    if (g_enforce && charged != 0) Budget::Process().Release(Owner::kProgramPool, charged);
+  // The driver gives the pool's memory back once its last allocation is
+  // freed (documented): the charge goes then, or now if none is left.
+  VmmHandleTable::Counts c;
+  if (r == CUDA_SUCCESS && g_pools.Adjust(key, -1, 0, &c)) {
+    ReleaseCharge(Owner::kProgramPool, EndIfUnused(g_pools, key, c, true));
   }
   return r;
 }
@@ -377,16 +441,28 @@ CUresult HostPoolAlloc(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool pool,
     reg.kind = MemKind::kPoolHost;
     reg.source = kSourceDriver;
     g_allocations.Insert(reg);
+    VmmHandleTable::Counts c;
+    if (g_pools.Adjust(key, 0, 1, &c)) g_blocks.Insert(*dptr, key, false, 0);
   }
   CountPin(api, PinOp::kAlloc, 0, n, r != CUDA_SUCCESS, LivePin::kHostPool);
   RecordVmmPin(api, PinOp::kAlloc, r == CUDA_SUCCESS ? *dptr : 0, n, start_ns, r);
   return r;
 }
 
-// cuMemFreeAsync of a host-pool allocation (device_memory_hooks.cc).
-void HostPoolFree(Api api, const Region& r, uint64_t start_ns, CUresult result) {
+// cuMemFreeAsync or cuMemFree of a host-pool allocation
+// (device_memory_hooks.cc).
+void HostPoolFree(Api api, const Region& r, uint64_t start_ns, CUresult result,
+                  bool stream_ordered) {
   CountPin(api, PinOp::kFree, 0, r.bytes, result != CUDA_SUCCESS, LivePin::kHostPool);
-  RecordVmmPin(api, PinOp::kFree, r.start, r.bytes, start_ns, result, trace::kPinFlagStreamOrdered);
+  RecordVmmPin(api, PinOp::kFree, r.start, r.bytes, start_ns, result,
+               stream_ordered ? trace::kPinFlagStreamOrdered : 0);
+  uint64_t pool;
+  if (result != CUDA_SUCCESS || !g_blocks.Find(r.start, &pool)) return;
+  g_blocks.Erase(r.start);
+  VmmHandleTable::Counts c;
+  if (g_pools.Adjust(pool, 0, -1, &c)) {
+    ReleaseCharge(Owner::kProgramPool, EndIfUnused(g_pools, pool, c, true));
+  }
 }
 
 }  // namespace pinshim

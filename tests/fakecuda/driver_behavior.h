@@ -247,6 +247,27 @@ constexpr bool kPoolUsedDropsAtFreeCall = true;
 // contain the pointer: a caller must not read the pair as the allocation.
 constexpr bool kPoolRangeStartIsReservation = true;
 
+// Not measured (tests/interception/vmm_program.cc "edges-vmm" in the GPU
+// tier checks it): one copy over VMM host mappings that lie side by side in
+// a reservation (two handles, as NCCL maps them) reaches both, as a copy of
+// device memory mapped so does. A copy that runs past a mapping into
+// address space without one is refused as any copy past page-locked memory.
+constexpr bool kVmmCopyCrossesAdjacentMappings = true;
+
+// Documented: cuMemRetainAllocationHandle of any address inside a mapping
+// gives the handle mapped there and one more reference to it, which needs a
+// cuMemRelease of its own. Not measured: the answer for an address no
+// mapping holds (documented only as a failure).
+constexpr CUresult kVmmRetainUnmapped = CUDA_ERROR_INVALID_VALUE;
+
+// Documented: cuMemPoolDestroy of a pool with allocations outstanding
+// returns at once, and the pool's memory goes once they are all freed. Not
+// measured: whether any of it (wholly free reservations) goes sooner; the
+// pick is none, so that a destroyed pool holds its whole reservation until
+// its last allocation is freed (cuMemFreeAsync, or cuMemFree, which frees a
+// pool's allocation at once and without synchronizing: documented).
+constexpr bool kDestroyedPoolKeepsAllUntilLastFree = true;
+
 // Documented: cuMemExportToShareableHandle needs the handle type among the
 // allocation's requestedHandleTypes. Measured on the GPU host (driver 580,
 // bench/gpu/vmm_host_probe.cu): otherwise CUDA_ERROR_INVALID_VALUE.

@@ -301,6 +301,15 @@ CUresult ResolveUnifiedRange(CUdeviceptr p, size_t len, Span* out);
 // must be held.
 bool PoolBlockLocked(State& s, CUmemoryPool pool, uintptr_t p, uintptr_t* start, size_t* len);
 
+// cuMemFree of an allocation from a host pool: given back at once. False if
+// p starts no live allocation of any pool. Takes State::mu.
+bool FreePoolBlock(CUdeviceptr p);
+
+// Whether [a, a + len), which starts in VMM mapping r and runs past its
+// end, lies in mappings that follow r side by side, views included
+// (driver_behavior.h). State::mu must be held.
+bool VmmRunCoversLocked(State& s, const HostRange& r, uintptr_t a, size_t len);
+
 // ---- DMA (dma.cc) ------------------------------------------------------------------
 
 // Moves n bytes as the device's DMA does: page-locked host memory is reached

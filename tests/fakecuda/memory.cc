@@ -149,10 +149,13 @@ CUresult FreeDevice(CUdeviceptr dptr) {
   if (CUresult err = CurrentContext(&ctx)) return err;
   if (dptr == 0) return behavior::kFreeNull;
   State& s = S();
+  bool device;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (s.device_allocs.count(dptr) == 0) return CUDA_ERROR_INVALID_VALUE;
+    device = s.device_allocs.count(dptr) != 0;
   }
+  // A pool's allocation is freed without waiting (documented).
+  if (!device) return FreePoolBlock(dptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   // cuMemFree synchronizes: work still using the memory finishes first.
   WaitAllStreamsIdle();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -423,7 +426,8 @@ CUresult ResolveHostRange(const void* p, size_t len, Span* out) {
   HostRange* range = FindContaining(s.host_allocs, a);
   if (range == nullptr) range = FindContaining(s.registrations, a);
   if (range == nullptr) range = FindContaining(s.vmm_host, a);
-  if (range != nullptr && !Fits(range->base, range->size, a, len)) {
+  if (range != nullptr && !Fits(range->base, range->size, a, len) &&
+      !VmmRunCoversLocked(s, *range, a, len)) {
     return behavior::kCopyPastPageLockedEnd;
   }
   const bool pinned = range != nullptr;
@@ -448,7 +452,10 @@ CUresult ResolveDeviceRange(CUdeviceptr p, size_t len, Span* out) {
   HostRange* range = FindContaining(s.host_allocs, p);
   if (range == nullptr) range = FindContaining(s.registrations, p);
   if (range == nullptr) range = FindContaining(s.vmm_host, p);
-  if (range == nullptr || !Fits(range->base, range->size, p, len)) return CUDA_ERROR_INVALID_VALUE;
+  if (range == nullptr ||
+      (!Fits(range->base, range->size, p, len) && !VmmRunCoversLocked(s, *range, p, len))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   char* bytes =
       range->view != nullptr ? range->view + (p - range->base) : reinterpret_cast<char*>(p);
   *out = {bytes, MemKind::kPinned, range->held};

@@ -104,6 +104,7 @@ const Entry kEntries[] = {
     LEGACY("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle),
     LEGACY("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle),
     LEGACY("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle),
+    LEGACY("cuMemRetainAllocationHandle", 10020, cuMemRetainAllocationHandle),
     LEGACY("cuMemPoolCreate", 11020, cuMemPoolCreate),
     LEGACY("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
     LEGACY("cuMemPoolSetAccess", 11020, cuMemPoolSetAccess),

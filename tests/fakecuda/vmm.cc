@@ -9,7 +9,12 @@
 // the same pages there, cuMemUnmap puts the reservation back. The CPU's access is what
 // cuMemSetAccess grants a host location (none until then); this library's copies go through a
 // mapping of its own (HostRange::view), as the driver's DMA does not depend
-// on the CPU's protections. An exported handle is a duplicate of the memfd, so
+// on the CPU's protections. Each reservation has a shadow of its own size
+// where those views lie at the mappings' offsets, so that mappings side by
+// side in a reservation have views side by side, and one copy crosses from
+// one into the next (driver_behavior.h). A handle counts its references
+// (cuMemCreate or an import, each cuMemRetainAllocationHandle) and its
+// mappings; its memory goes when both are gone. An exported handle is a duplicate of the memfd, so
 // an importer maps the same pages. A host pool reserves shared anonymous
 // memory as it grows (driver_behavior.h says by how much) and carves
 // allocations from the top of its free extents. Mapped allocations and
@@ -39,7 +44,7 @@ struct Physical {
   char* anon = nullptr;  // else shared anonymous memory (no file size limit)
   size_t size = 0;
   CUmemAllocationProp prop{};
-  bool released = false;  // cuMemRelease called; freed with its last mapping
+  int refs = 1;  // references not yet released; at 0, freed with its last mapping
   int mappings = 0;
 };
 
@@ -54,6 +59,7 @@ struct Mapping {
 struct Reservation {
   size_t size = 0;
   size_t span = 0;
+  char* shadow = nullptr;  // span bytes of this library's, where the views lie
 };
 
 // A host pool: chunks of reserved memory, each with its free extents.
@@ -72,7 +78,7 @@ struct PoolBlock {
 
 struct Pool {
   CUmemPoolProps props{};
-  bool destroyed = false;  // cuMemPoolDestroy called; gone with its last block
+  bool destroyed = false;  // cuMemPoolDestroy called; gone, all of it, with its last block
   cuuint64_t reserved = 0, used = 0, reserved_high = 0, used_high = 0, threshold = 0;
   std::map<uintptr_t, PoolChunk> chunks;
   std::map<uintptr_t, PoolBlock> blocks;  // pointer -> block
@@ -122,6 +128,14 @@ bool InReservation(const VmmState& v, uintptr_t lo, size_t len) {
   return len <= room - at;
 }
 
+// The reservation holding address p, or end().
+std::map<uintptr_t, Reservation>::const_iterator ReservationOf(const VmmState& v, uintptr_t p) {
+  auto it = v.reservations.upper_bound(p);
+  if (it == v.reservations.begin()) return v.reservations.end();
+  --it;
+  return p - it->first < it->second.span ? it : v.reservations.end();
+}
+
 bool AnyMapping(const VmmState& v, uintptr_t lo, size_t len) {
   auto it = v.mappings.upper_bound(lo);
   if (it != v.mappings.begin() && std::prev(it)->first + std::prev(it)->second.size > lo) {
@@ -148,9 +162,14 @@ void* MapPhysical(const Physical& phys, size_t offset, size_t size, void* at, in
   return m;
 }
 
+// Puts a view's part of its reservation's shadow back to reserved address space.
+void UnmapView(char* view, size_t size) {
+  mmap(view, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
 void DropPhysicalIfUnusedLocked(VmmState& v, CUmemGenericAllocationHandle h) {
   auto it = v.handles.find(h);
-  if (it == v.handles.end() || !it->second.released || it->second.mappings != 0) return;
+  if (it == v.handles.end() || it->second.refs != 0 || it->second.mappings != 0) return;
   if (it->second.fd >= 0) close(it->second.fd);
   if (it->second.anon != nullptr) munmap(it->second.anon, it->second.size);
   v.handles.erase(it);
@@ -327,6 +346,35 @@ CUresult FreeAsync(CUdeviceptr p, CUstream stream, bool per_thread) {
 
 }  // namespace
 
+bool FreePoolBlock(CUdeviceptr p) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Pool* pool = PoolOfLocked(V(s), p);
+  if (pool == nullptr) return false;
+  // Documented: no implicit synchronization; the caller made sure the
+  // memory's work is done. A block already freed stream-ordered is no
+  // allocation any more.
+  if (pool->blocks[p].freed) return false;
+  PoolGiveLocked(s, pool, p);
+  return true;
+}
+
+bool VmmRunCoversLocked(State& s, const HostRange& r, uintptr_t a, size_t len) {
+  if (r.view == nullptr || r.pool != nullptr || !behavior::kVmmCopyCrossesAdjacentMappings) {
+    return false;
+  }
+  uintptr_t end = r.base + r.size;
+  while (len > end - a) {
+    auto next = s.vmm_host.find(end);
+    if (next == s.vmm_host.end() || next->second.pool != nullptr ||
+        next->second.view != r.view + (end - r.base)) {
+      return false;
+    }
+    end += next->second.size;
+  }
+  return true;
+}
+
 bool PoolBlockLocked(State& s, CUmemoryPool handle, uintptr_t p, uintptr_t* start, size_t* len) {
   auto it = V(s).pools.find(reinterpret_cast<Pool*>(handle));
   if (it == V(s).pools.end()) return false;
@@ -416,11 +464,11 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   VmmState& v = V(s);
   auto it = v.handles.find(handle);
   if (it == v.handles.end()) return CUDA_ERROR_INVALID_VALUE;
-  if (it->second.released) return behavior::kVmmReleaseTwice;
+  if (it->second.refs == 0) return behavior::kVmmReleaseTwice;
   if (it->second.mappings != 0 && !behavior::kVmmReleaseWhileMappedSucceeds) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  it->second.released = true;
+  --it->second.refs;
   fakecuda::DropPhysicalIfUnusedLocked(v, handle);
   return CUDA_SUCCESS;
 }
@@ -446,9 +494,14 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
   if (base > lo) munmap(raw, base - lo);
   const uintptr_t tail = base + span;
   if (lo + span + align > tail) munmap(reinterpret_cast<void*>(tail), lo + span + align - tail);
+  void* shadow = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (shadow == MAP_FAILED) {
+    munmap(reinterpret_cast<void*>(base), span);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  V(s).reservations[base] = fakecuda::Reservation{size, span};
+  V(s).reservations[base] = fakecuda::Reservation{size, span, static_cast<char*>(shadow)};
   *ptr = base;
   return CUDA_SUCCESS;
 }
@@ -463,6 +516,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   if (it == v.reservations.end() || it->second.size != size) return CUDA_ERROR_INVALID_VALUE;
   if (fakecuda::AnyMapping(v, ptr, size)) return behavior::kVmmFreeMappedReservation;
   munmap(reinterpret_cast<void*>(ptr), it->second.span);
+  munmap(it->second.shadow, it->second.span);
   v.reservations.erase(it);
   return CUDA_SUCCESS;
 }
@@ -477,7 +531,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   std::lock_guard<std::mutex> lock(s.mu);
   VmmState& v = V(s);
   auto h = v.handles.find(handle);
-  if (h == v.handles.end() || h->second.released) return CUDA_ERROR_INVALID_VALUE;
+  if (h == v.handles.end() || h->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
   Physical& phys = h->second;
   if (!fakecuda::Multiple(ptr, g) || !fakecuda::Multiple(size, g) ||
       !fakecuda::Multiple(offset, g) || offset > phys.size || size > phys.size - offset) {
@@ -486,10 +540,12 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   if (!fakecuda::InReservation(v, ptr, size)) return behavior::kVmmMapOutsideReservations;
   if (fakecuda::AnyMapping(v, ptr, size)) return behavior::kVmmMapOntoMapped;
   const int prot = behavior::kVmmHostCpuAccessAtMap ? PROT_READ | PROT_WRITE : PROT_NONE;
-  void* view = fakecuda::MapPhysical(phys, offset, size, nullptr, PROT_READ | PROT_WRITE);
+  auto res = fakecuda::ReservationOf(v, ptr);
+  char* view_at = res->second.shadow + (ptr - res->first);
+  void* view = fakecuda::MapPhysical(phys, offset, size, view_at, PROT_READ | PROT_WRITE);
   if (view == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   if (fakecuda::MapPhysical(phys, offset, size, reinterpret_cast<void*>(ptr), prot) == MAP_FAILED) {
-    munmap(view, size);
+    fakecuda::UnmapView(view_at, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   ++phys.mappings;
@@ -523,7 +579,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     const Mapping map = m->second;
     m = v.mappings.erase(m);
     s.vmm_host.erase(at);
-    munmap(map.view, map.size);
+    fakecuda::UnmapView(map.view, map.size);
     mmap(reinterpret_cast<void*>(at), map.size, PROT_NONE,
          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     auto h = v.handles.find(map.handle);
@@ -572,7 +628,7 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
   std::lock_guard<std::mutex> lock(s.mu);
   VmmState& v = V(s);
   auto h = v.handles.find(handle);
-  if (h == v.handles.end() || h->second.released) return CUDA_ERROR_INVALID_VALUE;
+  if (h == v.handles.end() || h->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
   if ((h->second.prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
     return behavior::kExportTypeNotRequested;
   }
@@ -607,6 +663,27 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   phys.prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
   phys.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   *handle = h;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  FAKECUDA_ENTER("cuMemRetainAllocationHandle");
+  if (CUresult err = fakecuda::RequireInit()) return err;
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  VmmState& v = V(s);
+  // Documented: any address of a mapping names its handle; an address no
+  // mapping holds is refused.
+  const auto p = reinterpret_cast<uintptr_t>(addr);
+  auto m = v.mappings.upper_bound(p);
+  if (m == v.mappings.begin() || p - std::prev(m)->first >= std::prev(m)->second.size) {
+    return behavior::kVmmRetainUnmapped;
+  }
+  auto h = v.handles.find(std::prev(m)->second.handle);
+  if (h == v.handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  ++h->second.refs;
+  *handle = h->first;
   return CUDA_SUCCESS;
 }
 
@@ -653,9 +730,12 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   std::lock_guard<std::mutex> lock(s.mu);
   Pool* p = fakecuda::LivePoolLocked(V(s), pool);
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  // Documented: memory still allocated from it goes when it is freed.
+  // Documented: with allocations outstanding, the pool's memory goes once
+  // the last of them is freed (driver_behavior.h: all of it, then).
   p->destroyed = true;
-  fakecuda::TrimLocked(s, p, 0);
+  if (p->blocks.empty() || !behavior::kDestroyedPoolKeepsAllUntilLastFree) {
+    fakecuda::TrimLocked(s, p, 0);
+  }
   return CUDA_SUCCESS;
 }
 

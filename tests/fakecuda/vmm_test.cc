@@ -199,6 +199,62 @@ TEST_F(VmmTest, HostGetFlagsAnswersForMappedVmmHostMemory) {
   EXPECT_EQ(cuMemAddressFree(va, g_), CUDA_SUCCESS);
 }
 
+// A retained handle is the one mapped there, from any address of the
+// mapping, and one more reference: the memory outlives the first release.
+TEST_F(VmmTest, RetainedHandleNeedsItsOwnRelease) {
+  CUmemAllocationProp prop = HostProp();
+  CUmemGenericAllocationHandle h, again = 0;
+  ASSERT_EQ(cuMemCreate(&h, 2 * g_, &prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va;
+  ASSERT_EQ(cuMemAddressReserve(&va, 3 * g_, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va)),
+            CUDA_ERROR_INVALID_VALUE);  // nothing mapped yet
+  ASSERT_EQ(cuMemMap(va, 2 * g_, 0, h, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va + g_ + 7)),
+            CUDA_SUCCESS);
+  EXPECT_EQ(again, h);
+  EXPECT_EQ(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va + 2 * g_)),
+            CUDA_ERROR_INVALID_VALUE);  // past the mapping
+  CUmemAllocationProp got{};
+  EXPECT_EQ(cuMemGetAllocationPropertiesFromHandle(&got, again), CUDA_SUCCESS);
+  EXPECT_EQ(got.location.type, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  EXPECT_EQ(cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(again), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);  // no reference left
+  EXPECT_EQ(cuMemUnmap(va, 2 * g_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemAddressFree(va, 3 * g_), CUDA_SUCCESS);
+}
+
+// Two handles side by side in one reservation: one copy crosses from the
+// first into the second, both ways; past the second it is refused.
+TEST_F(VmmTest, OneCopyCrossesMappingsSideBySide) {
+  CUmemAllocationProp prop = HostProp();
+  CUmemGenericAllocationHandle a, b;
+  ASSERT_EQ(cuMemCreate(&a, g_, &prop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemCreate(&b, g_, &prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va;
+  ASSERT_EQ(cuMemAddressReserve(&va, 3 * g_, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemMap(va, g_, 0, a, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemMap(va + g_, g_, 0, b, 0), CUDA_SUCCESS);
+  OpenForBoth(va, 2 * g_);
+  char* host = reinterpret_cast<char*>(va);
+  const size_t n = g_, at = g_ / 2;  // the second half of a, the first of b
+  for (size_t i = 0; i < n; ++i) host[at + i] = static_cast<char>(i * 7 + 1);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, n), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyHtoD(dev, host + at, n), CUDA_SUCCESS);
+  std::memset(host, 0, 2 * g_);
+  ASSERT_EQ(cuMemcpyDtoH(host + at, dev, n), CUDA_SUCCESS);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(host[at + i], static_cast<char>(i * 7 + 1)) << i;
+  EXPECT_EQ(cuMemcpyHtoD(dev, host + g_ + at, n), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree(dev), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemUnmap(va, g_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemUnmap(va + g_, g_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(a), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(b), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemAddressFree(va, 3 * g_), CUDA_SUCCESS);
+}
+
 class HostPoolTest : public VmmTest {
  protected:
   void SetUp() override {
@@ -309,6 +365,59 @@ TEST_F(HostPoolTest, AllocationAttributesAreTheMeasuredOnes) {
   }
   EXPECT_EQ(cuMemFreeAsync(a, s_), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFreeAsync(b, s_), CUDA_SUCCESS);
+}
+
+// cuMemFree frees a pool's allocation at once, without waiting for the
+// stream (documented); freeing it again either way is refused.
+TEST_F(HostPoolTest, CuMemFreeFreesAPoolAllocationAtOnce) {
+  CUdeviceptr a, b;
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&a, kMiB, pool_, s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(a), CUDA_SUCCESS);
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_EQ(cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFreeAsync(a, s_), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&b, kMiB, pool_, s_), CUDA_SUCCESS);
+  EXPECT_EQ(b, a);  // back in the pool already
+  ASSERT_EQ(cuMemFreeAsync(b, s_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(b), CUDA_ERROR_INVALID_VALUE);  // freed stream-ordered already
+  ASSERT_EQ(cuStreamSynchronize(s_), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemPoolTrimTo(pool_, 0), CUDA_SUCCESS);
+  EXPECT_EQ(Reserved(), 0u);
+}
+
+// A pool destroyed with an allocation outstanding: the allocation stays
+// host memory that copies reach until it is freed, by either free.
+TEST_F(VmmTest, DestroyedPoolLivesUntilItsLastAllocationIsFreed) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr dev;
+  ASSERT_EQ(cuMemAlloc(&dev, kMiB), CUDA_SUCCESS);
+  for (bool sync_free : {false, true}) {
+    CUmemoryPool pool;
+    ASSERT_EQ(cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+    CUdeviceptr a, b;
+    ASSERT_EQ(cuMemAllocFromPoolAsync(&a, kMiB, pool, s), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemAllocFromPoolAsync(&b, kMiB, pool, s), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemFreeAsync(b, s), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemPoolDestroy(pool), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemAllocFromPoolAsync(&b, kMiB, pool, s), CUDA_ERROR_INVALID_VALUE);
+    unsigned type = 0;
+    EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a), CUDA_SUCCESS);
+    EXPECT_EQ(type, unsigned{CU_MEMORYTYPE_HOST});
+    std::memset(reinterpret_cast<void*>(a), 3, kMiB);
+    EXPECT_EQ(cuMemcpyHtoD(dev, reinterpret_cast<void*>(a), kMiB), CUDA_SUCCESS);
+    EXPECT_EQ(sync_free ? cuMemFree(a) : cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a),
+              CUDA_ERROR_INVALID_VALUE);  // gone with the pool
+  }
+  EXPECT_EQ(cuMemFree(dev), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
 }  // namespace

@@ -386,7 +386,8 @@ build_programs() {
       -L"$cuda_home/lib64/stubs" -L"$cuda_home/targets/x86_64-linux/lib/stubs" \
       -L/usr/lib/x86_64-linux-gnu -Xlinker --no-as-needed -lcuda
   fi
-  if wanted vmm_host || wanted vmm_import || wanted host_pool; then
+  if wanted vmm_host || wanted vmm_import || wanted host_pool || wanted vmm_edges ||
+    wanted pool_edges; then
     # The CI program of VMM host and host-pool memory, on the real driver.
     build vmm_program "$nvcc" "${common[@]}" \
       -o "$b/vmm_program" "$HERE/../interception/vmm_program.cc" \
@@ -589,7 +590,8 @@ main() {
     for p in copy_static copy_shared driver_dlopen driver_linked; do
       wanted "$p" && [ -x "$b/$p" ] && run_program "$p" "$b/$p"
     done
-    for p in vmm_host=vmm vmm_import=import host_pool=pool; do
+    for p in vmm_host=vmm vmm_import=import host_pool=pool vmm_edges=edges-vmm \
+      pool_edges=edges-pool; do
       wanted "${p%%=*}" && [ -x "$b/vmm_program" ] && run_program "${p%%=*}" "$b/vmm_program" "${p#*=}"
     done
     if wanted torch; then

@@ -864,9 +864,15 @@ TEST(InterceptionTest, ProgramLinkedAgainstLibcuda) {
 
 // Every copy of the program's memory kind, counted with its direction, and
 // never a pageable one (the driver's own mappings are not the program's).
-void CheckVmmKind(const std::string& what, const char* kind, const char* mode) {
-  RunResult without = RunProgram({g_vmm_program, what}, false);
-  RunResult with = RunProgram({g_vmm_program, what}, true, {std::string("PINSHIM_MODE=") + mode});
+void CheckVmmKind(const std::string& what, const char* kind, const char* mode,
+                  const std::vector<std::string>& args = {},
+                  const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv = {g_vmm_program, what};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> with_env = {std::string("PINSHIM_MODE=") + mode};
+  with_env.insert(with_env.end(), env.begin(), env.end());
+  RunResult without = RunProgram(argv, false);
+  RunResult with = RunProgram(argv, true, with_env);
   ASSERT_EQ(without.status, 0) << without.err;
   ASSERT_EQ(with.status, 0) << with.err;
   EXPECT_EQ(without.out, with.out);
@@ -927,6 +933,59 @@ TEST(VmmHostTest, EnforceChargesVmmHostAndPoolMemory) {
     const bool says =
         r.err.find("fallback policy cannot serve pageable memory for VMM") != std::string::npos;
     EXPECT_EQ(says, std::string(policy) == "fallback") << r.err;
+  }
+}
+
+// Unusual but legal uses (tests/interception/vmm_program.cc "edges-vmm"):
+// one handle mapped at two addresses, two handles side by side with a copy
+// across both, a handle released before its unmap, a retained handle. Every
+// copy counted as VMM host memory, every pin call balanced; under enforce
+// (a budget of 20 granules) the program's probes find the budget charged
+// with exactly what is pinned after each step, and whole at each end.
+TEST(VmmHostTest, UnusualVmmHostUsesAreCountedAndChargedInEveryMode) {
+  for (const char* mode : {"observe", "optimize", "enforce"}) {
+    CheckVmmKind("edges-vmm", "vmm-host", mode, {"20"}, {"PINSHIM_BUDGET=40M"});
+  }
+}
+
+// A host pool's allocations freed by cuMemFree, trimmed, and a pool
+// destroyed with allocations outstanding, used and then freed.
+TEST(VmmHostTest, UnusualHostPoolUsesAreCountedAndChargedInEveryMode) {
+  for (const char* mode : {"observe", "optimize", "enforce"}) {
+    CheckVmmKind("edges-pool", "host-pool", mode, {"20"}, {"PINSHIM_BUDGET=40M"});
+  }
+}
+
+// The charges of those uses while they last: memory released while mapped,
+// or held by a retained reference, or by a destroyed pool's outstanding
+// allocation, stays charged until it goes; a handle mapped twice is charged
+// once; a cuMemFree'd pool allocation leaves its reservation charged until
+// the trim.
+TEST(VmmHostTest, EnforceChargesUnusualUsesUntilTheMemoryGoes) {
+  RunResult free_run = RunProgram({g_vmm_program, "edges-budget"}, false);
+  ASSERT_EQ(free_run.status, 0) << free_run.err;
+  EXPECT_EQ(free_run.out.find(": 2\n"), std::string::npos) << free_run.out;
+  const char* expected =
+      "12g beside 8g mapped twice: 0\n"
+      "16g beside 8g released, mapped: 2\n"
+      "16g after its unmap: 0\n"
+      "16g beside 8g with a retained reference: 2\n"
+      "16g after the last release and unmap: 0\n"
+      "pool 1 MiB: 0\n"
+      "destroy with it outstanding: 0\n"
+      "8g beside the destroyed pool's allocation: 2\n"
+      "cuMemFree: 0\n"
+      "20g after the destroyed pool's last free: 0\n"
+      "cuMemFree from a live pool: 0\n"
+      "8g beside its reservation: 2\n"
+      "20g after the trim: 0\n"
+      "destroy: 0\n";
+  for (const char* policy : {"deny", "evict"}) {
+    RunResult r = RunProgram(
+        {g_vmm_program, "edges-budget"}, true,
+        {"PINSHIM_MODE=enforce", "PINSHIM_BUDGET=40M", std::string("PINSHIM_POLICY=") + policy});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, expected) << policy << "\n" << r.err;
   }
 }
 
