@@ -116,6 +116,18 @@ class Replay : public EventVisitor {
     return addr - a.ptr < (a.bytes == 0 ? 1 : a.bytes) ? &a : nullptr;
   }
 
+  // A copy that runs past the end of the pinned allocation it starts in
+  // (legal for VMM host mappings side by side in one reservation) uses each
+  // allocation it reaches too, for its part of the bytes.
+  void UseFollowing(const PinnedAlloc& first, uint64_t addr, uint64_t bytes) {
+    const uint64_t end = addr + bytes;
+    for (auto it = pinned_.upper_bound(first.ptr); it != pinned_.end() && it->first < end; ++it) {
+      PinnedAlloc& a = it->second;
+      ++a.copies;
+      a.copy_bytes += std::min(end, a.ptr + a.bytes) - a.ptr;
+    }
+  }
+
   void Copy(const Event& e) {
     ++summary_.copies;
     if (sites_ != nullptr) sites_->OnCopy(e);
@@ -135,6 +147,7 @@ class Replay : public EventVisitor {
       if (pinned != nullptr) {
         ++pinned->copies;
         pinned->copy_bytes += e.bytes;
+        UseFollowing(*pinned, e.host_ptr, e.bytes);
       }
     }
     const HostAlloc* host = nullptr;

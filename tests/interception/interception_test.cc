@@ -956,6 +956,24 @@ TEST(VmmHostTest, UnusualHostPoolUsesAreCountedAndChargedInEveryMode) {
   }
 }
 
+// Their traces: every copy of pinned memory, no advice to pin it, and each
+// mapping used (the copy across two mappings side by side uses both).
+TEST(VmmHostTest, UnusualUsesReportNoPageableAndNoUnusedPinning) {
+  for (const char* what : {"edges-vmm", "edges-pool"}) {
+    std::string dir = MakeTempDir();
+    std::string json = ReportJson({g_vmm_program, what}, dir);
+    ASSERT_NE(json.find("\"findings\""), std::string::npos) << what << "\n" << json;
+    for (const char* rule : {"pinned-unused", "pageable-hot", "async-pageable"}) {
+      EXPECT_EQ(json.find(std::string("\"rule\": \"") + rule + "\""), std::string::npos)
+          << what << " " << rule << "\n"
+          << json;
+    }
+    RunResult text = RunProgram({g_pinshim, "report", dir}, false);
+    EXPECT_NE(text.out.find("moved: H2D"), std::string::npos) << text.out;
+    EXPECT_EQ(text.out.find("pageable"), std::string::npos) << text.out;
+  }
+}
+
 // The charges of those uses while they last: memory released while mapped,
 // or held by a retained reference, or by a destroyed pool's outstanding
 // allocation, stays charged until it goes; a handle mapped twice is charged
