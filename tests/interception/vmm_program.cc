@@ -48,13 +48,11 @@ size_t Granularity() {
   return g;
 }
 
-// Reserves and maps `handle`, then opens it read-write for device 0 and for
-// the CPU; returns the address. The CPU faults on the memory until a
+// Maps `handle` at `va` (inside a reservation), then opens it read-write
+// for device 0 and for the CPU. The CPU faults on the memory until a
 // cuMemSetAccess names a host location (one that names only the device is
 // not enough), so nothing touches it before the second call.
-CUdeviceptr MapHost(CUmemGenericAllocationHandle handle, size_t size) {
-  CUdeviceptr va;
-  CHECK(cuMemAddressReserve(&va, size, 0, 0, 0));
+void MapAt(CUdeviceptr va, size_t size, CUmemGenericAllocationHandle handle) {
   CHECK(cuMemMap(va, size, 0, handle, 0));
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -62,8 +60,14 @@ CUdeviceptr MapHost(CUmemGenericAllocationHandle handle, size_t size) {
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   CHECK(cuMemSetAccess(va, size, &access, 1));
   access.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-  access.location.id = 0;
   CHECK(cuMemSetAccess(va, size, &access, 1));
+}
+
+// Reserves address space for `handle` and maps it there (MapAt).
+CUdeviceptr MapHost(CUmemGenericAllocationHandle handle, size_t size) {
+  CUdeviceptr va;
+  CHECK(cuMemAddressReserve(&va, size, 0, 0, 0));
+  MapAt(va, size, handle);
   return va;
 }
 
@@ -141,19 +145,6 @@ CUmemGenericAllocationHandle Create(size_t size) {
   CUmemGenericAllocationHandle h;
   CHECK(cuMemCreate(&h, size, &prop, 0));
   return h;
-}
-
-// Maps `handle` at `va` (inside a reservation) and opens it to the device
-// and the CPU, as MapHost does.
-void MapAt(CUdeviceptr va, size_t size, CUmemGenericAllocationHandle handle) {
-  CHECK(cuMemMap(va, size, 0, handle, 0));
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = 0;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CHECK(cuMemSetAccess(va, size, &access, 1));
-  access.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-  CHECK(cuMemSetAccess(va, size, &access, 1));
 }
 
 // The counts the edge patterns print, summed into one "expect:" line (the

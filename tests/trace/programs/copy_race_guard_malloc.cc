@@ -61,6 +61,17 @@ void Require(bool layout, const char* what) {
   exit(2);
 }
 
+// Puts the pattern on the device from buf (n bytes), clears buf and
+// registers it, ready for downloads; returns the device buffer.
+void* ReadyForDownloads(char* buf, size_t n) {
+  Fill(buf, n);
+  void* dev = cuda::DeviceAlloc(n);
+  cuda::MemcpyHtoD(dev, buf, n);
+  memset(buf, 0, n);
+  cuda::HostRegister(buf, n);
+  return dev;
+}
+
 // The buffer glibc mapped for itself: first and last byte caught.
 int MappedBuffer(cuda::Stream stream) {
   const size_t n = (8u << 20) + 1000;  // its end in the middle of a page
@@ -69,11 +80,7 @@ int MappedBuffer(cuda::Stream stream) {
   Require(PageOf(buf) != reinterpret_cast<uintptr_t>(buf), "the buffer starts a page");
   const size_t usable = malloc_usable_size(buf);
   Require(usable > n && PageOf(buf + usable - 1) == PageOf(buf + n - 1), "no padding after it");
-  Fill(buf, n);
-  void* dev = cuda::DeviceAlloc(n);
-  cuda::MemcpyHtoD(dev, buf, n);
-  memset(buf, 0, n);
-  cuda::HostRegister(buf, n);
+  void* dev = ReadyForDownloads(buf, n);
 
   cuda::MemcpyDtoHAsync(buf, dev, n, stream);
   volatile char* padding = buf + usable - 1;
@@ -103,11 +110,7 @@ int ReusedBuffer(cuda::Stream stream) {
   free(larger);
   char* buf = static_cast<char*>(malloc(n));
   Require(PageOf(buf) != reinterpret_cast<uintptr_t>(buf), "the buffer starts a page");
-  Fill(buf, n);
-  void* dev = cuda::DeviceAlloc(n);
-  cuda::MemcpyHtoD(dev, buf, n);
-  memset(buf, 0, n);
-  cuda::HostRegister(buf, n);
+  void* dev = ReadyForDownloads(buf, n);
   cuda::MemcpyDtoHAsync(buf, dev, n, stream);
   int seen = buf[0];  // MISUSE(copy-race)
   cuda::StreamSynchronize(stream);
