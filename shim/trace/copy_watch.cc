@@ -81,6 +81,16 @@ constexpr int kApplyRounds = 64;
 
 inline uint64_t PhaseOf(uint64_t state) { return state & 3; }
 
+// Widens [lo, hi) to hold [a, z) (only ever widened).
+void Widen(std::atomic<uintptr_t>& lo, std::atomic<uintptr_t>& hi, uintptr_t a, uintptr_t z) {
+  uintptr_t cur = lo.load(std::memory_order_relaxed);
+  while (a < cur && !lo.compare_exchange_weak(cur, a)) {
+  }
+  cur = hi.load(std::memory_order_relaxed);
+  while (z > cur && !hi.compare_exchange_weak(cur, z)) {
+  }
+}
+
 void NoteRecent(uintptr_t begin, uintptr_t end) {
   unsigned i = g_recent_next.fetch_add(1, std::memory_order_relaxed) % kRecent;
   g_recent_end[i].store(0, std::memory_order_relaxed);
@@ -329,12 +339,7 @@ void WatchCopy(const void* host, uint64_t bytes, bool device_to_host, const void
       },
       /*open=*/true);
   const uint64_t ticket = g_ticket.fetch_add(1, std::memory_order_relaxed);
-  uintptr_t lo = g_lo.load(std::memory_order_relaxed);
-  while (begin < lo && !g_lo.compare_exchange_weak(lo, begin)) {
-  }
-  uintptr_t hi = g_hi.load(std::memory_order_relaxed);
-  while (end > hi && !g_hi.compare_exchange_weak(hi, end)) {
-  }
+  Widen(g_lo, g_hi, begin, end);
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (size_t i = 0; i < kMaxWatchedCopies; ++i) {
       Slot& s = g_slots[i];
@@ -509,15 +514,6 @@ bool AddBlock(uintptr_t begin, uint64_t bytes, uintptr_t buffer) {
     }
   }
   return false;
-}
-
-void Widen(std::atomic<uintptr_t>& lo, std::atomic<uintptr_t>& hi, uintptr_t a, uintptr_t z) {
-  uintptr_t cur = lo.load(std::memory_order_relaxed);
-  while (a < cur && !lo.compare_exchange_weak(cur, a)) {
-  }
-  cur = hi.load(std::memory_order_relaxed);
-  while (z > cur && !hi.compare_exchange_weak(cur, z)) {
-  }
 }
 
 }  // namespace
