@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -252,13 +251,16 @@ bool MallocIsLibcs() {
 // Whether the program chose how glibc places large blocks itself, through
 // its environment (a mallopt it makes later wins anyway).
 bool ProgramSetMallocPlacement() {
+  static const struct {
+    const char* env;
+    const char* tunable;
+  } kSettings[] = {{"MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"},
+                   {"MALLOC_TOP_PAD_", "glibc.malloc.top_pad"},
+                   {"MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"}};
   const char* tunables = getenv("GLIBC_TUNABLES");
-  for (const char* name : {"mmap_threshold", "top_pad", "trim_threshold"}) {
-    char env[64], tunable[64];
-    snprintf(env, sizeof(env), "MALLOC_%s_", name);
-    for (char* c = env; *c != '\0'; ++c) *c = static_cast<char>(toupper(*c));
-    snprintf(tunable, sizeof(tunable), "glibc.malloc.%s", name);
-    if (getenv(env) != nullptr || (tunables != nullptr && strstr(tunables, tunable) != nullptr)) {
+  for (const auto& setting : kSettings) {
+    if (getenv(setting.env) != nullptr ||
+        (tunables != nullptr && strstr(tunables, setting.tunable) != nullptr)) {
       return true;
     }
   }
