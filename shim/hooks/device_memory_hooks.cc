@@ -66,14 +66,18 @@ CUresult AllocFromPoolAsync(Api api, CUdeviceptr* dptr, size_t n, CUmemoryPool p
       });
 }
 
+// Whether d is the start of a host pool's allocation (its region in *reg).
+bool HostPoolBlock(CUdeviceptr d, Region* reg) {
+  return g_allocations.Lookup(d, reg) && reg->start == d && reg->kind == MemKind::kPoolHost;
+}
+
 CUresult FreeAsync(Api api, CUdeviceptr d, CUstream st) {
   const FreeAsyncFn real_fn = hook::RealFn<FreeAsyncFn>(api);
   if (!hook::Handles(real_fn)) return hook::Forward(real_fn, d, st);
   const hook::HookScope scope;
   const uint64_t start_ns = hook::StartTime();
   Region reg;
-  const bool host_pool =
-      g_allocations.Lookup(d, &reg) && reg.start == d && reg.kind == MemKind::kPoolHost;
+  const bool host_pool = HostPoolBlock(d, &reg);
   CUresult r = real_fn(d, st);
   if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
   if (host_pool) HostPoolFree(api, reg, start_ns, r, /*stream_ordered=*/true);
@@ -130,8 +134,7 @@ CUresult cuMemFree_v2(CUdeviceptr d) {
   const hook::HookScope scope;
   const uint64_t start_ns = StartTime();
   Region reg;
-  const bool host_pool =
-      g_allocations.Lookup(d, &reg) && reg.start == d && reg.kind == MemKind::kPoolHost;
+  const bool host_pool = HostPoolBlock(d, &reg);
   CUresult r = real_fn(d);
   if (r == CUDA_SUCCESS) g_allocations.Remove(d, nullptr);
   // A host pool's allocation (legal here too) is freed without waiting for
