@@ -48,6 +48,9 @@ struct Exposition {
 // Parses Prometheus text format strictly enough to catch what the textfile
 // collector would reject: samples before their HELP/TYPE, a family split in
 // two, a series given twice, names without the pinshim_ prefix.
+// This process's labels outside a ledger.
+std::string OwnLabels() { return "pid=\"" + std::to_string(getpid()) + "\",slot=\"none\""; }
+
 Exposition Parse(const std::string& text) {
   Exposition e;
   std::istringstream in(text);
@@ -100,7 +103,7 @@ TEST(MetricsTest, ProcessOnlyBudget) {
   const std::string text = ReadFile(path);
   Exposition e = Parse(text);
   EXPECT_TRUE(e.problems.empty()) << e.problems[0] << "\n" << text;
-  const std::string me = "pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
+  const std::string me = OwnLabels();
   EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_alloc\",kind=\"pinned\"}"),
             3 * kMiB);
   EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me +
@@ -136,7 +139,7 @@ TEST(MetricsTest, VmmHostAndHostPoolPinningHaveTheirKinds) {
   const std::string text = ReadFile(path);
   Exposition e = Parse(text);
   EXPECT_TRUE(e.problems.empty()) << e.problems[0] << "\n" << text;
-  const std::string me = "pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
+  const std::string me = OwnLabels();
   EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_vmm\",kind=\"vmm-host\"}"),
             4 * kMiB)
       << text;
@@ -282,7 +285,7 @@ TEST(MetricsTest, ReplacementIsAtomic) {
       Exposition e = Parse(ReadFile(path));
       if (!e.problems.empty() || e.values.size() != lines) torn.fetch_add(1);
       // The grants counter and the pinned bytes move together.
-      const std::string me = "{pid=\"" + std::to_string(getpid()) + "\",slot=\"none\"";
+      const std::string me = "{" + OwnLabels();
       uint64_t grants = e.values[std::string("pinshim_grants_total") + me + "}"];
       uint64_t pinned =
           e.values["pinshim_pinned_bytes" + me + ",owner=\"program_alloc\",kind=\"pinned\"}"];
