@@ -136,6 +136,14 @@ std::map<uintptr_t, Reservation>::const_iterator ReservationOf(const VmmState& v
   return p - it->first < it->second.span ? it : v.reservations.end();
 }
 
+// The mapping holding address p, or end().
+std::map<uintptr_t, Mapping>::const_iterator MappingAt(const VmmState& v, uintptr_t p) {
+  auto it = v.mappings.upper_bound(p);
+  if (it == v.mappings.begin()) return v.mappings.end();
+  --it;
+  return p - it->first < it->second.size ? it : v.mappings.end();
+}
+
 bool AnyMapping(const VmmState& v, uintptr_t lo, size_t len) {
   auto it = v.mappings.upper_bound(lo);
   if (it != v.mappings.begin() && std::prev(it)->first + std::prev(it)->second.size > lo) {
@@ -675,12 +683,9 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   VmmState& v = V(s);
   // Documented: any address of a mapping names its handle; an address no
   // mapping holds is refused.
-  const auto p = reinterpret_cast<uintptr_t>(addr);
-  auto m = v.mappings.upper_bound(p);
-  if (m == v.mappings.begin() || p - std::prev(m)->first >= std::prev(m)->second.size) {
-    return behavior::kVmmRetainUnmapped;
-  }
-  auto h = v.handles.find(std::prev(m)->second.handle);
+  const auto m = fakecuda::MappingAt(v, reinterpret_cast<uintptr_t>(addr));
+  if (m == v.mappings.end()) return behavior::kVmmRetainUnmapped;
+  auto h = v.handles.find(m->second.handle);
   if (h == v.handles.end()) return CUDA_ERROR_INVALID_VALUE;
   ++h->second.refs;
   *handle = h->first;
