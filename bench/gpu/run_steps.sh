@@ -16,6 +16,10 @@
 #   tier       the GPU tier and the misuse programs (run_all.sh, benchmarks
 #              skipped)
 #   hazards    the hazard suite on the real driver
+#   guard      tests/gpu/copy_guard_check.sh (the copy guard's programs)
+#   vmm        the GPU tier's VMM and host-pool rows (VMM_TIER, default
+#              "vmm_host host_pool vmm_edges pool_edges"), then
+#              vmm_host_probe.sh (its files in OUTDIR/vmm)
 #   page       page_bench.sh (PAGE_ROUNDS, default 9)
 #   stage      stage_bench.sh (STAGE_SECTIONS, default "1 2 3 4 5 7";
 #              STAGE_ROUNDS, default 3; STAGE_SWEEP / STAGE_SWEEP_SIZES for
@@ -73,6 +77,19 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
       (. bench/gpu/bundle_env.sh "$LIBDIR" && cd .gpu/hazards &&
         LD_LIBRARY_PATH=../needed timeout "$max" python3 hazards_test.py ./hazard_program \
           ../libpinshim.so ../rules/analyzer/report/pinshim-report) > "$log" 2>&1
+      ;;
+    guard)
+      timeout "$max" bash tests/gpu/copy_guard_check.sh .gpu > "$log" 2>&1
+      echo "rc=$?" >> "$log"
+      ;;
+    vmm)
+      (
+        GPU_TIER_ONLY="${VMM_TIER:-vmm_host host_pool vmm_edges pool_edges}" timeout 120 \
+          bash tests/gpu/run_gpu_tier.sh .gpu
+        echo "tier rc=$?"
+        timeout $((max - 120)) bash bench/gpu/vmm_host_probe.sh .gpu "$OUTDIR/vmm"
+        echo "probe rc=$?"
+      ) > "$log" 2>&1
       ;;
     handoff)
       timeout "$max" .gpu/bench/handoff_probe "${HANDOFF_BYTES:-1048576}" "0 1 2 4 8 12" 200 \
