@@ -117,7 +117,7 @@ if has py; then
   for v in "${variants[@]}"; do
     mkfifo "$W/go.$v" "$W/done.$v"
     env $(variant_env "$v") python3 "$here/py_matrix.py" "$PY_ROUNDS" "$W/go.$v" "$W/done.$v" \
-      $PY_CELLS 2>> "$W/stderr.txt" | sed "s/^/variant=$v /" > "$W/py.$v.txt" &
+      $PY_CELLS 2>> "$W/stderr.txt" | sed -u "s/^/variant=$v /" > "$W/py.$v.txt" &
     pids+=($!)
   done
   declare -A go_fd done_fd

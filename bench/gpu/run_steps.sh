@@ -32,6 +32,9 @@
 #              copy, each call timed (percentiles), without and with it
 #   pairs      alloc_loop with a copy under optimize mode with a trace: the
 #              allocation + free pairs as pinshim report times them
+#   matrix     matrix.sh with MATRIX_ROUNDS (default 8) rounds and the
+#              MATRIX_* settings of the environment, into OUTDIR/matrix; cut
+#              off by its limit, the table is made from the rounds that ended
 #   handoff    handoff_probe (bench/copy): 64 KiB pieces of a 1 MiB buffer
 #              (HANDOFF_BYTES) copied by spinning workers, per source state
 #              and copy routine; no GPU, the host's cores
@@ -90,6 +93,14 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
         timeout $((max - 120)) bash bench/gpu/vmm_host_probe.sh .gpu "$OUTDIR/vmm"
         echo "probe rc=$?"
       ) > "$log" 2>&1
+      ;;
+    matrix)
+      OUT="$OUTDIR" timeout "$max" bash bench/gpu/matrix.sh .gpu "${MATRIX_ROUNDS:-8}" > "$log" 2>&1
+      if [ ! -s "$OUTDIR/matrix/table.txt" ]; then
+        echo "cut off: the table of the rounds that ended" >> "$log"
+        cat "$OUTDIR/matrix/raw.txt" "$OUTDIR"/matrix/py.*.txt 2>/dev/null |
+          python3 bench/gpu/matrix_table.py /dev/stdin >> "$log" 2>&1
+      fi
       ;;
     handoff)
       timeout "$max" .gpu/bench/handoff_probe "${HANDOFF_BYTES:-1048576}" "0 1 2 4 8 12" 200 \
