@@ -17,7 +17,8 @@
 # $OUT/matrix/raw.txt, the table (bench/gpu/matrix_table.py) to
 # $OUT/matrix/table.txt and the end of the output.
 #
-# MATRIX_PARTS: any of "cpp cold py" (default all). MATRIX_CPP_CELLS,
+# MATRIX_PARTS: any of "cpp cold py" (default all). MATRIX_COLD_SIZES: the
+# cold cells' sizes in bytes (default 1, 4, 64 and 256 MiB). MATRIX_CPP_CELLS,
 # MATRIX_PY_CELLS: the C++ or Python cells to run, in place of all of them. MATRIX_PY_ROUNDS: the
 # Python cells' rounds. MATRIX_FIRST_ROUND (default 1): the number of the
 # first C++ round, so that rounds run in several calls add up; raw lines are
@@ -66,7 +67,7 @@ CPP_CELLS+=" bw:$((32 * MIB)) bwpinned:$((32 * MIB))"
 CPP_CELLS+=" threads:$((4 * MIB)):4 threads:$((16 * MIB)):4"
 CPP_CELLS+=" busy:12 fresh:$((4 * MIB)):sync fresh:$((64 * MIB)):sync busy:0"
 CPP_CELLS="${MATRIX_CPP_CELLS:-$CPP_CELLS}"
-COLD_SIZES="$MIB $((4 * MIB)) $((64 * MIB)) $((256 * MIB))"
+COLD_SIZES="${MATRIX_COLD_SIZES:-$MIB $((4 * MIB)) $((64 * MIB)) $((256 * MIB))}"
 PY_CELLS=""
 for b in 5 32 112; do
   for w in 0 2 4; do

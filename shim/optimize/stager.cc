@@ -357,6 +357,31 @@ void Stager::StartWorkers() {
   workers_started_.store(2, std::memory_order_release);
 }
 
+void* Stager::StarterMain(void* arg) {
+  prctl(PR_SET_NAME, "pinshim-stage", 0, 0, 0);
+  ReentryGuard::HoldForever(Reentry::kHook);
+  Stager* self = static_cast<Stager*>(arg);
+  self->StartWorkers();
+  self->UsableWorkers();  // the first look at /proc/stat
+  return nullptr;
+}
+
+bool Stager::StartWorkersInBackground() {
+  if (!active() || workers_started_.load(std::memory_order_acquire) != 0) return false;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 << 10);
+  pthread_t t;
+  const bool started = pthread_create(&t, &attr, &Stager::StarterMain, this) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return started;
+}
+
 void Stager::WorkerLoop() {
   uint32_t seen = work_gen_.load(std::memory_order_acquire);
   uint64_t idle_since = MonotonicNs();
@@ -759,9 +784,17 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   CUcontext ctx = nullptr;
   if (!Admits(dir, host, dev, bytes, stream, eager_head, &helpers, &ctx)) return false;
   RelaxedCaptureMode relaxed(ops_);
-  // Started at the first copy staging takes (they may pin its ring), once
-  // a ring is worth pinning (Admits).
-  if (workers_started_.load(std::memory_order_acquire) != 2) StartWorkers();
+  // Started at the engine's attach on a thread of their own; if that thread
+  // could not start, by the first copy staging takes. While they are being
+  // started, the driver copies (a copy never waits for thread creation);
+  // an eager head, which is read at its call, waits for them.
+  const int started = workers_started_.load(std::memory_order_acquire);
+  if (started == 1 && !eager_head) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    ring_pending_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (started != 2) StartWorkers();
   bool pending = false, pinned_now = false;
   Lane* lane = TakeLane(ctx, dir, bytes, &pending, &pinned_now);
   if (info != nullptr) info->pinned_ring = pinned_now;
@@ -1259,8 +1292,9 @@ PINSHIM_INVARIANT_WALKER InvariantReport Stager::CheckInvariants() const {
   }
   const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
   const int started = workers_started_.load(std::memory_order_acquire);
-  r.Expect(workers <= kMaxWorkers && started != 1,
-           "S7 nworkers_ <= kMaxWorkers and the workers are started or not", workers, started);
+  r.Expect(workers <= kMaxWorkers && started >= 0 && started <= 2,
+           "S7 nworkers_ <= kMaxWorkers and the workers are started, being started or not",
+           workers, started);
   return r;
 }
 

@@ -221,6 +221,11 @@ class Stager {
   // ctx was destroyed: its rings went with it.
   void OnContextDestroyed(CUcontext ctx);
   void AfterForkChild();
+  // Starts the workers and takes the first load sample on a thread of
+  // their own, off every copy's path (at the engine's attach): until they
+  // run, staging declines and the driver copies. False when that thread
+  // could not start (the first copy staging takes then starts them).
+  bool StartWorkersInBackground();
 
   StagerStats Stats() const;
 
@@ -240,7 +245,9 @@ class Stager {
   //     copies to or from the program's memory any more [9]
   //  S6 the ring bytes of DMAs that may still run lie in the ring, and no
   //     two events' such bytes overlap (a job writes none of them) [9]
-  //  S7 nworkers_ <= kMaxWorkers; workers are started or not, never starting
+  //  S7 nworkers_ <= kMaxWorkers; workers are started, not started, or
+  //     being started (by the thread StartWorkersInBackground made, while
+  //     staging declines)
   InvariantReport CheckInvariants() const;
 
   // Breaks one invariant on purpose, so a test sees the walker report it;
@@ -263,6 +270,7 @@ class Stager {
   void UnpinRing(Lane* lane, OwnPinReason why);
   uint32_t UsableWorkers();
   void StartWorkers();
+  static void* StarterMain(void* arg);
   static void* WorkerMain(void* arg);
   void WorkerLoop();
   CUresult RunJob(Lane* lane, Job* job, CUdeviceptr dev, CUstream stream);
