@@ -12,6 +12,9 @@
 // program's function with the program's argument, on the same driver
 // thread. The trampolines' arguments live in a fixed table; when it is full
 // the program's function is passed through as it was, and the trace says so.
+// Optimize mode's stager hears of every host function, callback and graph
+// launch before it is queued (Optimizer::NoteHostWorkQueued): from then on an
+// asynchronous upload reads its source as the driver does.
 //
 // cuda.h is read as the driver itself reads it (__CUDA_API_VERSION_INTERNAL),
 // which declares every versioned and per-thread ABI name.
@@ -24,6 +27,7 @@
 #include "shim/hooks/hook_support.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/fences.h"
+#include "shim/optimize/optimizer.h"
 #include "shim/trace/recorder.h"
 
 namespace pinshim {
@@ -278,6 +282,7 @@ CUresult StreamCreate(Api api, CUstream* out, unsigned flags, int priority, Args
 
 // cuLaunchHostFunc: the program's function queued through a trampoline.
 CUresult LaunchHostFunc(Api api, CUstream st, CUhostFn fn, void* data) {
+  optimize::Optimizer::Process().NoteHostWorkQueued();
   using Fn = CUresult (*)(CUstream, CUhostFn, void*);
   const Fn real = RealFn<Fn>(api);
   if (!Handles(real)) return Forward(real, st, fn, data);
@@ -289,6 +294,7 @@ CUresult LaunchHostFunc(Api api, CUstream st, CUhostFn fn, void* data) {
 
 // cuStreamAddCallback: the program's callback queued through a trampoline.
 CUresult AddCallback(Api api, CUstream st, CUstreamCallback cb, void* data, unsigned int flags) {
+  optimize::Optimizer::Process().NoteHostWorkQueued();
   using Fn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);
   const Fn real = RealFn<Fn>(api);
   if (!Handles(real)) return Forward(real, st, cb, data, flags);
@@ -441,8 +447,11 @@ CUresult cuStreamEndCapture_ptsz(CUstream st, CUgraph* graph) {
   return EndCapture(kApi_cuStreamEndCapture_ptsz, st, graph);
 }
 
+// A graph may hold host nodes, which may write pageable memory when they run
+// (Optimizer::NoteHostWorkQueued).
 #define DEFINE_GRAPH_LAUNCH(name)                                                               \
   CUresult name(CUgraphExec exec, CUstream st) {                                                \
+    optimize::Optimizer::Process().NoteHostWorkQueued();                                                     \
     return GraphCall<CUresult (*)(CUgraphExec, CUstream)>(kApi_##name, trace::GraphOp::kLaunch, \
                                                           st, exec, exec, st);                  \
   }

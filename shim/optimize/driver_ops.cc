@@ -35,11 +35,13 @@ const DriverOpSymbol kDriverOpSymbols[] = {
     PINSHIM_OP("cuPointerGetAttribute", pointer_get_attribute),
     PINSHIM_OP("cuStreamIsCapturing", stream_is_capturing),
     PINSHIM_OP("cuThreadExchangeStreamCaptureMode", thread_exchange_capture_mode),
+    PINSHIM_OP("cuDeviceGetCount", device_get_count),
+    PINSHIM_OP("cuDeviceGetAttribute", device_get_attribute),
 };
 #undef PINSHIM_OP
 const int kDriverOpCount = sizeof(kDriverOpSymbols) / sizeof(kDriverOpSymbols[0]);
 
-static_assert(sizeof(DriverOps) == sizeof(void*) * 22, "one symbol per DriverOps entry");
+static_assert(sizeof(DriverOps) == sizeof(void*) * 24, "one symbol per DriverOps entry");
 
 bool LoadDriverOps(DriverSymbolLookup lookup, void* arg, DriverOps* ops) {
   memset(ops, 0, sizeof(*ops));

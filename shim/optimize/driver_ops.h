@@ -47,6 +47,9 @@ struct DriverOps {
   // mode, so they never disturb a capture of the program's.
   CUresult (*stream_is_capturing)(CUstream stream, CUstreamCaptureStatus* status);
   CUresult (*thread_exchange_capture_mode)(CUstreamCaptureMode* mode);
+  // Whether any device can touch pageable memory (Stager::ReadsAllAtCall).
+  CUresult (*device_get_count)(int* count);
+  CUresult (*device_get_attribute)(int* value, CUdevice_attribute attribute, CUdevice dev);
 };
 
 // One entry of the table: the driver's ABI symbol that fills it.

@@ -304,6 +304,9 @@ class Optimizer {
   PathJudge& judge() { return judge_; }
   const PathJudge& judge() const { return judge_; }
   Stager& stager() { return stager_; }
+  // The program is about to queue a host function, a stream callback or a
+  // graph launch (Stager::NoteHostWorkQueued). Any mode, any state.
+  void NoteHostWorkQueued() { stager_.NoteHostWorkQueued(); }
   RegistrationCache& cache() { return cache_; }
   FenceManager& fences() { return fences_; }
   PinAccount& account() { return account_; }

@@ -635,6 +635,25 @@ Stager::Lane* Stager::TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool*
   return nullptr;
 }
 
+bool Stager::ReadsAllAtCall() {
+  if (options_.ordered_reads || host_work_queued_.load(std::memory_order_relaxed)) return false;
+  int known = pageable_access_.load(std::memory_order_relaxed);
+  if (known == 0) {
+    int count = 0;
+    known = ops_->device_get_count(&count) == CUDA_SUCCESS && count > 0 ? 1 : 2;
+    for (int d = 0; d < count && known == 1; ++d) {
+      int value = 1;
+      if (ops_->device_get_attribute(&value, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, d) !=
+              CUDA_SUCCESS ||
+          value != 0) {
+        known = 2;
+      }
+    }
+    pageable_access_.store(known, std::memory_order_relaxed);
+  }
+  return known == 1;
+}
+
 bool Stager::WaitForRings(uint64_t timeout_ns) const {
   if (lanes_ == nullptr) return true;
   const uint64_t start = MonotonicNs();
@@ -807,12 +826,16 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   // its stream (which may write that source: a host function, say): as the
   // driver reads it. A synchronous one, and any with ordered_reads, reads
   // nothing before that work completed; an asynchronous one reads its first
-  // kDriverEagerBytes at once and the rest after it. `before` marks that
+  // kDriverEagerBytes at once and the rest after it, or all of it at once
+  // where that work cannot write it (ReadsAllAtCall). `before` marks that
   // work. What fails here (the stream, or an error of that earlier work) the
   // driver answers for, as without pinshim.
   const bool h2d = dir == CopyDir::kHostToDevice;
   RingCopy c;
-  c.wait_after_eager = h2d && !(sync || options_.ordered_reads) && bytes > kDriverEagerBytes;
+  const bool async_long_upload =
+      h2d && !(sync || options_.ordered_reads) && bytes > kDriverEagerBytes;
+  const bool read_at_call = async_long_upload && ReadsAllAtCall();
+  c.wait_after_eager = async_long_upload && !read_at_call;
   if (!WaitForEarlierWork(lane, stream, h2d && (sync || options_.ordered_reads),
                           c.wait_after_eager)) {
     ReleaseLane(lane);
@@ -838,6 +861,7 @@ bool Stager::StageImpl(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes,
   own_cpu_ns_.fetch_add(ThreadCpuNs() - cpu_start, std::memory_order_relaxed);
   copies_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (read_at_call) read_at_call_.fetch_add(1, std::memory_order_relaxed);
   info->workers = c.threads;
   info->chunk_bytes = c.chunk;
   *result = r;
@@ -1208,6 +1232,7 @@ StagerStats Stager::Stats() const {
   s.no_lane = no_lane_.load();
   s.ring_pending = ring_pending_.load();
   s.ring_deferred = ring_deferred_.load();
+  s.read_at_call = read_at_call_.load();
   s.huge_advised = huge_advised_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();

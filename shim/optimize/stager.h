@@ -21,7 +21,12 @@
 // nothing before that work completed; an asynchronous one reads its first
 // 2 MiB at once and the rest after that work, so one of at most 2 MiB
 // returns at once and a larger one waits for it, as the driver's do
-// (StagerOptions::ordered_reads: every upload waits).
+// (StagerOptions::ordered_reads: every upload waits). Where no earlier work
+// can write pageable memory (ReadsAllAtCall: no host function, stream
+// callback or graph was ever queued in the process, and no device can touch
+// pageable memory), an asynchronous upload reads all of its source at the
+// call, which gives the device the same bytes, and returns without waiting
+// for that work.
 //
 // Stage() declines (the caller makes the driver call) when the copy is
 // smaller than the direction's threshold, its device range is not one
@@ -111,6 +116,9 @@ struct StagerStats {
   // the driver's copies of that direction as pinning one takes
   uint64_t ring_deferred;
   uint64_t huge_advised;  // downloads whose fresh destination was advised for huge pages
+  // Asynchronous uploads over kDriverEagerBytes read whole at the call,
+  // without waiting for their stream's earlier work (ReadsAllAtCall).
+  uint64_t read_at_call;
   uint64_t capturing;     // of those: their stream was capturing (or its status unknown)
   // Staged passes in which no worker joined within 200 us, so the calling
   // thread copied alone until one did (workers slow to wake, or all busy).
@@ -227,6 +235,11 @@ class Stager {
   // could not start (the first copy staging takes then starts them).
   bool StartWorkersInBackground();
 
+  // Called before the program queues a host function, a stream callback or
+  // a graph launch (any of which may write pageable memory when it runs):
+  // from then on asynchronous uploads read their source as the driver does.
+  void NoteHostWorkQueued() { host_work_queued_.store(true, std::memory_order_relaxed); }
+
   StagerStats Stats() const;
 
 #ifdef PINSHIM_DEBUG_INVARIANTS
@@ -264,6 +277,11 @@ class Stager {
 
   Lane* TakeLane(CUcontext ctx, CopyDir dir, uint64_t bytes, bool* pending, bool* pinned_now);
   bool WaitsForRingHere(CopyDir dir, uint64_t bytes) const;
+  // Whether no work the program queued can write pageable memory: no host
+  // function, callback or graph queued so far, and no device with
+  // CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS (asked once), unless
+  // ordered_reads.
+  bool ReadsAllAtCall();
   void PinRingInBackground(Lane* lane);
   void ReleaseLane(Lane* lane);
   bool PinRing(Lane* lane, CUcontext ctx);
@@ -330,6 +348,11 @@ class Stager {
   std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0}, alone_{0};
   std::atomic<uint64_t> ring_deferred_{0};
   std::atomic<uint64_t> huge_advised_{0};
+  std::atomic<uint64_t> read_at_call_{0};
+  // 0: not asked yet; 1: no device touches pageable memory; 2: one does, or
+  // the driver did not say.
+  std::atomic<int> pageable_access_{0};
+  std::atomic<bool> host_work_queued_{false};
   HugePageMode huge_pages_ = HugePageMode::kUnknown;
   std::atomic<uint64_t> setup_ns_{0}, wait_ns_{0}, join_ns_{0}, copy_ns_{0}, tail_ns_{0};
   std::atomic<uint64_t> passes_{0}, joined_passes_{0}, helpers_{0};

@@ -80,12 +80,57 @@ class StagerTest : public ::testing::Test {
     // BackgroundRingTest has the library's default.
     o.background_rings = BackgroundRings();
     o.ordered_reads = OrderedReads();
+    if (PageableAccess()) ops_.device_get_attribute = &AnswersPageableAccess;
     ASSERT_TRUE(stager_->Init(&ops_, &account_, o));
     ASSERT_EQ(cuMemAlloc(&dev_, kDevBytes), CUDA_SUCCESS);
   }
   virtual bool BackgroundRings() const { return false; }
   virtual bool OrderedReads() const { return false; }
+  virtual bool PageableAccess() const { return false; }
   virtual uint64_t ChunkBytes() const { return kMiB; }
+
+  // cuDeviceGetAttribute of a system whose devices touch pageable memory.
+  static CUresult AnswersPageableAccess(int* value, CUdevice_attribute a, CUdevice dev) {
+    if (a != CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS) return cuDeviceGetAttribute(value, a, dev);
+    *value = 1;
+    return CUDA_SUCCESS;
+  }
+
+  // An asynchronous upload of n bytes of `src` on stream s behind earlier
+  // work that cannot write `src` (a pinned upload elsewhere on the held
+  // stream), after which the test rewrites `src` with Fill(new_seed).
+  // *returned: whether the call returned while the stream was held (looked
+  // at after up to 2 s with `await_return`, else after 100 ms).
+  void UploadBehindHeldWork(CUstream s, uint8_t* src, uint64_t n, uint8_t new_seed,
+                            bool await_return, bool* returned, std::vector<uint8_t>* device) {
+    void* pinned = nullptr;
+    ASSERT_EQ(cuMemHostAlloc(&pinned, kMiB, 0), CUDA_SUCCESS);
+    memset(pinned, 0x5a, kMiB);
+    ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemcpyHtoDAsync(dev_ + 48 * kMiB, pinned, kMiB, s), CUDA_SUCCESS);
+    std::atomic<bool> done{false};
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    bool staged = false;
+    std::thread copier([&] {
+      MakeContextCurrent();
+      StagedInfo info;
+      staged = stager_->Stage(CopyDir::kHostToDevice, src, dev_, n, s, false, &r, &info);
+      done.store(true);
+    });
+    for (int i = 0; i < 2000 && await_return && !done.load(); ++i) usleep(1000);
+    if (!await_return) usleep(100000);
+    *returned = done.load();
+    // What the program may do once the call returned: reuse its buffer.
+    if (*returned) Fill(src, n, new_seed);
+    EXPECT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
+    copier.join();
+    ASSERT_TRUE(staged);
+    ASSERT_EQ(r, CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    device->assign(n, 0);
+    ASSERT_EQ(cuMemcpyDtoH(device->data(), dev_, n), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
+  }
 
   // The tests' stager: `workers` threads used whatever the machine's load,
   // rings of 4 slots of 1 MiB, copies from 64 KiB staged, the shared gate.
@@ -119,6 +164,7 @@ class StagerTest : public ::testing::Test {
                             bool await_return, bool* returned, std::vector<uint8_t>* device) {
     Rewrite w{src, n, new_seed};
     ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
+    stager_->NoteHostWorkQueued();  // as the cuLaunchHostFunc hook does
     ASSERT_EQ(cuLaunchHostFunc(s, RewriteSource, &w), CUDA_SUCCESS);
     std::atomic<bool> done{false};
     CUresult r = CUDA_ERROR_UNKNOWN;
@@ -417,6 +463,61 @@ TEST_F(StagerTest, UploadsReadTheirSourceWhenTheDriverWould) {
       EXPECT_EQ(memcmp(back.data(), expect.data(), n), 0) << n << (sync ? " sync" : " async");
     }
   }
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+// Where the work queued before an asynchronous upload cannot write its
+// source (no host function, callback or graph was queued, and no device
+// touches pageable memory), an upload over 2 MiB that the ring holds reads
+// all of it at the call and returns while that work is still held: the
+// device gets the bytes of the call, not the ones the program wrote after
+// it returned. One the ring does not hold whole returns once the ring has
+// come round, after that work; its bytes are the call's too.
+TEST_F(StagerTest, AsyncUploadsReadWholeAtTheCallWhenNoQueuedWorkCanWriteThem) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  for (const uint64_t n : {3 * kMiB, 9 * kMiB + 4096}) {  // the test ring holds 4 MiB
+    std::vector<uint8_t> src(n), back;
+    Fill(src.data(), n, 81);
+    const uint64_t before = stager_->Stats().read_at_call;
+    const bool fits = n <= 4 * kMiB;
+    bool returned = false;
+    UploadBehindHeldWork(s, src.data(), n, 82, fits, &returned, &back);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(returned, fits) << n;
+    EXPECT_TRUE(HasPattern(back.data(), n, 81)) << n;
+    EXPECT_EQ(stager_->Stats().read_at_call, before + 1) << n;
+  }
+  // Once a host function was queued, uploads read as the driver does again
+  // (UploadsReadTheirSourceWhenTheDriverWould).
+  stager_->NoteHostWorkQueued();
+  std::vector<uint8_t> src(3 * kMiB), back;
+  Fill(src.data(), src.size(), 83);
+  bool returned = true;
+  UploadBehindHeldWork(s, src.data(), src.size(), 84, false, &returned, &back);
+  EXPECT_FALSE(returned) << "returned while the earlier work was held after a host function";
+  EXPECT_TRUE(HasPattern(back.data(), src.size(), 83));
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+// A device that touches pageable memory (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS)
+// could write the source from a kernel queued earlier: uploads read after
+// that work, as the driver's do.
+class PageableAccessStagerTest : public StagerTest {
+ protected:
+  bool PageableAccess() const override { return true; }
+};
+
+TEST_F(PageableAccessStagerTest, AsyncUploadsWaitForTheEarlierWorkBeforeReadingTheRest) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  std::vector<uint8_t> src(3 * kMiB), back;
+  Fill(src.data(), src.size(), 85);
+  bool returned = true;
+  UploadBehindHeldWork(s, src.data(), src.size(), 86, false, &returned, &back);
+  EXPECT_FALSE(returned) << "returned while the earlier work was held";
+  EXPECT_TRUE(HasPattern(back.data(), src.size(), 85));
+  EXPECT_EQ(stager_->Stats().read_at_call, 0u);
   EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
 }
 

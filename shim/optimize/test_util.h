@@ -45,6 +45,8 @@ inline DriverOps FakeDriverOps() {
   ops.pointer_get_attribute = &cuPointerGetAttribute;
   ops.stream_is_capturing = &cuStreamIsCapturing;
   ops.thread_exchange_capture_mode = &cuThreadExchangeStreamCaptureMode;
+  ops.device_get_count = &cuDeviceGetCount;
+  ops.device_get_attribute = &cuDeviceGetAttribute;
   return ops;
 }
 
