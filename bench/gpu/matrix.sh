@@ -77,8 +77,8 @@ done
 # Without copies at all (with nopin's waits, and without): what the loops
 # could reach with copies free.
 for bw in 5:2 5:4 32:2 32:4; do PY_CELLS+=" dataloader:$bw:nocopy dataloader:$bw:syncnocopy"; done
-PY_CELLS="${MATRIX_PY_CELLS:-$PY_CELLS}"
 for f in torch cupy; do PY_CELLS+=" numpy:$f:4:fresh numpy:$f:64:fresh numpy:$f:64:reuse"; done
+PY_CELLS="${MATRIX_PY_CELLS:-$PY_CELLS}"
 
 raw="$W/raw.txt"
 FIRST=${MATRIX_FIRST_ROUND:-1}

@@ -451,7 +451,7 @@ CUresult cuStreamEndCapture_ptsz(CUstream st, CUgraph* graph) {
 // (Optimizer::NoteHostWorkQueued).
 #define DEFINE_GRAPH_LAUNCH(name)                                                               \
   CUresult name(CUgraphExec exec, CUstream st) {                                                \
-    optimize::Optimizer::Process().NoteHostWorkQueued();                                                     \
+    optimize::Optimizer::Process().NoteHostWorkQueued();                                        \
     return GraphCall<CUresult (*)(CUgraphExec, CUstream)>(kApi_##name, trace::GraphOp::kLaunch, \
                                                           st, exec, exec, st);                  \
   }

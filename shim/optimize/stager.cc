@@ -1318,8 +1318,8 @@ PINSHIM_INVARIANT_WALKER InvariantReport Stager::CheckInvariants() const {
   const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
   const int started = workers_started_.load(std::memory_order_acquire);
   r.Expect(workers <= kMaxWorkers && started >= 0 && started <= 2,
-           "S7 nworkers_ <= kMaxWorkers and the workers are started, being started or not",
-           workers, started);
+           "S7 nworkers_ <= kMaxWorkers and the workers are started, being started or not", workers,
+           started);
   return r;
 }
 

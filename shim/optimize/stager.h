@@ -119,7 +119,7 @@ struct StagerStats {
   // Asynchronous uploads over kDriverEagerBytes read whole at the call,
   // without waiting for their stream's earlier work (ReadsAllAtCall).
   uint64_t read_at_call;
-  uint64_t capturing;     // of those: their stream was capturing (or its status unknown)
+  uint64_t capturing;  // of those: their stream was capturing (or its status unknown)
   // Staged passes in which no worker joined within 200 us, so the calling
   // thread copied alone until one did (workers slow to wake, or all busy).
   uint64_t alone;
