@@ -11,9 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -782,6 +786,40 @@ TEST_F(StagerTest, IdleRingsAreGivenBack) {
   EXPECT_EQ(stager_->Stats().ring_bytes, 0u);
   EXPECT_EQ(account_.pinned(), 0u);
   RoundTrip(4 * kMiB, 0, nullptr, true, 4);  // and pinned again when needed
+}
+
+// This process's threads named pinshim-stage (workers, and a starter while
+// it runs).
+int StageThreads() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    if (std::getline(comm, name) && name == "pinshim-stage") ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// At the engine's attach the workers are started by a thread of their own,
+// before any copy: the first staged copy then creates no thread.
+TEST_F(StagerTest, WorkersStartOnAThreadOfTheirOwn) {
+  const int before = StageThreads();
+  ASSERT_GE(before, 0);
+  ASSERT_TRUE(stager_->StartWorkersInBackground());
+  int now = before;
+  for (int i = 0; i < 5000 && now != before + 3; ++i) {
+    usleep(1000);
+    now = StageThreads();
+  }
+  EXPECT_EQ(now, before + 3) << "three workers, the starter gone";
+  EXPECT_FALSE(stager_->StartWorkersInBackground()) << "started once";
+  RoundTrip(4 * kMiB, 0, nullptr, true, 9);
+  EXPECT_EQ(stager_->Stats().copies, 2u);
+  EXPECT_EQ(StageThreads(), before + 3) << "the copies created no thread";
 }
 
 // The walker proves its power: each corruption breaks one invariant, the
