@@ -201,6 +201,21 @@ constexpr CUresult kVmmReleaseTwice = CUDA_ERROR_INVALID_VALUE;
 // the memory whatever the CPU may do.
 constexpr bool kVmmHostCpuAccessAtMap = false;
 
+// Measured on the GPU host (driver 580, the hazard suite's cases on memory
+// the driver maps; bench/RESULTS.md, "2026-12-06, fifth part"): a page of
+// VMM host memory or of a host pool's allocation that the program drops
+// from its mapping (madvise MADV_DONTNEED, through libc or a raw system
+// call) does not come back: the CPU's next access to it ends the process
+// with SIGBUS. Here the program's mappings of such memory are filled in when
+// the CPU is granted access and registered with userfaultfd for minor
+// faults with UFFD_FEATURE_SIGBUS: a page dropped from them faults again
+// with its bytes still in the shared memory, which delivers SIGBUS to the
+// user-mode access, while this library's copies use mappings of their own.
+// Where the kernel offers no such userfaultfd (before Linux 5.14, or
+// refused), dropped pages come back as before
+// (fakecuda_drops_fault() says which).
+constexpr bool kDroppedDriverPagesFault = true;
+
 // Measured on the GPU host (driver 580, bench/gpu/vmm_host_probe.cu):
 // cuMemHostRegister of VMM host memory fails with CUDA_ERROR_INVALID_VALUE.
 constexpr CUresult kRegisterVmmHost = CUDA_ERROR_INVALID_VALUE;

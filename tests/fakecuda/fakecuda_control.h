@@ -54,6 +54,12 @@ size_t fakecuda_pending_ops(void);
 // copies of page-locked memory go through the program's addresses.
 int fakecuda_pins_pages(void);
 
+// 1 when a page the program dropped (MADV_DONTNEED) from its mapping of VMM
+// host memory or of a host pool faults with SIGBUS at the CPU's next
+// access, as on the GPU host (driver_behavior.h, kDroppedDriverPagesFault);
+// 0 when this kernel cannot make it so, or no such mapping was made yet.
+int fakecuda_drops_fault(void);
+
 // Ranges page-locked so far whose pages could not be pinned (RLIMIT_MEMLOCK
 // without CAP_IPC_LOCK, memory io_uring refuses): their copies went through
 // the program's addresses, which the hardware's DMA would not.

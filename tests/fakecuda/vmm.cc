@@ -21,10 +21,14 @@
 // the pools' memory are listed in State::vmm_host, which the copies and the
 // pointer queries of memory.cc consult. Device locations are not simulated.
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <iterator>
 #include <map>
@@ -65,6 +69,7 @@ struct Reservation {
 // A host pool: chunks of reserved memory, each with its free extents.
 struct PoolChunk {
   size_t size = 0;
+  char* view = nullptr;           // this library's own mapping of the chunk's pages
   std::map<size_t, size_t> free;  // offset -> length
   size_t blocks = 0;              // allocations carved from it and not freed
 };
@@ -150,6 +155,51 @@ bool AnyMapping(const VmmState& v, uintptr_t lo, size_t len) {
     return true;
   }
   return it != v.mappings.end() && it->first < lo + len;
+}
+
+// The userfaultfd that makes dropped pages fault (driver_behavior.h,
+// kDroppedDriverPagesFault): minor faults of shared memory, delivered as
+// SIGBUS to the access that made them, user-mode accesses only. -1 where
+// the kernel has none to give.
+int DropFaultFd() {
+  static const int fd = [] {
+    if (!behavior::kDroppedDriverPagesFault) return -1;
+    int f =
+        static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
+    if (f < 0) return -1;
+    uffdio_api api{};
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_SIGBUS | UFFD_FEATURE_MINOR_SHMEM;
+    if (ioctl(f, UFFDIO_API, &api) != 0) {
+      close(f);
+      return -1;
+    }
+    return f;
+  }();
+  return fd;
+}
+
+std::atomic<int> g_drops_fault{-1};  // -1 not tried yet, 0 no, 1 yes
+
+// The program's mapping [p, p + size) of memory the driver maps, which the
+// CPU may now access with `prot`: its pages are filled in, and a page the
+// program drops from it afterwards faults with SIGBUS at its next access.
+void DroppedPagesFault(void* p, size_t size, int prot) {
+  if (prot == PROT_NONE || size == 0) return;
+  const int fd = DropFaultFd();
+  bool ok =
+      fd >= 0 &&
+      madvise(p, size, (prot & PROT_WRITE) != 0 ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
+  if (ok) {
+    uffdio_register reg{};
+    reg.range.start = reinterpret_cast<uintptr_t>(p);
+    reg.range.len = size;
+    reg.mode = UFFDIO_REGISTER_MODE_MINOR;
+    ok = ioctl(fd, UFFDIO_REGISTER, &reg) == 0;
+  }
+  int expected = -1;
+  g_drops_fault.compare_exchange_strong(expected, ok ? 1 : 0);
+  if (!ok) g_drops_fault.store(0);
 }
 
 // Maps [offset, offset + size) of phys with `prot`: at `at` (replacing
@@ -239,13 +289,22 @@ CUresult PoolTakeLocked(State& s, Pool* pool, CUmemoryPool handle, size_t n, uin
   const size_t grow = (len + g - 1) / g * g;
   void* p = mmap(nullptr, grow, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  // This library's copies go through a mapping of their own, as the
+  // driver's DMA does not depend on the program's.
+  void* view = mremap(p, 0, grow, MREMAP_MAYMOVE);
+  if (view == MAP_FAILED) {
+    munmap(p, grow);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  DroppedPagesFault(p, grow, PROT_READ | PROT_WRITE);
   const auto base = reinterpret_cast<uintptr_t>(p);
   PoolChunk& chunk = pool->chunks[base];
   chunk.size = grow;
+  chunk.view = static_cast<char*>(view);
   chunk.free[0] = grow;
   pool->reserved += grow;
   if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
-  HostRange range = VmmRange(base, grow, s);
+  HostRange range = VmmRange(base, grow, s, chunk.view);
   range.pool = handle;
   s.vmm_host[base] = range;
   CarveLocked(pool, base, chunk, len, out);
@@ -254,6 +313,7 @@ CUresult PoolTakeLocked(State& s, Pool* pool, CUmemoryPool handle, size_t n, uin
 
 void ReleaseChunkLocked(State& s, Pool* pool, std::map<uintptr_t, PoolChunk>::iterator it) {
   munmap(reinterpret_cast<void*>(it->first), it->second.size);
+  munmap(it->second.view, it->second.size);
   s.vmm_host.erase(it->first);
   pool->reserved -= it->second.size;
   pool->chunks.erase(it);
@@ -621,6 +681,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   if (cpu_prot >= 0 && mprotect(reinterpret_cast<void*>(ptr), size, cpu_prot) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (cpu_prot >= 0) fakecuda::DroppedPagesFault(reinterpret_cast<void*>(ptr), size, cpu_prot);
   return CUDA_SUCCESS;
 }
 
@@ -811,3 +872,5 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream st) {
 }
 
 }  // extern "C"
+
+extern "C" int fakecuda_drops_fault(void) { return fakecuda::g_drops_fault.load() == 1 ? 1 : 0; }

@@ -1,7 +1,12 @@
 // The virtual memory management API with host locations: the answers the
 // real driver gave on the GPU host (driver_behavior.h), the CPU's access
 // from cuMemMap to cuMemSetAccess, and copies through VMM host memory.
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -141,6 +146,41 @@ TEST_F(VmmTest, CpuAccessComesOnlyFromAHostLocation) {
   EXPECT_EQ(cuMemRelease(h), CUDA_SUCCESS);
   EXPECT_EQ(cuMemAddressFree(va, g_), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFree(dev), CUDA_SUCCESS);
+}
+
+// A page the program drops from its mapping of VMM host memory faults with
+// SIGBUS at the CPU's next access, as on the GPU host (driver_behavior.h,
+// kDroppedDriverPagesFault); the pages it kept stay readable. (A fork's
+// child keeps no userfaultfd registration, so the death test's child makes
+// the mapping itself: the threadsafe style runs the test again in it.)
+TEST_F(VmmTest, DroppedPagesFaultWithSigbus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CUmemAllocationProp prop = HostProp();
+  CUmemGenericAllocationHandle h;
+  ASSERT_EQ(cuMemCreate(&h, g_, &prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va;
+  ASSERT_EQ(cuMemAddressReserve(&va, g_, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemMap(va, g_, 0, h, 0), CUDA_SUCCESS);
+  OpenForBoth(va, g_);
+  const int uffd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
+  if (uffd < 0) GTEST_SKIP() << "this kernel offers no userfaultfd for it";
+  close(uffd);
+  ASSERT_EQ(fakecuda_drops_fault(), 1);
+  auto* p = reinterpret_cast<volatile unsigned char*>(va);
+  std::memset(const_cast<unsigned char*>(p), 5, g_);
+  const long page = sysconf(_SC_PAGESIZE);
+  ASSERT_EQ(madvise(reinterpret_cast<void*>(va), page, MADV_DONTNEED), 0);
+  EXPECT_EQ(p[page], 5);  // a page not dropped
+  EXPECT_EXIT(
+      {
+        signal(SIGBUS, SIG_DFL);
+        (void)p[0];
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+  EXPECT_EQ(cuMemUnmap(va, g_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemAddressFree(va, g_), CUDA_SUCCESS);
 }
 
 // A handle released while mapped lives until its last unmap; the bytes stay.
