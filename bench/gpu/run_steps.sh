@@ -17,7 +17,8 @@
 #              skipped)
 #   hazards    the hazard suite on the real driver
 #   guard      tests/gpu/copy_guard_check.sh (the copy guard's programs)
-#   vmm        the GPU tier's VMM and host-pool rows (VMM_TIER, default
+#   vmm        the GPU tier's VMM and host-pool rows, without cpu_tests.txt's
+#              tests (VMM_TIER, default
 #              "vmm_host host_pool vmm_edges pool_edges"), then, unless
 #              VMM_PROBE=0 or the limit is under 150 s, vmm_host_probe.sh
 #              (its files in OUTDIR/vmm)
@@ -88,8 +89,11 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
       ;;
     vmm)
       (
+        # The bundle less cpu_tests.txt: the tier's programs only.
+        lib2="$(mktemp -d)"
+        ln -s "$LIBDIR"/* "$lib2"/ && rm -f "$lib2/cpu_tests.txt"
         GPU_TIER_ONLY="${VMM_TIER:-vmm_host host_pool vmm_edges pool_edges}" timeout 120 \
-          bash tests/gpu/run_gpu_tier.sh .gpu
+          bash tests/gpu/run_gpu_tier.sh "$lib2"
         echo "tier rc=$?"
         if [ "${VMM_PROBE:-1}" != 0 ] && ((max > 150)); then
           timeout $((max - 120)) bash bench/gpu/vmm_host_probe.sh .gpu "$OUTDIR/vmm"
