@@ -101,12 +101,17 @@ TEST_F(StreamsTest, PageableAsyncUploadReadsPast2MiBAfterEarlierWork) {
   std::vector<unsigned char> big_src = Pattern(big_size, 6);
   std::atomic<bool> returned{false};
   CUresult after_return = CUDA_ERROR_UNKNOWN;
+  const size_t pending = fakecuda_pending_ops();
   std::thread caller([&] {
     ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
     EXPECT_EQ(cuMemcpyHtoDAsync(big, big_src.data(), big_size, stream_), CUDA_SUCCESS);
     after_return = cuStreamQuery(stream_);  // Every copy is done by now.
     returned = true;
   });
+  // Queued (its first 2 MiB read at the call) however slowly the caller
+  // got there on a loaded machine; then waiting.
+  for (int i = 0; i < 10000 && fakecuda_pending_ops() == pending; ++i) usleep(1000);
+  EXPECT_GT(fakecuda_pending_ops(), pending);
   usleep(50000);
   EXPECT_FALSE(returned.load());  // Cannot return while the earlier copies are held.
   const auto fresh = Pattern(big_size, 7);
