@@ -215,6 +215,11 @@ bool EnsureOptimizerStarted() {
   ReentryGuard guard(Reentry::kHook);  // the engine's own driver calls are not the program's
   optimize::DriverOps ops;
   const bool ok = optimize::LoadDriverOps(RealDriverSymbol, nullptr, &ops) && opt.AttachDriver(ops);
+  // The process's engine lives as long as the process: its staging workers
+  // are started now, by a thread of their own, so that thread creation and
+  // the first load sample are the attach's, not a copy's (bench/RESULTS.md,
+  // "2026-12-06, fourth part").
+  if (ok) opt.stager().StartWorkersInBackground();
   if (ok && g_config.idle_trim_s > 0 && !StartTrimThread()) {
     LogLine("cannot start the idle-trim thread; idle pinned memory is given back on frees only");
   }

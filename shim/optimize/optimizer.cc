@@ -106,9 +106,6 @@ bool Optimizer::AttachDriver(const DriverOps& ops) {
       if (so.allocations == nullptr) so.allocations = options_.allocations;
       so.judge = &judge_;
       stager_on_.store(stager_.Init(&ops_, &account_, so));
-      // Thread creation and the first load sample are the attach's, not a
-      // copy's (bench/RESULTS.md, "2026-12-06, fourth part").
-      if (stager_on_.load()) stager_.StartWorkersInBackground();
     }
     // Idle pool slabs and arena extents go first: nobody is using them.
     if (pool_on_.load()) account_.AddEvictor(&EvictPool, &pool_, &IdlePool);
