@@ -8,6 +8,7 @@
 
 #include "shim/budget/budget.h"
 #include "shim/core/log.h"
+#include "shim/core/quiet_thread.h"
 #include "shim/hooks/state.h"
 #include "shim/optimize/optimizer.h"
 
@@ -39,22 +40,6 @@ void* MetricsMain(void*) {
     nanosleep(&ts, nullptr);
   }
   return nullptr;
-}
-
-// Starts a detached thread with every signal blocked (signals are the
-// program's). Returns false when it could not.
-bool StartQuietThread(void* (*main_fn)(void*)) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t thread;
-  const bool ok = pthread_create(&thread, &attr, main_fn, nullptr) == 0;
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return ok;
 }
 
 // Optimize mode: pinned memory left idle (pool slabs, arena extents) goes

@@ -18,6 +18,7 @@
 
 #include "shim/core/internal_alloc.h"
 #include "shim/core/macros.h"
+#include "shim/core/quiet_thread.h"
 #include "shim/core/reentry.h"
 #include "shim/optimize/cost_model.h"
 #include "shim/optimize/fresh_pages.h"
@@ -336,23 +337,12 @@ void Stager::StartWorkers() {
     while (workers_started_.load(std::memory_order_acquire) != 2) sched_yield();
     return;
   }
-  // Every signal blocked: they are the program's.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  // Room for the driver's own frames: a worker pins rings too.
-  pthread_attr_setstacksize(&attr, 512 << 10);
   uint32_t started = 0;
   const uint32_t wanted = nworkers_.load(std::memory_order_relaxed);
   for (uint32_t i = 0; i < wanted; ++i) {
-    pthread_t t;
-    if (pthread_create(&t, &attr, &Stager::WorkerMain, this) == 0) ++started;
+    // Room for the driver's own frames: a worker pins rings too.
+    if (StartQuietThread(&Stager::WorkerMain, this, 512 << 10)) ++started;
   }
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   nworkers_.store(started, std::memory_order_relaxed);
   workers_started_.store(2, std::memory_order_release);
 }
@@ -368,18 +358,7 @@ void* Stager::StarterMain(void* arg) {
 
 bool Stager::StartWorkersInBackground() {
   if (!active() || workers_started_.load(std::memory_order_acquire) != 0) return false;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 << 10);
-  pthread_t t;
-  const bool started = pthread_create(&t, &attr, &Stager::StarterMain, this) == 0;
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return started;
+  return StartQuietThread(&Stager::StarterMain, this, 64 << 10);
 }
 
 void Stager::WorkerLoop() {
