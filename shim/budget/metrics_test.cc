@@ -88,6 +88,16 @@ Exposition Parse(const std::string& text) {
   return e;
 }
 
+// Writes b's metrics file at path; *text: what it holds, *e: its parse,
+// which must have found no problem.
+void WriteAndParse(TestBudget* b, const std::string& path, std::string* text, Exposition* e) {
+  BudgetStatus st = b->WriteMetricsFile(path.c_str());
+  ASSERT_TRUE(st.ok()) << st.message;
+  *text = ReadFile(path);
+  *e = Parse(*text);
+  EXPECT_TRUE(e->problems.empty()) << e->problems[0] << "\n" << *text;
+}
+
 TEST(MetricsTest, ProcessOnlyBudget) {
   const std::string path = TempPath("process.prom");
   TestBudget b;
@@ -98,11 +108,10 @@ TEST(MetricsTest, ProcessOnlyBudget) {
   ASSERT_EQ(b.Charge(Owner::kProgramAlloc, 3 * kMiB), Decision::kGranted);
   ASSERT_EQ(b.Charge(Owner::kPinshimCache, kMiB), Decision::kGranted);
   ASSERT_EQ(b.Charge(Owner::kProgramRegister, 5 * kMiB), Decision::kFallback);
-  BudgetStatus st = b.WriteMetricsFile(path.c_str());
-  ASSERT_TRUE(st.ok()) << st.message;
-  const std::string text = ReadFile(path);
-  Exposition e = Parse(text);
-  EXPECT_TRUE(e.problems.empty()) << e.problems[0] << "\n" << text;
+  std::string text;
+  Exposition e;
+  WriteAndParse(&b, path, &text, &e);
+  if (HasFatalFailure()) return;
   const std::string me = OwnLabels();
   EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_alloc\",kind=\"pinned\"}"),
             3 * kMiB);
@@ -134,11 +143,10 @@ TEST(MetricsTest, VmmHostAndHostPoolPinningHaveTheirKinds) {
   ASSERT_TRUE(b.Init(o).ok());
   ASSERT_EQ(b.Charge(Owner::kProgramVmm, 4 * kMiB), Decision::kGranted);
   ASSERT_EQ(b.Charge(Owner::kProgramPool, 32 * kMiB), Decision::kGranted);
-  BudgetStatus st = b.WriteMetricsFile(path.c_str());
-  ASSERT_TRUE(st.ok()) << st.message;
-  const std::string text = ReadFile(path);
-  Exposition e = Parse(text);
-  EXPECT_TRUE(e.problems.empty()) << e.problems[0] << "\n" << text;
+  std::string text;
+  Exposition e;
+  WriteAndParse(&b, path, &text, &e);
+  if (HasFatalFailure()) return;
   const std::string me = OwnLabels();
   EXPECT_EQ(e.values.at("pinshim_pinned_bytes{" + me + ",owner=\"program_vmm\",kind=\"vmm-host\"}"),
             4 * kMiB)

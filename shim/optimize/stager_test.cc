@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,8 +104,7 @@ class StagerTest : public ::testing::Test {
   // An asynchronous upload of n bytes of `src` on stream s behind earlier
   // work that cannot write `src` (a pinned upload elsewhere on the held
   // stream), after which the test rewrites `src` with Fill(new_seed).
-  // *returned: whether the call returned while the stream was held (looked
-  // at after up to 2 s with `await_return`, else after 100 ms).
+  // *returned, *device: as StageWhileHeld's.
   void UploadBehindHeldWork(CUstream s, uint8_t* src, uint64_t n, uint8_t new_seed,
                             bool await_return, bool* returned, std::vector<uint8_t>* device) {
     void* pinned = nullptr;
@@ -112,20 +112,34 @@ class StagerTest : public ::testing::Test {
     memset(pinned, 0x5a, kMiB);
     ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
     ASSERT_EQ(cuMemcpyHtoDAsync(dev_ + 48 * kMiB, pinned, kMiB, s), CUDA_SUCCESS);
+    // What the program may do once the call returned: reuse its buffer.
+    StageWhileHeld(s, src, n, false, await_return, returned, device,
+                   [&] { Fill(src, n, new_seed); });
+    EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
+  }
+
+  // A staged upload of n bytes of `src` to the device's start on stream s,
+  // held with its earlier work queued, made on a thread of its own.
+  // *returned: whether the call returned while the stream was held (looked
+  // at after up to 2 s with `await_return`, else after 100 ms); if it did,
+  // `after_return` runs then. The stream is let go; *device: the device's
+  // bytes once all is done.
+  void StageWhileHeld(CUstream s, uint8_t* src, uint64_t n, bool sync, bool await_return,
+                      bool* returned, std::vector<uint8_t>* device,
+                      const std::function<void()>& after_return = nullptr) {
     std::atomic<bool> done{false};
     CUresult r = CUDA_ERROR_UNKNOWN;
     bool staged = false;
     std::thread copier([&] {
       MakeContextCurrent();
       StagedInfo info;
-      staged = stager_->Stage(CopyDir::kHostToDevice, src, dev_, n, s, false, &r, &info);
+      staged = stager_->Stage(CopyDir::kHostToDevice, src, dev_, n, s, sync, &r, &info);
       done.store(true);
     });
     for (int i = 0; i < 2000 && await_return && !done.load(); ++i) usleep(1000);
     if (!await_return) usleep(100000);
     *returned = done.load();
-    // What the program may do once the call returned: reuse its buffer.
-    if (*returned) Fill(src, n, new_seed);
+    if (*returned && after_return) after_return();
     EXPECT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
     copier.join();
     ASSERT_TRUE(staged);
@@ -133,7 +147,6 @@ class StagerTest : public ::testing::Test {
     ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
     device->assign(n, 0);
     ASSERT_EQ(cuMemcpyDtoH(device->data(), dev_, n), CUDA_SUCCESS);
-    EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
   }
 
   // The tests' stager: `workers` threads used whatever the machine's load,
@@ -162,33 +175,14 @@ class StagerTest : public ::testing::Test {
   // A staged upload of n bytes of `src` to the device's start on stream s,
   // behind a host function, queued on the held stream first, that rewrites
   // `src` with Fill(new_seed). *returned: whether the call returned while
-  // the stream was held (looked at after up to 2 s with `await_return`,
-  // else after 100 ms). *device: the device's bytes once all is done.
+  // the stream was held, *device: as StageWhileHeld's.
   void UploadBehindARewrite(CUstream s, uint8_t* src, uint64_t n, bool sync, uint8_t new_seed,
                             bool await_return, bool* returned, std::vector<uint8_t>* device) {
     Rewrite w{src, n, new_seed};
     ASSERT_EQ(fakecuda_hold_stream(s, 1), CUDA_SUCCESS);
     stager_->NoteHostWorkQueued();  // as the cuLaunchHostFunc hook does
     ASSERT_EQ(cuLaunchHostFunc(s, RewriteSource, &w), CUDA_SUCCESS);
-    std::atomic<bool> done{false};
-    CUresult r = CUDA_ERROR_UNKNOWN;
-    bool staged = false;
-    std::thread copier([&] {
-      MakeContextCurrent();
-      StagedInfo info;
-      staged = stager_->Stage(CopyDir::kHostToDevice, src, dev_, n, s, sync, &r, &info);
-      done.store(true);
-    });
-    for (int i = 0; i < 2000 && await_return && !done.load(); ++i) usleep(1000);
-    if (!await_return) usleep(100000);
-    *returned = done.load();
-    EXPECT_EQ(fakecuda_hold_stream(s, 0), CUDA_SUCCESS);
-    copier.join();
-    ASSERT_TRUE(staged);
-    ASSERT_EQ(r, CUDA_SUCCESS);
-    ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
-    device->assign(n, 0);
-    ASSERT_EQ(cuMemcpyDtoH(device->data(), dev_, n), CUDA_SUCCESS);
+    StageWhileHeld(s, src, n, sync, await_return, returned, device);
   }
 
   // A staged round trip of n bytes through device offset `at`.

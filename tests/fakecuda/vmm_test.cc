@@ -61,6 +61,15 @@ class VmmTest : public DriverTest {
     ASSERT_EQ(cuMemGetAllocationGranularity(&g_, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
               CUDA_SUCCESS);
   }
+  // A granule of host memory, mapped at *va and opened for the device and
+  // the CPU (read-write).
+  void MapOneGranule(CUmemGenericAllocationHandle* h, CUdeviceptr* va) {
+    CUmemAllocationProp prop = HostProp();
+    ASSERT_EQ(cuMemCreate(h, g_, &prop, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemAddressReserve(va, g_, 0, 0, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemMap(*va, g_, 0, *h, 0), CUDA_SUCCESS);
+    OpenForBoth(*va, g_);
+  }
   size_t g_ = 0;
 };
 
@@ -155,13 +164,10 @@ TEST_F(VmmTest, CpuAccessComesOnlyFromAHostLocation) {
 // the mapping itself: the threadsafe style runs the test again in it.)
 TEST_F(VmmTest, DroppedPagesFaultWithSigbus) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  CUmemAllocationProp prop = HostProp();
   CUmemGenericAllocationHandle h;
-  ASSERT_EQ(cuMemCreate(&h, g_, &prop, 0), CUDA_SUCCESS);
   CUdeviceptr va;
-  ASSERT_EQ(cuMemAddressReserve(&va, g_, 0, 0, 0), CUDA_SUCCESS);
-  ASSERT_EQ(cuMemMap(va, g_, 0, h, 0), CUDA_SUCCESS);
-  OpenForBoth(va, g_);
+  MapOneGranule(&h, &va);
+  if (HasFatalFailure()) return;
   const int uffd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
   if (uffd < 0) GTEST_SKIP() << "this kernel offers no userfaultfd for it";
   close(uffd);
@@ -185,13 +191,10 @@ TEST_F(VmmTest, DroppedPagesFaultWithSigbus) {
 
 // A handle released while mapped lives until its last unmap; the bytes stay.
 TEST_F(VmmTest, ReleaseWhileMappedKeepsTheMemoryUntilUnmapped) {
-  CUmemAllocationProp prop = HostProp();
   CUmemGenericAllocationHandle h;
-  ASSERT_EQ(cuMemCreate(&h, g_, &prop, 0), CUDA_SUCCESS);
   CUdeviceptr va;
-  ASSERT_EQ(cuMemAddressReserve(&va, g_, 0, 0, 0), CUDA_SUCCESS);
-  ASSERT_EQ(cuMemMap(va, g_, 0, h, 0), CUDA_SUCCESS);
-  OpenForBoth(va, g_);
+  MapOneGranule(&h, &va);
+  if (HasFatalFailure()) return;
   std::memset(reinterpret_cast<void*>(va), 5, g_);
   ASSERT_EQ(cuMemRelease(h), CUDA_SUCCESS);
   EXPECT_EQ(reinterpret_cast<volatile char*>(va)[g_ - 1], 5);
