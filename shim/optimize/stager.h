@@ -238,7 +238,12 @@ class Stager {
   // Called before the program queues a host function, a stream callback or
   // a graph launch (any of which may write pageable memory when it runs):
   // from then on asynchronous uploads read their source as the driver does.
-  void NoteHostWorkQueued() { host_work_queued_.store(true, std::memory_order_relaxed); }
+  // (A load first: every graph launch comes here, and the line stays shared.)
+  void NoteHostWorkQueued() {
+    if (!host_work_queued_.load(std::memory_order_relaxed)) {
+      host_work_queued_.store(true, std::memory_order_relaxed);
+    }
+  }
 
   StagerStats Stats() const;
 

@@ -197,9 +197,13 @@ void DroppedPagesFault(void* p, size_t size, int prot) {
     reg.mode = UFFDIO_REGISTER_MODE_MINOR;
     ok = ioctl(fd, UFFDIO_REGISTER, &reg) == 0;
   }
-  int expected = -1;
-  g_drops_fault.compare_exchange_strong(expected, ok ? 1 : 0);
-  if (!ok) g_drops_fault.store(0);
+  // Once a mapping could not be made to fault, the answer stays no.
+  int unknown = -1;
+  if (!ok) {
+    g_drops_fault.store(0);
+  } else {
+    g_drops_fault.compare_exchange_strong(unknown, 1);
+  }
 }
 
 // Maps [offset, offset + size) of phys with `prot`: at `at` (replacing
