@@ -38,6 +38,6 @@ for s in "${SETTINGS[@]}"; do
   extra=()
   [ "$s" != - ] && IFS=, read -ra extra <<< "$s"
   one "optimize ${s}" LD_PRELOAD="$BUNDLE/libpinshim.so" PINSHIM_MODE=optimize \
-    PINSHIM_SUMMARY=/dev/stderr "${extra[@]}"
+    PINSHIM_SUMMARY=1 "${extra[@]}"
 done
 rm -rf "$w"

@@ -89,6 +89,7 @@ registry_bench" timeout "$max" bash bench/gpu/run_all.sh .gpu > "$log" 2>&1
       ;;
     vmm)
       (
+        . bench/gpu/bundle_env.sh "$LIBDIR"
         # The bundle less cpu_tests.txt: the tier's programs only.
         lib2="$(mktemp -d)"
         ln -s "$LIBDIR"/* "$lib2"/ && rm -f "$lib2/cpu_tests.txt"

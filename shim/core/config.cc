@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 
 #include "shim/core/fixed_text.h"
@@ -554,7 +555,9 @@ bool ParseSummary(const char* value, Config* config, char* err, size_t err_len) 
     config->summary_path[0] = '\0';
     return true;
   }
-  if (len == 1 && word[0] == '1') {
+  // /dev/stderr is a link (to /proc/self/fd/2), which no output of pinshim
+  // follows; it names the standard error the program already has.
+  if ((len == 1 && word[0] == '1') || (len == 11 && memcmp(word, "/dev/stderr", 11) == 0)) {
     config->summary = SummaryTarget::kStderr;
     config->summary_path[0] = '\0';
     return true;
@@ -562,7 +565,7 @@ bool ParseSummary(const char* value, Config* config, char* err, size_t err_len) 
   if (IsSummaryWord(word, len)) {
     FixedText(err, err_len)
         .Append(
-            "a word, not a file name; accepted: 0 (none), 1 (stderr) or a file path "
+            "a word, not a file name; accepted: 0 (none), 1 or /dev/stderr (stderr) or a file path "
             "(write ./")
         .Append(word, len)
         .Append(" for a file of that name)");
