@@ -138,8 +138,10 @@ expect 2 "pinshim run: --track-threshold \"10%\": a percentage is not accepted h
 expect 2 "pinshim run: --trace-dir needs a value (DIR), not \"--\" (write --trace-dir=VALUE for a value that starts with '--')" \
   run --trace-dir -- true
 expect 2 'pinshim run: --summary= needs a FILE; see pinshim run --help' run --summary= true
-expect 2 'pinshim run: --summary "yes": a word, not a file name; accepted: 0 (none), 1 (stderr) or a file path (write ./yes for a file of that name)' \
+expect 2 'pinshim run: --summary "yes": a word, not a file name; accepted: 0 (none), 1 or /dev/stderr (stderr) or a file path (write ./yes for a file of that name)' \
   run --summary=yes true
+# /dev/stderr is a link, which no output follows; it names standard error.
+expect 0 "" run --summary=/dev/stderr true
 PINSHIM_SUMMARY=yes expect_prefix 2 'pinshim run: PINSHIM_SUMMARY="yes": a word, not a file name' \
   run true
 expect_prefix 2 'pinshim run: --track-threshold "0": below 4K' run --track-threshold 0 true
