@@ -25,6 +25,9 @@
 # appended to $OUT/matrix/raw.txt. MATRIX_COMPARE_LIB: a second libpinshim.so, run as
 # variant "compare" in optimize mode beside the bundle's (side by side
 # against another build), with MATRIX_COMPARE_ENV's settings added.
+# MATRIX_SUMMARY=1: the variants under pinshim print their summaries (to
+# $OUT/matrix/stderr.txt for the Python cells); every other PINSHIM_
+# variable of the environment is cleared.
 set -uo pipefail
 BUNDLE="$(cd "${1:-.gpu}" && pwd)"
 ROUNDS="${2:-8}"
@@ -38,14 +41,16 @@ mkdir -p "$W"
 for v in $(env | grep -o '^PINSHIM_[A-Z_]*'); do unset "$v"; done
 export PYTHONUNBUFFERED=1
 
+summary=""
+[ "${MATRIX_SUMMARY:-0}" = 1 ] && summary="PINSHIM_SUMMARY=1"
 variants=(none optimize)
 [ -n "${MATRIX_COMPARE_LIB:-}" ] && variants+=(compare)
 # The environment of a variant, as arguments to env(1).
 variant_env() {
   case "$1" in
     none) ;;
-    optimize) echo "LD_PRELOAD=$BUNDLE/libpinshim.so PINSHIM_MODE=optimize" ;;
-    compare) echo "LD_PRELOAD=$MATRIX_COMPARE_LIB PINSHIM_MODE=optimize ${MATRIX_COMPARE_ENV:-}" ;;
+    optimize) echo "LD_PRELOAD=$BUNDLE/libpinshim.so PINSHIM_MODE=optimize $summary" ;;
+    compare) echo "LD_PRELOAD=$MATRIX_COMPARE_LIB PINSHIM_MODE=optimize $summary ${MATRIX_COMPARE_ENV:-}" ;;
   esac
 }
 # The variants in round r's order: rotated by one each round.
