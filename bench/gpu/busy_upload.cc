@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda_check.h"
+
 namespace {
 
 constexpr int kWarmSteps = 4;
@@ -24,12 +26,6 @@ double NowUs() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
-}
-
-bool Ok(CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return true;
-  fprintf(stderr, "busy_upload: %s failed (%d)\n", what, static_cast<int>(r));
-  return false;
 }
 
 }  // namespace
@@ -55,18 +51,18 @@ int main(int argc, char** argv) {
   CUcontext c;
   CUdeviceptr dev, work;
   CUstream s;
-  if (!Ok(cuInit(0), "cuInit") || !Ok(cuDeviceGet(&d, 0), "cuDeviceGet") ||
-      !Ok(cuDevicePrimaryCtxRetain(&c, d), "cuDevicePrimaryCtxRetain") ||
-      !Ok(cuCtxSetCurrent(c), "cuCtxSetCurrent") || !Ok(cuMemAlloc(&dev, n), "cuMemAlloc") ||
-      !Ok(cuMemAlloc(&work, 2 * busy), "cuMemAlloc") ||
-      !Ok(cuStreamCreate(&s, 0), "cuStreamCreate")) {
-    return 1;
-  }
+  DCHECK(cuInit(0));
+  DCHECK(cuDeviceGet(&d, 0));
+  DCHECK(cuDevicePrimaryCtxRetain(&c, d));
+  DCHECK(cuCtxSetCurrent(c));
+  DCHECK(cuMemAlloc(&dev, n));
+  DCHECK(cuMemAlloc(&work, 2 * busy));
+  DCHECK(cuStreamCreate(&s, 0));
   unsigned char* prev = nullptr;
   double t0 = 0, write_us = 0, call_us = 0;
   for (int i = 0; i < steps; ++i) {
     if (i == kWarmSteps) {
-      if (!Ok(cuStreamSynchronize(s), "cuStreamSynchronize")) return 1;
+      DCHECK(cuStreamSynchronize(s));
       t0 = NowUs();
     }
     auto* p = static_cast<unsigned char*>(malloc(n));
@@ -74,10 +70,8 @@ int main(int argc, char** argv) {
     const double a = NowUs();
     memset(p, i & 255, n);
     const double b = NowUs();
-    if (!Ok(cuMemcpyDtoDAsync(work + busy, work, busy, s), "cuMemcpyDtoDAsync") ||
-        !Ok(cuMemcpyHtoDAsync(dev, p, n, s), "cuMemcpyHtoDAsync")) {
-      return 1;
-    }
+    DCHECK(cuMemcpyDtoDAsync(work + busy, work, busy, s));
+    DCHECK(cuMemcpyHtoDAsync(dev, p, n, s));
     if (i >= kWarmSteps) {
       write_us += b - a;
       call_us += NowUs() - b;
@@ -85,12 +79,13 @@ int main(int argc, char** argv) {
     free(prev);
     prev = p;
   }
-  if (!Ok(cuStreamSynchronize(s), "cuStreamSynchronize")) return 1;
+  DCHECK(cuStreamSynchronize(s));
   const double timed = steps - kWarmSteps;
   const double step_us = (NowUs() - t0) / timed;
   free(prev);
   auto* back = static_cast<unsigned char*>(malloc(n));
-  if (back == nullptr || !Ok(cuMemcpyDtoH(back, dev, n), "cuMemcpyDtoH")) return 1;
+  if (back == nullptr) return 1;
+  DCHECK(cuMemcpyDtoH(back, dev, n));
   size_t bad = 0;
   for (size_t k = 0; k < n; ++k) bad += back[k] != ((steps - 1) & 255);
   free(back);

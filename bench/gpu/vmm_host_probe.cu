@@ -29,19 +29,12 @@
 #include <string>
 #include <vector>
 
-// Fatal: only for the set-up in main(), without which nothing can run.
-#define DCHECK(x) Fatal((x), #x, __LINE__)
+#include "cuda_check.h"  // DCHECK: only for the set-up in main(), without which nothing can run
 
 namespace {
 
 sigjmp_buf g_fault_jump;
 void OnFault(int) { siglongjmp(g_fault_jump, 1); }
-
-void Fatal(CUresult r, const char* what, int line) {
-  if (r == CUDA_SUCCESS) return;
-  fprintf(stderr, "%s:%d %s: error %d\n", __FILE__, line, what, r);
-  exit(1);
-}
 
 // Non-fatal: prints "error what=... line=... rc=..." and answers false, so
 // the caller ends its fact and the probe goes on to the next.
