@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reduces bench/gpu/matrix.sh's raw lines to one table: for every cell and
 every variant beside "none" (no pinshim), the median of the per-round ratios
-variant/none with their spread (lowest and highest round), then the issue's
+variant/none with their spread (lowest and highest round; a DataLoader
+step's host-time parts are shown too, not judged), then the issue's
 targets, and any cell whose results differ between variants.
 
     python3 bench/gpu/matrix_table.py RAW
@@ -15,6 +16,9 @@ import sys
 
 RATES = ("h2d_gbps", "d2h_gbps", "images_per_s")
 TIMES = ("step_us",)
+# Host time of a DataLoader step's parts (medians over its steps): shown
+# beside the rates to tell where a loop's time went, never counted as rows.
+PHASES = ("fetch_us", "upload_us", "train_us")
 NEVER_SLOWER = 0.98
 
 
@@ -39,7 +43,7 @@ def ratios(a, b, metric):
         x, y = a[r].get(metric), b[r].get(metric)
         if x is None or y is None or float(x) <= 0 or float(y) <= 0:
             continue
-        out.append(float(y) / float(x) if metric in TIMES else float(x) / float(y))
+        out.append(float(y) / float(x) if metric in TIMES + PHASES else float(x) / float(y))
     return out
 
 
@@ -64,12 +68,12 @@ def main():
             base, var = rows.get((c, "none")), rows.get((c, v))
             if not base or not var:
                 continue
-            for m in RATES + TIMES:
+            for m in RATES + TIMES + PHASES:
                 rs = ratios(var, base, m)
                 if not rs:
                     continue
                 mark = ""
-                if statistics.median(rs) < NEVER_SLOWER:
+                if m not in PHASES and statistics.median(rs) < NEVER_SLOWER:
                     mark = "  SLOWER"
                     slower.append((v, c, m))
                 print("%-34s %-12s %9.2f %9.2f  %s%s" % (c, m, med(base, m), med(var, m), fmt(rs), mark))

@@ -22,6 +22,7 @@ Usage: py_matrix.py ROUNDS GO_FIFO DONE_FIFO CELL...
 Before each round the process reads one line from GO_FIFO; after it, it
 writes "done" to DONE_FIFO. Round 0 is a warm-up and prints nothing. Lines:
   round=R cell=NAME METRIC=VALUE ... checksum=C"""
+import os
 import statistics
 import sys
 import time
@@ -32,7 +33,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 IMAGES = 3072
-TIMED_IMAGES = 1536
+# Images timed per DataLoader cell and round (PY_MATRIX_TIMED_IMAGES).
+TIMED_IMAGES = int(os.environ.get("PY_MATRIX_TIMED_IMAGES", "1536"))
 
 
 def dataloader_cell(batch, workers, mode, data, labels):
@@ -48,13 +50,21 @@ def dataloader_cell(batch, workers, mode, data, labels):
                         persistent_workers=workers > 0)
     warm, timed = 4, max(16, TIMED_IMAGES // batch)
     losses, step, t0 = [], 0, None
+    fetch, upload, train = [], [], []  # each timed step's phases, host time
     fixed_x = data[:batch].cuda()
     fixed_y = labels[:batch].cuda()
     while step < warm + timed:
-        for x, y in loader:
+        batches = iter(loader)
+        while step < warm + timed:
+            a = time.perf_counter()
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                break
             if step == warm:
                 torch.cuda.synchronize()
-                t0 = time.perf_counter()
+                t0 = a = time.perf_counter()
+            b = time.perf_counter()
             if copy:
                 x = x.cuda(non_blocking=non_blocking)
                 y = y.cuda(non_blocking=non_blocking)
@@ -62,20 +72,24 @@ def dataloader_cell(batch, workers, mode, data, labels):
                 x, y = fixed_x, fixed_y
                 if mode == "syncnocopy":
                     torch.cuda.current_stream().synchronize()
+            c = time.perf_counter()
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
             if step >= warm:
                 losses.append(loss.detach())
+                fetch.append(b - a)
+                upload.append(c - b)
+                train.append(time.perf_counter() - c)
             step += 1
-            if step == warm + timed:
-                break
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    del loader  # its workers end here
+    del loader, batches  # its workers end here
     checksum = float(torch.stack(losses).sum())
-    return f"images_per_s={timed * batch / dt:.1f} checksum={checksum:.5f}"
+    us = lambda v: 1e6 * statistics.median(v)
+    return (f"images_per_s={timed * batch / dt:.1f} fetch_us={us(fetch):.0f} "
+            f"upload_us={us(upload):.0f} train_us={us(train):.0f} checksum={checksum:.5f}")
 
 
 def numpy_cell(framework, mib, fresh):
