@@ -14,7 +14,8 @@
 //   cold:BYTES                the fresh:BYTES:sync step 8 times with no
 //                             warm-up: a program's first copies (run it as
 //                             the first cell of a process); rates are the
-//                             total bytes over the total time, not medians
+//                             total bytes over the total time, not medians,
+//                             and h2d_each_us lists every upload's time
 //   bw:BYTES                  bandwidthTest-style: one malloc'd buffer,
 //                             copied each way ITERS times back to back
 //   bwpinned:BYTES            the same with a cudaHostAlloc'd buffer
@@ -31,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -175,11 +177,14 @@ void Cold(size_t bytes) {
     d2h += r.d2h_us[s];
     step += r.step_us[s];
   }
+  // Each upload's time in turn: where in the first copies the time goes.
+  std::string each;
+  for (int s = 0; s < 8; ++s) each += (s ? "," : "") + std::to_string(std::lround(r.h2d_us[s]));
   printf(
       "cell=cold:%zu h2d_gbps=%.3f d2h_gbps=%.3f step_us=%.1f h2d_call_us=%.1f d2h_call_us=%.1f "
-      "first_h2d_us=%.1f first_d2h_us=%.1f checksum=%016llx\n",
+      "first_h2d_us=%.1f first_d2h_us=%.1f h2d_each_us=%s checksum=%016llx\n",
       bytes, 8.0 * bytes / h2d / 1e3, 8.0 * bytes / d2h / 1e3, step / 8, h2d / 8, d2h / 8,
-      r.h2d_us[0], r.d2h_us[0], static_cast<unsigned long long>(r.checksum));
+      r.h2d_us[0], r.d2h_us[0], each.c_str(), static_cast<unsigned long long>(r.checksum));
   fflush(stdout);
   CHECK(cudaFree(dev));
 }
