@@ -667,8 +667,10 @@ bool Stager::StageEagerHead(void* host, CUdeviceptr dev, uint64_t bytes, CUstrea
 bool Stager::Admits(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CUstream stream,
                     bool eager_head, uint32_t* helpers, CUcontext* ctx) {
   // Before any check that costs a system or driver call: a program's first
-  // copies, before a ring is worth pinning, go to the driver at its price.
-  if (workers_started_.load(std::memory_order_acquire) != 2 && !eager_head &&
+  // copies, before a ring is worth pinning, go to the driver at its price
+  // (TakeLane would decline them; with no ring pinned, the checks below
+  // would be paid for nothing).
+  if (!eager_head && ring_bytes_.load(std::memory_order_relaxed) == 0 &&
       !RingWorthIt(dir, bytes)) {
     declined_.fetch_add(1, std::memory_order_relaxed);
     ring_deferred_.fetch_add(1, std::memory_order_relaxed);

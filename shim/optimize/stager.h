@@ -234,6 +234,8 @@ class Stager {
   // run, staging declines and the driver copies. False when that thread
   // could not start (the first copy staging takes then starts them).
   bool StartWorkersInBackground();
+  // Whether the workers have been started (by either way).
+  bool WorkersStarted() const { return workers_started_.load(std::memory_order_acquire) == 2; }
 
   // Called before the program queues a host function, a stream callback or
   // a graph launch (any of which may write pageable memory when it runs):

@@ -865,6 +865,68 @@ TEST_F(BackgroundRingTest, FirstCopiesGoToTheDriverWhileAWorkerPinsTheRing) {
   EXPECT_EQ(stager_->Stats().background_rings, 1u);
 }
 
+// A program's first copies, before the driver's copies have cost as much
+// as a ring: with the workers started (at the attach) and no ring pinned,
+// such a copy goes to the driver before any system or driver call of the
+// stager's (a cold process's first copies pay nothing for staging).
+class DeferredRingTest : public BackgroundRingTest {
+ protected:
+  void SetUp() override {
+    StagerTest::SetUp();
+    ops_.ctx_get_current = &CountedCtxGetCurrent;
+    ops_.stream_is_capturing = &CountedStreamIsCapturing;
+    ops_.pointer_get_attribute = &CountedPointerGetAttribute;
+    StagerOptions o = TestOptions(3);
+    o.judge = &judge_;  // no driver copy recorded: no ring is worth it yet
+    ASSERT_TRUE(deferring_->Init(&ops_, &account_, o));
+  }
+  static CUresult CountedCtxGetCurrent(CUcontext* out) {
+    calls_.fetch_add(1);
+    return cuCtxGetCurrent(out);
+  }
+  static CUresult CountedStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+    calls_.fetch_add(1);
+    return cuStreamIsCapturing(s, status);
+  }
+  static CUresult CountedPointerGetAttribute(void* data, CUpointer_attribute a, CUdeviceptr p) {
+    calls_.fetch_add(1);
+    return cuPointerGetAttribute(data, a, p);
+  }
+  PathJudge judge_;
+  Checked<Stager>& deferring_ = NewStager();
+  static std::atomic<int> calls_;
+};
+std::atomic<int> DeferredRingTest::calls_{0};
+
+TEST_F(DeferredRingTest, ACopyBeforeARingPaysGoesToTheDriverBeforeAnyCheck) {
+  ASSERT_TRUE(deferring_->StartWorkersInBackground());
+  for (int i = 0; i < 5000 && !deferring_.raw().WorkersStarted(); ++i) usleep(1000);
+  ASSERT_TRUE(deferring_.raw().WorkersStarted());
+  std::vector<uint8_t> src(2 * kMiB);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  StagedInfo info;
+  calls_.store(0);
+  EXPECT_FALSE(deferring_->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr,
+                                 true, &r, &info));
+  EXPECT_FALSE(deferring_->Stage(CopyDir::kDeviceToHost, src.data(), dev_, src.size(), nullptr,
+                                 false, &r, &info));
+  EXPECT_EQ(calls_.load(), 0) << "no driver call before declining";
+  const StagerStats s = deferring_->Stats();
+  EXPECT_EQ(s.ring_deferred, 2u);
+  EXPECT_EQ(s.declined, 2u);
+  EXPECT_EQ(s.ring_bytes, 0u);
+  // Once the driver's copies cost as much as a ring, the checks run and a
+  // worker pins one.
+  for (int i = 0; i < 4000; ++i)
+    judge_.Record(CopyPath::kDriver, CopyDir::kHostToDevice, kMiB, true, 1000000);
+  EXPECT_FALSE(deferring_->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr,
+                                 true, &r, &info));
+  EXPECT_GT(calls_.load(), 0);
+  EXPECT_EQ(deferring_->Stats().ring_pending, 1u);
+  ASSERT_TRUE(deferring_.raw().WaitForRings(10 * kSecond));
+  EXPECT_EQ(deferring_->Stats().background_rings, 1u);
+}
+
 // The default ring (4 slots of 4 MiB): copies up to 64 MiB go to the
 // driver while it is pinned, from 96 MiB on they wait for it (the cost
 // model's pageable and pinned speeds, and cudaHostAlloc's cost).
