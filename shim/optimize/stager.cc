@@ -670,8 +670,7 @@ bool Stager::Admits(CopyDir dir, void* host, CUdeviceptr dev, uint64_t bytes, CU
   // copies, before a ring is worth pinning, go to the driver at its price
   // (TakeLane would decline them; with no ring pinned, the checks below
   // would be paid for nothing).
-  if (!eager_head && ring_bytes_.load(std::memory_order_relaxed) == 0 &&
-      !RingWorthIt(dir, bytes)) {
+  if (!eager_head && ring_bytes_.load(std::memory_order_relaxed) == 0 && !RingWorthIt(dir, bytes)) {
     declined_.fetch_add(1, std::memory_order_relaxed);
     ring_deferred_.fetch_add(1, std::memory_order_relaxed);
     return false;
