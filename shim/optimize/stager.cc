@@ -436,6 +436,28 @@ void Stager::WorkerLoop() {
   }
 }
 
+namespace {
+
+// A ring is anonymous memory of pinshim's own, every page made present
+// before the driver sees it, then registered with the driver. The program's
+// driver calls wait for whatever pinning call the driver is in; a
+// registration of present pages is a fraction of what cuMemHostAlloc of the
+// same size takes, and the pages' zeroing happens outside the driver
+// (bench/RESULTS.md, "2026-12-06, seventh part"). A child of fork gets none
+// of it (staging is off there). System calls made directly: the ring is not
+// the program's memory, and pinshim's page hooks must not take it for it.
+void* MapRing(uint64_t bytes) {
+  void* p = reinterpret_cast<void*>(syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+  if (p == MAP_FAILED) return nullptr;
+  syscall(SYS_madvise, p, bytes, MADV_DONTFORK);
+  return p;
+}
+
+void UnmapRing(void* ring, uint64_t bytes) { syscall(SYS_munmap, ring, bytes); }
+
+}  // namespace
+
 bool Stager::PinRing(Lane* lane, CUcontext ctx) {
   const uint64_t bytes = options_.chunk_bytes * options_.slots;
   OwnPinReason refused = OwnPinReason::kNone;
@@ -444,9 +466,11 @@ bool Stager::PinRing(Lane* lane, CUcontext ctx) {
                  bytes, 0, CUDA_SUCCESS);
     return false;
   }
-  void* ring = nullptr;
-  CUresult r = ops_->mem_host_alloc(&ring, bytes, CU_MEMHOSTALLOC_PORTABLE);
+  void* ring = MapRing(bytes);
+  CUresult r = ring == nullptr ? CUDA_ERROR_OUT_OF_MEMORY
+                               : ops_->mem_host_register(ring, bytes, CU_MEMHOSTREGISTER_PORTABLE);
   if (r != CUDA_SUCCESS) {
+    if (ring != nullptr) UnmapRing(ring, bytes);
     account_->Release(PinUse::kStaging, bytes);
     ReportOwnPin(options_.on_own_pin, OwnPinAction::kRefused, OwnPinPart::kStaging,
                  DriverRefusalReason(r, account_->pinned(), bytes), 0, bytes, 0, r);
@@ -465,7 +489,8 @@ bool Stager::PinRing(Lane* lane, CUcontext ctx) {
   }
   if (made != options_.slots) {
     for (uint32_t i = 0; i < made; ++i) ops_->event_destroy(lane->events[i]);
-    ops_->mem_free_host(ring);
+    ops_->mem_host_unregister(ring);
+    UnmapRing(ring, bytes);
     account_->Release(PinUse::kStaging, bytes);
     return false;
   }
@@ -492,8 +517,9 @@ void Stager::UnpinRing(Lane* lane, OwnPinReason why) {
     }
     ops_->event_destroy(lane->before);
     lane->before = nullptr;
-    r = ops_->mem_free_host(lane->ring);
+    r = ops_->mem_host_unregister(lane->ring);
   }
+  UnmapRing(lane->ring, lane->ring_bytes);
   account_->Release(PinUse::kStaging, lane->ring_bytes);
   ring_bytes_.fetch_sub(lane->ring_bytes, std::memory_order_relaxed);
   ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kStaging, why,
@@ -508,9 +534,17 @@ static double StagedNs(CopyDir dir, uint64_t bytes) {
   return 1.5 * CostModel::CopyNs(bytes, dir, true);
 }
 
+// What pinning a ring of `bytes` costs: making its pages present (the
+// kernel zeroes each, outside the driver) and registering them
+// (bench/RESULTS.md, "2026-12-06, seventh part").
+static double RingPinNs(uint64_t bytes) {
+  constexpr double kPopulateNsPerByte = 0.4;
+  return kPopulateNsPerByte * static_cast<double>(bytes) + CostModel::RegisterNs(bytes);
+}
+
 bool Stager::WaitsForRing(CopyDir dir, uint64_t bytes, uint64_t ring_bytes) {
   const double driver = CostModel::CopyNs(bytes, dir, false);
-  return driver > CostModel::HostAllocNs(ring_bytes) + StagedNs(dir, bytes);
+  return driver > RingPinNs(ring_bytes) + StagedNs(dir, bytes);
 }
 
 double Stager::ExpectedWin(CopyDir dir, uint64_t bytes) {
@@ -526,7 +560,7 @@ bool Stager::WaitsForRingHere(CopyDir dir, uint64_t bytes) const {
 bool Stager::RingWorthIt(CopyDir dir, uint64_t bytes) const {
   const uint64_t ring = options_.chunk_bytes * options_.slots;
   return options_.judge == nullptr || WaitsForRing(dir, bytes, ring) ||
-         options_.judge->WorthSetup(dir, CostModel::HostAllocNs(ring));
+         options_.judge->WorthSetup(dir, RingPinNs(ring));
 }
 
 void Stager::PinRingInBackground(Lane* lane) {
@@ -1186,7 +1220,10 @@ void Stager::OnContextDestroyed(CUcontext ctx) {
       l.state.store(kLaneFree, std::memory_order_release);
       continue;
     }
-    // The driver freed the ring and the events with the context.
+    // The driver dropped the events and the ring's registration with the
+    // context (bench/RESULTS.md, "2026-12-06, seventh part"); the memory is
+    // pinshim's to unmap.
+    UnmapRing(l.ring, l.ring_bytes);
     account_->Release(PinUse::kStaging, l.ring_bytes);
     ring_bytes_.fetch_sub(l.ring_bytes, std::memory_order_relaxed);
     ReportOwnPin(options_.on_own_pin, OwnPinAction::kUnpinned, OwnPinPart::kStaging,

@@ -36,8 +36,11 @@
 // machine's CPUs are busy (fewer than two idle cores: the driver's
 // path costs the program less then).
 //
-// Rings: pinning one costs milliseconds (cudaHostAlloc, bench/RESULTS.md),
-// more than the driver takes for a copy of tens of MiB. So the first copy
+// Rings: pinning one costs milliseconds (its pages made present, then
+// registered: bench/RESULTS.md), more than the driver takes for a copy of
+// tens of MiB, and the program's own driver calls wait while the driver
+// registers it (about a millisecond for the default ring; cuMemHostAlloc
+// held them up to ten times longer). So the first copy
 // that needs a ring in a context asks a worker to pin it and goes to the
 // driver meanwhile, unless the driver's copy would take longer than pinning
 // the ring and staging the copy (CostModel: from about 96 MiB at the

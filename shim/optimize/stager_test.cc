@@ -41,18 +41,19 @@ using testing::RewriteSource;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kSecond = 1000000000;
 
-// The driver's cuMemHostAlloc behind a gate the test holds shut: a ring a
-// worker pins stays in flight as long as the test wants.
+// The driver's cuMemHostRegister (how a ring is pinned) behind a gate the
+// test holds shut: a ring a worker pins stays in flight as long as the test
+// wants.
 std::atomic<bool> g_hold_host_alloc{false};
 std::atomic<int> g_host_allocs_held{0};
-CUresult HeldHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+CUresult HeldHostRegister(void* p, size_t bytes, unsigned int flags) {
   g_host_allocs_held++;
   while (g_hold_host_alloc.load()) usleep(100);
   g_host_allocs_held--;
-  return cuMemHostAlloc(pp, bytes, flags);
+  return cuMemHostRegister(p, bytes, flags);
 }
 
-// Waits until a cuMemHostAlloc is held at the gate; false after 10 s.
+// Waits until a ring's registration is held at the gate; false after 10 s.
 bool HostAllocHeld() {
   for (int i = 0; i < 100000 && g_host_allocs_held.load() == 0; ++i) usleep(100);
   return g_host_allocs_held.load() != 0;
@@ -78,7 +79,7 @@ class StagerTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(MakeContextCurrent(), nullptr);
     ops_ = FakeDriverOps();
-    ops_.mem_host_alloc = &HeldHostAlloc;
+    ops_.mem_host_register = &HeldHostRegister;
     account_.Init(PinAccount::kNoCap, PinAccountHooks());
     StagerOptions o = TestOptions(3);
     // The copy that needs a ring pins it: each test's first copy is staged.
@@ -927,9 +928,10 @@ TEST_F(DeferredRingTest, ACopyBeforeARingPaysGoesToTheDriverBeforeAnyCheck) {
   EXPECT_EQ(deferring_->Stats().background_rings, 1u);
 }
 
-// The default ring (4 slots of 4 MiB): copies up to 64 MiB go to the
+// The default ring (8 slots of 2 MiB): copies up to 64 MiB go to the
 // driver while it is pinned, from 96 MiB on they wait for it (the cost
-// model's pageable and pinned speeds, and cudaHostAlloc's cost).
+// model's pageable and pinned speeds, and a ring's populating and
+// registration).
 // The load sample: the stager's own copying (its workers' and the staging
 // threads' CPU time) is not load; everything else busy is.
 TEST(StagerLoadTest, OwnCopyingIsNotLoad) {

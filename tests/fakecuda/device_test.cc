@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/fakecuda/test_support.h"
 
@@ -265,6 +266,36 @@ TEST(ContextTest, PrimaryStateFollowsRetainAndTheLastRelease) {
   EXPECT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
   EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
   EXPECT_FALSE(PrimaryActive(0));
+}
+
+// As the real driver does (driver_behavior.h,
+// kDestroyedContextDropsRegistrations): a registration, portable or not,
+// goes with the context that made it; its memory stays the program's.
+TEST(ContextTest, PrimaryResetDropsTheContextsRegistrations) {
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  CUcontext ctx;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  const size_t live = fakecuda_live_registrations();
+  std::vector<char> portable(3 * 4096, 5), plain(4096, 6);
+  ASSERT_EQ(cuMemHostRegister(portable.data(), portable.size(), CU_MEMHOSTREGISTER_PORTABLE),
+            CUDA_SUCCESS);
+  ASSERT_EQ(cuMemHostRegister(plain.data(), plain.size(), 0), CUDA_SUCCESS);
+  EXPECT_EQ(fakecuda_live_registrations(), live + 2);
+  EXPECT_EQ(cuDevicePrimaryCtxReset(0), CUDA_SUCCESS);
+  EXPECT_EQ(fakecuda_live_registrations(), live);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  unsigned int flags = 0;
+  EXPECT_EQ(cuMemHostGetFlags(&flags, portable.data()), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(portable[4096], 5);  // still the program's memory
+  EXPECT_EQ(cuMemHostRegister(portable.data(), portable.size(), CU_MEMHOSTREGISTER_PORTABLE),
+            CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostUnregister(portable.data()), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostUnregister(plain.data()), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  EXPECT_EQ(cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
 }
 
 TEST(ContextTest, PrimaryResetDestroysResourcesButKeepsReferences) {

@@ -129,6 +129,14 @@ constexpr CUresult kBadContextHandle = CUDA_ERROR_INVALID_CONTEXT;
 // stale pointer faults instead of reaching whatever is mapped there later.
 constexpr bool kFreedContextHostPagesStayReserved = true;
 
+// Measured (bench/RESULTS.md, "2026-12-06, seventh part"): a range
+// registered with cuMemHostRegister, even CU_MEMHOSTREGISTER_PORTABLE, is
+// unregistered when the context that registered it is destroyed (a primary
+// context reset): cuMemHostGetFlags on it then answers
+// CUDA_ERROR_INVALID_VALUE, and registering it again succeeds. Its pages
+// stay the program's, mapped as they were.
+constexpr bool kDestroyedContextDropsRegistrations = true;
+
 // Documented: cuDevicePrimaryCtxReset destroys the primary context's resources
 // and leaves it inactive, but does not release it: references taken before
 // the reset stay counted, so the releases that match them still succeed (and

@@ -408,6 +408,11 @@ void ReleaseContextMemory(Context* ctx) {
     }
     it = s.host_allocs.erase(it);
   }
+  if (behavior::kDestroyedContextDropsRegistrations) {
+    for (auto it = s.registrations.begin(); it != s.registrations.end();) {
+      it = it->second.ctx == ctx ? s.registrations.erase(it) : std::next(it);
+    }
+  }
 }
 
 CUresult ResolveHostRange(const void* p, size_t len, Span* out) {
