@@ -44,19 +44,19 @@ constexpr uint64_t kSecond = 1000000000;
 // The driver's cuMemHostRegister (how a ring is pinned) behind a gate the
 // test holds shut: a ring a worker pins stays in flight as long as the test
 // wants.
-std::atomic<bool> g_hold_host_alloc{false};
-std::atomic<int> g_host_allocs_held{0};
+std::atomic<bool> g_hold_ring_pin{false};
+std::atomic<int> g_ring_pins_held{0};
 CUresult HeldHostRegister(void* p, size_t bytes, unsigned int flags) {
-  g_host_allocs_held++;
-  while (g_hold_host_alloc.load()) usleep(100);
-  g_host_allocs_held--;
+  g_ring_pins_held++;
+  while (g_hold_ring_pin.load()) usleep(100);
+  g_ring_pins_held--;
   return cuMemHostRegister(p, bytes, flags);
 }
 
 // Waits until a ring's registration is held at the gate; false after 10 s.
-bool HostAllocHeld() {
-  for (int i = 0; i < 100000 && g_host_allocs_held.load() == 0; ++i) usleep(100);
-  return g_host_allocs_held.load() != 0;
+bool RingPinHeld() {
+  for (int i = 0; i < 100000 && g_ring_pins_held.load() == 0; ++i) usleep(100);
+  return g_ring_pins_held.load() != 0;
 }
 
 // The simulated driver's second device: its primary context, made current.
@@ -165,7 +165,7 @@ class StagerTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    g_hold_host_alloc.store(false);
+    g_hold_ring_pin.store(false);
     EXPECT_TRUE(stager_.raw().WaitForRings(10 * kSecond));
     EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
     EXPECT_EQ(cuMemFree(dev_), CUDA_SUCCESS);
@@ -839,14 +839,14 @@ class BackgroundRingTest : public StagerTest {
 // The first copy does not wait for its ring: with the driver's allocation
 // held, a copy that waited would never return (and the test would time out).
 TEST_F(BackgroundRingTest, FirstCopiesGoToTheDriverWhileAWorkerPinsTheRing) {
-  g_hold_host_alloc.store(true);
+  g_hold_ring_pin.store(true);
   std::vector<uint8_t> src(2 * kMiB);
   Fill(src.data(), src.size(), 21);
   CUresult r = CUDA_ERROR_UNKNOWN;
   StagedInfo info;
   EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev_, src.size(), nullptr, true,
                               &r, &info));
-  ASSERT_TRUE(HostAllocHeld());  // a worker is pinning the ring
+  ASSERT_TRUE(RingPinHeld());  // a worker is pinning the ring
   // Copies meanwhile go to the driver too, and ask for no second ring.
   EXPECT_FALSE(stager_->Stage(CopyDir::kDeviceToHost, src.data(), dev_, src.size(), nullptr, true,
                               &r, &info));
@@ -854,8 +854,8 @@ TEST_F(BackgroundRingTest, FirstCopiesGoToTheDriverWhileAWorkerPinsTheRing) {
   EXPECT_EQ(s.ring_pending, 2u);
   EXPECT_EQ(s.copies, 0u);
   EXPECT_EQ(s.ring_bytes, 0u);
-  EXPECT_EQ(g_host_allocs_held.load(), 1);
-  g_hold_host_alloc.store(false);
+  EXPECT_EQ(g_ring_pins_held.load(), 1);
+  g_hold_ring_pin.store(false);
   ASSERT_TRUE(stager_.raw().WaitForRings(10 * kSecond));
   s = stager_->Stats();
   EXPECT_EQ(s.background_rings, 1u);
@@ -987,10 +987,10 @@ TEST_F(BackgroundRingTest, ACopyDoesNotWaitForAWorkerThatPinsARing) {
   CUdeviceptr dev1;
   ASSERT_EQ(cuMemAlloc(&dev1, 4 * kMiB), CUDA_SUCCESS);
   std::vector<uint8_t> src(2 * kMiB, 7), back(2 * kMiB);
-  g_hold_host_alloc.store(true);
+  g_hold_ring_pin.store(true);
   EXPECT_FALSE(stager->Stage(CopyDir::kHostToDevice, src.data(), dev1, src.size(), nullptr, true,
                              &r, &info));
-  ASSERT_TRUE(HostAllocHeld());
+  ASSERT_TRUE(RingPinHeld());
   // Back in the first context: staged, both ways, with the worker held.
   ASSERT_EQ(cuCtxSetCurrent(MakeContextCurrent()), CUDA_SUCCESS);
   const uint64_t alone_before = stager->Stats().alone;
@@ -1002,10 +1002,10 @@ TEST_F(BackgroundRingTest, ACopyDoesNotWaitForAWorkerThatPinsARing) {
                             &r, &info));
   ASSERT_EQ(r, CUDA_SUCCESS);
   EXPECT_TRUE(HasPattern(back.data(), back.size(), 27));
-  EXPECT_EQ(g_host_allocs_held.load(), 1);  // the worker was held all along
+  EXPECT_EQ(g_ring_pins_held.load(), 1);  // the worker was held all along
   // Both copies began alone (the summary's staged_alone).
   EXPECT_EQ(stager->Stats().alone - alone_before, 2u);
-  g_hold_host_alloc.store(false);
+  g_hold_ring_pin.store(false);
   ASSERT_TRUE(stager.raw().WaitForRings(10 * kSecond));
   ASSERT_EQ(cuCtxSetCurrent(c1), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFree(dev1), CUDA_SUCCESS);
@@ -1042,10 +1042,10 @@ TEST_F(BackgroundRingTest, TeardownWaitsForARingBeingPinnedInItsContext) {
   std::vector<uint8_t> src(2 * kMiB, 3);
   CUresult r;
   StagedInfo info;
-  g_hold_host_alloc.store(true);
+  g_hold_ring_pin.store(true);
   EXPECT_FALSE(stager_->Stage(CopyDir::kHostToDevice, src.data(), dev1, src.size(), nullptr, true,
                               &r, &info));
-  ASSERT_TRUE(HostAllocHeld());
+  ASSERT_TRUE(RingPinHeld());
   EXPECT_EQ(cuMemFree(dev1), CUDA_SUCCESS);
   std::atomic<bool> destroyed{false};
   std::thread teardown([&] {  // as context_hooks.cc tears a context down
@@ -1057,7 +1057,7 @@ TEST_F(BackgroundRingTest, TeardownWaitsForARingBeingPinnedInItsContext) {
   });
   usleep(20000);
   EXPECT_FALSE(destroyed.load());  // held at the gate behind the pinning
-  g_hold_host_alloc.store(false);
+  g_hold_ring_pin.store(false);
   teardown.join();
   ASSERT_TRUE(stager_.raw().WaitForRings(10 * kSecond));
   ExpectInvariants(stager_.raw());
