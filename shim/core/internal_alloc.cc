@@ -1,9 +1,12 @@
 #include "shim/core/internal_alloc.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 
 namespace pinshim {
 namespace {
@@ -53,6 +56,26 @@ void* InternalAlloc(size_t bytes) {
     }
     g_refill_lock.store(0);
   }
+}
+
+void* InternalAllocPresent(size_t bytes) {
+  void* p = InternalAlloc(bytes);
+  // Fresh zeroed memory no one else has seen: writing its zeros is safe.
+  if (p != nullptr) memset(p, 0, bytes);
+  return p;
+}
+
+void MakePresent(void* p, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) & ~(page - 1);
+  if (p == nullptr || bytes == 0) return;
+  // A system call of its own: pinshim's page hooks are for the program's
+  // calls. Errors leave the pages as they were (an older kernel).
+  syscall(SYS_madvise, start, end - start, MADV_POPULATE_WRITE);
 }
 
 }  // namespace pinshim

@@ -12,6 +12,16 @@ namespace pinshim {
 // refuses. Thread-safe and async-signal-safe apart from the mmap call.
 void* InternalAlloc(size_t bytes);
 
+// The same with every page present already: for a table the copy path
+// reaches, whose first use would otherwise take a page fault inside one of
+// the program's copies.
+void* InternalAllocPresent(size_t bytes);
+
+// Makes the pages of [p, p + bytes) present and writable without changing
+// a byte (MADV_POPULATE_WRITE, Linux 5.14 and later; nothing where the
+// kernel does not know it). For memory others may be using already.
+void MakePresent(void* p, size_t bytes);
+
 }  // namespace pinshim
 
 #endif  // PINSHIM_SHIM_CORE_INTERNAL_ALLOC_H_

@@ -319,6 +319,9 @@ class Optimizer {
   static constexpr int kMaxEmulated = 1024;
 
   void NoteHomeContext();
+  // At the attach: makes present what a process's first copies would touch
+  // for the first time.
+  void TouchWhatFirstCopiesUse();
 
   OptimizerOptions options_;
   DriverOps ops_ = {};

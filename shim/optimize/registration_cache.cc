@@ -59,8 +59,11 @@ bool RegistrationCache::Init(const DriverOps* ops, FenceManager* fences, PinAcco
   if (options_.decay_ns == 0) options_.decay_ns = 1;
   if (entries_ == nullptr) {
     entries_ = static_cast<Entry*>(InternalAlloc(sizeof(Entry) * kMaxEntries));
-    order_ = static_cast<int32_t*>(InternalAlloc(sizeof(int32_t) * kMaxEntries));
-    candidates_ = static_cast<Candidate*>(InternalAlloc(sizeof(Candidate) * kCandidateSlots));
+    order_ = static_cast<int32_t*>(InternalAllocPresent(sizeof(int32_t) * kMaxEntries));
+    // Each new allocation's first copy takes a candidate slot at random:
+    // present from the start, no copy pays a page fault for one.
+    candidates_ =
+        static_cast<Candidate*>(InternalAllocPresent(sizeof(Candidate) * kCandidateSlots));
     if (entries_ == nullptr || order_ == nullptr || candidates_ == nullptr) return false;
   }
   free_entry_ = -1;
