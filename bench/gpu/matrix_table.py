@@ -18,7 +18,7 @@ RATES = ("h2d_gbps", "d2h_gbps", "images_per_s")
 TIMES = ("step_us",)
 # Host time of a DataLoader step's parts (medians over its steps): shown
 # beside the rates to tell where a loop's time went, never counted as rows.
-PHASES = ("fetch_us", "upload_us", "train_us")
+PHASES = ("fetch_us", "upload_us", "train_us", "fetch_flt")
 NEVER_SLOWER = 0.98
 
 

@@ -8,7 +8,9 @@ Usage: py_matrix.py ROUNDS GO_FIFO DONE_FIFO CELL...
   dataloader:BATCH:WORKERS:MODE   a TensorDataset of 3072 float images of
       3x96x96 (110.6 KB each: a batch of 5, 32 or 112 is about 0.5, 3.4 or
       12 MiB), a small CNN trained for a warm-up and then about 1536 images;
-      images_per_s, and the loss summed over the timed steps. MODE: pin
+      images_per_s, the loss summed over the timed steps, the medians of
+      each step's parts (fetch_us, upload_us, train_us: host time) and
+      the training thread's minor page faults in a fetch (fetch_flt). MODE: pin
       (pin_memory, x.cuda(non_blocking=True)); nopin (no pin_memory,
       x.cuda(), which waits for the stream); nopinnb (no pin_memory,
       x.cuda(non_blocking=True): the same loop as pin's but for the flag);
@@ -23,6 +25,7 @@ Before each round the process reads one line from GO_FIFO; after it, it
 writes "done" to DONE_FIFO. Round 0 is a warm-up and prints nothing. Lines:
   round=R cell=NAME METRIC=VALUE ... checksum=C"""
 import os
+import resource
 import statistics
 import sys
 import time
@@ -35,6 +38,11 @@ from torch.utils.data import DataLoader, TensorDataset
 IMAGES = 3072
 # Images timed per DataLoader cell and round (PY_MATRIX_TIMED_IMAGES).
 TIMED_IMAGES = int(os.environ.get("PY_MATRIX_TIMED_IMAGES", "1536"))
+
+
+def minor_faults():
+    """The calling thread's minor page faults so far."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 
 
 def dataloader_cell(batch, workers, mode, data, labels):
@@ -51,12 +59,14 @@ def dataloader_cell(batch, workers, mode, data, labels):
     warm, timed = 4, max(16, TIMED_IMAGES // batch)
     losses, step, t0 = [], 0, None
     fetch, upload, train = [], [], []  # each timed step's phases, host time
+    fetch_flt = []  # minor page faults of the training thread in each fetch
     fixed_x = data[:batch].cuda()
     fixed_y = labels[:batch].cuda()
     while step < warm + timed:
         batches = iter(loader)
         while step < warm + timed:
             a = time.perf_counter()
+            fa = minor_faults()
             try:
                 x, y = next(batches)
             except StopIteration:
@@ -65,6 +75,7 @@ def dataloader_cell(batch, workers, mode, data, labels):
                 torch.cuda.synchronize()
                 t0 = a = time.perf_counter()
             b = time.perf_counter()
+            fb = minor_faults()
             if copy:
                 x = x.cuda(non_blocking=non_blocking)
                 y = y.cuda(non_blocking=non_blocking)
@@ -80,6 +91,7 @@ def dataloader_cell(batch, workers, mode, data, labels):
             if step >= warm:
                 losses.append(loss.detach())
                 fetch.append(b - a)
+                fetch_flt.append(fb - fa)
                 upload.append(c - b)
                 train.append(time.perf_counter() - c)
             step += 1
@@ -89,7 +101,8 @@ def dataloader_cell(batch, workers, mode, data, labels):
     checksum = float(torch.stack(losses).sum())
     us = lambda v: 1e6 * statistics.median(v)
     return (f"images_per_s={timed * batch / dt:.1f} fetch_us={us(fetch):.0f} "
-            f"upload_us={us(upload):.0f} train_us={us(train):.0f} checksum={checksum:.5f}")
+            f"upload_us={us(upload):.0f} train_us={us(train):.0f} "
+            f"fetch_flt={statistics.median(fetch_flt):.0f} checksum={checksum:.5f}")
 
 
 def numpy_cell(framework, mib, fresh):
