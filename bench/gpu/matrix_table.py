@@ -71,6 +71,10 @@ def main():
             for m in RATES + TIMES + PHASES:
                 rs = ratios(var, base, m)
                 if not rs:
+                    # A part that is 0 on one side (no page fault in a
+                    # fetch) has no ratio; its medians still say where.
+                    if m in PHASES and med(base, m) is not None and med(var, m) is not None:
+                        print("%-34s %-12s %9.2f %9.2f  -" % (c, m, med(base, m), med(var, m)))
                     continue
                 mark = ""
                 if m not in PHASES and statistics.median(rs) < NEVER_SLOWER:
