@@ -16,7 +16,7 @@ targets=(//shim:libpinshim.so //analyzer:pinshim //tests/interception:intercepti
          //bench/optimize:pool_bench //bench/optimize:arena_bench //bench/optimize:fork_check
          //tests/hazards:hazard_program
          //bench/trace:recorder_bench //tests/trace:python_frames_test
-         //bench/page:page_call_bench //shim/core:phdr_test
+         //bench/page:page_call_bench //bench/copy:rewrite_probe //shim/core:phdr_test
          //tests/trace:programs/embed_python //bench/copy:handoff_probe
          //tests/trace:make_fleet_traces //tests/trace:programs/async_pageable
          //tests/trace:programs/budget_refused //tests/trace:programs/over_pinning
@@ -33,7 +33,7 @@ cp bazel-bin/tests/interception/interception_test bazel-bin/tests/interception/i
 cp bazel-bin/bench/registry/registry_bench bazel-bin/bench/budget/budget_bench \
    bazel-bin/bench/optimize/pool_bench bazel-bin/bench/optimize/arena_bench \
    bazel-bin/bench/trace/recorder_bench bazel-bin/bench/page/page_call_bench \
-   bazel-bin/bench/copy/handoff_probe .gpu/bench/
+   bazel-bin/bench/copy/handoff_probe bazel-bin/bench/copy/rewrite_probe .gpu/bench/
 cp bazel-bin/shim/core/phdr_test .gpu/
 cp bazel-bin/bench/optimize/fork_check .gpu/
 # The hazard suite on the real driver.
