@@ -11,12 +11,15 @@
 //   others     read by WORKERS other threads, each a part (staging's case);
 //   flushed    as others, each reader then flushing its part from every
 //              cache (clflushopt, or clflush without it) before the write;
-//   flushlate  as flushed, the flush after the main thread may write.
+//   flushlate  as flushed, the flush after the main thread may write;
+//   demoted    as others, each reader then demoting its part's lines to
+//              the shared cache (cldemote: a hint, a no-op on CPUs without
+//              it; the probe says whether this one has it).
 //
 //   rewrite_probe [BYTES [WORKERS [ROUNDS]]]   (defaults 3 MiB, 1, 200)
 //
 // Prints per way the median time of the second write and of a reader's
-// copy and flush (us). Threads are pinned to cores 0 (main) and 1..WORKERS.
+// copy and flush or demotion (us). Threads are pinned to cores 0 (main) and 1..WORKERS.
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
@@ -35,8 +38,8 @@
 
 namespace {
 
-enum Way { kSame, kOthers, kFlushed, kFlushLate };
-const char* const kWayNames[] = {"same", "others", "flushed", "flushlate"};
+enum Way { kSame, kOthers, kFlushed, kFlushLate, kDemoted };
+const char* const kWayNames[] = {"same", "others", "flushed", "flushlate", "demoted"};
 
 double NowUs() {
   timespec t;
@@ -54,6 +57,15 @@ void PinTo(int cpu) {
 bool HasClflushopt() {
   unsigned a, b, c, d;
   return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (b & (1u << 23)) != 0;
+}
+
+bool HasCldemote() {
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (c & (1u << 25)) != 0;
+}
+
+__attribute__((target("cldemote"))) void Demote(const char* p, size_t n) {
+  for (size_t i = 0; i < n; i += 64) _cldemote(const_cast<char*>(p + i));
 }
 
 __attribute__((target("clflushopt"))) void FlushOpt(const char* p, size_t n) {
@@ -102,6 +114,7 @@ void Reader(Shared* s, int id) {
     const double b = NowUs();
     if (s->way == kFlushLate) s->done.fetch_add(1, std::memory_order_acq_rel);
     if (s->way == kFlushed || s->way == kFlushLate) Flush(s->buf + off, s->part);
+    if (s->way == kDemoted) Demote(s->buf + off, s->part);
     const double c = NowUs();
     if (s->way != kFlushLate) s->done.fetch_add(1, std::memory_order_acq_rel);
     if (id == 0) {
@@ -137,8 +150,8 @@ void RunWay(Shared* s, int way, int workers, size_t bytes, int rounds) {
       s->finished.store(0, std::memory_order_release);
     }
   }
-  printf("%-9s write %8.1f us   reader copy %8.1f us   flush %8.1f us\n", kWayNames[way],
-         Median(write_us), Median(s->copy_us), Median(s->flush_us));
+  printf("%-9s write %8.1f us   reader copy %8.1f us   flush or demotion %8.1f us\n",
+         kWayNames[way], Median(write_us), Median(s->copy_us), Median(s->flush_us));
 }
 
 }  // namespace
@@ -161,10 +174,12 @@ int main(int argc, char** argv) {
   PinTo(0);
   std::vector<std::thread> readers;
   for (int i = 0; i < workers; ++i) readers.emplace_back(Reader, &s, i);
-  printf("%zu KiB, %d reader(s), %d rounds, %s\n", bytes >> 10, workers, rounds,
-         HasClflushopt() ? "clflushopt" : "clflush");
+  printf("%zu KiB, %d reader(s), %d rounds, %s, %s\n", bytes >> 10, workers, rounds,
+         HasClflushopt() ? "clflushopt" : "clflush", HasCldemote() ? "cldemote" : "no cldemote");
   for (int pass = 0; pass < 2; ++pass) {
-    for (int way : {kSame, kOthers, kFlushed, kFlushLate}) RunWay(&s, way, workers, bytes, rounds);
+    for (int way : {kSame, kOthers, kFlushed, kFlushLate, kDemoted}) {
+      RunWay(&s, way, workers, bytes, rounds);
+    }
   }
   s.round.store(-1, std::memory_order_release);
   for (auto& t : readers) t.join();
