@@ -25,9 +25,6 @@
 // (GB/s), and the median time of workers' first pieces and of their later
 // pieces (us).
 #include <immintrin.h>
-#include <pthread.h>
-#include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -39,17 +36,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench/copy/probe_util.h"
 #include "shim/optimize/stream_copy.h"
 
 namespace {
 
-constexpr size_t kPiece = 64 << 10;
+using pinshim::probe::Median;
+using pinshim::probe::NowNs;
+using pinshim::probe::PinTo;
 
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
+constexpr size_t kPiece = 64 << 10;
 
 void CopyLibc(char* dst, const char* src, size_t n) { memcpy(dst, src, n); }
 
@@ -72,13 +68,6 @@ struct PieceTime {
   double us;
   bool first;
 };
-
-void PinTo(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu % static_cast<int>(std::thread::hardware_concurrency()), &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
 
 // Takes pieces until none is left; records each piece's time.
 void TakePieces(Round* r, std::vector<PieceTime>* out) {
@@ -107,12 +96,6 @@ void Worker(Round* r, int cpu, std::vector<PieceTime>* out) {
     TakePieces(r, out);
     r->done.fetch_add(1, std::memory_order_release);
   }
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -22,11 +22,7 @@
 // copy and flush or demotion (us). Threads are pinned to cores 0 (main) and 1..WORKERS.
 #include <cpuid.h>
 #include <immintrin.h>
-#include <pthread.h>
-#include <sched.h>
-#include <time.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/copy/probe_util.h"
 #include "shim/optimize/stream_copy.h"
 
 namespace {
@@ -41,18 +38,10 @@ namespace {
 enum Way { kSame, kOthers, kFlushed, kFlushLate, kDemoted };
 const char* const kWayNames[] = {"same", "others", "flushed", "flushlate", "demoted"};
 
-double NowUs() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
-}
+using pinshim::probe::Median;
+using pinshim::probe::PinTo;
 
-void PinTo(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu % static_cast<int>(std::thread::hardware_concurrency()), &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
+double NowUs() { return static_cast<double>(pinshim::probe::NowNs()) / 1e3; }
 
 bool HasClflushopt() {
   unsigned a, b, c, d;
@@ -81,12 +70,6 @@ void Flush(const char* p, size_t n) {
   }
   for (size_t i = 0; i < n; i += 64) _mm_clflush(p + i);
   _mm_mfence();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Shared {
