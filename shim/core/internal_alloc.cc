@@ -69,10 +69,10 @@ void MakePresent(void* p, size_t bytes) {
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;
 #endif
+  if (p == nullptr || bytes == 0) return;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) & ~(page - 1);
-  if (p == nullptr || bytes == 0) return;
   // A system call of its own: pinshim's page hooks are for the program's
   // calls. Errors leave the pages as they were (an older kernel).
   syscall(SYS_madvise, start, end - start, MADV_POPULATE_WRITE);

@@ -329,16 +329,8 @@ TEST_F(OptimizerTest, FirstCopiesOfFreshBuffersTakeNoPageFault) {
   constexpr int kBuffers = 64;
   constexpr uint64_t kBytes = kMiB;
   // Address space only: the engine never reads a buffer it does not pin.
-  char* base = static_cast<char*>(malloc(kBuffers * kBytes));
-  ASSERT_NE(base, nullptr);
-  for (int i = 0; i < kBuffers; ++i) {
-    Region r;
-    r.start = reinterpret_cast<uintptr_t>(base + i * kBytes);
-    r.bytes = kBytes;
-    r.id = NextId();
-    r.source = kSourceMalloc;
-    ASSERT_TRUE(allocations_.Insert(r));
-  }
+  std::vector<char*> buffers;
+  for (int i = 0; i < kBuffers; ++i) buffers.push_back(TrackedMalloc(kBytes));
   auto minor_faults = [] {
     rusage u;
     getrusage(RUSAGE_THREAD, &u);
@@ -347,7 +339,7 @@ TEST_F(OptimizerTest, FirstCopiesOfFreshBuffersTakeNoPageFault) {
   const long before = minor_faults();
   for (int i = 0; i < kBuffers; ++i) {
     const CopyDir dir = i % 2 == 0 ? CopyDir::kHostToDevice : CopyDir::kDeviceToHost;
-    CopyTicket t = opt_->BeforeHostCopy(base + i * kBytes, kBytes, dir, MemKind::kPageable,
+    CopyTicket t = opt_->BeforeHostCopy(buffers[i], kBytes, dir, MemKind::kPageable,
                                         /*sync=*/true, /*stageable=*/false);
     EXPECT_EQ(t.kind, CopyTicket::kNone);  // one copy each: not worth pinning
     opt_->AfterHostCopy(t, CUDA_SUCCESS, false, stream_, false);
@@ -356,10 +348,7 @@ TEST_F(OptimizerTest, FirstCopiesOfFreshBuffersTakeNoPageFault) {
   // page of the candidate table they reached first); a sanitizer's own
   // shadow memory may take one or two.
   EXPECT_LE(minor_faults() - before, 3);
-  for (int i = 0; i < kBuffers; ++i) {
-    allocations_.Remove(reinterpret_cast<uintptr_t>(base + i * kBytes), nullptr);
-  }
-  free(base);
+  for (char* p : buffers) TrackedFree(p, kBytes);
 }
 
 TEST_F(OptimizerTest, UntrackedMemoryIsNeverPinned) {
