@@ -74,6 +74,7 @@ def dataloader_cell(batch, workers, mode, data, labels):
             if step == warm:
                 torch.cuda.synchronize()
                 t0 = a = time.perf_counter()
+                fa = minor_faults()
             b = time.perf_counter()
             fb = minor_faults()
             if copy:
