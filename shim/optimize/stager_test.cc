@@ -128,15 +128,19 @@ class StagerTest : public ::testing::Test {
   void StageWhileHeld(CUstream s, uint8_t* src, uint64_t n, bool sync, bool await_return,
                       bool* returned, std::vector<uint8_t>* device,
                       const std::function<void()>& after_return = nullptr) {
-    std::atomic<bool> done{false};
+    std::atomic<bool> done{false}, calling{false};
     CUresult r = CUDA_ERROR_UNKNOWN;
     bool staged = false;
     std::thread copier([&] {
       MakeContextCurrent();
       StagedInfo info;
+      calling.store(true);
       staged = stager_->Stage(CopyDir::kHostToDevice, src, dev_, n, s, sync, &r, &info);
       done.store(true);
     });
+    // The stream is held until the copy has been called (on a loaded
+    // machine the copier thread can start later than any fixed wait).
+    while (!calling.load()) usleep(100);
     for (int i = 0; i < 2000 && await_return && !done.load(); ++i) usleep(1000);
     if (!await_return) usleep(100000);
     *returned = done.load();
