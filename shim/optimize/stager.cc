@@ -1,5 +1,7 @@
 #include "shim/optimize/stager.h"
 
+#include <cpuid.h>
+
 #include <dlfcn.h>
 #include <emmintrin.h>
 #include <fcntl.h>
@@ -64,6 +66,15 @@ inline void Pause() { _mm_pause(); }
 
 using StreamFn = void (*)(char*, const char*, size_t);
 StreamFn g_stream_copy = &CopyStreaming;
+// Whether the CPU demotes cache lines on request (CPUID 7.0 ECX bit 25).
+bool g_has_cldemote = false;
+
+// A worker's piece of the program's buffer, demoted from its core's caches
+// to the shared one once read: the program's next write of that memory then
+// takes the lines from there, not from this core (bench/copy/rewrite_probe).
+__attribute__((target("cldemote"))) void DemoteRead(const char* p, uint64_t n) {
+  for (uint64_t i = 0; i < n; i += 64) _cldemote(const_cast<char*>(p + i));
+}
 
 // libc's memcpy itself: pinshim interposes memcpy (write-combined reads),
 // and these copies are its own.
@@ -172,7 +183,7 @@ struct Stager::Job {
   }
 
   // Copies piece p (waiting for its slot when `wait`); false when aborted.
-  void Copy(uint64_t p) {
+  void Copy(uint64_t p, bool demote = false) {
     const uint32_t k = static_cast<uint32_t>(p / ppc);
     const uint64_t off = (p % ppc) * piece;
     const uint64_t len = ChunkLen(k);
@@ -187,6 +198,7 @@ struct Stager::Job {
         char* s = Slot(k) + off;
         if (h2d) {
           g_stream_copy(s, h, n);
+          if (demote && g_has_cldemote) DemoteRead(h, n);
         } else {
           CopyPlain(h, s, n);
         }
@@ -265,6 +277,10 @@ bool Stager::Init(const DriverOps* ops, PinAccount* account, const StagerOptions
   g_libc_memcpy = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memcpy"));
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) g_stream_copy = &CopyStreamingAvx2;
+  {
+    unsigned a, b, c, d;
+    g_has_cldemote = __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (c & (1u << 25)) != 0;
+  }
   huge_pages_ = KernelHugePageMode();
   ops_ = ops;
   exchange_capture_mode_ = ops->thread_exchange_capture_mode;
@@ -405,7 +421,7 @@ void Stager::WorkerLoop() {
         for (;;) {
           const uint64_t p = j->next.fetch_add(1, std::memory_order_acq_rel);
           if (p >= j->total) break;
-          j->Copy(p);
+          j->Copy(p, /*demote=*/true);
           ++pieces;
         }
         if (pieces != 0) {
