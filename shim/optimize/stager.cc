@@ -182,8 +182,11 @@ struct Stager::Job {
                : dma_done[k].load(std::memory_order_acquire) != 0;
   }
 
-  // Copies piece p (waiting for its slot when `wait`); false when aborted.
-  void Copy(uint64_t p, bool demote = false) {
+  // Copies piece p (waiting for its slot when `wait`). demote: a worker's
+  // piece of an upload, whose source lines it then demotes where the CPU
+  // can. Returns the bytes demoted.
+  uint64_t Copy(uint64_t p, bool demote = false) {
+    uint64_t demoted = 0;
     const uint32_t k = static_cast<uint32_t>(p / ppc);
     const uint64_t off = (p % ppc) * piece;
     const uint64_t len = ChunkLen(k);
@@ -198,13 +201,17 @@ struct Stager::Job {
         char* s = Slot(k) + off;
         if (h2d) {
           g_stream_copy(s, h, n);
-          if (demote && g_has_cldemote) DemoteRead(h, n);
+          if (demote && g_has_cldemote) {
+            DemoteRead(h, n);
+            demoted = n;
+          }
         } else {
           CopyPlain(h, s, n);
         }
       }
     }
     done[k].fetch_add(1, std::memory_order_release);
+    return demoted;
   }
 };
 
@@ -417,13 +424,14 @@ void Stager::WorkerLoop() {
           (before = j->joined.fetch_add(1, std::memory_order_acq_rel)) < j->max_workers) {
         const uint64_t joined_ns = MonotonicNs();
         if (before == 0) j->first_join_ns.store(joined_ns, std::memory_order_relaxed);
-        uint64_t pieces = 0;
+        uint64_t pieces = 0, demoted = 0;
         for (;;) {
           const uint64_t p = j->next.fetch_add(1, std::memory_order_acq_rel);
           if (p >= j->total) break;
-          j->Copy(p, /*demote=*/true);
+          demoted += j->Copy(p, /*demote=*/true);
           ++pieces;
         }
+        if (demoted != 0) demoted_bytes_.fetch_add(demoted, std::memory_order_relaxed);
         if (pieces != 0) {
           helpers_.fetch_add(1, std::memory_order_relaxed);
           pieces_.fetch_add(pieces, std::memory_order_relaxed);
@@ -1266,6 +1274,7 @@ StagerStats Stager::Stats() const {
   s.ring_pending = ring_pending_.load();
   s.ring_deferred = ring_deferred_.load();
   s.read_at_call = read_at_call_.load();
+  s.demoted_bytes = demoted_bytes_.load();
   s.huge_advised = huge_advised_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();

@@ -122,6 +122,12 @@ struct StagerStats {
   // Asynchronous uploads over kDriverEagerBytes read whole at the call,
   // without waiting for their stream's earlier work (ReadsAllAtCall).
   uint64_t read_at_call;
+  // Source bytes of uploads that workers read and then demoted from their
+  // cores' caches to the shared one (CPUs with CLDEMOTE; 0 elsewhere), so
+  // the program's next write of its buffer finds the lines there: on the
+  // GPU host's CPU a write of memory other cores had just read took up to
+  // 1.5 times as long (bench/RESULTS.md, "2026-12-07").
+  uint64_t demoted_bytes;
   uint64_t capturing;  // of those: their stream was capturing (or its status unknown)
   // Staged passes in which no worker joined within 200 us, so the calling
   // thread copied alone until one did (workers slow to wake, or all busy).
@@ -359,6 +365,7 @@ class Stager {
   std::atomic<uint64_t> ring_deferred_{0};
   std::atomic<uint64_t> huge_advised_{0};
   std::atomic<uint64_t> read_at_call_{0};
+  std::atomic<uint64_t> demoted_bytes_{0};
   // 0: not asked yet; 1: no device touches pageable memory; 2: one does, or
   // the driver did not say.
   std::atomic<int> pageable_access_{0};

@@ -6,6 +6,7 @@
 // contexts.
 #include "shim/optimize/stager.h"
 
+#include <cpuid.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -403,6 +404,43 @@ TEST_F(StagerTest, PhasesSayWhereTheTimeWent) {
   EXPECT_EQ(cuStreamSynchronize(held), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamDestroy(held), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
+}
+
+// Workers demote the source lines of an upload they read, where the CPU
+// can (CLDEMOTE), and only then: the calling thread's pieces and every
+// download's stay as they are.
+TEST_F(StagerTest, WorkersDemoteTheUploadSourceTheyReadWhereTheCpuCan) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool cldemote = __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (c & (1u << 25)) != 0;
+  const uint64_t n = 8 * kMiB;
+  std::vector<uint8_t> buf(n), back(n);
+  Fill(buf.data(), n, 3);
+  const StagerStats s0 = stager_->Stats();
+  CUresult r;
+  StagedInfo info;
+  uint64_t uploaded = 0;
+  StagerStats s1 = s0;
+  // Until a worker copied a piece (the calling thread may copy alone).
+  for (int i = 0; i < 50 && s1.pieces == s0.pieces; ++i) {
+    ASSERT_TRUE(
+        stager_->Stage(CopyDir::kHostToDevice, buf.data(), dev_, n, nullptr, true, &r, &info));
+    ASSERT_EQ(r, CUDA_SUCCESS);
+    uploaded += n;
+    s1 = stager_->Stats();
+  }
+  ASSERT_GT(s1.pieces, s0.pieces) << "no worker copied a piece in 50 uploads";
+  const uint64_t demoted = s1.demoted_bytes - s0.demoted_bytes;
+  if (cldemote) {
+    EXPECT_GT(demoted, 0u);
+    EXPECT_LE(demoted, uploaded);
+  } else {
+    EXPECT_EQ(demoted, 0u);
+  }
+  ASSERT_TRUE(
+      stager_->Stage(CopyDir::kDeviceToHost, back.data(), dev_, n, nullptr, true, &r, &info));
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  EXPECT_EQ(back, buf);
+  EXPECT_EQ(stager_->Stats().demoted_bytes, s1.demoted_bytes);
 }
 
 // ... but not before the work queued ahead of it on its stream completed
