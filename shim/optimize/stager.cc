@@ -54,6 +54,15 @@ constexpr uint64_t kMaxPiece = uint64_t{256} << 10;
 // often come back to back, and a futex wake costs tens of microseconds.
 constexpr uint64_t kSpinNs = 200000;
 constexpr uint64_t kSampleNs = 50000000;  // /proc/stat at most every 50 ms
+// While staged copies run, their workers look at /proc/stat this often too
+// (off the program's threads), and their figure counts while it is this
+// young: when the program's load rises, staging stops waking workers onto
+// cores the program took within about one such interval, not the 50 ms
+// sample's (bench/RESULTS.md, "2026-12-07"). Its first line sums every CPU's
+// time before it rounds to 10 ms ticks, so 10 ms of a 16-core machine is
+// 160 ticks.
+constexpr uint64_t kFastSampleNs = 10000000;
+constexpr uint64_t kFastFreshNs = 20000000;
 // A worker adds its CPU time to staging's own at least this often while it
 // runs (copying or spinning), so the load sample never takes staging's own
 // threads for the program's load.
@@ -304,6 +313,38 @@ uint32_t Stager::IdleCoresX16(uint64_t busy, uint64_t total, uint64_t own, uint3
   return static_cast<uint32_t>(idle * 16);
 }
 
+uint32_t Stager::UsableIdleX16(uint32_t slow_x16, uint32_t fast_x16, uint64_t fast_age_ns) {
+  if (fast_age_ns >= kFastFreshNs || fast_x16 >= slow_x16) return slow_x16;
+  return fast_x16;
+}
+
+void Stager::FastSample() {
+  if (!options_.load_aware) return;
+  const uint64_t now = MonotonicNs();
+  if (now - fast_sample_ns_.load(std::memory_order_relaxed) < kFastSampleNs ||
+      sampling_.exchange(true, std::memory_order_acquire)) {
+    return;
+  }
+  uint64_t busy, total;
+  if (ReadCpuTimes(&busy, &total)) {
+    const uint64_t own_ns = own_cpu_ns_.load(std::memory_order_relaxed);
+    if (fast_total_ != 0 && total > fast_total_) {
+      static const long ticks_per_s = sysconf(_SC_CLK_TCK);
+      const uint64_t own =
+          (own_ns - fast_own_ns_) /
+          (1000000000ull / static_cast<uint64_t>(ticks_per_s > 0 ? ticks_per_s : 100));
+      fast_idle_x16_.store(IdleCoresX16(busy - fast_busy_, total - fast_total_, own, OnlineCores()),
+                           std::memory_order_relaxed);
+      fast_samples_.fetch_add(1, std::memory_order_relaxed);
+    }
+    fast_busy_ = busy;
+    fast_total_ = total;
+    fast_own_ns_ = own_ns;
+  }
+  fast_sample_ns_.store(now, std::memory_order_relaxed);
+  sampling_.store(false, std::memory_order_release);
+}
+
 uint32_t Stager::UsableWorkers() {
   const uint32_t workers = nworkers_.load(std::memory_order_relaxed);
   if (!options_.load_aware) return workers;
@@ -334,7 +375,10 @@ uint32_t Stager::UsableWorkers() {
     sampling_.store(false, std::memory_order_release);
   }
   // The calling thread copies too: helpers only for idle cores beyond it.
-  const uint32_t idle = idle_cores_x16_.load(std::memory_order_relaxed) / 16;
+  const uint32_t idle = UsableIdleX16(idle_cores_x16_.load(std::memory_order_relaxed),
+                                      fast_idle_x16_.load(std::memory_order_relaxed),
+                                      now - fast_sample_ns_.load(std::memory_order_relaxed)) /
+                        16;
   if (idle < 2) return 0;
   return idle - 1 < workers ? idle - 1 : workers;
 }
@@ -418,7 +462,7 @@ void Stager::WorkerLoop() {
       // next job only once no worker is inside, and publishes them with
       // live, so a worker reads them only after seeing live again.
       j->inside.fetch_add(1, std::memory_order_seq_cst);
-      bool copied = false;
+      bool copied = false, sample = false;
       uint32_t before = 0;
       if (j->live.load(std::memory_order_seq_cst) != 0 &&
           (before = j->joined.fetch_add(1, std::memory_order_acq_rel)) < j->max_workers) {
@@ -432,6 +476,7 @@ void Stager::WorkerLoop() {
           ++pieces;
         }
         if (demoted != 0) demoted_bytes_.fetch_add(demoted, std::memory_order_relaxed);
+        sample = pieces != 0;
         if (pieces != 0) {
           helpers_.fetch_add(1, std::memory_order_relaxed);
           pieces_.fetch_add(pieces, std::memory_order_relaxed);
@@ -440,6 +485,8 @@ void Stager::WorkerLoop() {
         copied = true;
       }
       j->inside.fetch_sub(1, std::memory_order_acq_rel);
+      // Outside the job: the calling thread's pass may end meanwhile.
+      if (sample) FastSample();
       if (copied) account();
       worked = true;
     }
@@ -1275,6 +1322,7 @@ StagerStats Stager::Stats() const {
   s.ring_deferred = ring_deferred_.load();
   s.read_at_call = read_at_call_.load();
   s.demoted_bytes = demoted_bytes_.load();
+  s.fast_load_samples = fast_samples_.load();
   s.huge_advised = huge_advised_.load();
   s.capturing = capturing_.load();
   s.alone = alone_.load();

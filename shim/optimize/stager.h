@@ -128,6 +128,8 @@ struct StagerStats {
   // GPU host's CPU a write of memory other cores had just read took up to
   // 1.5 times as long (bench/RESULTS.md, "2026-12-07").
   uint64_t demoted_bytes;
+  // Looks at /proc/stat that workers took after their pieces (FastSample).
+  uint64_t fast_load_samples;
   uint64_t capturing;  // of those: their stream was capturing (or its status unknown)
   // Staged passes in which no worker joined within 200 us, so the calling
   // thread copied alone until one did (workers slow to wake, or all busy).
@@ -177,6 +179,11 @@ class Stager {
   // workers and the threads that staged): the stager's own copying is not
   // load that should make it copy with fewer threads.
   static uint32_t IdleCoresX16(uint64_t busy, uint64_t total, uint64_t own, uint32_t cores);
+  // The idle cores staging may use, times 16: the 50 ms sample's figure, or
+  // the workers' 10 ms one (fast_age_ns old) where that is lower and at
+  // most 20 ms old. Load that rises is then seen within about 10 ms of
+  // staged copying; load that falls, within 50 ms.
+  static uint32_t UsableIdleX16(uint32_t slow_x16, uint32_t fast_x16, uint64_t fast_age_ns);
 
   // Whether a copy of `bytes` in `dir` that needs a ring of `ring_bytes`
   // waits for it to be pinned (the driver's pageable copy would take longer
@@ -303,6 +310,8 @@ class Stager {
   bool PinRing(Lane* lane, CUcontext ctx);
   void UnpinRing(Lane* lane, OwnPinReason why);
   uint32_t UsableWorkers();
+  // A worker's look at /proc/stat after its pieces, at most every 10 ms.
+  void FastSample();
   void StartWorkers();
   static void* StarterMain(void* arg);
   static void* WorkerMain(void* arg);
@@ -360,6 +369,12 @@ class Stager {
   // CPU time threads spent staging (thread CPU clocks), for the load sample.
   std::atomic<uint64_t> own_cpu_ns_{0};
   std::atomic<bool> sampling_{false};
+  // The workers' short sample (FastSample); its figure UINT32_MAX until the
+  // first one. fast_* guarded by sampling_.
+  std::atomic<uint64_t> fast_sample_ns_{0};
+  std::atomic<uint32_t> fast_idle_x16_{UINT32_MAX};
+  uint64_t fast_busy_ = 0, fast_total_ = 0, fast_own_ns_ = 0;
+  std::atomic<uint64_t> fast_samples_{0};
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
   std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0}, alone_{0};
   std::atomic<uint64_t> ring_deferred_{0};
