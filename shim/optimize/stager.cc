@@ -314,7 +314,9 @@ uint32_t Stager::IdleCoresX16(uint64_t busy, uint64_t total, uint64_t own, uint3
 }
 
 uint32_t Stager::UsableIdleX16(uint32_t slow_x16, uint32_t fast_x16, uint64_t fast_age_ns) {
-  if (fast_age_ns >= kFastFreshNs || fast_x16 >= slow_x16) return slow_x16;
+  // Two cores at least: a 10 ms look is a few ticks a core, and a lower
+  // figure by less is as likely its rounding as the program's load.
+  if (fast_age_ns >= kFastFreshNs || uint64_t{fast_x16} + 2 * 16 > slow_x16) return slow_x16;
   return fast_x16;
 }
 

@@ -180,8 +180,8 @@ class Stager {
   // load that should make it copy with fewer threads.
   static uint32_t IdleCoresX16(uint64_t busy, uint64_t total, uint64_t own, uint32_t cores);
   // The idle cores staging may use, times 16: the 50 ms sample's figure, or
-  // the workers' 10 ms one (fast_age_ns old) where that is lower and at
-  // most 20 ms old. Load that rises is then seen within about 10 ms of
+  // the workers' 10 ms one (fast_age_ns old) where that is at least two
+  // cores lower and under 20 ms old. Load that rises is then seen within about 10 ms of
   // staged copying; load that falls, within 50 ms.
   static uint32_t UsableIdleX16(uint32_t slow_x16, uint32_t fast_x16, uint64_t fast_age_ns);
 

@@ -974,8 +974,9 @@ TEST_F(DeferredRingTest, ACopyBeforeARingPaysGoesToTheDriverBeforeAnyCheck) {
 // driver while it is pinned, from 96 MiB on they wait for it (the cost
 // model's pageable and pinned speeds, and a ring's populating and
 // registration).
-// The workers' 10 ms look at the load counts only where it sees fewer idle
-// cores than the 50 ms sample, and only while it is under 20 ms old.
+// The workers' 10 ms look at the load counts only where it sees at least
+// two idle cores fewer than the 50 ms sample, and only while it is under
+// 20 ms old.
 TEST(StagerLoadTest, AShortSampleLowersTheIdleCoresWhileItIsYoung) {
   const uint64_t ms = 1000000;
   EXPECT_EQ(Stager::UsableIdleX16(15 * 16, 3 * 16, 5 * ms), 3u * 16);    // load rose: seen at once
@@ -984,6 +985,8 @@ TEST(StagerLoadTest, AShortSampleLowersTheIdleCoresWhileItIsYoung) {
   EXPECT_EQ(Stager::UsableIdleX16(3 * 16, 15 * 16, 1 * ms), 3u * 16);    // load fell: the 50 ms one
   EXPECT_EQ(Stager::UsableIdleX16(8 * 16, UINT32_MAX, 0), 8u * 16);      // none taken yet
   EXPECT_EQ(Stager::UsableIdleX16(8 * 16, 0, 0), 0u);                    // every core busy
+  EXPECT_EQ(Stager::UsableIdleX16(15 * 16, 14 * 16, 0), 15u * 16);       // one core: its rounding
+  EXPECT_EQ(Stager::UsableIdleX16(15 * 16, 13 * 16, 0), 13u * 16);       // two: the load
 }
 
 // The load sample: the stager's own copying (its workers' and the staging
