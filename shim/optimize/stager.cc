@@ -320,6 +320,23 @@ uint32_t Stager::UsableIdleX16(uint32_t slow_x16, uint32_t fast_x16, uint64_t fa
   return fast_x16;
 }
 
+Stager::Look Stager::LookAtLoad(LoadMark* mark, uint32_t* idle_x16) {
+  uint64_t busy, total;
+  if (!ReadCpuTimes(&busy, &total)) return Look::kUnreadable;
+  const uint64_t own_ns = own_cpu_ns_.load(std::memory_order_relaxed);
+  Look look = mark->total == 0 ? Look::kFirst : Look::kNoTicks;
+  if (mark->total != 0 && total > mark->total) {
+    static const long ticks_per_s = sysconf(_SC_CLK_TCK);
+    const uint64_t own =
+        (own_ns - mark->own_ns) /
+        (1000000000ull / static_cast<uint64_t>(ticks_per_s > 0 ? ticks_per_s : 100));
+    *idle_x16 = IdleCoresX16(busy - mark->busy, total - mark->total, own, OnlineCores());
+    look = Look::kFigure;
+  }
+  *mark = LoadMark{busy, total, own_ns};
+  return look;
+}
+
 void Stager::FastSample() {
   if (!options_.load_aware) return;
   const uint64_t now = MonotonicNs();
@@ -327,21 +344,10 @@ void Stager::FastSample() {
       sampling_.exchange(true, std::memory_order_acquire)) {
     return;
   }
-  uint64_t busy, total;
-  if (ReadCpuTimes(&busy, &total)) {
-    const uint64_t own_ns = own_cpu_ns_.load(std::memory_order_relaxed);
-    if (fast_total_ != 0 && total > fast_total_) {
-      static const long ticks_per_s = sysconf(_SC_CLK_TCK);
-      const uint64_t own =
-          (own_ns - fast_own_ns_) /
-          (1000000000ull / static_cast<uint64_t>(ticks_per_s > 0 ? ticks_per_s : 100));
-      fast_idle_x16_.store(IdleCoresX16(busy - fast_busy_, total - fast_total_, own, OnlineCores()),
-                           std::memory_order_relaxed);
-      fast_samples_.fetch_add(1, std::memory_order_relaxed);
-    }
-    fast_busy_ = busy;
-    fast_total_ = total;
-    fast_own_ns_ = own_ns;
+  uint32_t x16;
+  if (LookAtLoad(&fast_mark_, &x16) == Look::kFigure) {
+    fast_idle_x16_.store(x16, std::memory_order_relaxed);
+    fast_samples_.fetch_add(1, std::memory_order_relaxed);
   }
   fast_sample_ns_.store(now, std::memory_order_relaxed);
   sampling_.store(false, std::memory_order_release);
@@ -353,25 +359,14 @@ uint32_t Stager::UsableWorkers() {
   const uint64_t now = MonotonicNs();
   uint64_t last = idle_sample_ns_.load(std::memory_order_relaxed);
   if (now - last >= kSampleNs && !sampling_.exchange(true, std::memory_order_acquire)) {
-    uint64_t busy, total;
-    if (ReadCpuTimes(&busy, &total)) {
-      const uint64_t own_ns = own_cpu_ns_.load(std::memory_order_relaxed);
-      if (last_total_ != 0 && total > last_total_) {
-        static const long ticks_per_s = sysconf(_SC_CLK_TCK);
-        const uint64_t own =
-            (own_ns - last_own_ns_) /
-            (1000000000ull / static_cast<uint64_t>(ticks_per_s > 0 ? ticks_per_s : 100));
-        idle_cores_x16_.store(
-            IdleCoresX16(busy - last_busy_, total - last_total_, own, OnlineCores()),
-            std::memory_order_relaxed);
-      } else if (last_total_ == 0) {
-        idle_cores_x16_.store(OnlineCores() * 16, std::memory_order_relaxed);  // first look
-      }
-      last_busy_ = busy;
-      last_total_ = total;
-      last_own_ns_ = own_ns;
-    } else {
-      idle_cores_x16_.store(OnlineCores() * 16, std::memory_order_relaxed);
+    uint32_t x16;
+    switch (LookAtLoad(&slow_mark_, &x16)) {
+      case Look::kFigure: idle_cores_x16_.store(x16, std::memory_order_relaxed); break;
+      case Look::kFirst:  // nothing to compare with yet
+      case Look::kUnreadable:
+        idle_cores_x16_.store(OnlineCores() * 16, std::memory_order_relaxed);
+        break;
+      case Look::kNoTicks: break;
     }
     idle_sample_ns_.store(now, std::memory_order_relaxed);
     sampling_.store(false, std::memory_order_release);

@@ -310,6 +310,15 @@ class Stager {
   bool PinRing(Lane* lane, CUcontext ctx);
   void UnpinRing(Lane* lane, OwnPinReason why);
   uint32_t UsableWorkers();
+  // /proc/stat's CPU times, and staging's own CPU time, at one look.
+  struct LoadMark {
+    uint64_t busy = 0, total = 0, own_ns = 0;
+  };
+  enum class Look { kUnreadable, kFirst, kNoTicks, kFigure };
+  // A look at /proc/stat against *mark, which then moves to it (guarded by
+  // sampling_): kFigure sets *idle_x16 to the idle cores since *mark, times
+  // 16; kFirst, no look before; kNoTicks, no tick since.
+  Look LookAtLoad(LoadMark* mark, uint32_t* idle_x16);
   // A worker's look at /proc/stat after its pieces, at most every 10 ms.
   void FastSample();
   void StartWorkers();
@@ -364,16 +373,15 @@ class Stager {
   std::atomic<uint32_t> work_gen_{0};    // futex: bumped when a job is published
   std::atomic<uint64_t> idle_sample_ns_{0};
   std::atomic<uint32_t> idle_cores_x16_{0};  // idle cores seen last, times 16
-  uint64_t last_busy_ = 0, last_total_ = 0;  // /proc/stat, guarded by sampling_
-  uint64_t last_own_ns_ = 0;                 // own_cpu_ns_ then, guarded by sampling_
+  LoadMark slow_mark_;                       // the 50 ms sample's last look, guarded by sampling_
   // CPU time threads spent staging (thread CPU clocks), for the load sample.
   std::atomic<uint64_t> own_cpu_ns_{0};
   std::atomic<bool> sampling_{false};
   // The workers' short sample (FastSample); its figure UINT32_MAX until the
-  // first one. fast_* guarded by sampling_.
+  // first one. fast_mark_ guarded by sampling_.
   std::atomic<uint64_t> fast_sample_ns_{0};
   std::atomic<uint32_t> fast_idle_x16_{UINT32_MAX};
-  uint64_t fast_busy_ = 0, fast_total_ = 0, fast_own_ns_ = 0;
+  LoadMark fast_mark_;
   std::atomic<uint64_t> fast_samples_{0};
   std::atomic<uint64_t> copies_{0}, bytes_{0}, declined_{0}, busy_{0}, no_lane_{0}, ring_bytes_{0};
   std::atomic<uint64_t> ring_pending_{0}, background_rings_{0}, capturing_{0}, alone_{0};
