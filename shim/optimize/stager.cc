@@ -80,7 +80,7 @@ bool g_has_cldemote = false;
 
 // A worker's piece of the program's buffer, demoted from its core's caches
 // to the shared one once read: the program's next write of that memory then
-// takes the lines from there, not from this core (bench/copy/rewrite_probe).
+// has no copy in this core to invalidate first (bench/copy/rewrite_probe).
 __attribute__((target("cldemote"))) void DemoteRead(const char* p, uint64_t n) {
   for (uint64_t i = 0; i < n; i += 64) _cldemote(const_cast<char*>(p + i));
 }

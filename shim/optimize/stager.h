@@ -124,9 +124,9 @@ struct StagerStats {
   uint64_t read_at_call;
   // Source bytes of uploads that workers read and then demoted from their
   // cores' caches to the shared one (CPUs with CLDEMOTE; 0 elsewhere), so
-  // the program's next write of its buffer finds the lines there: on the
-  // GPU host's CPU a write of memory other cores had just read took up to
-  // 1.5 times as long (bench/RESULTS.md, "2026-12-07").
+  // the program's next write of its buffer need not invalidate them there:
+  // on the GPU host's CPU a write of memory other cores had just read took
+  // up to 1.5 times as long (bench/RESULTS.md, "2026-12-07").
   uint64_t demoted_bytes;
   // Looks at /proc/stat that workers took after their pieces (FastSample).
   uint64_t fast_load_samples;

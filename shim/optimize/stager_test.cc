@@ -970,10 +970,6 @@ TEST_F(DeferredRingTest, ACopyBeforeARingPaysGoesToTheDriverBeforeAnyCheck) {
   EXPECT_EQ(deferring_->Stats().background_rings, 1u);
 }
 
-// The default ring (8 slots of 2 MiB): copies up to 64 MiB go to the
-// driver while it is pinned, from 96 MiB on they wait for it (the cost
-// model's pageable and pinned speeds, and a ring's populating and
-// registration).
 // The workers' 10 ms look at the load counts only where it sees at least
 // two idle cores fewer than the 50 ms sample, and only while it is under
 // 20 ms old.
@@ -1010,6 +1006,10 @@ TEST(StagerLoadTest, DefaultWorkers) {
   EXPECT_EQ(Stager::DefaultWorkers(128), 12u);
 }
 
+// The default ring (8 slots of 2 MiB): copies up to 64 MiB go to the
+// driver while it is pinned, from 96 MiB on they wait for it (the cost
+// model's pageable and pinned speeds, and a ring's populating and
+// registration).
 TEST(StagerRingTest, WhichCopiesWaitForTheDefaultRing) {
   const uint64_t ring = StagerOptions().chunk_bytes * StagerOptions().slots;
   ASSERT_EQ(ring, 16 * kMiB);
