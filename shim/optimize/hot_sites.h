@@ -64,6 +64,9 @@ void CaptureSite(SiteFrames* frames);
 // Call once before CaptureSite; without it no frame is skipped.
 void InitSiteCapture();
 
+// Tests: treat [lo, hi) as this library's span.
+void SetSelfRangeForTest(uintptr_t lo, uintptr_t hi);
+
 }  // namespace optimize
 }  // namespace pinshim
 
