@@ -30,6 +30,11 @@ struct Captured {
   SiteFrames reference;  // the same filter over a walk of the whole stack
 };
 
+bool InSelf(uintptr_t a) {
+  return a >= reinterpret_cast<uintptr_t>(__start_pinshim_site_self) &&
+         a < reinterpret_cast<uintptr_t>(__stop_pinshim_site_self);
+}
+
 // The reference: every frame walked, the same ones skipped.
 SELF_FRAME void FullWalk(SiteFrames* out) {
   void* ips[256];
@@ -37,11 +42,7 @@ SELF_FRAME void FullWalk(SiteFrames* out) {
   out->n = 0;
   for (int i = 0; i < n && out->n < kSiteFrames; ++i) {
     const auto a = reinterpret_cast<uintptr_t>(ips[i]);
-    if (a >= reinterpret_cast<uintptr_t>(__start_pinshim_site_self) &&
-        a < reinterpret_cast<uintptr_t>(__stop_pinshim_site_self)) {
-      continue;
-    }
-    out->ips[out->n++] = a;
+    if (!InSelf(a)) out->ips[out->n++] = a;
   }
 }
 
@@ -65,11 +66,6 @@ __attribute__((noinline)) int InProgram(int depth, int self, Captured* c) {
     return r;
   }
   return InLibrary(self, c);
-}
-
-bool InSelf(uintptr_t a) {
-  return a >= reinterpret_cast<uintptr_t>(__start_pinshim_site_self) &&
-         a < reinterpret_cast<uintptr_t>(__stop_pinshim_site_self);
 }
 
 // Whether a return address lies in CaptureSite (the nearest symbol below it).
