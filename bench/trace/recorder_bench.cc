@@ -92,6 +92,40 @@ void BM_RecordCopy(benchmark::State& state) {
 }
 BENCHMARK(BM_RecordCopy)->Arg(0)->Arg(8)->Arg(24);
 
+// One of several places of a program that record through the same path at
+// the same depth (the allocation hooks' case): the same frame and return
+// address at the capture, different callers above it.
+template <int kPlace>
+__attribute__((noinline)) void RecordFrom(const CopyEvent& e) {
+  trace::RecordCopy(e, 0);
+  asm volatile("" ::: "memory");  // not a tail call
+}
+
+// N such places recording in turn (1, 4, 8 or 12): with the cache's eight
+// entries for one frame and return address, up to eight stay cached.
+void BM_RecordCopyPlacesInTurn(benchmark::State& state) {
+  StartOnce();
+  static char buffer[64];
+  void (*const places[])(const CopyEvent&) = {&RecordFrom<0>, &RecordFrom<1>,  &RecordFrom<2>,
+                                              &RecordFrom<3>, &RecordFrom<4>,  &RecordFrom<5>,
+                                              &RecordFrom<6>, &RecordFrom<7>,  &RecordFrom<8>,
+                                              &RecordFrom<9>, &RecordFrom<10>, &RecordFrom<11>};
+  const int n = static_cast<int>(state.range(0));
+  const trace::RecorderStats before = trace::GetRecorderStats();
+  uint64_t t = Now();
+  int i = 0;
+  for (auto _ : state) {
+    t += 100000;
+    places[i](MakeCopy(buffer, t));
+    i = i + 1 == n ? 0 : i + 1;
+  }
+  const trace::RecorderStats s = trace::GetRecorderStats();
+  const double hits = static_cast<double>(s.unwind_cache_hits - before.unwind_cache_hits);
+  const double misses = static_cast<double>(s.unwind_cache_misses - before.unwind_cache_misses);
+  state.counters["cache_hit_rate"] = hits / (hits + misses + 1);
+}
+BENCHMARK(BM_RecordCopyPlacesInTurn)->Arg(1)->Arg(4)->Arg(8)->Arg(12);
+
 // Unwinding without the cache: the cost of the first copy from a new site.
 void BM_UnwindUncached(benchmark::State& state) {
   static trace::StackTable table;

@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "shim/core/backtrace.h"
@@ -207,10 +208,79 @@ __attribute__((no_sanitize_address)) inline uintptr_t StackWord(uintptr_t p) {
   return *reinterpret_cast<const volatile uintptr_t*>(p);
 }
 
-inline size_t CacheIndex(uintptr_t sp, uintptr_t ret) {
-  uint64_t h = (sp >> 4) * 0x9e3779b97f4a7c15ull ^ ret;
-  h ^= h >> 29;
-  return static_cast<size_t>(h) & (kUnwindCacheEntries - 1);
+// The address of the first word from p (aligned) below limit that holds
+// `want`, or 0 when none does: four words a step, as a miss's search for
+// the callers' return addresses can read many KiB of a deep stack.
+__attribute__((no_sanitize_address)) inline uintptr_t FindStackWord(uintptr_t p, uintptr_t limit,
+                                                                    uintptr_t want) {
+  const volatile uintptr_t* w = reinterpret_cast<const volatile uintptr_t*>(p);
+  const size_t n = limit > p ? (limit - p) / sizeof(uintptr_t) : 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const uintptr_t a = w[i], b = w[i + 1], c = w[i + 2], d = w[i + 3];
+    if (a == want) return p + i * sizeof(uintptr_t);
+    if (b == want) return p + (i + 1) * sizeof(uintptr_t);
+    if (c == want) return p + (i + 2) * sizeof(uintptr_t);
+    if (d == want) return p + (i + 3) * sizeof(uintptr_t);
+  }
+  for (; i < n; ++i) {
+    if (w[i] == want) return p + i * sizeof(uintptr_t);
+  }
+  return 0;
+}
+
+// The set of a capture from frame `sp` returning to `ret`: the top bits of
+// a multiplicative hash of both, which every bit of either reaches (the low
+// bits of a product would depend on the low bits of its factors alone).
+inline size_t CacheSet(uintptr_t sp, uintptr_t ret) {
+  static_assert((kUnwindCacheSets & (kUnwindCacheSets - 1)) == 0, "sets: a power of two");
+  constexpr int kSetBits = __builtin_ctz(kUnwindCacheSets);
+  const uint64_t h =
+      ((uint64_t{sp} >> 4) ^ (uint64_t{ret} * 0xff51afd7ed558ccdull)) * 0x9e3779b97f4a7c15ull;
+  return static_cast<size_t>(h >> (64 - kSetBits));
+}
+
+// Copies entry `from` into `to`, which a signal handler on this thread
+// finds empty until the copy is whole.
+inline void MoveEntry(const UnwindCacheEntry* from, UnwindCacheEntry* to) {
+  const uint32_t epoch = from->epoch;
+  to->epoch = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  constexpr size_t kEpochAt = offsetof(UnwindCacheEntry, epoch);
+  constexpr size_t kAfterEpoch = kEpochAt + sizeof(uint32_t);
+  memcpy(to, from, kEpochAt);
+  memcpy(reinterpret_cast<char*>(to) + kAfterEpoch,
+         reinterpret_cast<const char*>(from) + kAfterEpoch, sizeof(UnwindCacheEntry) - kAfterEpoch);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  to->epoch = epoch;
+}
+
+// Where a new stack of `set` is remembered: an empty or stale entry of the
+// set; else the set's entries in turn, the one replaced moving first to an
+// empty or stale entry of another set (else over another set's entries in
+// turn). More stacks than a set holds can share a frame and return address
+// (one function's allocations and frees): the most recent are found first,
+// and the older ones stay cached.
+inline UnwindCacheEntry* EntryToReplace(UnwindCache* cache, size_t set, uint32_t epoch) {
+  UnwindCacheEntry* ways = &cache->entries[set * kUnwindCacheWays];
+  for (int w = 0; w < kUnwindCacheWays; ++w) {
+    if (ways[w].epoch != epoch) return &ways[w];
+  }
+  UnwindCacheEntry* out = &ways[cache->next_way[set]];
+  cache->next_way[set] = static_cast<uint8_t>((cache->next_way[set] + 1) % kUnwindCacheWays);
+  UnwindCacheEntry* to = nullptr;
+  for (int i = 0; i < kUnwindCacheEntries && to == nullptr; ++i) {
+    if (static_cast<size_t>(i / kUnwindCacheWays) != set && cache->entries[i].epoch != epoch) {
+      to = &cache->entries[i];
+    }
+  }
+  while (to == nullptr) {
+    const int i = cache->next_victim;
+    cache->next_victim = static_cast<uint8_t>((i + 1) % kUnwindCacheEntries);
+    if (static_cast<size_t>(i / kUnwindCacheWays) != set) to = &cache->entries[i];
+  }
+  MoveEntry(out, to);
+  return out;
 }
 
 }  // namespace
@@ -294,13 +364,10 @@ __attribute__((always_inline)) inline void RememberStack(UnwindCacheEntry* e, ui
   slots[0] = frame + sizeof(uintptr_t);
   if (StackWord(slots[0]) != scratch.ips[0]) return;
   for (int i = 1; i < scratch.depth; ++i) {
-    uintptr_t p = slots[i - 1] + sizeof(uintptr_t);
     uintptr_t limit = slots[i - 1] + kMaxFrameScan;
     if (limit > top) limit = top;
-    while (p + sizeof(uintptr_t) <= limit && StackWord(p) != scratch.ips[i]) {
-      p += sizeof(uintptr_t);
-    }
-    if (p + sizeof(uintptr_t) > limit) return;  // not found: do not cache
+    const uintptr_t p = FindStackWord(slots[i - 1] + sizeof(uintptr_t), limit, scratch.ips[i]);
+    if (p == 0) return;  // not found: do not cache
     slots[i] = p;
   }
   e->epoch = 0;  // a signal handler using this entry meanwhile finds it empty
@@ -333,12 +400,25 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   // frame + 8: the first slot, and where the search for the others starts.
   uintptr_t frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   uintptr_t ret = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  UnwindCacheEntry& e = cache->entries[CacheIndex(frame, ret)];
+  [[maybe_unused]] const size_t set = CacheSet(frame, ret);
 #if defined(__x86_64__)
+  // Its set first, then the others, where its set's older stacks went.
+  UnwindCacheEntry* ways = &cache->entries[set * kUnwindCacheWays];
   uint32_t cached_id = 0;
-  if (CachedStackId(&e, epoch, frame, ret, with_python, table, scratch, is_new, &cached_id)) {
-    ++cache->hits;
-    return cached_id;
+  for (int w = 0; w < kUnwindCacheWays; ++w) {
+    if (CachedStackId(&ways[w], epoch, frame, ret, with_python, table, scratch, is_new,
+                      &cached_id)) {
+      ++cache->hits;
+      return cached_id;
+    }
+  }
+  for (int i = 0; i < kUnwindCacheEntries; ++i) {
+    if (static_cast<size_t>(i / kUnwindCacheWays) != set &&
+        CachedStackId(&cache->entries[i], epoch, frame, ret, with_python, table, scratch, is_new,
+                      &cached_id)) {
+      ++cache->hits;
+      return cached_id;
+    }
   }
 #endif
   ++cache->misses;
@@ -357,7 +437,10 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   uint32_t id = table->Intern(*scratch, epoch, is_new);
   if (id == 0) return 0;
 #if defined(__x86_64__)
-  if (cacheable) RememberStack(&e, cache->stack_top, frame, ret, epoch, with_python, *scratch, id);
+  if (cacheable) {
+    RememberStack(EntryToReplace(cache, set, epoch), cache->stack_top, frame, ret, epoch,
+                  with_python, *scratch, id);
+  }
 #endif
   return id;
 }

@@ -36,7 +36,15 @@
 namespace pinshim {
 namespace trace {
 
-constexpr int kUnwindCacheEntries = 64;
+// The per-thread cache of captured stacks: 64 entries, looked up first in
+// the set of 8 that the capture's frame and return address choose, then in
+// the others. Captures with the same frame and return address (one hook
+// reached from different places of a program at the same depth: its
+// allocations and frees) share a set; it holds their 8 latest, and older
+// ones move to other sets, so up to 64 stacks in all stay cached.
+constexpr int kUnwindCacheWays = 8;
+constexpr int kUnwindCacheSets = 8;
+constexpr int kUnwindCacheEntries = kUnwindCacheWays * kUnwindCacheSets;
 
 struct UnwindCacheEntry {
   uintptr_t sp;
@@ -62,6 +70,8 @@ struct UnwindCache {
   uint64_t hits;
   uint64_t misses;
   uintptr_t stack_top;  // CurrentThreadStackTop() of the owning thread; 0: no caching
+  uint8_t next_way[kUnwindCacheSets];  // each full set's next entry to move out
+  uint8_t next_victim;                 // where one goes next when no entry is free
 };
 
 // An address at or below the top of the calling thread's stack, up to which
