@@ -378,7 +378,14 @@ TEST_F(StagerTest, PhasesSayWhereTheTimeWent) {
   ASSERT_EQ(cuMemHostAlloc(&pinned, 4096, 0), CUDA_SUCCESS);
   ASSERT_EQ(fakecuda_hold_stream(held, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyHtoDAsync(dev_ + 8 * kMiB, pinned, 4096, held), CUDA_SUCCESS);
-  std::thread release([held] {
+  // Released 50 ms after the upload began waiting for the stream's earlier
+  // work (an event synchronization): on a loaded machine the calling thread
+  // can reach that wait later than any fixed delay after this thread starts.
+  const uint64_t waits = fakecuda_call_count("cuEventSynchronize");
+  std::thread release([held, waits] {
+    for (int i = 0; i < 10000 && fakecuda_call_count("cuEventSynchronize") == waits; ++i) {
+      usleep(1000);
+    }
     usleep(50000);
     EXPECT_EQ(fakecuda_hold_stream(held, 0), CUDA_SUCCESS);
   });
@@ -390,7 +397,7 @@ TEST_F(StagerTest, PhasesSayWhereTheTimeWent) {
   const StagerStats s2 = stager_->Stats();
   EXPECT_EQ(s2.passes - s1.passes, 1u);
   // The earlier work is waited for before any byte is read: in the setup.
-  EXPECT_GE(s2.setup_ns - s1.setup_ns, 40000000u);
+  EXPECT_GE(s2.setup_ns - s1.setup_ns, 50000000u);
   EXPECT_LE(s2.joined_passes, s2.passes);
   // Three workers, 2 MiB in 64 KiB pieces: in each pass a worker copied,
   // or none joined in time and the calling thread began alone.
