@@ -280,6 +280,7 @@ inline UnwindCacheEntry* EntryToReplace(UnwindCache* cache, size_t set, uint32_t
     if (static_cast<size_t>(i / kUnwindCacheWays) != set) to = &cache->entries[i];
   }
   MoveEntry(out, to);
+  cache->moved_out = 1;
   return out;
 }
 
@@ -402,7 +403,8 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
   uintptr_t ret = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   [[maybe_unused]] const size_t set = CacheSet(frame, ret);
 #if defined(__x86_64__)
-  // Its set first, then the others, where its set's older stacks went.
+  // Its set first, then the others, where a full set's older stacks went
+  // (none until a set was full).
   UnwindCacheEntry* ways = &cache->entries[set * kUnwindCacheWays];
   uint32_t cached_id = 0;
   for (int w = 0; w < kUnwindCacheWays; ++w) {
@@ -412,7 +414,7 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
       return cached_id;
     }
   }
-  for (int i = 0; i < kUnwindCacheEntries; ++i) {
+  for (int i = 0; cache->moved_out != 0 && i < kUnwindCacheEntries; ++i) {
     if (static_cast<size_t>(i / kUnwindCacheWays) != set &&
         CachedStackId(&cache->entries[i], epoch, frame, ret, with_python, table, scratch, is_new,
                       &cached_id)) {

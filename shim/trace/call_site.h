@@ -72,6 +72,7 @@ struct UnwindCache {
   uintptr_t stack_top;  // CurrentThreadStackTop() of the owning thread; 0: no caching
   uint8_t next_way[kUnwindCacheSets];  // each full set's next entry to move out
   uint8_t next_victim;                 // where one goes next when no entry is free
+  uint8_t moved_out;                   // 1 once an entry moved out of its set
 };
 
 // An address at or below the top of the calling thread's stack, up to which
