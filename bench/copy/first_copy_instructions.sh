@@ -44,7 +44,10 @@ def calls(name):
         with open(path) as f:
             m = re.search(r"^summary: (\d+)", f.read(), re.M)
         dumps[part] = int(m.group(1)) if m else 0
-    return [dumps.get(2 * k, 0) for k in range(1, 17)]
+    missing = [2 * k for k in range(1, 17) if 2 * k not in dumps]
+    if missing:
+        sys.exit("first_copy_instructions: %s: no profile for dumps %s" % (name, missing))
+    return [dumps[2 * k] for k in range(1, 17)]
 cols = {n: calls(n) for n in names}
 print("%-8s" % "call" + "".join("%14s" % n for n in names) +
       "".join("%14s" % (n + "-none") for n in names[1:]))

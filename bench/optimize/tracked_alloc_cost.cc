@@ -2,10 +2,11 @@
 // free, 20,000 times, at DEPTH frames of recursion below the loop (a
 // program's stack, such as a Python program's, is often deep), from SITES
 // places of the program in turn (1 to 12, default 1: a program's steps
-// allocate in several places), best of 5 runs, in ns per pair. No GPU: run it without the library
-// and with it preloaded in each mode, e.g.
+// allocate in several places), best of 5 runs, in ns per pair. No GPU:
+// run it without the library and with it preloaded in each mode (call
+// sites are recorded only with a trace directory), e.g.
 //   LD_PRELOAD=bazel-bin/shim/libpinshim.so PINSHIM_MODE=optimize \
-//     bazel-bin/bench/optimize/tracked_alloc_cost 30 65536
+//     bazel-bin/bench/optimize/tracked_alloc_cost 30 65536 [SITES]
 #include <time.h>
 
 #include <cstdio>

@@ -101,8 +101,8 @@ __attribute__((noinline)) void RecordFrom(const CopyEvent& e) {
   asm volatile("" ::: "memory");  // not a tail call
 }
 
-// N such places recording in turn (1, 4, 8 or 12): with the cache's eight
-// entries for one frame and return address, up to eight stay cached.
+// N such places recording in turn (1, 4, 8 or 12): their stacks share one
+// set of the cache (8 entries), and the ones past 8 move to other sets.
 void BM_RecordCopyPlacesInTurn(benchmark::State& state) {
   StartOnce();
   static char buffer[64];

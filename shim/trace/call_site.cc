@@ -240,6 +240,11 @@ inline size_t CacheSet(uintptr_t sp, uintptr_t ret) {
   return static_cast<size_t>(h >> (64 - kSetBits));
 }
 
+// Whether entry i lies outside `set`.
+inline bool InOtherSet(int i, size_t set) {
+  return static_cast<size_t>(i / kUnwindCacheWays) != set;
+}
+
 // Copies entry `from` into `to`, which a signal handler on this thread
 // finds empty until the copy is whole.
 inline void MoveEntry(const UnwindCacheEntry* from, UnwindCacheEntry* to) {
@@ -270,14 +275,14 @@ inline UnwindCacheEntry* EntryToReplace(UnwindCache* cache, size_t set, uint32_t
   cache->next_way[set] = static_cast<uint8_t>((cache->next_way[set] + 1) % kUnwindCacheWays);
   UnwindCacheEntry* to = nullptr;
   for (int i = 0; i < kUnwindCacheEntries && to == nullptr; ++i) {
-    if (static_cast<size_t>(i / kUnwindCacheWays) != set && cache->entries[i].epoch != epoch) {
+    if (InOtherSet(i, set) && cache->entries[i].epoch != epoch) {
       to = &cache->entries[i];
     }
   }
   while (to == nullptr) {
     const int i = cache->next_victim;
     cache->next_victim = static_cast<uint8_t>((i + 1) % kUnwindCacheEntries);
-    if (static_cast<size_t>(i / kUnwindCacheWays) != set) to = &cache->entries[i];
+    if (InOtherSet(i, set)) to = &cache->entries[i];
   }
   MoveEntry(out, to);
   cache->moved_out = 1;
@@ -415,9 +420,8 @@ __attribute__((noinline)) uint32_t CaptureCallSite(UnwindCache* cache, int max_d
     }
   }
   for (int i = 0; cache->moved_out != 0 && i < kUnwindCacheEntries; ++i) {
-    if (static_cast<size_t>(i / kUnwindCacheWays) != set &&
-        CachedStackId(&cache->entries[i], epoch, frame, ret, with_python, table, scratch, is_new,
-                      &cached_id)) {
+    if (InOtherSet(i, set) && CachedStackId(&cache->entries[i], epoch, frame, ret, with_python,
+                                            table, scratch, is_new, &cached_id)) {
       ++cache->hits;
       return cached_id;
     }

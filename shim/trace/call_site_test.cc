@@ -85,7 +85,7 @@ TEST(CallSite, DifferentSitesOrCallersDiffer) {
   EXPECT_NE(again, 0u);
 }
 
-// One capturing function reached from eight callers at the same depth:
+// One capturing function reached from several callers at the same depth:
 // the same frame and return address at every capture, told apart only by
 // the callers' words further up the stack.
 __attribute__((noinline)) uint32_t Shared(Fixture* f, bool* is_new) {
