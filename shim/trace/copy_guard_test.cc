@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -205,7 +206,12 @@ TEST_F(CopyGuardTest, NeighboursUnderStressAreNeverHarmedNorReported) {
   }
   while (started.load() < kThreads) std::this_thread::yield();
   const uint64_t steps = CopyGuardSteps();
-  for (int i = 0; i < 2000; ++i) {
+  // At least 2000 rounds, and on until a neighbour's access met a guard (on
+  // a loaded machine the threads may not run during the first 2000), for at
+  // most 10 s.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int i = 0;
+       i < 2000 || (CopyGuardSteps() == steps && std::chrono::steady_clock::now() < give_up); ++i) {
     WatchCopy(l.begin, l.end - l.begin, i % 2 == 0, S(0x10), GuardPages::kAll);
     CopyWatchStreamDone(S(0x10));
   }
